@@ -1,0 +1,127 @@
+/* arena.c: the step allocator (see arena.h). A list of blocks; allocation bumps
+ * an offset in the last block; reset rewinds to the first block, merging blocks
+ * into one so the steady state is a single block and no malloc. */
+#include "arena.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "meshgrad.h"
+#include "status.h"
+
+#define ARENA_ALIGN 64
+
+typedef struct block {
+    struct block *next;
+    size_t size, used;
+    unsigned char *data;
+} block;
+
+struct mg_arena {
+    block *first, *current;
+    size_t used;     /* bytes handed out since reset (with alignment) */
+    size_t peak;
+    size_t capacity;
+    int grow_count;
+};
+
+static block *block_new(size_t size) {
+    block *b = malloc(sizeof *b);
+    if (!b) return NULL;
+    b->data = aligned_alloc(ARENA_ALIGN, (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN);
+    if (!b->data) {
+        free(b);
+        return NULL;
+    }
+    b->next = NULL;
+    b->size = size;
+    b->used = 0;
+    return b;
+}
+
+mg_arena *mg_arena_new(size_t initial_bytes) {
+    mg_arena *a = calloc(1, sizeof *a);
+    if (!a) return mg_error_null(MG_ENOMEM, "arena: out of memory");
+    if (initial_bytes < 4096) initial_bytes = 4096;
+    a->first = a->current = block_new(initial_bytes);
+    if (!a->first) {
+        free(a);
+        return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes", initial_bytes);
+    }
+    a->capacity = initial_bytes;
+    a->grow_count = 1;
+    return a;
+}
+
+static void free_blocks(block *b) {
+    while (b) {
+        block *next = b->next;
+        free(b->data);
+        free(b);
+        b = next;
+    }
+}
+
+void mg_arena_free(mg_arena *a) {
+    if (!a) return;
+    free_blocks(a->first);
+    free(a);
+}
+
+void *mg_arena_alloc(mg_arena *a, size_t bytes) {
+    if (bytes > SIZE_MAX / 2)
+        return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes (more than the address space)",
+                             bytes);
+    size_t need = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (need == 0) need = ARENA_ALIGN;
+    block *b = a->current;
+    if (b->used + need > b->size) {
+        /* the next block (kept from an earlier step) or a new one */
+        while (b->next && b->next->size < need) b = b->next;
+        if (b->next) {
+            b = b->next;
+            b->used = 0;
+        } else {
+            size_t size = a->capacity > need ? a->capacity : need; /* at least double */
+            block *n = block_new(size);
+            if (!n) return mg_error_null(MG_ENOMEM, "arena: out of memory growing by %zu bytes", size);
+            b->next = n;
+            b = n;
+            a->capacity += size;
+            a->grow_count++;
+        }
+        a->current = b;
+    }
+    void *p = b->data + b->used;
+    b->used += need;
+    a->used += need;
+    if (a->used > a->peak) a->peak = a->used;
+    return p;
+}
+
+void mg_arena_reset(mg_arena *a) {
+    if (a->first->next) {
+        /* this step needed several blocks: replace them by one that holds them all */
+        block *merged = block_new(a->capacity);
+        if (merged) {
+            free_blocks(a->first);
+            a->first = merged;
+            a->grow_count++;
+        }
+    }
+    for (block *b = a->first; b; b = b->next) b->used = 0;
+    a->current = a->first;
+    a->used = 0;
+}
+
+size_t mg_arena_used(const mg_arena *a) { return a->used; }
+size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }
+size_t mg_arena_peak(const mg_arena *a) { return a->peak; }
+int mg_arena_grow_count(const mg_arena *a) { return a->grow_count; }
+
+static mg_arena *step_arena;
+
+mg_arena *mg_step_arena(void) {
+    if (!step_arena) step_arena = mg_arena_new((size_t)1 << 20);
+    return step_arena;
+}

@@ -1,0 +1,18 @@
+/* cli.h: the meshgrad program's subcommands. Each takes the arguments after
+ * its name (argv[0] is the subcommand name) and returns the process exit code:
+ * 0 ok, 1 failure, 2 usage error. MPI is started (mg_init) before the call.
+ * On failure a subcommand leaves the reason in mg_error() and does NOT print
+ * "meshgrad: error: ..." itself: main.c prints mg_last_error() once (rank 0, or
+ * the lowest rank holding a message). It may print its own usage text (rank 0). */
+#ifndef MG_CLI_H
+#define MG_CLI_H
+
+int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
+int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
+int mg_cli_data(int argc, char **argv);       /* src/cli/data.c */
+int mg_cli_bench(int argc, char **argv);      /* src/cli/bench.c: linear | step | comm */
+int mg_cli_bench_comm(int argc, char **argv); /* src/cli/bench_comm.c */
+int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_linear.c (to come) */
+int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_step.c (to come) */
+
+#endif

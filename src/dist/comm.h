@@ -1,0 +1,90 @@
+/* comm.h: collectives behind a vtable, one mg_comm per communicator (the world
+ * and each mesh dimension). The MPI implementation (comm_mpi.c) serves host
+ * buffers; NCCL (comm_nccl.c) serves device buffers behind the same iface.
+ * Every call counts (calls, bytes sent) per collective kind; the counters are
+ * summed across communicators by mg_comm_stats_get() (meshgrad.h) and printed as
+ * a table at mg_finalize() when MG_COMM_DEBUG=1.
+ *
+ * Buffers: counts are in floats. all_gather/reduce_scatter/all_to_all use
+ * rank-ordered blocks of n floats each (the caller pads uneven shards). Counts
+ * above INT_MAX are fine (the MPI iface splits them). A communicator of one rank
+ * makes no MPI call at all (a local copy where the output is another buffer).
+ *
+ * Bytes counted ("bytes this rank sends"): what this rank sends under the
+ * bandwidth-optimal ring schedule of the collective, for k ranks and 4-byte floats
+ * (mg_coll_bytes below is the one definition; mg_redistribute_cost uses it too):
+ *   all_reduce of n          2 (k-1) 4n / k  (ring reduce-scatter + all-gather,
+ *                                             rounded down)
+ *   all_gather, n per rank   (k-1) 4n        (every other rank's block passes once)
+ *   reduce_scatter, n out    (k-1) 4n
+ *   all_to_all, n per block  (k-1) 4n        (its own block stays)
+ *   broadcast of n           4n on every rank but the last of the chain
+ *                            root, root+1, ..., root-1 (mod k); 0 on that one
+ *   barrier                  0
+ * So gathering a tensor of N floats sharded over k ranks moves (k-1)/k of it per
+ * rank, and every collective on a communicator of 1 rank counts 0 bytes (the
+ * call itself is still counted). */
+#ifndef MG_COMM_H
+#define MG_COMM_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "meshgrad.h"
+
+typedef enum { MG_REDUCE_SUM = 0, MG_REDUCE_AVG, MG_REDUCE_MAX } mg_reduce_op;
+
+typedef struct mg_comm mg_comm;
+
+struct mg_comm_iface {
+    const char *name; /* "mpi", "nccl" */
+    int (*all_reduce)(mg_comm *, float *buf, int64_t n, mg_reduce_op op); /* in place */
+    int (*all_gather)(mg_comm *, const float *send, int64_t n, float *recv /* size*n */);
+    int (*reduce_scatter)(mg_comm *, const float *send /* size*n */, float *recv /* n */,
+                          int64_t n); /* sum */
+    int (*all_to_all)(mg_comm *, const float *send /* size*n */, int64_t n, float *recv);
+    int (*broadcast)(mg_comm *, float *buf, int64_t n, int root);
+    int (*barrier)(mg_comm *);
+    void (*destroy)(mg_comm *);
+};
+
+struct mg_comm {
+    const struct mg_comm_iface *iface;
+    void *context;
+    MPI_Comm mpi; /* the MPI communicator (control, and data for the MPI iface) */
+    int rank, size;
+    mg_comm_stats stats[MG_COLL_COUNT];
+};
+
+/* Wraps `mpi` (not duplicated, not freed) with MPI_ERRORS_RETURN. */
+mg_comm *mg_comm_mpi_new(MPI_Comm mpi);
+void mg_comm_free(mg_comm *); /* unregisters it too */
+/* Largest count the MPI iface passes to one MPI call (default INT_MAX); larger
+ * counts are split. Lowered only by tests, to exercise the split paths. */
+void mg_comm_mpi_set_max_count(int64_t n);
+
+/* Bytes a rank sends for one collective (the table above); `n` as in the calls. */
+int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root);
+
+/* The calls: count, then dispatch. Return MG_OK or MG_ECOMM with a message. */
+int mg_comm_all_reduce(mg_comm *, float *buf, int64_t n, mg_reduce_op op);
+int mg_comm_all_gather(mg_comm *, const float *send, int64_t n, float *recv);
+int mg_comm_reduce_scatter(mg_comm *, const float *send, float *recv, int64_t n);
+int mg_comm_all_to_all(mg_comm *, const float *send, int64_t n, float *recv);
+int mg_comm_broadcast(mg_comm *, float *buf, int64_t n, int root);
+int mg_comm_barrier(mg_comm *);
+
+/* Registers a comm so its counters are included in mg_comm_stats_get(). */
+void mg_comm_register(mg_comm *);
+void mg_comm_unregister(mg_comm *);
+void mg_comm_stats_print(FILE *out); /* the MG_COMM_DEBUG table */
+
+/* Agree on a status across the world: returns the most negative status of all
+ * ranks (MG_OK if every rank is ok). Used before acting on a rank-local error. */
+int mg_status_agree(int status);
+/* The same, also giving the lowest world rank whose status is the agreed one
+ * (-1 when every rank is ok), so a message can say where it failed. */
+int mg_status_agree_rank(int status, int *first_rank);
+
+#endif

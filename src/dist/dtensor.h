@@ -1,0 +1,43 @@
+/* dtensor.h: the distributed tensor: a spec (mesh, global shape, placements) and
+ * this rank's local shard, plus the fields autograd needs. The public
+ * constructors and accessors of meshgrad.h are in dtensor.c; ops.c makes op
+ * outputs with mg_dtensor_make(). */
+#ifndef MG_DTENSOR_H
+#define MG_DTENSOR_H
+
+#include "arena.h"
+#include "dist/placement.h"
+#include "tensor.h"
+
+struct mg_node; /* autograd/tape.h */
+
+enum {
+    MG_DTENSOR_HEAP = 1, /* made by a constructor: freed by mg_dtensor_free */
+};
+
+struct mg_dtensor {
+    mg_spec spec;
+    mg_tensor *local;
+    unsigned flags;
+    /* autograd */
+    int requires_grad;
+    struct mg_dtensor *grad;  /* leaves: heap, in the leaf's own spec */
+    struct mg_node *node;     /* the op that made it (NULL for leaves) */
+    int64_t node_generation;  /* the tape generation `node` belongs to */
+};
+
+/* Wraps `local` (taken over, also on failure: it is freed then unless it lives
+ * in an arena) with `spec`. From `arena`, or the heap when NULL.
+ * Checks local's shape against the spec for this rank. */
+mg_dtensor *mg_dtensor_make(const mg_spec *spec, mg_tensor *local, mg_arena *arena);
+/* A new tensor of spec with zero local data. */
+mg_dtensor *mg_dtensor_zeros(const mg_spec *spec, mg_arena *arena);
+/* Fills the local shard with values drawn for the GLOBAL element indices it
+ * holds: uniform in [lo, hi) from Philox(seed, stream). Same global tensor on
+ * every mesh. Partial placements hold the value on coordinate 0, zeros elsewhere. */
+int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float lo, float hi);
+
+/* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
+int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
+
+#endif

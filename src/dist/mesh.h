@@ -1,0 +1,32 @@
+/* mesh.h: the n-D device mesh (1..4 dims) over all ranks. Built on
+ * MPI_Cart_create (rank order row-major in mesh coordinates) with one
+ * sub-communicator per mesh dimension (MPI_Cart_sub), each wrapped in an mg_comm.
+ * Exports struct mg_mesh and helpers; mg_mesh_new/free are public (meshgrad.h). */
+#ifndef MG_MESH_H
+#define MG_MESH_H
+
+#include <mpi.h>
+
+#include "dist/comm.h"
+#include "meshgrad.h"
+
+struct mg_mesh {
+    int ndim;
+    int shape[MG_MAX_MESH_DIMS];
+    int coord[MG_MAX_MESH_DIMS]; /* this rank's coordinates */
+    int rank, size;              /* in the mesh communicator */
+    MPI_Comm cart;
+    MPI_Comm dim_mpi[MG_MAX_MESH_DIMS];
+    mg_comm *dim_comm[MG_MAX_MESH_DIMS]; /* collectives along one mesh dim */
+    mg_comm *world;                      /* collectives over the whole mesh */
+    int id;                              /* distinct per mesh made in this process */
+};
+
+/* "2x2" (or "1" for a 1-D mesh of 1). Returns buf. */
+char *mg_mesh_format(char *buf, size_t len, const mg_mesh *mesh);
+/* Mesh rank of the given coordinates (row-major). */
+int mg_mesh_rank_of(const mg_mesh *mesh, const int *coord);
+/* Parses "2", "1x2", "2x2" into shape; returns ndim or MG_EINVAL with a message. */
+int mg_mesh_parse(const char *text, int *shape);
+
+#endif

@@ -1,0 +1,26 @@
+/* redistribute.h: moves a local shard from one spec to another spec of the same
+ * mesh and global shape, per mesh dimension (DESIGN.md): S->R all-gather,
+ * P->R all-reduce, P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all,
+ * R->P keep on coordinate 0 and zeros elsewhere, S->P via R. Uneven shards are
+ * padded for the collective and unpadded after. The planner orders the per-dim
+ * steps so nested shardings are undone inner first.
+ * No autograd here: the public mg_redistribute (ops layer) records the node. */
+#ifndef MG_REDISTRIBUTE_H
+#define MG_REDISTRIBUTE_H
+
+#include "arena.h"
+#include "dist/placement.h"
+#include "tensor.h"
+
+/* *out receives a new local tensor (from `arena`, or the heap when NULL) holding
+ * this rank's block of dst. When src and dst are equal, *out is a copy.
+ * Collective over the mesh dims that change. */
+int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const mg_spec *dst,
+                          mg_tensor **out, mg_arena *arena);
+
+/* Estimated bytes this rank sends to go from src to dst (0 when no
+ * communication is needed). Used by dist/rules to pick strategies; depends only
+ * on global metadata, so every rank gets the same number. */
+double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst);
+
+#endif

@@ -1,0 +1,149 @@
+/* meshgrad.h: the public C API of meshgrad, a distributed training framework.
+ *
+ * Exports opaque handles (mg_mesh, mg_tensor, mg_dtensor), the placement value
+ * (MG_SHARD(d), MG_REPLICATE, MG_PARTIAL_SUM), status codes, and the calls for
+ * meshes, local tensors, distributed tensors, sharded ops and autograd.
+ *
+ * Every shape passed to or returned by a call on distributed tensors is a GLOBAL
+ * shape; local shapes exist only inside the library and in mg_local().
+ * Fallible calls return a status (0 ok, negative MG_E*) or NULL, and
+ * mg_last_error() says what was wrong and what to do. */
+#ifndef MESHGRAD_H
+#define MESHGRAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_MAX_DIMS 8      /* tensor rank 0..8 */
+#define MG_MAX_MESH_DIMS 4 /* mesh rank 1..4 */
+
+/* ---- status --------------------------------------------------------------- */
+enum {
+    MG_OK = 0,
+    MG_EINVAL = -1,     /* a bad argument (flag, size, index, option) */
+    MG_ESHAPE = -2,     /* shapes that do not fit together */
+    MG_EPLACEMENT = -3, /* placements that do not fit the mesh or tensor */
+    MG_EMESH = -4,      /* a mesh that does not fit the world, or mixed meshes */
+    MG_ENOMEM = -5,     /* out of memory */
+    MG_EIO = -6,        /* a file that cannot be read or written */
+    MG_EFORMAT = -7,    /* a file whose content is not what it should be */
+    MG_ECOMM = -8,      /* a collective failed (MPI/NCCL) or timed out */
+    MG_ESTATE = -9,     /* a call at the wrong time (freed graph, not initialized) */
+    MG_EDEVICE = -10,   /* CUDA / device error, or no device */
+};
+
+int mg_init(int *argc, char ***argv); /* MPI_Init if needed; idempotent */
+void mg_finalize(void);
+int mg_rank(void);
+int mg_world_size(void);
+const char *mg_last_error(void); /* this thread's last message ("" if none) */
+const char *mg_version(void);
+
+/* ---- placements ----------------------------------------------------------- */
+typedef enum { MG_PLACE_REPLICATE = 0, MG_PLACE_SHARD = 1, MG_PLACE_PARTIAL = 2 } mg_place_kind;
+typedef struct {
+    mg_place_kind kind;
+    int dim; /* tensor dim for MG_PLACE_SHARD (negative counts from the end) */
+} mg_placement;
+#define MG_SHARD(d) ((mg_placement){MG_PLACE_SHARD, (d)})
+#define MG_REPLICATE ((mg_placement){MG_PLACE_REPLICATE, 0})
+#define MG_PARTIAL_SUM ((mg_placement){MG_PLACE_PARTIAL, 0})
+
+/* ---- opaque types --------------------------------------------------------- */
+typedef struct mg_mesh mg_mesh;
+typedef struct mg_tensor mg_tensor;
+typedef struct mg_dtensor mg_dtensor;
+
+/* ---- mesh ----------------------------------------------------------------- */
+mg_mesh *mg_mesh_new(int ndim, const int *shape); /* product(shape) == world size */
+void mg_mesh_free(mg_mesh *);
+int mg_mesh_ndim(const mg_mesh *);
+const int *mg_mesh_shape(const mg_mesh *);
+const int *mg_mesh_coord(const mg_mesh *); /* this rank's coordinates */
+
+/* ---- local tensors (dense float32, row-major) ------------------------------ */
+mg_tensor *mg_tensor_new(int ndim, const int64_t *shape); /* zeros */
+mg_tensor *mg_tensor_from_data(int ndim, const int64_t *shape, const float *data); /* copies */
+float *mg_tensor_data(mg_tensor *);
+int mg_tensor_ndim(const mg_tensor *);
+const int64_t *mg_tensor_shape(const mg_tensor *);
+int64_t mg_tensor_numel(const mg_tensor *);
+void mg_tensor_free(mg_tensor *);
+
+/* ---- distributed tensors -------------------------------------------------- */
+/* n must equal the mesh's number of dimensions: one placement per mesh dim. */
+mg_dtensor *mg_distribute(const mg_mesh *, const mg_tensor *full, const mg_placement *, int n);
+mg_dtensor *mg_from_local(const mg_mesh *, const mg_tensor *local, const mg_placement *, int n,
+                          int ndim, const int64_t *global_shape);
+mg_dtensor *mg_redistribute(const mg_dtensor *, const mg_placement *, int n);
+mg_tensor *mg_full_tensor(const mg_dtensor *); /* collective; every rank gets it all */
+const mg_tensor *mg_local(const mg_dtensor *);
+const mg_mesh *mg_dtensor_mesh(const mg_dtensor *);
+int mg_dtensor_ndim(const mg_dtensor *);
+const int64_t *mg_dtensor_shape(const mg_dtensor *); /* global */
+const mg_placement *mg_dtensor_placements(const mg_dtensor *);
+/* "(2, 40, 10) on mesh 1x2 [R, S(0)]; rank 1 (0,1) holds [0:1, 0:40, 0:10]" */
+int mg_dtensor_describe(const mg_dtensor *, char *buf, size_t len);
+/* Frees a tensor made by mg_distribute/mg_from_local (and its gradient). Tensors
+ * made by ops live until mg_step_end() and are ignored here. */
+void mg_dtensor_free(mg_dtensor *);
+
+/* ---- autograd ------------------------------------------------------------- */
+int mg_set_requires_grad(mg_dtensor *, int on);
+int mg_backward(mg_dtensor *scalar_loss);
+mg_dtensor *mg_grad(const mg_dtensor *); /* NULL until backward reached it */
+int mg_zero_grad(mg_dtensor *);
+int mg_grad_enabled(void);
+int mg_set_grad_enabled(int on); /* returns the previous setting (no-grad mode) */
+/* Ends a step: frees every tensor made by ops since the last call, and the graph. */
+void mg_step_end(void);
+
+/* ---- ops (global shapes, sharding propagated) ----------------------------- */
+mg_dtensor *mg_permute(const mg_dtensor *, const int *perm);
+mg_dtensor *mg_transpose(const mg_dtensor *, int dim0, int dim1);
+mg_dtensor *mg_linear(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b /*NULL ok*/);
+mg_dtensor *mg_matmul(const mg_dtensor *a, const mg_dtensor *b); /* (..., M, K) @ (..., K, N) */
+mg_dtensor *mg_sum(const mg_dtensor *); /* all elements -> 0-d */
+mg_dtensor *mg_sum_dims(const mg_dtensor *, int n, const int *dims, int keepdim);
+mg_dtensor *mg_mean(const mg_dtensor *);
+mg_dtensor *mg_mean_dims(const mg_dtensor *, int n, const int *dims, int keepdim);
+mg_dtensor *mg_expand(const mg_dtensor *, int ndim, const int64_t *global_shape);
+mg_dtensor *mg_reshape(const mg_dtensor *, int ndim, const int64_t *global_shape);
+mg_dtensor *mg_view(const mg_dtensor *, int ndim, const int64_t *global_shape);
+mg_dtensor *mg_add(const mg_dtensor *a, const mg_dtensor *b); /* broadcasting */
+mg_dtensor *mg_sub(const mg_dtensor *a, const mg_dtensor *b);
+mg_dtensor *mg_mul(const mg_dtensor *a, const mg_dtensor *b);
+mg_dtensor *mg_scale(const mg_dtensor *, float s);
+mg_dtensor *mg_relu(const mg_dtensor *);
+mg_dtensor *mg_gelu(const mg_dtensor *); /* tanh approximation */
+/* logits (B, C); labels (B) hold class indices as floats; mean over the global batch */
+mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels);
+mg_dtensor *mg_mse_loss(const mg_dtensor *pred, const mg_dtensor *target); /* mean */
+
+/* ---- communication accounting --------------------------------------------- */
+typedef enum {
+    MG_COLL_ALL_REDUCE = 0,
+    MG_COLL_ALL_GATHER,
+    MG_COLL_REDUCE_SCATTER,
+    MG_COLL_ALL_TO_ALL,
+    MG_COLL_BROADCAST,
+    MG_COLL_BARRIER,
+    MG_COLL_COUNT
+} mg_coll_kind;
+typedef struct {
+    int64_t calls;
+    int64_t bytes; /* bytes this rank sent into the collective */
+} mg_comm_stats;
+/* Sums over every communicator of every mesh made so far, on this rank. */
+void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]);
+void mg_comm_stats_reset(void);
+const char *mg_coll_name(mg_coll_kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* tensor.c: local dense float32 tensors and shape helpers (see tensor.h).
+ * Public: mg_tensor_new, mg_tensor_from_data, mg_tensor_data/ndim/shape/numel/free. */
+#include "tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "status.h"
+
+int64_t mg_shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+bool mg_shape_equal(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b) {
+    if (ndim_a != ndim_b) return false;
+    for (int i = 0; i < ndim_a; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+char *mg_shape_format(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t used = 0;
+    used += snprintf(buf + used, len > used ? len - used : 0, "(");
+    for (int i = 0; i < ndim; i++)
+        used += snprintf(buf + used, len > used ? len - used : 0, "%s%lld", i ? ", " : "",
+                         (long long)shape[i]);
+    snprintf(buf + used, len > used ? len - used : 0, ")");
+    return buf;
+}
+
+int mg_shape_check(int ndim, const int64_t *shape, const char *who) {
+    if (ndim < 0 || ndim > MG_MAX_DIMS)
+        return mg_error(MG_ESHAPE, "%s: a tensor has %d dims; meshgrad supports 0 to %d", who, ndim,
+                        MG_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return mg_error(MG_EINVAL, "%s: shape is NULL for a %d-d tensor", who, ndim);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return mg_error(MG_ESHAPE, "%s: dim %d has size %lld; sizes must be >= 0", who, i,
+                            (long long)shape[i]);
+    /* the element count (and its bytes) must fit in int64, zero-size dims aside */
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) continue;
+        if (n > INT64_MAX / (int64_t)sizeof(float) / shape[i]) {
+            char s[160];
+            return mg_error(MG_ESHAPE, "%s: shape %s has too many elements to address", who,
+                            mg_shape_format(s, sizeof s, ndim, shape));
+        }
+        n *= shape[i];
+    }
+    return MG_OK;
+}
+
+void mg_shape_strides(int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
+    }
+}
+
+static mg_tensor *tensor_header(mg_arena *arena, int ndim, const int64_t *shape) {
+    if (mg_shape_check(ndim, shape, "tensor") != MG_OK) return NULL;
+    mg_tensor *t = arena ? mg_arena_alloc(arena, sizeof *t) : calloc(1, sizeof *t);
+    if (!t) return mg_error_null(MG_ENOMEM, "tensor: out of memory for a tensor header");
+    memset(t, 0, sizeof *t);
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->numel = mg_shape_numel(ndim, shape);
+    t->device = MG_DEVICE_CPU;
+    t->flags = arena ? MG_TENSOR_IN_ARENA : 0;
+    return t;
+}
+
+mg_tensor *mg_tensor_alloc(mg_arena *arena, int ndim, const int64_t *shape) {
+    mg_tensor *t = tensor_header(arena, ndim, shape);
+    if (!t) return NULL;
+    size_t bytes = (size_t)(t->numel > 0 ? t->numel : 1) * sizeof(float);
+    if (arena) {
+        t->data = mg_arena_alloc(arena, bytes);
+    } else {
+        t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        t->flags |= MG_TENSOR_OWNS_DATA;
+    }
+    if (!t->data) {
+        char s[128];
+        if (!arena) free(t);
+        return mg_error_null(MG_ENOMEM, "tensor: out of memory for %s floats",
+                             mg_shape_format(s, sizeof s, ndim, shape));
+    }
+    return t;
+}
+
+mg_tensor *mg_tensor_zeros(mg_arena *arena, int ndim, const int64_t *shape) {
+    mg_tensor *t = mg_tensor_alloc(arena, ndim, shape);
+    if (t && t->numel) memset(t->data, 0, (size_t)t->numel * sizeof(float));
+    return t;
+}
+
+mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t *shape) {
+    mg_tensor *v = tensor_header(arena, ndim, shape);
+    if (!v) return NULL;
+    if (v->numel != t->numel) {
+        char a[128], b[128];
+        if (!arena) free(v);
+        return mg_error_null(MG_ESHAPE, "view: cannot view %s as %s (different number of elements)",
+                             mg_shape_format(a, sizeof a, t->ndim, t->shape),
+                             mg_shape_format(b, sizeof b, ndim, shape));
+    }
+    v->data = t->data;
+    v->device = t->device;
+    return v;
+}
+
+mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t) {
+    mg_tensor *c = mg_tensor_alloc(arena, t->ndim, t->shape);
+    if (c && t->numel) memcpy(c->data, t->data, (size_t)t->numel * sizeof(float));
+    return c;
+}
+
+/* ---- public ---------------------------------------------------------------- */
+
+mg_tensor *mg_tensor_new(int ndim, const int64_t *shape) { return mg_tensor_zeros(NULL, ndim, shape); }
+
+mg_tensor *mg_tensor_from_data(int ndim, const int64_t *shape, const float *data) {
+    mg_tensor *t = mg_tensor_alloc(NULL, ndim, shape);
+    if (!t) return NULL;
+    if (t->numel && !data) {
+        mg_tensor_free(t);
+        return mg_error_null(MG_EINVAL, "mg_tensor_from_data: data is NULL");
+    }
+    if (t->numel) memcpy(t->data, data, (size_t)t->numel * sizeof(float));
+    return t;
+}
+
+float *mg_tensor_data(mg_tensor *t) { return t ? t->data : NULL; }
+int mg_tensor_ndim(const mg_tensor *t) { return t ? t->ndim : -1; }
+const int64_t *mg_tensor_shape(const mg_tensor *t) { return t ? t->shape : NULL; }
+int64_t mg_tensor_numel(const mg_tensor *t) { return t ? t->numel : 0; }
+
+void mg_tensor_free(mg_tensor *t) {
+    if (!t || (t->flags & MG_TENSOR_IN_ARENA)) return;
+    if (t->flags & MG_TENSOR_OWNS_DATA) {
+        if (t->device == MG_DEVICE_CPU) free(t->data);
+        else {
+            mg_backend *be = mg_backend_of(t);
+            if (be) be->iface->free(be->context, t->data);
+        }
+    }
+    free(t);
+}

@@ -1,0 +1,49 @@
+/* tensor.h: local dense float32 tensors, row-major, contiguous, rank 0..8.
+ * A 0-d tensor is a scalar (numel 1); zero-size dims are allowed (numel 0).
+ * The struct is visible inside the library; users see the opaque mg_tensor.
+ * Tensors come from the heap (mg_tensor_new...) or from an arena
+ * (mg_tensor_alloc with an arena: freed by mg_arena_reset, mg_tensor_free ignores them).
+ * Also: shape helpers shared by every layer. */
+#ifndef MG_TENSOR_H
+#define MG_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "meshgrad.h"
+
+enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA = 1 };
+enum {
+    MG_TENSOR_OWNS_DATA = 1, /* data is freed with the tensor */
+    MG_TENSOR_IN_ARENA = 2,  /* struct and data live in an arena */
+};
+
+struct mg_tensor {
+    int ndim;
+    int64_t shape[MG_MAX_DIMS];
+    int64_t numel;
+    float *data; /* host or device memory, per `device` */
+    int device;  /* MG_DEVICE_CPU now; MG_DEVICE_CUDA in the GPU backend */
+    unsigned flags;
+};
+
+/* Uninitialized tensor; from `arena` when not NULL, else the heap. */
+mg_tensor *mg_tensor_alloc(mg_arena *arena, int ndim, const int64_t *shape);
+mg_tensor *mg_tensor_zeros(mg_arena *arena, int ndim, const int64_t *shape);
+/* Same data, another shape of the same numel (no copy). */
+mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t *shape);
+mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t);
+
+/* shape helpers */
+int64_t mg_shape_numel(int ndim, const int64_t *shape);
+bool mg_shape_equal(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b);
+/* "(2, 40, 10)"; "()" for 0-d. Returns buf. */
+char *mg_shape_format(char *buf, size_t len, int ndim, const int64_t *shape);
+/* Checks rank 0..8 and sizes >= 0; sets an error naming `who`. */
+int mg_shape_check(int ndim, const int64_t *shape, const char *who);
+/* Row-major strides in elements. */
+void mg_shape_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+#endif
