@@ -1,0 +1,45 @@
+/* tape.h: the autograd tape. Each recorded op is a node in the step arena,
+ * linked to the one recorded before it; mg_backward (autograd/backward.c) walks
+ * them in reverse. A node keeps its inputs (the tensors at the specs the op
+ * used), its output, and the few arguments its VJP needs. The VJPs themselves
+ * (autograd/vjp.c) are written with the sharded ops, so each gradient gets its
+ * placement from the same rules as the forward values.
+ *
+ * The tape is plain data below the ops layer: ops record into it; the engine
+ * and the VJPs, above ops, read it. */
+#ifndef MG_TAPE_H
+#define MG_TAPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dist/dtensor.h"
+
+#define MG_NODE_MAX_INPUTS 3
+
+typedef struct mg_node {
+    int op; /* mg_op (ops.h) */
+    int n_inputs;
+    struct mg_dtensor *inputs[MG_NODE_MAX_INPUTS]; /* NULL for absent optional inputs */
+    struct mg_dtensor *output;
+    /* arguments for the VJP */
+    int iargs[MG_MAX_DIMS]; /* permutation, reduced-dims mask, ... */
+    int n_iargs;
+    float farg;             /* scale of a sum/mean, of mg_scale */
+    int ndim;               /* a global shape (the input's, for reshape/expand) */
+    int64_t shape[MG_MAX_DIMS];
+    mg_placement placements[MG_MAX_MESH_DIMS]; /* redistribute: the source placements */
+    bool freed;             /* its graph was consumed by a backward */
+    struct mg_node *prev;
+    int64_t seq;
+} mg_node;
+
+/* A new node at the end of the tape (step arena); NULL when out of memory. */
+mg_node *mg_tape_push(int op, int n_inputs, mg_dtensor *const *inputs, mg_dtensor *output);
+mg_node *mg_tape_last(void);
+/* Forgets every node (their memory goes with the step arena). */
+void mg_tape_clear(void);
+/* A tensor wants a gradient: a leaf that requires it, or the output of a node. */
+bool mg_tape_wants_grad(const mg_dtensor *t);
+
+#endif

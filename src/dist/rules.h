@@ -1,0 +1,92 @@
+/* rules.h: sharding strategies per op, in global shapes (DESIGN.md "Rules").
+ *
+ * A rule lists candidate strategies for ONE mesh dimension: a target placement
+ * for each input and the output placement that results. The same list applies
+ * to every mesh dimension; mg_rules_choose() picks, for each mesh dim on its own,
+ * the candidate that moves the fewest bytes from the inputs' current placements
+ * (the first one in the list on ties, so every rank picks the same one), and
+ * returns the full target specs and the output spec.
+ *
+ * Exports the candidate generators for each family of ops:
+ *   contraction (linear, matmul and their gradients, einsum-style labels),
+ *   pointwise (broadcasting), reduction, permute, expand, reshape, losses. */
+#ifndef MG_RULES_H
+#define MG_RULES_H
+
+#include <stdbool.h>
+
+#include "dist/placement.h"
+
+#define MG_RULE_MAX_INPUTS 3
+#define MG_RULE_MAX_CANDIDATES 40
+
+typedef struct {
+    mg_placement in[MG_RULE_MAX_INPUTS];
+    mg_placement out;
+} mg_dim_strategy;
+
+typedef struct {
+    int n;
+    mg_dim_strategy c[MG_RULE_MAX_CANDIDATES];
+} mg_candidates;
+
+/* Bytes moved (estimate, global metadata only) to change mesh dim m of spec s
+ * to placement `to`, everything else unchanged. */
+double mg_rules_dim_cost(const mg_spec *s, int m, mg_placement to);
+
+/* inputs[i] may be NULL (an absent optional input, e.g. no bias): its target is
+ * left untouched. targets[i] receives input i's target spec; *out the output spec
+ * with global shape (out_ndim, out_shape). */
+int mg_rules_choose(const mg_candidates *cands, int n_inputs, const mg_spec *const *inputs,
+                    int out_ndim, const int64_t *out_shape, mg_spec *targets, mg_spec *out);
+
+/* Contraction: each operand's dims carry integer labels; a label found in the
+ * output is free (batch, rows, columns), one missing from the output is
+ * contracted. Candidates: all Replicate; each label sharded on every operand
+ * that has it (output sharded if free, Partial if contracted); Partial through
+ * one operand times Replicate others. Operand 2 (optional bias) has the output's
+ * last label only; it is Replicate whenever the output is Partial. */
+void mg_rules_contraction(mg_candidates *c, int n_inputs, const int *ndims, const int *const *labels,
+                          int out_ndim, const int *out_labels, bool has_bias);
+
+typedef enum {
+    MG_LINEARITY_NONE = 0, /* no Partial input passes (relu, gelu, ...) */
+    MG_LINEARITY_SUM,      /* Partial passes when every input is Partial (add, sub) */
+    MG_LINEARITY_FIRST,    /* Partial passes through input 0 when the others are Replicate
+                              (mul, div by a replicated factor, relu_backward(dy, x)) */
+    MG_LINEARITY_ANY,      /* Partial passes through any one input, others Replicate (mul) */
+} mg_linearity;
+
+/* Pointwise with broadcasting (shapes aligned right). */
+void mg_rules_pointwise(mg_candidates *c, int n_inputs, const int *ndims,
+                        const int64_t *const *shapes, int out_ndim, const int64_t *out_shape,
+                        mg_linearity lin);
+
+/* Sum over the dims in `reduced` (mask over the input's dims). */
+void mg_rules_reduce(mg_candidates *c, int ndim, const bool *reduced, bool keepdim);
+
+/* Output dim i is input dim perm[i]. */
+void mg_rules_permute(mg_candidates *c, int ndim, const int *perm);
+
+/* Expand (broadcast) in_shape to out_shape (aligned right, global sizes). */
+void mg_rules_expand(mg_candidates *c, int in_ndim, const int64_t *in_shape, int out_ndim,
+                     const int64_t *out_shape);
+
+/* Reshape/view: the output placements that keep the input's sharding where the
+ * element blocks stay the same on every coordinate, computed for the actual
+ * spec. keep_out[m] receives the output placement for mesh dim m, and ok[m]
+ * says whether the input placement on m can be kept (else it must be made
+ * Replicate first). */
+void mg_rules_reshape(const mg_spec *in, int out_ndim, const int64_t *out_shape,
+                      mg_placement *keep_out, bool *ok);
+
+/* Class-dim losses: logits (B, C) + labels (B) [+ more batch-aligned inputs]:
+ * all Replicate, or batch dim sharded on every input with a Partial (loss) or
+ * Shard(0) (gradient) output. */
+void mg_rules_batch_loss(mg_candidates *c, int n_inputs, bool out_is_partial_scalar);
+
+/* Element-wise loss over two same-shape inputs, reduced to a scalar (mse):
+ * all Replicate -> Replicate, both Shard(d) -> Partial. */
+void mg_rules_elementwise_loss(mg_candidates *c, int ndim);
+
+#endif

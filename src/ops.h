@@ -1,0 +1,80 @@
+/* ops.h: inside the ops layer. The op enum (one entry per recorded op, with its
+ * name table kept in step by a static_assert), the internal ops the VJPs use
+ * (gradients of linear/matmul, relu/gelu/cross-entropy backward, sum_to), and
+ * the shared dispatch helpers of src/ops*.c.
+ *
+ * Every op: validate global shapes and meshes -> dist/rules picks target specs
+ * -> inputs redistributed (recorded, so backward runs the mirror) -> local kernel
+ * on local shards (size arguments made local here, from the output spec) ->
+ * a tape node (autograd/tape.h) when gradients are wanted. */
+#ifndef MG_OPS_H
+#define MG_OPS_H
+
+#include <stdbool.h>
+
+#include "dist/dtensor.h"
+#include "dist/rules.h"
+
+typedef enum {
+    MG_OP_REDISTRIBUTE = 0,
+    MG_OP_PERMUTE,
+    MG_OP_EXPAND,
+    MG_OP_RESHAPE,
+    MG_OP_LINEAR,
+    MG_OP_MATMUL,
+    MG_OP_SUM,
+    MG_OP_ADD,
+    MG_OP_SUB,
+    MG_OP_MUL,
+    MG_OP_SCALE,
+    MG_OP_RELU,
+    MG_OP_GELU,
+    MG_OP_CROSS_ENTROPY,
+    MG_OP_MSE,
+    MG_OP_COUNT
+} mg_op;
+
+extern const char *const mg_op_names[MG_OP_COUNT];
+
+/* ---- internal ops (used by the VJPs; recorded like any op if grad is on) --- */
+
+/* x brought to `target` (same mesh and global shape); x itself when equal. */
+mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target);
+/* dy (..., N), w (N, K) -> dx (..., K) = dy w */
+mg_dtensor *mg_op_linear_input_grad(const mg_dtensor *dy, const mg_dtensor *w);
+/* dy (..., N), x (..., K) -> dw (N, K) = sum over the batch of dy^T x */
+mg_dtensor *mg_op_linear_weight_grad(const mg_dtensor *dy, const mg_dtensor *x);
+/* dc (Z.., M, N), b (Z.., K, N) or (K, N) -> da (Z.., M, K) = dc b^T */
+mg_dtensor *mg_op_matmul_grad_a(const mg_dtensor *dc, const mg_dtensor *b);
+/* a (Z.., M, K), dc (Z.., M, N) -> db (Z.., K, N) = a^T dc, or (K, N) summed over Z
+ * when b_ndim == 2 */
+mg_dtensor *mg_op_matmul_grad_b(const mg_dtensor *a, const mg_dtensor *dc, int b_ndim);
+mg_dtensor *mg_op_relu_backward(const mg_dtensor *dy, const mg_dtensor *x);
+mg_dtensor *mg_op_gelu_backward(const mg_dtensor *dy, const mg_dtensor *x);
+/* dloss (0-d) -> dlogits (B, C) = dloss / B * (softmax(logits) - onehot(labels)) */
+mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dtensor *labels,
+                                         const mg_dtensor *dloss);
+/* Sums g (a broadcast of `shape`) back to `shape`: the gradient of a broadcast. */
+mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape);
+/* sum over dims, times `scale` (mean = sum * 1/n) */
+mg_dtensor *mg_op_sum_scaled(const mg_dtensor *x, int n, const int *dims, int keepdim, float scale,
+                             const char *who);
+/* A 0-d tensor of value v, Replicate on every mesh dim (the seed of backward). */
+mg_dtensor *mg_op_scalar(const mg_mesh *mesh, float v);
+
+/* ---- dispatch helpers shared by src/ops*.c ---------------------------------- */
+
+/* NULL inputs, freed tensors and mixed meshes: a message naming the op. */
+int mg_ops_check_inputs(const char *who, int n, const mg_dtensor *const *xs);
+/* Rule -> targets -> redistribute each input (NULL inputs skipped). xs_out[i]
+ * receives the input at its target spec. */
+int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_dtensor *const *xs,
+                   int out_ndim, const int64_t *out_shape, mg_dtensor **xs_out, mg_spec *out_spec);
+/* A new output tensor of `spec`, local data uninitialized, from the step arena. */
+mg_dtensor *mg_ops_output(const mg_spec *spec);
+/* Records a node when gradients are on and any input wants one. */
+struct mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *out);
+/* normalizes a possibly negative dim; -1 and a message naming `who` when out of range */
+int mg_ops_dim(const char *who, int dim, int ndim);
+
+#endif
