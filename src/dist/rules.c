@@ -57,15 +57,22 @@ int mg_rules_choose(const mg_candidates *cands, int n_inputs, const mg_spec *con
     out->ndim = out_ndim;
     for (int d = 0; d < out_ndim; d++) out->shape[d] = out_shape[d];
     for (int m = 0; m < mesh->ndim; m++) {
-        int best = 0;
+        /* least bytes; on ties, fewest inputs whose placement changes (so a size-1
+         * mesh dim keeps what it has); then list order */
+        int best = 0, best_changes = 0;
         double best_cost = -1;
         for (int c = 0; c < cands->n; c++) {
             double cost = 0;
-            for (int i = 0; i < n_inputs; i++)
-                if (inputs[i]) cost += mg_rules_dim_cost(inputs[i], m, cands->c[c].in[i]);
-            if (best_cost < 0 || cost < best_cost) {
+            int changes = 0;
+            for (int i = 0; i < n_inputs; i++) {
+                if (!inputs[i]) continue;
+                cost += mg_rules_dim_cost(inputs[i], m, cands->c[c].in[i]);
+                changes += !mg_placement_equal(inputs[i]->p[m], cands->c[c].in[i]);
+            }
+            if (best_cost < 0 || cost < best_cost || (cost == best_cost && changes < best_changes)) {
                 best = c;
                 best_cost = cost;
+                best_changes = changes;
             }
         }
         for (int i = 0; i < n_inputs; i++)

@@ -4,7 +4,8 @@
  * for each input and the output placement that results. The same list applies
  * to every mesh dimension; mg_rules_choose() picks, for each mesh dim on its own,
  * the candidate that moves the fewest bytes from the inputs' current placements
- * (the first one in the list on ties, so every rank picks the same one), and
+ * (on ties the one that changes the fewest inputs' placements, then the first
+ * in the list, so every rank picks the same one), and
  * returns the full target specs and the output spec.
  *
  * Exports the candidate generators for each family of ops:
