@@ -70,8 +70,8 @@ void mg_arena_free(mg_arena *a) {
 
 void *mg_arena_alloc(mg_arena *a, size_t bytes) {
     if (bytes > SIZE_MAX / 2)
-        return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes (more than the address space)",
-                             bytes);
+        return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes (more than half the "
+                             "address space)", bytes);
     size_t need = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     if (need == 0) need = ARENA_ALIGN;
     block *b = a->current;

@@ -1,0 +1,633 @@
+/* cpu.c: the CPU backend: every kernel of backend.h on host memory.
+ * Matrix work goes to OpenBLAS (cblas_sgemm, row-major, transpose flags, never a
+ * transposed copy); big elementwise loops use OpenMP (only past PAR_MIN elements,
+ * so small tensors pay nothing). Sums accumulate in double.
+ * Exports: mg_backend_cpu(). */
+#include "backend/backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAR_MIN 32768 /* elements below which loops stay on one thread */
+#define CHUNK 8192    /* elements per parallel work item of flat loops */
+
+/* ---- memory ------------------------------------------------------------------- */
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+static void cpu_free(void *ctx, void *ptr) {
+    (void)ctx;
+    free(ptr);
+}
+
+static void cpu_memcpy(void *ctx, float *dst, const float *src, int64_t n) {
+    (void)ctx;
+    if (n > 0 && dst != src) memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+/* ---- matrix work -------------------------------------------------------------- */
+
+/* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */
+static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     float beta, float *c, int64_t ldc) {
+    (void)ctx;
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* empty contraction: C = beta C (beta 0 overwrites, as BLAS does) */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
+                (int)ldb, beta, c, (int)ldc);
+}
+
+static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                             int64_t k, float alpha, const float *a, int64_t lda, int64_t stride_a,
+                             const float *b, int64_t ldb, int64_t stride_b, float beta, float *c,
+                             int64_t ldc, int64_t stride_c, int64_t batch) {
+    for (int64_t i = 0; i < batch; i++)
+        cpu_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+                 ldb, beta, c + i * stride_c, ldc);
+}
+
+/* ---- layout ------------------------------------------------------------------- */
+
+static void cpu_copy(void *ctx, const mg_tensor *src, mg_tensor *dst) {
+    cpu_memcpy(ctx, dst->data, src->data, src->numel);
+}
+
+static void cpu_fill(void *ctx, mg_tensor *t, float value) {
+    (void)ctx;
+    float *p = t->data;
+    int64_t n = t->numel;
+    if (value == 0.0f && !signbit(value)) {
+        if (n > 0) memset(p, 0, (size_t)n * sizeof(float));
+        return;
+    }
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) p[i] = value;
+}
+
+/* dst[dst_offset + i] = src[src_offset + i] for i in the box `extent`.
+ * Trailing dims that the box covers whole in both tensors merge into one
+ * contiguous run, copied with memcpy. */
+static void cpu_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
+                           mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
+    (void)ctx;
+    int nd = src->ndim;
+    if (nd == 0) {
+        dst->data[0] = src->data[0];
+        return;
+    }
+    for (int d = 0; d < nd; d++)
+        if (extent[d] <= 0) return;
+    int64_t ss[MG_MAX_DIMS], ds[MG_MAX_DIMS];
+    mg_shape_strides(nd, src->shape, ss);
+    mg_shape_strides(nd, dst->shape, ds);
+    int k = nd - 1; /* dims k.. form one run */
+    int64_t run = extent[k];
+    while (k > 0 && extent[k] == src->shape[k] && extent[k] == dst->shape[k]) {
+        k--;
+        run *= extent[k];
+    }
+    int64_t src_base = 0, dst_base = 0, outer = 1;
+    for (int d = 0; d < nd; d++) {
+        src_base += src_offset[d] * ss[d];
+        dst_base += dst_offset[d] * ds[d];
+    }
+    for (int d = 0; d < k; d++) outer *= extent[d];
+    const float *s = src->data + src_base;
+    float *o = dst->data + dst_base;
+#pragma omp parallel for if (outer * run > PAR_MIN && outer > 1) schedule(static)
+    for (int64_t r = 0; r < outer; r++) {
+        int64_t rem = r, so = 0, dof = 0;
+        for (int d = k - 1; d >= 0; d--) {
+            int64_t i = rem % extent[d];
+            rem /= extent[d];
+            so += i * ss[d];
+            dof += i * ds[d];
+        }
+        memcpy(o + dof, s + so, (size_t)run * sizeof(float));
+    }
+}
+
+/* out = x permuted: out.shape[i] = x.shape[perm[i]]. Walks out in order; the
+ * last two out dims are copied in 32x32 tiles so a transpose reads and writes
+ * whole cache lines. */
+#define TILE 32
+static void cpu_permute(void *ctx, const mg_tensor *x, const int *perm, mg_tensor *out) {
+    int nd = x->ndim;
+    if (out->numel == 0) return;
+    if (nd < 2) {
+        cpu_memcpy(ctx, out->data, x->data, x->numel);
+        return;
+    }
+    int64_t xs[MG_MAX_DIMS], is[MG_MAX_DIMS]; /* is[i]: x stride of out dim i */
+    mg_shape_strides(nd, x->shape, xs);
+    for (int i = 0; i < nd; i++) is[i] = xs[perm[i]];
+    int64_t rows = out->shape[nd - 2], cols = out->shape[nd - 1];
+    int64_t s_row = is[nd - 2], s_col = is[nd - 1];
+    int64_t slices = out->numel / (rows * cols);
+    int64_t row_tiles = (rows + TILE - 1) / TILE;
+    const float *xd = x->data;
+    float *od = out->data;
+#pragma omp parallel for if (out->numel > PAR_MIN) schedule(static)
+    for (int64_t task = 0; task < slices * row_tiles; task++) {
+        int64_t slice = task / row_tiles, r0 = (task % row_tiles) * TILE;
+        int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows;
+        int64_t base = 0, rem = slice;
+        for (int d = nd - 3; d >= 0; d--) {
+            base += (rem % out->shape[d]) * is[d];
+            rem /= out->shape[d];
+        }
+        float *o = od + slice * rows * cols;
+        if (s_col == 1) {
+            for (int64_t r = r0; r < r1; r++)
+                memcpy(o + r * cols, xd + base + r * s_row, (size_t)cols * sizeof(float));
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
+            int64_t c1 = c0 + TILE < cols ? c0 + TILE : cols;
+            for (int64_t r = r0; r < r1; r++) {
+                const float *xr = xd + base + r * s_row;
+                float *orow = o + r * cols;
+                for (int64_t c = c0; c < c1; c++) orow[c] = xr[c * s_col];
+            }
+        }
+    }
+}
+
+/* ---- elementwise -------------------------------------------------------------- */
+
+static void cpu_axpy(void *ctx, float alpha, const mg_tensor *x, mg_tensor *y) {
+    (void)ctx;
+    const float *xd = x->data;
+    float *yd = y->data;
+    int64_t n = y->numel;
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) yd[i] += alpha * xd[i];
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+static inline float gelu_grad(float x) {
+    float x2 = x * x;
+    float t = tanhf(GELU_K * (x + GELU_C * x2 * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x2);
+}
+
+/* out[i] = op(a[i*sa], b[i*sb]) for i < n; the switch sits outside the loops. */
+#define BINARY_CASE(OP, EXPR)                                                     \
+    case OP:                                                                      \
+        if (sa == 1 && sb == 1)                                                   \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                float x = a[i], y = b[i];                                         \
+                out[i] = (EXPR);                                                  \
+            }                                                                     \
+        else if (sa == 1 && sb == 0)                                              \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                float x = a[i], y = b[0];                                         \
+                out[i] = (EXPR);                                                  \
+            }                                                                     \
+        else                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                float x = a[i * sa], y = b[i * sb];                               \
+                out[i] = (EXPR);                                                  \
+            }                                                                     \
+        break;
+
+static void binary_run(mg_binary_op op, const float *a, int64_t sa, const float *b, int64_t sb,
+                       float *out, int64_t n) {
+    switch (op) {
+        BINARY_CASE(MG_BINARY_ADD, x + y)
+        BINARY_CASE(MG_BINARY_SUB, x - y)
+        BINARY_CASE(MG_BINARY_MUL, x * y)
+        BINARY_CASE(MG_BINARY_DIV, x / y)
+        BINARY_CASE(MG_BINARY_RELU_BACKWARD, y > 0.0f ? x : 0.0f)
+        BINARY_CASE(MG_BINARY_GELU_BACKWARD, x * gelu_grad(y))
+    default:
+        break;
+    }
+}
+
+/* Broadcast strides of t against out (dims right-aligned; size 1 -> stride 0). */
+static void broadcast_strides(const mg_tensor *t, const mg_tensor *out, int64_t *st) {
+    int64_t s = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int j = i - (out->ndim - t->ndim);
+        int64_t size = j >= 0 ? t->shape[j] : 1;
+        st[i] = size == 1 ? 0 : s;
+        s *= size;
+    }
+}
+
+/* out = op(a, b) with broadcasting. Dims are first merged where both inputs
+ * step through them alike (equal shapes become one flat loop; a bias over
+ * (B, T, C) becomes rows of C); then out is walked row by row. */
+static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_tensor *b,
+                       mg_tensor *out) {
+    (void)ctx;
+    if (out->numel == 0) return;
+    int64_t sa_full[MG_MAX_DIMS], sb_full[MG_MAX_DIMS];
+    broadcast_strides(a, out, sa_full);
+    broadcast_strides(b, out, sb_full);
+    /* merged dims: size n[k], strides sa[k], sb[k]; size-1 dims dropped */
+    int64_t n[MG_MAX_DIMS], sa[MG_MAX_DIMS], sb[MG_MAX_DIMS];
+    int k = 0;
+    for (int i = 0; i < out->ndim; i++) {
+        if (out->shape[i] == 1) continue;
+        if (k > 0 && sa[k - 1] == sa_full[i] * out->shape[i] &&
+            sb[k - 1] == sb_full[i] * out->shape[i]) {
+            n[k - 1] *= out->shape[i];
+            sa[k - 1] = sa_full[i];
+            sb[k - 1] = sb_full[i];
+            continue;
+        }
+        n[k] = out->shape[i];
+        sa[k] = sa_full[i];
+        sb[k] = sb_full[i];
+        k++;
+    }
+    const float *ad = a->data, *bd = b->data;
+    float *od = out->data;
+    if (k <= 1) { /* one flat (possibly broadcast) run */
+        int64_t len = k ? n[0] : 1, s_a = k ? sa[0] : 0, s_b = k ? sb[0] : 0;
+        int64_t chunks = (len + CHUNK - 1) / CHUNK;
+#pragma omp parallel for if (len > PAR_MIN) schedule(static)
+        for (int64_t c = 0; c < chunks; c++) {
+            int64_t i0 = c * CHUNK, m = len - i0 < CHUNK ? len - i0 : CHUNK;
+            binary_run(op, ad + i0 * s_a, s_a, bd + i0 * s_b, s_b, od + i0, m);
+        }
+        return;
+    }
+    int64_t len = n[k - 1], rows = out->numel / len;
+#pragma omp parallel for if (out->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r, oa = 0, ob = 0;
+        for (int d = k - 2; d >= 0; d--) {
+            int64_t i = rem % n[d];
+            rem /= n[d];
+            oa += i * sa[d];
+            ob += i * sb[d];
+        }
+        binary_run(op, ad + oa, sa[k - 1], bd + ob, sb[k - 1], od + r * len, len);
+    }
+}
+
+/* out = op(x) (alpha is the factor of SCALE, unused by the others). */
+#define UNARY_CASE(OP, EXPR)                                                      \
+    case OP:                                                                      \
+        _Pragma("omp parallel for if (n > PAR_MIN) schedule(static)")             \
+        for (int64_t i = 0; i < n; i++) {                                         \
+            float x = xd[i];                                                      \
+            od[i] = (EXPR);                                                       \
+        }                                                                         \
+        break;
+
+static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha, mg_tensor *out) {
+    (void)ctx;
+    const float *xd = x->data;
+    float *od = out->data;
+    int64_t n = out->numel;
+    switch (op) {
+        UNARY_CASE(MG_UNARY_RELU, x > 0.0f ? x : 0.0f)
+        UNARY_CASE(MG_UNARY_GELU, 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))))
+        UNARY_CASE(MG_UNARY_SCALE, alpha * x)
+        UNARY_CASE(MG_UNARY_EXP, expf(x))
+        UNARY_CASE(MG_UNARY_LOG, logf(x))
+        UNARY_CASE(MG_UNARY_SQUARE, x * x)
+    default:
+        break;
+    }
+}
+
+/* ---- reductions --------------------------------------------------------------- */
+
+/* x's dims merged into runs that are all reduced or all kept (size-1 dims
+ * dropped). n[i]: size, xs[i]: stride in x, os[i]: stride in out (kept dims). */
+typedef struct {
+    int k;
+    int64_t n[MG_MAX_DIMS], xs[MG_MAX_DIMS], os[MG_MAX_DIMS];
+    bool reduced[MG_MAX_DIMS];
+} reduce_plan;
+
+static void reduce_plan_make(const mg_tensor *x, const mg_tensor *out, reduce_plan *p) {
+    int64_t xs[MG_MAX_DIMS], os[MG_MAX_DIMS];
+    mg_shape_strides(x->ndim, x->shape, xs);
+    mg_shape_strides(out->ndim, out->shape, os);
+    p->k = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (x->shape[i] == 1) continue;
+        bool red = out->shape[i] == 1;
+        int k = p->k;
+        if (k > 0 && p->reduced[k - 1] == red) { /* x is contiguous: always mergeable */
+            p->n[k - 1] *= x->shape[i];
+            p->xs[k - 1] = xs[i];
+            p->os[k - 1] = red ? 0 : os[i];
+            continue;
+        }
+        p->n[k] = x->shape[i];
+        p->xs[k] = xs[i];
+        p->os[k] = red ? 0 : os[i];
+        p->reduced[k] = red;
+        p->k++;
+    }
+}
+
+/* offset in x (and out) of combination `idx` of the dims in [0, upto) whose
+ * reduced flag equals `which` */
+static void reduce_offsets(const reduce_plan *p, int upto, bool which, int64_t idx, int64_t *xo,
+                           int64_t *oo) {
+    int64_t x_off = 0, o_off = 0;
+    for (int d = upto - 1; d >= 0; d--) {
+        if (p->reduced[d] != which) continue;
+        int64_t i = idx % p->n[d];
+        idx /= p->n[d];
+        x_off += i * p->xs[d];
+        o_off += i * p->os[d];
+    }
+    *xo = x_off;
+    if (oo) *oo = o_off;
+}
+
+static double run_sum(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+static float run_max(const float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > m || x[i] != x[i]) m = x[i]; /* NaN wins, as in torch */
+    return m;
+}
+
+static inline double combine(bool max, double acc, double v) {
+    if (!max) return acc + v;
+    return (v > acc || v != v) ? v : acc;
+}
+
+#define REDUCE_TILE 256
+
+static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
+    const double empty = max ? -INFINITY : 0.0;
+    if (out->numel == 0) return;
+    if (x->numel == 0) {
+        for (int64_t i = 0; i < out->numel; i++) out->data[i] = (float)empty;
+        return;
+    }
+    reduce_plan p;
+    reduce_plan_make(x, out, &p);
+    int64_t kept = out->numel, red = x->numel / out->numel;
+    const float *xd = x->data;
+    float *od = out->data;
+    if (p.k == 0 || (p.k == 1 && p.reduced[0])) { /* all of x -> one number */
+        int64_t n = x->numel;
+        double acc = empty;
+        if (!max) {
+#pragma omp parallel for if (n > PAR_MIN) reduction(+ : acc) schedule(static)
+            for (int64_t i = 0; i < n; i++) acc += xd[i];
+        } else {
+            acc = run_max(xd, n);
+        }
+        od[0] = (float)acc;
+        return;
+    }
+    int last = p.k - 1;
+    if (p.reduced[last]) {
+        /* inner run reduced: each out element sums contiguous runs of x */
+        int64_t len = p.n[last], outer_red = red / len;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+        for (int64_t o = 0; o < kept; o++) {
+            int64_t xk, ok;
+            reduce_offsets(&p, last, false, o, &xk, &ok);
+            double acc = empty;
+            for (int64_t r = 0; r < outer_red; r++) {
+                int64_t xr;
+                reduce_offsets(&p, last, true, r, &xr, NULL);
+                const float *run = xd + xk + xr;
+                acc = combine(max, acc, max ? (double)run_max(run, len) : run_sum(run, len));
+            }
+            od[ok] = (float)acc;
+        }
+        return;
+    }
+    /* inner run kept: accumulate rows of x into tiles of REDUCE_TILE outputs */
+    int64_t len = p.n[last], rows = kept / len, tiles = (len + REDUCE_TILE - 1) / REDUCE_TILE;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t task = 0; task < rows * tiles; task++) {
+        int64_t row = task / tiles, c0 = (task % tiles) * REDUCE_TILE;
+        int64_t w = len - c0 < REDUCE_TILE ? len - c0 : REDUCE_TILE;
+        int64_t xk, ok;
+        reduce_offsets(&p, last, false, row, &xk, &ok);
+        double acc[REDUCE_TILE];
+        for (int64_t j = 0; j < w; j++) acc[j] = empty;
+        for (int64_t r = 0; r < red; r++) {
+            int64_t xr;
+            reduce_offsets(&p, last, true, r, &xr, NULL);
+            const float *run = xd + xk + xr + c0;
+            if (max)
+                for (int64_t j = 0; j < w; j++) acc[j] = combine(true, acc[j], run[j]);
+            else
+                for (int64_t j = 0; j < w; j++) acc[j] += run[j];
+        }
+        for (int64_t j = 0; j < w; j++) od[ok + c0 + j] = (float)acc[j];
+    }
+}
+
+static void cpu_reduce_sum(void *ctx, const mg_tensor *x, mg_tensor *out) {
+    (void)ctx;
+    reduce(x, out, false);
+}
+
+static void cpu_reduce_max(void *ctx, const mg_tensor *x, mg_tensor *out) {
+    (void)ctx;
+    reduce(x, out, true);
+}
+
+static double cpu_sum_squares(void *ctx, const mg_tensor *x) {
+    (void)ctx;
+    const float *xd = x->data;
+    int64_t n = x->numel;
+    double s = 0;
+#pragma omp parallel for if (n > PAR_MIN) reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; i++) s += (double)xd[i] * xd[i];
+    return s;
+}
+
+/* ---- softmax and cross-entropy -------------------------------------------------- */
+
+/* max and log(sum(exp(x - max))) of one row of C */
+static void row_logsumexp(const float *x, int64_t c, float *max_out, float *lse_out) {
+    float m = run_max(x, c);
+    double s = 0;
+    for (int64_t j = 0; j < c; j++) s += expf(x[j] - m);
+    *max_out = m;
+    *lse_out = (float)log(s);
+}
+
+/* x (R, C) -> out = x - max - log(sum(exp(x - max))) per row */
+static void cpu_log_softmax(void *ctx, const mg_tensor *x, mg_tensor *out) {
+    (void)ctx;
+    int64_t c = x->ndim ? x->shape[x->ndim - 1] : 1;
+    if (c == 0 || x->numel == 0) return;
+    int64_t rows = x->numel / c;
+    const float *xd = x->data;
+    float *od = out->data;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float m, lse;
+        row_logsumexp(xd + r * c, c, &m, &lse);
+        for (int64_t j = 0; j < c; j++) od[r * c + j] = xd[r * c + j] - m - lse;
+    }
+}
+
+/* class index of a label, or -1 when it is not an integer in [0, c) */
+static inline int64_t label_class(float label, int64_t c) {
+    if (!(label >= 0.0f) || label >= (float)c || label != floorf(label)) return -1;
+    return (int64_t)label;
+}
+
+/* logits (N, C), labels (N): out (0-d) = scale * sum_i -log_softmax(logits)[i, label_i].
+ * Rows with a bad label add nothing; their number is returned. */
+static int64_t cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                 float scale, mg_tensor *out) {
+    (void)ctx;
+    int64_t c = logits->ndim ? logits->shape[logits->ndim - 1] : 1;
+    int64_t rows = c ? logits->numel / c : labels->numel;
+    const float *xd = logits->data, *ld = labels->data;
+    double loss = 0;
+    int64_t bad = 0;
+#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : loss, bad) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = label_class(ld[r], c);
+        if (y < 0) {
+            bad++;
+            continue;
+        }
+        float m, lse;
+        row_logsumexp(xd + r * c, c, &m, &lse);
+        loss -= (double)(xd[r * c + y] - m - lse);
+    }
+    out->data[0] = (float)(scale * loss);
+    return bad;
+}
+
+/* dlogits = scale * (softmax(logits) - onehot(labels)); rows with a bad label get 0. */
+static void cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                       float scale, mg_tensor *dlogits) {
+    (void)ctx;
+    int64_t c = logits->ndim ? logits->shape[logits->ndim - 1] : 1;
+    if (c == 0 || logits->numel == 0) return;
+    int64_t rows = logits->numel / c;
+    const float *xd = logits->data, *ld = labels->data;
+    float *gd = dlogits->data;
+#pragma omp parallel for if (logits->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = xd + r * c;
+        float *g = gd + r * c;
+        int64_t y = label_class(ld[r], c);
+        if (y < 0) {
+            for (int64_t j = 0; j < c; j++) g[j] = 0.0f;
+            continue;
+        }
+        float m, lse;
+        row_logsumexp(x, c, &m, &lse);
+        for (int64_t j = 0; j < c; j++) g[j] = scale * expf(x[j] - m - lse);
+        g[y] -= scale;
+    }
+}
+
+/* ---- optimizers ------------------------------------------------------------------ */
+
+/* PyTorch SGD: g = grad + wd p; buf = g (first step) or momentum buf + g; p -= lr buf.
+ * Without momentum there is no buffer (momentum_buf may be NULL). */
+static void cpu_sgd_step(void *ctx, mg_tensor *param, const mg_tensor *grad,
+                         mg_tensor *momentum_buf, float lr, float momentum, float weight_decay,
+                         bool first_step) {
+    (void)ctx;
+    float *p = param->data, *buf = momentum_buf ? momentum_buf->data : NULL;
+    const float *gd = grad->data;
+    int64_t n = param->numel;
+    bool use_buf = momentum != 0.0f && buf;
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gd[i] + weight_decay * p[i];
+        if (use_buf) {
+            buf[i] = first_step ? g : momentum * buf[i] + g;
+            g = buf[i];
+        }
+        p[i] -= lr * g;
+    }
+}
+
+/* PyTorch AdamW: p *= 1 - lr wd; m, v moving averages; p -= lr mhat / (sqrt(vhat) + eps),
+ * computed as torch does: (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
+static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, mg_tensor *m,
+                           mg_tensor *v, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, int64_t step) {
+    (void)ctx;
+    float *p = param->data, *md = m->data, *vd = v->data;
+    const float *gd = grad->data;
+    int64_t n = param->numel;
+    double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+    float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gd[i];
+        p[i] *= decay;
+        md[i] = beta1 * md[i] + (1.0f - beta1) * g;
+        vd[i] = beta2 * vd[i] + (1.0f - beta2) * g * g;
+        p[i] -= step_size * md[i] / (sqrtf(vd[i]) / bc2_sqrt + eps);
+    }
+}
+
+/* ---- the vtable --------------------------------------------------------------- */
+
+static const struct mg_backend_iface cpu_iface = {
+    .name = "cpu",
+    .device = MG_DEVICE_CPU,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_host = cpu_memcpy,
+    .from_host = cpu_memcpy,
+    .gemm = cpu_gemm,
+    .gemm_batched = cpu_gemm_batched,
+    .permute = cpu_permute,
+    .copy_block = cpu_copy_block,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .binary = cpu_binary,
+    .unary = cpu_unary,
+    .axpy = cpu_axpy,
+    .reduce_sum = cpu_reduce_sum,
+    .reduce_max = cpu_reduce_max,
+    .sum_squares = cpu_sum_squares,
+    .log_softmax = cpu_log_softmax,
+    .cross_entropy = cpu_cross_entropy,
+    .cross_entropy_backward = cpu_cross_entropy_backward,
+    .sgd_step = cpu_sgd_step,
+    .adamw_step = cpu_adamw_step,
+};
+
+mg_backend *mg_backend_cpu(void) {
+    static mg_backend cpu = {&cpu_iface, NULL};
+    static int threads_set;
+    if (!threads_set) {
+        threads_set = 1;
+        mg_backend_cpu_threads(); /* applies the default thread count once */
+    }
+    return &cpu;
+}
