@@ -1,0 +1,200 @@
+/* comm.c: what every communicator shares, whatever the iface: the counting
+ * wrappers (mg_comm_all_reduce ... mg_comm_barrier count calls and bytes, then
+ * dispatch under the collective watchdog, watchdog.h), the registry that sums
+ * counters across communicators, the MG_COMM_DEBUG table, and status agreement
+ * over the world.
+ * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank), and the
+ * public mg_comm_stats_get / mg_comm_stats_reset / mg_coll_name. */
+#include "dist/comm.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/watchdog.h"
+#include "status.h"
+
+static const char *const coll_names[MG_COLL_COUNT] = {
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier",
+};
+_Static_assert(MG_COLL_COUNT == 6, "mg_coll_kind changed: update coll_names");
+
+const char *mg_coll_name(mg_coll_kind kind) {
+    if ((int)kind < 0 || kind >= MG_COLL_COUNT) return "unknown";
+    return coll_names[kind];
+}
+
+int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root) {
+    int64_t k = size, b = n * (int64_t)sizeof(float);
+    if (k <= 1 || n <= 0) return 0;
+    switch (kind) {
+    case MG_COLL_ALL_REDUCE: return 2 * (k - 1) * b / k;
+    case MG_COLL_ALL_GATHER:
+    case MG_COLL_REDUCE_SCATTER:
+    case MG_COLL_ALL_TO_ALL: return (k - 1) * b;
+    case MG_COLL_BROADCAST: return rank == (root + size - 1) % size ? 0 : b;
+    default: return 0;
+    }
+}
+
+/* ---- registry: counters of live comms, plus those of comms already freed ---- */
+
+static mg_comm **registry;
+static int registry_len, registry_cap;
+static mg_comm_stats retired[MG_COLL_COUNT];
+
+void mg_comm_register(mg_comm *c) {
+    if (!c) return;
+    for (int i = 0; i < registry_len; i++)
+        if (registry[i] == c) return;
+    if (registry_len == registry_cap) {
+        int cap = registry_cap ? 2 * registry_cap : 16;
+        mg_comm **r = realloc(registry, (size_t)cap * sizeof *r);
+        if (!r) return; /* counters of this comm are then not summed; nothing else breaks */
+        registry = r;
+        registry_cap = cap;
+    }
+    registry[registry_len++] = c;
+}
+
+void mg_comm_unregister(mg_comm *c) {
+    for (int i = 0; i < registry_len; i++) {
+        if (registry[i] != c) continue;
+        for (int k = 0; k < MG_COLL_COUNT; k++) {
+            retired[k].calls += c->stats[k].calls;
+            retired[k].bytes += c->stats[k].bytes;
+        }
+        registry[i] = registry[--registry_len];
+        if (registry_len == 0) {
+            free(registry);
+            registry = NULL;
+            registry_cap = 0;
+        }
+        return;
+    }
+}
+
+void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]) {
+    for (int k = 0; k < MG_COLL_COUNT; k++) out[k] = retired[k];
+    for (int i = 0; i < registry_len; i++)
+        for (int k = 0; k < MG_COLL_COUNT; k++) {
+            out[k].calls += registry[i]->stats[k].calls;
+            out[k].bytes += registry[i]->stats[k].bytes;
+        }
+}
+
+void mg_comm_stats_reset(void) {
+    memset(retired, 0, sizeof retired);
+    for (int i = 0; i < registry_len; i++) memset(registry[i]->stats, 0, sizeof registry[i]->stats);
+}
+
+void mg_comm_stats_print(FILE *out) {
+    mg_comm_stats s[MG_COLL_COUNT];
+    mg_comm_stats_get(s);
+    int64_t calls = 0, bytes = 0;
+    fprintf(out, "meshgrad comm stats (rank %d; bytes this rank sent):\n", mg_rank());
+    fprintf(out, "  %-15s %12s %16s %12s\n", "collective", "calls", "bytes", "MiB");
+    for (int k = 0; k < MG_COLL_COUNT; k++) {
+        fprintf(out, "  %-15s %12lld %16lld %12.2f\n", coll_names[k], (long long)s[k].calls,
+                (long long)s[k].bytes, (double)s[k].bytes / (1 << 20));
+        calls += s[k].calls;
+        bytes += s[k].bytes;
+    }
+    fprintf(out, "  %-15s %12lld %16lld %12.2f\n", "total", (long long)calls, (long long)bytes,
+            (double)bytes / (1 << 20));
+}
+
+void mg_comm_free(mg_comm *c) {
+    if (!c) return;
+    mg_comm_unregister(c);
+    if (c->iface && c->iface->destroy) c->iface->destroy(c);
+    free(c);
+}
+
+/* ---- the calls: count, arm the watchdog, dispatch, disarm -------------------- */
+
+static void count(mg_comm *c, mg_coll_kind kind, int64_t n, int root) {
+    c->stats[kind].calls++;
+    c->stats[kind].bytes += mg_coll_bytes(kind, c->size, c->rank, n, root);
+    mg_watchdog_begin_comm(coll_names[kind], c->mpi);
+}
+
+static int watched(int status) { /* the collective returned: disarm */
+    mg_watchdog_end();
+    return status;
+}
+
+static int bad_count(const char *who, int64_t n) {
+    return mg_error(MG_EINVAL, "%s: count %lld is negative", who, (long long)n);
+}
+
+int mg_comm_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
+    if (n < 0) return bad_count("all_reduce", n);
+    if (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG && op != MG_REDUCE_MAX)
+        return mg_error(MG_EINVAL, "all_reduce: unknown reduce op %d", (int)op);
+    count(c, MG_COLL_ALL_REDUCE, n, 0);
+    return watched(c->iface->all_reduce(c, buf, n, op));
+}
+
+int mg_comm_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
+    if (n < 0) return bad_count("all_gather", n);
+    count(c, MG_COLL_ALL_GATHER, n, 0);
+    return watched(c->iface->all_gather(c, send, n, recv));
+}
+
+int mg_comm_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
+    if (n < 0) return bad_count("reduce_scatter", n);
+    count(c, MG_COLL_REDUCE_SCATTER, n, 0);
+    return watched(c->iface->reduce_scatter(c, send, recv, n));
+}
+
+int mg_comm_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv) {
+    if (n < 0) return bad_count("all_to_all", n);
+    count(c, MG_COLL_ALL_TO_ALL, n, 0);
+    return watched(c->iface->all_to_all(c, send, n, recv));
+}
+
+int mg_comm_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
+    if (n < 0) return bad_count("broadcast", n);
+    if (root < 0 || root >= c->size)
+        return mg_error(MG_EINVAL, "broadcast: root %d is not a rank of a communicator of %d", root,
+                        c->size);
+    count(c, MG_COLL_BROADCAST, n, root);
+    return watched(c->iface->broadcast(c, buf, n, root));
+}
+
+int mg_comm_barrier(mg_comm *c) {
+    count(c, MG_COLL_BARRIER, 0, 0);
+    return watched(c->iface->barrier(c));
+}
+
+/* ---- agreement -------------------------------------------------------------- */
+
+int mg_status_agree_rank(int status, int *first_rank) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized) {
+        if (first_rank) *first_rank = status < 0 ? 0 : -1;
+        return status;
+    }
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    struct {
+        int status, rank;
+    } mine = {status, rank}, all = {status, rank};
+    mg_watchdog_begin_comm("status_agree", MPI_COMM_WORLD);
+    int err = MPI_Allreduce(&mine, &all, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+    mg_watchdog_end();
+    if (err != MPI_SUCCESS) {
+        char s[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(err, s, &len);
+        if (first_rank) *first_rank = -1;
+        return mg_error(MG_ECOMM, "agreeing on a status across ranks failed: %s", s);
+    }
+    if (first_rank) *first_rank = all.status < 0 ? all.rank : -1;
+    return all.status < 0 ? all.status : MG_OK;
+}
+
+int mg_status_agree(int status) { return mg_status_agree_rank(status, NULL); }

@@ -1,0 +1,191 @@
+/* comm_mpi.c: the MPI implementation of the comm iface, for host buffers.
+ * One MPI call per collective when the count fits in an int; larger counts are
+ * split into pieces of at most max_count floats (all_gather and all_to_all
+ * address the strided pieces with a resized datatype, reduce_scatter packs
+ * them). A communicator of one rank makes no MPI call. MPI errors come back as
+ * MG_ECOMM with MPI's own message.
+ * reduce_scatter calls MPI_Reduce_scatter with equal counts rather than
+ * MPI_Reduce_scatter_block: same result, and in Open MPI 4.1 the block variant
+ * measured about 100x slower (0.07 vs 7.5 GB/s for 1 MiB on 2 ranks).
+ * Exports: mg_comm_mpi_new, mg_comm_mpi_set_max_count. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm.h"
+#include "status.h"
+
+static int64_t max_count = INT_MAX;
+
+void mg_comm_mpi_set_max_count(int64_t n) { max_count = (n > 0 && n <= INT_MAX) ? n : INT_MAX; }
+
+static int mpi_failed(const mg_comm *c, const char *what, int err) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    s[0] = '\0';
+    MPI_Error_string(err, s, &len);
+    return mg_error(MG_ECOMM, "%s over %d ranks failed: %s", what, c->size, s);
+}
+
+/* A datatype of m floats whose extent is `stride` floats: one strided piece. */
+static int piece_type(int64_t m, int64_t stride, MPI_Datatype *type) {
+    MPI_Datatype contig;
+    int err = MPI_Type_contiguous((int)m, MPI_FLOAT, &contig);
+    if (err != MPI_SUCCESS) return err;
+    err = MPI_Type_create_resized(contig, 0, (MPI_Aint)stride * (MPI_Aint)sizeof(float), type);
+    MPI_Type_free(&contig);
+    if (err != MPI_SUCCESS) return err;
+    return MPI_Type_commit(type);
+}
+
+static int mpi_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
+    if (c->size == 1 || n == 0) return MG_OK; /* sum, avg and max of one addend */
+    MPI_Op mop = op == MG_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    for (int64_t o = 0; o < n; o += max_count) {
+        int m = (int)(n - o < max_count ? n - o : max_count);
+        int err = MPI_Allreduce(MPI_IN_PLACE, buf + o, m, MPI_FLOAT, mop, c->mpi);
+        if (err != MPI_SUCCESS) return mpi_failed(c, "all_reduce", err);
+    }
+    if (op == MG_REDUCE_AVG) {
+        float s = 1.0f / (float)c->size;
+        for (int64_t i = 0; i < n; i++) buf[i] *= s;
+    }
+    return MG_OK;
+}
+
+static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
+    if (n == 0) return MG_OK;
+    if (c->size == 1) {
+        if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
+        return MG_OK;
+    }
+    int in_place = send == recv + (int64_t)c->rank * n;
+    if (n <= max_count) {
+        int err = MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)n, MPI_FLOAT, recv, (int)n,
+                                MPI_FLOAT, c->mpi);
+        return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_gather", err);
+    }
+    for (int64_t o = 0; o < n; o += max_count) {
+        int64_t m = n - o < max_count ? n - o : max_count;
+        MPI_Datatype piece;
+        int err = piece_type(m, n, &piece);
+        if (err == MPI_SUCCESS) {
+            err = MPI_Allgather(in_place ? MPI_IN_PLACE : send + o, (int)m, MPI_FLOAT, recv + o, 1,
+                                piece, c->mpi);
+            MPI_Type_free(&piece);
+        }
+        if (err != MPI_SUCCESS) return mpi_failed(c, "all_gather", err);
+    }
+    return MG_OK;
+}
+
+static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
+    if (n == 0) return MG_OK;
+    if (c->size == 1) {
+        if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
+        return MG_OK;
+    }
+    int *counts = c->context; /* one count per rank */
+    if (n <= max_count) {
+        for (int r = 0; r < c->size; r++) counts[r] = (int)n;
+        int err = MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->mpi);
+        return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "reduce_scatter", err);
+    }
+    /* pack piece [o, o+m) of every rank's block side by side, then reduce-scatter */
+    int64_t k = c->size, step = max_count;
+    float *pack = malloc((size_t)(k * step) * sizeof(float));
+    if (!pack)
+        return mg_error(MG_ENOMEM, "reduce_scatter: out of memory for a %lld-float staging buffer",
+                        (long long)(k * step));
+    int status = MG_OK;
+    for (int64_t o = 0; o < n && status == MG_OK; o += step) {
+        int64_t m = n - o < step ? n - o : step;
+        for (int64_t r = 0; r < k; r++)
+            memcpy(pack + r * m, send + r * n + o, (size_t)m * sizeof(float));
+        for (int r = 0; r < c->size; r++) counts[r] = (int)m;
+        int err = MPI_Reduce_scatter(pack, recv + o, counts, MPI_FLOAT, MPI_SUM, c->mpi);
+        if (err != MPI_SUCCESS) status = mpi_failed(c, "reduce_scatter", err);
+    }
+    free(pack);
+    return status;
+}
+
+static int mpi_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv) {
+    if (n == 0) return MG_OK;
+    if (c->size == 1) {
+        if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
+        return MG_OK;
+    }
+    if (n <= max_count) {
+        int err = MPI_Alltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi);
+        return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_to_all", err);
+    }
+    for (int64_t o = 0; o < n; o += max_count) {
+        int64_t m = n - o < max_count ? n - o : max_count;
+        MPI_Datatype piece;
+        int err = piece_type(m, n, &piece);
+        if (err == MPI_SUCCESS) {
+            err = MPI_Alltoall(send + o, 1, piece, recv + o, 1, piece, c->mpi);
+            MPI_Type_free(&piece);
+        }
+        if (err != MPI_SUCCESS) return mpi_failed(c, "all_to_all", err);
+    }
+    return MG_OK;
+}
+
+static int mpi_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
+    if (c->size == 1) return MG_OK;
+    for (int64_t o = 0; o < n; o += max_count) {
+        int m = (int)(n - o < max_count ? n - o : max_count);
+        int err = MPI_Bcast(buf + o, m, MPI_FLOAT, root, c->mpi);
+        if (err != MPI_SUCCESS) return mpi_failed(c, "broadcast", err);
+    }
+    return MG_OK;
+}
+
+static int mpi_barrier(mg_comm *c) {
+    if (c->size == 1) return MG_OK;
+    int err = MPI_Barrier(c->mpi);
+    return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "barrier", err);
+}
+
+/* The MPI_Comm belongs to the caller; the context is the counts array. */
+static void mpi_destroy(mg_comm *c) {
+    free(c->context);
+    c->context = NULL;
+}
+
+static const struct mg_comm_iface mpi_iface = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .all_gather = mpi_all_gather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_to_all = mpi_all_to_all,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .destroy = mpi_destroy,
+};
+
+mg_comm *mg_comm_mpi_new(MPI_Comm mpi) {
+    if (mpi == MPI_COMM_NULL) return mg_error_null(MG_EINVAL, "mg_comm_mpi_new: MPI_COMM_NULL");
+    mg_comm *c = calloc(1, sizeof *c);
+    if (!c) return mg_error_null(MG_ENOMEM, "mg_comm_mpi_new: out of memory");
+    int err = MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
+    if (err == MPI_SUCCESS) err = MPI_Comm_rank(mpi, &c->rank);
+    if (err == MPI_SUCCESS) err = MPI_Comm_size(mpi, &c->size);
+    if (err != MPI_SUCCESS) {
+        char s[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(err, s, &len);
+        free(c);
+        return mg_error_null(MG_ECOMM, "mg_comm_mpi_new: %s", s);
+    }
+    c->context = calloc((size_t)c->size, sizeof(int));
+    if (!c->context) {
+        free(c);
+        return mg_error_null(MG_ENOMEM, "mg_comm_mpi_new: out of memory");
+    }
+    c->iface = &mpi_iface;
+    c->mpi = mpi;
+    return c;
+}

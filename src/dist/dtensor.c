@@ -1,0 +1,250 @@
+/* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
+ * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
+ * mg_dtensor_fill_uniform / mg_dtensor_same_mesh and the public calls
+ * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
+ * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
+ * autograd node, lives with the ops.) */
+#include "dist/dtensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "dist/mesh.h"
+#include "dist/redistribute.h"
+#include "rng.h"
+#include "status.h"
+
+/* ---- internal constructors -------------------------------------------------- */
+
+static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {
+    mg_dtensor *t = arena ? mg_arena_alloc(arena, sizeof *t) : calloc(1, sizeof *t);
+    if (!t) {
+        mg_tensor_free(local);
+        return mg_error_null(MG_ENOMEM, "dtensor: out of memory");
+    }
+    memset(t, 0, sizeof *t);
+    t->spec = *spec;
+    t->local = local;
+    t->flags = arena ? 0 : MG_DTENSOR_HEAP;
+    return t;
+}
+
+mg_dtensor *mg_dtensor_make(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {
+    if (!spec || !local) {
+        mg_tensor_free(local);
+        return mg_error_null(MG_EINVAL, "mg_dtensor_make: NULL spec or local tensor");
+    }
+    int64_t want[MG_MAX_DIMS];
+    mg_spec_local(spec, NULL, want, NULL);
+    if (!mg_shape_equal(local->ndim, local->shape, spec->ndim, want)) {
+        char a[128], b[128], s[256];
+        mg_shape_format(a, sizeof a, local->ndim, local->shape);
+        mg_shape_format(b, sizeof b, spec->ndim, want);
+        mg_spec_format(s, sizeof s, spec);
+        mg_tensor_free(local);
+        return mg_error_null(MG_ESHAPE,
+                             "dtensor: local tensor %s does not fit %s: rank %d's block is %s", a,
+                             s, spec->mesh->rank, b);
+    }
+    return wrap(spec, local, arena);
+}
+
+mg_dtensor *mg_dtensor_zeros(const mg_spec *spec, mg_arena *arena) {
+    int64_t shape[MG_MAX_DIMS];
+    mg_spec_local(spec, NULL, shape, NULL);
+    mg_tensor *local = mg_tensor_zeros(arena, spec->ndim, shape);
+    if (!local) return NULL;
+    return wrap(spec, local, arena);
+}
+
+/* Is this rank the one that holds the value of every Partial mesh dim? */
+static bool holds_partial_value(const mg_spec *s) {
+    for (int i = 0; i < s->mesh->ndim; i++)
+        if (s->p[i].kind == MG_PLACE_PARTIAL && s->mesh->coord[i] != 0) return false;
+    return true;
+}
+
+int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float lo, float hi) {
+    if (!t) return mg_error(MG_EINVAL, "mg_dtensor_fill_uniform: NULL tensor");
+    mg_tensor *l = t->local;
+    if (l->numel == 0) return MG_OK;
+    mg_backend *be = mg_backend_of(l);
+    if (!holds_partial_value(&t->spec)) {
+        be->iface->fill(be->context, l, 0.0f);
+        return MG_OK;
+    }
+    float *host = l->data;
+    if (l->device != MG_DEVICE_CPU) {
+        host = malloc((size_t)l->numel * sizeof(float));
+        if (!host) return mg_error(MG_ENOMEM, "mg_dtensor_fill_uniform: out of memory");
+    }
+    int nd = t->spec.ndim;
+    int64_t off[MG_MAX_DIMS], gstride[MG_MAX_DIMS];
+    mg_spec_local(&t->spec, NULL, NULL, off);
+    mg_shape_strides(nd, t->spec.shape, gstride);
+    int64_t row = nd ? l->shape[nd - 1] : 1, rows = l->numel / row;
+    int64_t idx[MG_MAX_DIMS] = {0}; /* local index of the row's first element */
+    float span = hi - lo;
+    for (int64_t r = 0; r < rows; r++) {
+        uint64_t first = 0;
+        for (int d = 0; d < nd; d++) first += (uint64_t)((off[d] + idx[d]) * gstride[d]);
+        float *out = host + r * row;
+        mg_rng_uniform(seed, stream, first, row, out);
+        for (int64_t j = 0; j < row; j++) {
+            float v = lo + span * out[j];
+            out[j] = v < hi ? v : nextafterf(hi, lo);
+        }
+        for (int d = nd - 2; d >= 0; d--) { /* next row */
+            if (++idx[d] < l->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    if (host != l->data) {
+        be->iface->from_host(be->context, l->data, host, l->numel);
+        free(host);
+    }
+    return MG_OK;
+}
+
+int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who) {
+    if (!who) who = "op";
+    if (!a || !b) return mg_error(MG_EINVAL, "%s: NULL tensor", who);
+    if (a->spec.mesh == b->spec.mesh) return MG_OK;
+    char ma[64], mb[64], da[512], db[512];
+    mg_mesh_format(ma, sizeof ma, a->spec.mesh);
+    mg_mesh_format(mb, sizeof mb, b->spec.mesh);
+    mg_spec_format(da, sizeof da, &a->spec);
+    mg_spec_format(db, sizeof db, &b->spec);
+    return mg_error(MG_EMESH,
+                    "%s: the tensors are on different meshes (mesh %s #%d and mesh %s #%d; "
+                    "%s and %s): make every input of one call on the same mg_mesh",
+                    who, ma, a->spec.mesh->id, mb, b->spec.mesh->id, da, db);
+}
+
+/* ---- public ----------------------------------------------------------------- */
+
+mg_dtensor *mg_distribute(const mg_mesh *mesh, const mg_tensor *full, const mg_placement *p,
+                          int n) {
+    const char *who = "mg_distribute";
+    if (!full) return mg_error_null(MG_EINVAL, "%s: the full tensor is NULL", who);
+    mg_spec spec;
+    if (mg_spec_make(&spec, mesh, p, n, full->ndim, full->shape, who) != MG_OK) return NULL;
+    int64_t shape[MG_MAX_DIMS], off[MG_MAX_DIMS], zero[MG_MAX_DIMS] = {0};
+    mg_spec_local(&spec, NULL, shape, off);
+    mg_tensor *local = mg_tensor_alloc(NULL, spec.ndim, shape);
+    if (!local) return NULL;
+    mg_backend *be = mg_backend_of(local);
+    if (!holds_partial_value(&spec)) be->iface->fill(be->context, local, 0.0f);
+    else if (local->numel > 0) be->iface->copy_block(be->context, full, off, local, zero, shape);
+    return wrap(&spec, local, NULL);
+}
+
+mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_placement *p, int n,
+                          int ndim, const int64_t *global_shape) {
+    const char *who = "mg_from_local";
+    mg_spec spec;
+    if (mg_spec_make(&spec, mesh, p, n, ndim, global_shape, who) != MG_OK) return NULL;
+    /* The local tensor is this rank's own: agree, so no rank goes on alone. */
+    int64_t want[MG_MAX_DIMS];
+    mg_spec_local(&spec, NULL, want, NULL);
+    int mine = MG_OK;
+    char a[128], b[128], s[256], co[64];
+    if (!local)
+        mine = mg_error(MG_EINVAL, "%s: rank %d passed a NULL local tensor", who, mesh->rank);
+    else if (!mg_shape_equal(local->ndim, local->shape, ndim, want)) {
+        mine = MG_ESHAPE;
+        size_t used = 0;
+        used += snprintf(co, sizeof co, "(");
+        for (int i = 0; i < mesh->ndim; i++)
+            used += snprintf(co + used, sizeof co > used ? sizeof co - used : 0, "%s%d",
+                             i ? "," : "", mesh->coord[i]);
+        snprintf(co + used, sizeof co > used ? sizeof co - used : 0, ")");
+        mg_error(MG_ESHAPE,
+                 "%s: rank %d %s passed a local tensor of shape %s but %s gives it %s: pass "
+                 "this rank's block (or give every rank the full tensor to mg_distribute)",
+                 who, mesh->rank, co, mg_shape_format(a, sizeof a, local->ndim, local->shape),
+                 mg_spec_format(s, sizeof s, &spec), mg_shape_format(b, sizeof b, ndim, want));
+    }
+    int where = -1;
+    int rc = mg_status_agree_rank(mine, &where);
+    if (rc != MG_OK) {
+        if (mine == MG_OK && (rc == MG_ESHAPE || rc == MG_EINVAL))
+            mg_error(rc,
+                     "%s: rank %d passed a local tensor that does not fit %s (see rank %d's "
+                     "error)",
+                     who, where, mg_spec_format(s, sizeof s, &spec), where);
+        return NULL;
+    }
+    mg_tensor *copy = mg_tensor_clone(NULL, local);
+    if (!copy) return NULL;
+    return wrap(&spec, copy, NULL);
+}
+
+mg_tensor *mg_full_tensor(const mg_dtensor *t) {
+    if (!t) return mg_error_null(MG_EINVAL, "mg_full_tensor: NULL tensor");
+    mg_spec all = t->spec;
+    for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
+    mg_tensor *out = NULL;
+    if (mg_redistribute_local(&t->spec, t->local, &all, &out, NULL) != MG_OK) return NULL;
+    return out;
+}
+
+const mg_tensor *mg_local(const mg_dtensor *t) { return t ? t->local : NULL; }
+const mg_mesh *mg_dtensor_mesh(const mg_dtensor *t) { return t ? t->spec.mesh : NULL; }
+int mg_dtensor_ndim(const mg_dtensor *t) { return t ? t->spec.ndim : -1; }
+const int64_t *mg_dtensor_shape(const mg_dtensor *t) { return t ? t->spec.shape : NULL; }
+const mg_placement *mg_dtensor_placements(const mg_dtensor *t) { return t ? t->spec.p : NULL; }
+
+/* "[0:1, 0:40, 0:10]" */
+static int block_text(char *buf, size_t len, const mg_spec *s, const int *coord) {
+    int64_t shape[MG_MAX_DIMS], off[MG_MAX_DIMS];
+    mg_spec_local(s, coord, shape, off);
+    size_t used = 0;
+    used += snprintf(buf + used, len > used ? len - used : 0, "[");
+    for (int d = 0; d < s->ndim; d++)
+        used += snprintf(buf + used, len > used ? len - used : 0, "%s%lld:%lld", d ? ", " : "",
+                         (long long)off[d], (long long)(off[d] + shape[d]));
+    used += snprintf(buf + used, len > used ? len - used : 0, "]");
+    return (int)used;
+}
+
+int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
+    if (!t || (!buf && len)) return mg_error(MG_EINVAL, "mg_dtensor_describe: NULL argument");
+    const mg_spec *s = &t->spec;
+    const mg_mesh *m = s->mesh;
+    char sh[160], pl[96], ms[64];
+    size_t used = 0;
+#define PUT(...) used += snprintf(buf + used, len > used ? len - used : 0, __VA_ARGS__)
+    PUT("%s on mesh %s %s", mg_shape_format(sh, sizeof sh, s->ndim, s->shape),
+        mg_mesh_format(ms, sizeof ms, m), mg_placements_format(pl, sizeof pl, s->p, m->ndim));
+    /* every rank's block for small meshes, this rank's otherwise */
+    int first = m->size <= 8 ? 0 : m->rank, last = m->size <= 8 ? m->size - 1 : m->rank;
+    for (int r = first; r <= last; r++) {
+        int coord[MG_MAX_MESH_DIMS], rest = r;
+        for (int i = m->ndim - 1; i >= 0; i--) {
+            coord[i] = rest % m->shape[i];
+            rest /= m->shape[i];
+        }
+        char block[256], co[64];
+        size_t cu = 0;
+        co[0] = '\0';
+        for (int i = 0; i < m->ndim; i++)
+            cu += snprintf(co + cu, sizeof co > cu ? sizeof co - cu : 0, "%s%d", i ? "," : "",
+                           coord[i]);
+        block_text(block, sizeof block, s, coord);
+        PUT("; rank %d (%s) holds %s", r, co, block);
+    }
+    if (mg_spec_has_partial(s)) PUT(" (Partial: addends of the block)");
+#undef PUT
+    return (int)used;
+}
+
+void mg_dtensor_free(mg_dtensor *t) {
+    if (!t || !(t->flags & MG_DTENSOR_HEAP)) return;
+    if (t->grad && t->grad != t) mg_dtensor_free(t->grad);
+    mg_tensor_free(t->local);
+    free(t);
+}

@@ -1,0 +1,183 @@
+/* mesh.c: the n-D device mesh over all ranks (see mesh.h).
+ * MPI_Cart_create without reordering (mesh rank = world rank, row-major in mesh
+ * coordinates), one MPI_Cart_sub communicator per mesh dim, each wrapped in a
+ * registered mg_comm, plus one for the whole mesh.
+ * Exports: mg_mesh_new/free/ndim/shape/coord (public), mg_mesh_format,
+ * mg_mesh_rank_of, mg_mesh_parse. */
+#include "dist/mesh.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+static int next_mesh_id;
+
+char *mg_mesh_format(char *buf, size_t len, const mg_mesh *mesh) {
+    size_t used = 0;
+    if (len) buf[0] = '\0';
+    for (int i = 0; i < mesh->ndim; i++)
+        used +=
+            snprintf(buf + used, len > used ? len - used : 0, "%s%d", i ? "x" : "", mesh->shape[i]);
+    return buf;
+}
+
+static char *shape_text(char *buf, size_t len, int ndim, const int *shape) {
+    size_t used = 0;
+    if (len) buf[0] = '\0';
+    for (int i = 0; i < ndim; i++)
+        used += snprintf(buf + used, len > used ? len - used : 0, "%s%d", i ? "x" : "", shape[i]);
+    return buf;
+}
+
+int mg_mesh_rank_of(const mg_mesh *mesh, const int *coord) {
+    int r = 0;
+    for (int i = 0; i < mesh->ndim; i++) r = r * mesh->shape[i] + coord[i];
+    return r;
+}
+
+int mg_mesh_parse(const char *text, int *shape) {
+    if (!text || !*text)
+        return mg_error(MG_EINVAL, "mesh: empty mesh; give sizes separated by 'x', e.g. 2 or 2x2");
+    const char *p = text;
+    int n = 0;
+    for (;;) {
+        if (!isdigit((unsigned char)*p))
+            return mg_error(MG_EINVAL, "mesh '%s': expected sizes separated by 'x', e.g. 2 or 2x2",
+                            text);
+        errno = 0;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (errno || v < 1 || v > INT_MAX)
+            return mg_error(MG_EINVAL, "mesh '%s': size %.*s must be between 1 and %d", text,
+                            (int)(end - p), p, INT_MAX);
+        if (n == MG_MAX_MESH_DIMS)
+            return mg_error(MG_EINVAL, "mesh '%s': a mesh has 1 to %d dims", text,
+                            MG_MAX_MESH_DIMS);
+        shape[n++] = (int)v;
+        p = end;
+        if (*p == '\0') return n;
+        if (*p != 'x' && *p != 'X')
+            return mg_error(MG_EINVAL, "mesh '%s': expected sizes separated by 'x', e.g. 2 or 2x2",
+                            text);
+        p++;
+    }
+}
+
+/* "2 or 1x2" for 2 ranks, "4 or 2x2" for 4, "1" for 1: meshes that would fit. */
+static void suggest(char *buf, size_t len, int world) {
+    if (world <= 1) {
+        snprintf(buf, len, "1");
+        return;
+    }
+    int a = 1;
+    for (int f = 1; (long)f * f <= world; f++)
+        if (world % f == 0) a = f;
+    snprintf(buf, len, "%d or %dx%d", world, a, world / a);
+}
+
+static int mpi_error(const char *what, int err) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    s[0] = '\0';
+    MPI_Error_string(err, s, &len);
+    return mg_error(MG_ECOMM, "mg_mesh_new: %s failed: %s", what, s);
+}
+
+mg_mesh *mg_mesh_new(int ndim, const int *shape) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) return mg_error_null(MG_ESTATE, "mg_mesh_new: call mg_init first");
+    if (ndim < 1 || ndim > MG_MAX_MESH_DIMS)
+        return mg_error_null(MG_EMESH, "mg_mesh_new: a mesh has 1 to %d dims, got %d",
+                             MG_MAX_MESH_DIMS, ndim);
+    if (!shape) return mg_error_null(MG_EINVAL, "mg_mesh_new: shape is NULL");
+    char text[64];
+    shape_text(text, sizeof text, ndim, shape);
+    int64_t ranks = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1)
+            return mg_error_null(MG_EMESH,
+                                 "mg_mesh_new: mesh %s has size %d on dim %d: every mesh size "
+                                 "must be at least 1",
+                                 text, shape[i], i);
+        ranks *= shape[i];
+    }
+    int world = mg_world_size();
+    if (ranks != world) {
+        char hint[64];
+        suggest(hint, sizeof hint, world);
+        return mg_error_null(MG_EMESH,
+                             "mg_mesh_new: mesh %s has %lld ranks but the job has %d: give a mesh "
+                             "whose sizes multiply to %d, e.g. %s",
+                             text, (long long)ranks, world, world, hint);
+    }
+
+    mg_mesh *m = calloc(1, sizeof *m);
+    if (!m) return mg_error_null(MG_ENOMEM, "mg_mesh_new: out of memory");
+    m->ndim = ndim;
+    m->cart = MPI_COMM_NULL;
+    for (int i = 0; i < MG_MAX_MESH_DIMS; i++) m->dim_mpi[i] = MPI_COMM_NULL;
+    int dims[MG_MAX_MESH_DIMS], periods[MG_MAX_MESH_DIMS] = {0};
+    for (int i = 0; i < ndim; i++) dims[i] = m->shape[i] = shape[i];
+
+    int err = MPI_Cart_create(MPI_COMM_WORLD, ndim, dims, periods, 0, &m->cart);
+    if (err != MPI_SUCCESS) {
+        mpi_error("MPI_Cart_create", err);
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(m->cart, MPI_ERRORS_RETURN);
+    /* names show in MPI's and the watchdog's messages */
+    MPI_Comm_set_name(m->cart, "meshgrad mesh");
+    MPI_Comm_rank(m->cart, &m->rank);
+    MPI_Comm_size(m->cart, &m->size);
+    err = MPI_Cart_coords(m->cart, m->rank, ndim, m->coord);
+    if (err != MPI_SUCCESS) {
+        mpi_error("MPI_Cart_coords", err);
+        goto fail;
+    }
+    for (int i = 0; i < ndim; i++) {
+        int remain[MG_MAX_MESH_DIMS] = {0};
+        remain[i] = 1;
+        err = MPI_Cart_sub(m->cart, remain, &m->dim_mpi[i]);
+        if (err != MPI_SUCCESS) {
+            mpi_error("MPI_Cart_sub", err);
+            goto fail;
+        }
+        char name[MPI_MAX_OBJECT_NAME];
+        snprintf(name, sizeof name, "meshgrad mesh dim %d", i);
+        MPI_Comm_set_name(m->dim_mpi[i], name);
+        m->dim_comm[i] = mg_comm_mpi_new(m->dim_mpi[i]);
+        if (!m->dim_comm[i]) goto fail;
+        mg_comm_register(m->dim_comm[i]);
+    }
+    m->world = mg_comm_mpi_new(m->cart);
+    if (!m->world) goto fail;
+    mg_comm_register(m->world);
+    m->id = ++next_mesh_id;
+    return m;
+fail:
+    mg_mesh_free(m);
+    return NULL;
+}
+
+void mg_mesh_free(mg_mesh *m) {
+    if (!m) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    for (int i = 0; i < MG_MAX_MESH_DIMS; i++) {
+        mg_comm_free(m->dim_comm[i]);
+        if (!finalized && m->dim_mpi[i] != MPI_COMM_NULL) MPI_Comm_free(&m->dim_mpi[i]);
+    }
+    mg_comm_free(m->world);
+    if (!finalized && m->cart != MPI_COMM_NULL) MPI_Comm_free(&m->cart);
+    free(m);
+}
+
+int mg_mesh_ndim(const mg_mesh *m) { return m ? m->ndim : 0; }
+const int *mg_mesh_shape(const mg_mesh *m) { return m ? m->shape : NULL; }
+const int *mg_mesh_coord(const mg_mesh *m) { return m ? m->coord : NULL; }

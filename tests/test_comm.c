@@ -1,0 +1,274 @@
+/* test_comm.c (MPI): the collectives of comm.h on the world and on every mesh
+ * dim of every mesh the world size allows, against naive results (rank r holds
+ * integer values, so sums are exact); the split paths for counts above the
+ * per-call limit; the byte counters against the documented definition; one-rank
+ * communicators; status agreement; an MPI failure reported as MG_ECOMM. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm.h"
+#include "status.h"
+#include "test_dist.h"
+#include "testutil.h"
+
+static int world;
+
+static float val(int rank, int64_t i) { return (float)((rank + 1) * 1000 + i % 997); }
+
+/* Runs every collective on c with n floats per block; returns 1 if all match. */
+static int check_collectives(mg_comm *c, int64_t n, char *msg, size_t len) {
+    int k = c->size, me = c->rank;
+    float *buf = malloc((size_t)(k * n + 1) * sizeof(float));
+    float *out = malloc((size_t)(k * n + 1) * sizeof(float));
+    int ok = 1;
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (ok) snprintf(msg, len, __VA_ARGS__);                                                   \
+        ok = 0;                                                                                    \
+    } while (0)
+    /* all_reduce sum / avg / max */
+    for (int op = 0; op < 3; op++) {
+        for (int64_t i = 0; i < n; i++) buf[i] = val(me, i);
+        if (mg_comm_all_reduce(c, buf, n, (mg_reduce_op)op) != MG_OK)
+            FAIL("all_reduce: %s", mg_last_error());
+        for (int64_t i = 0; i < n && ok; i++) {
+            double want = 0, mx = -1e30;
+            for (int r = 0; r < k; r++) {
+                want += val(r, i);
+                if (val(r, i) > mx) mx = val(r, i);
+            }
+            if (op == MG_REDUCE_AVG) want = (float)want * (1.0f / (float)k);
+            if (op == MG_REDUCE_MAX) want = mx;
+            if (buf[i] != (float)want)
+                FAIL("all_reduce op %d element %lld: %g want %g", op, (long long)i, buf[i], want);
+        }
+    }
+    /* all_gather, out of place and in place */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        for (int64_t i = 0; i < n; i++) buf[i] = val(me, i);
+        const float *send = buf;
+        if (inplace) {
+            memcpy(out + me * n, buf, (size_t)n * sizeof(float));
+            send = out + me * n;
+        }
+        if (mg_comm_all_gather(c, send, n, out) != MG_OK) FAIL("all_gather: %s", mg_last_error());
+        for (int r = 0; r < k && ok; r++)
+            for (int64_t i = 0; i < n; i++)
+                if (out[r * n + i] != val(r, i)) {
+                    FAIL("all_gather (in place %d) block %d element %lld", inplace, r,
+                         (long long)i);
+                    break;
+                }
+    }
+    /* reduce_scatter: block r of rank q holds val(q, r*n + i) */
+    for (int64_t i = 0; i < k * n; i++) buf[i] = val(me, i);
+    if (mg_comm_reduce_scatter(c, buf, out, n) != MG_OK)
+        FAIL("reduce_scatter: %s", mg_last_error());
+    for (int64_t i = 0; i < n && ok; i++) {
+        double want = 0;
+        for (int q = 0; q < k; q++) want += val(q, me * n + i);
+        if (out[i] != (float)want)
+            FAIL("reduce_scatter element %lld: %g want %g", (long long)i, out[i], want);
+    }
+    /* all_to_all: block r of rank q is val(q, r*n + i); block q of my output comes from q */
+    for (int64_t i = 0; i < k * n; i++) buf[i] = val(me, i);
+    if (mg_comm_all_to_all(c, buf, n, out) != MG_OK) FAIL("all_to_all: %s", mg_last_error());
+    for (int q = 0; q < k && ok; q++)
+        for (int64_t i = 0; i < n; i++)
+            if (out[q * n + i] != val(q, me * n + i)) {
+                FAIL("all_to_all block %d element %lld", q, (long long)i);
+                break;
+            }
+    /* broadcast from every root */
+    for (int root = 0; root < k; root++) {
+        for (int64_t i = 0; i < n; i++) buf[i] = val(me, i);
+        if (mg_comm_broadcast(c, buf, n, root) != MG_OK) FAIL("broadcast: %s", mg_last_error());
+        for (int64_t i = 0; i < n && ok; i++)
+            if (buf[i] != val(root, i)) FAIL("broadcast root %d element %lld", root, (long long)i);
+    }
+    if (mg_comm_barrier(c) != MG_OK) FAIL("barrier: %s", mg_last_error());
+#undef FAIL
+    free(buf);
+    free(out);
+    return ok;
+}
+
+static void check_all_comms(int64_t n) {
+    test_mesh_shape ms[16];
+    int nm = test_meshes(world, 4, ms);
+    for (int m = 0; m < nm; m++) {
+        mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
+        mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
+        char msg[256] = "", mt[32];
+        mg_mesh_format(mt, sizeof mt, mesh);
+        mg_assert_all(check_collectives(mesh->world, n, msg, sizeof msg),
+                      "mesh %s world, n %lld: %s", mt, (long long)n, msg);
+        for (int i = 0; i < mesh->ndim; i++)
+            mg_assert_all(check_collectives(mesh->dim_comm[i], n, msg, sizeof msg),
+                          "mesh %s dim %d, n %lld: %s", mt, i, (long long)n, msg);
+        mg_mesh_free(mesh);
+    }
+}
+
+START_TEST(collectives_match_naive) {
+    check_all_comms(1);
+    check_all_comms(37);
+    check_all_comms(4096);
+}
+END_TEST
+
+START_TEST(split_calls_match_naive) {
+    mg_comm_mpi_set_max_count(4);
+    check_all_comms(10); /* pieces of 4, 4, 2 */
+    check_all_comms(3);  /* under the limit */
+    check_all_comms(8);  /* exactly two pieces */
+    mg_comm_mpi_set_max_count(0);
+}
+END_TEST
+
+START_TEST(byte_counters) {
+    mg_comm_stats s[MG_COLL_COUNT];
+    test_mesh_shape ms[16];
+    int nm = test_meshes(world, 2, ms);
+    for (int m = 0; m < nm; m++) {
+        mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
+        for (int ci = -1; ci < mesh->ndim; ci++) {
+            mg_comm *c = ci < 0 ? mesh->world : mesh->dim_comm[ci];
+            int64_t k = c->size, n = 12;
+            float *buf = calloc((size_t)(k * n), sizeof(float)),
+                  *out = calloc((size_t)(k * n), sizeof(float));
+            mg_comm_stats_reset();
+            mg_comm_stats_get(s);
+            for (int kind = 0; kind < MG_COLL_COUNT; kind++)
+                mg_assert_all(s[kind].calls == 0 && s[kind].bytes == 0, "reset left counts");
+            mg_comm_all_reduce(c, buf, n, MG_REDUCE_SUM);
+            mg_comm_all_reduce(c, buf, n, MG_REDUCE_SUM);
+            mg_comm_all_gather(c, buf, n, out);
+            mg_comm_reduce_scatter(c, out, buf, n);
+            mg_comm_all_to_all(c, out, n, buf);
+            mg_comm_broadcast(c, buf, n, 0);
+            mg_comm_barrier(c);
+            mg_comm_stats_get(s);
+            int64_t b = n * 4;
+            int64_t want_bytes[MG_COLL_COUNT] = {2 * (2 * (k - 1) * b / k),
+                                                 (k - 1) * b,
+                                                 (k - 1) * b,
+                                                 (k - 1) * b,
+                                                 c->rank == (int)(k - 1) ? 0 : b,
+                                                 0};
+            int64_t want_calls[MG_COLL_COUNT] = {2, 1, 1, 1, 1, 1};
+            if (k == 1) want_bytes[MG_COLL_BROADCAST] = 0;
+            for (int kind = 0; kind < MG_COLL_COUNT; kind++) {
+                mg_assert_all(s[kind].calls == want_calls[kind], "%s calls %lld, want %lld",
+                              mg_coll_name(kind), (long long)s[kind].calls,
+                              (long long)want_calls[kind]);
+                mg_assert_all(s[kind].bytes == want_bytes[kind],
+                              "%s on %lld ranks: bytes %lld, want %lld", mg_coll_name(kind),
+                              (long long)k, (long long)s[kind].bytes, (long long)want_bytes[kind]);
+                mg_assert_all(s[kind].bytes ==
+                                  want_calls[kind] * mg_coll_bytes(kind, (int)k, c->rank, n, 0),
+                              "mg_coll_bytes disagrees for %s", mg_coll_name(kind));
+            }
+            free(buf);
+            free(out);
+        }
+        mg_mesh_free(mesh);
+    }
+    /* counters of freed meshes still count */
+    mg_comm_stats_reset();
+    int one[1] = {world};
+    mg_mesh *mesh = mg_mesh_new(1, one);
+    float x[4] = {1, 2, 3, 4};
+    mg_comm_all_reduce(mesh->dim_comm[0], x, 4, MG_REDUCE_SUM);
+    mg_mesh_free(mesh);
+    mg_comm_stats_get(s);
+    mg_assert_all(s[MG_COLL_ALL_REDUCE].calls == 1, "freed mesh's counters lost");
+    ck_assert_str_eq(mg_coll_name(MG_COLL_REDUCE_SCATTER), "reduce_scatter");
+    ck_assert_str_eq(mg_coll_name(MG_COLL_COUNT), "unknown");
+    /* the MG_COMM_DEBUG table */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    mg_comm_stats_print(f);
+    fclose(f);
+    mg_assert_all(strstr(text, "all_reduce") && strstr(text, "total"), "table: %s", text);
+    free(text);
+}
+END_TEST
+
+START_TEST(one_rank_comm_moves_nothing) {
+    mg_comm *c = mg_comm_mpi_new(MPI_COMM_SELF);
+    ck_assert_ptr_nonnull(c);
+    mg_comm_register(c);
+    mg_comm_stats_reset();
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {0};
+    ck_assert_int_eq(mg_comm_all_reduce(c, a, 5, MG_REDUCE_AVG), MG_OK);
+    ck_assert(a[4] == 5);
+    ck_assert_int_eq(mg_comm_all_gather(c, a, 5, b), MG_OK);
+    ck_assert(b[3] == 4);
+    memset(b, 0, sizeof b);
+    ck_assert_int_eq(mg_comm_reduce_scatter(c, a, b, 5), MG_OK);
+    ck_assert(b[2] == 3);
+    memset(b, 0, sizeof b);
+    ck_assert_int_eq(mg_comm_all_to_all(c, a, 5, b), MG_OK);
+    ck_assert(b[0] == 1);
+    ck_assert_int_eq(mg_comm_broadcast(c, a, 5, 0), MG_OK);
+    mg_comm_stats s[MG_COLL_COUNT];
+    mg_comm_stats_get(s);
+    for (int k = 0; k < MG_COLL_COUNT; k++) ck_assert_int_eq(s[k].bytes, 0);
+    ck_assert_int_eq(s[MG_COLL_ALL_GATHER].calls, 1);
+    /* refusals */
+    ck_assert_int_eq(mg_comm_broadcast(c, a, 5, 1), MG_EINVAL);
+    ck_assert_int_eq(mg_comm_all_reduce(c, a, -1, MG_REDUCE_SUM), MG_EINVAL);
+    mg_comm_free(c);
+}
+END_TEST
+
+START_TEST(status_agreement) {
+    int me = mg_rank(), where = 7;
+    ck_assert_int_eq(mg_status_agree(MG_OK), MG_OK);
+    ck_assert_int_eq(mg_status_agree_rank(MG_OK, &where), MG_OK);
+    ck_assert_int_eq(where, -1);
+    /* the last rank fails with MG_EIO, rank 0 with MG_ESHAPE: MG_EIO (most negative) wins */
+    int mine = me == world - 1 ? MG_EIO : me == 0 ? MG_ESHAPE : MG_OK;
+    ck_assert_int_eq(mg_status_agree_rank(mine, &where), world == 1 ? MG_EIO : MG_EIO);
+    ck_assert_int_eq(where, world - 1);
+    mine = me == world - 1 ? MG_EFORMAT : MG_OK;
+    ck_assert_int_eq(mg_status_agree(mine), MG_EFORMAT);
+}
+END_TEST
+
+START_TEST(mpi_failure_is_ecomm) {
+    /* a communicator MPI rejects: the MPI iface returns MG_ECOMM with MPI's text
+     * (called directly: the counting wrapper would look the communicator up) */
+    mg_comm *c = mg_comm_mpi_new(MPI_COMM_SELF);
+    c->mpi = MPI_COMM_NULL;
+    c->size = 2;
+    float x[2] = {1, 2};
+    int rc = c->iface->all_reduce(c, x, 2, MG_REDUCE_SUM);
+    ck_assert_int_eq(rc, MG_ECOMM);
+    ck_assert_msg(strstr(mg_last_error(), "all_reduce over 2 ranks failed: ") != NULL, "%s",
+                  mg_last_error());
+    mg_comm_free(c);
+    /* and the library keeps working */
+    check_all_comms(5);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    if (mg_init(&argc, &argv) != MG_OK) return 1;
+    world = mg_world_size();
+    Suite *s = suite_create("comm");
+    TCase *tc = tcase_create("comm");
+    tcase_add_test(tc, collectives_match_naive);
+    tcase_add_test(tc, split_calls_match_naive);
+    tcase_add_test(tc, byte_counters);
+    tcase_add_test(tc, one_rank_comm_moves_nothing);
+    tcase_add_test(tc, status_agreement);
+    tcase_add_test(tc, mpi_failure_is_ecomm);
+    suite_add_tcase(s, tc);
+    int rc = mg_test_run_mpi(s);
+    mg_finalize();
+    return rc;
+}
