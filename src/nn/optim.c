@@ -1,0 +1,143 @@
+/* optim.c: SGD, AdamW, gradient clipping and LR schedules (see optim.h). */
+#include "nn/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "dist/mesh.h"
+#include "status.h"
+
+static const char *const optim_names[] = {"sgd", "adamw"};
+
+int mg_optim_kind_parse(const char *text, mg_optim_kind *kind) {
+    for (int k = 0; k < 2; k++)
+        if (strcmp(text, optim_names[k]) == 0) {
+            *kind = (mg_optim_kind)k;
+            return MG_OK;
+        }
+    return mg_error(MG_EINVAL, "unknown optimizer '%s'; use sgd or adamw", text);
+}
+
+const char *mg_optim_kind_name(mg_optim_kind kind) { return optim_names[kind]; }
+
+void mg_optimizer_init(mg_optimizer *opt, mg_optim_kind kind, float momentum, float weight_decay) {
+    memset(opt, 0, sizeof *opt);
+    opt->kind = kind;
+    opt->momentum = momentum;
+    opt->weight_decay = weight_decay >= 0 ? weight_decay : kind == MG_OPTIM_ADAMW ? 0.01f : 0.0f;
+    opt->beta1 = 0.9f;
+    opt->beta2 = 0.999f;
+    opt->eps = 1e-8f;
+}
+
+int mg_optimizer_state_count(const mg_optimizer *opt) {
+    if (opt->kind == MG_OPTIM_ADAMW) return 2;
+    return opt->momentum != 0.0f ? 1 : 0;
+}
+
+const char *mg_optimizer_state_name(const mg_optimizer *opt, int i) {
+    if (opt->kind == MG_OPTIM_ADAMW) return i == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t) {
+    int n = mg_optimizer_state_count(opt);
+    for (int i = 0; i < t->n; i++)
+        for (int s = 0; s < n; s++) {
+            if (t->p[i].state[s]) continue;
+            t->p[i].state[s] = mg_dtensor_zeros(&t->p[i].value->spec, NULL);
+            if (!t->p[i].state[s]) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+        }
+    return MG_OK;
+}
+
+int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
+    opt->step++;
+    for (int i = 0; i < t->n; i++) {
+        mg_param *p = &t->p[i];
+        if (!p->grad) continue;
+        mg_tensor *w = p->value->local;
+        const mg_tensor *g = p->grad->local;
+        if (g->numel != w->numel)
+            return mg_error(MG_ESTATE, "optimizer: %s has %lld local elements but its gradient %lld",
+                            p->name, (long long)w->numel, (long long)g->numel);
+        mg_backend *be = mg_backend_of(w);
+        if (opt->kind == MG_OPTIM_ADAMW) {
+            if (!p->state[0] || !p->state[1])
+                return mg_error(MG_ESTATE, "optimizer: %s has no AdamW state (call mg_optimizer_add_state)",
+                                p->name);
+            be->iface->adamw_step(be->context, w, g, p->state[0]->local, p->state[1]->local, lr,
+                                  opt->beta1, opt->beta2, opt->eps, opt->weight_decay, opt->step);
+        } else {
+            mg_tensor *buf = p->state[0] ? p->state[0]->local : NULL;
+            if (opt->momentum != 0.0f && !buf)
+                return mg_error(MG_ESTATE, "optimizer: %s has no momentum buffer (call mg_optimizer_add_state)",
+                                p->name);
+            be->iface->sgd_step(be->context, w, g, opt->momentum != 0.0f ? buf : NULL, lr,
+                                opt->momentum, opt->weight_decay, opt->step == 1);
+        }
+    }
+    return MG_OK;
+}
+
+int mg_grad_norm(mg_param_table *t, double *norm) {
+    *norm = 0;
+    if (t->n == 0) return MG_OK;
+    const mg_mesh *mesh = t->p[0].value->spec.mesh;
+    double local = 0;
+    for (int i = 0; i < t->n; i++) {
+        mg_param *p = &t->p[i];
+        if (!p->grad) continue;
+        mg_backend *be = mg_backend_of(p->grad->local);
+        local += be->iface->sum_squares(be->context, p->grad->local) / (double)p->replication;
+    }
+    /* float collectives: send the double as hi + lo so no precision is lost */
+    float buf[2];
+    buf[0] = (float)local;
+    buf[1] = (float)(local - (double)buf[0]);
+    int rc = mg_comm_all_reduce(mesh->world, buf, 2, MG_REDUCE_SUM);
+    if (rc != MG_OK) return rc;
+    double total = (double)buf[0] + (double)buf[1];
+    *norm = sqrt(total > 0 ? total : 0);
+    return MG_OK;
+}
+
+int mg_clip_grad_norm(mg_param_table *t, double max_norm, double *norm_out) {
+    double norm;
+    int rc = mg_grad_norm(t, &norm);
+    if (rc != MG_OK) return rc;
+    if (norm_out) *norm_out = norm;
+    double coef = max_norm / (norm + 1e-6);
+    if (coef >= 1.0) return MG_OK;
+    for (int i = 0; i < t->n; i++) {
+        mg_param *p = &t->p[i];
+        if (!p->grad) continue;
+        mg_backend *be = mg_backend_of(p->grad->local);
+        be->iface->unary(be->context, MG_UNARY_SCALE, p->grad->local, (float)coef, p->grad->local);
+    }
+    return MG_OK;
+}
+
+static const char *const schedule_names[] = {"constant", "cosine"};
+
+int mg_schedule_kind_parse(const char *text, mg_schedule_kind *kind) {
+    for (int k = 0; k < 2; k++)
+        if (strcmp(text, schedule_names[k]) == 0) {
+            *kind = (mg_schedule_kind)k;
+            return MG_OK;
+        }
+    return mg_error(MG_EINVAL, "unknown schedule '%s'; use constant or cosine", text);
+}
+
+const char *mg_schedule_kind_name(mg_schedule_kind kind) { return schedule_names[kind]; }
+
+double mg_lr_at(const mg_lr_schedule *s, int64_t step) {
+    if (step < s->warmup) return s->lr * (double)(step + 1) / (double)s->warmup;
+    if (s->kind == MG_SCHEDULE_CONSTANT) return s->lr;
+    int64_t span = s->total - s->warmup;
+    if (span <= 0) return s->lr;
+    double progress = (double)(step - s->warmup) / (double)span;
+    if (progress > 1) progress = 1;
+    return s->lr * 0.5 * (1.0 + cos(M_PI * progress));
+}

@@ -1,0 +1,101 @@
+/* param.c: the parameter table (see param.h). */
+#include "nn/param.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/mesh.h"
+#include "status.h"
+
+int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
+                  const int64_t *shape, const mg_placement *store, const mg_placement *use,
+                  uint64_t seed, float lo, float hi) {
+    if (strlen(name) >= MG_PARAM_NAME_MAX)
+        return mg_error(MG_EINVAL, "parameter name '%s' is longer than %d characters", name,
+                        MG_PARAM_NAME_MAX - 1);
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 8;
+        mg_param *p = realloc(t->p, (size_t)cap * sizeof *p);
+        if (!p) return mg_error(MG_ENOMEM, "parameter table: out of memory");
+        t->p = p;
+        t->cap = cap;
+    }
+    mg_spec spec;
+    int rc = mg_spec_make(&spec, mesh, store, mesh->ndim, ndim, shape, name);
+    if (rc != MG_OK) return rc;
+    mg_spec use_spec; /* validates the use placements too */
+    rc = mg_spec_make(&use_spec, mesh, use, mesh->ndim, ndim, shape, name);
+    if (rc != MG_OK) return rc;
+
+    mg_param *p = &t->p[t->n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->value = mg_dtensor_zeros(&spec, NULL);
+    if (!p->value) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    rc = mg_dtensor_fill_uniform(p->value, seed, (uint64_t)t->n, lo, hi);
+    if (rc == MG_OK) rc = mg_set_requires_grad(p->value, 1);
+    if (rc != MG_OK) {
+        mg_dtensor_free(p->value);
+        return rc;
+    }
+    p->replication = 1;
+    for (int d = 0; d < mesh->ndim; d++) {
+        p->use[d] = use_spec.p[d];
+        if (!mg_placement_equal(spec.p[d], use_spec.p[d])) p->gather = 1;
+        if (spec.p[d].kind == MG_PLACE_REPLICATE) p->replication *= mesh->shape[d];
+    }
+    return t->n++;
+}
+
+void mg_params_free(mg_param_table *t) {
+    for (int i = 0; i < t->n; i++) {
+        mg_dtensor_free(t->p[i].value);
+        for (int s = 0; s < MG_PARAM_STATE_MAX; s++) mg_dtensor_free(t->p[i].state[s]);
+    }
+    free(t->p);
+    memset(t, 0, sizeof *t);
+}
+
+mg_dtensor *mg_params_use(mg_param_table *t, int i) {
+    mg_param *p = &t->p[i];
+    if (!p->gather) return p->value;
+    return mg_redistribute(p->value, p->use, p->value->spec.mesh->ndim);
+}
+
+void mg_params_collect_grads(mg_param_table *t) {
+    for (int i = 0; i < t->n; i++) t->p[i].grad = mg_grad(t->p[i].value);
+}
+
+int mg_params_zero_grads(mg_param_table *t) {
+    for (int i = 0; i < t->n; i++) {
+        int rc = mg_zero_grad(t->p[i].value);
+        if (rc != MG_OK) return rc;
+        t->p[i].grad = NULL;
+    }
+    return MG_OK;
+}
+
+int mg_params_checksum(mg_param_table *t, uint64_t *out) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    for (int i = 0; i < t->n; i++) {
+        mg_tensor *full = mg_full_tensor(t->p[i].value);
+        if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+        const unsigned char *b = (const unsigned char *)full->data;
+        size_t nbytes = (size_t)full->numel * sizeof(float);
+        for (size_t k = 0; k < nbytes; k++) {
+            h ^= b[k];
+            h *= 0x100000001b3ull; /* FNV-1a 64 prime */
+        }
+        mg_tensor_free(full);
+    }
+    *out = h;
+    return MG_OK;
+}
+
+int64_t mg_params_numel(const mg_param_table *t) {
+    int64_t n = 0;
+    for (int i = 0; i < t->n; i++)
+        n += mg_shape_numel(t->p[i].value->spec.ndim, t->p[i].value->spec.shape);
+    return n;
+}

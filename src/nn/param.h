@@ -1,0 +1,62 @@
+/* param.h: the parameter table of a model. Each entry is a named, long-lived
+ * distributed tensor ("fc1.weight") with the placements it is stored in, the
+ * placements it is used in by the forward pass (FSDP gathers a Shard(0) dim to
+ * Replicate first), its gradient for the current step, and the optimizer state
+ * tensors, which always have the parameter's own spec (sharded like it).
+ *
+ * Exports: mg_param, mg_param_table, mg_params_add, mg_params_free,
+ * mg_params_use (the tensor the forward pass should use), mg_params_collect_grads,
+ * mg_params_zero_grads, mg_params_checksum (FNV-1a 64 over every full tensor). */
+#ifndef MG_NN_PARAM_H
+#define MG_NN_PARAM_H
+
+#include <stdint.h>
+
+#include "dist/dtensor.h"
+#include "meshgrad.h"
+
+#define MG_PARAM_NAME_MAX 64
+#define MG_PARAM_STATE_MAX 2
+
+typedef struct {
+    char name[MG_PARAM_NAME_MAX];
+    mg_dtensor *value;                      /* heap, stored spec, requires grad */
+    mg_placement use[MG_MAX_MESH_DIMS];     /* placements for the forward pass */
+    int gather;                             /* 1 when use differs from the stored spec */
+    int64_t replication;                    /* product of mesh sizes over Replicate dims */
+    mg_dtensor *grad;                       /* this step's gradient (parameter's spec) or NULL */
+    mg_dtensor *state[MG_PARAM_STATE_MAX];  /* optimizer state, parameter's spec */
+} mg_param;
+
+typedef struct {
+    mg_param *p;
+    int n, cap;
+} mg_param_table;
+
+/* Adds a parameter of global `shape`, stored with placements `store` and used
+ * with placements `use` (n = mesh ndim each), initialized U(lo, hi) from
+ * Philox(seed, stream = its index in the table). Returns its index or a
+ * negative status with a message. */
+int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
+                  const int64_t *shape, const mg_placement *store, const mg_placement *use,
+                  uint64_t seed, float lo, float hi);
+void mg_params_free(mg_param_table *t);
+
+/* The tensor the forward pass uses for parameter i: the value itself, or (FSDP)
+ * the value redistributed to its use placements (an op: autograd sends the
+ * gradient back reduce-scattered). NULL with a message on failure. */
+mg_dtensor *mg_params_use(mg_param_table *t, int i);
+
+/* After mg_backward: p->grad = mg_grad(p->value) for every parameter (a
+ * parameter the loss did not reach gets NULL). */
+void mg_params_collect_grads(mg_param_table *t);
+/* mg_zero_grad on every parameter; clears p->grad. */
+int mg_params_zero_grads(mg_param_table *t);
+
+/* Collective. FNV-1a 64 of the bytes of every parameter's full tensor, in table
+ * order: equal on every mesh when the initial parameters are bitwise equal. */
+int mg_params_checksum(mg_param_table *t, uint64_t *out);
+/* Total number of elements of every parameter (global). */
+int64_t mg_params_numel(const mg_param_table *t);
+
+#endif

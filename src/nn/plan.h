@@ -1,0 +1,50 @@
+/* plan.h: parallel plans, one per mesh dimension, as placements only.
+ *   dp    parameters Replicate on that mesh dim; the batch Shard(0).
+ *   tp    Megatron tensor parallel: linear layers alternate column-parallel
+ *         (W (out, in) Shard(0), b Shard(0)) and row-parallel (W Shard(1),
+ *         b Replicate); the batch Replicate.
+ *   fsdp  parameters (and their optimizer state) stored Shard(0); each is
+ *         redistributed to Replicate on that dim before use, so autograd
+ *         reduce-scatters its gradient; the batch Shard(0).
+ * "dp,tp" on a 2-D mesh: dim 0 data parallel, dim 1 tensor parallel.
+ *
+ * Exports: mg_plan, mg_plan_parse, mg_plan_check, mg_plan_format,
+ * mg_plan_linear (placements of one linear layer's weight and bias),
+ * mg_plan_batch (placements of the batch dim), mg_plan_data_degree. */
+#ifndef MG_NN_PLAN_H
+#define MG_NN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshgrad.h"
+
+typedef enum { MG_PLAN_DP = 0, MG_PLAN_TP, MG_PLAN_FSDP } mg_plan_kind;
+
+typedef struct {
+    int ndim; /* number of plans = mesh dims */
+    mg_plan_kind kind[MG_MAX_MESH_DIMS];
+} mg_plan;
+
+/* "dp", "tp", "fsdp", "fsdp,tp"... MG_EINVAL with a message on an unknown or
+ * empty name or too many entries. */
+int mg_plan_parse(const char *text, mg_plan *plan);
+/* "dp,tp" */
+char *mg_plan_format(char *buf, size_t len, const mg_plan *plan);
+/* Refuses (MG_EINVAL, clear message) a plan count that is not the mesh's ndim,
+ * two data-parallel (dp or fsdp) dims, and a global batch smaller than the
+ * data-parallel degree. Metadata only: every rank decides the same. */
+int mg_plan_check(const mg_plan *plan, const mg_mesh *mesh, int64_t batch);
+/* Product of mesh sizes over dp/fsdp dims (1 when none). */
+int mg_plan_data_degree(const mg_plan *plan, const mg_mesh *mesh);
+
+/* Placements of linear layer `layer` (0-based position in the model; even
+ * layers are column-parallel under tp, odd ones row-parallel): weight and bias,
+ * as stored and as used by the forward pass. Any pointer may be NULL. */
+void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_placement *w_use,
+                    mg_placement *b_store, mg_placement *b_use);
+/* Placements of a batch-major tensor (inputs, labels): Shard(0) on dp/fsdp
+ * dims, Replicate on tp dims. */
+void mg_plan_batch(const mg_plan *plan, mg_placement *p);
+
+#endif

@@ -1,0 +1,293 @@
+/* train_config.c: defaults, config files and flags of `meshgrad train`
+ * (see train_config.h). One table lists every option: its key, type, where it
+ * lives in mg_train_config, its smallest value and its help line. */
+#include "nn/train_config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/mesh.h"
+#include "status.h"
+
+typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_MODEL, OPT_OPTIM, OPT_SCHEDULE, OPT_MESH,
+               OPT_PLAN } opt_type;
+
+typedef struct {
+    const char *key;
+    opt_type type;
+    size_t offset;
+    size_t size;  /* strings: buffer size */
+    double min;   /* numbers: smallest allowed value */
+    const char *arg, *help;
+} option_def;
+
+#define F(field) offsetof(mg_train_config, field), sizeof(((mg_train_config *)0)->field)
+
+static const option_def options[] = {
+    {"mesh", OPT_MESH, F(mesh), 0, "SHAPE", "device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)"},
+    {"parallel", OPT_PLAN, F(parallel), 0, "PLANS", "one plan per mesh dim: dp, tp, fsdp (e.g. dp,tp)"},
+    {"model", OPT_MODEL, F(model), 0, "NAME", "mlp | permute-mlp"},
+    {"hidden", OPT_INT, F(hidden), 1, "H", "hidden width"},
+    {"channels", OPT_INT, F(channels), 1, "C", "permute-mlp: features per image column"},
+    {"data", OPT_STRING, F(data), 0, "FILE", "HDF5 data set (see below for where it is looked for)"},
+    {"steps", OPT_INT, F(steps), 1, "N", "optimizer steps in all"},
+    {"batch", OPT_INT, F(batch), 1, "B", "global batch size"},
+    {"lr", OPT_FLOAT, F(lr), 0, "LR", "peak learning rate"},
+    {"optimizer", OPT_OPTIM, F(optimizer), 0, "NAME", "sgd | adamw"},
+    {"momentum", OPT_FLOAT, F(momentum), 0, "M", "SGD momentum"},
+    {"weight-decay", OPT_FLOAT, F(weight_decay), 0, "WD", "weight decay (default: sgd 0, adamw 0.01)"},
+    {"schedule", OPT_SCHEDULE, F(schedule), 0, "NAME", "constant | cosine"},
+    {"warmup", OPT_INT, F(warmup), 0, "N", "steps of linear LR warmup"},
+    {"clip", OPT_FLOAT, F(clip), 0, "NORM", "clip gradients to this global norm (0 = off)"},
+    {"seed", OPT_INT, F(seed), 0, "S", "seed of the initial parameters and the data order"},
+    {"eval-every", OPT_INT, F(eval_every), 0, "N", "evaluate every N steps (0 = only at the end)"},
+    {"metrics", OPT_STRING, F(metrics), 0, "FILE", "write JSON lines of metrics here"},
+    {"threads", OPT_INT, F(threads), 0, "N", "CPU threads per rank (0 = cores / ranks)"},
+    {"log-every", OPT_INT, F(log_every), 0, "N", "print progress every N steps (0 = never)"},
+};
+#define NOPTIONS ((int)(sizeof options / sizeof options[0]))
+#undef F
+
+void mg_train_config_defaults(mg_train_config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->parallel, sizeof c->parallel, "dp");
+    c->model = MG_MODEL_MLP;
+    c->hidden = 128;
+    c->channels = 16;
+    snprintf(c->data, sizeof c->data, "data/digits.h5");
+    c->steps = 2000;
+    c->batch = 64;
+    c->lr = 1e-3;
+    c->optimizer = MG_OPTIM_ADAMW;
+    c->momentum = 0;
+    c->weight_decay = -1;
+    c->schedule = MG_SCHEDULE_CONSTANT;
+    c->warmup = 0;
+    c->clip = 0;
+    c->seed = 0;
+    c->eval_every = 0;
+    c->threads = 0;
+    c->log_every = 100;
+}
+
+/* "weight_decay" and "weight-decay" are the same key */
+static const option_def *find_option(const char *key) {
+    for (int i = 0; i < NOPTIONS; i++) {
+        const char *a = options[i].key, *b = key;
+        while (*a && (*a == *b || (*a == '-' && *b == '_'))) a++, b++;
+        if (*a == '\0' && *b == '\0') return &options[i];
+    }
+    return NULL;
+}
+
+/* "where: <the last message>" (copied first: the message buffer is reused) */
+static int prefix_error(int code, const char *where) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mg_last_error());
+    return mg_error(code, "%s: %s", where, msg);
+}
+
+int mg_train_config_set(mg_train_config *c, const char *key, const char *value, const char *where) {
+    const option_def *o = find_option(key);
+    if (!o)
+        return mg_error(MG_EINVAL, "%s: unknown option '%s' (see meshgrad train --help)", where, key);
+    void *field = (char *)c + o->offset;
+    if (*value == '\0') return mg_error(MG_EINVAL, "%s: %s needs a value", where, o->key);
+    char *end = NULL;
+    int rc = MG_OK;
+    switch (o->type) {
+    case OPT_STRING:
+    case OPT_MESH:
+    case OPT_PLAN:
+        if (strlen(value) >= o->size)
+            return mg_error(MG_EINVAL, "%s: %s value is longer than %zu characters", where, o->key,
+                            o->size - 1);
+        if (o->type == OPT_MESH) {
+            int shape[MG_MAX_MESH_DIMS];
+            if (mg_mesh_parse(value, shape) < 0)
+                return prefix_error(MG_EINVAL, where);
+        } else if (o->type == OPT_PLAN) {
+            mg_plan plan;
+            if (mg_plan_parse(value, &plan) != MG_OK) return prefix_error(MG_EINVAL, where);
+        }
+        snprintf(field, o->size, "%s", value);
+        return MG_OK;
+    case OPT_INT: {
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (errno || end == value || *end != '\0')
+            return mg_error(MG_EINVAL, "%s: %s wants an integer, got '%s'", where, o->key, value);
+        if (v < (long long)o->min)
+            return mg_error(MG_EINVAL, "%s: %s must be >= %lld, got %lld", where, o->key,
+                            (long long)o->min, v);
+        *(int64_t *)field = v;
+        return MG_OK;
+    }
+    case OPT_FLOAT: {
+        errno = 0;
+        double v = strtod(value, &end);
+        if (errno || end == value || *end != '\0' || !isfinite(v))
+            return mg_error(MG_EINVAL, "%s: %s wants a number, got '%s'", where, o->key, value);
+        if (v < o->min)
+            return mg_error(MG_EINVAL, "%s: %s must be >= %g, got %g", where, o->key, o->min, v);
+        *(double *)field = v;
+        return MG_OK;
+    }
+    case OPT_MODEL: rc = mg_model_kind_parse(value, field); break;
+    case OPT_OPTIM: rc = mg_optim_kind_parse(value, field); break;
+    case OPT_SCHEDULE: rc = mg_schedule_kind_parse(value, field); break;
+    }
+    if (rc != MG_OK) return prefix_error(rc, where);
+    return MG_OK;
+}
+
+static char *trim(char *s) {
+    while (*s == ' ' || *s == '\t') s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) *--e = '\0';
+    return s;
+}
+
+int mg_train_config_load(mg_train_config *c, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return mg_error(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
+    char line[2 * MG_PATH_MAX], where[MG_PATH_MAX + 32];
+    int lineno = 0, rc = MG_OK;
+    while (rc == MG_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (!strchr(line, '\n') && !feof(f)) {
+            rc = mg_error(MG_EINVAL, "%s: line longer than %zu characters", where, sizeof line - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (*s == '\0') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rc = mg_error(MG_EINVAL, "%s: expected 'key = value', got '%s'", where, s);
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        if (*key == '\0') {
+            rc = mg_error(MG_EINVAL, "%s: expected 'key = value' but the key is empty", where);
+            break;
+        }
+        if (find_option(key) == NULL && strcmp(key, "config") != 0) {
+            rc = mg_error(MG_EINVAL, "%s: unknown key '%s' (keys are the flag names of meshgrad train "
+                                     "--help without the dashes)", where, key);
+            break;
+        }
+        if (strcmp(key, "config") == 0) {
+            rc = mg_error(MG_EINVAL, "%s: a config file cannot name another config file", where);
+            break;
+        }
+        rc = mg_train_config_set(c, key, value, where);
+    }
+    fclose(f);
+    if (rc == MG_OK) snprintf(c->config, sizeof c->config, "%s", path);
+    return rc;
+}
+
+int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv) {
+    struct option longopts[NOPTIONS + 3];
+    for (int i = 0; i < NOPTIONS; i++)
+        longopts[i] = (struct option){options[i].key, required_argument, NULL, 1000 + i};
+    longopts[NOPTIONS] = (struct option){"config", required_argument, NULL, 'c'};
+    longopts[NOPTIONS + 1] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
+    /* pass 1: --config and flag errors; pass 2: every other flag over the file */
+    for (int pass = 1; pass <= 2; pass++) {
+        optind = 0; /* GNU: full re-initialization */
+        opterr = 0;
+        int ch, idx = -1;
+        while ((ch = getopt_long(argc, argv, ":h", longopts, &idx)) != -1) {
+            const char *flag = argv[optind - 1];
+            if (ch == '?')
+                return mg_error(MG_EINVAL, "unknown option '%s' (see meshgrad train --help)",
+                                optopt ? (char[]){'-', (char)optopt, 0} : flag);
+            if (ch == ':') return mg_error(MG_EINVAL, "option '%s' needs a value", flag);
+            if (ch == 'h') {
+                c->help = 1;
+                continue;
+            }
+            if (ch == 'c') {
+                if (pass == 1) {
+                    int rc = mg_train_config_load(c, optarg);
+                    if (rc != MG_OK) return rc;
+                }
+                continue;
+            }
+            if (pass == 2) {
+                char where[80];
+                snprintf(where, sizeof where, "--%s", options[ch - 1000].key);
+                int rc = mg_train_config_set(c, options[ch - 1000].key, optarg, where);
+                if (rc != MG_OK) return rc;
+            }
+        }
+        if (optind < argc)
+            return mg_error(MG_EINVAL, "unexpected argument '%s' (options are --key value; see meshgrad "
+                                       "train --help)", argv[optind]);
+    }
+    return MG_OK;
+}
+
+int mg_train_config_check(const mg_train_config *c) {
+    if (c->warmup >= c->steps && c->warmup > 0)
+        return mg_error(MG_EINVAL, "warmup (%lld steps) must be shorter than the run (%lld steps)",
+                        (long long)c->warmup, (long long)c->steps);
+    if (c->lr <= 0) return mg_error(MG_EINVAL, "lr must be > 0, got %g", c->lr);
+    if (c->momentum >= 1) return mg_error(MG_EINVAL, "momentum must be in [0, 1), got %g", c->momentum);
+    if (c->optimizer == MG_OPTIM_ADAMW && c->momentum != 0)
+        return mg_error(MG_EINVAL, "momentum %g is an SGD setting; AdamW uses betas 0.9/0.999 (drop "
+                                   "momentum or use --optimizer sgd)", c->momentum);
+    return MG_OK;
+}
+
+/* The value of an option in c, as text ("" for an empty string). */
+static void format_value(const option_def *o, const mg_train_config *c, char *buf, size_t len) {
+    const void *field = (const char *)c + o->offset;
+    switch (o->type) {
+    case OPT_STRING:
+    case OPT_MESH:
+    case OPT_PLAN: snprintf(buf, len, "%s", (const char *)field); break;
+    case OPT_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)field); break;
+    case OPT_FLOAT: snprintf(buf, len, "%g", *(const double *)field); break;
+    case OPT_MODEL: snprintf(buf, len, "%s", mg_model_kind_name(*(const mg_model_kind *)field)); break;
+    case OPT_OPTIM: snprintf(buf, len, "%s", mg_optim_kind_name(*(const mg_optim_kind *)field)); break;
+    case OPT_SCHEDULE:
+        snprintf(buf, len, "%s", mg_schedule_kind_name(*(const mg_schedule_kind *)field));
+        break;
+    }
+}
+
+void mg_train_config_usage(FILE *out) {
+    mg_train_config defaults;
+    mg_train_config_defaults(&defaults);
+    fprintf(out, "usage: mpirun -np N meshgrad train [--config FILE] [options]\n\n"
+                 "Trains a model on an HDF5 data set over an N-rank device mesh.\n\n"
+                 "  --config FILE         read 'key = value' lines (keys are the option names\n"
+                 "                        below; '#' starts a comment); flags override the file\n");
+    for (int i = 0; i < NOPTIONS; i++) {
+        char left[48];
+        char value[64];
+        snprintf(left, sizeof left, "--%s %s", options[i].key, options[i].arg);
+        format_value(&options[i], &defaults, value, sizeof value);
+        /* a negative weight decay means "the optimizer's default" (in the help) */
+        if (value[0] && !(options[i].type == OPT_FLOAT && *(double *)((char *)&defaults + options[i].offset) < 0))
+            fprintf(out, "  %-21s %s [%s]\n", left, options[i].help, value);
+        else
+            fprintf(out, "  %-21s %s\n", left, options[i].help);
+    }
+    fprintf(out, "  %-21s %s\n\n", "--help", "this text");
+    fprintf(out, "A relative --data path is looked for in the current directory first, then\n"
+                 "in the directory of the meshgrad program (its build directory), so\n"
+                 "'data/digits.h5' finds build/data/digits.h5 when run as build/meshgrad.\n");
+}

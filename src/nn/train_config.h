@@ -1,0 +1,58 @@
+/* train_config.h: the configuration of a training job (`meshgrad train`):
+ * defaults, `key = value` config files and command-line flags, one table of
+ * options shared by both (a key is the flag's name without "--"; '-' and '_'
+ * are the same in keys). Flags override the file.
+ *
+ * Exports: mg_train_config, mg_train_config_defaults, mg_train_config_set,
+ * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
+ * mg_train_config_describe. */
+#ifndef MG_NN_TRAIN_CONFIG_H
+#define MG_NN_TRAIN_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "nn/plan.h"
+
+#define MG_PATH_MAX 4096
+
+typedef struct {
+    char config[MG_PATH_MAX];  /* the file read, "" when none */
+    char mesh[64];             /* "2", "1x2"; "" = 1-D over every rank */
+    char parallel[64];         /* "dp", "dp,tp" */
+    mg_model_kind model;
+    int64_t hidden, channels;
+    char data[MG_PATH_MAX];
+    int64_t steps, batch;
+    double lr;
+    mg_optim_kind optimizer;
+    double momentum;
+    double weight_decay;       /* < 0: the optimizer's default */
+    mg_schedule_kind schedule;
+    int64_t warmup;
+    double clip;               /* 0 = no clipping */
+    int64_t seed;
+    int64_t eval_every;        /* 0 = only at the end */
+    char metrics[MG_PATH_MAX]; /* "" = none */
+    int64_t threads;           /* 0 = default */
+    int64_t log_every;         /* 0 = no progress lines */
+    int help;
+} mg_train_config;
+
+void mg_train_config_defaults(mg_train_config *c);
+/* Sets one option from text. `where` ("file.conf:3" or "--lr") prefixes the
+ * message of a bad value or unknown key. MG_EINVAL on failure. */
+int mg_train_config_set(mg_train_config *c, const char *key, const char *value, const char *where);
+/* Reads a `key = value` file (# starts a comment). Unknown keys, malformed
+ * lines and bad values are refused with file:line in the message. */
+int mg_train_config_load(mg_train_config *c, const char *path);
+/* argv[0] is the subcommand name. Applies --config FILE first, then every other
+ * flag. Unknown flags, missing values and stray arguments are refused. */
+int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv);
+void mg_train_config_usage(FILE *out);
+/* Cross-option checks that need no mesh (warmup < steps...). */
+int mg_train_config_check(const mg_train_config *c);
+
+#endif

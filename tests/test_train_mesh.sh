@@ -1,0 +1,109 @@
+#!/bin/sh
+# test_train_mesh.sh: mesh invariance of `meshgrad train`. The same job (seed,
+# data, 100 steps, AdamW with warmup, cosine decay and clipping; SGD with
+# momentum for the permute-mlp) runs on 1 rank and on meshes 2 and 4 (dp, tp,
+# fsdp), 1x2 (dp,tp), 2x1 (fsdp,tp) and 2x2 (dp,tp, fsdp,tp, tp,fsdp); the
+# permute-mlp on 2 (tp), 4 (fsdp), 1x2 (dp,tp) and 2x2 (fsdp,tp). Every run
+# must start from bitwise equal parameters (the
+# param_checksum metrics line) and every step's loss must be within 1e-4
+# (relative) of the 1-rank run. (Ranks sum in another order, so losses differ
+# by about 1e-7; a ReLU input that lands within that of zero flips its
+# gradient, and a large learning rate can grow that to 1e-4 within 100 steps:
+# the settings below keep well clear of it.)
+: "${top_builddir:=.}"
+: "${MPIRUN:=mpirun}"
+: "${TIMEOUT:=timeout}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
+prog=$top_builddir/meshgrad
+data=$top_builddir/data/digits.h5
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-mesh.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+checks=0 failures=0
+STEPS=100
+RTOL=1e-4
+
+common="--data $data --steps $STEPS --batch 30 --seed 11 --log-every 0 --threads 1"
+mlp="--model mlp --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0"
+pmlp="--model permute-mlp --hidden 20 --channels 6 --optimizer sgd --lr 0.03 --momentum 0.9 --clip 1.0"
+
+# train TAG NP MESH PLAN MODEL-FLAGS: metrics in $tmp/TAG.jsonl; 0 on success
+train() {
+    "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$2" "$prog" train $common $5 --mesh "$3" --parallel "$4" \
+        --metrics "$tmp/$1.jsonl" >"$tmp/$1.out" 2>&1
+}
+
+checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1"; }
+losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
+
+# compare TAG REF: prints the worst relative loss difference; 0 when all within RTOL
+compare() {
+    losses "$tmp/$2.jsonl" >"$tmp/ref.txt"
+    losses "$tmp/$1.jsonl" >"$tmp/got.txt"
+    awk -v rtol="$RTOL" -v steps="$STEPS" '
+        NR == FNR { ref[$1] = $2; next }
+        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
+          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
+          if (rel > worst) { worst = rel; at = $1 } }
+        END { printf "%d steps, worst relative difference %.2e at step %d", n, worst, at;
+              exit !(n == steps && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
+}
+
+# case TAG NP MESH PLAN MODEL REF
+case_() {
+    tag=$1
+    checks=$((checks + 1))
+    start=$(date +%s)
+    if ! train "$1" "$2" "$3" "$4" "$5"; then
+        fail "$tag: run failed"
+        sed 's/^/  | /' "$tmp/$tag.out"
+        return
+    fi
+    secs=$(($(date +%s) - start))
+    c=$(checksum "$tmp/$tag.jsonl") r=$(checksum "$tmp/$6.jsonl")
+    if [ -z "$c" ] || [ "$c" != "$r" ]; then
+        fail "$tag: param_checksum $c, 1-rank run $r"
+        return
+    fi
+    if msg=$(compare "$tag" "$6"); then
+        printf '%-24s checksum %s | %s | %ss\n' "$tag" "$c" "$msg" "$secs"
+    else
+        fail "$tag: $msg"
+    fi
+}
+
+fail() {
+    echo "FAILED: $1"
+    failures=$((failures + 1))
+}
+
+# the references
+for m in mlp pmlp; do
+    eval flags=\$$m
+    checks=$((checks + 1))
+    if train "$m-1-dp" 1 1 dp "$flags" && [ -n "$(checksum "$tmp/$m-1-dp.jsonl")" ] &&
+        [ "$(losses "$tmp/$m-1-dp.jsonl" | wc -l)" -eq $STEPS ]; then
+        printf '%-24s checksum %s | reference\n' "$m-1-dp" "$(checksum "$tmp/$m-1-dp.jsonl")"
+    else
+        fail "$m-1-dp: the 1-rank reference run failed"
+        sed 's/^/  | /' "$tmp/$m-1-dp.out"
+        echo "0%: Checks: $checks, Failures: $failures, Errors: 0"
+        exit 1
+    fi
+done
+
+for plan in dp tp fsdp; do
+    case_ "mlp-2-$plan" 2 2 $plan "$mlp" mlp-1-dp
+    case_ "mlp-4-$plan" 4 4 $plan "$mlp" mlp-1-dp
+done
+case_ "mlp-1x2-dp,tp" 2 1x2 dp,tp "$mlp" mlp-1-dp
+case_ "mlp-2x1-fsdp,tp" 2 2x1 fsdp,tp "$mlp" mlp-1-dp
+for plan in dp,tp fsdp,tp tp,fsdp; do case_ "mlp-2x2-$plan" 4 2x2 $plan "$mlp" mlp-1-dp; done
+case_ "pmlp-2-tp" 2 2 tp "$pmlp" pmlp-1-dp
+case_ "pmlp-4-fsdp" 4 4 fsdp "$pmlp" pmlp-1-dp
+case_ "pmlp-1x2-dp,tp" 2 1x2 dp,tp "$pmlp" pmlp-1-dp
+case_ "pmlp-2x2-fsdp,tp" 4 2x2 fsdp,tp "$pmlp" pmlp-1-dp
+
+pct=$(((checks - failures) * 100 / checks))
+echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
+test "$failures" -eq 0
