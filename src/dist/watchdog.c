@@ -1,0 +1,249 @@
+/* watchdog.c: the collective watchdog (see watchdog.h).
+ * State: the outermost collective in progress (op, mesh dim, member ranks,
+ * start time), behind one mutex. A detached thread, started on the first
+ * collective with more than one rank, wakes once a second (every quarter of
+ * a shorter timeout); when the collective in progress has run past the
+ * timeout it prints the report, gives the other waiting ranks a moment to
+ * print theirs, and calls MPI_Abort on MPI_COMM_WORLD (then _exit, should
+ * that return).
+ * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
+ * mg_watchdog_timeout. */
+#include "dist/watchdog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_TIMEOUT 300.0
+#define MAX_REPORT 4096 /* the report line */
+#define MAX_LIST 1024   /* one list of ranks in it */
+
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static double timeout_s; /* 0 = disabled */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int thread_started;
+static int depth;      /* nesting of begin/end */
+static int armed;      /* the outermost collective has peers to wait for */
+static int fired;      /* the report was printed; the job is ending */
+static const char *cur_op;
+static int cur_dim;
+static const int *cur_ranks;
+static int cur_nranks;
+static double cur_start;
+
+static void read_config(void) {
+    timeout_s = DEFAULT_TIMEOUT;
+    const char *env = getenv("MG_COLLECTIVE_TIMEOUT");
+    if (!env || !*env) return;
+    char *end;
+    errno = 0;
+    double v = strtod(env, &end);
+    while (*end == ' ') end++;
+    if (*end == 's' && end[1] == '\0') end++;
+    if (errno || *end || !(v >= 0) || v > 1e9) {
+        fprintf(stderr,
+                "meshgrad: warning: MG_COLLECTIVE_TIMEOUT='%s' is not a number of seconds "
+                "(0 disables the watchdog); using %g s\n",
+                env, DEFAULT_TIMEOUT);
+        return;
+    }
+    timeout_s = v;
+}
+
+double mg_watchdog_timeout(void) {
+    pthread_once(&config_once, read_config);
+    return timeout_s;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "0,1,2" into buf, skipping `skip` (-1: none); "..." when it does not fit. */
+static void format_ranks(char *buf, size_t len, const int *ranks, int n, int skip) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] == skip) continue;
+        char one[24];
+        int k = snprintf(one, sizeof one, "%s%d", used ? "," : "", ranks[i]);
+        if (used + (size_t)k + 4 >= len) {
+            snprintf(buf + used, len - used, ",...");
+            return;
+        }
+        memcpy(buf + used, one, (size_t)k + 1);
+        used += (size_t)k;
+    }
+}
+
+/* Called with the lock held, while the collective is still armed (its ranks
+ * array is alive: the caller is blocked inside the collective). */
+static void format_report(char *out, size_t len, double waited) {
+    int me = 0;
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    char members[MAX_LIST], others[MAX_LIST], where[64];
+    format_ranks(members, sizeof members, cur_ranks, cur_nranks, -1);
+    format_ranks(others, sizeof others, cur_ranks, cur_nranks, me);
+    if (cur_dim >= 0)
+        snprintf(where, sizeof where, "on mesh dim %d", cur_dim);
+    else if (cur_dim == MG_WATCHDOG_WHOLE_MESH)
+        snprintf(where, sizeof where, "on the whole mesh");
+    else
+        snprintf(where, sizeof where, "on a communicator of %d ranks", cur_nranks);
+    snprintf(out, len,
+             "meshgrad: error: collective %s %s (ranks %s) has not completed after %.0f s: "
+             "rank(s) %s are not answering (rank %d waits for them; MG_COLLECTIVE_TIMEOUT=%g)\n",
+             cur_op, where, members, waited, others[0] ? others : "?", me, timeout_s);
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void *watch(void *arg) {
+    (void)arg;
+    double poll = timeout_s / 4 < 1.0 ? timeout_s / 4 : 1.0;
+    if (poll < 0.05) poll = 0.05;
+    for (;;) {
+        sleep_s(poll);
+        char report[MAX_REPORT];
+        int fire = 0;
+        pthread_mutex_lock(&lock);
+        double waited = now_s() - cur_start;
+        if (armed && !fired && waited >= timeout_s) {
+            format_report(report, sizeof report, waited);
+            fired = fire = 1;
+        }
+        pthread_mutex_unlock(&lock);
+        if (!fire) continue;
+        fputs(report, stderr);
+        fflush(stderr);
+        /* the other waiting ranks time out about now too: let their lines out */
+        sleep_s(timeout_s < 1.0 ? timeout_s : 1.0);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        _exit(1);
+    }
+    return NULL;
+}
+
+static void start_thread(void) {
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, watch, NULL) != 0)
+        fprintf(stderr, "meshgrad: warning: cannot start the collective watchdog thread; a stalled "
+                        "collective will hang instead of ending the job\n");
+    pthread_attr_destroy(&attr);
+}
+
+void mg_watchdog_begin(const char *op, int mesh_dim, const int *ranks, int nranks) {
+    if (mg_watchdog_timeout() <= 0) return;
+    pthread_mutex_lock(&lock);
+    if (!thread_started && nranks > 1) { /* a one-rank job never needs it */
+        thread_started = 1;
+        start_thread();
+    }
+    if (depth++ == 0) {
+        cur_op = op;
+        cur_dim = mesh_dim;
+        cur_ranks = ranks;
+        cur_nranks = nranks;
+        cur_start = now_s();
+        armed = nranks > 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void mg_watchdog_end(void) {
+    if (mg_watchdog_timeout() <= 0) return;
+    pthread_mutex_lock(&lock);
+    if (depth > 0 && --depth == 0) armed = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- what a communicator is: cached on it as an attribute ---- */
+
+typedef struct {
+    int mesh_dim;
+    int nranks;
+    int ranks[]; /* world ranks of the members, in communicator order */
+} comm_info;
+
+static int keyval = MPI_KEYVAL_INVALID;
+
+static int free_info(MPI_Comm comm, int key, void *value, void *extra) {
+    (void)comm, (void)key, (void)extra;
+    free(value);
+    return MPI_SUCCESS;
+}
+
+static comm_info *describe(MPI_Comm comm) {
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    comm_info *info = malloc(sizeof *info + (size_t)size * sizeof(int));
+    if (!info) return NULL;
+    info->nranks = size;
+    MPI_Group group, world;
+    MPI_Comm_group(comm, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int *local = malloc((size_t)size * sizeof(int));
+    if (local) {
+        for (int i = 0; i < size; i++) local[i] = i;
+        MPI_Group_translate_ranks(group, size, local, world, info->ranks);
+        free(local);
+    } else {
+        for (int i = 0; i < size; i++) info->ranks[i] = i;
+    }
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+
+    char name[MPI_MAX_OBJECT_NAME];
+    int len = 0, dim;
+    name[0] = '\0';
+    MPI_Comm_get_name(comm, name, &len);
+    int world_size = 0, cmp = MPI_UNEQUAL;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm_compare(comm, MPI_COMM_WORLD, &cmp);
+    if (sscanf(name, "meshgrad mesh dim %d", &dim) == 1 && dim >= 0)
+        info->mesh_dim = dim;
+    else if (strcmp(name, "meshgrad mesh") == 0 || cmp == MPI_IDENT)
+        info->mesh_dim = MG_WATCHDOG_WHOLE_MESH;
+    else
+        info->mesh_dim = MG_WATCHDOG_UNKNOWN_DIM;
+    return info;
+}
+
+void mg_watchdog_begin_comm(const char *op, MPI_Comm comm) {
+    if (mg_watchdog_timeout() <= 0) return;
+    comm_info *info = NULL;
+    int found = 0;
+    if (keyval == MPI_KEYVAL_INVALID)
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_info, &keyval, NULL);
+    if (keyval != MPI_KEYVAL_INVALID) {
+        MPI_Comm_get_attr(comm, keyval, &info, &found);
+        if (!found || !info) {
+            info = describe(comm);
+            if (info && MPI_Comm_set_attr(comm, keyval, info) != MPI_SUCCESS) {
+                free(info);
+                info = NULL;
+            }
+        }
+    }
+    if (info)
+        mg_watchdog_begin(op, info->mesh_dim, info->ranks, info->nranks);
+    else /* out of memory: not watched, but begin/end stay paired */
+        mg_watchdog_begin(op, MG_WATCHDOG_UNKNOWN_DIM, NULL, 0);
+}

@@ -1,0 +1,50 @@
+/* watchdog.h: the collective watchdog. A blocking collective that has not
+ * completed after MG_COLLECTIVE_TIMEOUT seconds (default 300; 0 disables; read
+ * once) means a rank is stalled or gone: the watchdog prints
+ *   meshgrad: error: collective all_reduce on mesh dim 1 (ranks 0,1) has not
+ *   completed after 300 s: rank(s) 1 are not answering (rank 0 waits for them)
+ * on stderr and ends the whole job with MPI_Abort, instead of a silent hang.
+ *
+ * The comm layer brackets every blocking collective with begin/end. Both are
+ * cheap: a clock read (vDSO, no syscall) and an uncontended mutex; a thread
+ * started on the first collective of more than one rank looks at the clock
+ * once a second.
+ * The ranks named are the other members of the collective, seen from the rank
+ * that reports: each rank still waiting prints its own line (the watchdog waits
+ * a moment before aborting so they all get out), and the stalled rank is the
+ * one every line names and none prints.
+ *
+ * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
+ * mg_watchdog_timeout. */
+#ifndef MG_WATCHDOG_H
+#define MG_WATCHDOG_H
+
+#include <mpi.h>
+
+/* mesh_dim: the mesh dimension the collective runs along; MG_WATCHDOG_WHOLE_MESH
+ * for a collective over every rank of a mesh or the world, MG_WATCHDOG_UNKNOWN_DIM
+ * for any other communicator. */
+#define MG_WATCHDOG_WHOLE_MESH (-1)
+#define MG_WATCHDOG_UNKNOWN_DIM (-2)
+
+/* The timeout in seconds (MG_COLLECTIVE_TIMEOUT, parsed on the first call);
+ * 0 when the watchdog is disabled. */
+double mg_watchdog_timeout(void);
+
+/* Arms the watchdog for one collective. `op` must be a string literal (it is
+ * kept); `ranks` (world ranks of the members, nranks of them) is copied only
+ * when a report is printed, so it must stay valid until mg_watchdog_end().
+ * Nested begins keep the outermost collective. */
+void mg_watchdog_begin(const char *op, int mesh_dim, const int *ranks, int nranks);
+/* Disarms it (the collective completed, or failed and returned). */
+void mg_watchdog_end(void);
+
+/* mg_watchdog_begin for a collective over `comm`: the mesh dim and the world
+ * ranks are worked out once per communicator and cached on it (an MPI
+ * attribute, freed with the communicator). The mesh dim comes from the name
+ * mesh.c gives its communicators ("meshgrad mesh dim <d>", "meshgrad mesh");
+ * MPI_COMM_WORLD is the whole mesh. Does nothing when the watchdog is
+ * disabled or the communicator has one rank (nothing to wait for). */
+void mg_watchdog_begin_comm(const char *op, MPI_Comm comm);
+
+#endif
