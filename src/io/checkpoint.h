@@ -8,10 +8,13 @@
  * version, and the caller's key/value strings (step, seed, data position, RNG
  * counters, model/optimizer/schedule configuration, mesh and placements...).
  *
- * Saving writes "<path>.tmp.<pid>" then, after every rank has closed it and it is
- * flushed to disk (fsync), renames it to <path>, so a crash never leaves a half
- * file under the final name. Loading reads each rank's block (hyperslab) under
- * whatever mesh the entries' specs use now: any checkpoint resumes on any mesh. */
+ * Saving writes "<path>.tmp.<pid of rank 0>" then, after every rank has closed it
+ * and it is flushed to disk (fsync), renames it to <path>, so a crash never leaves
+ * a half file under the final name. (Tests: MG_CKPT_FAULT=kill-before-rename makes
+ * rank MG_CKPT_FAULT_RANK, default 0, raise SIGKILL just before the rename.)
+ * Loading reads each rank's block (hyperslab) under whatever mesh the entries'
+ * specs use now: any checkpoint resumes on any mesh. The file is opened on
+ * MPI_COMM_WORLD (every mesh spans all ranks). */
 #ifndef MG_CHECKPOINT_H
 #define MG_CHECKPOINT_H
 
@@ -32,14 +35,19 @@ typedef struct {
     char value[1024];
 } mg_ckpt_attr;
 
-/* Collective. Entries may be Shard or Replicate (Partial is reduced first). */
+/* Collective. Entries may be Shard or Replicate (Partial is reduced first).
+ * Attribute keys "format" and "version" are reserved; names and keys must be
+ * unique. Returns MG_OK once the file is complete under its final name. */
 int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
                        const mg_ckpt_attr *attrs, int nattrs);
 
 /* Collective. Fills each entry's local shard from the file (the dataset must
  * exist with the entry's global shape, else MG_EFORMAT naming the file, the
- * dataset and both shapes). attrs_out (may be NULL) receives up to max_attrs
- * attributes; *nattrs_out their number. Checksums are verified by HDF5 on read.
+ * dataset and both shapes). attrs_out (may be NULL) receives up to max_attrs of
+ * the caller's attributes (not format/version), in the order they were saved;
+ * *nattrs_out their number. Checksums are verified by HDF5 on read (a mismatch:
+ * MG_EFORMAT "checksum mismatch in <file> dataset /<name>: the file is corrupt").
+ * A Partial entry receives the value on coordinate 0 and zeros elsewhere.
  * Every failure is agreed across ranks and names the file and the problem. */
 int mg_checkpoint_load(const char *path, mg_ckpt_entry *entries, int n, mg_ckpt_attr *attrs_out,
                        int max_attrs, int *nattrs_out);
@@ -52,11 +60,13 @@ int mg_checkpoint_read_attrs(const char *path, mg_ckpt_attr *attrs_out, int max_
 const char *mg_ckpt_attr_get(const mg_ckpt_attr *attrs, int n, const char *key);
 
 /* `path` is a file: copies it; a directory: the newest complete checkpoint in it
- * (by step), or MG_EIO when there is none. */
+ * (by step: from the name ckpt-<step>.h5, else the "step" attribute of a *.h5
+ * checkpoint; *.tmp.* files are ignored), or MG_EIO when there is none. Local
+ * (not collective): every rank may call it. */
 int mg_checkpoint_resolve(const char *path, char *out, size_t len);
 
-/* Removes all but the newest `keep` complete checkpoints in `dir` (rank 0 only
- * deletes; collective). */
+/* Removes all but the newest `keep` (>= 1) complete checkpoints in `dir` (rank 0
+ * only deletes; collective). Call it after a save returned MG_OK. */
 int mg_checkpoint_prune(const char *dir, int keep);
 
 /* `meshgrad ckpt info`: step, parameters with global shapes, optimizer, mesh and

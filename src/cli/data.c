@@ -1,0 +1,337 @@
+/* data.c: `meshgrad data csv2h5 ...` and `meshgrad data info PATH`.
+ * Exports mg_cli_data (cli.h).
+ *
+ * csv2h5 turns a CSV of samples (one a line: the sample's values, row-major,
+ * then an integer class label as the last column) into the HDF5 data set layout
+ * of data.h: /train/inputs float32 (N, ...shape) = value / scale, /train/labels
+ * int32 (N), the same under /test/ for the rows whose 0-based index is a
+ * multiple of --test-every; root attributes source and license. It runs on rank
+ * 0 with serial HDF5 calls, writes "<out>.tmp" and renames it when complete.
+ * info opens both splits with the loader's reader and prints what it found. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+
+#include "cli/cli.h"
+#include "io/data.h"
+#include "io/h5util.h"
+#include "meshgrad.h"
+#include "status.h"
+
+typedef struct {
+    float *inputs;   /* rows x numel */
+    int32_t *labels; /* rows */
+    int64_t rows, cap;
+} split_rows;
+
+static int split_push(split_rows *s, const float *x, int64_t numel, int32_t label) {
+    if (s->rows == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 1024;
+        float *in = realloc(s->inputs, (size_t)(cap * numel) * sizeof *in);
+        if (in) s->inputs = in;
+        int32_t *lab = realloc(s->labels, (size_t)cap * sizeof *lab);
+        if (lab) s->labels = lab;
+        if (!in || !lab)
+            return mg_error(MG_ENOMEM, "csv2h5: out of memory at %lld rows", (long long)s->rows);
+        s->cap = cap;
+    }
+    memcpy(s->inputs + s->rows * numel, x, (size_t)numel * sizeof *x);
+    s->labels[s->rows++] = label;
+    return MG_OK;
+}
+
+/* Parses one CSV line of numel values and a label into x (scaled) and *label. */
+static int parse_line(char *line, const char *name, long lineno, int64_t numel, double scale,
+                      float *x, int32_t *label) {
+    int64_t field = 0;
+    char *p = line;
+    for (;;) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        char *q = end;
+        while (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n') q++;
+        if (end == p || (*q != ',' && *q != '\0') || !isfinite(v)) {
+            char *stop = p;
+            while (*stop && *stop != ',' && *stop != '\n' && *stop != '\r') stop++;
+            return mg_error(MG_EFORMAT, "%s:%ld: field %lld \"%.*s\" is not a number", name, lineno,
+                            (long long)field + 1, (int)(stop - p > 40 ? 40 : stop - p), p);
+        }
+        if (field < numel) {
+            x[field] = (float)(v / scale);
+        } else if (field == numel) {
+            if (v != floor(v) || v < 0 || v > 2147483647.0)
+                return mg_error(MG_EFORMAT,
+                                "%s:%ld: the label (field %lld) is %g; labels must "
+                                "be integers >= 0",
+                                name, lineno, (long long)field + 1, v);
+            *label = (int32_t)v;
+        }
+        field++;
+        if (*q == '\0') break;
+        p = q + 1;
+    }
+    if (field != numel + 1)
+        return mg_error(MG_EFORMAT,
+                        "%s:%ld: %lld fields, expected %lld (%lld values of the "
+                        "sample shape, then the label)",
+                        name, lineno, (long long)field, (long long)numel + 1, (long long)numel);
+    return MG_OK;
+}
+
+static int write_split(hid_t file, const char *split, const split_rows *s, int ndim,
+                       const int64_t *shape) {
+    hsize_t dims[MG_MAX_DIMS];
+    dims[0] = (hsize_t)s->rows;
+    for (int i = 0; i < ndim; i++) dims[i + 1] = (hsize_t)shape[i];
+    hid_t g = H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sp_in = H5Screate_simple(ndim + 1, dims, NULL), sp_lab = H5Screate_simple(1, dims, NULL);
+    hid_t din =
+        H5Dcreate2(g, "inputs", H5T_IEEE_F32LE, sp_in, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dlab =
+        H5Dcreate2(g, "labels", H5T_STD_I32LE, sp_lab, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = g < 0 || din < 0 || dlab < 0 ||
+              H5Dwrite(din, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, s->inputs) < 0 ||
+              H5Dwrite(dlab, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, s->labels) < 0;
+    if (dlab >= 0) H5Dclose(dlab);
+    if (din >= 0) H5Dclose(din);
+    H5Sclose(sp_lab);
+    H5Sclose(sp_in);
+    if (g >= 0) H5Gclose(g);
+    return bad ? -1 : 0;
+}
+
+typedef struct {
+    const char *in, *out, *source, *license;
+    int ndim;
+    int64_t shape[MG_MAX_DIMS - 1];
+    double scale;
+    long test_every;
+} csv2h5_args;
+
+static int csv2h5_run(const csv2h5_args *a) {
+    int64_t numel = 1;
+    for (int i = 0; i < a->ndim; i++) numel *= a->shape[i];
+    const char *name = strcmp(a->in, "-") == 0 ? "<stdin>" : a->in;
+    FILE *f = strcmp(a->in, "-") == 0 ? stdin : fopen(a->in, "r");
+    if (!f) return mg_error(MG_EIO, "csv2h5: cannot open %s: %s", a->in, strerror(errno));
+    split_rows train = {0}, test = {0};
+    float *x = malloc((size_t)numel * sizeof *x);
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    int64_t row = 0;
+    int st = x ? MG_OK : mg_error(MG_ENOMEM, "csv2h5: out of memory");
+    int32_t max_label = 0;
+    while (st == MG_OK && getline(&line, &cap, f) >= 0) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue; /* blank */
+        int32_t label = 0;
+        st = parse_line(line, name, lineno, numel, a->scale, x, &label);
+        if (st != MG_OK) break;
+        if (label > max_label) max_label = label;
+        int is_test = a->test_every > 0 && row % a->test_every == 0;
+        st = split_push(is_test ? &test : &train, x, numel, label);
+        row++;
+    }
+    if (st == MG_OK && ferror(f)) st = mg_error(MG_EIO, "csv2h5: reading %s failed", name);
+    free(line);
+    free(x);
+    if (f != stdin) fclose(f);
+    if (st == MG_OK && (train.rows == 0 || (a->test_every > 0 && test.rows == 0)))
+        st = mg_error(MG_EFORMAT, "csv2h5: %s has %lld data rows: too few to make %s", name,
+                      (long long)row,
+                      a->test_every > 0 ? "a train and a test split" : "a train split");
+    if (st == MG_OK) {
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.tmp", a->out);
+        hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        int bad = file < 0;
+        if (!bad) {
+            char rule[200];
+            if (a->test_every > 0)
+                snprintf(rule, sizeof rule,
+                         "test: rows whose 0-based index is a multiple of %ld "
+                         "(%lld rows); train: the others (%lld rows)",
+                         a->test_every, (long long)test.rows, (long long)train.rows);
+            else
+                snprintf(rule, sizeof rule, "train: all %lld rows", (long long)train.rows);
+            char scale[64];
+            snprintf(scale, sizeof scale, "inputs are the CSV values divided by %g", a->scale);
+            bad = mg_h5_attr_write_string(file, "source", a->source) < 0 ||
+                  mg_h5_attr_write_string(file, "license", a->license) < 0 ||
+                  mg_h5_attr_write_string(file, "split", rule) < 0 ||
+                  mg_h5_attr_write_string(file, "scale", scale) < 0 ||
+                  write_split(file, "train", &train, a->ndim, a->shape) < 0 ||
+                  (a->test_every > 0 && write_split(file, "test", &test, a->ndim, a->shape) < 0);
+            if (H5Fclose(file) < 0) bad = 1;
+        }
+        if (bad) {
+            mg_h5_err he;
+            mg_h5_error_get(&he);
+            st = mg_error(MG_EIO, "csv2h5: writing %s failed: %s", tmp, he.innermost);
+            remove(tmp);
+        } else if (rename(tmp, a->out) != 0) {
+            st = mg_error(MG_EIO, "csv2h5: renaming %s to %s failed: %s", tmp, a->out,
+                          strerror(errno));
+            remove(tmp);
+        }
+    }
+    if (st == MG_OK) {
+        char sb[128];
+        mg_shape_format(sb, sizeof sb, a->ndim, a->shape);
+        printf("%s: train %lld x %s, test %lld x %s, %d classes\n", a->out, (long long)train.rows,
+               sb, (long long)test.rows, sb, (int)max_label + 1);
+    }
+    free(train.inputs);
+    free(train.labels);
+    free(test.inputs);
+    free(test.labels);
+    return st;
+}
+
+static void csv2h5_usage(FILE *out) {
+    fprintf(out, "usage: meshgrad data csv2h5 --in FILE|- --out PATH --shape DxD... [--scale S]\n"
+                 "           [--test-every K] [--source TEXT] [--license TEXT]\n"
+                 "  CSV lines: the sample's values (row-major), then an integer label.\n"
+                 "  --scale S        inputs are value / S (default 1)\n"
+                 "  --test-every K   rows whose 0-based index is a multiple of K go to /test\n"
+                 "                   (default 0: no test split)\n");
+}
+
+static int csv2h5(int argc, char **argv) {
+    static const struct option options[] = {
+        {"in", required_argument, NULL, 'i'},
+        {"out", required_argument, NULL, 'o'},
+        {"shape", required_argument, NULL, 's'},
+        {"scale", required_argument, NULL, 'c'},
+        {"test-every", required_argument, NULL, 't'},
+        {"source", required_argument, NULL, 'S'},
+        {"license", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    csv2h5_args a = {.source = "", .license = "", .scale = 1.0};
+    const char *shape = NULL;
+    int opt;
+    char *end;
+    optind = 0;
+    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'i':
+            a.in = optarg;
+            break;
+        case 'o':
+            a.out = optarg;
+            break;
+        case 's':
+            shape = optarg;
+            break;
+        case 'c':
+            a.scale = strtod(optarg, &end);
+            if (*end || !(a.scale > 0) || !isfinite(a.scale)) {
+                mg_error(MG_EINVAL, "csv2h5: --scale %s: give a number > 0", optarg);
+                return 2;
+            }
+            break;
+        case 't':
+            a.test_every = strtol(optarg, &end, 10);
+            if (*end || a.test_every < 0) {
+                mg_error(MG_EINVAL, "csv2h5: --test-every %s: give an integer >= 0", optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            a.source = optarg;
+            break;
+        case 'L':
+            a.license = optarg;
+            break;
+        case 'h':
+            csv2h5_usage(stdout);
+            return 0;
+        default:
+            csv2h5_usage(stderr);
+            mg_error(MG_EINVAL, "csv2h5: bad option");
+            return 2;
+        }
+    }
+    if (!a.in || !a.out || !shape || optind < argc) {
+        csv2h5_usage(stderr);
+        mg_error(MG_EINVAL, "csv2h5 needs --in, --out and --shape%s%s",
+                 optind < argc ? "; unexpected argument " : "", optind < argc ? argv[optind] : "");
+        return 2;
+    }
+    for (const char *p = shape;; p = end + 1) {
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 1 || a.ndim == MG_MAX_DIMS - 1 || (*end && *end != 'x')) {
+            mg_error(MG_EINVAL,
+                     "csv2h5: --shape %s: give sizes >= 1 joined by 'x', e.g. 8x8 "
+                     "(at most %d dims)",
+                     shape, MG_MAX_DIMS - 1);
+            return 2;
+        }
+        a.shape[a.ndim++] = v;
+        if (!*end) break;
+    }
+    int st = MG_OK;
+    if (mg_rank() == 0) { /* one rank converts; the others wait for the verdict */
+        mg_h5_init();
+        st = csv2h5_run(&a);
+    }
+    return st == MG_OK ? 0 : 1;
+}
+
+static int info(int argc, char **argv) {
+    if (argc != 2) {
+        mg_error(MG_EINVAL, "usage: meshgrad data info PATH");
+        return 2;
+    }
+    const char *splits[2] = {"train", "test"};
+    for (int s = 0; s < 2; s++) {
+        mg_dataset *ds = mg_dataset_open(argv[1], splits[s], MPI_COMM_WORLD);
+        if (!ds) {
+            if (s == 1 && mg_last_code() == MG_EFORMAT && strstr(mg_last_error(), "no group"))
+                break; /* no test split */
+            return 1;
+        }
+        char sb[128];
+        if (mg_rank() == 0)
+            printf("/%s: %lld samples of shape %s, %d classes\n", splits[s],
+                   (long long)mg_dataset_rows(ds),
+                   mg_shape_format(sb, sizeof sb, mg_dataset_sample_ndim(ds),
+                                   mg_dataset_sample_shape(ds)),
+                   mg_dataset_num_classes(ds));
+        mg_dataset_close(ds);
+    }
+    if (mg_rank() == 0) {
+        hid_t f = H5Fopen(argv[1], H5F_ACC_RDONLY, H5P_DEFAULT);
+        char text[1024];
+        const char *keys[4] = {"source", "license", "split", "scale"};
+        for (int i = 0; f >= 0 && i < 4; i++)
+            if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
+                printf("%s: %s\n", keys[i], text);
+        if (f >= 0) H5Fclose(f);
+    }
+    return 0;
+}
+
+int mg_cli_data(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "csv2h5") == 0) return csv2h5(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "info") == 0) return info(argc - 1, argv + 1);
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        if (mg_rank() == 0)
+            printf("usage: meshgrad data csv2h5 ... | meshgrad data info PATH\n"
+                   "  csv2h5  convert a CSV of samples and labels into an HDF5 data set\n"
+                   "  info    print the splits, shapes, classes and attributes of a data set\n");
+        return 0;
+    }
+    mg_error(MG_EINVAL, "data needs a subcommand: csv2h5 or info (got %s)",
+             argc >= 2 ? argv[1] : "nothing");
+    return 2;
+}
