@@ -1,11 +1,14 @@
 /* arena.c: the step allocator (see arena.h). A list of blocks; allocation bumps
  * an offset in the last block; reset rewinds to the first block, merging blocks
- * into one so the steady state is a single block and no malloc. */
+ * into one so the steady state is a single block and no malloc. An arena for a
+ * device keeps a second arena whose blocks come from the backend's allocator,
+ * for tensor data. */
 #include "arena.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/backend.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -23,12 +26,17 @@ struct mg_arena {
     size_t peak;
     size_t capacity;
     int grow_count;
+    int on_device;                /* blocks come from `allocator` */
+    mg_arena_allocator allocator;
+    struct mg_arena *data;        /* device blocks for tensor data, or NULL */
 };
 
-static block *block_new(size_t size) {
+static block *block_new(const mg_arena *a, size_t size) {
     block *b = malloc(sizeof *b);
     if (!b) return NULL;
-    b->data = aligned_alloc(ARENA_ALIGN, (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN);
+    size_t rounded = (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    b->data = a->on_device ? a->allocator.alloc(a->allocator.ctx, rounded)
+                           : aligned_alloc(ARENA_ALIGN, rounded);
     if (!b->data) {
         free(b);
         return NULL;
@@ -43,7 +51,7 @@ mg_arena *mg_arena_new(size_t initial_bytes) {
     mg_arena *a = calloc(1, sizeof *a);
     if (!a) return mg_error_null(MG_ENOMEM, "arena: out of memory");
     if (initial_bytes < 4096) initial_bytes = 4096;
-    a->first = a->current = block_new(initial_bytes);
+    a->first = a->current = block_new(a, initial_bytes);
     if (!a->first) {
         free(a);
         return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes", initial_bytes);
@@ -53,10 +61,11 @@ mg_arena *mg_arena_new(size_t initial_bytes) {
     return a;
 }
 
-static void free_blocks(block *b) {
+static void free_blocks(const mg_arena *a, block *b) {
     while (b) {
         block *next = b->next;
-        free(b->data);
+        if (a->on_device) a->allocator.free(a->allocator.ctx, b->data);
+        else free(b->data);
         free(b);
         b = next;
     }
@@ -64,8 +73,42 @@ static void free_blocks(block *b) {
 
 void mg_arena_free(mg_arena *a) {
     if (!a) return;
-    free_blocks(a->first);
+    mg_arena_free(a->data);
+    free_blocks(a, a->first);
     free(a);
+}
+
+mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_arena_allocator *allocator) {
+    if (!allocator || !allocator->alloc || !allocator->free)
+        return mg_error_null(MG_EINVAL, "arena: a device arena needs an allocator");
+    mg_arena *a = mg_arena_new(4096); /* headers only */
+    mg_arena *d = a ? calloc(1, sizeof *d) : NULL;
+    if (!d) {
+        mg_arena_free(a);
+        return mg_error_null(MG_ENOMEM, "arena: out of memory");
+    }
+    if (initial_bytes < 4096) initial_bytes = 4096;
+    d->on_device = 1;
+    d->allocator = *allocator;
+    d->first = d->current = block_new(d, initial_bytes);
+    if (!d->first) {
+        free(d);
+        mg_arena_free(a);
+        return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes on device %d",
+                             initial_bytes, allocator->device);
+    }
+    d->capacity = initial_bytes;
+    d->grow_count = 1;
+    a->data = d;
+    return a;
+}
+
+int mg_arena_device(const mg_arena *a) {
+    return a && a->data ? a->data->allocator.device : MG_DEVICE_CPU;
+}
+
+void *mg_arena_alloc_data(mg_arena *a, size_t bytes) {
+    return mg_arena_alloc(a->data ? a->data : a, bytes);
 }
 
 void *mg_arena_alloc(mg_arena *a, size_t bytes) {
@@ -83,7 +126,7 @@ void *mg_arena_alloc(mg_arena *a, size_t bytes) {
             b->used = 0;
         } else {
             size_t size = a->capacity > need ? a->capacity : need; /* at least double */
-            block *n = block_new(size);
+            block *n = block_new(a, size);
             if (!n) return mg_error_null(MG_ENOMEM, "arena: out of memory growing by %zu bytes", size);
             b->next = n;
             b = n;
@@ -100,11 +143,12 @@ void *mg_arena_alloc(mg_arena *a, size_t bytes) {
 }
 
 void mg_arena_reset(mg_arena *a) {
+    if (a->data) mg_arena_reset(a->data);
     if (a->first->next) {
         /* this step needed several blocks: replace them by one that holds them all */
-        block *merged = block_new(a->capacity);
+        block *merged = block_new(a, a->capacity);
         if (merged) {
-            free_blocks(a->first);
+            free_blocks(a, a->first);
             a->first = merged;
             a->grow_count++;
         }
@@ -119,9 +163,17 @@ size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }
 size_t mg_arena_peak(const mg_arena *a) { return a->peak; }
 int mg_arena_grow_count(const mg_arena *a) { return a->grow_count; }
 
-static mg_arena *step_arena;
+static mg_arena *step_arena, *cuda_step_arena;
 
 mg_arena *mg_step_arena(void) {
+    if (mg_get_device() == MG_DEVICE_CUDA) {
+        mg_backend *be = mg_backend_cuda();
+        if (!cuda_step_arena && be) {
+            mg_arena_allocator al = {be->iface->alloc, be->iface->free, be->context, MG_DEVICE_CUDA};
+            cuda_step_arena = mg_arena_new_device((size_t)1 << 20, &al);
+        }
+        return cuda_step_arena;
+    }
     if (!step_arena) step_arena = mg_arena_new((size_t)1 << 20);
     return step_arena;
 }

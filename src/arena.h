@@ -20,7 +20,24 @@ size_t mg_arena_capacity(const mg_arena *); /* bytes held in all blocks */
 size_t mg_arena_peak(const mg_arena *);     /* most bytes used in one step */
 int mg_arena_grow_count(const mg_arena *);  /* how many times a new block was malloc'd */
 
-/* The process-wide step arena used by ops and the autograd tape. */
+/* Arenas for device tensors: headers (tensor structs, graph nodes) stay in host
+ * blocks as above, and tensor data comes from a second list of blocks made by
+ * `allocator` (a backend's alloc/free) on `device`. mg_arena_reset and
+ * mg_arena_free cover both; used/capacity/peak/grow count the host blocks. */
+typedef struct {
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *ptr);
+    void *ctx;
+    int device; /* MG_DEVICE_* */
+} mg_arena_allocator;
+mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_arena_allocator *allocator);
+int mg_arena_device(const mg_arena *); /* where mg_arena_alloc_data's memory lives */
+/* Memory for tensor data: from the device blocks when the arena has them, else
+ * the same as mg_arena_alloc. */
+void *mg_arena_alloc_data(mg_arena *, size_t bytes);
+
+/* The process-wide step arena used by ops and the autograd tape: the one of the
+ * current device (mg_get_device()), made on first use. */
 mg_arena *mg_step_arena(void);
 
 #endif

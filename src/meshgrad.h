@@ -43,6 +43,23 @@ int mg_world_size(void);
 const char *mg_last_error(void); /* this thread's last message ("" if none) */
 const char *mg_version(void);
 
+/* ---- devices -------------------------------------------------------------- */
+enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA = 1 };
+/* Where distributed tensors (shards, parameters, gradients, op results) live
+ * from now on: MG_DEVICE_CPU (the default) or MG_DEVICE_CUDA (one GPU per rank:
+ * its rank on the node modulo the node's GPUs; collectives through NCCL).
+ * Collective over the world; call after mg_init and before mg_mesh_new (a mesh
+ * uses the device set when it is made). MG_EDEVICE when built without CUDA or
+ * when some rank has no GPU of its own (every rank then stays where it was).
+ * Local tensors made by mg_tensor_new / mg_tensor_from_data, and those returned
+ * by mg_full_tensor, are host memory whatever the device; mg_local() of a
+ * tensor on a GPU holds device memory. */
+int mg_set_device(int device);
+int mg_get_device(void);
+/* Waits for the work queued on the device (nothing to do on the CPU); MG_EDEVICE
+ * with the message of the first device error met since the start. */
+int mg_device_synchronize(void);
+
 /* ---- placements ----------------------------------------------------------- */
 typedef enum { MG_PLACE_REPLICATE = 0, MG_PLACE_SHARD = 1, MG_PLACE_PARTIAL = 2 } mg_place_kind;
 typedef struct {

@@ -78,13 +78,26 @@ static mg_tensor *tensor_header(mg_arena *arena, int ndim, const int64_t *shape)
 }
 
 mg_tensor *mg_tensor_alloc(mg_arena *arena, int ndim, const int64_t *shape) {
+    return mg_tensor_alloc_on(arena, arena ? mg_arena_device(arena) : mg_get_device(), ndim, shape);
+}
+
+mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64_t *shape) {
+    mg_backend *be = device == MG_DEVICE_CPU ? NULL : mg_backend_cuda();
+    if (device != MG_DEVICE_CPU && (device != MG_DEVICE_CUDA || !be))
+        return mg_error_null(MG_EDEVICE, "tensor: no backend for device %d: call "
+                                         "mg_set_device(MG_DEVICE_CUDA) first", device);
+    if (be && arena && mg_arena_device(arena) != device)
+        return mg_error_null(MG_EDEVICE, "tensor: a device tensor from an arena without device "
+                                         "memory (use mg_step_arena() after mg_set_device)");
     mg_tensor *t = tensor_header(arena, ndim, shape);
     if (!t) return NULL;
     size_t bytes = (size_t)(t->numel > 0 ? t->numel : 1) * sizeof(float);
+    t->device = device;
     if (arena) {
-        t->data = mg_arena_alloc(arena, bytes);
+        t->data = be ? mg_arena_alloc_data(arena, bytes) : mg_arena_alloc(arena, bytes);
     } else {
-        t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        t->data = be ? be->iface->alloc(be->context, bytes)
+                     : aligned_alloc(64, (bytes + 63) / 64 * 64);
         t->flags |= MG_TENSOR_OWNS_DATA;
     }
     if (!t->data) {
@@ -98,7 +111,9 @@ mg_tensor *mg_tensor_alloc(mg_arena *arena, int ndim, const int64_t *shape) {
 
 mg_tensor *mg_tensor_zeros(mg_arena *arena, int ndim, const int64_t *shape) {
     mg_tensor *t = mg_tensor_alloc(arena, ndim, shape);
-    if (t && t->numel) memset(t->data, 0, (size_t)t->numel * sizeof(float));
+    if (!t || !t->numel) return t;
+    if (t->device == MG_DEVICE_CPU) memset(t->data, 0, (size_t)t->numel * sizeof(float));
+    else mg_backend_of(t)->iface->fill(mg_backend_of(t)->context, t, 0.0f);
     return t;
 }
 
@@ -118,17 +133,24 @@ mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t
 }
 
 mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t) {
-    mg_tensor *c = mg_tensor_alloc(arena, t->ndim, t->shape);
-    if (c && t->numel) memcpy(c->data, t->data, (size_t)t->numel * sizeof(float));
+    mg_tensor *c = mg_tensor_alloc_on(arena, t->device, t->ndim, t->shape);
+    if (!c || !t->numel) return c;
+    if (t->device == MG_DEVICE_CPU) memcpy(c->data, t->data, (size_t)t->numel * sizeof(float));
+    else mg_backend_of(t)->iface->copy(mg_backend_of(t)->context, t, c);
     return c;
 }
 
 /* ---- public ---------------------------------------------------------------- */
 
-mg_tensor *mg_tensor_new(int ndim, const int64_t *shape) { return mg_tensor_zeros(NULL, ndim, shape); }
+/* the public constructors make host tensors, whatever the current device */
+mg_tensor *mg_tensor_new(int ndim, const int64_t *shape) {
+    mg_tensor *t = mg_tensor_alloc_on(NULL, MG_DEVICE_CPU, ndim, shape);
+    if (t && t->numel) memset(t->data, 0, (size_t)t->numel * sizeof(float));
+    return t;
+}
 
 mg_tensor *mg_tensor_from_data(int ndim, const int64_t *shape, const float *data) {
-    mg_tensor *t = mg_tensor_alloc(NULL, ndim, shape);
+    mg_tensor *t = mg_tensor_alloc_on(NULL, MG_DEVICE_CPU, ndim, shape);
     if (!t) return NULL;
     if (t->numel && !data) {
         mg_tensor_free(t);

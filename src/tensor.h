@@ -14,7 +14,7 @@
 #include "arena.h"
 #include "meshgrad.h"
 
-enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA = 1 };
+/* MG_DEVICE_CPU, MG_DEVICE_CUDA: meshgrad.h */
 enum {
     MG_TENSOR_OWNS_DATA = 1, /* data is freed with the tensor */
     MG_TENSOR_IN_ARENA = 2,  /* struct and data live in an arena */
@@ -29,12 +29,17 @@ struct mg_tensor {
     unsigned flags;
 };
 
-/* Uninitialized tensor; from `arena` when not NULL, else the heap. */
+/* Uninitialized tensor; from `arena` when not NULL, else the heap. It lives on
+ * the arena's device (mg_arena_device), or for the heap on the current device
+ * (mg_get_device(): the CPU unless mg_set_device chose a GPU). */
 mg_tensor *mg_tensor_alloc(mg_arena *arena, int ndim, const int64_t *shape);
+/* The same on a given device. A device tensor from an arena needs an arena
+ * with a device part (mg_arena_new_device); host tensors come from any arena. */
+mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64_t *shape);
 mg_tensor *mg_tensor_zeros(mg_arena *arena, int ndim, const int64_t *shape);
 /* Same data, another shape of the same numel (no copy). */
 mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t *shape);
-mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t);
+mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t); /* on t's device */
 
 /* shape helpers */
 int64_t mg_shape_numel(int ndim, const int64_t *shape);

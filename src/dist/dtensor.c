@@ -3,7 +3,9 @@
  * mg_dtensor_fill_uniform / mg_dtensor_same_mesh and the public calls
  * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
  * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
- * autograd node, lives with the ops.) */
+ * autograd node, lives with the ops.) Shards live on the current device
+ * (mg_set_device): mg_distribute and mg_from_local copy the caller's tensor there,
+ * mg_full_tensor hands back host memory. */
 #include "dist/dtensor.h"
 
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 #include "dist/mesh.h"
 #include "dist/redistribute.h"
 #include "rng.h"
@@ -134,11 +137,25 @@ mg_dtensor *mg_distribute(const mg_mesh *mesh, const mg_tensor *full, const mg_p
     if (mg_spec_make(&spec, mesh, p, n, full->ndim, full->shape, who) != MG_OK) return NULL;
     int64_t shape[MG_MAX_DIMS], off[MG_MAX_DIMS], zero[MG_MAX_DIMS] = {0};
     mg_spec_local(&spec, NULL, shape, off);
-    mg_tensor *local = mg_tensor_alloc(NULL, spec.ndim, shape);
+    mg_tensor *local = mg_tensor_alloc(NULL, spec.ndim, shape); /* on the current device */
     if (!local) return NULL;
     mg_backend *be = mg_backend_of(local);
-    if (!holds_partial_value(&spec)) be->iface->fill(be->context, local, 0.0f);
-    else if (local->numel > 0) be->iface->copy_block(be->context, full, off, local, zero, shape);
+    if (!holds_partial_value(&spec)) {
+        be->iface->fill(be->context, local, 0.0f);
+    } else if (local->numel > 0 && full->device == local->device) {
+        be->iface->copy_block(be->context, full, off, local, zero, shape);
+    } else if (local->numel > 0) { /* cut the block on full's device, then move it */
+        mg_tensor *block = mg_tensor_alloc_on(NULL, full->device, spec.ndim, shape);
+        mg_backend *fb = mg_backend_of(full);
+        int rc = block && fb ? MG_OK : MG_ENOMEM;
+        if (rc == MG_OK) fb->iface->copy_block(fb->context, full, off, block, zero, shape);
+        if (rc == MG_OK) rc = mg_tensor_copy_any(block, local);
+        mg_tensor_free(block);
+        if (rc != MG_OK) {
+            mg_tensor_free(local);
+            return NULL;
+        }
+    }
     return wrap(&spec, local, NULL);
 }
 
@@ -178,8 +195,13 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
                      who, where, mg_spec_format(s, sizeof s, &spec), where);
         return NULL;
     }
-    mg_tensor *copy = mg_tensor_clone(NULL, local);
+    /* a copy on the current device (the caller's tensor may be host memory) */
+    mg_tensor *copy = mg_tensor_alloc(NULL, local->ndim, local->shape);
     if (!copy) return NULL;
+    if (mg_tensor_copy_any(local, copy) != MG_OK) {
+        mg_tensor_free(copy);
+        return NULL;
+    }
     return wrap(&spec, copy, NULL);
 }
 
@@ -189,7 +211,8 @@ mg_tensor *mg_full_tensor(const mg_dtensor *t) {
     for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
     mg_tensor *out = NULL;
     if (mg_redistribute_local(&t->spec, t->local, &all, &out, NULL) != MG_OK) return NULL;
-    return out;
+    /* the caller gets host memory, wherever the shards live */
+    return mg_tensor_to_device(NULL, out, MG_DEVICE_CPU);
 }
 
 const mg_tensor *mg_local(const mg_dtensor *t) { return t ? t->local : NULL; }

@@ -1,9 +1,13 @@
 /* mesh.c: the n-D device mesh over all ranks (see mesh.h).
  * MPI_Cart_create without reordering (mesh rank = world rank, row-major in mesh
  * coordinates), one MPI_Cart_sub communicator per mesh dim, each wrapped in a
- * registered mg_comm, plus one for the whole mesh.
+ * registered mg_comm, plus one for the whole mesh. The comms are MPI ones, or
+ * NCCL ones when the device is a GPU (mg_set_device), made in the same order on
+ * every rank (dims 0.., then the whole mesh).
  * Exports: mg_mesh_new/free/ndim/shape/coord (public), mg_mesh_format,
  * mg_mesh_rank_of, mg_mesh_parse. */
+#include "config.h"
+
 #include "dist/mesh.h"
 
 #include <ctype.h>
@@ -15,7 +19,33 @@
 
 #include "status.h"
 
+#ifdef MG_HAVE_CUDA
+#include "dist/comm_nccl.h"
+#endif
+
 static int next_mesh_id;
+
+/* The comm of one communicator for the current device. NCCL comms are made
+ * collectively; their outcome is agreed over the whole mesh (`cart`) so that a
+ * failure on some ranks leaves none of them waiting in the next MPI_Cart_sub. */
+static mg_comm *comm_new(MPI_Comm mpi, MPI_Comm cart) {
+#ifdef MG_HAVE_CUDA
+    if (mg_get_device() == MG_DEVICE_CUDA) {
+        mg_comm *c = mg_comm_nccl_new(mpi);
+        int mine = c != NULL, all = mine;
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, cart);
+        if (!all && c) {
+            mg_comm_free(c);
+            c = mg_error_null(MG_ECOMM, "mg_mesh_new: making the NCCL communicators failed on "
+                                        "another rank (see its error)");
+        }
+        return c;
+    }
+#else
+    (void)cart;
+#endif
+    return mg_comm_mpi_new(mpi);
+}
 
 char *mg_mesh_format(char *buf, size_t len, const mg_mesh *mesh) {
     size_t used = 0;
@@ -151,11 +181,11 @@ mg_mesh *mg_mesh_new(int ndim, const int *shape) {
         char name[MPI_MAX_OBJECT_NAME];
         snprintf(name, sizeof name, "meshgrad mesh dim %d", i);
         MPI_Comm_set_name(m->dim_mpi[i], name);
-        m->dim_comm[i] = mg_comm_mpi_new(m->dim_mpi[i]);
+        m->dim_comm[i] = comm_new(m->dim_mpi[i], m->cart);
         if (!m->dim_comm[i]) goto fail;
         mg_comm_register(m->dim_comm[i]);
     }
-    m->world = mg_comm_mpi_new(m->cart);
+    m->world = comm_new(m->cart, m->cart);
     if (!m->world) goto fail;
     mg_comm_register(m->world);
     m->id = ++next_mesh_id;

@@ -22,7 +22,9 @@
  * to the chunk size (uneven shards) and unpad after; blocks whose sharded dim is
  * the outermost one of size > 1 are contiguous and go to and from the
  * collective in place. Packing uses the backend (copy_block, copy, fill);
- * staging buffers are two process-wide scratch buffers kept between calls.
+ * staging buffers are two process-wide scratch buffers per device kept between
+ * calls. Device shards go through the same code: the backend of the shard does
+ * the packing and the mesh's NCCL comms the collectives.
  * mg_redistribute_cost walks the same plan on coordinate 0 (the largest block)
  * with mg_coll_bytes, so it needs only global metadata.
  *
@@ -109,11 +111,12 @@ static int64_t prod(const int64_t *shape, int from, int to) {
     return p;
 }
 
-/* A tensor of `shape` whose buffer holds at least `capacity` floats. */
-static mg_tensor *buf_alloc(mg_arena *arena, int ndim, const int64_t *shape, int64_t capacity) {
+/* A tensor of `shape` on be's device whose buffer holds at least `capacity` floats. */
+static mg_tensor *buf_alloc(const mg_backend *be, mg_arena *arena, int ndim, const int64_t *shape,
+                            int64_t capacity) {
     int64_t numel = mg_shape_numel(ndim, shape);
     int64_t cap = capacity > numel ? capacity : numel;
-    mg_tensor *t = mg_tensor_alloc(arena, 1, &cap);
+    mg_tensor *t = mg_tensor_alloc_on(arena, be->iface->device, 1, &cap);
     if (!t) return NULL;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
@@ -121,27 +124,27 @@ static mg_tensor *buf_alloc(mg_arena *arena, int ndim, const int64_t *shape, int
     return t;
 }
 
-/* A header over `data` (not owned), for copy_block on a piece of a buffer. */
-static mg_tensor view_of(float *data, int ndim, const int64_t *shape) {
+/* A header over `data` (be's memory, not owned), for copy_block on a piece of a buffer. */
+static mg_tensor view_of(const mg_backend *be, float *data, int ndim, const int64_t *shape) {
     mg_tensor v;
     memset(&v, 0, sizeof v);
     v.ndim = ndim;
     for (int i = 0; i < ndim; i++) v.shape[i] = shape[i];
     v.numel = mg_shape_numel(ndim, shape);
     v.data = data;
-    v.device = MG_DEVICE_CPU;
+    v.device = be->iface->device;
     return v;
 }
 
 static void fill_zero(mg_backend *be, float *data, int64_t n) {
     if (n <= 0) return;
-    mg_tensor v = view_of(data, 1, &n);
+    mg_tensor v = view_of(be, data, 1, &n);
     be->iface->fill(be->context, &v, 0.0f);
 }
 
 static void copy_flat(mg_backend *be, const float *src, float *dst, int64_t n) {
     if (n <= 0) return;
-    mg_tensor s = view_of((float *)src, 1, &n), d = view_of(dst, 1, &n);
+    mg_tensor s = view_of(be, (float *)src, 1, &n), d = view_of(be, dst, 1, &n);
     be->iface->copy(be->context, &s, &d);
 }
 
@@ -167,38 +170,48 @@ typedef struct {
 } exec;
 
 /* Staging buffers (padded pieces, gathered pieces): two process-wide buffers
- * kept between calls (not thread-safe), so that a step's moves neither grow the
- * step arena with throw-away data nor touch fresh pages every time (first touch
- * costs more than the copy on some machines). Moves without an arena (one-off
- * calls such as mg_full_tensor) give back buffers above SCRATCH_KEEP bytes. */
+ * per device kept between calls (not thread-safe), so that a step's moves neither
+ * grow the step arena with throw-away data nor touch fresh pages every time
+ * (first touch costs more than the copy on some machines). Moves without an
+ * arena (one-off calls such as mg_full_tensor) give back buffers above
+ * SCRATCH_KEEP bytes. Device buffers come from the backend's alloc/free. */
 #define SCRATCH_KEEP ((size_t)64 << 20)
 static struct {
     float *p;
     size_t bytes;
-} scratch[2];
+    mg_backend *be; /* the backend that made p */
+} scratch[2][2];    /* [MG_DEVICE_CPU or MG_DEVICE_CUDA][slot] */
 
-static float *tmp_alloc(int slot, int64_t n) {
+static void scratch_release(int dev, int slot) {
+    if (scratch[dev][slot].p) {
+        mg_backend *be = scratch[dev][slot].be;
+        be->iface->free(be->context, scratch[dev][slot].p);
+    }
+    scratch[dev][slot].p = NULL;
+    scratch[dev][slot].bytes = 0;
+}
+
+static float *tmp_alloc(mg_backend *be, int slot, int64_t n) {
+    int dev = be->iface->device == MG_DEVICE_CPU ? 0 : 1;
     size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    if (scratch[slot].bytes < bytes) {
-        free(scratch[slot].p);
-        scratch[slot].p = aligned_alloc(64, bytes);
-        scratch[slot].bytes = scratch[slot].p ? bytes : 0;
-        if (!scratch[slot].p) {
-            mg_error(MG_ENOMEM, "redistribute: out of memory for a %lld-float staging buffer",
-                     (long long)n);
+    if (scratch[dev][slot].bytes < bytes) {
+        scratch_release(dev, slot);
+        scratch[dev][slot].p = be->iface->alloc(be->context, bytes);
+        scratch[dev][slot].bytes = scratch[dev][slot].p ? bytes : 0;
+        scratch[dev][slot].be = be;
+        if (!scratch[dev][slot].p) {
+            mg_error(MG_ENOMEM, "redistribute: out of memory for a %lld-float staging buffer on %s",
+                     (long long)n, be->iface->name);
             return NULL;
         }
     }
-    return scratch[slot].p;
+    return scratch[dev][slot].p;
 }
 
 static void scratch_trim(void) {
-    for (int i = 0; i < 2; i++)
-        if (scratch[i].bytes > SCRATCH_KEEP) {
-            free(scratch[i].p);
-            scratch[i].p = NULL;
-            scratch[i].bytes = 0;
-        }
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 2; i++)
+            if (scratch[d][i].bytes > SCRATCH_KEEP) scratch_release(d, i);
 }
 
 /* S(d) -> R: every rank's piece (padded to the chunk) gathered, then unpadded. */
@@ -210,22 +223,22 @@ static int step_gather(exec *x, int d) {
     memcpy(Bp, B, sizeof B);
     Bp[d] = c;
     int64_t vol = mg_shape_numel(x->nd, Bp);
-    mg_tensor *out = buf_alloc(x->arena, x->nd, R, x->k * vol);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, R, x->k * vol);
     if (!out) return mg_last_code();
     *x->out = out;
     if (vol == 0) return MG_OK;
     const float *send = x->in->data;
     if (B[d] != c) { /* short piece: pad it */
-        float *t = tmp_alloc(0, vol);
+        float *t = tmp_alloc(x->be, 0, vol);
         if (!t) return mg_last_code();
         fill_zero(x->be, t, vol);
-        mg_tensor tv = view_of(t, x->nd, Bp);
+        mg_tensor tv = view_of(x->be, t, x->nd, Bp);
         copy_box(x->be, x->in, -1, 0, &tv, -1, 0, B, x->nd);
         send = t;
     }
     if (prod(B, 0, d) == 1) /* pieces are consecutive slabs of the result */
         return mg_comm_all_gather(x->comm, send, vol, out->data);
-    float *recv = tmp_alloc(1, x->k * vol);
+    float *recv = tmp_alloc(x->be, 1, x->k * vol);
     if (!recv) return mg_last_code();
     int rc = mg_comm_all_gather(x->comm, send, vol, recv);
     if (rc != MG_OK) return rc;
@@ -234,7 +247,7 @@ static int step_gather(exec *x, int d) {
         mg_chunk(P, x->k, r, &start, &size);
         memcpy(ext, B, sizeof ext);
         ext[d] = size;
-        mg_tensor piece = view_of(recv + r * vol, x->nd, Bp);
+        mg_tensor piece = view_of(x->be, recv + r * vol, x->nd, Bp);
         copy_box(x->be, &piece, -1, 0, out, d, start, ext, x->nd);
     }
     return MG_OK;
@@ -242,7 +255,7 @@ static int step_gather(exec *x, int d) {
 
 /* P -> R: sum of the addends, in place on a copy. */
 static int step_all_reduce(exec *x) {
-    mg_tensor *out = buf_alloc(x->arena, x->in->ndim, x->in->shape, 0);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->in->ndim, x->in->shape, 0);
     if (!out) return mg_last_code();
     *x->out = out;
     if (out->numel == 0) return MG_OK;
@@ -259,14 +272,14 @@ static int step_reduce_scatter(exec *x, int d) {
     memcpy(Bp, B, sizeof B);
     Bp[d] = c;
     int64_t vol = mg_shape_numel(x->nd, Bp), whole = mg_shape_numel(x->nd, B);
-    mg_tensor *out = buf_alloc(x->arena, x->nd, N, vol);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, N, vol);
     if (!out) return mg_last_code();
     *x->out = out;
     if (vol == 0) return MG_OK;
     bool outer = prod(B, 0, d) == 1;
     const float *send = x->in->data;
     if (!(outer && P == x->k * c)) {
-        float *t = tmp_alloc(0, x->k * vol);
+        float *t = tmp_alloc(x->be, 0, x->k * vol);
         if (!t) return mg_last_code();
         if (outer) { /* the pieces are in order already: only the tail is padding */
             copy_flat(x->be, x->in->data, t, whole);
@@ -278,18 +291,18 @@ static int step_reduce_scatter(exec *x, int d) {
                 mg_chunk(P, x->k, r, &start, &size);
                 memcpy(ext, B, sizeof ext);
                 ext[d] = size;
-                mg_tensor piece = view_of(t + r * vol, x->nd, Bp);
+                mg_tensor piece = view_of(x->be, t + r * vol, x->nd, Bp);
                 copy_box(x->be, x->in, d, start, &piece, -1, 0, ext, x->nd);
             }
         }
         send = t;
     }
     if (outer || N[d] == c) return mg_comm_reduce_scatter(x->comm, send, out->data, vol);
-    float *recv = tmp_alloc(1, vol);
+    float *recv = tmp_alloc(x->be, 1, vol);
     if (!recv) return mg_last_code();
     int rc = mg_comm_reduce_scatter(x->comm, send, recv, vol);
     if (rc != MG_OK) return rc;
-    mg_tensor piece = view_of(recv, x->nd, Bp);
+    mg_tensor piece = view_of(x->be, recv, x->nd, Bp);
     copy_box(x->be, &piece, -1, 0, out, -1, 0, N, x->nd);
     return MG_OK;
 }
@@ -305,13 +318,13 @@ static int step_all_to_all(exec *x, int d1, int d2) {
     Sp[d1] = c1;
     Sp[d2] = c2;
     int64_t vol = mg_shape_numel(x->nd, Sp);
-    mg_tensor *out = buf_alloc(x->arena, x->nd, N, x->k * vol);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, N, x->k * vol);
     if (!out) return mg_last_code();
     *x->out = out;
     if (vol == 0) return MG_OK;
     const float *send = x->in->data;
     if (!(prod(B, 0, d2) == 1 && P2 == x->k * c2 && B[d1] == c1)) {
-        float *t = tmp_alloc(0, x->k * vol);
+        float *t = tmp_alloc(x->be, 0, x->k * vol);
         if (!t) return mg_last_code();
         if (P2 != x->k * c2 || B[d1] != c1) fill_zero(x->be, t, x->k * vol);
         for (int r = 0; r < x->k; r++) {
@@ -319,14 +332,14 @@ static int step_all_to_all(exec *x, int d1, int d2) {
             mg_chunk(P2, x->k, r, &start, &size);
             memcpy(ext, B, sizeof ext);
             ext[d2] = size;
-            mg_tensor piece = view_of(t + r * vol, x->nd, Sp);
+            mg_tensor piece = view_of(x->be, t + r * vol, x->nd, Sp);
             copy_box(x->be, x->in, d2, start, &piece, -1, 0, ext, x->nd);
         }
         send = t;
     }
     if (prod(N, 0, d1) == 1 && N[d2] == c2) /* received pieces are consecutive slabs */
         return mg_comm_all_to_all(x->comm, send, vol, out->data);
-    float *recv = tmp_alloc(1, x->k * vol);
+    float *recv = tmp_alloc(x->be, 1, x->k * vol);
     if (!recv) return mg_last_code();
     int rc = mg_comm_all_to_all(x->comm, send, vol, recv);
     if (rc != MG_OK) return rc;
@@ -335,7 +348,7 @@ static int step_all_to_all(exec *x, int d1, int d2) {
         mg_chunk(P1, x->k, r, &start, &size);
         memcpy(ext, N, sizeof ext);
         ext[d1] = size;
-        mg_tensor piece = view_of(recv + r * vol, x->nd, Sp);
+        mg_tensor piece = view_of(x->be, recv + r * vol, x->nd, Sp);
         copy_box(x->be, &piece, -1, 0, out, d1, start, ext, x->nd);
     }
     return MG_OK;
@@ -346,7 +359,7 @@ static int step_slice(exec *x, int d) {
     int64_t N[MG_MAX_DIMS], start;
     mg_spec_local(x->ns, NULL, N, NULL);
     mg_chunk(x->in->shape[d], x->k, x->me, &start, NULL);
-    mg_tensor *out = buf_alloc(x->arena, x->nd, N, 0);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, N, 0);
     if (!out) return mg_last_code();
     *x->out = out;
     copy_box(x->be, x->in, d, start, out, -1, 0, N, x->nd);
@@ -355,7 +368,7 @@ static int step_slice(exec *x, int d) {
 
 /* R -> P: coordinate 0 keeps the value, the others hold zeros. */
 static int step_partial(exec *x) {
-    mg_tensor *out = buf_alloc(x->arena, x->in->ndim, x->in->shape, 0);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->in->ndim, x->in->shape, 0);
     if (!out) return mg_last_code();
     *x->out = out;
     if (x->me == 0) copy_flat(x->be, x->in->data, out->data, out->numel);
@@ -404,14 +417,22 @@ int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const 
                         mg_shape_format(b, sizeof b, src->ndim, want),
                         mg_spec_format(s, sizeof s, src));
     }
-    if (src_local->device != MG_DEVICE_CPU)
-        return mg_error(MG_EDEVICE, "redistribute: device tensors are not supported by the MPI "
-                                    "comm; redistribute host tensors");
     mg_backend *be = mg_backend_of(src_local);
+    if (!be)
+        return mg_error(MG_EDEVICE, "redistribute: no backend for device %d: call "
+                                    "mg_set_device(MG_DEVICE_CUDA) first", src_local->device);
     step steps[MAX_STEPS];
     int n = plan(src, dst, steps);
+    /* device buffers need a device comm (NCCL) on every mesh dim that communicates */
+    for (int i = 0; i < n && src_local->device != MG_DEVICE_CPU; i++) {
+        const mg_comm *c = src->mesh->dim_comm[steps[i].dim];
+        if (c->size > 1 && strcmp(c->iface->name, "mpi") == 0)
+            return mg_error(MG_EDEVICE, "redistribute: device tensors on a mesh with MPI "
+                                        "communicators: make the mesh after "
+                                        "mg_set_device(MG_DEVICE_CUDA), so it gets NCCL ones");
+    }
     if (n == 0) {
-        mg_tensor *c = buf_alloc(arena, src_local->ndim, src_local->shape, 0);
+        mg_tensor *c = buf_alloc(be, arena, src_local->ndim, src_local->shape, 0);
         if (!c) return mg_last_code();
         copy_flat(be, src_local->data, c->data, c->numel);
         *out = c;
