@@ -2,8 +2,9 @@
  * and 4 ranks: LR schedules, SGD with momentum and AdamW on sharded and
  * replicated parameters (a few steps vs a host loop), the global gradient norm
  * and clipping (sharded == replicated == naive), parallel plan checks, the
- * models' forward pass under each plan vs a host MLP, and the training
- * configuration (flags, config files, their errors). */
+ * models' forward pass under each plan vs a host MLP, the training
+ * configuration (flags, config files, their errors), and a training state
+ * saved from one plan and loaded under another (nn/train_state.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "nn/param.h"
 #include "nn/plan.h"
 #include "nn/train_config.h"
+#include "nn/train_state.h"
 #include "testutil.h"
 
 static int world;
@@ -470,6 +472,102 @@ START_TEST(test_config_flags) {
     const char *a6[] = {"train", "--help"};
     ck_assert_int_eq(parse(&c, 2, a6), MG_OK);
     ck_assert_int_eq(c.help, 1);
+    /* checkpoints */
+    const char *a7[] = {"train", "--save", "ck/", "--save-every", "10", "--keep", "2", "--resume", "ck"};
+    ck_assert_int_eq(parse(&c, 9, a7), MG_OK);
+    ck_assert_str_eq(c.save, "ck/");
+    ck_assert_int_eq(c.save_every, 10);
+    ck_assert_int_eq(c.keep, 2);
+    ck_assert_str_eq(c.resume, "ck");
+    ck_assert_int_eq(mg_train_config_check(&c), MG_OK);
+    const char *a8[] = {"train", "--save-every", "10"};
+    ck_assert_int_eq(parse(&c, 3, a8), MG_OK);
+    ck_assert_int_eq(mg_train_config_check(&c), MG_EINVAL);
+    ERR_HAS("save-every 10 needs a place to save");
+    const char *a9[] = {"train", "--keep", "3"};
+    ck_assert_int_eq(parse(&c, 3, a9), MG_OK);
+    ck_assert_int_eq(mg_train_config_check(&c), MG_EINVAL);
+    ERR_HAS("keep 3 applies to a checkpoint directory");
+}
+END_TEST
+
+/* ---- training state -------------------------------------------------------- */
+
+/* An mlp (8x8 -> H -> 10) and AdamW state on a 1-D mesh of every rank. */
+static void make_run(mg_model *m, mg_optimizer *opt, mg_mesh *mesh, const char *plan_text,
+                     int64_t hidden, uint64_t seed) {
+    mg_plan plan;
+    ck_assert_int_eq(mg_plan_parse(plan_text, &plan), MG_OK);
+    ck_assert_int_eq(mg_model_init(m, MG_MODEL_MLP, mesh, &plan, 8, 8, hidden, 4, 10, seed), MG_OK);
+    mg_optimizer_init(opt, MG_OPTIM_ADAMW, 0, -1);
+    ck_assert_int_eq(mg_optimizer_add_state(opt, &m->params), MG_OK);
+}
+
+/* every parameter and state tensor of a and b bitwise equal (collective) */
+static int same_state(mg_model *a, mg_model *b) {
+    int same = 1;
+    for (int i = 0; i < a->params.n; i++)
+        for (int s = -1; s < 2; s++) {
+            mg_dtensor *x = s < 0 ? a->params.p[i].value : a->params.p[i].state[s];
+            mg_dtensor *y = s < 0 ? b->params.p[i].value : b->params.p[i].state[s];
+            mg_tensor *fx = mg_full_tensor(x), *fy = mg_full_tensor(y);
+            same &= fx->numel == fy->numel &&
+                    memcmp(fx->data, fy->data, (size_t)fx->numel * sizeof(float)) == 0;
+            mg_tensor_free(fx);
+            mg_tensor_free(fy);
+        }
+    return same;
+}
+
+START_TEST(test_train_state_reshard) {
+    mg_mesh *mesh = mg_mesh_new(1, &world);
+    mg_model a, b, c;
+    mg_optimizer oa, ob, oc;
+    make_run(&a, &oa, mesh, "fsdp", 8, 1); /* stored Shard(0) */
+    make_run(&b, &ob, mesh, "dp", 8, 2);   /* Replicate, other values */
+    /* optimizer state with values of its own, 7 updates taken */
+    for (int i = 0; i < a.params.n; i++)
+        for (int s = 0; s < 2; s++) {
+            mg_tensor *l = a.params.p[i].state[s]->local;
+            for (int64_t k = 0; k < l->numel; k++) l->data[k] = 0.25f * (float)(i + 1) + (float)s + 1e-3f * (float)k;
+        }
+    oa.step = 7;
+    char path[256];
+    int pid = (int)getpid();
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    snprintf(path, sizeof path, "/tmp/mg-test-train-state-%d.h5", pid);
+    mg_plan pa, pb;
+    mg_plan_parse("fsdp", &pa);
+    mg_plan_parse("dp", &pb);
+    mg_train_state st = {.step = 7, .seed = 1, .data_epoch = 2, .data_cursor = 5, .batch = 16,
+                         .data_file = "digits.h5", .schedule = {MG_SCHEDULE_COSINE, 0.01, 2, 20}};
+    ck_assert_int_eq(mg_train_state_save(path, &a, &oa, &pa, &st), MG_OK);
+    mg_assert_all(!same_state(&a, &b), "the two runs start different");
+
+    mg_train_state saved;
+    ck_assert_int_eq(mg_train_state_load(path, &b, &ob, &pb, &st, &saved, NULL), MG_OK);
+    mg_assert_all(same_state(&a, &b), "loaded under dp == saved under fsdp, bitwise");
+    ck_assert_int_eq(ob.step, 7);
+    ck_assert_int_eq(saved.step, 7);
+    ck_assert_int_eq(saved.data_epoch, 2);
+    ck_assert_int_eq(saved.data_cursor, 5);
+    ck_assert_int_eq(saved.batch, 16);
+    ck_assert_int_eq(saved.schedule.kind, MG_SCHEDULE_COSINE);
+    ck_assert_double_eq(saved.schedule.lr, 0.01);
+    ck_assert_int_eq(saved.schedule.total, 20);
+    ck_assert_str_eq(saved.parallel, "fsdp");
+
+    /* another hidden size is refused before anything is loaded */
+    make_run(&c, &oc, mesh, "dp", 12, 3);
+    ck_assert_int_eq(mg_train_state_load(path, &c, &oc, &pb, &st, &saved, NULL), MG_EINVAL);
+    ERR_HAS("it was saved with model.hidden = 8 but --hidden is 12");
+    ck_assert_int_eq(oc.step, 0);
+
+    if (mg_rank() == 0) remove(path);
+    mg_model_free(&a);
+    mg_model_free(&b);
+    mg_model_free(&c);
+    mg_mesh_free(mesh);
 }
 END_TEST
 
@@ -540,6 +638,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_permute_mlp_forward);
     tcase_add_test(tc, test_config_flags);
     tcase_add_test(tc, test_config_file);
+    tcase_add_test(tc, test_train_state_reshard);
     suite_add_tcase(s, tc);
     int rc = mg_test_run_mpi(s);
     mg_finalize();

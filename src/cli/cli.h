@@ -10,9 +10,10 @@
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
 int mg_cli_data(int argc, char **argv);       /* src/cli/data.c */
-int mg_cli_bench(int argc, char **argv);      /* src/cli/bench.c: linear | step | comm */
-int mg_cli_bench_comm(int argc, char **argv); /* src/cli/bench_comm.c */
-int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_linear.c (to come) */
-int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_step.c (to come) */
+int mg_cli_bench(int argc, char **argv);        /* src/cli/bench.c: comm | linear | step | ops */
+int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
+int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
+int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
+int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 
 #endif

@@ -6,25 +6,40 @@
  * lines of metrics (DESIGN.md "Metrics"); at step 0 a "param_checksum" line
  * (FNV-1a 64 of every initial parameter) proves the initial parameters are
  * bitwise equal on every mesh.
+ *
+ * Checkpoints (nn/train_state.h, docs/CHECKPOINTS.md): --save FILE or DIR/ at
+ * every --save-every steps and at the end; --resume PATH loads a checkpoint into
+ * the current mesh and plan, seeks the loader and continues at the next step
+ * (a resumed run appends to --metrics, starting with a "param_checksum" line of
+ * the loaded parameters). SIGTERM, SIGINT and SIGUSR1 only set a flag; at the
+ * end of every step the ranks agree on it (all-reduce MAX), so all of them
+ * stop after the same step, save and exit 0. A second SIGINT ends the process
+ * at once.
  * Errors are left in mg_last_error() for main.c to print once.
  * Exports: mg_cli_train (cli.h). */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
+#include "io/checkpoint.h"
 #include "io/data.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
 #include "nn/train_config.h"
+#include "nn/train_state.h"
 #include "status.h"
 
 typedef struct {
@@ -41,7 +56,56 @@ typedef struct {
     mg_spec x_spec, y_spec, test_x_spec, test_y_spec;
     FILE *metrics;
     int rank;
+    char save_path[MG_PATH_MAX]; /* the --save file, or directory without a trailing '/' */
+    int save_dir;                /* 1: save_path is a directory of ckpt-<step>.h5 */
+    int64_t start_step;          /* steps done before this run (a resume) */
+    char resumed_from[MG_PATH_MAX];
+    char resume_note[MG_PATH_MAX + 256]; /* printed under the banner */
+    int handled[3];              /* stop_signals[i] has our handler */
+    struct sigaction old_signals[3];
 } trainer;
+
+static const int stop_signals[3] = {SIGTERM, SIGINT, SIGUSR1};
+static volatile sig_atomic_t stop_requested = 0; /* the signal number */
+
+static void on_stop_signal(int sig) {
+    if (sig == SIGINT && stop_requested == SIGINT) { /* a second Ctrl-C: stop now */
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
+    stop_requested = sig;
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGTERM  ? "SIGTERM"
+           : sig == SIGINT ? "SIGINT"
+           : sig == SIGUSR1 ? "SIGUSR1"
+                            : "a signal";
+}
+
+/* A signal ignored when the program started stays ignored (as a shell's
+ * background job ignores SIGINT). */
+static void install_signals(trainer *tr) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART; /* I/O and MPI calls carry on; the loop checks the flag */
+    stop_requested = 0;
+    for (int i = 0; i < 3; i++) {
+        if (sigaction(stop_signals[i], NULL, &tr->old_signals[i]) != 0 ||
+            tr->old_signals[i].sa_handler == SIG_IGN)
+            continue;
+        tr->handled[i] = sigaction(stop_signals[i], &sa, NULL) == 0;
+    }
+}
+
+static void restore_signals(trainer *tr) {
+    for (int i = 0; i < 3; i++)
+        if (tr->handled[i]) sigaction(stop_signals[i], &tr->old_signals[i], NULL);
+    memset(tr->handled, 0, sizeof tr->handled);
+}
 
 /* The data path as given when readable; else, when relative, the same path
  * under the directory of the running program (its build dir; a libtool .libs/
@@ -92,6 +156,56 @@ static int scalar_value(const mg_dtensor *t, double *out) {
     return MG_OK;
 }
 
+/* The directory part of a file path ("." when none). */
+static void parent_dir(const char *path, char *dir, size_t len) {
+    snprintf(dir, len, "%s", path);
+    char *last = strrchr(dir, '/');
+    if (!last) snprintf(dir, len, ".");
+    else if (last == dir) dir[1] = '\0';
+    else *last = '\0';
+}
+
+/* Rank 0 checks where --save goes, before any step is spent: a directory (an
+ * existing one, or a name ending in '/': created), or a file in an existing,
+ * writable directory. Agreed; the message is rank 0's. */
+static int prepare_save(trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    int st = MG_OK, is_dir = 0;
+    if (!c->save[0]) {
+        snprintf(tr->save_path, sizeof tr->save_path, "%s", MG_TRAIN_PREEMPT_PATH);
+        return MG_OK;
+    }
+    snprintf(tr->save_path, sizeof tr->save_path, "%s", c->save);
+    size_t len = strlen(tr->save_path);
+    int slash = tr->save_path[len - 1] == '/';
+    while (len > 1 && tr->save_path[len - 1] == '/') tr->save_path[--len] = '\0';
+    if (tr->rank == 0) {
+        struct stat sb;
+        char dir[MG_PATH_MAX];
+        is_dir = slash || (stat(tr->save_path, &sb) == 0 && S_ISDIR(sb.st_mode));
+        if (is_dir) {
+            snprintf(dir, sizeof dir, "%s", tr->save_path);
+            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+                st = mg_error(MG_EIO, "--save %s: cannot create the checkpoint directory: %s (create "
+                              "its parent first)", c->save, strerror(errno));
+        } else {
+            parent_dir(tr->save_path, dir, sizeof dir);
+        }
+        if (st == MG_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+            st = mg_error(MG_EIO, "--save %s: %s is not a directory (create it, or give --save DIR/ to "
+                          "have a checkpoint directory created)", c->save, dir);
+        if (st == MG_OK && access(dir, W_OK) != 0)
+            st = mg_error(MG_EIO, "--save %s: cannot write in %s: %s", c->save, dir, strerror(errno));
+        if (st == MG_OK && c->keep > 0 && !is_dir)
+            st = mg_error(MG_EINVAL, "--keep %lld applies to a checkpoint directory, but --save %s is a "
+                          "file (give --save DIR/ to keep the newest %lld of DIR/ckpt-<step>.h5)",
+                          (long long)c->keep, c->save, (long long)c->keep);
+    }
+    MPI_Bcast(&is_dir, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    tr->save_dir = is_dir;
+    return mg_status_agree(st);
+}
+
 static int setup(trainer *tr) {
     mg_train_config *c = &tr->cfg;
     int rc = mg_train_config_check(c);
@@ -110,6 +224,9 @@ static int setup(trainer *tr) {
                                       "or pass a --mesh whose sizes multiply to %d",
                             c->mesh, (long long)prod, mg_world_size(), (long long)prod, mg_world_size());
     }
+    if (c->tf32) mg_backend_cuda_set_tf32(1);
+    if (strcmp(c->device, "cuda") == 0 && mg_set_device(MG_DEVICE_CUDA) != MG_OK) /* before the mesh */
+        return mg_last_code();
     tr->mesh = mg_mesh_new(ndim, shape);
     if (!tr->mesh) return mg_last_code();
 
@@ -171,9 +288,12 @@ static int setup(trainer *tr) {
     if (rc == MG_OK) rc = mg_spec_make(&tr->test_y_spec, tr->mesh, bp, ndim, 1, ys, "test labels");
     if (rc != MG_OK) return rc;
 
+    rc = prepare_save(tr);
+    if (rc != MG_OK) return rc;
+
     int open_rc = MG_OK;
     if (c->metrics[0] && tr->rank == 0) {
-        tr->metrics = fopen(c->metrics, "w");
+        tr->metrics = fopen(c->metrics, c->resume[0] ? "a" : "w");
         if (!tr->metrics) open_rc = mg_error(MG_EIO, "cannot write metrics file '%s'", c->metrics);
     }
     rc = mg_status_agree(open_rc);
@@ -183,6 +303,7 @@ static int setup(trainer *tr) {
 }
 
 static void teardown(trainer *tr) {
+    restore_signals(tr);
     if (tr->metrics) fclose(tr->metrics);
     if (tr->have_model) mg_model_free(&tr->model);
     if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
@@ -255,14 +376,85 @@ static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out
     }
     if (rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
     if (rc == MG_OK) rc = mg_params_zero_grads(params);
+    if (rc == MG_OK) rc = mg_device_synchronize(); /* a device error surfaces here */
     mg_step_end();
     return rc;
+}
+
+/* Collective. Saves the run after `step` steps: to the --save file, to
+ * DIR/ckpt-<step>.h5 (then keeps the newest --keep), or, on preemption
+ * without --save, to ./meshgrad-preempt.h5. *where gets the path. */
+static int save(trainer *tr, int64_t step, char *where, size_t len) {
+    mg_train_config *c = &tr->cfg;
+    if (tr->save_dir)
+        snprintf(where, len, "%s/ckpt-%08lld.h5", tr->save_path, (long long)step);
+    else
+        snprintf(where, len, "%s", tr->save_path);
+    double t0 = MPI_Wtime();
+    mg_train_state st = {
+        .step = step, .seed = c->seed, .data_epoch = tr->train_loader.epoch,
+        .data_cursor = tr->train_loader.cursor, .batch = c->batch, .data_file = c->data,
+        .schedule = tr->sched, .clip = c->clip,
+    };
+    int rc = mg_train_state_save(where, &tr->model, &tr->opt, &tr->plan, &st);
+    if (rc == MG_OK && tr->save_dir && c->keep > 0)
+        rc = mg_checkpoint_prune(tr->save_path, (int)c->keep);
+    if (rc == MG_OK && tr->rank == 0) {
+        printf("checkpoint %lld: saved %s (%.0f ms)\n", (long long)step, where,
+               (MPI_Wtime() - t0) * 1e3);
+        fflush(stdout);
+    }
+    return rc;
+}
+
+/* Collective. --resume: rank 0 finds the checkpoint (a file, or the newest in
+ * a directory), every rank loads its blocks into the current mesh and plan,
+ * and the loader moves to where the saved run stood. */
+static int resume(trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    char path[MG_PATH_MAX];
+    int st = MG_OK;
+    if (tr->rank == 0) st = mg_checkpoint_resolve(c->resume, path, sizeof path);
+    if ((st = mg_status_agree(st)) != MG_OK) return st;
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    mg_train_state cur = {
+        .step = 0, .seed = c->seed, .batch = c->batch, .data_file = c->data,
+        .schedule = tr->sched, .clip = c->clip,
+    };
+    mg_train_state saved;
+    st = mg_train_state_load(path, &tr->model, &tr->opt, &tr->plan, &cur, &saved,
+                             tr->rank == 0 ? stderr : NULL);
+    if (st != MG_OK) return st;
+    if (saved.step > c->steps)
+        return mg_error(MG_EINVAL, "checkpoint %s is at step %lld, past --steps %lld (the total "
+                        "length of the run): give --steps %lld or more", path,
+                        (long long)saved.step, (long long)c->steps, (long long)saved.step);
+    st = mg_loader_seek(&tr->train_loader, saved.data_epoch, saved.data_cursor);
+    if (st != MG_OK) return st;
+    tr->start_step = saved.step;
+    snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
+    snprintf(tr->resume_note, sizeof tr->resume_note,
+             "resumed from %s: step %lld of %lld (saved on mesh %s [%s]), data epoch %lld batch %lld",
+             path, (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel,
+             (long long)saved.data_epoch, (long long)saved.data_cursor);
+    return MG_OK;
+}
+
+/* A JSON string body (the path): quotes and backslashes escaped. */
+static void json_escape(char *out, size_t len, const char *s) {
+    size_t j = 0;
+    for (; *s && j + 2 < len; s++) {
+        if (*s == '"' || *s == '\\') out[j++] = '\\';
+        out[j++] = (unsigned char)*s < 0x20 ? '?' : *s;
+    }
+    out[j] = '\0';
 }
 
 static int run(trainer *tr) {
     mg_train_config *c = &tr->cfg;
     int rc = setup(tr);
     if (rc != MG_OK) return rc;
+    if (c->resume[0] && (rc = resume(tr)) != MG_OK) return rc;
 
     uint64_t checksum = 0;
     rc = mg_params_checksum(&tr->model.params, &checksum);
@@ -280,15 +472,25 @@ static int run(trainer *tr) {
         printf("data %s: %lld train rows, %lld test rows; param checksum %016llx\n", c->data,
                (long long)mg_dataset_rows(tr->train), (long long)mg_dataset_rows(tr->test),
                (unsigned long long)checksum);
+        if (tr->resume_note[0]) printf("%s\n", tr->resume_note);
         fflush(stdout);
-        if (tr->metrics)
+        if (tr->metrics && tr->start_step == 0 && !tr->resumed_from[0])
             fprintf(tr->metrics, "{\"step\":0,\"param_checksum\":\"%016llx\"}\n",
                     (unsigned long long)checksum);
+        if (tr->metrics && tr->resumed_from[0]) {
+            char esc[2 * MG_PATH_MAX];
+            json_escape(esc, sizeof esc, tr->resumed_from);
+            fprintf(tr->metrics,
+                    "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"}\n",
+                    (long long)tr->start_step, esc, (unsigned long long)checksum);
+        }
     }
 
+    install_signals(tr);
+    char where[MG_PATH_MAX + 32];
     double start = MPI_Wtime(), window_start = start;
     int64_t window_steps = 0;
-    for (int64_t s = 0; s < c->steps; s++) {
+    for (int64_t s = tr->start_step; s < c->steps; s++) {
         double t0 = MPI_Wtime();
         double lr = mg_lr_at(&tr->sched, s), loss = 0, norm = 0;
         rc = train_step(tr, lr, &loss, &norm);
@@ -306,7 +508,8 @@ static int run(trainer *tr) {
         if (tr->rank == 0 && c->log_every > 0 && (step % c->log_every == 0 || step == c->steps)) {
             double wms = (t1 - window_start) * 1e3 / (double)window_steps;
             char eta[32];
-            format_duration(eta, sizeof eta, (double)(c->steps - step) * (t1 - start) / (double)step);
+            format_duration(eta, sizeof eta,
+                            (double)(c->steps - step) * (t1 - start) / (double)(step - tr->start_step));
             printf("step %lld/%lld | loss %.9f | lr %.3e | %.2f ms/step | %.0f samples/s | ETA %s\n",
                    (long long)step, (long long)c->steps, loss, lr, wms,
                    wms > 0 ? c->batch * 1e3 / wms : 0.0, eta);
@@ -314,17 +517,41 @@ static int run(trainer *tr) {
             window_start = t1;
             window_steps = 0;
         }
+        /* every rank stops after the same step, whichever ranks got the signal */
+        int mine = (int)stop_requested, any = 0;
+        MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any) {
+            if (tr->metrics) fflush(tr->metrics);
+            rc = save(tr, step, where, sizeof where);
+            if (rc != MG_OK) return rc;
+            if (tr->rank == 0) {
+                printf("stopped by %s after step %lld of %lld: resume with --resume %s\n",
+                       signal_name(any), (long long)step, (long long)c->steps,
+                       tr->save_dir ? tr->save_path : where);
+                fflush(stdout);
+            }
+            return MG_OK;
+        }
         if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps) {
             rc = evaluate(tr, step);
             if (rc != MG_OK) return rc;
         }
+        if (c->save[0] && c->save_every > 0 && step % c->save_every == 0 && step != c->steps) {
+            rc = save(tr, step, where, sizeof where);
+            if (rc != MG_OK) return rc;
+        }
     }
     double seconds = MPI_Wtime() - start;
+    int64_t ran = c->steps - tr->start_step;
+    if (c->save[0]) { /* also after 0 steps: a resumed checkpoint re-saved on this mesh */
+        rc = save(tr, c->steps, where, sizeof where);
+        if (rc != MG_OK) return rc;
+    }
     rc = evaluate(tr, c->steps);
     if (rc != MG_OK) return rc;
     if (tr->rank == 0) {
-        printf("done: %lld steps in %.2f s (%.3f ms/step)\n", (long long)c->steps, seconds,
-               seconds * 1e3 / (double)c->steps);
+        printf("done: %lld steps in %.2f s (%.3f ms/step)\n", (long long)ran, seconds,
+               ran > 0 ? seconds * 1e3 / (double)ran : 0.0);
         fflush(stdout);
     }
     return MG_OK;

@@ -14,7 +14,7 @@
 #include "status.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_MODEL, OPT_OPTIM, OPT_SCHEDULE, OPT_MESH,
-               OPT_PLAN } opt_type;
+               OPT_PLAN, OPT_FLAG /* on/off; --key alone means on */ } opt_type;
 
 typedef struct {
     const char *key;
@@ -48,6 +48,12 @@ static const option_def options[] = {
     {"metrics", OPT_STRING, F(metrics), 0, "FILE", "write JSON lines of metrics here"},
     {"threads", OPT_INT, F(threads), 0, "N", "CPU threads per rank (0 = cores / ranks)"},
     {"log-every", OPT_INT, F(log_every), 0, "N", "print progress every N steps (0 = never)"},
+    {"save", OPT_STRING, F(save), 0, "PATH", "checkpoint file, or directory (dir/) of ckpt-<step>.h5"},
+    {"save-every", OPT_INT, F(save_every), 0, "N", "save every N steps (0 = only at the end)"},
+    {"keep", OPT_INT, F(keep), 0, "K", "keep the newest K of a directory --save (0 = all)"},
+    {"resume", OPT_STRING, F(resume), 0, "PATH", "checkpoint to resume, or a directory: its newest one"},
+    {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
+    {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
@@ -72,6 +78,7 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->eval_every = 0;
     c->threads = 0;
     c->log_every = 100;
+    snprintf(c->device, sizeof c->device, "cpu");
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
@@ -137,6 +144,16 @@ int mg_train_config_set(mg_train_config *c, const char *key, const char *value, 
         *(double *)field = v;
         return MG_OK;
     }
+    case OPT_FLAG:
+        if (!strcmp(value, "1") || !strcmp(value, "on") || !strcmp(value, "yes") || !strcmp(value, "true"))
+            *(int64_t *)field = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "off") || !strcmp(value, "no") ||
+                 !strcmp(value, "false"))
+            *(int64_t *)field = 0;
+        else
+            return mg_error(MG_EINVAL, "%s: %s is on or off (1/0, yes/no, true/false), got '%s'",
+                            where, o->key, value);
+        return MG_OK;
     case OPT_MODEL: rc = mg_model_kind_parse(value, field); break;
     case OPT_OPTIM: rc = mg_optim_kind_parse(value, field); break;
     case OPT_SCHEDULE: rc = mg_schedule_kind_parse(value, field); break;
@@ -199,7 +216,9 @@ int mg_train_config_load(mg_train_config *c, const char *path) {
 int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv) {
     struct option longopts[NOPTIONS + 3];
     for (int i = 0; i < NOPTIONS; i++)
-        longopts[i] = (struct option){options[i].key, required_argument, NULL, 1000 + i};
+        longopts[i] = (struct option){options[i].key,
+                                      options[i].type == OPT_FLAG ? optional_argument : required_argument,
+                                      NULL, 1000 + i};
     longopts[NOPTIONS] = (struct option){"config", required_argument, NULL, 'c'};
     longopts[NOPTIONS + 1] = (struct option){"help", no_argument, NULL, 'h'};
     longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
@@ -228,7 +247,7 @@ int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv) {
             if (pass == 2) {
                 char where[80];
                 snprintf(where, sizeof where, "--%s", options[ch - 1000].key);
-                int rc = mg_train_config_set(c, options[ch - 1000].key, optarg, where);
+                int rc = mg_train_config_set(c, options[ch - 1000].key, optarg ? optarg : "1", where);
                 if (rc != MG_OK) return rc;
             }
         }
@@ -248,6 +267,14 @@ int mg_train_config_check(const mg_train_config *c) {
     if (c->optimizer == MG_OPTIM_ADAMW && c->momentum != 0)
         return mg_error(MG_EINVAL, "momentum %g is an SGD setting; AdamW uses betas 0.9/0.999 (drop "
                                    "momentum or use --optimizer sgd)", c->momentum);
+    if (!c->save[0] && c->save_every > 0)
+        return mg_error(MG_EINVAL, "save-every %lld needs a place to save: give --save FILE or --save DIR/",
+                        (long long)c->save_every);
+    if (!c->save[0] && c->keep > 0)
+        return mg_error(MG_EINVAL, "keep %lld applies to a checkpoint directory: give --save DIR/",
+                        (long long)c->keep);
+    if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0)
+        return mg_error(MG_EINVAL, "device '%s' is not one of cpu, cuda", c->device);
     return MG_OK;
 }
 
@@ -259,6 +286,7 @@ static void format_value(const option_def *o, const mg_train_config *c, char *bu
     case OPT_MESH:
     case OPT_PLAN: snprintf(buf, len, "%s", (const char *)field); break;
     case OPT_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)field); break;
+    case OPT_FLAG: snprintf(buf, len, "%s", *(const int64_t *)field ? "on" : "off"); break;
     case OPT_FLOAT: snprintf(buf, len, "%g", *(const double *)field); break;
     case OPT_MODEL: snprintf(buf, len, "%s", mg_model_kind_name(*(const mg_model_kind *)field)); break;
     case OPT_OPTIM: snprintf(buf, len, "%s", mg_optim_kind_name(*(const mg_optim_kind *)field)); break;
@@ -289,5 +317,11 @@ void mg_train_config_usage(FILE *out) {
     fprintf(out, "  %-21s %s\n\n", "--help", "this text");
     fprintf(out, "A relative --data path is looked for in the current directory first, then\n"
                  "in the directory of the meshgrad program (its build directory), so\n"
-                 "'data/digits.h5' finds build/data/digits.h5 when run as build/meshgrad.\n");
+                 "'data/digits.h5' finds build/data/digits.h5 when run as build/meshgrad.\n\n"
+                 "Checkpoints (docs/CHECKPOINTS.md): --save FILE rewrites FILE atomically at\n"
+                 "every --save-every steps and at the end; --save DIR/ writes DIR/ckpt-<step>.h5\n"
+                 "(keeping the newest --keep). --resume PATH continues a run bit for bit on the\n"
+                 "same mesh, on any other mesh by resharding; --steps stays the total.\n"
+                 "SIGTERM, SIGINT or SIGUSR1 finish the current step, save (to --save, else\n"
+                 "to ./%s) and exit 0.\n", MG_TRAIN_PREEMPT_PATH);
 }

@@ -17,6 +17,8 @@
 #include "nn/plan.h"
 
 #define MG_PATH_MAX 4096
+/* where a preempted run saves when no --save was given */
+#define MG_TRAIN_PREEMPT_PATH "meshgrad-preempt.h5"
 
 typedef struct {
     char config[MG_PATH_MAX];  /* the file read, "" when none */
@@ -38,6 +40,12 @@ typedef struct {
     char metrics[MG_PATH_MAX]; /* "" = none */
     int64_t threads;           /* 0 = default */
     int64_t log_every;         /* 0 = no progress lines */
+    char save[MG_PATH_MAX];    /* checkpoint file, or directory ("dir/"); "" = none */
+    int64_t save_every;        /* save every N steps (0 = only at the end) */
+    int64_t keep;              /* directory --save: keep the newest K (0 = all) */
+    char resume[MG_PATH_MAX];  /* checkpoint file or directory to resume; "" = none */
+    char device[16];           /* "cpu" or "cuda" */
+    int64_t tf32;              /* 1: TF32 GEMMs on cuda */
     int help;
 } mg_train_config;
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# bench-vs-pytorch.sh: the MLP training step (batch 256, 1024-4096-1024, ReLU,
+# MSE, SGD) in meshgrad and in PyTorch, side by side, with matching thread
+# settings; then mg_linear against raw cblas, and data-parallel / fully sharded
+# runs against the 1-rank step. PyTorch comes from Debian's python3-torch
+# (/usr/bin/python3); without it the PyTorch column says so and the rest runs.
+#
+#   scripts/bench-vs-pytorch.sh [--build DIR] [--steps N]
+# Prints a table and, as its last line, one JSON object.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$here/build
+steps=10
+while [ $# -gt 0 ]; do
+    case $1 in
+    --build) build=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "bench-vs-pytorch.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+    esac
+done
+mg=$build/meshgrad
+[ -x "$mg" ] || { echo "bench-vs-pytorch.sh: $mg not found: build first (scripts/setup.sh)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cores=$(nproc)
+run() { # ranks threads args...
+    local np=$1 th=$2
+    shift 2
+    local over=
+    [ $((np * th)) -gt "$cores" ] && over=--oversubscribe
+    OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th mpirun $over -np "$np" "$mg" "$@" --threads "$th" | tail -n 1
+}
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+
+torch_ms() { # threads
+    /usr/bin/python3 - "$1" "$steps" <<'PY' 2>/dev/null
+import sys, time
+import torch
+threads, steps = int(sys.argv[1]), int(sys.argv[2])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(256, 1024)
+y = torch.randn(256, 1024)
+times = []
+for i in range(steps + 2):
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    if i >= 2:
+        times.append(time.perf_counter() - t0)
+times.sort()
+n = len(times)
+print(1e3 * (times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])))
+PY
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/{print $2}') GiB"
+echo
+lin=$(OPENBLAS_NUM_THREADS=1 mpirun -np 1 "$mg" bench linear --threads 1 | tail -n 1)
+lin2=$(OPENBLAS_NUM_THREADS=2 mpirun -np 1 "$mg" bench linear --threads 2 | tail -n 1)
+s11=$(run 1 1 bench step --steps "$steps")
+s12=$(run 1 2 bench step --steps "$steps")
+s21=$(run 2 1 bench step --steps "$steps" --parallel dp)
+f1=$(run 1 1 bench step --steps 3 --batch 8 --layers 1024,8192,8192,1024)
+f4=$(run 4 1 bench step --steps 3 --batch 8 --layers 1024,8192,8192,1024 --parallel fsdp)
+t1=$(OPENBLAS_NUM_THREADS=1 torch_ms 1)
+t2=$(OPENBLAS_NUM_THREADS=2 torch_ms 2)
+ms11=$(echo "$s11" | field ms_per_step); ms12=$(echo "$s12" | field ms_per_step)
+ms21=$(echo "$s21" | field ms_per_step)
+rss1=$(echo "$f1" | field peak_rss_mb); rss4=$(echo "$f4" | field peak_rss_mb)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
+
+printf '%-52s %12s %12s %8s %s\n' "measure" "meshgrad" "reference" "ratio" "target"
+printf '%-52s %12s %12s %8s %s\n' "mg_linear fwd+bwd GFLOP/s, 1 thread (ref: cblas)" \
+    "$(echo "$lin" | field mg_gflops)" "$(echo "$lin" | field blas_gflops)" "$(echo "$lin" | field ratio)" ">= 0.90"
+printf '%-52s %12s %12s %8s %s\n' "mg_linear fwd+bwd GFLOP/s, 2 threads (ref: cblas)" \
+    "$(echo "$lin2" | field mg_gflops)" "$(echo "$lin2" | field blas_gflops)" "$(echo "$lin2" | field ratio)" ">= 0.90"
+printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 1 rank x 1 thread (ref: PyTorch)" "$ms11" "${t1:-absent}" "$(ratio "$ms11" "$t1")" "<= 1.00"
+printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 1 rank x 2 threads (ref: PyTorch)" "$ms12" "${t2:-absent}" "$(ratio "$ms12" "$t2")" "<= 1.00"
+printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 2 ranks x 1 thread dp (ref: 1x1)" "$ms21" "$ms11" "$(ratio "$ms21" "$ms11")" "<= 0.60"
+printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp (ref: 1 rank)" "$rss4" "$rss1" "$(ratio "$rss4" "$rss1")" "<= 0.40"
+[ -z "$t1" ] && echo "(PyTorch not found: apt-get install python3-torch for the reference column)"
+printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"fsdp_rss_ratio":%s}\n' \
+    "$(echo "$lin" | field ratio)" "$ms11" "${t1:-null}" "$ms12" "${t2:-null}" "$ms21" "$(ratio "$rss4" "$rss1" | sed 's#n/a#null#')"

@@ -1,0 +1,310 @@
+/* train_state.c: a training run saved to and loaded from a checkpoint (see
+ * train_state.h). Both directions build the same attribute list from the
+ * model, optimizer and configuration, so a resume compares the file's list
+ * with the current one key by key, as text. */
+#include "nn/train_state.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/mesh.h"
+#include "dist/placement.h"
+#include "io/checkpoint.h"
+#include "status.h"
+
+#define MAX_FILE_ATTRS 256
+
+typedef struct {
+    mg_ckpt_attr *a;
+    int n, cap;
+} attr_list;
+
+static void attr_set(attr_list *l, const char *key, const char *fmt, ...) MG_PRINTF(3, 4);
+static void attr_set(attr_list *l, const char *key, const char *fmt, ...) {
+    if (l->n == l->cap || strlen(key) >= sizeof l->a[0].key) return; /* informational overflow */
+    mg_ckpt_attr *a = &l->a[l->n++];
+    snprintf(a->key, sizeof a->key, "%s", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->value, sizeof a->value, fmt, ap);
+    va_end(ap);
+}
+
+/* The shortest "%.Ng" text that reads back as exactly v. */
+static void attr_double(attr_list *l, const char *key, double v) {
+    char buf[64];
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    attr_set(l, key, "%s", buf);
+}
+
+/* The same for a float (the optimizer's settings are floats). */
+static void attr_float(attr_list *l, const char *key, float v) {
+    char buf[64];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    attr_set(l, key, "%s", buf);
+}
+
+static void attr_int(attr_list *l, const char *key, int64_t v) {
+    attr_set(l, key, "%lld", (long long)v);
+}
+
+static const mg_mesh *model_mesh(const mg_model *m) { return m->params.p[0].value->spec.mesh; }
+
+/* "exp_avg,exp_avg_sq", "momentum_buffer" or "none" */
+static void state_names(const mg_optimizer *opt, char *buf, size_t len) {
+    int n = mg_optimizer_state_count(opt);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int s = 0; s < n; s++)
+        used += (size_t)snprintf(buf + used, len > used ? len - used : 0, "%s%s", s ? "," : "",
+                                 mg_optimizer_state_name(opt, s));
+    if (n == 0) snprintf(buf, len, "none");
+}
+
+/* Every attribute of a run: st, the model, the optimizer, the mesh and plan. */
+static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer *opt,
+                        const mg_plan *plan, const mg_train_state *st) {
+    char buf[256];
+    attr_int(l, "step", st->step);
+    attr_int(l, "seed", st->seed);
+    attr_set(l, "rng", "philox4x32-10, stateless: parameters keyed by (seed, parameter index, "
+                       "element index), data order by (seed, data.epoch)");
+    attr_int(l, "data.epoch", st->data_epoch);
+    attr_int(l, "data.cursor", st->data_cursor);
+    attr_int(l, "data.batch", st->batch);
+    attr_set(l, "data.file", "%s", st->data_file ? st->data_file : "");
+    attr_set(l, "model", "%s", mg_model_kind_name(model->kind));
+    attr_int(l, "model.hidden", model->hidden);
+    attr_int(l, "model.channels", model->channels);
+    attr_int(l, "model.classes", model->classes);
+    attr_set(l, "model.input", "%lldx%lld", (long long)model->sample_shape[0],
+             (long long)model->sample_shape[1]);
+    attr_set(l, "optimizer", "%s", mg_optim_kind_name(opt->kind));
+    state_names(opt, buf, sizeof buf);
+    attr_set(l, "optimizer.state", "%s", buf);
+    attr_int(l, "optimizer.step", opt->step);
+    attr_float(l, "optimizer.momentum", opt->momentum);
+    attr_float(l, "optimizer.weight_decay", opt->weight_decay);
+    attr_float(l, "optimizer.beta1", opt->beta1);
+    attr_float(l, "optimizer.beta2", opt->beta2);
+    attr_float(l, "optimizer.eps", opt->eps);
+    attr_double(l, "clip", st->clip);
+    attr_set(l, "schedule", "%s", mg_schedule_kind_name(st->schedule.kind));
+    attr_double(l, "schedule.lr", st->schedule.lr);
+    attr_int(l, "schedule.warmup", st->schedule.warmup);
+    attr_int(l, "schedule.total_steps", st->schedule.total);
+    const mg_mesh *mesh = model_mesh(model);
+    attr_set(l, "mesh", "%s", mg_mesh_format(buf, sizeof buf, mesh));
+    attr_set(l, "parallel", "%s", mg_plan_format(buf, sizeof buf, plan));
+    for (int i = 0; i < model->params.n; i++) {
+        const mg_param *p = &model->params.p[i];
+        char key[128];
+        snprintf(key, sizeof key, "placements.%s", p->name);
+        attr_set(l, key, "%s", mg_placements_format(buf, sizeof buf, p->value->spec.p, mesh->ndim));
+    }
+    attr_set(l, "meshgrad.version", "%s", mg_version());
+}
+
+/* The entries params/<name> and optim/<name>/<state>; names in *names (free it). */
+static int build_entries(mg_model *model, const mg_optimizer *opt, mg_ckpt_entry **out, int *n,
+                         char **names) {
+    enum { NAME = MG_PARAM_NAME_MAX + 32 };
+    mg_param_table *t = &model->params;
+    int nstate = mg_optimizer_state_count(opt), count = t->n * (1 + nstate);
+    mg_ckpt_entry *e = calloc((size_t)count, sizeof *e);
+    char *buf = calloc((size_t)count, NAME);
+    if (!e || !buf) {
+        free(e);
+        free(buf);
+        return mg_error(MG_ENOMEM, "checkpoint: out of memory for %d entries", count);
+    }
+    int k = 0;
+    for (int i = 0; i < t->n; i++) {
+        char *name = buf + (size_t)k * NAME;
+        snprintf(name, NAME, "params/%s", t->p[i].name);
+        e[k++] = (mg_ckpt_entry){name, t->p[i].value};
+        for (int s = 0; s < nstate; s++) {
+            if (!t->p[i].state[s]) {
+                free(e);
+                free(buf);
+                return mg_error(MG_ESTATE, "checkpoint: %s has no optimizer state %s", t->p[i].name,
+                                mg_optimizer_state_name(opt, s));
+            }
+            name = buf + (size_t)k * NAME;
+            snprintf(name, NAME, "optim/%s/%s", t->p[i].name, mg_optimizer_state_name(opt, s));
+            e[k++] = (mg_ckpt_entry){name, t->p[i].state[s]};
+        }
+    }
+    *out = e;
+    *n = count;
+    *names = buf;
+    return MG_OK;
+}
+
+int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *opt,
+                        const mg_plan *plan, const mg_train_state *st) {
+    if (model->params.n == 0)
+        return mg_error(MG_EINVAL, "checkpoint %s: the model has no parameters", path);
+    attr_list l = {calloc(64 + (size_t)model->params.n, sizeof(mg_ckpt_attr)), 0,
+                   64 + model->params.n};
+    if (!l.a) return mg_error(MG_ENOMEM, "checkpoint: out of memory for attributes");
+    build_attrs(&l, model, opt, plan, st);
+    mg_ckpt_entry *e;
+    char *names;
+    int n, rc = build_entries(model, opt, &e, &n, &names);
+    if (rc == MG_OK) {
+        rc = mg_checkpoint_save(path, e, n, l.a, l.n);
+        free(e);
+        free(names);
+    }
+    free(l.a);
+    return rc;
+}
+
+/* ---- load ------------------------------------------------------------------- */
+
+/* A setting compared on resume: refused when it differs (the model and the
+ * optimizer's state must match), else a warning. `by` is the flag that gives
+ * the current value ("--hidden"), or what gives it ("the data set gives"). */
+typedef struct {
+    const char *key, *by;
+    int refuse;
+} setting;
+
+static const setting settings[] = {
+    {"model", "--model", 1},
+    {"model.hidden", "--hidden", 1},
+    {"model.channels", "--channels", 1},
+    {"model.classes", "the data set gives", 1},
+    {"model.input", "the data set gives", 1},
+    {"optimizer", "--optimizer", 1},
+    {"optimizer.state", "--optimizer and --momentum give", 1},
+    {"seed", "--seed", 0},
+    {"data.batch", "--batch", 0},
+    {"schedule", "--schedule", 0},
+    {"schedule.lr", "--lr", 0},
+    {"schedule.warmup", "--warmup", 0},
+    {"schedule.total_steps", "--steps", 0},
+    {"optimizer.momentum", "--momentum", 0},
+    {"optimizer.weight_decay", "--weight-decay", 0},
+    {"clip", "--clip", 0},
+};
+
+static int get_int(const char *path, const mg_ckpt_attr *a, int n, const char *key, int64_t *out) {
+    const char *v = mg_ckpt_attr_get(a, n, key);
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : -1;
+    if (!v || end == v || *end != '\0' || x < 0)
+        return mg_error(MG_EFORMAT, "checkpoint %s: attribute \"%s\" is %s%s%s; the file was not "
+                        "written by this version of meshgrad train", path, key,
+                        v ? "\"" : "missing", v ? v : "", v ? "\", not a count" : "");
+    *out = x;
+    return MG_OK;
+}
+
+static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfile,
+                            const attr_list *cur, const mg_model *model, FILE *notes) {
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+        const setting *s = &settings[i];
+        if (strcmp(s->key, "model.channels") == 0 && model->kind != MG_MODEL_PERMUTE_MLP) continue;
+        if (strcmp(s->key, "schedule.total_steps") == 0 &&
+            strcmp(mg_ckpt_attr_get(cur->a, cur->n, "schedule"), "cosine") != 0)
+            continue; /* a constant schedule does not depend on the length of the run */
+        const char *want = mg_ckpt_attr_get(cur->a, cur->n, s->key);
+        const char *have = mg_ckpt_attr_get(file, nfile, s->key);
+        if (!have) {
+            if (s->refuse)
+                return mg_error(MG_EFORMAT, "checkpoint %s has no attribute \"%s\": it was not "
+                                "written by meshgrad train, or by an older version", path, s->key);
+            continue;
+        }
+        if (strcmp(want, have) == 0) continue;
+        if (s->refuse) {
+            if (s->by[0] == '-' && !strchr(s->by, ' '))
+                return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but "
+                                "%s is %s (the model and optimizer must match: run with %s %s, or "
+                                "start a new run without --resume)", path, s->key, have, s->by,
+                                want, s->by, have);
+            return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but %s "
+                            "%s (the model and optimizer must match)", path, s->key, have, s->by,
+                            want);
+        }
+        if (notes)
+            fprintf(notes, "warning: resuming %s with %s %s, but it was saved with %s = %s; using "
+                    "%s\n", path, s->by, want, s->key, have, want);
+    }
+    return MG_OK;
+}
+
+int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, const mg_plan *plan,
+                        const mg_train_state *cur, mg_train_state *saved, FILE *notes) {
+    memset(saved, 0, sizeof *saved);
+    if (model->params.n == 0)
+        return mg_error(MG_EINVAL, "checkpoint %s: the model has no parameters", path);
+    mg_ckpt_attr *file = calloc(MAX_FILE_ATTRS, sizeof *file);
+    attr_list l = {calloc(64 + (size_t)model->params.n, sizeof(mg_ckpt_attr)), 0,
+                   64 + model->params.n};
+    if (!file || !l.a) {
+        free(file);
+        free(l.a);
+        return mg_error(MG_ENOMEM, "checkpoint: out of memory for attributes");
+    }
+    int nfile = 0;
+    int rc = mg_checkpoint_read_attrs(path, file, MAX_FILE_ATTRS, &nfile);
+    if (rc == MG_OK && !mg_ckpt_attr_get(file, nfile, "model"))
+        rc = mg_error(MG_EFORMAT, "checkpoint %s holds no training run (it has no \"model\" "
+                      "attribute): resume from a checkpoint saved by meshgrad train --save", path);
+    if (rc == MG_OK) {
+        build_attrs(&l, model, opt, plan, cur);
+        rc = compare_settings(path, file, nfile, &l, model, notes);
+    }
+    int64_t step = 0, epoch = 0, cursor = 0, opt_step = 0, seed = 0, batch = 0, warmup = 0, total = 0;
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "step", &step);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "data.epoch", &epoch);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "data.cursor", &cursor);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "optimizer.step", &opt_step);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "seed", &seed);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "data.batch", &batch);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "schedule.warmup", &warmup);
+    if (rc == MG_OK) rc = get_int(path, file, nfile, "schedule.total_steps", &total);
+    if (rc == MG_OK) {
+        mg_ckpt_entry *e;
+        char *names;
+        int n;
+        rc = build_entries(model, opt, &e, &n, &names);
+        if (rc == MG_OK) {
+            rc = mg_checkpoint_load(path, e, n, NULL, 0, NULL);
+            free(e);
+            free(names);
+        }
+    }
+    if (rc == MG_OK) {
+        opt->step = opt_step;
+        saved->step = step;
+        saved->seed = seed;
+        saved->data_epoch = epoch;
+        saved->data_cursor = cursor;
+        saved->batch = batch;
+        const char *v;
+        if ((v = mg_ckpt_attr_get(file, nfile, "schedule")))
+            mg_schedule_kind_parse(v, &saved->schedule.kind);
+        if ((v = mg_ckpt_attr_get(file, nfile, "schedule.lr"))) saved->schedule.lr = strtod(v, NULL);
+        if ((v = mg_ckpt_attr_get(file, nfile, "clip"))) saved->clip = strtod(v, NULL);
+        saved->schedule.warmup = warmup;
+        saved->schedule.total = total;
+        v = mg_ckpt_attr_get(file, nfile, "mesh");
+        snprintf(saved->mesh, sizeof saved->mesh, "%s", v ? v : "?");
+        v = mg_ckpt_attr_get(file, nfile, "parallel");
+        snprintf(saved->parallel, sizeof saved->parallel, "%s", v ? v : "?");
+    }
+    free(file);
+    free(l.a);
+    return rc;
+}

@@ -1,0 +1,280 @@
+#!/bin/sh
+# test_train_ckpt.sh: checkpoints of `meshgrad train` (docs/CHECKPOINTS.md).
+# - bitwise: a run saved and resumed on the same mesh continues bit for bit:
+#   2 ranks dp (SGD with momentum; 20 steps, save, resume to 40) and 2x2
+#   fsdp,tp (AdamW, cosine with warmup, clipping; resume from the step-20
+#   checkpoint of a 40-step run): the same loss lines (metrics, %.9g, and the
+#   printed ones) and bitwise equal final checkpoints (every /params and /optim
+#   dataset; tests/train_ckpt_tool). --save DIR/ --save-every --keep leave the
+#   newest K zero-padded ckpt-<step>.h5.
+# - reshard: the step-20 checkpoint of a 2x2 (dp,tp) run resumes on 1, 2
+#   (fsdp) and 1x2 (dp,tp) ranks, and that of a 1-rank run on 2x2 (fsdp,tp):
+#   every loss within 1e-5 (relative) of the uninterrupted run.
+# - the file holds plain global arrays: h5dump -H shows /params/fc1.weight as
+#   (16, 64) in a file written by 4 ranks, and a 1-rank checkpoint loaded and
+#   saved again on 2x2 is bitwise the same.
+# - preemption: SIGTERM to one rank of two (the ranks agree to stop after the
+#   same step), SIGUSR1 to mpirun (it forwards that one) and SIGINT to a single
+#   process (started with SIGINT at its default action): exit 0, a checkpoint
+#   (in --save, else ./meshgrad-preempt.h5), and the resumed run ends bitwise
+#   where an uninterrupted one does. (Open MPI's mpirun answers SIGTERM itself
+#   by killing the job 1-2 s later and exiting 1, so the test signals the
+#   ranks, as a batch system does.)
+# - refusals: another model size, another optimizer, a missing file, a text
+#   file, a truncated file, a corrupt dataset: one clear "meshgrad: error:" line
+#   naming the file, non-zero exit, within 30 s.
+: "${top_builddir:=.}"
+: "${MPIRUN:=mpirun}"
+: "${TIMEOUT:=timeout}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
+top=$(cd "$top_builddir" && pwd) # absolute: one case runs in another directory
+prog=$top/meshgrad
+tool=$top/tests/train_ckpt_tool
+data=$top/data/digits.h5
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-ckpt.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+checks=0 failures=0
+RTOL=1e-5
+
+common="--data $data --batch 32 --hidden 16 --seed 5 --threads 1 --log-every 10"
+sgd="--optimizer sgd --lr 0.05 --momentum 0.9 --schedule constant"
+adamw="--optimizer adamw --lr 3e-3 --schedule cosine --warmup 5 --clip 1.0"
+
+fail() {
+    echo "FAILED: $1"
+    failures=$((failures + 1))
+}
+
+pass() { echo "ok: $1"; }
+
+# check DESCRIPTION COMMAND...: one check; the command's output is shown on failure
+check() {
+    desc=$1
+    shift
+    checks=$((checks + 1))
+    if out=$("$@" 2>&1); then
+        last=$(printf '%s\n' "$out" | tail -n 1)
+        pass "$desc${last:+: $last}"
+    else
+        fail "$desc"
+        printf '%s\n' "$out" | sed 's/^/  | /'
+    fi
+}
+
+# train TAG NP ARGS...: output in $tmp/TAG.out, metrics in $tmp/TAG.jsonl; status in $rc
+train() {
+    tag=$1 np=$2
+    shift 2
+    start=$(date +%s)
+    "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $common --metrics "$tmp/$tag.jsonl" "$@" \
+        >"$tmp/$tag.out" 2>&1
+    rc=$?
+    secs=$(($(date +%s) - start))
+    checks=$((checks + 1))
+    if [ "$rc" -eq 0 ]; then
+        pass "$tag: np $np, ${secs}s"
+    else
+        fail "$tag: exit $rc"
+        sed 's/^/  | /' "$tmp/$tag.out"
+    fi
+}
+
+# "step loss" of every step (metrics, %.9g), and the printed "step N/M | loss X" lines
+losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"; }
+printed() { sed -n 's/^\(step [0-9]*\/[0-9]* | loss [^|]*\)|.*/\1/p' "$tmp/$1.out"; }
+
+# same_losses GOT REF: every step of GOT has the same loss text as REF
+same_losses() {
+    losses "$1" >"$tmp/got.txt"
+    losses "$2" | awk 'NR == FNR { want[$1] = 1; next } ($1 in want)' "$tmp/got.txt" - >"$tmp/ref.txt"
+    printed "$1" >"$tmp/got-printed.txt"
+    printed "$2" | grep -F -x -f "$tmp/got-printed.txt" >"$tmp/ref-printed.txt"
+    n=$(wc -l <"$tmp/got.txt")
+    [ "$n" -gt 0 ] && cmp -s "$tmp/got.txt" "$tmp/ref.txt" &&
+        [ -s "$tmp/got-printed.txt" ] && cmp -s "$tmp/got-printed.txt" "$tmp/ref-printed.txt" &&
+        echo "$n steps, $(wc -l <"$tmp/got-printed.txt") printed lines identical" && return 0
+    echo "resumed run:"; paste "$tmp/got.txt" "$tmp/ref.txt" | head -5
+    return 1
+}
+
+# close_losses GOT REF STEPS: GOT has STEPS steps, each within RTOL of REF's
+close_losses() {
+    losses "$2" >"$tmp/ref.txt"
+    losses "$1" >"$tmp/got.txt"
+    awk -v rtol="$RTOL" -v steps="$3" '
+        NR == FNR { ref[$1] = $2; next }
+        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
+          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
+          if (rel > worst) { worst = rel; at = $1 } }
+        END { printf "%d steps, max relative loss difference %.2e (step %d)", n, worst, at;
+              exit !(n == steps && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
+}
+
+ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
+
+# ---- bitwise, 2 ranks dp: 20 steps, save, resume to 40 -----------------------
+train dp-full 2 $sgd --steps 40 --save "$tmp/dp-full.h5"
+train dp-half 2 $sgd --steps 20 --save "$tmp/dp-half.h5"
+train dp-resumed 2 $sgd --steps 40 --resume "$tmp/dp-half.h5" --save "$tmp/dp-resumed.h5"
+check "dp: the resumed run's losses are the uninterrupted run's" same_losses dp-resumed dp-full
+check "dp: the final checkpoints are bitwise equal" "$tool" compare "$tmp/dp-full.h5" "$tmp/dp-resumed.h5"
+check "dp: the resumed run says where it resumed" \
+    grep -q "resumed from $tmp/dp-half.h5: step 20 of 40 (saved on mesh 2 \[dp\])" "$tmp/dp-resumed.out"
+
+# ---- bitwise, 2x2 fsdp,tp: resume the step-20 checkpoint of a 40-step run ----
+f="--mesh 2x2 --parallel fsdp,tp"
+train fsdp-full 4 $adamw $f --steps 40 --save "$tmp/fsdp/" --save-every 10 --keep 3
+check "--save DIR/ --save-every 10 --keep 3 leaves the newest 3, zero-padded" \
+    test "$(cd "$tmp/fsdp" && echo *)" = "ckpt-00000020.h5 ckpt-00000030.h5 ckpt-00000040.h5"
+train fsdp-resumed 4 $adamw $f --steps 40 --resume "$(ckpt "$tmp/fsdp" 20)" --save "$tmp/fsdp-resumed.h5"
+check "2x2 fsdp,tp: the resumed run's losses are the uninterrupted run's" same_losses fsdp-resumed fsdp-full
+check "2x2 fsdp,tp: the final checkpoints are bitwise equal" \
+    "$tool" compare "$(ckpt "$tmp/fsdp" 40)" "$tmp/fsdp-resumed.h5"
+
+# ---- reshard -------------------------------------------------------------------
+train r22-full 4 $adamw --mesh 2x2 --parallel dp,tp --steps 40 --save "$tmp/r22/" --save-every 20
+r22=$(ckpt "$tmp/r22" 20)
+train r22-on-1 1 $adamw --steps 40 --resume "$r22"
+check "2x2 (dp,tp) -> 1: losses within $RTOL" close_losses r22-on-1 r22-full 20
+train r22-on-2 2 $adamw --mesh 2 --parallel fsdp --steps 40 --resume "$r22"
+check "2x2 (dp,tp) -> 2 (fsdp): losses within $RTOL" close_losses r22-on-2 r22-full 20
+train r22-on-1x2 2 $adamw --mesh 1x2 --parallel dp,tp --steps 40 --resume "$r22"
+check "2x2 (dp,tp) -> 1x2 (dp,tp): losses within $RTOL" close_losses r22-on-1x2 r22-full 20
+train r1-full 1 $adamw --steps 40 --save "$tmp/r1/" --save-every 20
+r1=$(ckpt "$tmp/r1" 20)
+train r1-on-2x2 4 $adamw --mesh 2x2 --parallel fsdp,tp --steps 40 --resume "$r1"
+check "1 -> 2x2 (fsdp,tp): losses within $RTOL" close_losses r1-on-2x2 r1-full 20
+
+# ---- the file holds global arrays ------------------------------------------------
+if command -v h5dump >/dev/null; then
+    check "h5dump -H: /params/fc1.weight saved by 4 ranks has the global shape (16, 64)" \
+        sh -c "h5dump -d /params/fc1.weight -H '$r22' | grep 'SIMPLE { ( 16, 64 ) / ( 16, 64 ) }'"
+else
+    echo "skipped: h5dump not found (apt-get install hdf5-tools)"
+fi
+check "the 2x2 and the 1-rank step-20 parameters agree (1e-3)" "$tool" compare "$r1" "$r22" 1e-3
+train r1-resaved-on-2x2 4 $adamw --mesh 2x2 --parallel dp,tp --steps 20 --resume "$r1" \
+    --save "$tmp/r1-resaved.h5"
+check "a 1-rank checkpoint loaded and saved again on 2x2 is bitwise the same" \
+    "$tool" compare "$r1" "$tmp/r1-resaved.h5"
+
+# ---- preemption --------------------------------------------------------------------
+# wait_steps TAG N: until TAG's metrics show N steps (at most 30 s)
+wait_steps() {
+    i=0
+    while [ "$i" -lt 300 ]; do
+        [ -f "$tmp/$1.jsonl" ] && [ "$(grep -c '"loss"' "$tmp/$1.jsonl")" -ge "$2" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# preempt TAG NP SIGNAL WHO ARGS...: starts a 1000-step run, sends SIGNAL after 5 steps
+# to WHO (mpirun, last-rank, process), waits; status in $rc
+preempt() {
+    tag=$1 np=$2 sig=$3 who=$4
+    shift 4
+    if [ "$who" = process ]; then
+        # a background job starts with SIGINT ignored (and meshgrad keeps it so)
+        $default_int "$prog" train $common --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.out" 2>&1 &
+    else
+        "$MPIRUN" -np "$np" "$prog" train $common --metrics "$tmp/$tag.jsonl" "$@" >"$tmp/$tag.out" 2>&1 &
+    fi
+    pid=$!
+    if wait_steps "$tag" 5; then
+        case $who in
+        mpirun | process) kill -"$sig" "$pid" ;;
+        last-rank) kill -"$sig" "$(pgrep -P "$pid" | tail -n 1)" ;;
+        esac
+    fi
+    # the run has 1000 steps: kill it after 60 s if the signal did not stop it
+    (
+        i=0
+        while [ "$i" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        kill -KILL "$pid" 2>/dev/null
+    ) &
+    wait "$pid"
+    rc=$?
+    checks=$((checks + 1))
+    if [ "$rc" -eq 0 ] && grep -q "stopped by SIG$sig after step" "$tmp/$tag.out"; then
+        pass "$tag: SIG$sig to $who: exit 0, $(grep 'stopped by' "$tmp/$tag.out")"
+    else
+        fail "$tag: SIG$sig to $who: exit $rc"
+        sed 's/^/  | /' "$tmp/$tag.out"
+    fi
+}
+
+long="$adamw --steps 1000"
+train pre-full 2 $long --save "$tmp/pre-full.h5" --log-every 500
+preempt pre-stop 2 TERM last-rank $long --save "$tmp/pre/" --log-every 500
+check "SIGTERM: one checkpoint, saved after the step it stopped at" \
+    sh -c "ls '$tmp/pre' | grep -qx 'ckpt-[0-9]*.h5' && test \$(ls '$tmp/pre' | wc -l) -eq 1"
+train pre-resumed 2 $long --resume "$tmp/pre/" --save "$tmp/pre-resumed.h5" --log-every 500
+check "SIGTERM: the resumed run's losses are the uninterrupted run's" same_losses pre-resumed pre-full
+check "SIGTERM: the resumed run ends bitwise where the uninterrupted one does" \
+    "$tool" compare "$tmp/pre-full.h5" "$tmp/pre-resumed.h5"
+mkdir "$tmp/cwd"
+cd "$tmp/cwd" || exit 1
+preempt pre-usr1 2 USR1 mpirun $long --log-every 0
+check "SIGUSR1 to mpirun without --save: ./meshgrad-preempt.h5 is a whole checkpoint" \
+    "$prog" ckpt info "$tmp/cwd/meshgrad-preempt.h5"
+rm -f "$tmp/cwd/meshgrad-preempt.h5"
+default_int="env --default-signal=INT" sig=INT
+$default_int true 2>/dev/null || default_int="" sig=TERM # coreutils < 8.31
+preempt pre-int 1 $sig process $long --log-every 0
+check "SIG$sig to a single process: ./meshgrad-preempt.h5 is a whole checkpoint" \
+    "$prog" ckpt info "$tmp/cwd/meshgrad-preempt.h5"
+cd "$tmp" || exit 1
+
+# ---- refusals ----------------------------------------------------------------------
+# refuse NAME NP PATTERN ARGS...: fails within 30 s with PATTERN (grep -E) in exactly
+# one "meshgrad: error:" line
+refuse() {
+    name=$1 np=$2 pattern=$3
+    shift 3
+    checks=$((checks + 1))
+    start=$(date +%s)
+    "$TIMEOUT" -k 5 30 "$MPIRUN" -np "$np" "$prog" train $common "$@" >"$tmp/out" 2>&1
+    rc=$?
+    secs=$(($(date +%s) - start))
+    n=$(grep -c "meshgrad: error:" "$tmp/out")
+    if [ "$rc" -eq 0 ]; then
+        fail "$name: exit 0"
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        fail "$name: timed out"
+    elif [ "$n" -ne 1 ]; then
+        fail "$name: $n error lines, want 1"
+    elif ! grep "meshgrad: error:" "$tmp/out" | grep -Eq -- "$pattern"; then
+        fail "$name: the message does not match /$pattern/"
+    else
+        pass "$name (exit $rc, ${secs}s): $(grep 'meshgrad: error:' "$tmp/out")"
+        return
+    fi
+    sed 's/^/  | /' "$tmp/out"
+}
+
+h="$tmp/dp-half.h5"
+refuse "another model size" 2 "cannot resume from $h: it was saved with model.hidden = 16 but --hidden is 24" \
+    $sgd --steps 40 --resume "$h" --hidden 24
+refuse "another optimizer" 1 "cannot resume from $h: it was saved with optimizer = sgd but --optimizer is adamw" \
+    $adamw --steps 40 --resume "$h"
+refuse "a missing file" 2 "no checkpoint at $tmp/missing.h5: No such file" $sgd --steps 40 --resume "$tmp/missing.h5"
+echo "not a checkpoint" >"$tmp/text.h5"
+refuse "a text file" 1 "checkpoint $tmp/text.h5 is not an HDF5 file" $sgd --steps 40 --resume "$tmp/text.h5"
+head -c 4000 "$h" >"$tmp/truncated.h5"
+refuse "a truncated file" 1 "checkpoint $tmp/truncated.h5 is truncated" $sgd --steps 40 --resume "$tmp/truncated.h5"
+cp "$h" "$tmp/corrupt.h5"
+"$tool" corrupt "$tmp/corrupt.h5" params/fc1.weight
+refuse "a corrupt dataset" 2 "checksum mismatch in $tmp/corrupt.h5 dataset /params/fc1.weight" \
+    $sgd --steps 40 --resume "$tmp/corrupt.h5"
+refuse "a checkpoint past --steps" 1 "checkpoint $h is at step 20, past --steps 10" \
+    $sgd --steps 10 --resume "$h"
+
+pct=$(((checks - failures) * 100 / checks))
+echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
+test "$failures" -eq 0
