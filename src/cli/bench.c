@@ -1,0 +1,62 @@
+/* bench.c: `meshgrad bench KIND [ARGS...]`: picks one benchmark and runs it.
+ * Exports mg_cli_bench (cli.h). Kinds: comm (collective bandwidth, bench_comm.c),
+ * linear, step and ops (compute and dispatch, bench_ops.c). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "meshgrad.h"
+#include "status.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} mg_bench_kind;
+
+static const mg_bench_kind kinds[] = {
+    {"comm", mg_cli_bench_comm, "collective bandwidth on each mesh dimension, by message size"},
+    {"linear", mg_cli_bench_linear, "mg_linear forward + backward GFLOP/s next to raw cblas_sgemm"},
+    {"step", mg_cli_bench_step, "an MLP training step (ReLU, MSE, SGD) on any mesh and plan"},
+    {"ops", mg_cli_bench_ops, "per-op dispatch overhead on tiny tensors, next to MPI latency"},
+};
+enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
+
+static void usage(FILE *out) {
+    if (mg_rank() != 0) return;
+    fprintf(out, "usage: meshgrad bench KIND [ARGS...]\n\nkinds:\n");
+    for (int i = 0; i < N_KINDS; i++) fprintf(out, "  %-6s %s\n", kinds[i].name, kinds[i].help);
+    fprintf(out, "\n`meshgrad bench KIND --help` lists a benchmark's options.\n");
+}
+
+static const char *kind_names(void) {
+    static char names[256];
+    names[0] = '\0';
+    for (int i = 0; i < N_KINDS; i++) {
+        if (i) strncat(names, ", ", sizeof names - strlen(names) - 1);
+        strncat(names, kinds[i].name, sizeof names - strlen(names) - 1);
+    }
+    return names;
+}
+
+int mg_cli_bench(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        mg_error(MG_EINVAL, "bench needs a benchmark kind (one of: %s)", kind_names());
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (int i = 0; i < N_KINDS; i++) {
+        if (strcmp(argv[1], kinds[i].name) == 0) {
+            optind = 0; // the benchmark parses its own argv from scratch
+            return kinds[i].run(argc - 1, argv + 1);
+        }
+    }
+    usage(stderr);
+    mg_error(MG_EINVAL, "unknown benchmark kind '%s' (one of: %s)", argv[1], kind_names());
+    return 2;
+}

@@ -1,0 +1,146 @@
+/* main.c: the meshgrad program: `meshgrad [--help | --version] COMMAND [ARGS...]`.
+ *
+ * Parses the global flags (getopt_long), picks the subcommand (cli.h), starts MPI
+ * for it (mg_init), runs it and reports its failure once: a subcommand returns
+ * 0 ok, 1 failure or 2 usage error, leaving the reason in mg_last_error(); it does
+ * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
+ * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
+ * A usage error in the global flags or an unknown command exits 2 before MPI starts. */
+#include "config.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "meshgrad.h"
+#include "status.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} mg_command;
+
+static const mg_command commands[] = {
+    {"train", mg_cli_train, "train a model described by a config file (--config FILE)"},
+    {"ckpt", mg_cli_ckpt, "inspect a checkpoint"},
+    {"data", mg_cli_data, "make and inspect HDF5 data sets"},
+    {"bench", mg_cli_bench, "measure collectives, kernels and training steps"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+/* How long a failed rank waits for the others to agree on the outcome before it
+ * aborts the job (only when a subcommand broke the rule that errors are agreed,
+ * so that a lone failure never leaves the program hanging). */
+#ifndef MG_AGREE_SECONDS
+#define MG_AGREE_SECONDS 60
+#endif
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: meshgrad [--help] [--version] COMMAND [ARGS...]\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-7s %s\n", commands[i].name, commands[i].help);
+    fprintf(out,
+            "\n`meshgrad COMMAND --help` lists a command's options. Run under MPI, one process\n"
+            "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");
+}
+
+static void version(void) {
+    printf("meshgrad %s\n", PACKAGE_VERSION);
+#ifdef MG_HAVE_CUDA
+    printf("backends: cpu (OpenBLAS), cuda\n");
+#else
+    printf("backends: cpu (OpenBLAS)\n");
+#endif
+}
+
+/* Agrees on the exit code (the largest) and prints the error once. Returns the
+ * agreed exit code. A rank that failed waits for the others only so long: if
+ * some rank never arrives (it is stuck in a collective the failed rank left),
+ * the failed rank prints its own message and aborts the job. A rank that
+ * succeeded waits as long as the others take. */
+static int report(const char *command, int rc) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const char *msg = mg_last_error();
+    int has_msg = rc != 0 && msg && msg[0];
+    int mine[2] = {rc, has_msg ? -rank : -INT_MAX}, all[2];
+    MPI_Request req;
+    MPI_Iallreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+    int done = 0;
+    time_t deadline = time(NULL) + MG_AGREE_SECONDS;
+    if (rc == 0) {
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        done = 1;
+    }
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        if (time(NULL) > deadline) {
+            fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not finish '%s'; aborting)\n",
+                    rank, has_msg ? msg : "failed", command);
+            MPI_Abort(MPI_COMM_WORLD, rc);
+        }
+        struct timespec pause = {0, 1000000}; // 1 ms
+        nanosleep(&pause, NULL);
+    }
+    int worst = all[0], printer = -all[1];
+    if (worst != 0) {
+        if (printer == rank && rank == 0)
+            fprintf(stderr, "meshgrad: error: %s\n", msg);
+        else if (printer == rank) // an error only this rank saw
+            fprintf(stderr, "meshgrad: error: rank %d: %s\n", rank, msg);
+        else if (printer == INT_MAX && rank == 0 && worst == 1)
+            fprintf(stderr, "meshgrad: error: %s failed\n", command);
+    }
+    return worst;
+}
+
+int main(int argc, char **argv) {
+    static const struct option options[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    opterr = 0; // our own message, which names the program as "meshgrad"
+    // '+': stop at the command name; what follows belongs to the command
+    while ((opt = getopt_long(argc, argv, "+hV", options, NULL)) != -1) {
+        switch (opt) {
+        case 'h': usage(stdout); return 0;
+        case 'V': version(); return 0;
+        default:
+            fprintf(stderr, "meshgrad: unknown option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "meshgrad: no command given\n");
+        usage(stderr);
+        return 2;
+    }
+    const mg_command *cmd = NULL;
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(argv[optind], commands[i].name) == 0) cmd = &commands[i];
+    if (!cmd) {
+        fprintf(stderr, "meshgrad: unknown command '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+
+    int first = optind;
+    if (mg_init(&argc, &argv) != MG_OK) {
+        fprintf(stderr, "meshgrad: error: %s\n", mg_last_error());
+        return 1;
+    }
+    mg_clear_error();
+    optind = 0; // the command parses its own argv from scratch with getopt
+    int rc = cmd->run(argc - first, argv + first);
+    rc = report(cmd->name, rc);
+    mg_finalize();
+    return rc;
+}

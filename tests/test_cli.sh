@@ -1,0 +1,85 @@
+#!/bin/sh
+# test_cli.sh: the meshgrad program's command line: --help, --version, usage
+# errors (exit 2, usage on stderr) and a failing command under mpirun printing
+# "meshgrad: error: ..." exactly once. Prints a Check-style summary line.
+: "${top_builddir:=.}"
+: "${MPIRUN:=mpirun}"
+: "${TIMEOUT:=timeout}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+mg=$top_builddir/meshgrad
+tmp=${TMPDIR:-/tmp}/mg-test-cli.$$
+mkdir -p "$tmp" || exit 99
+trap 'rm -rf "$tmp"' EXIT
+checks=0 failures=0
+
+check() { # check DESCRIPTION COMMAND...
+    desc=$1
+    shift
+    checks=$((checks + 1))
+    if "$@"; then
+        echo "ok: $desc"
+    else
+        echo "FAILED: $desc"
+        failures=$((failures + 1))
+        for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
+    fi
+}
+
+# run ARGS...: runs meshgrad (no MPI launcher), sets rc, output in $tmp/out, $tmp/err
+run() {
+    "$TIMEOUT" 60 "$mg" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+# mpirun_np N ARGS...: the same under mpirun
+run_np() {
+    np=$1
+    shift
+    "$TIMEOUT" -k 10 120 "$MPIRUN" -np "$np" "$mg" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+error_lines() { grep -c "meshgrad: error:" "$tmp/err"; }
+
+run --help
+check "--help exits 0" test "$rc" -eq 0
+check "--help prints the usage on stdout" grep -q "^usage: meshgrad" "$tmp/out"
+for c in train ckpt data bench; do
+    check "--help lists '$c'" grep -q "^  $c " "$tmp/out"
+done
+run -h
+check "-h exits 0" test "$rc" -eq 0
+
+run --version
+check "--version exits 0" test "$rc" -eq 0
+check "--version prints 'meshgrad ${PACKAGE_VERSION:-0.1.0}' first" \
+    test "$(head -n 1 "$tmp/out")" = "meshgrad ${PACKAGE_VERSION:-0.1.0}"
+check "--version lists the CPU backend" grep -q "cpu (OpenBLAS)" "$tmp/out"
+
+run --no-such-flag
+check "an unknown flag exits 2" test "$rc" -eq 2
+check "... naming the flag on stderr" grep -q "unknown option '--no-such-flag'" "$tmp/err"
+check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
+check "... and nothing on stdout" test ! -s "$tmp/out"
+
+run frobnicate --x
+check "an unknown command exits 2" test "$rc" -eq 2
+check "... naming the command" grep -q "unknown command 'frobnicate'" "$tmp/err"
+check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
+
+run
+check "no command exits 2" test "$rc" -eq 2
+check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
+
+run_np 2 bench no-such-bench
+check "an unknown benchmark on 2 ranks exits 2" test "$rc" -eq 2
+check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
+check "... naming the benchmark" grep -q "meshgrad: error: .*'no-such-bench'" "$tmp/err"
+
+run_np 2 train --config "$tmp/no-such.conf"
+check "train with a missing config on 2 ranks fails" test "$rc" -ne 0
+check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
+check "... naming the file" grep -q "meshgrad: error: .*no-such.conf" "$tmp/err"
+
+pct=$(((checks - failures) * 100 / checks))
+echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
+test "$failures" -eq 0

@@ -1,0 +1,118 @@
+/* testutil.h: helpers shared by the Check suites.
+ * - mg_test_rand / mg_test_fill: deterministic test data (xorshift).
+ * - mg_test_close: relative comparison of float arrays, reporting the worst element.
+ * - MPI suites: mg_test_agree(ok) all-reduces a verdict so every rank asserts the
+ *   same thing (a failure on one rank never leaves the others waiting), and
+ *   mg_test_run_mpi() runs a suite in no-fork mode on every rank and returns the
+ *   exit status agreed by all ranks. Rank 0 prints the Check summary. */
+#ifndef MG_TESTUTIL_H
+#define MG_TESTUTIL_H
+
+#include <check.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static inline uint64_t mg_test_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+/* uniform in [-1, 1) */
+static inline float mg_test_rand(uint64_t *s) {
+    return (float)((mg_test_next(s) >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+static inline void mg_test_fill(float *x, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) x[i] = mg_test_rand(&s);
+}
+/* integer-valued floats in [-8, 8]: sums of these are exact */
+static inline void mg_test_fill_int(float *x, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((int64_t)(mg_test_next(&s) % 17) - 8);
+}
+
+/* 1 when |a-b| <= atol + rtol*|b| everywhere; else 0 and a message in msg. */
+static inline int mg_test_close(const float *a, const float *b, int64_t n, double rtol, double atol,
+                                char *msg, size_t len) {
+    int64_t worst = -1;
+    double worst_err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double err = fabs((double)a[i] - (double)b[i]);
+        double lim = atol + rtol * fabs((double)b[i]);
+        if (!(err <= lim) && (worst < 0 || err - lim > worst_err)) {
+            worst = i;
+            worst_err = err - lim;
+        }
+    }
+    if (worst < 0) return 1;
+    if (msg)
+        snprintf(msg, len, "element %lld: got %.9g, want %.9g (rtol %g, atol %g)", (long long)worst,
+                 a[worst], b[worst], rtol, atol);
+    return 0;
+}
+
+static inline int mg_test_agree(int ok) {
+    int all = ok ? 1 : 0, mine = all;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+/* Prints "rank R: FILE:LINE: failed: EXPR: message" to stderr in one write, so
+ * that lines of several ranks do not mix. Used by mg_assert_all. */
+static inline void mg_test_say_failed(const char *file, int line, const char *expr, const char *fmt,
+                                      ...) __attribute__((format(printf, 4, 5)));
+static inline void mg_test_say_failed(const char *file, int line, const char *expr, const char *fmt,
+                                      ...) {
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    int rank = 0, initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(stderr, "rank %d: %s:%d: failed: %s: %s\n", rank, file, line, expr, what);
+    fflush(stderr);
+}
+
+/* Assert `expr` on every rank after agreeing on it: the message names the rank(s)
+ * that failed (each failing rank prints its own line to stderr). */
+#define mg_assert_all(expr, ...)                                                       \
+    do {                                                                               \
+        int ok_ = (expr) ? 1 : 0;                                                      \
+        if (!ok_) mg_test_say_failed(__FILE__, __LINE__, #expr, __VA_ARGS__);          \
+        int all_ = mg_test_agree(ok_);                                                 \
+        ck_assert_msg(all_, "failed on some rank: %s", #expr);                         \
+    } while (0)
+
+/* Runs the suite on every rank (CK_NOFORK), prints rank 0's summary and returns
+ * the exit status all ranks agree on. Call between MPI_Init and MPI_Finalize. */
+static inline int mg_test_run_mpi(Suite *suite) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    SRunner *sr = srunner_create(suite);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    int ok = mg_test_agree(failed == 0);
+    return ok ? 0 : 1;
+}
+
+/* Serial suites: fork mode unless CK_FORK=no. */
+static inline int mg_test_run(Suite *suite) {
+    SRunner *sr = srunner_create(suite);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+#endif
