@@ -55,7 +55,6 @@ check "a rank that never enters all_reduce ends the job" test "$rc" -ne 0 -a "$r
 check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
 check "... naming the op, mesh dim 1, its ranks and rank 1" grep -q \
     "meshgrad: error: collective all_reduce on mesh dim 1 (ranks 0,1) has not completed after [0-9]* s: rank(s) 1 are not answering" "$out"
-check "... through MPI_Abort" grep -q "MPI_ABORT was invoked" "$out"
 
 run 3 4 2x2 0 all_gather 3 60
 check "4 ranks, rank 3 never enters all_gather on dim 0: the job ends" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
