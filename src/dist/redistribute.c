@@ -214,6 +214,21 @@ static void scratch_trim(void) {
             if (scratch[d][i].bytes > SCRATCH_KEEP) scratch_release(d, i);
 }
 
+/* The k padded pieces in `recv` (rank order, `vol` floats each, shape
+ * `padded`) unpadded into `out`: piece r holds chunk r of length n along
+ * `dim`, the other dims as in `extent`. */
+static void unpack_pieces(exec *x, float *recv, int64_t vol, const int64_t *padded, mg_tensor *out,
+                          int dim, int64_t n, const int64_t *extent) {
+    for (int r = 0; r < x->k; r++) {
+        int64_t start, size, ext[MG_MAX_DIMS];
+        mg_chunk(n, x->k, r, &start, &size);
+        memcpy(ext, extent, sizeof ext);
+        ext[dim] = size;
+        mg_tensor piece = view_of(x->be, recv + r * vol, x->nd, padded);
+        copy_box(x->be, &piece, -1, 0, out, dim, start, ext, x->nd);
+    }
+}
+
 /* S(d) -> R: every rank's piece (padded to the chunk) gathered, then unpadded. */
 static int step_gather(exec *x, int d) {
     int64_t B[MG_MAX_DIMS], R[MG_MAX_DIMS], Bp[MG_MAX_DIMS];
@@ -242,14 +257,7 @@ static int step_gather(exec *x, int d) {
     if (!recv) return mg_last_code();
     int rc = mg_comm_all_gather(x->comm, send, vol, recv);
     if (rc != MG_OK) return rc;
-    for (int r = 0; r < x->k; r++) {
-        int64_t start, size, ext[MG_MAX_DIMS];
-        mg_chunk(P, x->k, r, &start, &size);
-        memcpy(ext, B, sizeof ext);
-        ext[d] = size;
-        mg_tensor piece = view_of(x->be, recv + r * vol, x->nd, Bp);
-        copy_box(x->be, &piece, -1, 0, out, d, start, ext, x->nd);
-    }
+    unpack_pieces(x, recv, vol, Bp, out, d, P, B);
     return MG_OK;
 }
 
@@ -343,14 +351,7 @@ static int step_all_to_all(exec *x, int d1, int d2) {
     if (!recv) return mg_last_code();
     int rc = mg_comm_all_to_all(x->comm, send, vol, recv);
     if (rc != MG_OK) return rc;
-    for (int r = 0; r < x->k; r++) {
-        int64_t start, size, ext[MG_MAX_DIMS];
-        mg_chunk(P1, x->k, r, &start, &size);
-        memcpy(ext, N, sizeof ext);
-        ext[d1] = size;
-        mg_tensor piece = view_of(x->be, recv + r * vol, x->nd, Sp);
-        copy_box(x->be, &piece, -1, 0, out, d1, start, ext, x->nd);
-    }
+    unpack_pieces(x, recv, vol, Sp, out, d1, P1, N);
     return MG_OK;
 }
 
