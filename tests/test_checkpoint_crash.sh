@@ -18,20 +18,8 @@ meshgrad=$top_builddir/meshgrad
 dir=$(mktemp -d "${TMPDIR:-/tmp}/mg-ckpt-crash.XXXXXX")
 out=$dir/out.txt
 trap 'rm -rf "$dir"' EXIT
-checks=0 failures=0
-
-check() { # check DESCRIPTION CONDITION...
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if "$@"; then
-        echo "ok: $desc"
-    else
-        echo "FAILED: $desc"
-        failures=$((failures + 1))
-        sed 's/^/  | /' "$out"
-    fi
-}
+. "$(dirname "$0")/check.sh"
+check_failed() { sed 's/^/  | /' "$out"; } # a failed check shows the last output
 
 mpi() { # mpi NP ARGS...: runs the helper, output in $out, status in $rc
     ranks=$1
@@ -89,6 +77,4 @@ want="meshgrad: error: checkpoint $dir/text.h5 is not an HDF5 file"
 check "ckpt info on a text file exits 1" test "$rc" -eq 1
 check "... with a clear message" grep -qF "$want" "$out"
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

@@ -11,19 +11,10 @@ mg=$top_builddir/meshgrad
 tmp=${TMPDIR:-/tmp}/mg-test-cli.$$
 mkdir -p "$tmp" || exit 99
 trap 'rm -rf "$tmp"' EXIT
-checks=0 failures=0
-
-check() { # check DESCRIPTION COMMAND...
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if "$@"; then
-        echo "ok: $desc"
-    else
-        echo "FAILED: $desc"
-        failures=$((failures + 1))
-        for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
-    fi
+. "$(dirname "$0")/check.sh"
+# a failed check shows the last run's stdout and stderr
+check_failed() {
+    for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
 }
 
 # run ARGS...: runs meshgrad (no MPI launcher), sets rc, output in $tmp/out, $tmp/err
@@ -80,6 +71,4 @@ check "train with a missing config on 2 ranks fails" test "$rc" -ne 0
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
 check "... naming the file" grep -q "meshgrad: error: .*no-such.conf" "$tmp/err"
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

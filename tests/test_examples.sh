@@ -8,41 +8,37 @@
 set -u
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok: $*"; }
-bad() { fail=$((fail + 1)); echo "FAILED: $*"; }
+. "$(dirname "$0")/check.sh"
 
 if "$SHELL" "$top_srcdir/tests/mpi-run.sh" "$top_builddir/examples/seed_permute_linear"; then
-    ok "seed example at 1, 2 and 4 ranks"
+    pass "seed example at 1, 2 and 4 ranks"
 else
-    bad "seed example"
+    fail "seed example"
 fi
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/meshgrad-install.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 if make -s -C "$top_builddir" install prefix="$scratch/prefix" >"$scratch/install.log" 2>&1; then
-    ok "make install into a scratch prefix"
+    pass "make install into a scratch prefix"
     pc=$(find "$scratch/prefix" -name meshgrad.pc | head -n 1)
     export PKG_CONFIG_PATH="$(dirname "$pc")"
     flags=$(pkg-config --define-prefix --cflags --libs meshgrad 2>"$scratch/pc.err")
     if [ -n "$flags" ] &&
         mpicc "$top_srcdir/examples/seed_permute_linear.c" $flags -Wl,-rpath,"$scratch/prefix/lib" \
             -o "$scratch/seed" 2>"$scratch/cc.err"; then
-        ok "mpicc seed_permute_linear.c \$(pkg-config --cflags --libs meshgrad)"
+        pass "mpicc seed_permute_linear.c \$(pkg-config --cflags --libs meshgrad)"
         if MG_TEST_NP=2 "$SHELL" "$top_srcdir/tests/mpi-run.sh" "$scratch/seed" >"$scratch/run.log" 2>&1; then
-            ok "the installed build runs on 2 ranks"
+            pass "the installed build runs on 2 ranks"
         else
             cat "$scratch/run.log"
-            bad "the installed build failed on 2 ranks"
+            fail "the installed build failed on 2 ranks"
         fi
     else
         cat "$scratch/pc.err" "$scratch/cc.err"
-        bad "compiling against the installed header"
+        fail "compiling against the installed header"
     fi
 else
     tail -20 "$scratch/install.log"
-    bad "make install"
+    fail "make install"
 fi
-total=$((pass + fail))
-echo "$((total ? 100 * pass / total : 0))%: Checks: $total, Failures: $fail, Errors: 0"
-[ "$fail" -eq 0 ]
+check_summary

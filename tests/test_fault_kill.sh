@@ -14,19 +14,7 @@ mg=$top_builddir/meshgrad
 data=$top_builddir/data/digits.h5
 out=${TMPDIR:-/tmp}/mg-fault-kill.$$
 trap 'rm -f "$out"' EXIT
-checks=0 failures=0
-
-check() { # check DESCRIPTION COMMAND...
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if "$@"; then
-        echo "ok: $desc"
-    else
-        echo "FAILED: $desc"
-        failures=$((failures + 1))
-    fi
-}
+. "$(dirname "$0")/check.sh"
 
 # descendants PID: every process below PID
 descendants() {
@@ -96,6 +84,4 @@ kill_case() {
 kill_case 2 2 dp 1
 kill_case 4 2x2 dp,tp 2
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

@@ -15,19 +15,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREAD
 prog=$top_builddir/tests/fault_stall
 out=${TMPDIR:-/tmp}/mg-fault-stall.$$
 trap 'rm -f "$out"' EXIT
-checks=0 failures=0
-
-check() { # check DESCRIPTION COMMAND...
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if "$@"; then
-        echo "ok: $desc"
-    else
-        echo "FAILED: $desc"
-        failures=$((failures + 1))
-    fi
-}
+. "$(dirname "$0")/check.sh"
 
 now() { date +%s.%N; }
 # run TIMEOUT NP MESH DIM OP LATE SECONDS: sets rc and secs (from the moment the
@@ -71,6 +59,4 @@ run 0 2 2 0 barrier 1 1
 check "MG_COLLECTIVE_TIMEOUT=0 disables the watchdog (not a 0 s timeout): a late rank passes" test "$rc" -eq 0
 check "... with no watchdog message" sh -c "! grep -q 'has not completed' '$out'"
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

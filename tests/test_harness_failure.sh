@@ -10,19 +10,7 @@ prog=$top_builddir/tests/fail_on_one_rank.mpi
 run=$top_srcdir/tests/mpi-run.sh
 out=${TMPDIR:-/tmp}/mg-harness-failure.$$
 trap 'rm -f "$out"' EXIT
-checks=0 failures=0
-
-check() { # check DESCRIPTION CONDITION...
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if "$@"; then
-        echo "ok: $desc"
-    else
-        echo "FAILED: $desc"
-        failures=$((failures + 1))
-    fi
-}
+. "$(dirname "$0")/check.sh"
 
 # run MODE NP TIMEOUT: sets rc and secs, leaves the output in $out. The extra
 # argument (ignored by the program) tags this run's processes for pgrep.
@@ -65,6 +53,4 @@ check "... naming rank 1" grep -q "rank 1: hanging on purpose" "$out"
 sleep 1
 check "... leaving no process behind" sh -c "! pgrep -f 'fail_on_one_rank[.]mpi hang $tag' >/dev/null"
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

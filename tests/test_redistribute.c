@@ -100,7 +100,7 @@ START_TEST(round_trip_all_pairs) {
     };
     test_mesh_shape ms[16];
     int nm = test_meshes(world, 2, ms), pairs = 0, bad = 0;
-    char msg[512] = "", first[512] = "";
+    char msg[512] = "", first[sizeof msg + 64] = "";
     for (int m = 0; m < nm; m++) {
         mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
         mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
@@ -133,7 +133,7 @@ START_TEST(round_trip_nd_meshes) {
     static const tshape shapes[] = {{1, {7}}, {2, {5, 4}}, {3, {3, 1, 6}}};
     test_mesh_shape ms[16];
     int nm = test_meshes(world, 4, ms), pairs = 0, bad = 0;
-    char msg[512] = "", first[512] = "";
+    char msg[512] = "", first[sizeof msg + 64] = "";
     for (int m = 0; m < nm; m++) {
         if (ms[m].ndim < 3) continue;
         mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);

@@ -34,33 +34,12 @@ tool=$top/tests/train_ckpt_tool
 data=$top/data/digits.h5
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-ckpt.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-checks=0 failures=0
+. "$(dirname "$0")/check.sh"
 RTOL=1e-5
 
 common="--data $data --batch 32 --hidden 16 --seed 5 --threads 1 --log-every 10"
 sgd="--optimizer sgd --lr 0.05 --momentum 0.9 --schedule constant"
 adamw="--optimizer adamw --lr 3e-3 --schedule cosine --warmup 5 --clip 1.0"
-
-fail() {
-    echo "FAILED: $1"
-    failures=$((failures + 1))
-}
-
-pass() { echo "ok: $1"; }
-
-# check DESCRIPTION COMMAND...: one check; the command's output is shown on failure
-check() {
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if out=$("$@" 2>&1); then
-        last=$(printf '%s\n' "$out" | tail -n 1)
-        pass "$desc${last:+: $last}"
-    else
-        fail "$desc"
-        printf '%s\n' "$out" | sed 's/^/  | /'
-    fi
-}
 
 # train TAG NP ARGS...: output in $tmp/TAG.out, metrics in $tmp/TAG.jsonl; status in $rc
 train() {
@@ -71,7 +50,6 @@ train() {
         >"$tmp/$tag.out" 2>&1
     rc=$?
     secs=$(($(date +%s) - start))
-    checks=$((checks + 1))
     if [ "$rc" -eq 0 ]; then
         pass "$tag: np $np, ${secs}s"
     else
@@ -117,46 +95,46 @@ ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
 train dp-full 2 $sgd --steps 40 --save "$tmp/dp-full.h5"
 train dp-half 2 $sgd --steps 20 --save "$tmp/dp-half.h5"
 train dp-resumed 2 $sgd --steps 40 --resume "$tmp/dp-half.h5" --save "$tmp/dp-resumed.h5"
-check "dp: the resumed run's losses are the uninterrupted run's" same_losses dp-resumed dp-full
-check "dp: the final checkpoints are bitwise equal" "$tool" compare "$tmp/dp-full.h5" "$tmp/dp-resumed.h5"
-check "dp: the resumed run says where it resumed" \
+check_output "dp: the resumed run's losses are the uninterrupted run's" same_losses dp-resumed dp-full
+check_output "dp: the final checkpoints are bitwise equal" "$tool" compare "$tmp/dp-full.h5" "$tmp/dp-resumed.h5"
+check_output "dp: the resumed run says where it resumed" \
     grep -q "resumed from $tmp/dp-half.h5: step 20 of 40 (saved on mesh 2 \[dp\])" "$tmp/dp-resumed.out"
 
 # ---- bitwise, 2x2 fsdp,tp: resume the step-20 checkpoint of a 40-step run ----
 f="--mesh 2x2 --parallel fsdp,tp"
 train fsdp-full 4 $adamw $f --steps 40 --save "$tmp/fsdp/" --save-every 10 --keep 3
-check "--save DIR/ --save-every 10 --keep 3 leaves the newest 3, zero-padded" \
+check_output "--save DIR/ --save-every 10 --keep 3 leaves the newest 3, zero-padded" \
     test "$(cd "$tmp/fsdp" && echo *)" = "ckpt-00000020.h5 ckpt-00000030.h5 ckpt-00000040.h5"
 train fsdp-resumed 4 $adamw $f --steps 40 --resume "$(ckpt "$tmp/fsdp" 20)" --save "$tmp/fsdp-resumed.h5"
-check "2x2 fsdp,tp: the resumed run's losses are the uninterrupted run's" same_losses fsdp-resumed fsdp-full
-check "2x2 fsdp,tp: the final checkpoints are bitwise equal" \
+check_output "2x2 fsdp,tp: the resumed run's losses are the uninterrupted run's" same_losses fsdp-resumed fsdp-full
+check_output "2x2 fsdp,tp: the final checkpoints are bitwise equal" \
     "$tool" compare "$(ckpt "$tmp/fsdp" 40)" "$tmp/fsdp-resumed.h5"
 
 # ---- reshard -------------------------------------------------------------------
 train r22-full 4 $adamw --mesh 2x2 --parallel dp,tp --steps 40 --save "$tmp/r22/" --save-every 20
 r22=$(ckpt "$tmp/r22" 20)
 train r22-on-1 1 $adamw --steps 40 --resume "$r22"
-check "2x2 (dp,tp) -> 1: losses within $RTOL" close_losses r22-on-1 r22-full 20
+check_output "2x2 (dp,tp) -> 1: losses within $RTOL" close_losses r22-on-1 r22-full 20
 train r22-on-2 2 $adamw --mesh 2 --parallel fsdp --steps 40 --resume "$r22"
-check "2x2 (dp,tp) -> 2 (fsdp): losses within $RTOL" close_losses r22-on-2 r22-full 20
+check_output "2x2 (dp,tp) -> 2 (fsdp): losses within $RTOL" close_losses r22-on-2 r22-full 20
 train r22-on-1x2 2 $adamw --mesh 1x2 --parallel dp,tp --steps 40 --resume "$r22"
-check "2x2 (dp,tp) -> 1x2 (dp,tp): losses within $RTOL" close_losses r22-on-1x2 r22-full 20
+check_output "2x2 (dp,tp) -> 1x2 (dp,tp): losses within $RTOL" close_losses r22-on-1x2 r22-full 20
 train r1-full 1 $adamw --steps 40 --save "$tmp/r1/" --save-every 20
 r1=$(ckpt "$tmp/r1" 20)
 train r1-on-2x2 4 $adamw --mesh 2x2 --parallel fsdp,tp --steps 40 --resume "$r1"
-check "1 -> 2x2 (fsdp,tp): losses within $RTOL" close_losses r1-on-2x2 r1-full 20
+check_output "1 -> 2x2 (fsdp,tp): losses within $RTOL" close_losses r1-on-2x2 r1-full 20
 
 # ---- the file holds global arrays ------------------------------------------------
 if command -v h5dump >/dev/null; then
-    check "h5dump -H: /params/fc1.weight saved by 4 ranks has the global shape (16, 64)" \
+    check_output "h5dump -H: /params/fc1.weight saved by 4 ranks has the global shape (16, 64)" \
         sh -c "h5dump -d /params/fc1.weight -H '$r22' | grep 'SIMPLE { ( 16, 64 ) / ( 16, 64 ) }'"
 else
     echo "skipped: h5dump not found (apt-get install hdf5-tools)"
 fi
-check "the 2x2 and the 1-rank step-20 parameters agree (1e-3)" "$tool" compare "$r1" "$r22" 1e-3
+check_output "the 2x2 and the 1-rank step-20 parameters agree (1e-3)" "$tool" compare "$r1" "$r22" 1e-3
 train r1-resaved-on-2x2 4 $adamw --mesh 2x2 --parallel dp,tp --steps 20 --resume "$r1" \
     --save "$tmp/r1-resaved.h5"
-check "a 1-rank checkpoint loaded and saved again on 2x2 is bitwise the same" \
+check_output "a 1-rank checkpoint loaded and saved again on 2x2 is bitwise the same" \
     "$tool" compare "$r1" "$tmp/r1-resaved.h5"
 
 # ---- preemption --------------------------------------------------------------------
@@ -200,7 +178,6 @@ preempt() {
     ) &
     wait "$pid"
     rc=$?
-    checks=$((checks + 1))
     if [ "$rc" -eq 0 ] && grep -q "stopped by SIG$sig after step" "$tmp/$tag.out"; then
         pass "$tag: SIG$sig to $who: exit 0, $(grep 'stopped by' "$tmp/$tag.out")"
     else
@@ -212,22 +189,22 @@ preempt() {
 long="$adamw --steps 1000"
 train pre-full 2 $long --save "$tmp/pre-full.h5" --log-every 500
 preempt pre-stop 2 TERM last-rank $long --save "$tmp/pre/" --log-every 500
-check "SIGTERM: one checkpoint, saved after the step it stopped at" \
+check_output "SIGTERM: one checkpoint, saved after the step it stopped at" \
     sh -c "ls '$tmp/pre' | grep -qx 'ckpt-[0-9]*.h5' && test \$(ls '$tmp/pre' | wc -l) -eq 1"
 train pre-resumed 2 $long --resume "$tmp/pre/" --save "$tmp/pre-resumed.h5" --log-every 500
-check "SIGTERM: the resumed run's losses are the uninterrupted run's" same_losses pre-resumed pre-full
-check "SIGTERM: the resumed run ends bitwise where the uninterrupted one does" \
+check_output "SIGTERM: the resumed run's losses are the uninterrupted run's" same_losses pre-resumed pre-full
+check_output "SIGTERM: the resumed run ends bitwise where the uninterrupted one does" \
     "$tool" compare "$tmp/pre-full.h5" "$tmp/pre-resumed.h5"
 mkdir "$tmp/cwd"
 cd "$tmp/cwd" || exit 1
 preempt pre-usr1 2 USR1 mpirun $long --log-every 0
-check "SIGUSR1 to mpirun without --save: ./meshgrad-preempt.h5 is a whole checkpoint" \
+check_output "SIGUSR1 to mpirun without --save: ./meshgrad-preempt.h5 is a whole checkpoint" \
     "$prog" ckpt info "$tmp/cwd/meshgrad-preempt.h5"
 rm -f "$tmp/cwd/meshgrad-preempt.h5"
 default_int="env --default-signal=INT" sig=INT
 $default_int true 2>/dev/null || default_int="" sig=TERM # coreutils < 8.31
 preempt pre-int 1 $sig process $long --log-every 0
-check "SIG$sig to a single process: ./meshgrad-preempt.h5 is a whole checkpoint" \
+check_output "SIG$sig to a single process: ./meshgrad-preempt.h5 is a whole checkpoint" \
     "$prog" ckpt info "$tmp/cwd/meshgrad-preempt.h5"
 cd "$tmp" || exit 1
 
@@ -237,7 +214,6 @@ cd "$tmp" || exit 1
 refuse() {
     name=$1 np=$2 pattern=$3
     shift 3
-    checks=$((checks + 1))
     start=$(date +%s)
     "$TIMEOUT" -k 5 30 "$MPIRUN" -np "$np" "$prog" train $common "$@" >"$tmp/out" 2>&1
     rc=$?
@@ -275,6 +251,4 @@ refuse "a corrupt dataset" 2 "checksum mismatch in $tmp/corrupt.h5 dataset /para
 refuse "a checkpoint past --steps" 1 "checkpoint $h is at step 20, past --steps 10" \
     $sgd --steps 10 --resume "$h"
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

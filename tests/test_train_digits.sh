@@ -11,13 +11,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-digits.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-checks=0 failures=0
-check() { # check DESCRIPTION CONDITION...
-    desc=$1
-    shift
-    checks=$((checks + 1))
-    if "$@"; then echo "ok: $desc"; else echo "FAILED: $desc"; failures=$((failures + 1)); fi
-}
+. "$(dirname "$0")/check.sh"
 
 start=$(date +%s)
 "$TIMEOUT" -k 5 120 "$MPIRUN" -np 2 "$top_builddir/meshgrad" train --config "$top_srcdir/data/digits.conf" \
@@ -35,6 +29,4 @@ last=$(sed -n 's/.*"step":[0-9]*,"loss":\([^,]*\),.*/\1/p' "$tmp/m.jsonl" | tail
 check "... with the loss falling (first step: ${first:-none}, last step: ${last:-none})" \
     awk -v f="${first:-0}" -v l="${last:-1e9}" 'BEGIN { exit !(l < f / 5) }'
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

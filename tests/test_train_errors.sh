@@ -16,19 +16,13 @@ prog=$top_builddir/meshgrad
 data=$top_builddir/data/digits.h5
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-errors.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-checks=0 failures=0
-
-fail() {
-    echo "FAILED: $1"
-    failures=$((failures + 1))
-}
+. "$(dirname "$0")/check.sh"
 
 # expect NAME NP PATTERN ARGS...: the run fails within 30 s and prints PATTERN
 # (grep -E) in exactly one "meshgrad: error:" line.
 expect() {
     name=$1 np=$2 pattern=$3
     shift 3
-    checks=$((checks + 1))
     start=$(date +%s)
     "$TIMEOUT" -k 5 30 "$MPIRUN" -np "$np" "$prog" train "$@" >"$tmp/out" 2>&1
     rc=$?
@@ -43,7 +37,7 @@ expect() {
     elif ! grep "meshgrad: error:" "$tmp/out" | grep -Eq -- "$pattern"; then
         fail "$name: message does not match /$pattern/"
     else
-        echo "ok: $name (exit $rc, ${secs}s): $(grep 'meshgrad: error:' "$tmp/out")"
+        pass "$name (exit $rc, ${secs}s): $(grep 'meshgrad: error:' "$tmp/out")"
         return
     fi
     sed 's/^/  | /' "$tmp/out"
@@ -72,18 +66,15 @@ printf 'steps = 10\n# a comment\nbatch 64\n' >"$tmp/noeq.conf"
 expect "config line without '='" 2 "noeq\.conf:3: expected 'key = value'" --config "$tmp/noeq.conf"
 
 # flags override the file (and the file is read)
-checks=$((checks + 1))
 printf '# a job\nsteps = 7 # trailing comment\nbatch=16\nlog-every = 0\nweight_decay = 0\n' >"$tmp/good.conf"
 "$TIMEOUT" -k 5 60 "$MPIRUN" -np 2 "$prog" train --config "$tmp/good.conf" --data "$data" \
     --hidden 8 --steps 3 --metrics "$tmp/m.jsonl" >"$tmp/out" 2>&1
 rc=$?
 if [ "$rc" -eq 0 ] && grep -q "batch 16, 3 steps" "$tmp/out" && [ "$(grep -c '"loss"' "$tmp/m.jsonl")" -eq 3 ]; then
-    echo "ok: flags override the config file"
+    pass "flags override the config file"
 else
     fail "flags override the config file (exit $rc)"
     sed 's/^/  | /' "$tmp/out"
 fi
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary

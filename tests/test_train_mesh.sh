@@ -19,7 +19,7 @@ prog=$top_builddir/meshgrad
 data=$top_builddir/data/digits.h5
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-mesh.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-checks=0 failures=0
+. "$(dirname "$0")/check.sh"
 STEPS=100
 RTOL=1e-4
 
@@ -52,7 +52,6 @@ compare() {
 # case TAG NP MESH PLAN MODEL REF
 case_() {
     tag=$1
-    checks=$((checks + 1))
     start=$(date +%s)
     if ! train "$1" "$2" "$3" "$4" "$5"; then
         fail "$tag: run failed"
@@ -66,28 +65,22 @@ case_() {
         return
     fi
     if msg=$(compare "$tag" "$6"); then
-        printf '%-24s checksum %s | %s | %ss\n' "$tag" "$c" "$msg" "$secs"
+        pass "$(printf '%-24s checksum %s | %s | %ss' "$tag" "$c" "$msg" "$secs")"
     else
         fail "$tag: $msg"
     fi
 }
 
-fail() {
-    echo "FAILED: $1"
-    failures=$((failures + 1))
-}
-
 # the references
 for m in mlp pmlp; do
     eval flags=\$$m
-    checks=$((checks + 1))
     if train "$m-1-dp" 1 1 dp "$flags" && [ -n "$(checksum "$tmp/$m-1-dp.jsonl")" ] &&
         [ "$(losses "$tmp/$m-1-dp.jsonl" | wc -l)" -eq $STEPS ]; then
-        printf '%-24s checksum %s | reference\n' "$m-1-dp" "$(checksum "$tmp/$m-1-dp.jsonl")"
+        pass "$(printf '%-24s checksum %s | reference' "$m-1-dp" "$(checksum "$tmp/$m-1-dp.jsonl")")"
     else
         fail "$m-1-dp: the 1-rank reference run failed"
         sed 's/^/  | /' "$tmp/$m-1-dp.out"
-        echo "0%: Checks: $checks, Failures: $failures, Errors: 0"
+        check_summary
         exit 1
     fi
 done
@@ -104,6 +97,4 @@ case_ "pmlp-4-fsdp" 4 4 fsdp "$pmlp" pmlp-1-dp
 case_ "pmlp-1x2-dp,tp" 2 1x2 dp,tp "$pmlp" pmlp-1-dp
 case_ "pmlp-2x2-fsdp,tp" 4 2x2 fsdp,tp "$pmlp" pmlp-1-dp
 
-pct=$(((checks - failures) * 100 / checks))
-echo "$pct%: Checks: $checks, Failures: $failures, Errors: 0"
-test "$failures" -eq 0
+check_summary
