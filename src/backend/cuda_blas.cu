@@ -1,0 +1,185 @@
+/* cuda_blas.cu: the GEMMs of the CUDA backend, on cuBLAS loaded at run time.
+ *
+ * libmeshgrad does not link cuBLAS: loading libcublas pulls in libcublasLt,
+ * whose start-up touches ~145 MB in every process, GPU or not. The first
+ * mg_cuda_backend_init dlopens libcublas.so.<CUBLAS_VER_MAJOR> (the major
+ * version of the cuBLAS headers this was built with) and looks up the few
+ * functions used here; a missing library or symbol fails that init with a
+ * message, it never crashes. The library stays loaded for the process.
+ *
+ * Row-major GEMMs go to cuBLAS (column-major) through C^T = op(B)^T op(A)^T: the
+ * operands swap, the transpose flags stay, no transposed copies. TF32
+ * tensor-core math only when asked (mg_backend_cuda_set_tf32). The handle is
+ * bound to the backend's stream.
+ *
+ * Exports: mg_backend_cuda_set_tf32, mg_backend_cuda_tf32 (device.h);
+ * mg_cu_blas_open, mg_cu_blas_iface (cuda_internal.h). */
+#include <cublas_v2.h>
+#include <dlfcn.h>
+#include <stddef.h>
+
+extern "C" {
+#include "backend/device.h"
+}
+#include "backend/cuda_internal.h"
+
+/* ---- loading cuBLAS ------------------------------------------------------------- */
+
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x) /* expands x first: cublasCreate -> "cublasCreate_v2" */
+
+#ifdef CUBLAS_VER_MAJOR
+#define CUBLAS_SONAME "libcublas.so." STRINGIFY(CUBLAS_VER_MAJOR)
+#else
+#define CUBLAS_SONAME "libcublas.so"
+#endif
+
+/* Every cuBLAS function used: X(member of `blas`, cuBLAS name). cublas_v2.h maps
+ * several names by macro (cublasCreate -> cublasCreate_v2, cublasSgemm_64 ->
+ * cublasSgemm_v2_64); STRINGIFY gives dlsym the real symbol. */
+#define BLAS_FUNCTIONS(X)                                                                \
+    X(create, cublasCreate)                                                              \
+    X(destroy, cublasDestroy)                                                            \
+    X(set_stream, cublasSetStream)                                                       \
+    X(set_math_mode, cublasSetMathMode)                                                  \
+    X(status_string, cublasGetStatusString)                                              \
+    X(sgemm, cublasSgemm_64)                                                             \
+    X(sgemm_strided_batched, cublasSgemmStridedBatched_64)
+
+static struct {
+    void *lib; /* dlopen handle; NULL until loaded */
+#define MEMBER(name, fn) decltype(&fn) name;
+    BLAS_FUNCTIONS(MEMBER)
+#undef MEMBER
+} blas;
+
+static cublasHandle_t handle_;
+static int tf32_;
+
+/* dlopens cuBLAS and fills `blas`; MG_OK, or MG_EDEVICE (nothing kept) */
+static int load_cublas(void) {
+    if (blas.lib) return MG_OK;
+    void *lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        return mg_error(MG_EDEVICE,
+                        "CUDA backend: cannot load cuBLAS: %s; install cuBLAS (the CUDA "
+                        "toolkit's libcublas) or add the folder holding " CUBLAS_SONAME
+                        " to LD_LIBRARY_PATH",
+                        why ? why : "dlopen(" CUBLAS_SONAME ") failed");
+    }
+#define LOOK_UP(name, fn)                                                                \
+    blas.name = (decltype(&fn))dlsym(lib, STRINGIFY(fn));                                \
+    if (!blas.name) {                                                                    \
+        dlclose(lib);                                                                    \
+        blas = {};                                                                       \
+        return mg_error(MG_EDEVICE,                                                      \
+                        "CUDA backend: " CUBLAS_SONAME " has no " STRINGIFY(fn)          \
+                        " (another cuBLAS than this was built with?); install that "     \
+                        "cuBLAS or set LD_LIBRARY_PATH to its folder");                  \
+    }
+    BLAS_FUNCTIONS(LOOK_UP)
+#undef LOOK_UP
+    blas.lib = lib;
+    return MG_OK;
+}
+
+static bool blas_ok(const char *what, cublasStatus_t s) {
+    if (s == CUBLAS_STATUS_SUCCESS) return true;
+    mg_cu_keep_error(what, blas.status_string(s));
+    return false;
+}
+
+static cublasMath_t math_mode(void) {
+    return tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+}
+
+int mg_cu_blas_open(int device, cudaStream_t stream) {
+    int rc = load_cublas();
+    if (rc != MG_OK) return rc;
+    const char *what = "cublasCreate";
+    cublasHandle_t h;
+    cublasStatus_t s = blas.create(&h);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        what = "cublasSetStream";
+        s = blas.set_stream(h, stream);
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            what = "cublasSetMathMode";
+            s = blas.set_math_mode(h, math_mode());
+        }
+        if (s != CUBLAS_STATUS_SUCCESS) blas.destroy(h);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return mg_error(MG_EDEVICE, "CUDA backend on device %d: %s failed: %s", device, what,
+                        blas.status_string(s));
+    handle_ = h;
+    return MG_OK;
+}
+
+extern "C" void mg_backend_cuda_set_tf32(int on) {
+    tf32_ = on ? 1 : 0;
+    if (handle_) blas_ok("cublasSetMathMode", blas.set_math_mode(handle_, math_mode()));
+}
+
+extern "C" int mg_backend_cuda_tf32(void) { return tf32_; }
+
+/* ---- GEMMs ---------------------------------------------------------------------- */
+
+/* C = beta C over a batch of (M, N) matrices (beta 0 overwrites, as BLAS does) */
+__global__ void k_scale_matrices(float *c, int64_t m, int64_t n, int64_t ldc, int64_t stride,
+                                 int64_t batch, float beta) {
+    FOR_EACH(i, batch * m * n) {
+        int64_t b = i / (m * n), r = i / n % m, col = i % n;
+        float *p = c + b * stride + r * ldc + col;
+        *p = beta == 0.0f ? 0.0f : beta * *p;
+    }
+}
+
+static void scale_matrices(float *c, int64_t m, int64_t n, int64_t ldc, int64_t stride,
+                           int64_t batch, float beta) {
+    int64_t total = batch * m * n;
+    if (total <= 0) return;
+    k_scale_matrices<<<grid_for(total), THREADS, 0, mg_cu.stream>>>(c, m, n, ldc, stride, batch,
+                                                                     beta);
+    LAUNCHED("scale kernel");
+}
+
+/* Row-major C(M,N) = alpha op(A) op(B) + beta C is column-major
+ * C^T(N,M) = alpha op(B)^T op(A)^T + beta C^T: B first, same flags. */
+static void cuda_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+    (void)ctx;
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        scale_matrices(c, m, n, ldc, 0, 1, beta);
+        return;
+    }
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    blas_ok("cublasSgemm", blas.sgemm(handle_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda,
+                                      &beta, c, ldc));
+}
+
+static void cuda_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                              int64_t k, float alpha, const float *a, int64_t lda,
+                              int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                              float beta, float *c, int64_t ldc, int64_t stride_c,
+                              int64_t batch) {
+    (void)ctx;
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k <= 0) {
+        scale_matrices(c, m, n, ldc, stride_c, batch, beta);
+        return;
+    }
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    blas_ok("cublasSgemmStridedBatched",
+            blas.sgemm_strided_batched(handle_, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b,
+                                       a, lda, stride_a, &beta, c, ldc, stride_c, batch));
+}
+
+void mg_cu_blas_iface(struct mg_backend_iface *f) {
+    f->gemm = cuda_gemm;
+    f->gemm_batched = cuda_gemm_batched;
+}
