@@ -2,7 +2,8 @@
  * dim of every mesh the world size allows, against naive results (rank r holds
  * integer values, so sums are exact); the split paths for counts above the
  * per-call limit; the byte counters against the documented definition; one-rank
- * communicators; status agreement; an MPI failure reported as MG_ECOMM. */
+ * communicators; status agreement; an MPI failure reported as MG_ECOMM; the
+ * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,102 @@ START_TEST(collectives_match_naive) {
     check_all_comms(1);
     check_all_comms(37);
     check_all_comms(4096);
+}
+END_TEST
+
+/* Three non-blocking sums started back to back on c, polled, then waited for:
+ * returns 1 if the results are the naive sums and the counters moved by 3. */
+static int check_iall_reduce(mg_comm *c, char *msg, size_t len) {
+    static const int64_t sizes[3] = {1, 1000, 300000};
+    int k = c->size, me = c->rank, ok = 1;
+    float *buf[3];
+    mg_comm_request req[3];
+    mg_comm_stats s0[MG_COLL_COUNT], s1[MG_COLL_COUNT];
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (ok) snprintf(msg, len, __VA_ARGS__);                                                   \
+        ok = 0;                                                                                    \
+    } while (0)
+    mg_comm_stats_get(s0);
+    for (int j = 0; j < 3; j++) {
+        buf[j] = malloc((size_t)sizes[j] * sizeof(float));
+        for (int64_t i = 0; i < sizes[j]; i++) buf[j][i] = val(me, i + j);
+        if (mg_comm_iall_reduce(c, buf[j], sizes[j], &req[j]) != MG_OK)
+            FAIL("iall_reduce %d: %s", j, mg_last_error());
+        if (k == 1 && !req[j].done) FAIL("one rank: request %d not done at once", j);
+        for (int q = 0; q <= j; q++)
+            if (mg_comm_test(c, &req[q]) != MG_OK) FAIL("test %d: %s", q, mg_last_error());
+    }
+    for (int round = 0; round < 3; round++)
+        for (int j = 2; j >= 0; j--)
+            if (mg_comm_test(c, &req[j]) != MG_OK) FAIL("test %d: %s", j, mg_last_error());
+    for (int j = 0; j < 3; j++) {
+        if (mg_comm_wait(c, &req[j]) != MG_OK) FAIL("wait %d: %s", j, mg_last_error());
+        if (!req[j].done) FAIL("request %d not done after wait", j);
+        /* a second wait and test on a finished request are no-ops */
+        if (mg_comm_wait(c, &req[j]) != MG_OK || mg_comm_test(c, &req[j]) != MG_OK)
+            FAIL("wait/test after completion: %s", mg_last_error());
+    }
+    for (int j = 0; j < 3; j++) {
+        for (int64_t i = 0; i < sizes[j] && ok; i++) {
+            double want = 0;
+            for (int r = 0; r < k; r++) want += val(r, i + j);
+            if (buf[j][i] != (float)want)
+                FAIL("sum %d (n %lld) element %lld: %g want %g", j, (long long)sizes[j],
+                     (long long)i, buf[j][i], want);
+        }
+        free(buf[j]);
+    }
+    mg_comm_stats_get(s1);
+    int64_t want_bytes = 0;
+    for (int j = 0; j < 3; j++)
+        want_bytes += mg_coll_bytes(MG_COLL_ALL_REDUCE, k, me, sizes[j], 0);
+    if (k == 1 && want_bytes != 0) FAIL("one rank: %lld bytes expected", (long long)want_bytes);
+    int64_t dc = s1[MG_COLL_ALL_REDUCE].calls - s0[MG_COLL_ALL_REDUCE].calls,
+            db = s1[MG_COLL_ALL_REDUCE].bytes - s0[MG_COLL_ALL_REDUCE].bytes;
+    if (dc != 3) FAIL("all_reduce calls went up by %lld, want 3", (long long)dc);
+    if (db != want_bytes)
+        FAIL("all_reduce bytes went up by %lld, want %lld", (long long)db, (long long)want_bytes);
+    for (int kind = 0; kind < MG_COLL_COUNT; kind++)
+        if (kind != MG_COLL_ALL_REDUCE && s1[kind].calls != s0[kind].calls)
+            FAIL("%s was counted", mg_coll_name(kind));
+#undef FAIL
+    return ok;
+}
+
+START_TEST(iall_reduce_matches_naive) {
+    test_mesh_shape ms[16];
+    int nm = test_meshes(world, 4, ms);
+    for (int m = 0; m < nm; m++) {
+        mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
+        mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
+        char msg[256] = "", mt[32];
+        mg_mesh_format(mt, sizeof mt, mesh);
+        mg_assert_all(check_iall_reduce(mesh->world, msg, sizeof msg), "mesh %s world: %s", mt,
+                      msg);
+        for (int i = 0; i < mesh->ndim; i++)
+            mg_assert_all(check_iall_reduce(mesh->dim_comm[i], msg, sizeof msg),
+                          "mesh %s dim %d: %s", mt, i, msg);
+        mg_mesh_free(mesh);
+    }
+    /* counts above the per-call limit run blocking: done at return, still exact */
+    mg_comm_mpi_set_max_count(4);
+    int one[1] = {world};
+    mg_mesh *mesh = mg_mesh_new(1, one);
+    float x[10];
+    for (int i = 0; i < 10; i++) x[i] = val(mg_rank(), i);
+    mg_comm_request req;
+    int rc = mg_comm_iall_reduce(mesh->world, x, 10, &req);
+    mg_comm_mpi_set_max_count(0);
+    mg_assert_all(rc == MG_OK && req.done, "split iall_reduce: rc %d done %d", rc, req.done);
+    int ok = 1;
+    for (int i = 0; i < 10; i++) {
+        double want = 0;
+        for (int r = 0; r < world; r++) want += val(r, i);
+        ok &= x[i] == (float)want;
+    }
+    mg_assert_all(ok, "split iall_reduce: wrong sums");
+    mg_mesh_free(mesh);
 }
 END_TEST
 
@@ -263,6 +360,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("comm");
     tcase_add_test(tc, collectives_match_naive);
     tcase_add_test(tc, split_calls_match_naive);
+    tcase_add_test(tc, iall_reduce_matches_naive);
     tcase_add_test(tc, byte_counters);
     tcase_add_test(tc, one_rank_comm_moves_nothing);
     tcase_add_test(tc, status_agreement);

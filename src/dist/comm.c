@@ -136,6 +136,42 @@ int mg_comm_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     return watched(c->iface->all_reduce(c, buf, n, op));
 }
 
+int mg_comm_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req) {
+    req->done = 1;
+    req->mpi = MPI_REQUEST_NULL;
+    req->state = NULL;
+    req->shm = 0;
+    if (n < 0) return bad_count("iall_reduce", n);
+    c->stats[MG_COLL_ALL_REDUCE].calls++;
+    c->stats[MG_COLL_ALL_REDUCE].bytes += mg_coll_bytes(MG_COLL_ALL_REDUCE, c->size, c->rank, n, 0);
+    if (!c->iface->iall_reduce) { /* blocking, under the watchdog */
+        mg_watchdog_begin_comm(coll_names[MG_COLL_ALL_REDUCE], c->mpi);
+        return watched(c->iface->all_reduce(c, buf, n, MG_REDUCE_SUM));
+    }
+    req->done = 0;
+    return c->iface->iall_reduce(c, buf, n, req);
+}
+
+int mg_comm_test(mg_comm *c, mg_comm_request *req) {
+    if (req->done) return MG_OK;
+    return c->iface->test(c, req);
+}
+
+int mg_comm_wait(mg_comm *c, mg_comm_request *req) {
+    if (req->done) return MG_OK;
+    mg_watchdog_begin_comm(coll_names[MG_COLL_ALL_REDUCE], c->mpi);
+    return watched(c->iface->wait(c, req));
+}
+
+float *mg_comm_alloc_shared(mg_comm *c, int64_t n) {
+    mg_clear_error();
+    if (!c->iface->alloc_shared || n <= 0) return NULL;
+    mg_watchdog_begin_comm("alloc_shared", c->mpi); /* collective: a missing rank is reported */
+    float *p = c->iface->alloc_shared(c, n);
+    mg_watchdog_end();
+    return p;
+}
+
 int mg_comm_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
     if (n < 0) return bad_count("all_gather", n);
     count(c, MG_COLL_ALL_GATHER, n, 0);

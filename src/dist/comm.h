@@ -37,6 +37,14 @@ typedef enum { MG_REDUCE_SUM = 0, MG_REDUCE_AVG, MG_REDUCE_MAX } mg_reduce_op;
 
 typedef struct mg_comm mg_comm;
 
+/* A non-blocking collective in flight (mg_comm_iall_reduce). */
+typedef struct {
+    MPI_Request mpi;
+    void *state; /* the iface's own (MPI: a ring, comm_ring.h, or a shm op, comm_shm.h) */
+    int shm;     /* MPI: state is a shm op */
+    int done;    /* completed (or never needed a message) */
+} mg_comm_request;
+
 struct mg_comm_iface {
     const char *name; /* "mpi", "nccl" */
     int (*all_reduce)(mg_comm *, float *buf, int64_t n, mg_reduce_op op); /* in place */
@@ -46,6 +54,15 @@ struct mg_comm_iface {
     int (*all_to_all)(mg_comm *, const float *send /* size*n */, int64_t n, float *recv);
     int (*broadcast)(mg_comm *, float *buf, int64_t n, int root);
     int (*barrier)(mg_comm *);
+    /* Non-blocking in-place sum; NULL where the iface has none (the call then
+     * runs the blocking all_reduce and hands back a completed request). NCCL
+     * needs none: its collectives are already asynchronous on the stream. */
+    int (*iall_reduce)(mg_comm *, float *buf, int64_t n, mg_comm_request *req);
+    int (*test)(mg_comm *, mg_comm_request *req); /* sets req->done when complete */
+    int (*wait)(mg_comm *, mg_comm_request *req);
+    /* Collective: n floats of memory every rank of the comm can reach, or NULL
+     * (no error) where the iface or the machine has none. NULL in the iface: none. */
+    float *(*alloc_shared)(mg_comm *, int64_t n);
     void (*destroy)(mg_comm *);
 };
 
@@ -74,6 +91,20 @@ int mg_comm_reduce_scatter(mg_comm *, const float *send, float *recv, int64_t n)
 int mg_comm_all_to_all(mg_comm *, const float *send, int64_t n, float *recv);
 int mg_comm_broadcast(mg_comm *, float *buf, int64_t n, int root);
 int mg_comm_barrier(mg_comm *);
+/* Non-blocking in-place sum of n floats: starts it and returns at once. Every
+ * rank of the communicator must start its non-blocking and blocking
+ * collectives in the same order. mg_comm_test makes progress and sets
+ * req->done when it completed; mg_comm_wait blocks (under the watchdog) until
+ * it does. The buffer must not be touched in between. */
+int mg_comm_iall_reduce(mg_comm *, float *buf, int64_t n, mg_comm_request *req);
+int mg_comm_test(mg_comm *, mg_comm_request *req);
+int mg_comm_wait(mg_comm *, mg_comm_request *req);
+/* Collective over the comm: memory for n floats that the comm's all-reduce can
+ * sum without copies (MPI: a shared window, when every rank is on one node,
+ * comm_shm.h); it lives until the comm is freed and must not be passed to
+ * free(). NULL without an error where there is none (use ordinary memory);
+ * NULL with an error set when allocating failed. */
+float *mg_comm_alloc_shared(mg_comm *, int64_t n);
 
 /* Registers a comm so its counters are included in mg_comm_stats_get(). */
 void mg_comm_register(mg_comm *);

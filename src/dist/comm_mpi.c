@@ -7,15 +7,29 @@
  * reduce_scatter calls MPI_Reduce_scatter with equal counts rather than
  * MPI_Reduce_scatter_block: same result, and in Open MPI 4.1 the block variant
  * measured about 100x slower (0.07 vs 7.5 GB/s for 1 MiB on 2 ranks).
+ * Non-blocking sums (iall_reduce) are rings over point-to-point (comm_ring.h),
+ * or one pass over shared memory for buffers from alloc_shared (comm_shm.h).
  * Exports: mg_comm_mpi_new, mg_comm_mpi_set_max_count. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist/comm.h"
+#include "dist/comm_ring.h"
+#include "dist/comm_shm.h"
 #include "status.h"
 
 static int64_t max_count = INT_MAX;
+
+#define MG_MPI_RINGS 8 /* non-blocking sums in flight per comm */
+
+typedef struct {
+    int *counts; /* one per rank, for MPI_Reduce_scatter */
+    mg_ring rings[MG_MPI_RINGS];
+    int tag;
+    mg_shm shm; /* set up on the first alloc_shared */
+    bool shm_ready;
+} mpi_ctx;
 
 void mg_comm_mpi_set_max_count(int64_t n) { max_count = (n > 0 && n <= INT_MAX) ? n : INT_MAX; }
 
@@ -53,6 +67,79 @@ static int mpi_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     return MG_OK;
 }
 
+static float *mpi_alloc_shared(mg_comm *c, int64_t n) {
+    mpi_ctx *x = c->context;
+    int err = MPI_SUCCESS;
+    if (c->size == 1) return NULL;
+    if (!x->shm_ready) {
+        err = mg_shm_init(&x->shm, c->mpi);
+        if (err != MPI_SUCCESS) {
+            mpi_failed(c, "shared memory set-up", err);
+            return NULL;
+        }
+        x->shm_ready = true;
+    }
+    float *p = mg_shm_alloc(&x->shm, n, &err);
+    if (err != MPI_SUCCESS) mpi_failed(c, "shared window", err);
+    return p;
+}
+
+/* Non-blocking sums: through shared memory when buf is in a shared window of
+ * this comm (comm_shm.h), else as rings (comm_ring.h); with every slot busy,
+ * or counts above max_count, the sum is blocking. */
+static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req) {
+    mpi_ctx *x = c->context;
+    int64_t offset;
+    const mg_shm_buffer *sb = x->shm_ready ? mg_shm_find(&x->shm, buf, n, &offset) : NULL;
+    if (sb) {
+        int err;
+        mg_shm_op *op = mg_shm_start(&x->shm, sb, offset, n, &err);
+        if (err != MPI_SUCCESS) {
+            req->done = 1;
+            return mpi_failed(c, "iall_reduce", err);
+        }
+        if (op) {
+            req->state = op;
+            req->shm = 1;
+            return MG_OK;
+        }
+    }
+    mg_ring *r = NULL;
+    for (int i = 0; i < MG_MPI_RINGS && !r; i++)
+        if (!x->rings[i].busy) r = &x->rings[i];
+    if (c->size == 1 || n == 0 || n > max_count || !r) {
+        req->done = 1;
+        return mpi_all_reduce(c, buf, n, MG_REDUCE_SUM);
+    }
+    x->tag = (x->tag + 1) % 30000; /* every rank starts them in the same order */
+    int err = mg_ring_start(r, c->mpi, buf, n, 100 + x->tag);
+    req->state = r;
+    if (err != MPI_SUCCESS) {
+        req->done = 1;
+        r->busy = false;
+        return mpi_failed(c, "iall_reduce", err);
+    }
+    return MG_OK;
+}
+
+static int mpi_test(mg_comm *c, mg_comm_request *req) {
+    mpi_ctx *x = c->context;
+    int err = req->shm ? mg_shm_progress(&x->shm, req->state, &req->done)
+                       : mg_ring_progress(req->state, &req->done);
+    if (err != MPI_SUCCESS) {
+        req->done = 1;
+        return mpi_failed(c, "iall_reduce", err);
+    }
+    return MG_OK;
+}
+
+static int mpi_wait(mg_comm *c, mg_comm_request *req) {
+    mpi_ctx *x = c->context;
+    int err = req->shm ? mg_shm_wait(&x->shm, req->state) : mg_ring_wait(req->state);
+    req->done = 1;
+    return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "iall_reduce", err);
+}
+
 static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
     if (n == 0) return MG_OK;
     if (c->size == 1) {
@@ -85,7 +172,7 @@ static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_
         if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
         return MG_OK;
     }
-    int *counts = c->context; /* one count per rank */
+    int *counts = ((mpi_ctx *)c->context)->counts;
     if (n <= max_count) {
         for (int r = 0; r < c->size; r++) counts[r] = (int)n;
         int err = MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->mpi);
@@ -149,9 +236,14 @@ static int mpi_barrier(mg_comm *c) {
     return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "barrier", err);
 }
 
-/* The MPI_Comm belongs to the caller; the context is the counts array. */
+/* The MPI_Comm belongs to the caller. */
 static void mpi_destroy(mg_comm *c) {
-    free(c->context);
+    mpi_ctx *x = c->context;
+    if (!x) return;
+    for (int i = 0; i < MG_MPI_RINGS; i++) mg_ring_free(&x->rings[i]);
+    if (x->shm_ready) mg_shm_free(&x->shm);
+    free(x->counts);
+    free(x);
     c->context = NULL;
 }
 
@@ -163,6 +255,10 @@ static const struct mg_comm_iface mpi_iface = {
     .all_to_all = mpi_all_to_all,
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
+    .iall_reduce = mpi_iall_reduce,
+    .test = mpi_test,
+    .wait = mpi_wait,
+    .alloc_shared = mpi_alloc_shared,
     .destroy = mpi_destroy,
 };
 
@@ -180,7 +276,13 @@ mg_comm *mg_comm_mpi_new(MPI_Comm mpi) {
         free(c);
         return mg_error_null(MG_ECOMM, "mg_comm_mpi_new: %s", s);
     }
-    c->context = calloc((size_t)c->size, sizeof(int));
+    mpi_ctx *x = calloc(1, sizeof *x);
+    if (x) x->counts = calloc((size_t)c->size, sizeof(int));
+    if (x && !x->counts) {
+        free(x);
+        x = NULL;
+    }
+    c->context = x;
     if (!c->context) {
         free(c);
         return mg_error_null(MG_ENOMEM, "mg_comm_mpi_new: out of memory");

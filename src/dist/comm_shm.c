@@ -1,0 +1,152 @@
+/* comm_shm.c: all-reduce through shared memory (see comm_shm.h). */
+#include "dist/comm_shm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int mg_shm_init(mg_shm *shm, MPI_Comm comm) {
+    memset(shm, 0, sizeof *shm);
+    shm->comm = MPI_COMM_NULL;
+    MPI_Comm node;
+    int size, node_size, err = MPI_Comm_size(comm, &size);
+    if (err == MPI_SUCCESS) err = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (err != MPI_SUCCESS) return err;
+    MPI_Comm_size(node, &node_size);
+    /* every rank must agree: one node for all, or shared memory for none */
+    int all = node_size == size, agreed = 0;
+    err = MPI_Allreduce(&all, &agreed, 1, MPI_INT, MPI_MIN, comm);
+    if (err == MPI_SUCCESS && agreed && size > 1) {
+        shm->comm = node; /* same members, same order: keys were all 0 */
+        MPI_Comm_rank(node, &shm->rank);
+        shm->size = size;
+        return MPI_SUCCESS;
+    }
+    MPI_Comm_free(&node);
+    return err;
+}
+
+float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err) {
+    *err = MPI_SUCCESS;
+    if (shm->comm == MPI_COMM_NULL || n <= 0) return NULL;
+    if (shm->nbufs == shm->cap) {
+        int cap = shm->cap ? 2 * shm->cap : 16;
+        mg_shm_buffer *b = realloc(shm->bufs, (size_t)cap * sizeof *b);
+        if (!b) {
+            *err = MPI_ERR_NO_MEM;
+            return NULL;
+        }
+        shm->bufs = b;
+        shm->cap = cap;
+    }
+    mg_shm_buffer *b = &shm->bufs[shm->nbufs];
+    b->n = n;
+    b->seg = calloc((size_t)shm->size, sizeof *b->seg);
+    float *mine = NULL;
+    if (!b->seg) {
+        *err = MPI_ERR_NO_MEM;
+        return NULL;
+    }
+    *err = MPI_Win_allocate_shared((MPI_Aint)n * (MPI_Aint)sizeof(float), sizeof(float),
+                                   MPI_INFO_NULL, shm->comm, &mine, &b->win);
+    for (int r = 0; r < shm->size && *err == MPI_SUCCESS; r++) {
+        MPI_Aint bytes;
+        int unit;
+        *err = MPI_Win_shared_query(b->win, r, &bytes, &unit, &b->seg[r]);
+    }
+    if (*err == MPI_SUCCESS) *err = MPI_Win_lock_all(MPI_MODE_NOCHECK, b->win);
+    if (*err != MPI_SUCCESS) {
+        free(b->seg);
+        return NULL;
+    }
+    shm->nbufs++;
+    return mine;
+}
+
+const mg_shm_buffer *mg_shm_find(const mg_shm *shm, const float *p, int64_t n, int64_t *offset) {
+    for (int i = 0; i < shm->nbufs; i++) {
+        const mg_shm_buffer *b = &shm->bufs[i];
+        const float *mine = b->seg[shm->rank];
+        if (p >= mine && p + n <= mine + b->n) {
+            *offset = p - mine;
+            return b;
+        }
+    }
+    return NULL;
+}
+
+/* This rank's chunk: summed over every rank's copy, written into all of them. */
+static void reduce_chunk(const mg_shm *shm, const mg_shm_op *op) {
+    int k = shm->size;
+    int64_t lo = op->offset + (int64_t)shm->rank * op->n / k;
+    int64_t hi = op->offset + (int64_t)(shm->rank + 1) * op->n / k;
+    float sum[2048];
+    for (int64_t i = lo; i < hi; i += 2048) {
+        int64_t m = hi - i < 2048 ? hi - i : 2048;
+        const float *restrict s0 = op->b->seg[0] + i;
+        for (int64_t j = 0; j < m; j++) sum[j] = s0[j];
+        for (int r = 1; r < k; r++) {
+            const float *restrict s = op->b->seg[r] + i;
+            for (int64_t j = 0; j < m; j++) sum[j] += s[j];
+        }
+        for (int r = 0; r < k; r++) memcpy(op->b->seg[r] + i, sum, (size_t)m * sizeof(float));
+    }
+}
+
+mg_shm_op *mg_shm_start(mg_shm *shm, const mg_shm_buffer *b, int64_t offset, int64_t n, int *err) {
+    mg_shm_op *op = NULL;
+    for (int i = 0; i < MG_SHM_OPS && !op; i++)
+        if (!shm->ops[i].busy) op = &shm->ops[i];
+    *err = MPI_SUCCESS;
+    if (!op) return NULL;
+    *op = (mg_shm_op){.b = b, .offset = offset, .n = n, .phase = 0, .busy = true};
+    /* this rank's part is final: publish it, then wait for the others' */
+    *err = MPI_Win_sync(b->win);
+    if (*err == MPI_SUCCESS) *err = MPI_Ibarrier(shm->comm, &op->req);
+    if (*err != MPI_SUCCESS) op->busy = false;
+    return *err == MPI_SUCCESS ? op : NULL;
+}
+
+static int step(mg_shm *shm, mg_shm_op *op) {
+    int err = MPI_Win_sync(op->b->win);
+    if (err != MPI_SUCCESS) return err;
+    if (op->phase == 0) { /* everyone's part is in: add up ours, then say so */
+        reduce_chunk(shm, op);
+        err = MPI_Win_sync(op->b->win);
+        if (err == MPI_SUCCESS) err = MPI_Ibarrier(shm->comm, &op->req);
+    }
+    op->phase++;
+    if (op->phase == 2) op->busy = false;
+    return err;
+}
+
+int mg_shm_progress(mg_shm *shm, mg_shm_op *op, int *done) {
+    while (op->phase < 2) {
+        int flag = 0, err = MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS) return err;
+        if (!flag) break;
+        if ((err = step(shm, op)) != MPI_SUCCESS) return err;
+    }
+    *done = op->phase >= 2;
+    return MPI_SUCCESS;
+}
+
+int mg_shm_wait(mg_shm *shm, mg_shm_op *op) {
+    while (op->phase < 2) {
+        int err = MPI_Wait(&op->req, MPI_STATUS_IGNORE);
+        if (err == MPI_SUCCESS) err = step(shm, op);
+        if (err != MPI_SUCCESS) return err;
+    }
+    return MPI_SUCCESS;
+}
+
+void mg_shm_free(mg_shm *shm) {
+    for (int i = 0; i < shm->nbufs; i++) {
+        MPI_Win_unlock_all(shm->bufs[i].win);
+        MPI_Win_free(&shm->bufs[i].win);
+        free(shm->bufs[i].seg);
+    }
+    free(shm->bufs);
+    shm->bufs = NULL;
+    shm->nbufs = shm->cap = 0;
+    if (shm->comm != MPI_COMM_NULL) MPI_Comm_free(&shm->comm);
+}

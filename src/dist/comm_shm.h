@@ -1,0 +1,67 @@
+/* comm_shm.h: all-reduce through shared memory, for a communicator whose
+ * ranks all run on one node.
+ *
+ * Buffers come from MPI shared windows (mg_shm_alloc, collective): every rank
+ * can read and write every other rank's buffer. A sum of such a buffer is then
+ * one pass with no message copies: each rank adds up its 1/k of the buffer
+ * across all k ranks and writes the total into all k buffers, between two
+ * barriers. Per rank that reads and writes 2n floats whatever k is, where the
+ * point-to-point ring (comm_ring.h) moves the data through the kernel twice.
+ * It is non-blocking like the ring: the barriers are MPI_Ibarrier and
+ * mg_shm_progress does the adding when the first one has completed.
+ * Each chunk is summed on one rank in rank order, so every rank ends with the
+ * same bits.
+ *
+ * The autograd engine moves a data-parallel parameter's gradient buffer into
+ * shared memory the first time it is reduced (autograd/backward.c), so the
+ * GEMM that makes the gradient writes it where the sum reads it.
+ *
+ * Exports: mg_shm (per communicator), mg_shm_init, mg_shm_alloc, mg_shm_find,
+ * mg_shm_start, mg_shm_progress, mg_shm_wait, mg_shm_free. */
+#ifndef MG_COMM_SHM_H
+#define MG_COMM_SHM_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    MPI_Win win;
+    float **seg; /* seg[r]: rank r's buffer, mapped here */
+    int64_t n;
+} mg_shm_buffer;
+
+typedef struct {
+    const mg_shm_buffer *b;
+    int64_t offset, n; /* the floats [offset, offset + n) of every rank's buffer */
+    int phase;         /* 0: first barrier, 1: second barrier, 2: done */
+    MPI_Request req;
+    bool busy;
+} mg_shm_op;
+
+#define MG_SHM_OPS 8
+
+typedef struct {
+    MPI_Comm comm; /* a duplicate, or MPI_COMM_NULL when the ranks span nodes */
+    int size, rank;
+    mg_shm_buffer *bufs;
+    int nbufs, cap;
+    mg_shm_op ops[MG_SHM_OPS];
+} mg_shm;
+
+/* Collective over comm: sets shm->comm when every rank of comm shares a node
+ * (MPI_Comm_split_type). MPI error codes. */
+int mg_shm_init(mg_shm *shm, MPI_Comm comm);
+/* Collective: n floats per rank in a new shared window; this rank's part, or
+ * NULL (with *err set when MPI failed) where shared memory is not available. */
+float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err);
+/* The shared buffer holding [p, p + n) of this rank, and p's offset in it. */
+const mg_shm_buffer *mg_shm_find(const mg_shm *shm, const float *p, int64_t n, int64_t *offset);
+/* Starts the sum of [offset, offset + n) across the ranks' copies of b; NULL
+ * when all MG_SHM_OPS are in flight. */
+mg_shm_op *mg_shm_start(mg_shm *shm, const mg_shm_buffer *b, int64_t offset, int64_t n, int *err);
+int mg_shm_progress(mg_shm *shm, mg_shm_op *op, int *done);
+int mg_shm_wait(mg_shm *shm, mg_shm_op *op);
+void mg_shm_free(mg_shm *shm); /* collective: frees the windows */
+
+#endif
