@@ -170,8 +170,8 @@ static void cpu_permute(void *ctx, const mg_tensor *x, const int *perm, mg_tenso
 
 static void cpu_axpy(void *ctx, float alpha, const mg_tensor *x, mg_tensor *y) {
     (void)ctx;
-    const float *xd = x->data;
-    float *yd = y->data;
+    const float *restrict xd = x->data;
+    float *restrict yd = y->data;
     int64_t n = y->numel;
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) yd[i] += alpha * xd[i];
@@ -557,18 +557,30 @@ static void cpu_sgd_step(void *ctx, mg_tensor *param, const mg_tensor *grad,
                          mg_tensor *momentum_buf, float lr, float momentum, float weight_decay,
                          bool first_step) {
     (void)ctx;
-    float *p = param->data, *buf = momentum_buf ? momentum_buf->data : NULL;
-    const float *gd = grad->data;
+    /* restrict and one loop per case: the compiler vectorizes them without
+     * alias checks (measured 2x on 8.4M floats) */
+    float *restrict p = param->data;
+    float *restrict buf = momentum_buf && momentum != 0.0f ? momentum_buf->data : NULL;
+    const float *restrict gd = grad->data;
     int64_t n = param->numel;
-    bool use_buf = momentum != 0.0f && buf;
+    if (!buf) {
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float g = gd[i] + weight_decay * p[i];
-        if (use_buf) {
-            buf[i] = first_step ? g : momentum * buf[i] + g;
-            g = buf[i];
+        for (int64_t i = 0; i < n; i++) p[i] -= lr * (gd[i] + weight_decay * p[i]);
+    } else if (first_step) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float g = gd[i] + weight_decay * p[i];
+            buf[i] = g;
+            p[i] -= lr * g;
         }
-        p[i] -= lr * g;
+    } else {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float g = gd[i] + weight_decay * p[i];
+            float m = momentum * buf[i] + g;
+            buf[i] = m;
+            p[i] -= lr * m;
+        }
     }
 }
 
@@ -578,8 +590,8 @@ static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, m
                            mg_tensor *v, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int64_t step) {
     (void)ctx;
-    float *p = param->data, *md = m->data, *vd = v->data;
-    const float *gd = grad->data;
+    float *restrict p = param->data, *restrict md = m->data, *restrict vd = v->data;
+    const float *restrict gd = grad->data;
     int64_t n = param->numel;
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
     float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
