@@ -65,15 +65,21 @@ static void run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, con
         int64_t k = a->shape[a->ndim - 1], n = b->shape[0], m = a->numel / (k ? k : 1);
         if (k == 0) m = out->numel / n;
         inner = k;
-        if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 0.0f, out->data, n);
         if (with_bias && bias) {
-            if (!k) f->fill(ctx, out, 0.0f);
+            /* bias fused: every row of out starts as the bias (one write pass,
+             * instead of the GEMM zeroing out and a second pass adding it), then
+             * the GEMM accumulates onto it (beta = 1) */
             int64_t shape[2] = {m, n}, bshape[2] = {1, n};
             mg_tensor *ov = mg_tensor_view(mg_step_arena(), out, 2, shape);
             mg_tensor *bv = mg_tensor_view(mg_step_arena(), (mg_tensor *)bias, 2, bshape);
-            f->binary(ctx, MG_BINARY_ADD, ov, bv, ov);
+            mg_tensor *zero = mg_tensor_alloc(mg_step_arena(), 0, NULL);
+            if (!ov || !bv || !zero) return;
+            f->fill(ctx, zero, 0.0f);
+            f->binary(ctx, MG_BINARY_ADD, bv, zero, ov); /* out = bias, broadcast over rows */
+            if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 1.0f, out->data, n);
             return;
         }
+        if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 0.0f, out->data, n);
         break;
     }
     case GEMM_LINEAR_DX: {

@@ -28,7 +28,7 @@
  * mg_redistribute_cost walks the same plan on coordinate 0 (the largest block)
  * with mg_coll_bytes, so it needs only global metadata.
  *
- * Exports: mg_redistribute_local, mg_redistribute_cost. */
+ * Exports: mg_redistribute_local, mg_redistribute_cost, mg_redistribute_is_noop. */
 #include "dist/redistribute.h"
 
 #include <stdlib.h>
@@ -400,6 +400,12 @@ static int check_pair(const mg_spec *src, const mg_spec *dst) {
                         mg_shape_format(b, sizeof b, dst->ndim, dst->shape));
     }
     return MG_OK;
+}
+
+bool mg_redistribute_is_noop(const mg_spec *src, const mg_spec *dst) {
+    step steps[MAX_STEPS];
+    return src->mesh == dst->mesh && mg_shape_equal(src->ndim, src->shape, dst->ndim, dst->shape) &&
+           plan(src, dst, steps) == 0;
 }
 
 int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const mg_spec *dst,

@@ -23,4 +23,9 @@ int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const 
  * on global metadata, so every rank gets the same number. */
 double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst);
 
+/* True when going from src to dst moves no data on this rank's shard: the specs
+ * differ only on mesh dims of size 1 (or not at all), so the local block is the
+ * same tensor and the ops layer can hand out a view instead of a copy. */
+bool mg_redistribute_is_noop(const mg_spec *src, const mg_spec *dst);
+
 #endif
