@@ -29,6 +29,9 @@ struct mg_arena {
     int on_device;                /* blocks come from `allocator` */
     mg_arena_allocator allocator;
     struct mg_arena *data;        /* device blocks for tensor data, or NULL */
+    struct mg_arena *redirect;    /* mg_arena_redirect_data */
+    void *hint;                   /* mg_arena_hint_data */
+    size_t hint_bytes;
 };
 
 static block *block_new(const mg_arena *a, size_t size) {
@@ -108,7 +111,20 @@ int mg_arena_device(const mg_arena *a) {
 }
 
 void *mg_arena_alloc_data(mg_arena *a, size_t bytes) {
+    if (a->hint && bytes == a->hint_bytes) {
+        void *p = a->hint;
+        a->hint = NULL;
+        return p;
+    }
+    if (a->redirect) return mg_arena_alloc_data(a->redirect, bytes);
     return mg_arena_alloc(a->data ? a->data : a, bytes);
+}
+
+void mg_arena_redirect_data(mg_arena *a, mg_arena *to) { a->redirect = to; }
+
+void mg_arena_hint_data(mg_arena *a, void *ptr, size_t bytes) {
+    a->hint = ptr;
+    a->hint_bytes = bytes;
 }
 
 void *mg_arena_alloc(mg_arena *a, size_t bytes) {
@@ -163,17 +179,20 @@ size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }
 size_t mg_arena_peak(const mg_arena *a) { return a->peak; }
 int mg_arena_grow_count(const mg_arena *a) { return a->grow_count; }
 
-static mg_arena *step_arena, *cuda_step_arena;
+static mg_arena *step_arena, *cuda_step_arena, *scratch_arena, *cuda_scratch_arena;
 
-mg_arena *mg_step_arena(void) {
+static mg_arena *device_arena(mg_arena **host, mg_arena **cuda) {
     if (mg_get_device() == MG_DEVICE_CUDA) {
         mg_backend *be = mg_backend_cuda();
-        if (!cuda_step_arena && be) {
+        if (!*cuda && be) {
             mg_arena_allocator al = {be->iface->alloc, be->iface->free, be->context, MG_DEVICE_CUDA};
-            cuda_step_arena = mg_arena_new_device((size_t)1 << 20, &al);
+            *cuda = mg_arena_new_device((size_t)1 << 20, &al);
         }
-        return cuda_step_arena;
+        return *cuda;
     }
-    if (!step_arena) step_arena = mg_arena_new((size_t)1 << 20);
-    return step_arena;
+    if (!*host) *host = mg_arena_new((size_t)1 << 20);
+    return *host;
 }
+
+mg_arena *mg_step_arena(void) { return device_arena(&step_arena, &cuda_step_arena); }
+mg_arena *mg_scratch_arena(void) { return device_arena(&scratch_arena, &cuda_scratch_arena); }

@@ -36,8 +36,23 @@ int mg_arena_device(const mg_arena *); /* where mg_arena_alloc_data's memory liv
  * the same as mg_arena_alloc. */
 void *mg_arena_alloc_data(mg_arena *, size_t bytes);
 
+/* Two ways to steer where the next tensor data of an arena goes:
+ * - redirect: while set, mg_arena_alloc_data(a) takes its memory from `to`
+ *   (NULL stops). Headers stay in `a`.
+ * - hint: the next mg_arena_alloc_data(a) of exactly `bytes` returns `ptr`
+ *   (once; NULL clears). The autograd engine uses it to let a parameter's
+ *   gradient be computed straight into the parameter's gradient buffer. */
+void mg_arena_redirect_data(mg_arena *a, mg_arena *to);
+void mg_arena_hint_data(mg_arena *a, void *ptr, size_t bytes);
+
 /* The process-wide step arena used by ops and the autograd tape: the one of the
  * current device (mg_get_device()), made on first use. */
 mg_arena *mg_step_arena(void);
+/* A second one for short-lived tensor data (parameters gathered for one op,
+ * a parameter's gradient on its way into the parameter's gradient buffer):
+ * the ops layer and the autograd engine reset it as soon as what lives there
+ * is used (ops.c, autograd/backward.c), so its capacity is what one op needs,
+ * not what a whole step does. */
+mg_arena *mg_scratch_arena(void);
 
 #endif

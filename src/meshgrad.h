@@ -111,8 +111,14 @@ void mg_dtensor_free(mg_dtensor *);
 
 /* ---- autograd ------------------------------------------------------------- */
 int mg_set_requires_grad(mg_dtensor *, int on);
+/* Collective like the ops. Parameters' gradients come back at their own
+ * placements; data-parallel sums are started in buckets while backward runs
+ * and have all landed when it returns. */
 int mg_backward(mg_dtensor *scalar_loss);
 mg_dtensor *mg_grad(const mg_dtensor *); /* NULL until backward reached it */
+/* Zeroes a parameter's gradient. The buffer is kept and only marked zero: the
+ * next backward writes the gradient over it (no fill, no add), and mg_grad
+ * before that returns zeros. Without it, backward calls add up. */
 int mg_zero_grad(mg_dtensor *);
 int mg_grad_enabled(void);
 int mg_set_grad_enabled(int on); /* returns the previous setting (no-grad mode) */

@@ -75,11 +75,17 @@ mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *o
     return mg_tape_push(op, n, inputs, out);
 }
 
-/* x moved to `target`, recorded so that backward moves its gradient back. */
-static mg_dtensor *redistribute_recorded(const mg_dtensor *x, const mg_spec *target) {
+/* x moved to `target`, recorded so that backward moves its gradient back.
+ * `share`: when no data moves (the specs differ only on mesh dims of size 1),
+ * the result is a view of x's shard rather than a copy. */
+static mg_dtensor *redistribute_recorded(const mg_dtensor *x, const mg_spec *target, bool share) {
     mg_tensor *local = NULL;
-    int rc = mg_redistribute_local(&x->spec, x->local, target, &local, mg_step_arena());
-    if (rc != MG_OK) return NULL;
+    if (share && mg_redistribute_is_noop(&x->spec, target)) {
+        local = mg_tensor_view(mg_step_arena(), x->local, x->local->ndim, x->local->shape);
+        if (!local) return NULL;
+    } else if (mg_redistribute_local(&x->spec, x->local, target, &local, mg_step_arena()) != MG_OK) {
+        return NULL;
+    }
     mg_dtensor *y = mg_dtensor_make(target, local, mg_step_arena());
     if (!y) return NULL;
     mg_dtensor *in = (mg_dtensor *)x;
@@ -91,7 +97,7 @@ static mg_dtensor *redistribute_recorded(const mg_dtensor *x, const mg_spec *tar
 
 mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target) {
     if (mg_spec_equal(&x->spec, target)) return (mg_dtensor *)x;
-    return redistribute_recorded(x, target);
+    return redistribute_recorded(x, target, true);
 }
 
 mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
@@ -100,7 +106,83 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
     if (mg_spec_make(&target, x->spec.mesh, p, n, x->spec.ndim, x->spec.shape, "mg_redistribute") !=
         MG_OK)
         return NULL;
-    return redistribute_recorded(x, &target);
+    return redistribute_recorded(x, &target, false);
+}
+
+/* ---- parameter copies ---------------------------------------------------------
+ * A parameter brought to other placements for use (fsdp: a Shard(0) weight
+ * gathered to Replicate, by mg_op_param_copy or by an op that takes the
+ * parameter itself) is a "parameter copy": its data lives in the scratch arena
+ * and is given back as soon as an op starts that does not take it, so a step
+ * holds about one op's gathered weights instead of all of them until backward.
+ * A released copy is gathered again when something needs it: an op in the
+ * forward pass (ops_regather below) or its node in backward (the engine). */
+#define MAX_HELD 16
+static mg_dtensor *held[MAX_HELD];
+static int n_held;
+static bool in_backward;
+
+void mg_ops_set_backward(bool on) { in_backward = on; }
+
+int mg_ops_hold(mg_dtensor *t) {
+    if (n_held == MAX_HELD)
+        return mg_error(MG_ESTATE, "ops: more than %d parameter copies held at once", MAX_HELD);
+    t->flags &= ~(unsigned)MG_DTENSOR_RELEASED;
+    held[n_held++] = t;
+    return MG_OK;
+}
+
+/* Releases the held copies that are not among xs; resets the scratch arena
+ * when none is left. */
+void mg_ops_release_except(const mg_dtensor *const *xs, int n) {
+    int kept = 0;
+    for (int i = 0; i < n_held; i++) {
+        bool used = false;
+        for (int j = 0; j < n; j++) used |= xs[j] == held[i];
+        if (used) held[kept++] = held[i];
+        else held[i]->flags |= MG_DTENSOR_RELEASED;
+    }
+    n_held = kept;
+    if (!n_held) mg_arena_reset(mg_scratch_arena());
+}
+
+void mg_ops_release_scratch(void) { mg_ops_release_except(NULL, 0); }
+
+int mg_ops_regather(mg_dtensor *t) {
+    const mg_dtensor *param = t->param_source;
+    mg_arena *step = mg_step_arena();
+    mg_tensor *local = NULL;
+    mg_arena_redirect_data(step, mg_scratch_arena());
+    int rc = mg_redistribute_local(&param->spec, param->local, &t->spec, &local, step);
+    mg_arena_redirect_data(step, NULL);
+    if (rc != MG_OK) return rc;
+    t->local = local;
+    return mg_ops_hold(t);
+}
+
+static bool is_param(const mg_dtensor *t) { return !t->node && t->requires_grad; }
+
+mg_dtensor *mg_op_param_copy(const mg_dtensor *param, const mg_spec *target) {
+    if (mg_spec_equal(&param->spec, target)) return (mg_dtensor *)param;
+    if (in_backward) return redistribute_recorded(param, target, true); /* step arena */
+    if (mg_redistribute_is_noop(&param->spec, target)) {
+        /* a view of the parameter itself (mesh dims of size 1): nothing to give
+         * back, but still a copy, so backward sends its gradient straight on */
+        mg_dtensor *v = redistribute_recorded(param, target, true);
+        if (v) {
+            v->flags |= MG_DTENSOR_PARAM_COPY;
+            v->param_source = (mg_dtensor *)param;
+        }
+        return v;
+    }
+    mg_arena *step = mg_step_arena();
+    mg_arena_redirect_data(step, mg_scratch_arena());
+    mg_dtensor *y = redistribute_recorded(param, target, false);
+    mg_arena_redirect_data(step, NULL);
+    if (!y) return NULL;
+    y->flags |= MG_DTENSOR_PARAM_COPY;
+    y->param_source = (mg_dtensor *)param;
+    return mg_ops_hold(y) == MG_OK ? y : NULL;
 }
 
 int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_dtensor *const *xs,
@@ -110,10 +192,18 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
     for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
     int rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());
+    if (!in_backward) {
+        mg_ops_release_except(xs, n); /* copies the earlier ops used, not this one */
+        for (int i = 0; i < n; i++)
+            if (xs[i] && (xs[i]->flags & MG_DTENSOR_RELEASED) &&
+                (rc = mg_ops_regather((mg_dtensor *)xs[i])) != MG_OK)
+                return rc;
+    }
     for (int i = 0; i < n; i++) {
         xs_out[i] = NULL;
         if (!xs[i]) continue;
-        xs_out[i] = mg_op_redistribute(xs[i], &targets[i]);
+        xs_out[i] = is_param(xs[i]) ? mg_op_param_copy(xs[i], &targets[i])
+                                    : mg_op_redistribute(xs[i], &targets[i]);
         if (!xs_out[i]) return mg_last_code() ? mg_last_code() : MG_ECOMM;
     }
     return MG_OK;

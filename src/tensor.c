@@ -94,7 +94,7 @@ mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64
     size_t bytes = (size_t)(t->numel > 0 ? t->numel : 1) * sizeof(float);
     t->device = device;
     if (arena) {
-        t->data = be ? mg_arena_alloc_data(arena, bytes) : mg_arena_alloc(arena, bytes);
+        t->data = mg_arena_alloc_data(arena, bytes);
     } else {
         t->data = be ? be->iface->alloc(be->context, bytes)
                      : aligned_alloc(64, (bytes + 63) / 64 * 64);

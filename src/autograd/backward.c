@@ -2,46 +2,183 @@
  * mg_backward, mg_grad, mg_zero_grad, mg_set_requires_grad, mg_step_end.
  *
  * mg_backward(loss) seeds d loss = 1 (Replicate) and walks the tape from the
- * loss's node back to the start. Each node reached by a gradient runs its VJP;
- * each input's gradient is accumulated: a leaf's gradient is brought to the
- * leaf's own placement (a Partial placement becomes Replicate) and added into
- * a long-lived tensor; an intermediate's gradients are summed at the first
- * one's spec. Visited nodes are marked freed: a second backward through them is
- * refused. */
+ * loss's node back to the start. At each node reached by a gradient:
+ *  1. parameters the op gathered for itself (ops.c released them after the
+ *     forward op) are gathered again, into the scratch arena;
+ *  2. the gradients of its other inputs are computed (step arena) and summed
+ *     into those inputs' gradients, at the first one's spec;
+ *  3. each parameter's gradient is computed on its own, in the scratch arena,
+ *     and brought to the parameter's placement (a Partial placement becomes
+ *     Replicate; a gathered parameter goes back through the mirror of its
+ *     gather, e.g. a reduce-scatter) straight into the parameter's gradient
+ *     buffer: when that buffer counts as zero (mg_zero_grad), the last kernel
+ *     writes into it directly (an arena hint), else the result is added.
+ *     A data-parallel all-reduce is not waited for: grad_sync.c starts it in
+ *     buckets and it completes while later nodes run, before mg_backward
+ *     returns;
+ *  4. the scratch arena is reset: it only ever holds one node's worth.
+ * Visited nodes are marked freed: a second backward through them is refused. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "autograd/grad_sync.h"
 #include "autograd/tape.h"
 #include "autograd/vjp.h"
 #include "backend/backend.h"
+#include "dist/comm.h"
 #include "dist/mesh.h"
 #include "ops.h"
 #include "status.h"
 
-static int accumulate(mg_dtensor *t, mg_dtensor *g) {
-    if (!mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) {
-        char a[96], b[96];
-        return mg_error(MG_ESTATE, "backward: gradient of shape %s for a tensor of shape %s",
-                        mg_shape_format(a, sizeof a, g->spec.ndim, g->spec.shape),
-                        mg_shape_format(b, sizeof b, t->spec.ndim, t->spec.shape));
+/* The parameter behind t: t itself (a leaf that requires grad), or the
+ * parameter of a parameter copy (ops.h); NULL for anything else. */
+static mg_dtensor *param_of(mg_dtensor *t) {
+    if (!t->node) return t->requires_grad ? t : NULL;
+    if (t->flags & MG_DTENSOR_PARAM_COPY) return t->param_source;
+    return NULL;
+}
+
+static int check_shape(const mg_dtensor *t, const mg_dtensor *g) {
+    if (mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) return MG_OK;
+    char a[96], b[96];
+    return mg_error(MG_ESTATE, "backward: gradient of shape %s for a tensor of shape %s",
+                    mg_shape_format(a, sizeof a, g->spec.ndim, g->spec.shape),
+                    mg_shape_format(b, sizeof b, t->spec.ndim, t->spec.shape));
+}
+
+/* A leaf's gradient lives at the leaf's placements, Partial made Replicate. */
+static mg_spec grad_spec(const mg_dtensor *t) {
+    mg_spec target = t->spec;
+    for (int m = 0; m < target.mesh->ndim; m++)
+        if (target.p[m].kind == MG_PLACE_PARTIAL) target.p[m] = MG_REPLICATE;
+    return target;
+}
+
+/* The leaf's gradient buffer, made on first use (uninitialized, counting as zero). */
+static int grad_buffer(mg_dtensor *t) {
+    if (t->grad) return MG_OK;
+    mg_spec target = grad_spec(t);
+    mg_arena *arena = (t->flags & MG_DTENSOR_HEAP) ? NULL : mg_step_arena();
+    int64_t local[MG_MAX_DIMS];
+    mg_spec_local(&target, NULL, local, NULL);
+    mg_tensor *buf = mg_tensor_alloc(arena, target.ndim, local);
+    if (!buf) return mg_last_code();
+    t->grad = mg_dtensor_make(&target, buf, arena);
+    if (!t->grad) return mg_last_code();
+    t->flags |= MG_DTENSOR_GRAD_ZERO;
+    return MG_OK;
+}
+
+/* from equals to except for mesh dims that are Partial in `from` and Replicate
+ * in `to`: the local blocks then have the same shape and an all-reduce over
+ * those dims turns one into the other. */
+static bool partial_only(const mg_spec *from, const mg_spec *to) {
+    for (int m = 0; m < from->mesh->ndim; m++) {
+        if (mg_placement_equal(from->p[m], to->p[m])) continue;
+        if (from->p[m].kind != MG_PLACE_PARTIAL || to->p[m].kind != MG_PLACE_REPLICATE) return false;
     }
-    mg_backend *be = mg_backend_of(t->local);
-    if (!t->node) { /* a leaf: its gradient lives in its own placement */
-        mg_spec target = t->spec;
-        for (int m = 0; m < target.mesh->ndim; m++)
-            if (target.p[m].kind == MG_PLACE_PARTIAL) target.p[m] = MG_REPLICATE;
-        mg_dtensor *gg = mg_op_redistribute(g, &target);
-        if (!gg) return mg_last_code();
-        if (!t->grad) {
-            t->grad = mg_dtensor_zeros(&target, (t->flags & MG_DTENSOR_HEAP) ? NULL : mg_step_arena());
-            if (!t->grad) return mg_last_code();
+    return true;
+}
+
+/* A large CPU gradient summed over one comm moves, after its first backward,
+ * to memory the comm can sum without copies (a shared window when the ranks
+ * share a node, comm_shm.h); later steps compute the gradient there. The move
+ * allocates collectively, so it waits for the end of mg_backward, when no sum
+ * is in flight, and runs in tape order: the same on every rank. */
+#define MAX_TO_SHARE 256
+static struct {
+    mg_tensor *buf;
+    mg_comm *comm;
+} to_share[MAX_TO_SHARE];
+static int n_to_share;
+
+static void want_shared(mg_tensor *buf, mg_comm *comm) {
+    if (buf->device != MG_DEVICE_CPU || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
+        buf->numel < MG_GRAD_BUCKET_FLOATS / 4 || !comm->iface->alloc_shared ||
+        n_to_share == MAX_TO_SHARE)
+        return;
+    to_share[n_to_share].buf = buf;
+    to_share[n_to_share++].comm = comm;
+}
+
+static int share_buffers(void) {
+    int rc = MG_OK;
+    for (int i = 0; i < n_to_share && rc == MG_OK; i++) {
+        mg_tensor *buf = to_share[i].buf;
+        float *shared = mg_comm_alloc_shared(to_share[i].comm, buf->numel);
+        if (!shared) {
+            rc = mg_last_code(); /* MG_OK: none here, keep the heap buffer */
+            continue;
         }
-        be->iface->axpy(be->context, 1.0f, gg->local, t->grad->local);
+        memcpy(shared, buf->data, (size_t)buf->numel * sizeof(float));
+        free(buf->data);
+        buf->data = shared; /* the comm owns it now */
+        buf->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
+    }
+    n_to_share = 0;
+    return rc;
+}
+
+/* The grad buffer holds t's gradient at `from` (partial_only to its spec): sum
+ * it over the Partial dims. One dim: through grad_sync (bucketed, overlapped);
+ * more: one blocking all-reduce per dim. */
+static int reduce_in_place(mg_dtensor *t, const mg_spec *from) {
+    const mg_mesh *mesh = from->mesh;
+    mg_tensor *buf = t->grad->local;
+    int dims[MG_MAX_MESH_DIMS], nd = 0;
+    for (int m = 0; m < mesh->ndim; m++)
+        if (from->p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) dims[nd++] = m;
+    if (nd == 1) {
+        mg_comm *comm = mesh->dim_comm[dims[0]];
+        want_shared(buf, comm);
+        return mg_grad_sync_add(comm, buf->data, buf->numel, buf->device == MG_DEVICE_CPU);
+    }
+    for (int i = 0; i < nd; i++) {
+        int rc = mg_comm_all_reduce(mesh->dim_comm[dims[i]], buf->data, buf->numel, MG_REDUCE_SUM);
+        if (rc != MG_OK) return rc;
+    }
+    return MG_OK;
+}
+
+/* A leaf's gradient g (any placement) into its gradient buffer. */
+static int accumulate_leaf(mg_dtensor *t, mg_dtensor *g) {
+    int rc = check_shape(t, g);
+    if (rc == MG_OK) rc = grad_buffer(t);
+    if (rc != MG_OK) return rc;
+    mg_dtensor *grad = t->grad;
+    mg_backend *be = mg_backend_of(grad->local);
+    if (t->flags & MG_DTENSOR_GRAD_ZERO) {
+        if (partial_only(&g->spec, &grad->spec) && g->local->device == grad->local->device) {
+            if (g->local->data != grad->local->data) /* not computed in place */
+                be->iface->copy(be->context, g->local, grad->local);
+            t->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
+            return reduce_in_place(t, &g->spec);
+        }
+        mg_dtensor *gg = mg_op_redistribute(g, &grad->spec);
+        if (!gg) return mg_last_code();
+        if (gg->local->data != grad->local->data) be->iface->copy(be->context, gg->local, grad->local);
+        t->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
         return MG_OK;
     }
+    /* a second contribution (a parameter used twice, or accumulation over
+     * micro-batches): the first one's reduction must have landed */
+    if (mg_grad_sync_pending(grad->local->data) && (rc = mg_grad_sync_finish()) != MG_OK) return rc;
+    mg_dtensor *gg = mg_op_redistribute(g, &grad->spec);
+    if (!gg) return mg_last_code();
+    be->iface->axpy(be->context, 1.0f, gg->local, grad->local);
+    return MG_OK;
+}
+
+/* An intermediate's gradient: summed at the first contribution's spec. */
+static int accumulate(mg_dtensor *t, mg_dtensor *g) {
+    if (!t->node) return accumulate_leaf(t, g);
+    int rc = check_shape(t, g);
+    if (rc != MG_OK) return rc;
     if (!t->grad) {
         t->grad = g;
         return MG_OK;
     }
+    mg_backend *be = mg_backend_of(t->grad->local);
     mg_dtensor *gg = mg_op_redistribute(g, &t->grad->spec);
     if (!gg) return mg_last_code();
     mg_dtensor *sum = mg_ops_output(&t->grad->spec);
@@ -49,6 +186,73 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g) {
     be->iface->binary(be->context, MG_BINARY_ADD, t->grad->local, gg->local, sum->local);
     t->grad = sum;
     return MG_OK;
+}
+
+/* Step 3 for input i, a parameter (or the op's own gathered copy of one). */
+static int param_grad(mg_node *node, mg_dtensor *g, int i) {
+    mg_dtensor *in = node->inputs[i], *param = param_of(in);
+    int rc = grad_buffer(param);
+    if (rc != MG_OK) return rc;
+    mg_arena *step = mg_step_arena();
+    mg_arena_redirect_data(step, mg_scratch_arena());
+    if (param->flags & MG_DTENSOR_GRAD_ZERO) {
+        mg_tensor *buf = param->grad->local;
+        mg_arena_hint_data(step, buf->data, (size_t)(buf->numel > 0 ? buf->numel : 1) * sizeof(float));
+    }
+    mg_dtensor *grads[MG_NODE_MAX_INPUTS];
+    rc = mg_vjp(node, g, 1u << i, grads);
+    if (rc == MG_OK && grads[i] && in != param && in->node) {
+        /* the mirror of the op's own gather; its node is done with here */
+        mg_dtensor *pg[MG_NODE_MAX_INPUTS];
+        rc = mg_vjp(in->node, grads[i], 1u, pg);
+        in->node->freed = true;
+        grads[i] = pg[0];
+    }
+    if (rc == MG_OK && grads[i]) rc = accumulate_leaf(param, grads[i]);
+    mg_arena_hint_data(step, NULL, 0);
+    mg_arena_redirect_data(step, NULL);
+    return rc;
+}
+
+static int backward_node(mg_node *node, mg_dtensor *g) {
+    int rc = MG_OK;
+    unsigned params = 0, others = 0;
+    for (int i = 0; i < node->n_inputs; i++) {
+        mg_dtensor *in = node->inputs[i];
+        if (!in) continue;
+        if (!mg_tape_wants_grad(in)) continue;
+        if (param_of(in)) params |= 1u << i;
+        else others |= 1u << i;
+    }
+    /* the values the VJPs read, gathered again where they were given back */
+    unsigned reads = 0;
+    for (int i = 0; i < node->n_inputs; i++)
+        if ((params | others) >> i & 1u) reads |= mg_vjp_reads(node->op, i);
+    for (int i = 0; i < node->n_inputs; i++) {
+        mg_dtensor *in = node->inputs[i];
+        if (in && (reads >> i & 1u) && (in->flags & MG_DTENSOR_RELEASED) &&
+            (rc = mg_ops_regather(in)) != MG_OK)
+            return rc;
+    }
+    if (others) {
+        mg_dtensor *grads[MG_NODE_MAX_INPUTS];
+        rc = mg_vjp(node, g, others, grads);
+        for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
+            if (grads[i] && (others >> i & 1u)) rc = accumulate(node->inputs[i], grads[i]);
+    }
+    /* parameter copies (gathered weights) no parameter gradient reads are given
+     * back first: the scratch arena then holds one big tensor at a time */
+    reads = 0;
+    for (int i = 0; i < node->n_inputs; i++)
+        if (params >> i & 1u) reads |= mg_vjp_reads(node->op, i);
+    const mg_dtensor *keep[MG_NODE_MAX_INPUTS];
+    int nkeep = 0;
+    for (int i = 0; i < node->n_inputs; i++)
+        if (reads >> i & 1u) keep[nkeep++] = node->inputs[i];
+    if (params) mg_ops_release_except(keep, nkeep);
+    for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
+        if (params >> i & 1u) rc = param_grad(node, g, i);
+    return rc;
 }
 
 int mg_backward(mg_dtensor *loss) {
@@ -70,10 +274,12 @@ int mg_backward(mg_dtensor *loss) {
                         "mg_backward: the graph of this loss was already freed by an earlier "
                         "mg_backward: run the forward pass again (one backward per forward)");
     int was = mg_set_grad_enabled(0);
+    mg_ops_release_scratch(); /* the last forward op's gathered parameters */
+    mg_ops_set_backward(true);
     int rc = MG_OK;
     mg_dtensor *seed = mg_op_scalar(loss->spec.mesh, 1.0f);
     if (!seed) rc = mg_last_code();
-    if (rc == MG_OK && !loss->node) rc = accumulate(loss, seed);
+    if (rc == MG_OK && !loss->node) rc = accumulate_leaf(loss, seed);
     if (rc == MG_OK && loss->node) loss->grad = seed;
     for (mg_node *node = loss->node; rc == MG_OK && node; node = node->prev) {
         mg_dtensor *g = node->output->grad;
@@ -85,24 +291,37 @@ int mg_backward(mg_dtensor *loss) {
                           mg_op_names[node->op]);
             break;
         }
-        mg_dtensor *grads[MG_NODE_MAX_INPUTS];
-        rc = mg_vjp(node, g, grads);
-        if (rc != MG_OK) break;
-        for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
-            if (grads[i] && mg_tape_wants_grad(node->inputs[i])) rc = accumulate(node->inputs[i], grads[i]);
+        rc = backward_node(node, g);
         node->freed = true;
+        mg_ops_release_scratch();
+        if (rc == MG_OK) rc = mg_grad_sync_poll();
     }
+    int sync = mg_grad_sync_finish(); /* also after a failure: nothing left in flight */
+    if (rc == MG_OK) rc = sync;
+    if (rc == MG_OK) rc = share_buffers();
+    n_to_share = 0;
+    mg_ops_set_backward(false);
     mg_set_grad_enabled(was);
     return rc;
 }
 
-mg_dtensor *mg_grad(const mg_dtensor *t) { return t ? t->grad : NULL; }
+/* A leaf's buffer that counts as zero is filled when someone looks. */
+mg_dtensor *mg_grad(const mg_dtensor *t) {
+    if (!t) return NULL;
+    if (t->grad && (t->flags & MG_DTENSOR_GRAD_ZERO)) {
+        mg_backend *be = mg_backend_of(t->grad->local);
+        be->iface->fill(be->context, t->grad->local, 0.0f);
+        ((mg_dtensor *)t)->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
+    }
+    return t->grad;
+}
 
+/* A leaf's buffer is kept and marked zero: the next backward writes its
+ * gradient over it instead of adding to zeros. */
 int mg_zero_grad(mg_dtensor *t) {
     if (!t) return mg_error(MG_EINVAL, "mg_zero_grad: tensor is NULL");
     if (t->grad && !t->node) {
-        mg_backend *be = mg_backend_of(t->grad->local);
-        be->iface->fill(be->context, t->grad->local, 0.0f);
+        t->flags |= MG_DTENSOR_GRAD_ZERO;
     } else if (t->node) {
         t->grad = NULL;
     }
@@ -121,6 +340,7 @@ int mg_set_requires_grad(mg_dtensor *t, int on) {
 }
 
 void mg_step_end(void) {
+    mg_ops_release_scratch();
     mg_tape_clear();
     mg_arena_reset(mg_step_arena());
 }

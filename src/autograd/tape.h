@@ -30,6 +30,7 @@ typedef struct mg_node {
     int64_t shape[MG_MAX_DIMS];
     mg_placement placements[MG_MAX_MESH_DIMS]; /* redistribute: the source placements */
     bool freed;             /* its graph was consumed by a backward */
+    unsigned want_mask;     /* the inputs mg_vjp is asked for (bit i: input i) */
     struct mg_node *prev;
     int64_t seq;
 } mg_node;

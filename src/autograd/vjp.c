@@ -18,7 +18,9 @@
 
 typedef int (*vjp_fn)(mg_node *, mg_dtensor *, mg_dtensor **);
 
-static bool wants(const mg_node *n, int i) { return mg_tape_wants_grad(n->inputs[i]); }
+static bool wants(const mg_node *n, int i) {
+    return (n->want_mask >> i & 1u) && n->inputs[i] && mg_tape_wants_grad(n->inputs[i]);
+}
 
 #define NEED(p)                                                   \
     do {                                                          \
@@ -163,8 +165,22 @@ static const vjp_fn vjp_table[MG_OP_COUNT] = {
 };
 static_assert(sizeof vjp_table / sizeof vjp_table[0] == MG_OP_COUNT, "a VJP for every op");
 
-int mg_vjp(mg_node *node, mg_dtensor *grad_out, mg_dtensor **grads_in) {
+unsigned mg_vjp_reads(int op, int i) {
+    switch (op) {
+    case MG_OP_LINEAR: return i == 0 ? 2u : i == 1 ? 1u : 0u; /* dx = dy w, dw = dy^T x */
+    case MG_OP_MATMUL:
+    case MG_OP_MUL: return i == 0 ? 2u : 1u;
+    case MG_OP_RELU:
+    case MG_OP_GELU: return 1u;
+    case MG_OP_CROSS_ENTROPY:
+    case MG_OP_MSE: return 3u;
+    default: return 0u; /* shape ops, sums, add/sub, scale: the gradient alone */
+    }
+}
+
+int mg_vjp(mg_node *node, mg_dtensor *grad_out, unsigned mask, mg_dtensor **grads_in) {
     for (int i = 0; i < MG_NODE_MAX_INPUTS; i++) grads_in[i] = NULL;
+    node->want_mask = mask;
     if (node->op < 0 || node->op >= MG_OP_COUNT || !vjp_table[node->op])
         return mg_error(MG_ESTATE, "backward: no VJP for op %d", node->op);
     return vjp_table[node->op](node, grad_out, grads_in);

@@ -13,6 +13,11 @@ struct mg_node; /* autograd/tape.h */
 
 enum {
     MG_DTENSOR_HEAP = 1, /* made by a constructor: freed by mg_dtensor_free */
+    /* a parameter brought to other placements for use, its data in the
+     * scratch arena (mg_op_param_copy in ops.h) */
+    MG_DTENSOR_PARAM_COPY = 2,
+    MG_DTENSOR_RELEASED = 4,  /* its local data was given back: gather it again */
+    MG_DTENSOR_GRAD_ZERO = 8, /* a leaf whose grad buffer counts as zero (not yet filled) */
 };
 
 struct mg_dtensor {
@@ -23,6 +28,7 @@ struct mg_dtensor {
     int requires_grad;
     struct mg_dtensor *grad;  /* leaves: heap, in the leaf's own spec */
     struct mg_node *node;     /* the op that made it (NULL for leaves) */
+    struct mg_dtensor *param_source; /* MG_DTENSOR_PARAM_COPY: the parameter */
     int64_t node_generation;  /* the tape generation `node` belongs to */
 };
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dist/mesh.h"
+#include "ops.h"
 #include "status.h"
 
 int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
@@ -60,7 +61,13 @@ void mg_params_free(mg_param_table *t) {
 mg_dtensor *mg_params_use(mg_param_table *t, int i) {
     mg_param *p = &t->p[i];
     if (!p->gather) return p->value;
-    return mg_redistribute(p->value, p->use, p->value->spec.mesh->ndim);
+    /* a parameter copy: released when the ops that use it are done, gathered
+     * again in backward (ops.h) */
+    mg_spec target;
+    if (mg_spec_make(&target, p->value->spec.mesh, p->use, p->value->spec.mesh->ndim,
+                     p->value->spec.ndim, p->value->spec.shape, "parameter use") != MG_OK)
+        return NULL;
+    return mg_op_param_copy(p->value, &target);
 }
 
 void mg_params_collect_grads(mg_param_table *t) {
