@@ -4,6 +4,12 @@
 # settings; then mg_linear against raw cblas, and data-parallel / fully sharded
 # runs against the 1-rank step. PyTorch comes from Debian's python3-torch
 # (/usr/bin/python3); without it the PyTorch column says so and the rest runs.
+# The 1-rank and 2-rank steps run three times, interleaved, and the middle of
+# the three medians is reported (a 2-core VM drifts by 10% between runs).
+# The fsdp memory row uses a deep model (1024, eight 4096 layers, 1024: 126M
+# parameters plus momentum), where parameters and optimizer state dominate; a
+# second row shows the wide 1024-8192-8192-1024 model, whose one 8192x8192
+# layer (268 MB) must be gathered whole, for reference.
 #
 #   scripts/bench-vs-pytorch.sh [--build DIR] [--steps N]
 # Prints a table and, as its last line, one JSON object.
@@ -40,7 +46,7 @@ threads, steps = int(sys.argv[1]), int(sys.argv[2])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024))
-opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)  # as meshgrad bench step
 x = torch.randn(256, 1024)
 y = torch.randn(256, 1024)
 times = []
@@ -62,16 +68,23 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo
 lin=$(OPENBLAS_NUM_THREADS=1 mpirun -np 1 "$mg" bench linear --threads 1 | tail -n 1)
 lin2=$(OPENBLAS_NUM_THREADS=2 mpirun -np 1 "$mg" bench linear --threads 2 | tail -n 1)
-s11=$(run 1 1 bench step --steps "$steps")
-s12=$(run 1 2 bench step --steps "$steps")
-s21=$(run 2 1 bench step --steps "$steps" --parallel dp)
-f1=$(run 1 1 bench step --steps 3 --batch 8 --layers 1024,8192,8192,1024)
-f4=$(run 4 1 bench step --steps 3 --batch 8 --layers 1024,8192,8192,1024 --parallel fsdp)
+mid3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+a=() b=()
+for i in 1 2 3; do
+    a+=("$(run 1 1 bench step --steps "$steps" | field ms_per_step)")
+    b+=("$(run 2 1 bench step --steps "$steps" --parallel dp | field ms_per_step)")
+done
+ms11=$(mid3 "${a[@]}") ms21=$(mid3 "${b[@]}")
+ms12=$(run 1 2 bench step --steps "$steps" | field ms_per_step)
+deep=1024,4096,4096,4096,4096,4096,4096,4096,4096,1024 wide=1024,8192,8192,1024
+f1=$(run 1 1 bench step --steps 3 --batch 8 --layers $deep)
+f4=$(run 4 1 bench step --steps 3 --batch 8 --layers $deep --parallel fsdp)
+w1=$(run 1 1 bench step --steps 3 --batch 8 --layers $wide)
+w4=$(run 4 1 bench step --steps 3 --batch 8 --layers $wide --parallel fsdp)
 t1=$(OPENBLAS_NUM_THREADS=1 torch_ms 1)
 t2=$(OPENBLAS_NUM_THREADS=2 torch_ms 2)
-ms11=$(echo "$s11" | field ms_per_step); ms12=$(echo "$s12" | field ms_per_step)
-ms21=$(echo "$s21" | field ms_per_step)
 rss1=$(echo "$f1" | field peak_rss_mb); rss4=$(echo "$f4" | field peak_rss_mb)
+wrss1=$(echo "$w1" | field peak_rss_mb); wrss4=$(echo "$w4" | field peak_rss_mb)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 
 printf '%-52s %12s %12s %8s %s\n' "measure" "meshgrad" "reference" "ratio" "target"
@@ -82,7 +95,10 @@ printf '%-52s %12s %12s %8s %s\n' "mg_linear fwd+bwd GFLOP/s, 2 threads (ref: cb
 printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 1 rank x 1 thread (ref: PyTorch)" "$ms11" "${t1:-absent}" "$(ratio "$ms11" "$t1")" "<= 1.00"
 printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 1 rank x 2 threads (ref: PyTorch)" "$ms12" "${t2:-absent}" "$(ratio "$ms12" "$t2")" "<= 1.00"
 printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 2 ranks x 1 thread dp (ref: 1x1)" "$ms21" "$ms11" "$(ratio "$ms21" "$ms11")" "<= 0.60"
-printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp (ref: 1 rank)" "$rss4" "$rss1" "$(ratio "$rss4" "$rss1")" "<= 0.40"
+printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp, deep (ref: 1 rank)" "$rss4" "$rss1" "$(ratio "$rss4" "$rss1")" "<= 0.40"
+printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp, wide (ref: 1 rank)" "$wrss4" "$wrss1" "$(ratio "$wrss4" "$wrss1")" "(info)"
+echo "(1x1 runs: ${a[*]} ms; 2x1 dp runs: ${b[*]} ms; scratch arena on 4 ranks: deep $(echo "$f4" | field scratch_mb) MB, wide $(echo "$w4" | field scratch_mb) MB)"
 [ -z "$t1" ] && echo "(PyTorch not found: apt-get install python3-torch for the reference column)"
-printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"fsdp_rss_ratio":%s}\n' \
-    "$(echo "$lin" | field ratio)" "$ms11" "${t1:-null}" "$ms12" "${t2:-null}" "$ms21" "$(ratio "$rss4" "$rss1" | sed 's#n/a#null#')"
+printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"fsdp_rss_ratio":%s,"fsdp_wide_rss_ratio":%s}\n' \
+    "$(echo "$lin" | field ratio)" "$ms11" "${t1:-null}" "$ms12" "${t2:-null}" "$ms21" \
+    "$(ratio "$rss4" "$rss1" | sed 's#n/a#null#')" "$(ratio "$wrss4" "$wrss1" | sed 's#n/a#null#')"

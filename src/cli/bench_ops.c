@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "arena.h"
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
@@ -191,6 +192,8 @@ int mg_cli_bench_linear(int argc, char **argv) {
 
 /* ---- step -------------------------------------------------------------------- */
 
+#define MAX_WIDTHS 32 /* --layers: up to 31 linear layers */
+
 static int parse_layers(const char *s, int64_t *out, int max) {
     int n = 0;
     char buf[256];
@@ -206,8 +209,8 @@ int mg_cli_bench_step(int argc, char **argv) {
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32]";
     int device = MG_DEVICE_CPU, tf32 = 0;
-    int64_t batch = 256, steps = 10, threads = 0, layers[8];
-    int nl = parse_layers("1024,4096,1024", layers, 8);
+    int64_t batch = 256, steps = 10, threads = 0, layers[MAX_WIDTHS];
+    int nl = parse_layers("1024,4096,1024", layers, MAX_WIDTHS);
     char mesh_text[64] = "", plan_text[64] = "dp";
     double lr = 1e-3;
     static const struct option opts[] = {
@@ -222,7 +225,7 @@ int mg_cli_bench_step(int argc, char **argv) {
         case 'b': bad = parse_i64(optarg, &batch); break;
         case 's': bad = parse_i64(optarg, &steps); break;
         case 't': bad = parse_i64(optarg, &threads); break;
-        case 'l': bad = (nl = parse_layers(optarg, layers, 8)) < 0; break;
+        case 'l': bad = (nl = parse_layers(optarg, layers, MAX_WIDTHS)) < 0; break;
         case 'm': snprintf(mesh_text, sizeof mesh_text, "%s", optarg); break;
         case 'p': snprintf(plan_text, sizeof plan_text, "%s", optarg); break;
         case 'r': lr = atof(optarg); bad = !(lr > 0); break;
@@ -299,6 +302,11 @@ int mg_cli_bench_step(int argc, char **argv) {
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
     double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max();
+    /* where the memory of a step went (largest rank): the step arena's peak and
+     * the scratch arena's size (one op's gathered weights / one gradient) */
+    double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0,
+                     (double)mg_arena_capacity(mg_scratch_arena()) / 1048576.0};
+    MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (mg_rank() == 0) {
         char mt[32], pt[32];
         mg_mesh_format(mt, sizeof mt, mesh);
@@ -308,12 +316,14 @@ int mg_cli_bench_step(int argc, char **argv) {
         printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s  (median of %lld after %d warm-up)\n",
                world, mt, pt, mg_backend_cpu_threads(), device == MG_DEVICE_CUDA ? "cuda" : "cpu",
                (long long)steps, warmup);
-        printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB\n", ms,
-               flops / (ms * 1e-3) * 1e-9, rss);
+        printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
+               "(step arena %.0f MB, scratch %.0f MB)\n",
+               ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
         printf("{\"bench\":\"step\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\",\"threads\":%d,"
-               "\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,\"device\":\"%s\"}\n",
-               world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss,
-               device == MG_DEVICE_CUDA ? "cuda" : "cpu");
+               "\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,\"arena_mb\":%.1f,"
+               "\"scratch_mb\":%.1f,\"device\":\"%s\"}\n",
+               world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0],
+               mem[1], device == MG_DEVICE_CUDA ? "cuda" : "cpu");
     }
     free(times);
     mg_dtensor_free(x), mg_dtensor_free(target);
