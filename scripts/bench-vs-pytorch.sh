@@ -32,9 +32,11 @@ cores=$(nproc)
 run() { # ranks threads args...
     local np=$1 th=$2
     shift 2
-    local over=
-    [ $((np * th)) -gt "$cores" ] && over=--oversubscribe
-    OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th mpirun $over -np "$np" "$mg" "$@" --threads "$th" | tail -n 1
+    # each rank gets th cores (mpirun would bind it to one); more than the
+    # machine has: oversubscribe, unbound
+    local place="--map-by slot:PE=$th"
+    [ $((np * th)) -gt "$cores" ] && place="--oversubscribe --bind-to none"
+    OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th mpirun $place -np "$np" "$mg" "$@" --threads "$th" | tail -n 1
 }
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 
@@ -67,7 +69,7 @@ PY
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/{print $2}') GiB"
 echo
 lin=$(OPENBLAS_NUM_THREADS=1 mpirun -np 1 "$mg" bench linear --threads 1 | tail -n 1)
-lin2=$(OPENBLAS_NUM_THREADS=2 mpirun -np 1 "$mg" bench linear --threads 2 | tail -n 1)
+lin2=$(OPENBLAS_NUM_THREADS=2 mpirun --map-by slot:PE=2 -np 1 "$mg" bench linear --threads 2 | tail -n 1)
 mid3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 a=() b=()
 for i in 1 2 3; do
