@@ -116,7 +116,7 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
  * and is given back as soon as an op starts that does not take it, so a step
  * holds about one op's gathered weights instead of all of them until backward.
  * A released copy is gathered again when something needs it: an op in the
- * forward pass (ops_regather below) or its node in backward (the engine). */
+ * forward pass (mg_ops_prepare) or its node in backward (the engine). */
 #define MAX_HELD 16
 static mg_dtensor *held[MAX_HELD];
 static int n_held;
@@ -165,24 +165,18 @@ static bool is_param(const mg_dtensor *t) { return !t->node && t->requires_grad;
 mg_dtensor *mg_op_param_copy(const mg_dtensor *param, const mg_spec *target) {
     if (mg_spec_equal(&param->spec, target)) return (mg_dtensor *)param;
     if (in_backward) return redistribute_recorded(param, target, true); /* step arena */
-    if (mg_redistribute_is_noop(&param->spec, target)) {
-        /* a view of the parameter itself (mesh dims of size 1): nothing to give
-         * back, but still a copy, so backward sends its gradient straight on */
-        mg_dtensor *v = redistribute_recorded(param, target, true);
-        if (v) {
-            v->flags |= MG_DTENSOR_PARAM_COPY;
-            v->param_source = (mg_dtensor *)param;
-        }
-        return v;
-    }
+    /* where no data moves (mesh dims of size 1) the copy is a view of the
+     * parameter: nothing to give back, but backward still sends its gradient
+     * straight to the parameter */
+    bool view = mg_redistribute_is_noop(&param->spec, target);
     mg_arena *step = mg_step_arena();
-    mg_arena_redirect_data(step, mg_scratch_arena());
-    mg_dtensor *y = redistribute_recorded(param, target, false);
+    if (!view) mg_arena_redirect_data(step, mg_scratch_arena());
+    mg_dtensor *y = redistribute_recorded(param, target, view);
     mg_arena_redirect_data(step, NULL);
     if (!y) return NULL;
     y->flags |= MG_DTENSOR_PARAM_COPY;
     y->param_source = (mg_dtensor *)param;
-    return mg_ops_hold(y) == MG_OK ? y : NULL;
+    return view || mg_ops_hold(y) == MG_OK ? y : NULL;
 }
 
 int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_dtensor *const *xs,
