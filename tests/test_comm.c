@@ -215,6 +215,56 @@ START_TEST(iall_reduce_matches_naive) {
 }
 END_TEST
 
+/* Buffers from mg_comm_alloc_shared (a shared window: every rank of these
+ * comms is on this node) are summed in place through shared memory: exact
+ * sums, an offset part of a buffer, several in flight; every rank gets the
+ * same bits. A 1-rank comm has no shared memory to offer. */
+START_TEST(shared_sums_match_naive) {
+    test_mesh_shape ms[16];
+    int nm = test_meshes(world, 4, ms);
+    for (int m = 0; m < nm; m++) {
+        mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
+        mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
+        char mt[32];
+        mg_mesh_format(mt, sizeof mt, mesh);
+        for (int ci = -1; ci < mesh->ndim; ci++) {
+            mg_comm *c = ci < 0 ? mesh->world : mesh->dim_comm[ci];
+            const int64_t n[3] = {1, 1001, 300000};
+            float *buf[3];
+            int shared = 1;
+            for (int b = 0; b < 3; b++) {
+                buf[b] = mg_comm_alloc_shared(c, n[b] + 7);
+                shared &= buf[b] != NULL;
+            }
+            mg_assert_all(mg_last_code() == MG_OK, "mesh %s comm %d: %s", mt, ci, mg_last_error());
+            mg_assert_all(shared == (c->size > 1), "mesh %s comm %d (%d ranks): shared memory %s",
+                          mt, ci, c->size, shared ? "offered" : "missing");
+            if (!shared) continue;
+            mg_comm_request req[3];
+            for (int b = 0; b < 3; b++) {
+                for (int64_t i = 0; i < n[b] + 7; i++) buf[b][i] = val(c->rank, i);
+                mg_assert_all(mg_comm_iall_reduce(c, buf[b] + 7, n[b], &req[b]) == MG_OK, "%s",
+                              mg_last_error());
+                mg_assert_all(req[b].shm == 1, "mesh %s comm %d: a shared buffer went by messages",
+                              mt, ci);
+                mg_comm_test(c, &req[0]);
+            }
+            for (int b = 2; b >= 0; b--) mg_assert_all(mg_comm_wait(c, &req[b]) == MG_OK, "wait");
+            int ok = 1;
+            for (int b = 0; b < 3; b++)
+                for (int64_t i = 0; i < n[b] + 7; i++) {
+                    double want = 0;
+                    for (int r = 0; r < c->size; r++) want += val(r, i);
+                    ok &= buf[b][i] == (float)(i < 7 ? val(c->rank, i) : want);
+                }
+            mg_assert_all(ok, "mesh %s comm %d: shared sums wrong (or the 7 floats before the "
+                          "summed part were touched)", mt, ci);
+        }
+        mg_mesh_free(mesh);
+    }
+}
+END_TEST
+
 START_TEST(split_calls_match_naive) {
     mg_comm_mpi_set_max_count(4);
     check_all_comms(10); /* pieces of 4, 4, 2 */
@@ -360,6 +410,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("comm");
     tcase_add_test(tc, collectives_match_naive);
     tcase_add_test(tc, split_calls_match_naive);
+    tcase_add_test(tc, shared_sums_match_naive);
     tcase_add_test(tc, iall_reduce_matches_naive);
     tcase_add_test(tc, byte_counters);
     tcase_add_test(tc, one_rank_comm_moves_nothing);
