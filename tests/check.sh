@@ -14,6 +14,11 @@
 #                         the same with COMMAND's stdout and stderr captured: the
 #                         last line is added to the "ok:" line, and all of it is
 #                         shown indented ("  | ") on a failure
+#   check_refused NAME NP PATTERN ARGS...
+#                         `$MPIRUN -np NP ARGS...` fails (non-zero exit) within
+#                         30 s and prints PATTERN (grep -E) in exactly one
+#                         "meshgrad: error:" line; its output is shown on a
+#                         failure (needs $MPIRUN, $TIMEOUT and a $tmp folder)
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
 #                         returns non-zero when a check failed: end a script with it
@@ -53,6 +58,29 @@ check_output() {
         fail "$_check_desc"
         printf '%s\n' "$_check_out" | sed 's/^/  | /'
     fi
+}
+
+check_refused() {
+    _ref_name=$1 _ref_np=$2 _ref_pattern=$3
+    shift 3
+    _ref_start=$(date +%s)
+    "$TIMEOUT" -k 5 30 "$MPIRUN" -np "$_ref_np" "$@" >"$tmp/refused.out" 2>&1
+    _ref_rc=$?
+    _ref_secs=$(($(date +%s) - _ref_start))
+    _ref_n=$(grep -c "meshgrad: error:" "$tmp/refused.out")
+    if [ "$_ref_rc" -eq 0 ]; then
+        fail "$_ref_name: exit 0"
+    elif [ "$_ref_rc" -eq 124 ] || [ "$_ref_rc" -eq 137 ]; then
+        fail "$_ref_name: timed out"
+    elif [ "$_ref_n" -ne 1 ]; then
+        fail "$_ref_name: $_ref_n error lines, want 1"
+    elif ! grep "meshgrad: error:" "$tmp/refused.out" | grep -Eq -- "$_ref_pattern"; then
+        fail "$_ref_name: the message does not match /$_ref_pattern/"
+    else
+        pass "$_ref_name (exit $_ref_rc, ${_ref_secs}s): $(grep 'meshgrad: error:' "$tmp/refused.out")"
+        return 0
+    fi
+    sed 's/^/  | /' "$tmp/refused.out"
 }
 
 check_summary() {

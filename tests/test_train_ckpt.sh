@@ -209,30 +209,8 @@ check_output "SIG$sig to a single process: ./meshgrad-preempt.h5 is a whole chec
 cd "$tmp" || exit 1
 
 # ---- refusals ----------------------------------------------------------------------
-# refuse NAME NP PATTERN ARGS...: fails within 30 s with PATTERN (grep -E) in exactly
-# one "meshgrad: error:" line
-refuse() {
-    name=$1 np=$2 pattern=$3
-    shift 3
-    start=$(date +%s)
-    "$TIMEOUT" -k 5 30 "$MPIRUN" -np "$np" "$prog" train $common "$@" >"$tmp/out" 2>&1
-    rc=$?
-    secs=$(($(date +%s) - start))
-    n=$(grep -c "meshgrad: error:" "$tmp/out")
-    if [ "$rc" -eq 0 ]; then
-        fail "$name: exit 0"
-    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        fail "$name: timed out"
-    elif [ "$n" -ne 1 ]; then
-        fail "$name: $n error lines, want 1"
-    elif ! grep "meshgrad: error:" "$tmp/out" | grep -Eq -- "$pattern"; then
-        fail "$name: the message does not match /$pattern/"
-    else
-        pass "$name (exit $rc, ${secs}s): $(grep 'meshgrad: error:' "$tmp/out")"
-        return
-    fi
-    sed 's/^/  | /' "$tmp/out"
-}
+# refuse NAME NP PATTERN ARGS...: `meshgrad train $common ARGS...` is refused (check.sh)
+refuse() { _n=$1 _np=$2 _p=$3; shift 3; check_refused "$_n" "$_np" "$_p" "$prog" train $common "$@"; }
 
 h="$tmp/dp-half.h5"
 refuse "another model size" 2 "cannot resume from $h: it was saved with model.hidden = 16 but --hidden is 24" \

@@ -18,30 +18,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-errors.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
 
-# expect NAME NP PATTERN ARGS...: the run fails within 30 s and prints PATTERN
-# (grep -E) in exactly one "meshgrad: error:" line.
-expect() {
-    name=$1 np=$2 pattern=$3
-    shift 3
-    start=$(date +%s)
-    "$TIMEOUT" -k 5 30 "$MPIRUN" -np "$np" "$prog" train "$@" >"$tmp/out" 2>&1
-    rc=$?
-    secs=$(($(date +%s) - start))
-    n=$(grep -c "meshgrad: error:" "$tmp/out")
-    if [ "$rc" -eq 0 ]; then
-        fail "$name: exit 0"
-    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        fail "$name: timed out"
-    elif [ "$n" -ne 1 ]; then
-        fail "$name: $n error lines, want 1"
-    elif ! grep "meshgrad: error:" "$tmp/out" | grep -Eq -- "$pattern"; then
-        fail "$name: message does not match /$pattern/"
-    else
-        pass "$name (exit $rc, ${secs}s): $(grep 'meshgrad: error:' "$tmp/out")"
-        return
-    fi
-    sed 's/^/  | /' "$tmp/out"
-}
+# expect NAME NP PATTERN ARGS...: `meshgrad train ARGS...` is refused (check.sh)
+expect() { _n=$1 _np=$2 _p=$3; shift 3; check_refused "$_n" "$_np" "$_p" "$prog" train "$@"; }
 
 ok="--data $data --steps 2 --log-every 0 --hidden 8"
 
