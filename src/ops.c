@@ -5,6 +5,7 @@
 #include "ops.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "autograd/tape.h"
@@ -117,16 +118,20 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
  * holds about one op's gathered weights instead of all of them until backward.
  * A released copy is gathered again when something needs it: an op in the
  * forward pass (mg_ops_prepare) or its node in backward (the engine). */
-#define MAX_HELD 16
-static mg_dtensor *held[MAX_HELD];
-static int n_held;
+static mg_dtensor **held; /* grows to the most held at once; kept between steps */
+static int n_held, cap_held;
 static bool in_backward;
 
 void mg_ops_set_backward(bool on) { in_backward = on; }
 
 int mg_ops_hold(mg_dtensor *t) {
-    if (n_held == MAX_HELD)
-        return mg_error(MG_ESTATE, "ops: more than %d parameter copies held at once", MAX_HELD);
+    if (n_held == cap_held) {
+        int cap = cap_held ? 2 * cap_held : 16;
+        mg_dtensor **h = realloc(held, (size_t)cap * sizeof *h);
+        if (!h) return mg_error(MG_ENOMEM, "ops: out of memory holding %d parameter copies", cap);
+        held = h;
+        cap_held = cap;
+    }
     t->flags &= ~(unsigned)MG_DTENSOR_RELEASED;
     held[n_held++] = t;
     return MG_OK;

@@ -85,7 +85,7 @@ static bool partial_only(const mg_spec *from, const mg_spec *to) {
  * share a node, comm_shm.h); later steps compute the gradient there. The move
  * allocates collectively, so it waits for the end of mg_backward, when no sum
  * is in flight, and runs in tape order: the same on every rank. */
-#define MAX_TO_SHARE 256
+#define MAX_TO_SHARE 256 /* per backward; past it, gradients stay put (and use the ring) */
 static struct {
     mg_tensor *buf;
     mg_comm *comm;
