@@ -229,6 +229,20 @@ static void unpack_pieces(exec *x, float *recv, int64_t vol, const int64_t *padd
     }
 }
 
+/* The mirror: slot r of send (vol floats, shape `padded`) takes piece r of x->in
+ * along dim (the chunks of n), the rest of x->in's extent as is. */
+static void pack_pieces(exec *x, float *send, int64_t vol, const int64_t *padded, int dim,
+                        int64_t n, const int64_t *extent) {
+    for (int r = 0; r < x->k; r++) {
+        int64_t start, size, ext[MG_MAX_DIMS];
+        mg_chunk(n, x->k, r, &start, &size);
+        memcpy(ext, extent, sizeof ext);
+        ext[dim] = size;
+        mg_tensor piece = view_of(x->be, send + r * vol, x->nd, padded);
+        copy_box(x->be, x->in, dim, start, &piece, -1, 0, ext, x->nd);
+    }
+}
+
 /* S(d) -> R: every rank's piece (padded to the chunk) gathered, then unpadded. */
 static int step_gather(exec *x, int d) {
     int64_t B[MG_MAX_DIMS], R[MG_MAX_DIMS], Bp[MG_MAX_DIMS];
@@ -294,14 +308,7 @@ static int step_reduce_scatter(exec *x, int d) {
             fill_zero(x->be, t + whole, x->k * vol - whole);
         } else {
             if (P != x->k * c) fill_zero(x->be, t, x->k * vol);
-            for (int r = 0; r < x->k; r++) {
-                int64_t start, size, ext[MG_MAX_DIMS];
-                mg_chunk(P, x->k, r, &start, &size);
-                memcpy(ext, B, sizeof ext);
-                ext[d] = size;
-                mg_tensor piece = view_of(x->be, t + r * vol, x->nd, Bp);
-                copy_box(x->be, x->in, d, start, &piece, -1, 0, ext, x->nd);
-            }
+            pack_pieces(x, t, vol, Bp, d, P, B);
         }
         send = t;
     }
@@ -335,14 +342,7 @@ static int step_all_to_all(exec *x, int d1, int d2) {
         float *t = tmp_alloc(x->be, 0, x->k * vol);
         if (!t) return mg_last_code();
         if (P2 != x->k * c2 || B[d1] != c1) fill_zero(x->be, t, x->k * vol);
-        for (int r = 0; r < x->k; r++) {
-            int64_t start, size, ext[MG_MAX_DIMS];
-            mg_chunk(P2, x->k, r, &start, &size);
-            memcpy(ext, B, sizeof ext);
-            ext[d2] = size;
-            mg_tensor piece = view_of(x->be, t + r * vol, x->nd, Sp);
-            copy_box(x->be, x->in, d2, start, &piece, -1, 0, ext, x->nd);
-        }
+        pack_pieces(x, t, vol, Sp, d2, P2, B);
         send = t;
     }
     if (prod(N, 0, d1) == 1 && N[d2] == c2) /* received pieces are consecutive slabs */
