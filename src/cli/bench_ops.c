@@ -4,8 +4,10 @@
  *           same three GEMMs (y = x w^T, dx = dy w, dw = dy^T x); with
  *           --device cuda, on the GPU next to raw cuBLAS (--tf32: TF32 math).
  *   step    an MLP training step (ReLU, MSE, SGD with momentum) on any mesh and plan: the
- *           median step time after warm-up, GFLOP/s and the largest rank's peak RSS
- *           (--device cuda: on the GPUs, timed after the device finished).
+ *           median step time after warm-up, and of its forward, backward and
+ *           optimizer parts (each the slowest rank's), GFLOP/s and the largest
+ *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
+ *           finished each part).
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
  *           to a 4-byte MPI_Allreduce on the same ranks.
  * Exports mg_cli_bench_linear, mg_cli_bench_step, mg_cli_bench_ops (cli.h). */
@@ -278,7 +280,9 @@ int mg_cli_bench_step(int argc, char **argv) {
     mg_tensor_free(tf);
     if (!x || !target) return 1;
     int warmup = 2;
-    double *times = calloc((size_t)steps, sizeof(double));
+    /* per step, the slowest rank's: whole step, forward, backward, optimizer */
+    double *times = calloc((size_t)(4 * steps), sizeof(double));
+    double *fwd = times + steps, *bwd = times + 2 * steps, *upd = times + 3 * steps;
     for (int64_t s = -warmup; s < steps; s++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
@@ -289,19 +293,26 @@ int mg_cli_bench_step(int argc, char **argv) {
             if (!h) return 1;
         }
         mg_dtensor *loss = mg_mse_loss(h, target);
+        if (mg_device_synchronize() != MG_OK) return 1;
+        double t1 = now();
         if (!loss || mg_backward(loss) != MG_OK) return 1;
         mg_params_collect_grads(&params);
+        if (mg_device_synchronize() != MG_OK) return 1;
+        double t2 = now();
         if (mg_optimizer_step(&opt, &params, (float)lr) != MG_OK) return 1;
         mg_params_zero_grads(&params);
         mg_step_end();
         if (mg_device_synchronize() != MG_OK) return 1;
-        double dt = now() - t0, slowest = dt;
-        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (s >= 0) times[s] = slowest;
+        double t3 = now(), mine[4] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2}, slowest[4];
+        MPI_Allreduce(mine, slowest, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (s >= 0)
+            for (int k = 0; k < 4; k++) times[k * steps + s] = slowest[k];
     }
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
     double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max();
+    double fwd_ms = median(fwd, (int)steps) * 1e3, bwd_ms = median(bwd, (int)steps) * 1e3,
+           opt_ms = median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
      * the scratch arena's size (one op's gathered weights / one gradient) */
     double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0,
@@ -319,11 +330,14 @@ int mg_cli_bench_step(int argc, char **argv) {
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
                "(step arena %.0f MB, scratch %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
+        printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest rank)\n",
+               fwd_ms, bwd_ms, opt_ms);
         printf("{\"bench\":\"step\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\",\"threads\":%d,"
                "\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,\"arena_mb\":%.1f,"
-               "\"scratch_mb\":%.1f,\"device\":\"%s\"}\n",
+               "\"scratch_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,"
+               "\"device\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0],
-               mem[1], device == MG_DEVICE_CUDA ? "cuda" : "cpu");
+               mem[1], fwd_ms, bwd_ms, opt_ms, device == MG_DEVICE_CUDA ? "cuda" : "cpu");
     }
     free(times);
     mg_dtensor_free(x), mg_dtensor_free(target);
