@@ -3,7 +3,8 @@
  * integer values, so sums are exact); the split paths for counts above the
  * per-call limit; the byte counters against the documented definition; one-rank
  * communicators; status agreement; an MPI failure reported as MG_ECOMM; the
- * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight. */
+ * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight;
+ * shared memory: per-rank buffers summed in place, and one copy for all. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,47 @@ START_TEST(shared_sums_match_naive) {
 }
 END_TEST
 
+/* mg_comm_alloc_shared_one: one buffer that every rank of the comm maps (the
+ * same address through mg_comm_shared_peer for every rank); each rank writes
+ * its own slice and, after a barrier, reads every other rank's. Summing it is
+ * refused: it is one value, not one per rank. */
+START_TEST(shared_one_copy) {
+    test_mesh_shape ms[16];
+    int nm = test_meshes(world, 4, ms);
+    for (int m = 0; m < nm; m++) {
+        mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
+        mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
+        char mt[32];
+        mg_mesh_format(mt, sizeof mt, mesh);
+        for (int ci = -1; ci < mesh->ndim; ci++) {
+            mg_comm *c = ci < 0 ? mesh->world : mesh->dim_comm[ci];
+            const int64_t n = 100003;
+            float *x = mg_comm_alloc_shared_one(c, n);
+            mg_assert_all(mg_last_code() == MG_OK, "mesh %s comm %d: %s", mt, ci, mg_last_error());
+            mg_assert_all((x != NULL) == (c->size > 1), "mesh %s comm %d (%d ranks): one copy %s", mt,
+                          ci, c->size, x ? "offered" : "missing");
+            if (!x) continue;
+            int same = 1;
+            for (int q = 0; q < c->size; q++) same &= mg_comm_shared_peer(c, x, n, q) == x;
+            mg_assert_all(same, "mesh %s comm %d: a rank's view of the one copy is elsewhere", mt, ci);
+            int64_t lo = (int64_t)c->rank * n / c->size, hi = (int64_t)(c->rank + 1) * n / c->size;
+            for (int64_t i = lo; i < hi; i++) x[i] = val(c->rank, i);
+            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+            int ok = 1;
+            for (int q = 0; q < c->size; q++)
+                for (int64_t i = (int64_t)q * n / c->size; i < (int64_t)(q + 1) * n / c->size; i++)
+                    ok &= x[i] == val(q, i);
+            mg_assert_all(ok, "mesh %s comm %d: another rank's slice did not arrive", mt, ci);
+            mg_comm_request req;
+            mg_assert_all(mg_comm_iall_reduce(c, x, n, &req) == MG_EINVAL && req.done,
+                          "mesh %s comm %d: a sum of the one copy was not refused", mt, ci);
+            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+        }
+        mg_mesh_free(mesh);
+    }
+}
+END_TEST
+
 START_TEST(split_calls_match_naive) {
     mg_comm_mpi_set_max_count(4);
     check_all_comms(10); /* pieces of 4, 4, 2 */
@@ -411,6 +453,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, collectives_match_naive);
     tcase_add_test(tc, split_calls_match_naive);
     tcase_add_test(tc, shared_sums_match_naive);
+    tcase_add_test(tc, shared_one_copy);
     tcase_add_test(tc, iall_reduce_matches_naive);
     tcase_add_test(tc, byte_counters);
     tcase_add_test(tc, one_rank_comm_moves_nothing);

@@ -163,13 +163,21 @@ int mg_comm_wait(mg_comm *c, mg_comm_request *req) {
     return watched(c->iface->wait(c, req));
 }
 
-float *mg_comm_alloc_shared(mg_comm *c, int64_t n) {
+static float *alloc_shared(mg_comm *c, int64_t n, bool one) {
     mg_clear_error();
     if (!c->iface->alloc_shared || n <= 0) return NULL;
     mg_watchdog_begin_comm("alloc_shared", c->mpi); /* collective: a missing rank is reported */
-    float *p = c->iface->alloc_shared(c, n);
+    float *p = c->iface->alloc_shared(c, n, one);
     mg_watchdog_end();
     return p;
+}
+
+float *mg_comm_alloc_shared(mg_comm *c, int64_t n) { return alloc_shared(c, n, false); }
+float *mg_comm_alloc_shared_one(mg_comm *c, int64_t n) { return alloc_shared(c, n, true); }
+
+float *mg_comm_shared_peer(mg_comm *c, const float *p, int64_t n, int rank) {
+    if (!c->iface->shared_peer || !p || n <= 0) return NULL;
+    return c->iface->shared_peer(c, p, n, rank);
 }
 
 int mg_comm_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {

@@ -28,6 +28,7 @@
 #define MG_COMM_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -62,7 +63,9 @@ struct mg_comm_iface {
     int (*wait)(mg_comm *, mg_comm_request *req);
     /* Collective: n floats of memory every rank of the comm can reach, or NULL
      * (no error) where the iface or the machine has none. NULL in the iface: none. */
-    float *(*alloc_shared)(mg_comm *, int64_t n);
+    float *(*alloc_shared)(mg_comm *, int64_t n, bool one); /* one: a single copy for all */
+    /* Rank `rank`'s copy of [p, p + n) when that lies in alloc_shared memory, else NULL. */
+    float *(*shared_peer)(mg_comm *, const float *p, int64_t n, int rank);
     void (*destroy)(mg_comm *);
 };
 
@@ -105,6 +108,15 @@ int mg_comm_wait(mg_comm *, mg_comm_request *req);
  * free(). NULL without an error where there is none (use ordinary memory);
  * NULL with an error set when allocating failed. */
 float *mg_comm_alloc_shared(mg_comm *, int64_t n);
+/* Collective over the comm: one buffer of n floats that every rank of the comm
+ * maps, so each sees the others' stores (after a barrier); NULL as above.
+ * Never summed: it is one value, not one per rank. */
+float *mg_comm_alloc_shared_one(mg_comm *, int64_t n);
+/* Where rank `rank` of the comm holds its copy of [p, p + n), when p points into
+ * memory from mg_comm_alloc_shared (every rank's copy is reachable from every
+ * rank; for mg_comm_alloc_shared_one memory, p itself), else NULL. mg_comm_barrier orders access to such memory: what a rank
+ * stores before the barrier, every rank sees after it. */
+float *mg_comm_shared_peer(mg_comm *, const float *p, int64_t n, int rank);
 
 /* Registers a comm so its counters are included in mg_comm_stats_get(). */
 void mg_comm_register(mg_comm *);

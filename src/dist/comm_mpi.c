@@ -67,7 +67,7 @@ static int mpi_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     return MG_OK;
 }
 
-static float *mpi_alloc_shared(mg_comm *c, int64_t n) {
+static float *mpi_alloc_shared(mg_comm *c, int64_t n, bool one) {
     mpi_ctx *x = c->context;
     int err = MPI_SUCCESS;
     if (c->size == 1) return NULL;
@@ -79,7 +79,7 @@ static float *mpi_alloc_shared(mg_comm *c, int64_t n) {
         }
         x->shm_ready = true;
     }
-    float *p = mg_shm_alloc(&x->shm, n, &err);
+    float *p = one ? mg_shm_alloc_one(&x->shm, n, &err) : mg_shm_alloc(&x->shm, n, &err);
     if (err != MPI_SUCCESS) mpi_failed(c, "shared window", err);
     return p;
 }
@@ -91,6 +91,11 @@ static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *r
     mpi_ctx *x = c->context;
     int64_t offset;
     const mg_shm_buffer *sb = x->shm_ready ? mg_shm_find(&x->shm, buf, n, &offset) : NULL;
+    if (sb && sb->one) {
+        req->done = 1;
+        return mg_error(MG_EINVAL, "iall_reduce: the buffer is one copy shared by every rank "
+                                   "(mg_comm_alloc_shared_one); there is nothing to sum");
+    }
     if (sb) {
         int err;
         mg_shm_op *op = mg_shm_start(&x->shm, sb, offset, n, &err);
@@ -230,10 +235,20 @@ static int mpi_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
     return MG_OK;
 }
 
+/* With shared windows, the barrier also hands over what was written to them:
+ * stores before it are visible to every rank's loads after it. */
 static int mpi_barrier(mg_comm *c) {
     if (c->size == 1) return MG_OK;
-    int err = MPI_Barrier(c->mpi);
+    mpi_ctx *x = c->context;
+    int err = x->shm_ready ? mg_shm_fence(&x->shm) : MPI_SUCCESS;
+    if (err == MPI_SUCCESS) err = MPI_Barrier(c->mpi);
+    if (err == MPI_SUCCESS && x->shm_ready) err = mg_shm_fence(&x->shm);
     return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "barrier", err);
+}
+
+static float *mpi_shared_peer(mg_comm *c, const float *p, int64_t n, int rank) {
+    mpi_ctx *x = c->context;
+    return x->shm_ready ? mg_shm_peer(&x->shm, p, n, rank) : NULL;
 }
 
 /* The MPI_Comm belongs to the caller. */
@@ -259,6 +274,7 @@ static const struct mg_comm_iface mpi_iface = {
     .test = mpi_test,
     .wait = mpi_wait,
     .alloc_shared = mpi_alloc_shared,
+    .shared_peer = mpi_shared_peer,
     .destroy = mpi_destroy,
 };
 

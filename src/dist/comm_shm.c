@@ -25,7 +25,7 @@ int mg_shm_init(mg_shm *shm, MPI_Comm comm) {
     return err;
 }
 
-float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err) {
+static float *alloc(mg_shm *shm, int64_t n, bool one, int *err) {
     *err = MPI_SUCCESS;
     if (shm->comm == MPI_COMM_NULL || n <= 0) return NULL;
     if (shm->nbufs == shm->cap) {
@@ -40,19 +40,22 @@ float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err) {
     }
     mg_shm_buffer *b = &shm->bufs[shm->nbufs];
     b->n = n;
+    b->one = one;
     b->seg = calloc((size_t)shm->size, sizeof *b->seg);
     float *mine = NULL;
     if (!b->seg) {
         *err = MPI_ERR_NO_MEM;
         return NULL;
     }
-    *err = MPI_Win_allocate_shared((MPI_Aint)n * (MPI_Aint)sizeof(float), sizeof(float),
+    int64_t here = one && shm->rank != 0 ? 0 : n; /* one copy: rank 0 holds it */
+    *err = MPI_Win_allocate_shared((MPI_Aint)here * (MPI_Aint)sizeof(float), sizeof(float),
                                    MPI_INFO_NULL, shm->comm, &mine, &b->win);
     for (int r = 0; r < shm->size && *err == MPI_SUCCESS; r++) {
         MPI_Aint bytes;
         int unit;
-        *err = MPI_Win_shared_query(b->win, r, &bytes, &unit, &b->seg[r]);
+        *err = MPI_Win_shared_query(b->win, one ? 0 : r, &bytes, &unit, &b->seg[r]);
     }
+    mine = b->seg[shm->rank];
     if (*err == MPI_SUCCESS) *err = MPI_Win_lock_all(MPI_MODE_NOCHECK, b->win);
     if (*err != MPI_SUCCESS) {
         free(b->seg);
@@ -61,6 +64,9 @@ float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err) {
     shm->nbufs++;
     return mine;
 }
+
+float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err) { return alloc(shm, n, false, err); }
+float *mg_shm_alloc_one(mg_shm *shm, int64_t n, int *err) { return alloc(shm, n, true, err); }
 
 const mg_shm_buffer *mg_shm_find(const mg_shm *shm, const float *p, int64_t n, int64_t *offset) {
     for (int i = 0; i < shm->nbufs; i++) {
@@ -72,6 +78,21 @@ const mg_shm_buffer *mg_shm_find(const mg_shm *shm, const float *p, int64_t n, i
         }
     }
     return NULL;
+}
+
+float *mg_shm_peer(const mg_shm *shm, const float *p, int64_t n, int rank) {
+    int64_t offset;
+    const mg_shm_buffer *b = mg_shm_find(shm, p, n, &offset);
+    if (!b || rank < 0 || rank >= shm->size) return NULL;
+    return b->seg[rank] + offset;
+}
+
+int mg_shm_fence(mg_shm *shm) {
+    for (int i = 0; i < shm->nbufs; i++) {
+        int err = MPI_Win_sync(shm->bufs[i].win);
+        if (err != MPI_SUCCESS) return err;
+    }
+    return MPI_SUCCESS;
 }
 
 /* This rank's chunk: summed over every rank's copy, written into all of them. */

@@ -14,10 +14,12 @@
  *
  * The autograd engine moves a data-parallel parameter's gradient buffer into
  * shared memory the first time it is reduced (autograd/backward.c), so the
- * GEMM that makes the gradient writes it where the sum reads it.
+ * GEMM that makes the gradient writes it where the sum reads it. The optimizer
+ * then moves the parameter's value and state there too and splits its update
+ * across the ranks, summing the gradient on the way (nn/optim_shard.h).
  *
- * Exports: mg_shm (per communicator), mg_shm_init, mg_shm_alloc, mg_shm_find,
- * mg_shm_start, mg_shm_progress, mg_shm_wait, mg_shm_free. */
+ * Exports: mg_shm (per communicator), mg_shm_init, mg_shm_alloc(_one), mg_shm_find,
+ * mg_shm_peer, mg_shm_fence, mg_shm_start, mg_shm_progress, mg_shm_wait, mg_shm_free. */
 #ifndef MG_COMM_SHM_H
 #define MG_COMM_SHM_H
 
@@ -27,8 +29,9 @@
 
 typedef struct {
     MPI_Win win;
-    float **seg; /* seg[r]: rank r's buffer, mapped here */
+    float **seg; /* seg[r]: rank r's buffer, mapped here (one copy: all seg[0]) */
     int64_t n;
+    bool one;    /* one buffer for all ranks (mg_shm_alloc_one): never summed */
 } mg_shm_buffer;
 
 typedef struct {
@@ -55,8 +58,17 @@ int mg_shm_init(mg_shm *shm, MPI_Comm comm);
 /* Collective: n floats per rank in a new shared window; this rank's part, or
  * NULL (with *err set when MPI failed) where shared memory is not available. */
 float *mg_shm_alloc(mg_shm *shm, int64_t n, int *err);
+/* Collective: n floats in a new shared window, one copy that every rank maps
+ * (rank 0 holds it): the same memory on every rank, or NULL as above. */
+float *mg_shm_alloc_one(mg_shm *shm, int64_t n, int *err);
 /* The shared buffer holding [p, p + n) of this rank, and p's offset in it. */
 const mg_shm_buffer *mg_shm_find(const mg_shm *shm, const float *p, int64_t n, int64_t *offset);
+/* Rank `rank`'s copy of [p, p + n) of this rank's shared memory, or NULL when
+ * that range is not in one shared buffer. */
+float *mg_shm_peer(const mg_shm *shm, const float *p, int64_t n, int rank);
+/* Orders this rank's loads and stores to every shared buffer (MPI_Win_sync):
+ * call it on both sides of a barrier that hands shared data over. */
+int mg_shm_fence(mg_shm *shm);
 /* Starts the sum of [offset, offset + n) across the ranks' copies of b; NULL
  * when all MG_SHM_OPS are in flight. */
 mg_shm_op *mg_shm_start(mg_shm *shm, const mg_shm_buffer *b, int64_t offset, int64_t n, int *err);
