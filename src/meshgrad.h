@@ -113,9 +113,15 @@ void mg_dtensor_free(mg_dtensor *);
 int mg_set_requires_grad(mg_dtensor *, int on);
 /* Collective like the ops. Parameters' gradients come back at their own
  * placements; data-parallel sums are started in buckets while backward runs
- * and have all landed when it returns. */
+ * and have all landed when it returns. One exception: a data-parallel
+ * parameter whose optimizer takes the sum itself (its ranks share a node: the
+ * optimizer step adds the ranks' parts as it updates, nn/optim_shard.h) keeps
+ * only this rank's part until then. */
 int mg_backward(mg_dtensor *scalar_loss);
-mg_dtensor *mg_grad(const mg_dtensor *); /* NULL until backward reached it */
+/* The gradient; NULL until backward reached it. For a parameter whose sum was
+ * left to its optimizer, the first call after a backward takes the sum and is
+ * then collective: every rank of that mesh dim calls it. */
+mg_dtensor *mg_grad(const mg_dtensor *);
 /* Zeroes a parameter's gradient. The buffer is kept and only marked zero: the
  * next backward writes the gradient over it (no fill, no add), and mg_grad
  * before that returns zeros. Without it, backward calls add up. */

@@ -15,7 +15,9 @@
  *     writes into it directly (an arena hint), else the result is added.
  *     A data-parallel all-reduce is not waited for: grad_sync.c starts it in
  *     buckets and it completes while later nodes run, before mg_backward
- *     returns;
+ *     returns. A parameter whose optimizer sums the gradient itself
+ *     (MG_DTENSOR_GRAD_DEFER, nn/optim_shard.h) keeps this rank's part,
+ *     marked MG_DTENSOR_GRAD_UNSUMMED, and mg_grad sums it when asked;
  *  4. the scratch arena is reset: it only ever holds one node's worth.
  * Visited nodes are marked freed: a second backward through them is refused. */
 #include <stdlib.h>
@@ -130,6 +132,11 @@ static int reduce_in_place(mg_dtensor *t, const mg_spec *from) {
         if (from->p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) dims[nd++] = m;
     if (nd == 1) {
         mg_comm *comm = mesh->dim_comm[dims[0]];
+        if ((t->flags & MG_DTENSOR_GRAD_DEFER) && mg_comm_shared_peer(comm, buf->data, buf->numel, 0)) {
+            t->flags |= MG_DTENSOR_GRAD_UNSUMMED; /* the optimizer step sums it (nn/optim_shard.h) */
+            t->grad_dim = dims[0];
+            return MG_OK;
+        }
         want_shared(buf, comm);
         return mg_grad_sync_add(comm, buf->data, buf->numel, buf->device == MG_DEVICE_CPU);
     }
@@ -138,6 +145,26 @@ static int reduce_in_place(mg_dtensor *t, const mg_spec *from) {
         if (rc != MG_OK) return rc;
     }
     return MG_OK;
+}
+
+/* Collective over t's grad_dim: the parts of an unsummed gradient, summed. */
+static int settle(mg_dtensor *t) {
+    mg_comm *comm = t->spec.mesh->dim_comm[t->grad_dim];
+    mg_comm_request req;
+    int rc = mg_comm_iall_reduce(comm, t->grad->local->data, t->grad->local->numel, &req);
+    if (rc == MG_OK) rc = mg_comm_wait(comm, &req);
+    t->flags &= ~(unsigned)MG_DTENSOR_GRAD_UNSUMMED;
+    return rc;
+}
+
+/* g is t's gradient at `from`, Partial over t's grad_dim alone: it adds to
+ * this rank's part of an unsummed gradient as it is. */
+static bool partial_on_grad_dim(const mg_dtensor *t, const mg_spec *from, const mg_spec *to) {
+    if (from->p[t->grad_dim].kind != MG_PLACE_PARTIAL) return false;
+    for (int m = 0; m < from->mesh->ndim; m++)
+        if (m != t->grad_dim && !mg_placement_equal(from->p[m], to->p[m]) && from->mesh->shape[m] > 1)
+            return false;
+    return partial_only(from, to);
 }
 
 /* A leaf's gradient g (any placement) into its gradient buffer. */
@@ -161,7 +188,15 @@ static int accumulate_leaf(mg_dtensor *t, mg_dtensor *g) {
         return MG_OK;
     }
     /* a second contribution (a parameter used twice, or accumulation over
-     * micro-batches): the first one's reduction must have landed */
+     * micro-batches): added to this rank's part when the sum is left to the
+     * optimizer, else after the first one's reduction has landed */
+    if (t->flags & MG_DTENSOR_GRAD_UNSUMMED) {
+        if (partial_on_grad_dim(t, &g->spec, &grad->spec) && g->local->device == grad->local->device) {
+            be->iface->axpy(be->context, 1.0f, g->local, grad->local);
+            return MG_OK;
+        }
+        if ((rc = settle(t)) != MG_OK) return rc;
+    }
     if (mg_grad_sync_pending(grad->local->data) && (rc = mg_grad_sync_finish()) != MG_OK) return rc;
     mg_dtensor *gg = mg_op_redistribute(g, &grad->spec);
     if (!gg) return mg_last_code();
@@ -305,9 +340,12 @@ int mg_backward(mg_dtensor *loss) {
     return rc;
 }
 
-/* A leaf's buffer that counts as zero is filled when someone looks. */
+/* A leaf's buffer that counts as zero is filled when someone looks; one left
+ * unsummed for the optimizer is summed (collectively). */
 mg_dtensor *mg_grad(const mg_dtensor *t) {
     if (!t) return NULL;
+    if (t->grad && (t->flags & MG_DTENSOR_GRAD_UNSUMMED) && settle((mg_dtensor *)t) != MG_OK)
+        return NULL;
     if (t->grad && (t->flags & MG_DTENSOR_GRAD_ZERO)) {
         mg_backend *be = mg_backend_of(t->grad->local);
         be->iface->fill(be->context, t->grad->local, 0.0f);
@@ -322,6 +360,7 @@ int mg_zero_grad(mg_dtensor *t) {
     if (!t) return mg_error(MG_EINVAL, "mg_zero_grad: tensor is NULL");
     if (t->grad && !t->node) {
         t->flags |= MG_DTENSOR_GRAD_ZERO;
+        t->flags &= ~(unsigned)MG_DTENSOR_GRAD_UNSUMMED;
     } else if (t->node) {
         t->grad = NULL;
     }

@@ -18,6 +18,12 @@ enum {
     MG_DTENSOR_PARAM_COPY = 2,
     MG_DTENSOR_RELEASED = 4,  /* its local data was given back: gather it again */
     MG_DTENSOR_GRAD_ZERO = 8, /* a leaf whose grad buffer counts as zero (not yet filled) */
+    /* a data-parallel parameter whose optimizer sums its gradient itself, in
+     * shared memory (nn/optim_shard.h): backward leaves the sum to it */
+    MG_DTENSOR_GRAD_DEFER = 16,
+    /* the grad buffer holds only this rank's part: the gradient is its sum over
+     * mesh dim `grad_dim` (mg_grad takes it) */
+    MG_DTENSOR_GRAD_UNSUMMED = 32,
 };
 
 struct mg_dtensor {
@@ -27,6 +33,7 @@ struct mg_dtensor {
     /* autograd */
     int requires_grad;
     struct mg_dtensor *grad;  /* leaves: heap, in the leaf's own spec */
+    int grad_dim;             /* MG_DTENSOR_GRAD_UNSUMMED: the mesh dim to sum over */
     struct mg_node *node;     /* the op that made it (NULL for leaves) */
     struct mg_dtensor *param_source; /* MG_DTENSOR_PARAM_COPY: the parameter */
     int64_t node_generation;  /* the tape generation `node` belongs to */

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "dist/mesh.h"
+#include "nn/optim_shard.h"
 #include "status.h"
 
 static const char *const optim_names[] = {"sgd", "adamw"};
@@ -52,32 +53,57 @@ int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t) {
     return MG_OK;
 }
 
+void mg_optimizer_apply(const mg_optimizer *opt, mg_tensor *w, const mg_tensor *g, mg_tensor *const *state,
+                        float lr) {
+    mg_backend *be = mg_backend_of(w);
+    if (opt->kind == MG_OPTIM_ADAMW)
+        be->iface->adamw_step(be->context, w, g, state[0], state[1], lr, opt->beta1, opt->beta2,
+                              opt->eps, opt->weight_decay, opt->step);
+    else
+        be->iface->sgd_step(be->context, w, g, opt->momentum != 0.0f ? state[0] : NULL, lr,
+                            opt->momentum, opt->weight_decay, opt->step == 1);
+}
+
+static int check(const mg_optimizer *opt, const mg_param *p) {
+    if (p->grad->local->numel != p->value->local->numel)
+        return mg_error(MG_ESTATE, "optimizer: %s has %lld local elements but its gradient %lld",
+                        p->name, (long long)p->value->local->numel, (long long)p->grad->local->numel);
+    for (int s = 0; s < mg_optimizer_state_count(opt); s++)
+        if (!p->state[s])
+            return mg_error(MG_ESTATE, "optimizer: %s has no %s (call mg_optimizer_add_state)", p->name,
+                            opt->kind == MG_OPTIM_ADAMW ? "AdamW state" : "momentum buffer");
+    return MG_OK;
+}
+
 int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
+    for (int i = 0; i < t->n; i++) {
+        int rc = t->p[i].grad ? check(opt, &t->p[i]) : MG_OK;
+        if (rc != MG_OK) return rc;
+    }
     opt->step++;
+    /* data-parallel parameters on one node: each rank updates its part (optim_shard.h) */
+    int rc = mg_optim_shard_begin(opt, t);
+    if (rc != MG_OK) return rc;
     for (int i = 0; i < t->n; i++) {
         mg_param *p = &t->p[i];
         if (!p->grad) continue;
-        mg_tensor *w = p->value->local;
-        const mg_tensor *g = p->grad->local;
-        if (g->numel != w->numel)
-            return mg_error(MG_ESTATE, "optimizer: %s has %lld local elements but its gradient %lld",
-                            p->name, (long long)w->numel, (long long)g->numel);
-        mg_backend *be = mg_backend_of(w);
-        if (opt->kind == MG_OPTIM_ADAMW) {
-            if (!p->state[0] || !p->state[1])
-                return mg_error(MG_ESTATE, "optimizer: %s has no AdamW state (call mg_optimizer_add_state)",
-                                p->name);
-            be->iface->adamw_step(be->context, w, g, p->state[0]->local, p->state[1]->local, lr,
-                                  opt->beta1, opt->beta2, opt->eps, opt->weight_decay, opt->step);
-        } else {
-            mg_tensor *buf = p->state[0] ? p->state[0]->local : NULL;
-            if (opt->momentum != 0.0f && !buf)
-                return mg_error(MG_ESTATE, "optimizer: %s has no momentum buffer (call mg_optimizer_add_state)",
-                                p->name);
-            be->iface->sgd_step(be->context, w, g, opt->momentum != 0.0f ? buf : NULL, lr,
-                                opt->momentum, opt->weight_decay, opt->step == 1);
+        if (p->shard_dim >= 0) {
+            mg_optim_shard_update(opt, p, lr);
+            continue;
         }
+        if (p->value->flags & MG_DTENSOR_GRAD_UNSUMMED) /* left for a split step that is not */
+            if (!(p->grad = mg_grad(p->value))) return mg_last_code();
+        mg_tensor *state[MG_PARAM_STATE_MAX] = {0};
+        for (int s = 0; s < mg_optimizer_state_count(opt); s++) state[s] = p->state[s]->local;
+        mg_optimizer_apply(opt, p->value->local, p->grad->local, state, lr);
     }
+    return mg_optim_shard_end(t);
+}
+
+/* p->grad summed over the ranks (a split step may have left it unsummed). */
+static int summed(mg_param *p) {
+    if (p->grad && (p->value->flags & MG_DTENSOR_GRAD_UNSUMMED) && !(p->grad = mg_grad(p->value)))
+        return mg_last_code();
     return MG_OK;
 }
 
@@ -88,6 +114,8 @@ int mg_grad_norm(mg_param_table *t, double *norm) {
     double local = 0;
     for (int i = 0; i < t->n; i++) {
         mg_param *p = &t->p[i];
+        int rc = summed(p);
+        if (rc != MG_OK) return rc;
         if (!p->grad) continue;
         mg_backend *be = mg_backend_of(p->grad->local);
         local += be->iface->sum_squares(be->context, p->grad->local) / (double)p->replication;

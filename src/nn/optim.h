@@ -15,7 +15,7 @@
  * lr * (s + 1) / warmup for s < warmup, then constant (lr), or cosine
  * lr * 0.5 * (1 + cos(pi * (s - warmup) / (total - warmup))).
  *
- * Exports: mg_optimizer, mg_optimizer_init/kind_parse/step/state_name,
+ * Exports: mg_optimizer, mg_optimizer_init/kind_parse/step/apply/state_name,
  * mg_grad_norm, mg_clip_grad_norm, mg_lr_schedule, mg_lr_at. */
 #ifndef MG_NN_OPTIM_H
 #define MG_NN_OPTIM_H
@@ -46,8 +46,16 @@ int mg_optimizer_state_count(const mg_optimizer *opt);
 const char *mg_optimizer_state_name(const mg_optimizer *opt, int i);
 /* Allocates zeroed state tensors with each parameter's spec. */
 int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t);
-/* One update of every parameter that has a gradient (p->grad), learning rate lr. */
+/* Collective over the mesh. One update of every parameter that has a gradient
+ * (p->grad), learning rate lr. Data-parallel parameters whose ranks share a node
+ * are updated 1/k per rank and their gradients summed on the way
+ * (optim_shard.h); the result is the same. */
 int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr);
+/* The update kernel of one tensor (a parameter's local shard, or a slice of it):
+ * w and the state tensors (opt's count of them) updated from gradient g at the
+ * optimizer's current step. */
+void mg_optimizer_apply(const mg_optimizer *opt, mg_tensor *w, const mg_tensor *g, mg_tensor *const *state,
+                        float lr);
 
 /* Collective over the mesh of the parameters. The global L2 norm of every
  * p->grad (replicas counted once). */

@@ -31,6 +31,7 @@ int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int 
 
     mg_param *p = &t->p[t->n];
     memset(p, 0, sizeof *p);
+    p->shard_dim = -1;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->value = mg_dtensor_zeros(&spec, NULL);
     if (!p->value) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
@@ -71,7 +72,10 @@ mg_dtensor *mg_params_use(mg_param_table *t, int i) {
 }
 
 void mg_params_collect_grads(mg_param_table *t) {
-    for (int i = 0; i < t->n; i++) t->p[i].grad = mg_grad(t->p[i].value);
+    for (int i = 0; i < t->n; i++) { /* a gradient the optimizer sums stays unsummed */
+        mg_dtensor *v = t->p[i].value;
+        t->p[i].grad = (v->flags & MG_DTENSOR_GRAD_UNSUMMED) ? v->grad : mg_grad(v);
+    }
 }
 
 int mg_params_zero_grads(mg_param_table *t) {

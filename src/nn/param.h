@@ -26,6 +26,8 @@ typedef struct {
     int64_t replication;                    /* product of mesh sizes over Replicate dims */
     mg_dtensor *grad;                       /* this step's gradient (parameter's spec) or NULL */
     mg_dtensor *state[MG_PARAM_STATE_MAX];  /* optimizer state, parameter's spec */
+    int shard_dim;                          /* optimizer: mesh dim whose ranks split its
+                                             * update (optim_shard.h), or -1 */
 } mg_param;
 
 typedef struct {
