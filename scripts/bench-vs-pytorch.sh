@@ -4,8 +4,12 @@
 # settings; then mg_linear against raw cblas, and data-parallel / fully sharded
 # runs against the 1-rank step. PyTorch comes from Debian's python3-torch
 # (/usr/bin/python3); without it the PyTorch column says so and the rest runs.
-# The 1-rank and 2-rank steps run three times, interleaved, and the middle of
-# the three medians is reported (a 2-core VM drifts by 10% between runs).
+# The 1-rank and 2-rank steps run five times as adjacent pairs: the table gives
+# the middle time of each and, for data parallel, the middle of the five
+# pairwise ratios (a 2-core VM drifts by 10% or more from one minute to the
+# next; a pair run seconds apart sees the same machine).
+# A floor row: two independent 1-rank runs of half the batch at once, on two
+# cores, which is what data parallel would cost with free communication.
 # The fsdp memory row uses a deep model (1024, eight 4096 layers, 1024: 126M
 # parameters plus momentum), where parameters and optimizer state dominate; a
 # second row shows the wide 1024-8192-8192-1024 model, whose one 8192x8192
@@ -21,7 +25,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --build) build=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench-vs-pytorch.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -70,13 +74,42 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo
 lin=$(OPENBLAS_NUM_THREADS=1 mpirun -np 1 "$mg" bench linear --threads 1 | tail -n 1)
 lin2=$(OPENBLAS_NUM_THREADS=2 mpirun --map-by slot:PE=2 -np 1 "$mg" bench linear --threads 2 | tail -n 1)
-mid3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
-a=() b=()
-for i in 1 2 3; do
-    a+=("$(run 1 1 bench step --steps "$steps" | field ms_per_step)")
-    b+=("$(run 2 1 bench step --steps "$steps" --parallel dp | field ms_per_step)")
+mid() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $0 } END { print v[int((NR + 1) / 2)] }'; }
+# The floor for data parallel on this machine: two independent 1-rank runs of
+# half the batch each, at the same time on the two first cores (no
+# communication at all; only what the cores share: memory bandwidth, caches).
+halves() {
+    local out=$(mktemp)
+    OPENBLAS_NUM_THREADS=1 taskset -c 0 mpirun --bind-to none -np 1 "$mg" bench step --steps "$steps" \
+        --batch 128 --threads 1 | tail -n 1 | field ms_per_step >"$out" &
+    OPENBLAS_NUM_THREADS=1 taskset -c 1 mpirun --bind-to none -np 1 "$mg" bench step --steps "$steps" \
+        --batch 128 --threads 1 | tail -n 1 | field ms_per_step >>"$out"
+    wait
+    sort -g "$out" | tail -n 1 # the slower of the two
+    rm -f "$out"
+}
+div() { awk -v x="$1" -v y="$2" 'BEGIN { if (x == "" || y == "" || y == 0) print ""; else printf "%.4f", x / y }'; }
+a=() b=() h=() r=() rh=() j11=() j21=()
+for i in 1 2 3 4 5; do
+    j11+=("$(run 1 1 bench step --steps "$steps")")
+    j21+=("$(run 2 1 bench step --steps "$steps" --parallel dp)")
+    a+=("$(echo "${j11[-1]}" | field ms_per_step)")
+    b+=("$(echo "${j21[-1]}" | field ms_per_step)")
+    r+=("$(div "${b[-1]}" "${a[-1]}")")
+    if [ "$cores" -ge 2 ]; then
+        h+=("$(halves)")
+        rh+=("$(div "${h[-1]}" "${a[-1]}")")
+    fi
 done
-ms11=$(mid3 "${a[@]}") ms21=$(mid3 "${b[@]}")
+ms11=$(mid "${a[@]}") ms21=$(mid "${b[@]}") dp_ratio=$(mid "${r[@]}")
+ms_h=$(mid "${h[@]}") h_ratio=$(mid "${rh[@]}")
+# the parts of the middle runs (slowest rank each): where the dp step's time goes
+parts() { # json
+    printf 'forward %s, backward %s, optimizer %s ms' "$(echo "$1" | field fwd_ms)" \
+        "$(echo "$1" | field bwd_ms)" "$(echo "$1" | field opt_ms)"
+}
+for i in "${!a[@]}"; do [ "${a[$i]}" = "$ms11" ] && p11=$(parts "${j11[$i]}"); done
+for i in "${!b[@]}"; do [ "${b[$i]}" = "$ms21" ] && p21=$(parts "${j21[$i]}"); done
 ms12=$(run 1 2 bench step --steps "$steps" | field ms_per_step)
 deep=1024,4096,4096,4096,4096,4096,4096,4096,4096,1024 wide=1024,8192,8192,1024
 f1=$(run 1 1 bench step --steps 3 --batch 8 --layers $deep)
@@ -96,11 +129,15 @@ printf '%-52s %12s %12s %8s %s\n' "mg_linear fwd+bwd GFLOP/s, 2 threads (ref: cb
     "$(echo "$lin2" | field mg_gflops)" "$(echo "$lin2" | field blas_gflops)" "$(echo "$lin2" | field ratio)" ">= 0.90"
 printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 1 rank x 1 thread (ref: PyTorch)" "$ms11" "${t1:-absent}" "$(ratio "$ms11" "$t1")" "<= 1.00"
 printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 1 rank x 2 threads (ref: PyTorch)" "$ms12" "${t2:-absent}" "$(ratio "$ms12" "$t2")" "<= 1.00"
-printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 2 ranks x 1 thread dp (ref: 1x1)" "$ms21" "$ms11" "$(ratio "$ms21" "$ms11")" "<= 0.60"
+printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 2 ranks x 1 thread dp (ref: 1x1)" "$ms21" "$ms11" "$(printf '%.2f' "$dp_ratio")" "<= 0.60"
+printf '%-52s %12s %12s %8s %s\n' "2 x half batch, independent, at once (ref: 1x1)" "${ms_h:-n/a}" "$ms11" "$( [ -n "$h_ratio" ] && printf '%.2f' "$h_ratio" || echo n/a)" "(floor)"
 printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp, deep (ref: 1 rank)" "$rss4" "$rss1" "$(ratio "$rss4" "$rss1")" "<= 0.40"
 printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp, wide (ref: 1 rank)" "$wrss4" "$wrss1" "$(ratio "$wrss4" "$wrss1")" "(info)"
-echo "(1x1 runs: ${a[*]} ms; 2x1 dp runs: ${b[*]} ms; scratch arena on 4 ranks: deep $(echo "$f4" | field scratch_mb) MB, wide $(echo "$w4" | field scratch_mb) MB)"
+echo "(1x1 runs: ${a[*]} ms; 2x1 dp runs, each right after one: ${b[*]} ms; dp ratio: the middle of the pairs' ${r[*]})"
+echo "(floor: the slower of two independent batch-128 runs at once, after each pair: ${h[*]} ms)"
+echo "(1x1 middle run: $p11; 2x1 dp middle run: $p21)"
+echo "(scratch arena on 4 ranks: deep $(echo "$f4" | field scratch_mb) MB, wide $(echo "$w4" | field scratch_mb) MB)"
 [ -z "$t1" ] && echo "(PyTorch not found: apt-get install python3-torch for the reference column)"
-printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"fsdp_rss_ratio":%s,"fsdp_wide_rss_ratio":%s}\n' \
-    "$(echo "$lin" | field ratio)" "$ms11" "${t1:-null}" "$ms12" "${t2:-null}" "$ms21" \
+printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"dp_ratio":%s,"dp_floor_ratio":%s,"fsdp_rss_ratio":%s,"fsdp_wide_rss_ratio":%s}\n' \
+    "$(echo "$lin" | field ratio)" "$ms11" "${t1:-null}" "$ms12" "${t2:-null}" "$ms21" "${dp_ratio:-null}" "${h_ratio:-null}" \
     "$(ratio "$rss4" "$rss1" | sed 's#n/a#null#')" "$(ratio "$wrss4" "$wrss1" | sed 's#n/a#null#')"
