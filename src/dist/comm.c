@@ -175,6 +175,15 @@ static float *alloc_shared(mg_comm *c, int64_t n, bool one) {
 float *mg_comm_alloc_shared(mg_comm *c, int64_t n) { return alloc_shared(c, n, false); }
 float *mg_comm_alloc_shared_one(mg_comm *c, int64_t n) { return alloc_shared(c, n, true); }
 
+float *mg_comm_shared_scratch(mg_comm *c, int64_t n) {
+    mg_clear_error();
+    if (!c->iface->shared_scratch || n <= 0) return NULL;
+    mg_watchdog_begin_comm("shared_scratch", c->mpi);
+    float *p = c->iface->shared_scratch(c, n);
+    mg_watchdog_end();
+    return p;
+}
+
 float *mg_comm_shared_peer(mg_comm *c, const float *p, int64_t n, int rank) {
     if (!c->iface->shared_peer || !p || n <= 0) return NULL;
     return c->iface->shared_peer(c, p, n, rank);

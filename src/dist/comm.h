@@ -66,6 +66,8 @@ struct mg_comm_iface {
     float *(*alloc_shared)(mg_comm *, int64_t n, bool one); /* one: a single copy for all */
     /* Rank `rank`'s copy of [p, p + n) when that lies in alloc_shared memory, else NULL. */
     float *(*shared_peer)(mg_comm *, const float *p, int64_t n, int rank);
+    /* Collective: one of two one-copy scratch buffers of >= n floats, in turn. */
+    float *(*shared_scratch)(mg_comm *, int64_t n);
     void (*destroy)(mg_comm *);
 };
 
@@ -112,6 +114,12 @@ float *mg_comm_alloc_shared(mg_comm *, int64_t n);
  * maps, so each sees the others' stores (after a barrier); NULL as above.
  * Never summed: it is one value, not one per rank. */
 float *mg_comm_alloc_shared_one(mg_comm *, int64_t n);
+/* Collective over the comm: one-copy shared memory (as mg_comm_alloc_shared_one)
+ * of at least n floats, kept by the comm for reuse. There are two such buffers
+ * and the calls hand them out in turn, so a buffer comes back only every
+ * second call: what a rank wrote into the last one stays readable by the
+ * others until the call after next. NULL as mg_comm_alloc_shared. */
+float *mg_comm_shared_scratch(mg_comm *, int64_t n);
 /* Where rank `rank` of the comm holds its copy of [p, p + n), when p points into
  * memory from mg_comm_alloc_shared (every rank's copy is reachable from every
  * rank; for mg_comm_alloc_shared_one memory, p itself), else NULL. mg_comm_barrier orders access to such memory: what a rank

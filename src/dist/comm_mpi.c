@@ -29,6 +29,9 @@ typedef struct {
     int tag;
     mg_shm shm; /* set up on the first alloc_shared */
     bool shm_ready;
+    float *scratch[2]; /* shared_scratch: two one-copy buffers, handed out in turn */
+    int64_t scratch_n[2];
+    int scratch_next;
 } mpi_ctx;
 
 void mg_comm_mpi_set_max_count(int64_t n) { max_count = (n > 0 && n <= INT_MAX) ? n : INT_MAX; }
@@ -246,6 +249,19 @@ static int mpi_barrier(mg_comm *c) {
     return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "barrier", err);
 }
 
+static float *mpi_shared_scratch(mg_comm *c, int64_t n) {
+    mpi_ctx *x = c->context;
+    int i = x->scratch_next;
+    if (x->scratch_n[i] < n) { /* the old window stays until the comm is freed */
+        float *p = mpi_alloc_shared(c, n, true);
+        if (!p) return NULL;
+        x->scratch[i] = p;
+        x->scratch_n[i] = n;
+    }
+    x->scratch_next = 1 - i;
+    return x->scratch[i];
+}
+
 static float *mpi_shared_peer(mg_comm *c, const float *p, int64_t n, int rank) {
     mpi_ctx *x = c->context;
     return x->shm_ready ? mg_shm_peer(&x->shm, p, n, rank) : NULL;
@@ -275,6 +291,7 @@ static const struct mg_comm_iface mpi_iface = {
     .wait = mpi_wait,
     .alloc_shared = mpi_alloc_shared,
     .shared_peer = mpi_shared_peer,
+    .shared_scratch = mpi_shared_scratch,
     .destroy = mpi_destroy,
 };
 
