@@ -8,10 +8,12 @@
  * parameters on the same global batches, and compares parameters and optimizer
  * state after every step. It also checks the path really taken: fc1.weight's
  * value and state in shared memory and its shard_dim (-1 at 1 rank), the
- * gradient left unsummed by the second and later backward passes, value and
- * state one copy that every rank maps (so bitwise equal), the small
- * parameters unsplit:
+ * gradient left in parts by the second and later backward passes (rows of
+ * the sum for a weight whole on every rank, autograd/grad_rows.h; each rank's
+ * unsummed part for a tp-sharded one), value and state one copy that every
+ * rank maps (so bitwise equal), the small parameters unsplit:
  * - SGD with momentum and weight decay;
+ * - the weight used twice, in its linear and in a penalty, in both orders;
  * - mg_grad of an unsummed gradient before the step (the step then matches,
  *   and has the same bits as a step that sums the parts itself) and after it;
  * - gradient accumulation over two half batches without mg_zero_grad;
@@ -101,21 +103,41 @@ static mg_dtensor *batch_rows(const model *m, int64_t cols, uint64_t seed, int64
 
 /* Forward and backward of step `step`'s batch, rows [row0, row0 + rows), the
  * loss mse * scale. Gradients add to what is there (no zeroing here). */
-static void backward(model *m, int step, int64_t row0, int64_t rows, float scale) {
+/* 1e-3 sum(fc1.weight^2): a second use of the weight, outside its linear. */
+static mg_dtensor *penalty(model *m) {
+    mg_dtensor *w = mg_params_use(&m->t, W1), *sq = w ? mg_mul(w, w) : NULL;
+    mg_dtensor *sum = sq ? mg_sum(sq) : NULL;
+    return sum ? mg_scale(sum, 1e-3f) : NULL;
+}
+
+/* Forward and backward of (scale times) the mse loss on batch rows [row0,
+ * row0 + rows) of step `step`, plus the penalty when `reg` is set: recorded
+ * after the forward pass (reg 1: backward reaches it first) or before it
+ * (reg 2: backward reaches the linear first). */
+static void backward_reg(model *m, int step, int64_t row0, int64_t rows, float scale, int reg) {
     mg_dtensor *x = batch_rows(m, m->in, 100 + (uint64_t)step, row0, rows);
     mg_dtensor *target = batch_rows(m, OUT, 200 + (uint64_t)step, row0, rows);
     mg_assert_all(x && target, "batch: %s", mg_last_error());
     mg_param_table *t = &m->t;
+    mg_dtensor *before = reg == 2 ? penalty(m) : NULL;
     mg_dtensor *h = mg_linear(x, mg_params_use(t, W1), mg_params_use(t, B1));
     if (h) h = mg_relu(h);
     mg_dtensor *y = h ? mg_linear(h, mg_params_use(t, W2), mg_params_use(t, B2)) : NULL;
     mg_dtensor *loss = y ? mg_mse_loss(y, target) : NULL;
     if (loss && scale != 1.0f) loss = mg_scale(loss, scale);
+    if (loss && reg) {
+        mg_dtensor *p = reg == 2 ? before : penalty(m);
+        loss = p ? mg_add(loss, p) : NULL;
+    }
     mg_assert_all(loss != NULL, "forward: %s", mg_last_error());
     mg_assert_all(mg_backward(loss) == MG_OK, "backward: %s", mg_last_error());
     mg_step_end();
     mg_dtensor_free(x);
     mg_dtensor_free(target);
+}
+
+static void backward(model *m, int step, int64_t row0, int64_t rows, float scale) {
+    backward_reg(m, step, row0, rows, scale, 0);
 }
 
 static void step(model *m, float lr) {
@@ -240,19 +262,27 @@ static void check_split(model *m, int dim, const char *what, int s) {
     }
 }
 
-/* After a backward of 0-based step s: fc1.weight's gradient left unsummed
- * exactly when it is split and this is not the first step. */
+/* After a backward of 0-based step s: fc1.weight's gradient left in parts
+ * exactly when it is split and this is not the first step. The parts are rows
+ * of the sum (grad_rows.h) when the weight is whole on every rank, else each
+ * rank's unsummed partial gradient (a tp-sharded weight). */
 static void check_unsummed(model *m, int dim, const char *what, int s) {
     mg_dtensor *v = m->t.p[W1].value;
-    int want = dim >= 0 && s > 0;
-    mg_assert_all(!(v->flags & MG_DTENSOR_GRAD_UNSUMMED) == !want,
-                  "%s step %d: fc1.weight's gradient %s, want %s", what, s,
-                  (v->flags & MG_DTENSOR_GRAD_UNSUMMED) ? "unsummed" : "summed",
-                  want ? "unsummed" : "summed");
-    mg_assert_all(!want || v->grad_dim == dim, "%s step %d: unsummed over dim %d, want %d", what, s,
+    int want = dim >= 0 && s > 0, whole = 1;
+    for (int d = 0; d < m->mesh->ndim; d++)
+        if (m->mesh->shape[d] > 1 && v->spec.p[d].kind != MG_PLACE_REPLICATE) whole = 0;
+    unsigned form = whole ? MG_DTENSOR_GRAD_ROWS : MG_DTENSOR_GRAD_UNSUMMED;
+    unsigned have = v->flags & MG_DTENSOR_GRAD_PARTS;
+    const char *name = have == MG_DTENSOR_GRAD_ROWS       ? "rows of the sum"
+                       : have == MG_DTENSOR_GRAD_UNSUMMED ? "unsummed"
+                       : have                             ? "both rows and unsummed"
+                                                          : "summed";
+    mg_assert_all(have == (want ? form : 0u), "%s step %d: fc1.weight's gradient %s, want %s", what,
+                  s, name, !want ? "summed" : whole ? "rows of the sum" : "unsummed");
+    mg_assert_all(!want || v->grad_dim == dim, "%s step %d: split over dim %d, want %d", what, s,
                   v->grad_dim, dim);
     for (int i = B1; i < NPARAM; i++)
-        mg_assert_all(!(m->t.p[i].value->flags & MG_DTENSOR_GRAD_UNSUMMED),
+        mg_assert_all(!(m->t.p[i].value->flags & MG_DTENSOR_GRAD_PARTS),
                       "%s step %d: the small %s left unsummed", what, s, m->t.p[i].name);
 }
 
@@ -344,7 +374,7 @@ START_TEST(grad_before_and_after_step) {
         mg_assert_all(g != NULL, "mg_grad: %s", mg_last_error());
         mg_assert_all(g == a.t.p[W1].value->grad,
                       "mg_grad returned another tensor than the gradient buffer");
-        mg_assert_all(!(a.t.p[W1].value->flags & MG_DTENSOR_GRAD_UNSUMMED),
+        mg_assert_all(!(a.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS),
                       "step %d: still unsummed after mg_grad", s);
         mg_assert_all(same_full(g, gr, msg, sizeof msg), "step %d: mg_grad before the step: %s", s,
                       msg);
@@ -389,7 +419,7 @@ START_TEST(accumulation) {
         backward(&m, s, 0, BATCH / 2, 1.0f);
         check_unsummed(&m, dim, "first half", s);
         backward(&m, s, BATCH / 2, BATCH / 2, 1.0f);
-        check_unsummed(&m, dim, "second half", s); /* added to this rank's part, still unsummed */
+        check_unsummed(&m, dim, "second half", s); /* added to this rank's part, still in parts */
         backward(&ref, s, 0, BATCH, 2.0f);
         step(&m, 0.1f);
         step(&ref, 0.1f);
@@ -480,6 +510,41 @@ START_TEST(clip_grad_norm) {
 }
 END_TEST
 
+/* fc1.weight used twice, in its linear and in a penalty, once its step is
+ * split (the first step has no penalty): backward reaches the penalty first
+ * (its gradient, already whole, then gets this rank's rows of the linear's
+ * added) or the linear first (its rows are gathered before the penalty's
+ * gradient is added). SGD, 4 steps each, against the reference. */
+START_TEST(weight_used_twice) {
+    mg_mesh *mesh = mesh1d();
+    mg_plan plan;
+    dp_plan(&plan);
+    for (int reg = 1; reg <= 2; reg++) {
+        model m, ref;
+        model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+        model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+        const char *what = reg == 1 ? "penalty reached first" : "linear reached first";
+        for (int s = 0; s < 4; s++) {
+            zero_grads(&m);
+            zero_grads(&ref);
+            backward_reg(&m, s, 0, BATCH, 1.0f, s ? reg : 0);
+            backward_reg(&ref, s, 0, BATCH, 1.0f, s ? reg : 0);
+            /* the linear's rows come last only when the penalty was reached first */
+            unsigned want = dp_dim() >= 0 && s > 0 && reg == 1 ? MG_DTENSOR_GRAD_ROWS : 0u;
+            mg_assert_all((m.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS) == want,
+                          "%s, step %d: fc1.weight's gradient flags 0x%x, want 0x%x", what, s,
+                          m.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS, want);
+            step(&m, 0.1f);
+            step(&ref, 0.1f);
+            check_split(&m, dp_dim(), what, s);
+            check_params(&m, &ref, what, s);
+        }
+        free_models(&m, &ref, NULL);
+    }
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 /* ---- 2-D meshes (4 ranks) --------------------------------------------------- */
 
 /* SGD for 3 steps on a 2x2 mesh against the reference on the same mesh:
@@ -537,6 +602,7 @@ int main(int argc, char **argv) {
     TCase *tc = tcase_create("optim_shard");
     tcase_add_checked_fixture(tc, clean_step, NULL);
     tcase_add_test(tc, sgd_momentum);
+    tcase_add_test(tc, weight_used_twice);
     tcase_add_test(tc, grad_before_and_after_step);
     tcase_add_test(tc, accumulation);
     tcase_add_test(tc, adamw);

@@ -17,12 +17,15 @@
  *     buckets and it completes while later nodes run, before mg_backward
  *     returns. A parameter whose optimizer sums the gradient itself
  *     (MG_DTENSOR_GRAD_DEFER, nn/optim_shard.h) keeps this rank's part,
- *     marked MG_DTENSOR_GRAD_UNSUMMED, and mg_grad sums it when asked;
+ *     marked MG_DTENSOR_GRAD_UNSUMMED, and mg_grad sums it when asked; if it
+ *     is a linear's weight, each rank computes its rows of the sum instead
+ *     (MG_DTENSOR_GRAD_ROWS, grad_rows.h), and mg_grad gathers them;
  *  4. the scratch arena is reset: it only ever holds one node's worth.
  * Visited nodes are marked freed: a second backward through them is refused. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/grad_rows.h"
 #include "autograd/grad_sync.h"
 #include "autograd/tape.h"
 #include "autograd/vjp.h"
@@ -190,6 +193,7 @@ static int accumulate_leaf(mg_dtensor *t, mg_dtensor *g) {
     /* a second contribution (a parameter used twice, or accumulation over
      * micro-batches): added to this rank's part when the sum is left to the
      * optimizer, else after the first one's reduction has landed */
+    if ((t->flags & MG_DTENSOR_GRAD_ROWS) && (rc = mg_grad_rows_gather(t)) != MG_OK) return rc;
     if (t->flags & MG_DTENSOR_GRAD_UNSUMMED) {
         if (partial_on_grad_dim(t, &g->spec, &grad->spec) && g->local->device == grad->local->device) {
             be->iface->axpy(be->context, 1.0f, g->local, grad->local);
@@ -228,6 +232,10 @@ static int param_grad(mg_node *node, mg_dtensor *g, int i) {
     mg_dtensor *in = node->inputs[i], *param = param_of(in);
     int rc = grad_buffer(param);
     if (rc != MG_OK) return rc;
+    if (mg_grad_rows_applies(node, g, i)) { /* a split step's weight: this rank's rows */
+        if ((param->flags & MG_DTENSOR_GRAD_UNSUMMED) && (rc = settle(param)) != MG_OK) return rc;
+        return mg_grad_rows_compute(node, g, param);
+    }
     mg_arena *step = mg_step_arena();
     mg_arena_redirect_data(step, mg_scratch_arena());
     if (param->flags & MG_DTENSOR_GRAD_ZERO) {
@@ -346,6 +354,8 @@ mg_dtensor *mg_grad(const mg_dtensor *t) {
     if (!t) return NULL;
     if (t->grad && (t->flags & MG_DTENSOR_GRAD_UNSUMMED) && settle((mg_dtensor *)t) != MG_OK)
         return NULL;
+    if (t->grad && (t->flags & MG_DTENSOR_GRAD_ROWS) && mg_grad_rows_gather((mg_dtensor *)t) != MG_OK)
+        return NULL;
     if (t->grad && (t->flags & MG_DTENSOR_GRAD_ZERO)) {
         mg_backend *be = mg_backend_of(t->grad->local);
         be->iface->fill(be->context, t->grad->local, 0.0f);
@@ -360,7 +370,7 @@ int mg_zero_grad(mg_dtensor *t) {
     if (!t) return mg_error(MG_EINVAL, "mg_zero_grad: tensor is NULL");
     if (t->grad && !t->node) {
         t->flags |= MG_DTENSOR_GRAD_ZERO;
-        t->flags &= ~(unsigned)MG_DTENSOR_GRAD_UNSUMMED;
+        t->flags &= ~(unsigned)MG_DTENSOR_GRAD_PARTS;
     } else if (t->node) {
         t->grad = NULL;
     }

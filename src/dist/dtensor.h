@@ -24,6 +24,10 @@ enum {
     /* the grad buffer holds only this rank's part: the gradient is its sum over
      * mesh dim `grad_dim` (mg_grad takes it) */
     MG_DTENSOR_GRAD_UNSUMMED = 32,
+    /* the grad buffer holds the summed gradient only on this rank's rows of
+     * it, split over mesh dim `grad_dim` (autograd/grad_rows.h; mg_grad gathers) */
+    MG_DTENSOR_GRAD_ROWS = 64,
+    MG_DTENSOR_GRAD_PARTS = MG_DTENSOR_GRAD_UNSUMMED | MG_DTENSOR_GRAD_ROWS,
 };
 
 struct mg_dtensor {
@@ -33,7 +37,7 @@ struct mg_dtensor {
     /* autograd */
     int requires_grad;
     struct mg_dtensor *grad;  /* leaves: heap, in the leaf's own spec */
-    int grad_dim;             /* MG_DTENSOR_GRAD_UNSUMMED: the mesh dim to sum over */
+    int grad_dim;             /* GRAD_DEFER/UNSUMMED/ROWS: the mesh dim of the split */
     struct mg_node *node;     /* the op that made it (NULL for leaves) */
     struct mg_dtensor *param_source; /* MG_DTENSOR_PARAM_COPY: the parameter */
     int64_t node_generation;  /* the tape generation `node` belongs to */

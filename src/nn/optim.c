@@ -91,7 +91,7 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
             mg_optim_shard_update(opt, p, lr);
             continue;
         }
-        if (p->value->flags & MG_DTENSOR_GRAD_UNSUMMED) /* left for a split step that is not */
+        if (p->value->flags & MG_DTENSOR_GRAD_PARTS) /* left for a split step that is not */
             if (!(p->grad = mg_grad(p->value))) return mg_last_code();
         mg_tensor *state[MG_PARAM_STATE_MAX] = {0};
         for (int s = 0; s < mg_optimizer_state_count(opt); s++) state[s] = p->state[s]->local;
@@ -102,7 +102,7 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
 
 /* p->grad summed over the ranks (a split step may have left it unsummed). */
 static int summed(mg_param *p) {
-    if (p->grad && (p->value->flags & MG_DTENSOR_GRAD_UNSUMMED) && !(p->grad = mg_grad(p->value)))
+    if (p->grad && (p->value->flags & MG_DTENSOR_GRAD_PARTS) && !(p->grad = mg_grad(p->value)))
         return mg_last_code();
     return MG_OK;
 }

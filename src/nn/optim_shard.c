@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/grad_rows.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "status.h"
@@ -68,6 +69,7 @@ static int share_param(const mg_optimizer *opt, mg_param *p) {
         return MG_OK;
     }
     p->value->flags |= MG_DTENSOR_GRAD_DEFER; /* from now on, the step sums the gradient */
+    p->value->grad_dim = p->shard_dim;
     return MG_OK;
 }
 
@@ -118,12 +120,16 @@ static mg_tensor slice(float *data, int64_t n) {
 void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
     mg_comm *c = shard_comm(p);
     int k = c->size, r = c->rank, ns = mg_optimizer_state_count(opt);
-    bool unsummed = p->value->flags & MG_DTENSOR_GRAD_UNSUMMED;
+    bool unsummed = p->value->flags & MG_DTENSOR_GRAD_UNSUMMED; /* else summed, or ROWS */
     mg_tensor *w = p->value->local;
     const mg_tensor *g = p->grad->local;
     const float *grads[MAX_PEERS]; /* every rank's gradient buffer, mapped here */
     for (int q = 0; q < k; q++) grads[q] = mg_comm_shared_peer(c, g->data, g->numel, q);
-    int64_t n = w->numel, lo = (int64_t)r * n / k, hi = (int64_t)(r + 1) * n / k;
+    /* this rank's rows (dim 0), as backward slices MG_DTENSOR_GRAD_ROWS gradients */
+    int64_t rows = w->ndim > 0 ? w->shape[0] : 1, cols = rows > 0 ? w->numel / rows : 0, lo, hi;
+    mg_grad_rows_slice(rows, k, r, &lo, &hi);
+    lo *= cols;
+    hi *= cols;
     int64_t tiles = (hi - lo + TILE - 1) / TILE;
 #pragma omp parallel for if (tiles > 1) schedule(static)
     for (int64_t t = 0; t < tiles; t++) {

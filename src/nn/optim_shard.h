@@ -7,8 +7,8 @@
  * value and optimizer state move into shared memory too, as one copy that all
  * k ranks of the comm map (mg_comm_alloc_shared_one): a replica that is
  * identical on every rank by definition is stored once per node. Each rank
- * then updates its 1/k of the elements, [r n/k, (r+1) n/k), in place, with the
- * same backend kernel as an ordinary step.
+ * then updates its 1/k of the rows (dim 0), [r R/k, (r+1) R/k), in place, with
+ * the same backend kernel as an ordinary step.
  *
  * The parameter is also marked MG_DTENSOR_GRAD_DEFER, so later backward passes
  * leave its gradient unsummed, each rank's part in its own shared buffer
@@ -16,7 +16,10 @@
  * updates, in rank order like the shared-memory all-reduce: the gradient sum
  * makes no pass of its own, and the result has the same bits as summing first.
  * The buffers keep their parts, still marked unsummed; mg_grad sums them when
- * asked (collectively), before or after the step.
+ * asked (collectively), before or after the step. A linear layer's weight does
+ * better still: backward computes each rank's rows of the summed gradient from
+ * every rank's activations (autograd/grad_rows.h), and the step reads its rows
+ * as they are.
  *
  * Per step and node this moves what the update must: every rank's gradient
  * read once, value and state read and written once. Separate replicas would

@@ -74,7 +74,7 @@ mg_dtensor *mg_params_use(mg_param_table *t, int i) {
 void mg_params_collect_grads(mg_param_table *t) {
     for (int i = 0; i < t->n; i++) { /* a gradient the optimizer sums stays unsummed */
         mg_dtensor *v = t->p[i].value;
-        t->p[i].grad = (v->flags & MG_DTENSOR_GRAD_UNSUMMED) ? v->grad : mg_grad(v);
+        t->p[i].grad = (v->flags & MG_DTENSOR_GRAD_PARTS) ? v->grad : mg_grad(v);
     }
 }
 
