@@ -4,7 +4,8 @@
  * per-call limit; the byte counters against the documented definition; one-rank
  * communicators; status agreement; an MPI failure reported as MG_ECOMM; the
  * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight;
- * shared memory: per-rank buffers summed in place, and one copy for all. */
+ * shared memory: per-rank buffers summed in place, one copy for all, and the
+ * comm's two scratch buffers handed out in turn. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +301,20 @@ START_TEST(shared_one_copy) {
             mg_comm_request req;
             mg_assert_all(mg_comm_iall_reduce(c, x, n, &req) == MG_EINVAL && req.done,
                           "mesh %s comm %d: a sum of the one copy was not refused", mt, ci);
+            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+            /* the comm's scratch: two one-copy buffers in turn, grown on demand */
+            float *s0 = mg_comm_shared_scratch(c, 1000), *s1 = mg_comm_shared_scratch(c, 1000);
+            float *s2 = mg_comm_shared_scratch(c, 1000), *s3 = mg_comm_shared_scratch(c, 5000);
+            mg_assert_all(s0 && s1 && s2 && s3 && s0 != s1 && s2 == s0 && s3 != s1,
+                          "mesh %s comm %d: scratch not two buffers in turn (grown when asked)", mt, ci);
+            same = 1;
+            for (int q = 0; q < c->size; q++) same &= mg_comm_shared_peer(c, s3, 5000, q) == s3;
+            mg_assert_all(same, "mesh %s comm %d: the scratch is not one copy", mt, ci);
+            s3[c->rank] = (float)c->rank;
+            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+            ok = 1;
+            for (int q = 0; q < c->size; q++) ok &= s3[q] == (float)q;
+            mg_assert_all(ok, "mesh %s comm %d: the scratch did not carry every rank's store", mt, ci);
             mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
         }
         mg_mesh_free(mesh);
