@@ -3,12 +3,14 @@
  * integer values, so sums are exact); the split paths for counts above the
  * per-call limit; the byte counters against the documented definition; one-rank
  * communicators; status agreement; an MPI failure reported as MG_ECOMM; the
- * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight;
+ * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight,
+ * and with more in flight than there are rings or slots, polled in any order;
  * shared memory: per-rank buffers summed in place, one copy for all, and the
  * comm's two scratch buffers handed out in turn. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dist/comm.h"
 #include "status.h"
@@ -213,6 +215,45 @@ START_TEST(iall_reduce_matches_naive) {
         ok &= x[i] == (float)want;
     }
     mg_assert_all(ok, "split iall_reduce: wrong sums");
+    mg_mesh_free(mesh);
+}
+END_TEST
+
+/* More sums in flight than the comm has rings or shared-memory slots (8 each),
+ * on ordinary and on shared buffers, each rank polling them in its own order
+ * and an odd rank sleeping in between: whichever sums finish first on a rank,
+ * every rank must start the same rings and barriers in the same order, and
+ * every sum must be exact. */
+START_TEST(many_sums_in_flight) {
+    enum { SUMS = 20, N = 3001 };
+    int one[1] = {world};
+    mg_mesh *mesh = mg_mesh_new(1, one);
+    mg_comm *c = mesh->world;
+    for (int shared = 0; shared < 2; shared++) {
+        float *heap = shared ? NULL : malloc(sizeof(float) * SUMS * N);
+        float *buf = shared ? mg_comm_alloc_shared(c, SUMS * N) : heap;
+        if (shared && !buf) break; /* one rank: no shared memory */
+        mg_comm_request req[SUMS];
+        for (int b = 0; b < SUMS; b++) {
+            for (int64_t i = 0; i < N; i++) buf[b * N + i] = val(c->rank, b * N + i);
+            mg_assert_all(mg_comm_iall_reduce(c, buf + b * N, N, &req[b]) == MG_OK, "%s",
+                          mg_last_error());
+            for (int t = 0; t <= b; t++) /* odd ranks poll newest first */
+                mg_comm_test(c, &req[c->rank % 2 ? b - t : t]);
+            if (c->rank % 2 && b % 3 == 0) usleep(2000);
+        }
+        for (int b = SUMS - 1; b >= 0; b--)
+            mg_assert_all(mg_comm_wait(c, &req[b]) == MG_OK, "wait: %s", mg_last_error());
+        int ok = 1;
+        for (int64_t i = 0; i < (int64_t)SUMS * N; i++) {
+            double want = 0;
+            for (int r = 0; r < c->size; r++) want += val(r, i);
+            ok &= buf[i] == (float)want;
+        }
+        mg_assert_all(ok, "%s buffers: a sum in flight with %d others went wrong",
+                      shared ? "shared" : "ordinary", SUMS - 1);
+        free(heap);
+    }
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -470,6 +511,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, shared_sums_match_naive);
     tcase_add_test(tc, shared_one_copy);
     tcase_add_test(tc, iall_reduce_matches_naive);
+    tcase_add_test(tc, many_sums_in_flight);
     tcase_add_test(tc, byte_counters);
     tcase_add_test(tc, one_rank_comm_moves_nothing);
     tcase_add_test(tc, status_agreement);

@@ -43,6 +43,7 @@ typedef struct {
     MPI_Request mpi;
     void *state; /* the iface's own (MPI: a ring, comm_ring.h, or a shm op, comm_shm.h) */
     int shm;     /* MPI: state is a shm op */
+    int64_t id;  /* MPI shm: which sum of that op's slot (a later one may reuse it) */
     int done;    /* completed (or never needed a message) */
 } mg_comm_request;
 

@@ -26,6 +26,8 @@ static int64_t max_count = INT_MAX;
 typedef struct {
     int *counts; /* one per rank, for MPI_Reduce_scatter */
     mg_ring rings[MG_MPI_RINGS];
+    int64_t rings_started; /* the next sum's ring: rings_started mod MG_MPI_RINGS */
+    int64_t ring_id[MG_MPI_RINGS]; /* which sum each ring serves (its rings_started) */
     int tag;
     mg_shm shm; /* set up on the first alloc_shared */
     bool shm_ready;
@@ -88,8 +90,9 @@ static float *mpi_alloc_shared(mg_comm *c, int64_t n, bool one) {
 }
 
 /* Non-blocking sums: through shared memory when buf is in a shared window of
- * this comm (comm_shm.h), else as rings (comm_ring.h); with every slot busy,
- * or counts above max_count, the sum is blocking. */
+ * this comm (comm_shm.h), else as rings (comm_ring.h); counts above max_count
+ * are summed blocking. Sums take shm slots and rings in turn, waiting for the
+ * previous holder when it is still busy: the same choice on every rank. */
 static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req) {
     mpi_ctx *x = c->context;
     int64_t offset;
@@ -106,19 +109,27 @@ static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *r
             req->done = 1;
             return mpi_failed(c, "iall_reduce", err);
         }
-        if (op) {
-            req->state = op;
-            req->shm = 1;
-            return MG_OK;
-        }
+        req->state = op;
+        req->shm = 1;
+        req->id = op->id;
+        return MG_OK;
     }
-    mg_ring *r = NULL;
-    for (int i = 0; i < MG_MPI_RINGS && !r; i++)
-        if (!x->rings[i].busy) r = &x->rings[i];
-    if (c->size == 1 || n == 0 || n > max_count || !r) {
+    if (c->size == 1 || n == 0 || n > max_count) {
         req->done = 1;
         return mpi_all_reduce(c, buf, n, MG_REDUCE_SUM);
     }
+    /* rings in turn, like the shm slots: which one (and whether this sum
+     * waits for it) is the same on every rank, whatever finished first here */
+    int slot = (int)(x->rings_started % MG_MPI_RINGS);
+    mg_ring *r = &x->rings[slot];
+    if (r->busy) {
+        int err = mg_ring_wait(r);
+        if (err != MPI_SUCCESS) {
+            req->done = 1;
+            return mpi_failed(c, "iall_reduce", err);
+        }
+    }
+    x->ring_id[slot] = req->id = x->rings_started++;
     x->tag = (x->tag + 1) % 30000; /* every rank starts them in the same order */
     int err = mg_ring_start(r, c->mpi, buf, n, 100 + x->tag);
     req->state = r;
@@ -130,8 +141,18 @@ static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *r
     return MG_OK;
 }
 
+/* A sum whose shm slot or ring a later sum took was waited for by that one. */
+static bool taken_over(const mpi_ctx *x, const mg_comm_request *req) {
+    if (req->shm) return ((const mg_shm_op *)req->state)->id != req->id;
+    return x->ring_id[(const mg_ring *)req->state - x->rings] != req->id;
+}
+
 static int mpi_test(mg_comm *c, mg_comm_request *req) {
     mpi_ctx *x = c->context;
+    if (taken_over(x, req)) {
+        req->done = 1;
+        return MG_OK;
+    }
     int err = req->shm ? mg_shm_progress(&x->shm, req->state, &req->done)
                        : mg_ring_progress(req->state, &req->done);
     if (err != MPI_SUCCESS) {
@@ -143,6 +164,10 @@ static int mpi_test(mg_comm *c, mg_comm_request *req) {
 
 static int mpi_wait(mg_comm *c, mg_comm_request *req) {
     mpi_ctx *x = c->context;
+    if (taken_over(x, req)) {
+        req->done = 1;
+        return MG_OK;
+    }
     int err = req->shm ? mg_shm_wait(&x->shm, req->state) : mg_ring_wait(req->state);
     req->done = 1;
     return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "iall_reduce", err);
@@ -253,6 +278,7 @@ static float *mpi_shared_scratch(mg_comm *c, int64_t n) {
     mpi_ctx *x = c->context;
     int i = x->scratch_next;
     if (x->scratch_n[i] < n) { /* the old window stays until the comm is freed */
+        if (n < 2 * x->scratch_n[i]) n = 2 * x->scratch_n[i]; /* grow by doubling */
         float *p = mpi_alloc_shared(c, n, true);
         if (!p) return NULL;
         x->scratch[i] = p;

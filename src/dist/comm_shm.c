@@ -15,11 +15,18 @@ int mg_shm_init(mg_shm *shm, MPI_Comm comm) {
     /* every rank must agree: one node for all, or shared memory for none */
     int all = node_size == size, agreed = 0;
     err = MPI_Allreduce(&all, &agreed, 1, MPI_INT, MPI_MIN, comm);
+    for (int i = 0; i < MG_SHM_OPS; i++) shm->slot_comm[i] = MPI_COMM_NULL;
     if (err == MPI_SUCCESS && agreed && size > 1) {
-        shm->comm = node; /* same members, same order: keys were all 0 */
-        MPI_Comm_rank(node, &shm->rank);
-        shm->size = size;
-        return MPI_SUCCESS;
+        for (int i = 0; i < MG_SHM_OPS && err == MPI_SUCCESS; i++)
+            err = MPI_Comm_dup(node, &shm->slot_comm[i]);
+        if (err == MPI_SUCCESS) {
+            shm->comm = node; /* same members, same order: keys were all 0 */
+            MPI_Comm_rank(node, &shm->rank);
+            shm->size = size;
+            return MPI_SUCCESS;
+        }
+        for (int i = 0; i < MG_SHM_OPS; i++)
+            if (shm->slot_comm[i] != MPI_COMM_NULL) MPI_Comm_free(&shm->slot_comm[i]);
     }
     MPI_Comm_free(&node);
     return err;
@@ -98,42 +105,47 @@ int mg_shm_fence(mg_shm *shm) {
 /* This rank's chunk: summed over every rank's copy, written into all of them. */
 static void reduce_chunk(const mg_shm *shm, const mg_shm_op *op) {
     int k = shm->size;
+    const mg_shm_buffer *b = &shm->bufs[op->buf];
     int64_t lo = op->offset + (int64_t)shm->rank * op->n / k;
     int64_t hi = op->offset + (int64_t)(shm->rank + 1) * op->n / k;
     float sum[2048];
     for (int64_t i = lo; i < hi; i += 2048) {
         int64_t m = hi - i < 2048 ? hi - i : 2048;
-        const float *restrict s0 = op->b->seg[0] + i;
+        const float *restrict s0 = b->seg[0] + i;
         for (int64_t j = 0; j < m; j++) sum[j] = s0[j];
         for (int r = 1; r < k; r++) {
-            const float *restrict s = op->b->seg[r] + i;
+            const float *restrict s = b->seg[r] + i;
             for (int64_t j = 0; j < m; j++) sum[j] += s[j];
         }
-        for (int r = 0; r < k; r++) memcpy(op->b->seg[r] + i, sum, (size_t)m * sizeof(float));
+        for (int r = 0; r < k; r++) memcpy(b->seg[r] + i, sum, (size_t)m * sizeof(float));
     }
 }
 
+static MPI_Comm slot_comm(const mg_shm *shm, const mg_shm_op *op) {
+    return shm->slot_comm[op - shm->ops];
+}
+
 mg_shm_op *mg_shm_start(mg_shm *shm, const mg_shm_buffer *b, int64_t offset, int64_t n, int *err) {
-    mg_shm_op *op = NULL;
-    for (int i = 0; i < MG_SHM_OPS && !op; i++)
-        if (!shm->ops[i].busy) op = &shm->ops[i];
-    *err = MPI_SUCCESS;
-    if (!op) return NULL;
-    *op = (mg_shm_op){.b = b, .offset = offset, .n = n, .phase = 0, .busy = true};
+    mg_shm_op *op = &shm->ops[shm->started % MG_SHM_OPS];
+    *err = op->busy ? mg_shm_wait(shm, op) : MPI_SUCCESS; /* the slot's last sum, first */
+    if (*err != MPI_SUCCESS) return NULL;
+    *op = (mg_shm_op){.id = shm->started++, .buf = (int)(b - shm->bufs), .offset = offset, .n = n,
+                      .phase = 0, .busy = true};
     /* this rank's part is final: publish it, then wait for the others' */
     *err = MPI_Win_sync(b->win);
-    if (*err == MPI_SUCCESS) *err = MPI_Ibarrier(shm->comm, &op->req);
+    if (*err == MPI_SUCCESS) *err = MPI_Ibarrier(slot_comm(shm, op), &op->req);
     if (*err != MPI_SUCCESS) op->busy = false;
     return *err == MPI_SUCCESS ? op : NULL;
 }
 
 static int step(mg_shm *shm, mg_shm_op *op) {
-    int err = MPI_Win_sync(op->b->win);
+    MPI_Win win = shm->bufs[op->buf].win;
+    int err = MPI_Win_sync(win);
     if (err != MPI_SUCCESS) return err;
     if (op->phase == 0) { /* everyone's part is in: add up ours, then say so */
         reduce_chunk(shm, op);
-        err = MPI_Win_sync(op->b->win);
-        if (err == MPI_SUCCESS) err = MPI_Ibarrier(shm->comm, &op->req);
+        err = MPI_Win_sync(win);
+        if (err == MPI_SUCCESS) err = MPI_Ibarrier(slot_comm(shm, op), &op->req);
     }
     op->phase++;
     if (op->phase == 2) op->busy = false;
@@ -169,5 +181,7 @@ void mg_shm_free(mg_shm *shm) {
     free(shm->bufs);
     shm->bufs = NULL;
     shm->nbufs = shm->cap = 0;
+    for (int i = 0; i < MG_SHM_OPS; i++)
+        if (shm->slot_comm[i] != MPI_COMM_NULL) MPI_Comm_free(&shm->slot_comm[i]);
     if (shm->comm != MPI_COMM_NULL) MPI_Comm_free(&shm->comm);
 }

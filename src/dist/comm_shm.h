@@ -35,7 +35,8 @@ typedef struct {
 } mg_shm_buffer;
 
 typedef struct {
-    const mg_shm_buffer *b;
+    int64_t id;        /* which sum: mg_shm.started when it started */
+    int buf;           /* index in mg_shm.bufs (which a later alloc may move) */
     int64_t offset, n; /* the floats [offset, offset + n) of every rank's buffer */
     int phase;         /* 0: first barrier, 1: second barrier, 2: done */
     MPI_Request req;
@@ -44,12 +45,23 @@ typedef struct {
 
 #define MG_SHM_OPS 8
 
+/* Sums in flight take slots in turn (the i-th sum started takes slot i mod
+ * MG_SHM_OPS, after waiting for the one before it there), and each slot's
+ * barriers go through its own communicator. MPI matches collectives on a
+ * communicator by the order they are started, and a sum starts its second
+ * barrier whenever this rank sees the first complete: on one communicator for
+ * all, rank 0 could start sum A's second barrier before sum B's first while
+ * rank 1 does the opposite, and B's "every part is in" would then complete on
+ * A's word. In one slot's communicator, barriers alternate first, second,
+ * first... on every rank. */
 typedef struct {
     MPI_Comm comm; /* a duplicate, or MPI_COMM_NULL when the ranks span nodes */
+    MPI_Comm slot_comm[MG_SHM_OPS];
     int size, rank;
     mg_shm_buffer *bufs;
     int nbufs, cap;
     mg_shm_op ops[MG_SHM_OPS];
+    int64_t started; /* sums started so far: the next one's slot */
 } mg_shm;
 
 /* Collective over comm: sets shm->comm when every rank of comm shares a node
@@ -69,8 +81,9 @@ float *mg_shm_peer(const mg_shm *shm, const float *p, int64_t n, int rank);
 /* Orders this rank's loads and stores to every shared buffer (MPI_Win_sync):
  * call it on both sides of a barrier that hands shared data over. */
 int mg_shm_fence(mg_shm *shm);
-/* Starts the sum of [offset, offset + n) across the ranks' copies of b; NULL
- * when all MG_SHM_OPS are in flight. */
+/* Starts the sum of [offset, offset + n) across the ranks' copies of b, in the
+ * next slot (waiting first for the sum that still holds it); NULL only with
+ * *err set. */
 mg_shm_op *mg_shm_start(mg_shm *shm, const mg_shm_buffer *b, int64_t offset, int64_t n, int *err);
 int mg_shm_progress(mg_shm *shm, mg_shm_op *op, int *done);
 int mg_shm_wait(mg_shm *shm, mg_shm_op *op);
