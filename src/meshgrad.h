@@ -119,8 +119,9 @@ int mg_set_requires_grad(mg_dtensor *, int on);
  * only this rank's part until then. */
 int mg_backward(mg_dtensor *scalar_loss);
 /* The gradient; NULL until backward reached it. For a parameter whose sum was
- * left to its optimizer, the first call after a backward takes the sum and is
- * then collective: every rank of that mesh dim calls it. */
+ * left to its optimizer, the first call after a backward takes the sum (or
+ * gathers the rows each rank holds of it) and is then collective: every rank
+ * of that mesh dim calls it. */
 mg_dtensor *mg_grad(const mg_dtensor *);
 /* Zeroes a parameter's gradient. The buffer is kept and only marked zero: the
  * next backward writes the gradient over it (no fill, no add), and mg_grad

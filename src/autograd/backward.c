@@ -156,7 +156,7 @@ static int settle(mg_dtensor *t) {
     mg_comm_request req;
     int rc = mg_comm_iall_reduce(comm, t->grad->local->data, t->grad->local->numel, &req);
     if (rc == MG_OK) rc = mg_comm_wait(comm, &req);
-    t->flags &= ~(unsigned)MG_DTENSOR_GRAD_UNSUMMED;
+    if (rc == MG_OK) t->flags &= ~(unsigned)MG_DTENSOR_GRAD_UNSUMMED;
     return rc;
 }
 

@@ -82,6 +82,7 @@ int mg_grad_rows_gather(mg_dtensor *w) {
     mg_tensor *g = w->grad->local;
     int64_t o = w->spec.shape[0], in = w->spec.shape[1];
     int rc = mg_comm_barrier(c); /* every rank's rows are final */
+    if (rc != MG_OK) return rc;
     for (int q = 0; q < c->size && rc == MG_OK; q++) {
         if (q == c->rank) continue;
         const float *theirs = mg_comm_shared_peer(c, g->data, g->numel, q);
@@ -90,7 +91,8 @@ int mg_grad_rows_gather(mg_dtensor *w) {
         if (!theirs) rc = mg_error(MG_ESTATE, "gradient rows: a buffer left shared memory");
         else memcpy(g->data + lo * in, theirs + lo * in, (size_t)((hi - lo) * in) * sizeof(float));
     }
-    if (rc == MG_OK) rc = mg_comm_barrier(c); /* nobody writes its rows before all copied them */
-    w->flags &= ~(unsigned)MG_DTENSOR_GRAD_ROWS;
+    int after = mg_comm_barrier(c); /* nobody writes its rows before all copied them */
+    if (rc == MG_OK) rc = after;
+    if (rc == MG_OK) w->flags &= ~(unsigned)MG_DTENSOR_GRAD_ROWS;
     return rc;
 }

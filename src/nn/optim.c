@@ -91,6 +91,10 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
             mg_optim_shard_update(opt, p, lr);
             continue;
         }
+        if (p->value->flags & MG_DTENSOR_GRAD_DEFER) /* one copy per node: never updated by all */
+            return mg_error(MG_ESTATE, "optimizer: %s is kept once per node and its gradient "
+                                       "is no longer in shared memory; its update cannot be split",
+                            p->name);
         if (p->value->flags & MG_DTENSOR_GRAD_PARTS) /* left for a split step that is not */
             if (!(p->grad = mg_grad(p->value))) return mg_last_code();
         mg_tensor *state[MG_PARAM_STATE_MAX] = {0};

@@ -48,23 +48,36 @@ static int move_shared(mg_comm *c, mg_tensor *x) {
     return 1;
 }
 
-/* First step of a parameter that can be split: its value and state move to
- * shared memory, if every rank of the comm can move them (they own their data). */
+/* A parameter that can be split: its value and state move to shared memory,
+ * those not there yet (all of them on its first step; a state added later on
+ * its own), if every rank of the comm can move them (they own their data). */
 static int share_param(const mg_optimizer *opt, mg_param *p) {
     mg_comm *c = shard_comm(p);
     int ns = mg_optimizer_state_count(opt);
-    float cannot = !(p->value->local->flags & MG_TENSOR_OWNS_DATA);
-    for (int s = 0; s < ns; s++) cannot += !(p->state[s]->local->flags & MG_TENSOR_OWNS_DATA);
+    mg_tensor *move[1 + MG_PARAM_STATE_MAX];
+    int nm = 0;
+    if (!is_shared(c, p->value->local)) move[nm++] = p->value->local;
+    for (int s = 0; s < ns; s++)
+        if (!is_shared(c, p->state[s]->local)) move[nm++] = p->state[s]->local;
+    float cannot = 0;
+    for (int j = 0; j < nm; j++) cannot += !(move[j]->flags & MG_TENSOR_OWNS_DATA);
     int rc = mg_comm_all_reduce(c, &cannot, 1, MG_REDUCE_MAX);
     if (rc != MG_OK) return rc;
     if (cannot > 0) {
+        /* a value already shared is one copy: it cannot take the ordinary step */
+        if (is_shared(c, p->value->local))
+            return mg_error(MG_ESTATE, "optimizer: %s is kept once per node, but one of its "
+                                       "optimizer states cannot join it there", p->name);
         p->shard_dim = -1;
         return MG_OK;
     }
-    rc = move_shared(c, p->value->local);
-    for (int s = 0; s < ns && rc == 1; s++) rc = move_shared(c, p->state[s]->local);
+    rc = 1;
+    for (int j = 0; j < nm && rc == 1; j++) rc = move_shared(c, move[j]);
     if (rc < 0) return rc;
     if (rc == 0) { /* no shared memory after all (the same on every rank) */
+        if (is_shared(c, p->value->local))
+            return mg_error(MG_ESTATE, "optimizer: %s is kept once per node, but shared memory "
+                                       "for its optimizer state is not available", p->name);
         p->shard_dim = -1;
         return MG_OK;
     }
