@@ -17,7 +17,7 @@
  * - mg_grad of an unsummed gradient before the step (the step then matches,
  *   and has the same bits as a step that sums the parts itself) and after it;
  * - gradient accumulation over two half batches without mg_zero_grad;
- * - AdamW (both state tensors);
+ * - AdamW (both state tensors), and AdamW taking over from SGD without momentum;
  * - mg_clip_grad_norm on unsummed gradients;
  * - at 4 ranks, 2x2 meshes: dp,tp (split over dim 0, tp-sharded weight), batch
  *   split over dim 1 (split over dim 1), batch split over both dims (summed
@@ -469,6 +469,41 @@ START_TEST(adamw) {
 }
 END_TEST
 
+/* SGD without momentum (no state) for 2 steps, then AdamW on the same table:
+ * the weight is already one copy per node when its AdamW state is made, and
+ * the state joins it there on the next step. */
+START_TEST(optimizer_switch) {
+    mg_mesh *mesh = mesh1d();
+    mg_plan plan;
+    dp_plan(&plan);
+    model m, ref;
+    model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.0f, 0.01f);
+    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.0f, 0.01f);
+    int dim = dp_dim();
+    for (int s = 0; s < 4; s++) {
+        if (s == 2)
+            for (model *x = &m; x; x = x == &m ? &ref : NULL) {
+                mg_optimizer_init(&x->opt, MG_OPTIM_ADAMW, 0, -1);
+                x->opt.eps = ADAMW_EPS;
+                mg_assert_all(mg_optimizer_add_state(&x->opt, &x->t) == MG_OK, "state: %s",
+                              mg_last_error());
+            }
+        zero_grads(&m);
+        zero_grads(&ref);
+        backward(&m, s, 0, BATCH, 1.0f);
+        backward(&ref, s, 0, BATCH, 1.0f);
+        float lr = s < 2 ? 0.1f : 1e-3f;
+        step(&m, lr);
+        step(&ref, lr);
+        const char *what = s < 2 ? "sgd, no momentum" : "adamw after sgd";
+        check_split(&m, dim, what, s);
+        check_params(&m, &ref, what, s);
+    }
+    free_models(&m, &ref, NULL);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 /* ---- clipping --------------------------------------------------------------- */
 
 START_TEST(clip_grad_norm) {
@@ -606,6 +641,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, grad_before_and_after_step);
     tcase_add_test(tc, accumulation);
     tcase_add_test(tc, adamw);
+    tcase_add_test(tc, optimizer_switch);
     tcase_add_test(tc, clip_grad_norm);
     if (world == 4) tcase_add_test(tc, meshes_2d);
     suite_add_tcase(s, tc);
