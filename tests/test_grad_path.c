@@ -50,29 +50,6 @@ static mg_dtensor *param(const mg_mesh *mesh, int ndim, const int64_t *shape, mg
     return w;
 }
 
-/* 1 when the full tensors of a and b agree within RTOL, relative to each
- * element and to the largest |b| (sums in another order cancel differently). */
-static int same_full(const mg_dtensor *a, const mg_dtensor *b, char *msg, size_t len) {
-    if (!a || !b) {
-        snprintf(msg, len, "missing tensor (%s)", a ? "reference" : "result");
-        return 0;
-    }
-    mg_tensor *fa = mg_full_tensor(a), *fb = mg_full_tensor(b);
-    int64_t n = mg_tensor_numel(fb);
-    const float *pb = mg_tensor_data(fb);
-    double big = 0;
-    for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(pb[i]));
-    int ok = mg_tensor_numel(fa) == n &&
-             mg_test_close(mg_tensor_data(fa), pb, n, RTOL, RTOL * big, msg, len);
-    if (ok && big == 0) {
-        snprintf(msg, len, "the reference is all zeros: the comparison shows nothing");
-        ok = 0;
-    }
-    mg_tensor_free(fa);
-    mg_tensor_free(fb);
-    return ok;
-}
-
 static int is_shard0(const mg_dtensor *t) {
     return t && mg_dtensor_placements(t)[0].kind == MG_PLACE_SHARD &&
            mg_dtensor_placements(t)[0].dim == 0;
@@ -152,7 +129,7 @@ START_TEST(fsdp_param_copies) {
                   "loss %.9g, reference %.9g", loss_fsdp, loss_ref);
     for (int l = 0; l < L; l++) {
         mg_assert_all(is_shard0(mg_grad(ws[l])), "layer %d: gradient not Shard(0)", l);
-        mg_assert_all(same_full(mg_grad(ws[l]), mg_grad(rs[l]), msg, sizeof msg),
+        mg_assert_all(mg_test_same_full(mg_grad(ws[l]), mg_grad(rs[l]), RTOL, msg, sizeof msg),
                       "layer %d gradient: %s", l, msg);
     }
 
@@ -177,7 +154,7 @@ START_TEST(fsdp_param_copies) {
     mg_assert_all(mg_backward(ref_loss) == MG_OK, "%s", mg_last_error());
     mg_step_end();
     mg_assert_all(is_shard0(mg_grad(ws[0])), "regathered: gradient not Shard(0)");
-    mg_assert_all(same_full(mg_grad(ws[0]), mg_grad(rs[0]), msg, sizeof msg),
+    mg_assert_all(mg_test_same_full(mg_grad(ws[0]), mg_grad(rs[0]), RTOL, msg, sizeof msg),
                   "gradient of a copy used twice: %s", msg);
 
     /* eval forward with copies in no-grad mode */
@@ -185,7 +162,7 @@ START_TEST(fsdp_param_copies) {
     mg_dtensor *y = mlp(x, ws, 1);
     mg_dtensor *yr = mlp(xr, rs, 0);
     mg_assert_all(y && yr, "eval forward: %s", mg_last_error());
-    mg_assert_all(same_full(y, yr, msg, sizeof msg), "eval output: %s", msg);
+    mg_assert_all(mg_test_same_full(y, yr, RTOL, msg, sizeof msg), "eval output: %s", msg);
     mg_set_grad_enabled(was);
     mg_step_end();
 
@@ -236,13 +213,13 @@ START_TEST(lazy_zero) {
     /* step 1, zero, step 2: the gradient of step 2 alone */
     mg_assert_all(mg_backward(step_loss(x1, w, 0)) == MG_OK, "%s", mg_last_error());
     mg_step_end();
-    mg_assert_all(same_full(mg_grad(w), g1, msg, sizeof msg), "step 1: %s", msg);
+    mg_assert_all(mg_test_same_full(mg_grad(w), g1, RTOL, msg, sizeof msg), "step 1: %s", msg);
     mg_assert_all(mg_dtensor_placements(mg_grad(w))[0].kind == MG_PLACE_REPLICATE,
                   "a Replicate parameter's gradient must be Replicate");
     mg_zero_grad(w);
     mg_assert_all(mg_backward(step_loss(x2, w, 0)) == MG_OK, "%s", mg_last_error());
     mg_step_end();
-    mg_assert_all(same_full(mg_grad(w), g2, msg, sizeof msg),
+    mg_assert_all(mg_test_same_full(mg_grad(w), g2, RTOL, msg, sizeof msg),
                   "after mg_zero_grad, step 2 (not step 1 + step 2): %s", msg);
 
     /* zeroed and no backward: zeros */
@@ -255,7 +232,8 @@ START_TEST(lazy_zero) {
     /* the buffer was filled with zeros: a backward now adds to it */
     mg_assert_all(mg_backward(step_loss(x1, w, 0)) == MG_OK, "%s", mg_last_error());
     mg_step_end();
-    mg_assert_all(same_full(mg_grad(w), g1, msg, sizeof msg), "backward after zero fill: %s",
+    mg_assert_all(mg_test_same_full(mg_grad(w), g1, RTOL, msg, sizeof msg),
+                  "backward after zero fill: %s",
                   msg);
 
     /* used twice in one step, in both orders (square == 2: the data-parallel
@@ -266,12 +244,13 @@ START_TEST(lazy_zero) {
         mg_zero_grad(w);
         mg_assert_all(mg_backward(step_loss(x2, w, square)) == MG_OK, "%s", mg_last_error());
         mg_step_end();
-        mg_assert_all(same_full(mg_grad(w), g, msg, sizeof msg), "used twice (order %d): %s",
+        mg_assert_all(mg_test_same_full(mg_grad(w), g, RTOL, msg, sizeof msg),
+                      "used twice (order %d): %s",
                       square, msg);
         mg_dtensor_free(ref);
     }
     /* and the reference itself is not what one use gives */
-    mg_assert_all(!same_full(mg_grad(w), g2, msg, sizeof msg),
+    mg_assert_all(!mg_test_same_full(mg_grad(w), g2, RTOL, msg, sizeof msg),
                   "used twice equals used once: the check shows nothing");
 
     mg_dtensor_free(ref1);
@@ -356,7 +335,7 @@ START_TEST(small_gradients_packed) {
         for (int i = 0; i < NPARAM; i++) {
             mg_assert_all(mg_dtensor_placements(mg_grad(ps[i]))[0].kind == MG_PLACE_REPLICATE,
                           "parameter %d: gradient not Replicate", i);
-            mg_assert_all(same_full(mg_grad(ps[i]), mg_grad(rs[i]), msg, sizeof msg),
+            mg_assert_all(mg_test_same_full(mg_grad(ps[i]), mg_grad(rs[i]), RTOL, msg, sizeof msg),
                           "step %d parameter %d: %s", step, i, msg);
         }
     }
@@ -398,7 +377,7 @@ START_TEST(direct_sharded_parameter) {
     }
     for (int l = 0; l < NW; l++) {
         mg_assert_all(is_shard0(mg_grad(ws[l])), "weight %d: gradient not Shard(0)", l);
-        mg_assert_all(same_full(mg_grad(ws[l]), mg_grad(rs[l]), msg, sizeof msg),
+        mg_assert_all(mg_test_same_full(mg_grad(ws[l]), mg_grad(rs[l]), RTOL, msg, sizeof msg),
                       "weight %d: %s", l, msg);
         mg_dtensor_free(ws[l]);
         mg_dtensor_free(rs[l]);

@@ -149,38 +149,15 @@ static void zero_grads(model *m) {
     mg_assert_all(mg_params_zero_grads(&m->t) == MG_OK, "zero grads: %s", mg_last_error());
 }
 
-/* 1 when the full tensors of a and b agree within RTOL, relative to each
- * element and to the largest |b| (as in test_grad_path.c). */
-static int same_full(const mg_dtensor *a, const mg_dtensor *b, char *msg, size_t len) {
-    if (!a || !b) {
-        snprintf(msg, len, "missing tensor (%s)", a ? "reference" : "result");
-        return 0;
-    }
-    mg_tensor *fa = mg_full_tensor(a), *fb = mg_full_tensor(b);
-    int64_t n = mg_tensor_numel(fb);
-    const float *pb = mg_tensor_data(fb);
-    double big = 0;
-    for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(pb[i]));
-    int ok = mg_tensor_numel(fa) == n &&
-             mg_test_close(mg_tensor_data(fa), pb, n, RTOL, RTOL * big, msg, len);
-    if (ok && big == 0) {
-        snprintf(msg, len, "the reference is all zeros: the comparison shows nothing");
-        ok = 0;
-    }
-    mg_tensor_free(fa);
-    mg_tensor_free(fb);
-    return ok;
-}
-
 /* Every parameter and state tensor of m against the reference. */
 static void check_params(model *m, model *ref, const char *what, int s) {
     char msg[256] = "";
     for (int i = 0; i < NPARAM; i++) {
         mg_param *p = &m->t.p[i], *r = &ref->t.p[i];
-        mg_assert_all(same_full(p->value, r->value, msg, sizeof msg), "%s step %d: %s: %s", what, s,
-                      p->name, msg);
+        mg_assert_all(mg_test_same_full(p->value, r->value, RTOL, msg, sizeof msg),
+                      "%s step %d: %s: %s", what, s, p->name, msg);
         for (int k = 0; k < mg_optimizer_state_count(&m->opt); k++)
-            mg_assert_all(same_full(p->state[k], r->state[k], msg, sizeof msg),
+            mg_assert_all(mg_test_same_full(p->state[k], r->state[k], RTOL, msg, sizeof msg),
                           "%s step %d: %s %s: %s", what, s, p->name,
                           mg_optimizer_state_name(&m->opt, k), msg);
         mg_assert_all(r->shard_dim == -1, "%s: the reference's %s was split", what, r->name);
@@ -192,8 +169,8 @@ static void check_grads(model *m, model *ref, const char *what, int s) {
     char msg[256] = "";
     for (int i = 0; i < NPARAM; i++) {
         mg_dtensor *g = mg_grad(m->t.p[i].value), *gr = mg_grad(ref->t.p[i].value);
-        mg_assert_all(same_full(g, gr, msg, sizeof msg), "%s step %d: gradient of %s: %s", what, s,
-                      m->t.p[i].name, msg);
+        mg_assert_all(mg_test_same_full(g, gr, RTOL, msg, sizeof msg),
+                      "%s step %d: gradient of %s: %s", what, s, m->t.p[i].name, msg);
     }
 }
 
@@ -376,8 +353,8 @@ START_TEST(grad_before_and_after_step) {
                       "mg_grad returned another tensor than the gradient buffer");
         mg_assert_all(!(a.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS),
                       "step %d: still unsummed after mg_grad", s);
-        mg_assert_all(same_full(g, gr, msg, sizeof msg), "step %d: mg_grad before the step: %s", s,
-                      msg);
+        mg_assert_all(mg_test_same_full(g, gr, RTOL, msg, sizeof msg),
+                      "step %d: mg_grad before the step: %s", s, msg);
         step(&a, 0.1f);
         step(&b, 0.1f);
         step(&ref, 0.1f);

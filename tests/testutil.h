@@ -1,6 +1,7 @@
 /* testutil.h: helpers shared by the Check suites.
  * - mg_test_rand / mg_test_fill: deterministic test data (xorshift).
  * - mg_test_close: relative comparison of float arrays, reporting the worst element.
+ * - mg_test_same_full: the same for two distributed tensors, gathered whole.
  * - MPI suites: mg_test_agree(ok) all-reduces a verdict so every rank asserts the
  *   same thing (a failure on one rank never leaves the others waiting), and
  *   mg_test_run_mpi() runs a suite in no-fork mode on every rank and returns the
@@ -15,6 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "meshgrad.h"
 
 static inline uint64_t mg_test_next(uint64_t *s) {
     *s ^= *s << 13;
@@ -54,6 +57,31 @@ static inline int mg_test_close(const float *a, const float *b, int64_t n, doubl
         snprintf(msg, len, "element %lld: got %.9g, want %.9g (rtol %g, atol %g)", (long long)worst,
                  a[worst], b[worst], rtol, atol);
     return 0;
+}
+
+/* 1 when the full tensors of a and b agree within rtol, relative to each
+ * element and to the largest |b| (sums in another order cancel differently);
+ * else 0 and a message. A reference of all zeros fails: it shows nothing. */
+static inline int mg_test_same_full(const mg_dtensor *a, const mg_dtensor *b, double rtol, char *msg,
+                                    size_t len) {
+    if (!a || !b) {
+        snprintf(msg, len, "missing tensor (%s)", a ? "reference" : "result");
+        return 0;
+    }
+    mg_tensor *fa = mg_full_tensor(a), *fb = mg_full_tensor(b);
+    int64_t n = mg_tensor_numel(fb);
+    const float *pb = mg_tensor_data(fb);
+    double big = 0;
+    for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(pb[i]));
+    int ok = mg_tensor_numel(fa) == n &&
+             mg_test_close(mg_tensor_data(fa), pb, n, rtol, rtol * big, msg, len);
+    if (ok && big == 0) {
+        snprintf(msg, len, "the reference is all zeros: the comparison shows nothing");
+        ok = 0;
+    }
+    mg_tensor_free(fa);
+    mg_tensor_free(fb);
+    return ok;
 }
 
 static inline int mg_test_agree(int ok) {
