@@ -102,6 +102,15 @@ int mg_shm_fence(mg_shm *shm) {
     return MPI_SUCCESS;
 }
 
+void mg_shm_sum(float *restrict out, const float *const *seg, int k, int64_t offset, int64_t m) {
+    const float *restrict s0 = seg[0] + offset;
+    for (int64_t j = 0; j < m; j++) out[j] = s0[j];
+    for (int r = 1; r < k; r++) {
+        const float *restrict s = seg[r] + offset;
+        for (int64_t j = 0; j < m; j++) out[j] += s[j];
+    }
+}
+
 /* This rank's chunk: summed over every rank's copy, written into all of them. */
 static void reduce_chunk(const mg_shm *shm, const mg_shm_op *op) {
     int k = shm->size;
@@ -111,12 +120,7 @@ static void reduce_chunk(const mg_shm *shm, const mg_shm_op *op) {
     float sum[2048];
     for (int64_t i = lo; i < hi; i += 2048) {
         int64_t m = hi - i < 2048 ? hi - i : 2048;
-        const float *restrict s0 = b->seg[0] + i;
-        for (int64_t j = 0; j < m; j++) sum[j] = s0[j];
-        for (int r = 1; r < k; r++) {
-            const float *restrict s = b->seg[r] + i;
-            for (int64_t j = 0; j < m; j++) sum[j] += s[j];
-        }
+        mg_shm_sum(sum, (const float *const *)b->seg, k, i, m);
         for (int r = 0; r < k; r++) memcpy(b->seg[r] + i, sum, (size_t)m * sizeof(float));
     }
 }

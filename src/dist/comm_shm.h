@@ -19,7 +19,7 @@
  * across the ranks, summing the gradient on the way (nn/optim_shard.h).
  *
  * Exports: mg_shm (per communicator), mg_shm_init, mg_shm_alloc(_one), mg_shm_find,
- * mg_shm_peer, mg_shm_fence, mg_shm_start, mg_shm_progress, mg_shm_wait, mg_shm_free. */
+ * mg_shm_peer, mg_shm_fence, mg_shm_sum, mg_shm_start, mg_shm_progress, mg_shm_wait, mg_shm_free. */
 #ifndef MG_COMM_SHM_H
 #define MG_COMM_SHM_H
 
@@ -81,6 +81,10 @@ float *mg_shm_peer(const mg_shm *shm, const float *p, int64_t n, int rank);
 /* Orders this rank's loads and stores to every shared buffer (MPI_Win_sync):
  * call it on both sides of a barrier that hands shared data over. */
 int mg_shm_fence(mg_shm *shm);
+/* out[j] = the sum over ranks r < k of seg[r][offset + j], for j < m, added in
+ * rank order. The all-reduce here and the split optimizer step
+ * (nn/optim_shard.c) both add this way, so they make the same bits. */
+void mg_shm_sum(float *out, const float *const *seg, int k, int64_t offset, int64_t m);
 /* Starts the sum of [offset, offset + n) across the ranks' copies of b, in the
  * next slot (waiting first for the sum that still holds it); NULL only with
  * *err set. */

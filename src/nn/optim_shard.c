@@ -7,6 +7,7 @@
 
 #include "autograd/grad_rows.h"
 #include "dist/comm.h"
+#include "dist/comm_shm.h"
 #include "dist/mesh.h"
 #include "status.h"
 
@@ -149,13 +150,8 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
         int64_t i = lo + t * TILE, m = hi - i < TILE ? hi - i : TILE;
         float sum[TILE];
         const float *gi = g->data + i;
-        if (unsummed) { /* the gradient: every rank's part, added in rank order */
-            const float *restrict g0 = grads[0] + i;
-            for (int64_t j = 0; j < m; j++) sum[j] = g0[j];
-            for (int q = 1; q < k; q++) {
-                const float *restrict gq = grads[q] + i;
-                for (int64_t j = 0; j < m; j++) sum[j] += gq[j];
-            }
+        if (unsummed) { /* the gradient: every rank's part, added as the all-reduce adds */
+            mg_shm_sum(sum, grads, k, i, m);
             gi = sum;
         }
         /* value and state are one copy for all ranks: updating this rank's
