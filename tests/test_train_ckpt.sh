@@ -5,8 +5,10 @@
 #   fsdp,tp (AdamW, cosine with warmup, clipping; resume from the step-20
 #   checkpoint of a 40-step run): the same loss lines (metrics, %.9g, and the
 #   printed ones) and bitwise equal final checkpoints (every /params and /optim
-#   dataset; tests/train_ckpt_tool). --save DIR/ --save-every --keep leave the
-#   newest K zero-padded ckpt-<step>.h5.
+#   dataset; tests/train_ckpt_tool). The same on 2 ranks dp with a hidden
+#   layer of 4096, where the optimizer step is split across the node
+#   (nn/optim_shard.h). --save DIR/ --save-every --keep leave the newest K
+#   zero-padded ckpt-<step>.h5.
 # - reshard: the step-20 checkpoint of a 2x2 (dp,tp) run resumes on 1, 2
 #   (fsdp) and 1x2 (dp,tp) ranks, and that of a 1-rank run on 2x2 (fsdp,tp):
 #   every loss within 1e-5 (relative) of the uninterrupted run.
@@ -99,6 +101,17 @@ check_output "dp: the resumed run's losses are the uninterrupted run's" same_los
 check_output "dp: the final checkpoints are bitwise equal" "$tool" compare "$tmp/dp-full.h5" "$tmp/dp-resumed.h5"
 check_output "dp: the resumed run says where it resumed" \
     grep -q "resumed from $tmp/dp-half.h5: step 20 of 40 (saved on mesh 2 \[dp\])" "$tmp/dp-resumed.out"
+
+# ---- bitwise, 2 ranks dp with a hidden layer large enough for the split step
+# (nn/optim_shard.h: weight and AdamW state once per node, the weight gradient
+# as each rank's rows of the sum): the resumed run's first step computes what
+# the uninterrupted run's step 21 does ------------------------------------------
+train split-full 2 --hidden 4096 --batch 64 --optimizer adamw --steps 12 --save "$tmp/split-full.h5"
+train split-half 2 --hidden 4096 --batch 64 --optimizer adamw --steps 6 --save "$tmp/split-half.h5"
+train split-resumed 2 --hidden 4096 --batch 64 --optimizer adamw --steps 12 \
+    --resume "$tmp/split-half.h5" --save "$tmp/split-resumed.h5"
+check_output "dp, split step: the final checkpoints are bitwise equal" "$tool" compare \
+    "$tmp/split-full.h5" "$tmp/split-resumed.h5"
 
 # ---- bitwise, 2x2 fsdp,tp: resume the step-20 checkpoint of a 40-step run ----
 f="--mesh 2x2 --parallel fsdp,tp"

@@ -85,43 +85,25 @@ static bool partial_only(const mg_spec *from, const mg_spec *to) {
     return true;
 }
 
-/* A large CPU gradient summed over one comm moves, after its first backward,
- * to memory the comm can sum without copies (a shared window when the ranks
- * share a node, comm_shm.h); later steps compute the gradient there. The move
- * allocates collectively, so it waits for the end of mg_backward, when no sum
- * is in flight, and runs in tape order: the same on every rank. */
-#define MAX_TO_SHARE 256 /* per backward; past it, gradients stay put (and use the ring) */
-static struct {
-    mg_tensor *buf;
-    mg_comm *comm;
-} to_share[MAX_TO_SHARE];
-static int n_to_share;
-
-static void want_shared(mg_tensor *buf, mg_comm *comm) {
+/* A large CPU gradient summed over one comm lives in memory the comm can sum
+ * without copies (a shared window when the ranks share a node, comm_shm.h).
+ * It moves there the first time it is summed, so every step, the first one
+ * included, sums it the same way (a resumed run continues bit for bit). The
+ * move allocates collectively: every rank reaches it at the same node.
+ * 1: the buffer is there; 0: it stays where it is (no shared memory here, or
+ * not ours to move); negative: an error. */
+static int share_grad(mg_tensor *buf, mg_comm *comm) {
+    if (mg_comm_shared_peer(comm, buf->data, buf->numel, 0)) return 1;
     if (buf->device != MG_DEVICE_CPU || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
-        buf->numel < MG_GRAD_BUCKET_FLOATS / 4 || !comm->iface->alloc_shared ||
-        n_to_share == MAX_TO_SHARE)
-        return;
-    to_share[n_to_share].buf = buf;
-    to_share[n_to_share++].comm = comm;
-}
-
-static int share_buffers(void) {
-    int rc = MG_OK;
-    for (int i = 0; i < n_to_share && rc == MG_OK; i++) {
-        mg_tensor *buf = to_share[i].buf;
-        float *shared = mg_comm_alloc_shared(to_share[i].comm, buf->numel);
-        if (!shared) {
-            rc = mg_last_code(); /* MG_OK: none here, keep the heap buffer */
-            continue;
-        }
-        memcpy(shared, buf->data, (size_t)buf->numel * sizeof(float));
-        free(buf->data);
-        buf->data = shared; /* the comm owns it now */
-        buf->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
-    }
-    n_to_share = 0;
-    return rc;
+        buf->numel < MG_GRAD_BUCKET_FLOATS / 4 || !comm->iface->alloc_shared)
+        return 0;
+    float *shared = mg_comm_alloc_shared(comm, buf->numel);
+    if (!shared) return mg_last_code(); /* MG_OK: none here, keep the heap buffer */
+    memcpy(shared, buf->data, (size_t)buf->numel * sizeof(float));
+    free(buf->data);
+    buf->data = shared; /* the comm owns it now */
+    buf->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
+    return 1;
 }
 
 /* The grad buffer holds t's gradient at `from` (partial_only to its spec): sum
@@ -135,12 +117,13 @@ static int reduce_in_place(mg_dtensor *t, const mg_spec *from) {
         if (from->p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) dims[nd++] = m;
     if (nd == 1) {
         mg_comm *comm = mesh->dim_comm[dims[0]];
-        if ((t->flags & MG_DTENSOR_GRAD_DEFER) && mg_comm_shared_peer(comm, buf->data, buf->numel, 0)) {
+        int shared = share_grad(buf, comm);
+        if (shared < 0) return shared;
+        if (shared && (t->flags & MG_DTENSOR_GRAD_DEFER)) {
             t->flags |= MG_DTENSOR_GRAD_UNSUMMED; /* the optimizer step sums it (nn/optim_shard.h) */
             t->grad_dim = dims[0];
             return MG_OK;
         }
-        want_shared(buf, comm);
         return mg_grad_sync_add(comm, buf->data, buf->numel, buf->device == MG_DEVICE_CPU);
     }
     for (int i = 0; i < nd; i++) {
@@ -232,9 +215,14 @@ static int param_grad(mg_node *node, mg_dtensor *g, int i) {
     mg_dtensor *in = node->inputs[i], *param = param_of(in);
     int rc = grad_buffer(param);
     if (rc != MG_OK) return rc;
-    if (mg_grad_rows_applies(node, g, i)) { /* a split step's weight: this rank's rows */
-        if ((param->flags & MG_DTENSOR_GRAD_UNSUMMED) && (rc = settle(param)) != MG_OK) return rc;
-        return mg_grad_rows_compute(node, g, param);
+    int d;
+    if (mg_grad_rows_applies(node, g, i, &d)) { /* a split step's weight: this rank's rows */
+        int shared = share_grad(param->grad->local, param->spec.mesh->dim_comm[d]);
+        if (shared < 0) return shared;
+        if (shared) {
+            if ((param->flags & MG_DTENSOR_GRAD_UNSUMMED) && (rc = settle(param)) != MG_OK) return rc;
+            return mg_grad_rows_compute(node, g, param, d);
+        }
     }
     mg_arena *step = mg_step_arena();
     mg_arena_redirect_data(step, mg_scratch_arena());
@@ -341,8 +329,6 @@ int mg_backward(mg_dtensor *loss) {
     }
     int sync = mg_grad_sync_finish(); /* also after a failure: nothing left in flight */
     if (rc == MG_OK) rc = sync;
-    if (rc == MG_OK) rc = share_buffers();
-    n_to_share = 0;
     mg_ops_set_backward(false);
     mg_set_grad_enabled(was);
     return rc;

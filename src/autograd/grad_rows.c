@@ -27,17 +27,22 @@ static bool batch_rows(const mg_dtensor *t, int d) {
     return true;
 }
 
-bool mg_grad_rows_applies(const mg_node *node, const mg_dtensor *dy, int i) {
+bool mg_grad_rows_applies(const mg_node *node, const mg_dtensor *dy, int i, int *dim) {
     if (node->op != MG_OP_LINEAR || i != 1) return false;
     const mg_dtensor *x = node->inputs[0], *w = node->inputs[1];
-    if (w->node || !(w->flags & MG_DTENSOR_GRAD_DEFER) || !w->grad || w->spec.ndim != 2) return false;
-    int d = w->grad_dim;
+    if (w->node || !(w->flags & MG_DTENSOR_GRAD_DEFER) || w->spec.ndim != 2) return false;
     const mg_mesh *mesh = w->spec.mesh;
-    for (int m = 0; m < mesh->ndim; m++) /* the weight whole on every rank */
-        if (mesh->shape[m] > 1 && w->spec.p[m].kind != MG_PLACE_REPLICATE) return false;
-    const mg_tensor *g = w->grad->local;
-    return batch_rows(x, d) && batch_rows(dy, d) &&
-           mg_comm_shared_peer(mesh->dim_comm[d], g->data, g->numel, 0) != NULL;
+    int d = -1;
+    for (int m = 0; m < mesh->ndim; m++) {
+        if (mesh->shape[m] == 1) continue;
+        if (w->spec.p[m].kind != MG_PLACE_REPLICATE) return false; /* the weight whole */
+        if (x->spec.p[m].kind == MG_PLACE_SHARD) {
+            if (d >= 0) return false; /* the batch split over one mesh dim only */
+            d = m;
+        }
+    }
+    *dim = d;
+    return d >= 0 && batch_rows(x, d) && batch_rows(dy, d);
 }
 
 /* This rank's batch rows of t (B, F) into the whole-batch staging copy. */
@@ -47,9 +52,9 @@ static void stage(float *whole, const mg_dtensor *t) {
     memcpy(whole + off[0] * shape[1], t->local->data, (size_t)(shape[0] * shape[1]) * sizeof(float));
 }
 
-int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *w) {
+int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *w, int dim) {
     const mg_dtensor *x = node->inputs[0];
-    mg_comm *c = w->spec.mesh->dim_comm[w->grad_dim];
+    mg_comm *c = w->spec.mesh->dim_comm[dim];
     int64_t b = x->spec.shape[0], o = w->spec.shape[0], in = w->spec.shape[1];
     /* dy (B, O) then x (B, I), the whole batch, one copy for the comm's ranks */
     float *whole = mg_comm_shared_scratch(c, b * (o + in));
@@ -74,6 +79,7 @@ int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *
         memset(g->data + lo * in, 0, (size_t)((hi - lo) * in) * sizeof(float));
     w->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
     w->flags |= MG_DTENSOR_GRAD_ROWS;
+    w->grad_dim = dim;
     return MG_OK;
 }
 

@@ -31,14 +31,16 @@
 
 /* Rank r of k: rows [*lo, *hi) of `rows`. The split step slices the same way. */
 void mg_grad_rows_slice(int64_t rows, int k, int r, int64_t *lo, int64_t *hi);
-/* Whether input i of node (a linear's weight: the parameter itself, split over
- * param->grad_dim, with dy and x 2-D, on the CPU and sharded on their batch
- * dim over that mesh dim alone) can take this path. The same on every rank. */
-bool mg_grad_rows_applies(const mg_node *node, const mg_dtensor *dy, int i);
-/* Collective over the parameter's grad_dim: this rank's rows of dy^T x, over
- * the whole batch, written into the parameter's gradient buffer (beta 0 when
- * the buffer counts as zero, else added). Sets MG_DTENSOR_GRAD_ROWS. */
-int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *param);
+/* Whether input i of node can take this path: a linear's weight, the parameter
+ * itself, marked MG_DTENSOR_GRAD_DEFER by its optimizer and whole on every
+ * rank, with dy and x 2-D, on the CPU, and sharded on their batch dim over
+ * one mesh dim alone (*dim). The same on every rank. */
+bool mg_grad_rows_applies(const mg_node *node, const mg_dtensor *dy, int i, int *dim);
+/* Collective over mesh dim `dim`: this rank's rows of dy^T x, over the whole
+ * batch, written into the parameter's gradient buffer, which must be in that
+ * dim's shared memory (beta 0 when the buffer counts as zero, else added).
+ * Sets MG_DTENSOR_GRAD_ROWS and grad_dim. */
+int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *param, int dim);
 /* Collective: every rank's rows into every rank's buffer; clears the flag. */
 int mg_grad_rows_gather(mg_dtensor *param);
 

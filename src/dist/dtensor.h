@@ -18,7 +18,7 @@ enum {
     MG_DTENSOR_PARAM_COPY = 2,
     MG_DTENSOR_RELEASED = 4,  /* its local data was given back: gather it again */
     MG_DTENSOR_GRAD_ZERO = 8, /* a leaf whose grad buffer counts as zero (not yet filled) */
-    /* a data-parallel parameter whose optimizer sums its gradient itself, in
+    /* a parameter whose optimizer can sum its data-parallel gradient itself, in
      * shared memory (nn/optim_shard.h): backward leaves the sum to it */
     MG_DTENSOR_GRAD_DEFER = 16,
     /* the grad buffer holds only this rank's part: the gradient is its sum over
@@ -28,6 +28,9 @@ enum {
      * it, split over mesh dim `grad_dim` (autograd/grad_rows.h; mg_grad gathers) */
     MG_DTENSOR_GRAD_ROWS = 64,
     MG_DTENSOR_GRAD_PARTS = MG_DTENSOR_GRAD_UNSUMMED | MG_DTENSOR_GRAD_ROWS,
+    /* its value (and optimizer state) is one copy per node, that only the
+     * split optimizer step may update (nn/optim_shard.h) */
+    MG_DTENSOR_ONE_COPY = 128,
 };
 
 struct mg_dtensor {

@@ -44,6 +44,7 @@ const char *mg_optimizer_state_name(const mg_optimizer *opt, int i) {
 
 int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t) {
     int n = mg_optimizer_state_count(opt);
+    mg_optim_shard_mark(t); /* before any backward: every step alike */
     for (int i = 0; i < t->n; i++)
         for (int s = 0; s < n; s++) {
             if (t->p[i].state[s]) continue;
@@ -91,7 +92,7 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
             mg_optim_shard_update(opt, p, lr);
             continue;
         }
-        if (p->value->flags & MG_DTENSOR_GRAD_DEFER) /* one copy per node: never updated by all */
+        if (p->value->flags & MG_DTENSOR_ONE_COPY) /* one copy per node: never updated by all */
             return mg_error(MG_ESTATE, "optimizer: %s is kept once per node and its gradient "
                                        "is no longer in shared memory; its update cannot be split",
                             p->name);

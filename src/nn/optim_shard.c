@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "autograd/grad_rows.h"
+#include "autograd/grad_sync.h"
 #include "dist/comm.h"
 #include "dist/comm_shm.h"
 #include "dist/mesh.h"
@@ -82,9 +83,21 @@ static int share_param(const mg_optimizer *opt, mg_param *p) {
         p->shard_dim = -1;
         return MG_OK;
     }
-    p->value->flags |= MG_DTENSOR_GRAD_DEFER; /* from now on, the step sums the gradient */
-    p->value->grad_dim = p->shard_dim;
+    p->value->flags |= MG_DTENSOR_ONE_COPY;
     return MG_OK;
+}
+
+void mg_optim_shard_mark(mg_param_table *t) {
+    for (int i = 0; i < t->n; i++) {
+        mg_dtensor *v = t->p[i].value;
+        const mg_mesh *mesh = v->spec.mesh;
+        int replicated = 0;
+        for (int m = 0; m < mesh->ndim; m++)
+            replicated |= mesh->shape[m] > 1 && v->spec.p[m].kind == MG_PLACE_REPLICATE;
+        if (replicated && v->local->device == MG_DEVICE_CPU &&
+            v->local->numel >= MG_GRAD_BUCKET_FLOATS / 4)
+            v->flags |= MG_DTENSOR_GRAD_DEFER;
+    }
 }
 
 /* Every comm that splits an update, once (at most one per mesh dim). */

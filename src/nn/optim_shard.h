@@ -3,15 +3,17 @@
  * shared memory).
  *
  * Backward moves a large data-parallel gradient into a shared window of its
- * mesh dim's comm (autograd/backward.c). On the parameter's first step its
+ * mesh dim's comm the first time it sums it (autograd/backward.c). On the
+ * parameter's first step its
  * value and optimizer state move into shared memory too, as one copy that all
  * k ranks of the comm map (mg_comm_alloc_shared_one): a replica that is
  * identical on every rank by definition is stored once per node. Each rank
  * then updates its 1/k of the rows (dim 0), [r R/k, (r+1) R/k), in place, with
  * the same backend kernel as an ordinary step.
  *
- * The parameter is also marked MG_DTENSOR_GRAD_DEFER, so later backward passes
- * leave its gradient unsummed, each rank's part in its own shared buffer
+ * The optimizer marks such parameters MG_DTENSOR_GRAD_DEFER when it makes
+ * their state, so backward, from the first step on, leaves the gradient
+ * unsummed, each rank's part in its own shared buffer
  * (MG_DTENSOR_GRAD_UNSUMMED). The step adds the k parts up tile by tile as it
  * updates, in rank order like the shared-memory all-reduce: the gradient sum
  * makes no pass of its own, and the result has the same bits as summing first.
@@ -34,12 +36,18 @@
  * backward; after, so no rank reads the parameter (the next forward) or
  * writes its gradient buffer (the next backward) before all slices are done.
  *
- * Exports: mg_optim_shard_begin, mg_optim_shard_update, mg_optim_shard_end. */
+ * Exports: mg_optim_shard_mark, mg_optim_shard_begin, mg_optim_shard_update,
+ * mg_optim_shard_end. */
 #ifndef MG_NN_OPTIM_SHARD_H
 #define MG_NN_OPTIM_SHARD_H
 
 #include "nn/optim.h"
 
+/* Marks the parameters whose update may be split (large, on the CPU,
+ * Replicate over some mesh dim) MG_DTENSOR_GRAD_DEFER, before any backward:
+ * from the first step on, backward leaves their data-parallel sums to the
+ * step, so a resumed run computes exactly what an uninterrupted one does. */
+void mg_optim_shard_mark(mg_param_table *t);
 /* Collective over the mesh. Sets each parameter's shard_dim (the mesh dim whose
  * ranks split its update, or -1), moving value and state into shared memory
  * the first time, and waits at a barrier on every comm that splits one. */
