@@ -15,8 +15,9 @@
  * The autograd engine moves a data-parallel parameter's gradient buffer into
  * shared memory the first time it is reduced (autograd/backward.c), so the
  * GEMM that makes the gradient writes it where the sum reads it. The optimizer
- * then moves the parameter's value and state there too and splits its update
- * across the ranks, summing the gradient on the way (nn/optim_shard.h).
+ * moves the parameter's value and state there too, as one copy per node, and
+ * splits its update across the ranks, summing the gradient on the way
+ * (nn/optim_shard.h).
  *
  * Exports: mg_shm (per communicator), mg_shm_init, mg_shm_alloc(_one), mg_shm_find,
  * mg_shm_peer, mg_shm_fence, mg_shm_sum, mg_shm_start, mg_shm_progress, mg_shm_wait, mg_shm_free. */
