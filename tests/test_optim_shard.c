@@ -149,6 +149,14 @@ static void zero_grads(model *m) {
     mg_assert_all(mg_params_zero_grads(&m->t) == MG_OK, "zero grads: %s", mg_last_error());
 }
 
+/* A fresh backward of step s on the whole batch, for a model and its reference. */
+static void both_backward(model *m, model *ref, int s) {
+    zero_grads(m);
+    zero_grads(ref);
+    backward(m, s, 0, BATCH, 1.0f);
+    backward(ref, s, 0, BATCH, 1.0f);
+}
+
 /* Every parameter and state tensor of m against the reference. */
 static void check_params(model *m, model *ref, const char *what, int s) {
     char msg[256] = "";
@@ -239,6 +247,15 @@ static void check_split(model *m, int dim, const char *what, int s) {
     }
 }
 
+/* One step of a model and its reference, then the split and every parameter
+ * and state checked. */
+static void both_step(model *m, model *ref, float lr, int dim, const char *what, int s) {
+    step(m, lr);
+    step(ref, lr);
+    check_split(m, dim, what, s);
+    check_params(m, ref, what, s);
+}
+
 /* After a backward of 0-based step s: fc1.weight's gradient left in parts
  * exactly when it is split, from the first step on (the optimizer marked it
  * when it made its state, so every step, a resumed run's first one included,
@@ -297,10 +314,7 @@ START_TEST(sgd_momentum) {
     mg_tensor *w0 = mg_full_tensor(m.t.p[W1].value);
     mg_comm *c = mesh->dim_comm[0];
     for (int s = 0; s < 4; s++) {
-        zero_grads(&m);
-        zero_grads(&ref);
-        backward(&m, s, 0, BATCH, 1.0f);
-        backward(&ref, s, 0, BATCH, 1.0f);
+        both_backward(&m, &ref, s);
         check_unsummed(&m, dp_dim(), "sgd", s);
         if (s == 0) { /* the first backward moved the gradient, not yet the value */
             const mg_tensor *g = m.t.p[W1].value->grad->local;
@@ -308,10 +322,7 @@ START_TEST(sgd_momentum) {
             mg_assert_all(!shared(c, m.t.p[W1].value->local),
                           "fc1.weight's value shared before a step");
         }
-        step(&m, 0.1f);
-        step(&ref, 0.1f);
-        check_split(&m, dp_dim(), "sgd", s);
-        check_params(&m, &ref, "sgd", s);
+        both_step(&m, &ref, 0.1f, dp_dim(), "sgd", s);
     }
     /* and the steps did move the weight: the comparisons show something */
     mg_tensor *w = mg_full_tensor(m.t.p[W1].value);
@@ -401,10 +412,7 @@ START_TEST(accumulation) {
         backward(&m, s, BATCH / 2, BATCH / 2, 1.0f);
         check_unsummed(&m, dim, "second half", s); /* added to this rank's part, still in parts */
         backward(&ref, s, 0, BATCH, 2.0f);
-        step(&m, 0.1f);
-        step(&ref, 0.1f);
-        check_split(&m, dim, "accumulation", s);
-        check_params(&m, &ref, "accumulation", s);
+        both_step(&m, &ref, 0.1f, dim, "accumulation", s);
         check_grads(&m, &ref, "accumulation", s);
     }
     free_models(&m, &ref, NULL);
@@ -433,15 +441,9 @@ START_TEST(adamw) {
                   mg_optimizer_state_count(&m.opt));
     int dim = dp_dim();
     for (int s = 0; s < 3; s++) {
-        zero_grads(&m);
-        zero_grads(&ref);
-        backward(&m, s, 0, BATCH, 1.0f);
-        backward(&ref, s, 0, BATCH, 1.0f);
+        both_backward(&m, &ref, s);
         check_unsummed(&m, dim, "adamw", s);
-        step(&m, 1e-3f);
-        step(&ref, 1e-3f);
-        check_split(&m, dim, "adamw", s);
-        check_params(&m, &ref, "adamw", s);
+        both_step(&m, &ref, 1e-3f, dim, "adamw", s);
     }
     mg_assert_all(m.opt.step == 3, "optimizer step count %lld", (long long)m.opt.step);
     free_models(&m, &ref, NULL);
@@ -468,10 +470,7 @@ START_TEST(optimizer_switch) {
                 mg_assert_all(mg_optimizer_add_state(&x->opt, &x->t) == MG_OK, "state: %s",
                               mg_last_error());
             }
-        zero_grads(&m);
-        zero_grads(&ref);
-        backward(&m, s, 0, BATCH, 1.0f);
-        backward(&ref, s, 0, BATCH, 1.0f);
+        both_backward(&m, &ref, s);
         float lr = s < 2 ? 0.1f : 1e-3f;
         step(&m, lr);
         step(&ref, lr);
@@ -496,10 +495,7 @@ START_TEST(clip_grad_norm) {
     const double max_norm = 1e-3;
     int dim = dp_dim();
     for (int s = 0; s < 3; s++) {
-        zero_grads(&m);
-        zero_grads(&ref);
-        backward(&m, s, 0, BATCH, 1.0f);
-        backward(&ref, s, 0, BATCH, 1.0f);
+        both_backward(&m, &ref, s);
         check_unsummed(&m, dim, "clip", s);
         mg_params_collect_grads(&m.t);
         mg_params_collect_grads(&ref.t);
@@ -549,10 +545,7 @@ START_TEST(weight_used_twice) {
             mg_assert_all((m.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS) == want,
                           "%s, step %d: fc1.weight's gradient flags 0x%x, want 0x%x", what, s,
                           m.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS, want);
-            step(&m, 0.1f);
-            step(&ref, 0.1f);
-            check_split(&m, dp_dim(), what, s);
-            check_params(&m, &ref, what, s);
+            both_step(&m, &ref, 0.1f, dp_dim(), what, s);
         }
         free_models(&m, &ref, NULL);
     }
@@ -578,19 +571,13 @@ static void train_2d(mg_mesh *mesh, const char *plan_text, const mg_placement *b
     mg_assert_all(mg_tensor_numel(m.t.p[W1].value->local) >= MG_GRAD_BUCKET_FLOATS / 4,
                   "%s: fc1.weight's local block is not large", what);
     for (int s = 0; s < 3; s++) {
-        zero_grads(&m);
-        zero_grads(&ref);
-        backward(&m, s, 0, BATCH, 1.0f);
-        backward(&ref, s, 0, BATCH, 1.0f);
+        both_backward(&m, &ref, s);
         check_unsummed(&m, dim, what, s);
         if (dim < 0) /* summed over both dims: never moved to either dim's shared memory */
             for (int d = 0; d < 2; d++)
                 mg_assert_all(!shared(mesh->dim_comm[d], m.t.p[W1].value->grad->local),
                               "%s step %d: gradient in dim %d's shared memory", what, s, d);
-        step(&m, 0.1f);
-        step(&ref, 0.1f);
-        check_split(&m, dim, what, s);
-        check_params(&m, &ref, what, s);
+        both_step(&m, &ref, 0.1f, dim, what, s);
     }
     free_models(&m, &ref, NULL);
 }
