@@ -97,13 +97,7 @@ static int share_grad(mg_tensor *buf, mg_comm *comm) {
     if (buf->device != MG_DEVICE_CPU || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
         buf->numel < MG_GRAD_BUCKET_FLOATS / 4 || !comm->iface->alloc_shared)
         return 0;
-    float *shared = mg_comm_alloc_shared(comm, buf->numel);
-    if (!shared) return mg_last_code(); /* MG_OK: none here, keep the heap buffer */
-    memcpy(shared, buf->data, (size_t)buf->numel * sizeof(float));
-    free(buf->data);
-    buf->data = shared; /* the comm owns it now */
-    buf->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
-    return 1;
+    return mg_comm_share_tensor(comm, buf, false);
 }
 
 /* The grad buffer holds t's gradient at `from` (partial_only to its spec): sum

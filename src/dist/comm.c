@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dist/watchdog.h"
+#include "tensor.h"
 #include "status.h"
 
 static const char *const coll_names[MG_COLL_COUNT] = {
@@ -174,6 +175,16 @@ static float *alloc_shared(mg_comm *c, int64_t n, bool one) {
 
 float *mg_comm_alloc_shared(mg_comm *c, int64_t n) { return alloc_shared(c, n, false); }
 float *mg_comm_alloc_shared_one(mg_comm *c, int64_t n) { return alloc_shared(c, n, true); }
+
+int mg_comm_share_tensor(mg_comm *c, mg_tensor *t, bool one) {
+    float *shared = alloc_shared(c, t->numel, one);
+    if (!shared) return mg_last_code(); /* MG_OK: none here */
+    if (!one || c->rank == 0) memcpy(shared, t->data, (size_t)t->numel * sizeof(float));
+    free(t->data);
+    t->data = shared;
+    t->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
+    return 1;
+}
 
 float *mg_comm_shared_scratch(mg_comm *c, int64_t n) {
     mg_clear_error();

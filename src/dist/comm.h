@@ -115,6 +115,12 @@ float *mg_comm_alloc_shared(mg_comm *, int64_t n);
  * maps, so each sees the others' stores (after a barrier); NULL as above.
  * Never summed: it is one value, not one per rank. */
 float *mg_comm_alloc_shared_one(mg_comm *, int64_t n);
+/* Collective over the comm: t's data (host memory it owns) moves into memory
+ * from mg_comm_alloc_shared, or with `one` mg_comm_alloc_shared_one (then
+ * rank 0's values are the ones kept: the ranks' copies must be equal). The
+ * comm owns the memory from then on. 1: moved; 0: no shared memory here (t
+ * is left as it was); negative: an error. */
+int mg_comm_share_tensor(mg_comm *, mg_tensor *t, bool one);
 /* Collective over the comm: one-copy shared memory (as mg_comm_alloc_shared_one)
  * of at least n floats, kept by the comm for reuse. There are two such buffers
  * and the calls hand them out in turn, so a buffer comes back only every

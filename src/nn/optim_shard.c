@@ -38,18 +38,6 @@ static bool is_shared(mg_comm *c, const mg_tensor *x) {
     return mg_comm_shared_peer(c, x->data, x->numel, 0) != NULL;
 }
 
-/* Collective over c: x's data moves into one copy that every rank of c maps.
- * 1: moved; 0: no shared memory here; negative: an error. */
-static int move_shared(mg_comm *c, mg_tensor *x) {
-    float *shared = mg_comm_alloc_shared_one(c, x->numel);
-    if (!shared) return mg_last_code();
-    if (c->rank == 0) memcpy(shared, x->data, (size_t)x->numel * sizeof(float)); /* replicas: equal */
-    free(x->data);
-    x->data = shared; /* the comm owns it now */
-    x->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
-    return 1;
-}
-
 /* A parameter that can be split: its value and state move to shared memory,
  * those not there yet (all of them on its first step; a state added later on
  * its own), if every rank of the comm can move them (they own their data). */
@@ -74,7 +62,7 @@ static int share_param(const mg_optimizer *opt, mg_param *p) {
         return MG_OK;
     }
     rc = 1;
-    for (int j = 0; j < nm && rc == 1; j++) rc = move_shared(c, move[j]);
+    for (int j = 0; j < nm && rc == 1; j++) rc = mg_comm_share_tensor(c, move[j], true);
     if (rc < 0) return rc;
     if (rc == 0) { /* no shared memory after all (the same on every rank) */
         if (is_shared(c, p->value->local))
