@@ -292,6 +292,16 @@ static void dp_plan(mg_plan *plan) {
 /* the dim of a 1-D dp mesh that splits fc1.weight */
 static int dp_dim(void) { return world > 1 ? 0 : -1; }
 
+/* A model on the 1-D dp mesh and its reference (everything Replicate), both
+ * with the same optimizer. */
+static void dp_models(model *m, model *ref, mg_mesh *mesh, mg_optim_kind kind, float momentum,
+                      float wd) {
+    mg_plan plan;
+    dp_plan(&plan);
+    model_init(m, mesh, &plan, NULL, IN, HID, kind, momentum, wd);
+    model_init(ref, mesh, NULL, NULL, IN, HID, kind, momentum, wd);
+}
+
 static void free_models(model *a, model *b, model *c) {
     mg_params_free(&a->t);
     mg_params_free(&b->t);
@@ -302,11 +312,8 @@ static void free_models(model *a, model *b, model *c) {
 
 START_TEST(sgd_momentum) {
     mg_mesh *mesh = mesh1d();
-    mg_plan plan;
-    dp_plan(&plan);
     model m, ref;
-    model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
-    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+    dp_models(&m, &ref, mesh, MG_OPTIM_SGD, 0.9f, 0.01f);
     char msg[256] = "";
     mg_assert_all(mg_tensor_numel(m.t.p[W1].value->local) >= MG_GRAD_BUCKET_FLOATS / 4 &&
                       mg_tensor_numel(m.t.p[W2].value->local) < MG_GRAD_BUCKET_FLOATS / 4,
@@ -347,8 +354,7 @@ START_TEST(grad_before_and_after_step) {
     dp_plan(&plan);
     model a, b, ref;
     model_init(&a, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
-    model_init(&b, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
-    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+    dp_models(&b, &ref, mesh, MG_OPTIM_SGD, 0.9f, 0.01f);
     char msg[256] = "";
     int dim = dp_dim();
     for (int s = 0; s < 3; s++) {
@@ -398,11 +404,8 @@ END_TEST
  * reference's 2 * mse over the whole batch. */
 START_TEST(accumulation) {
     mg_mesh *mesh = mesh1d();
-    mg_plan plan;
-    dp_plan(&plan);
     model m, ref;
-    model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
-    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+    dp_models(&m, &ref, mesh, MG_OPTIM_SGD, 0.9f, 0.01f);
     int dim = dp_dim();
     for (int s = 0; s < 3; s++) {
         zero_grads(&m);
@@ -431,11 +434,8 @@ END_TEST
 
 START_TEST(adamw) {
     mg_mesh *mesh = mesh1d();
-    mg_plan plan;
-    dp_plan(&plan);
     model m, ref;
-    model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_ADAMW, 0, -1);
-    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_ADAMW, 0, -1);
+    dp_models(&m, &ref, mesh, MG_OPTIM_ADAMW, 0, -1);
     m.opt.eps = ref.opt.eps = ADAMW_EPS;
     mg_assert_all(mg_optimizer_state_count(&m.opt) == 2, "AdamW has %d state tensors",
                   mg_optimizer_state_count(&m.opt));
@@ -456,11 +456,8 @@ END_TEST
  * the state joins it there on the next step. */
 START_TEST(optimizer_switch) {
     mg_mesh *mesh = mesh1d();
-    mg_plan plan;
-    dp_plan(&plan);
     model m, ref;
-    model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.0f, 0.01f);
-    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.0f, 0.01f);
+    dp_models(&m, &ref, mesh, MG_OPTIM_SGD, 0.0f, 0.01f);
     int dim = dp_dim();
     for (int s = 0; s < 4; s++) {
         if (s == 2)
@@ -471,12 +468,8 @@ START_TEST(optimizer_switch) {
                               mg_last_error());
             }
         both_backward(&m, &ref, s);
-        float lr = s < 2 ? 0.1f : 1e-3f;
-        step(&m, lr);
-        step(&ref, lr);
-        const char *what = s < 2 ? "sgd, no momentum" : "adamw after sgd";
-        check_split(&m, dim, what, s);
-        check_params(&m, &ref, what, s);
+        both_step(&m, &ref, s < 2 ? 0.1f : 1e-3f, dim, s < 2 ? "sgd, no momentum" : "adamw after sgd",
+                  s);
     }
     free_models(&m, &ref, NULL);
     mg_mesh_free(mesh);
@@ -487,11 +480,8 @@ END_TEST
 
 START_TEST(clip_grad_norm) {
     mg_mesh *mesh = mesh1d();
-    mg_plan plan;
-    dp_plan(&plan);
     model m, ref;
-    model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
-    model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+    dp_models(&m, &ref, mesh, MG_OPTIM_SGD, 0.9f, 0.01f);
     const double max_norm = 1e-3;
     int dim = dp_dim();
     for (int s = 0; s < 3; s++) {
@@ -532,8 +522,7 @@ START_TEST(weight_used_twice) {
     dp_plan(&plan);
     for (int reg = 1; reg <= 2; reg++) {
         model m, ref;
-        model_init(&m, mesh, &plan, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
-        model_init(&ref, mesh, NULL, NULL, IN, HID, MG_OPTIM_SGD, 0.9f, 0.01f);
+        dp_models(&m, &ref, mesh, MG_OPTIM_SGD, 0.9f, 0.01f);
         const char *what = reg == 1 ? "penalty reached first" : "linear reached first";
         for (int s = 0; s < 4; s++) {
             zero_grads(&m);
