@@ -258,11 +258,9 @@ START_TEST(many_sums_in_flight) {
 }
 END_TEST
 
-/* Buffers from mg_comm_alloc_shared (a shared window: every rank of these
- * comms is on this node) are summed in place through shared memory: exact
- * sums, an offset part of a buffer, several in flight; every rank gets the
- * same bits. A 1-rank comm has no shared memory to offer. */
-START_TEST(shared_sums_match_naive) {
+/* check(c, mesh text, comm index: -1 for the world) on the world and every
+ * mesh dim of every mesh the world size allows. */
+static void for_each_comm(void (*check)(mg_comm *c, const char *mt, int ci)) {
     test_mesh_shape ms[16];
     int nm = test_meshes(world, 4, ms);
     for (int m = 0; m < nm; m++) {
@@ -270,97 +268,95 @@ START_TEST(shared_sums_match_naive) {
         mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
         char mt[32];
         mg_mesh_format(mt, sizeof mt, mesh);
-        for (int ci = -1; ci < mesh->ndim; ci++) {
-            mg_comm *c = ci < 0 ? mesh->world : mesh->dim_comm[ci];
-            const int64_t n[3] = {1, 1001, 300000};
-            float *buf[3];
-            int shared = 1;
-            for (int b = 0; b < 3; b++) {
-                buf[b] = mg_comm_alloc_shared(c, n[b] + 7);
-                shared &= buf[b] != NULL;
-            }
-            mg_assert_all(mg_last_code() == MG_OK, "mesh %s comm %d: %s", mt, ci, mg_last_error());
-            mg_assert_all(shared == (c->size > 1), "mesh %s comm %d (%d ranks): shared memory %s",
-                          mt, ci, c->size, shared ? "offered" : "missing");
-            if (!shared) continue;
-            mg_comm_request req[3];
-            for (int b = 0; b < 3; b++) {
-                for (int64_t i = 0; i < n[b] + 7; i++) buf[b][i] = val(c->rank, i);
-                mg_assert_all(mg_comm_iall_reduce(c, buf[b] + 7, n[b], &req[b]) == MG_OK, "%s",
-                              mg_last_error());
-                mg_assert_all(req[b].shm == 1, "mesh %s comm %d: a shared buffer went by messages",
-                              mt, ci);
-                mg_comm_test(c, &req[0]);
-            }
-            for (int b = 2; b >= 0; b--) mg_assert_all(mg_comm_wait(c, &req[b]) == MG_OK, "wait");
-            int ok = 1;
-            for (int b = 0; b < 3; b++)
-                for (int64_t i = 0; i < n[b] + 7; i++) {
-                    double want = 0;
-                    for (int r = 0; r < c->size; r++) want += val(r, i);
-                    ok &= buf[b][i] == (float)(i < 7 ? val(c->rank, i) : want);
-                }
-            mg_assert_all(ok, "mesh %s comm %d: shared sums wrong (or the 7 floats before the "
-                          "summed part were touched)", mt, ci);
-        }
+        for (int ci = -1; ci < mesh->ndim; ci++)
+            check(ci < 0 ? mesh->world : mesh->dim_comm[ci], mt, ci);
         mg_mesh_free(mesh);
     }
 }
+
+/* Buffers from mg_comm_alloc_shared (a shared window: every rank of these
+ * comms is on this node) are summed in place through shared memory: exact
+ * sums, an offset part of a buffer, several in flight; every rank gets the
+ * same bits. A 1-rank comm has no shared memory to offer. */
+static void shared_sums_on(mg_comm *c, const char *mt, int ci) {
+    const int64_t n[3] = {1, 1001, 300000};
+    float *buf[3];
+    int shared = 1;
+    for (int b = 0; b < 3; b++) {
+        buf[b] = mg_comm_alloc_shared(c, n[b] + 7);
+        shared &= buf[b] != NULL;
+    }
+    mg_assert_all(mg_last_code() == MG_OK, "mesh %s comm %d: %s", mt, ci, mg_last_error());
+    mg_assert_all(shared == (c->size > 1), "mesh %s comm %d (%d ranks): shared memory %s",
+                  mt, ci, c->size, shared ? "offered" : "missing");
+    if (!shared) return;
+    mg_comm_request req[3];
+    for (int b = 0; b < 3; b++) {
+        for (int64_t i = 0; i < n[b] + 7; i++) buf[b][i] = val(c->rank, i);
+        mg_assert_all(mg_comm_iall_reduce(c, buf[b] + 7, n[b], &req[b]) == MG_OK, "%s",
+                      mg_last_error());
+        mg_assert_all(req[b].shm == 1, "mesh %s comm %d: a shared buffer went by messages",
+                      mt, ci);
+        mg_comm_test(c, &req[0]);
+    }
+    for (int b = 2; b >= 0; b--) mg_assert_all(mg_comm_wait(c, &req[b]) == MG_OK, "wait");
+    int ok = 1;
+    for (int b = 0; b < 3; b++)
+        for (int64_t i = 0; i < n[b] + 7; i++) {
+            double want = 0;
+            for (int r = 0; r < c->size; r++) want += val(r, i);
+            ok &= buf[b][i] == (float)(i < 7 ? val(c->rank, i) : want);
+        }
+    mg_assert_all(ok, "mesh %s comm %d: shared sums wrong (or the 7 floats before the "
+                  "summed part were touched)", mt, ci);
+}
+
+START_TEST(shared_sums_match_naive) { for_each_comm(shared_sums_on); }
 END_TEST
 
 /* mg_comm_alloc_shared_one: one buffer that every rank of the comm maps (the
  * same address through mg_comm_shared_peer for every rank); each rank writes
  * its own slice and, after a barrier, reads every other rank's. Summing it is
  * refused: it is one value, not one per rank. */
-START_TEST(shared_one_copy) {
-    test_mesh_shape ms[16];
-    int nm = test_meshes(world, 4, ms);
-    for (int m = 0; m < nm; m++) {
-        mg_mesh *mesh = mg_mesh_new(ms[m].ndim, ms[m].shape);
-        mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
-        char mt[32];
-        mg_mesh_format(mt, sizeof mt, mesh);
-        for (int ci = -1; ci < mesh->ndim; ci++) {
-            mg_comm *c = ci < 0 ? mesh->world : mesh->dim_comm[ci];
-            const int64_t n = 100003;
-            float *x = mg_comm_alloc_shared_one(c, n);
-            mg_assert_all(mg_last_code() == MG_OK, "mesh %s comm %d: %s", mt, ci, mg_last_error());
-            mg_assert_all((x != NULL) == (c->size > 1), "mesh %s comm %d (%d ranks): one copy %s", mt,
-                          ci, c->size, x ? "offered" : "missing");
-            if (!x) continue;
-            int same = 1;
-            for (int q = 0; q < c->size; q++) same &= mg_comm_shared_peer(c, x, n, q) == x;
-            mg_assert_all(same, "mesh %s comm %d: a rank's view of the one copy is elsewhere", mt, ci);
-            int64_t lo = (int64_t)c->rank * n / c->size, hi = (int64_t)(c->rank + 1) * n / c->size;
-            for (int64_t i = lo; i < hi; i++) x[i] = val(c->rank, i);
-            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
-            int ok = 1;
-            for (int q = 0; q < c->size; q++)
-                for (int64_t i = (int64_t)q * n / c->size; i < (int64_t)(q + 1) * n / c->size; i++)
-                    ok &= x[i] == val(q, i);
-            mg_assert_all(ok, "mesh %s comm %d: another rank's slice did not arrive", mt, ci);
-            mg_comm_request req;
-            mg_assert_all(mg_comm_iall_reduce(c, x, n, &req) == MG_EINVAL && req.done,
-                          "mesh %s comm %d: a sum of the one copy was not refused", mt, ci);
-            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
-            /* the comm's scratch: two one-copy buffers in turn, grown on demand */
-            float *s0 = mg_comm_shared_scratch(c, 1000), *s1 = mg_comm_shared_scratch(c, 1000);
-            float *s2 = mg_comm_shared_scratch(c, 1000), *s3 = mg_comm_shared_scratch(c, 5000);
-            mg_assert_all(s0 && s1 && s2 && s3 && s0 != s1 && s2 == s0 && s3 != s1,
-                          "mesh %s comm %d: scratch not two buffers in turn (grown when asked)", mt, ci);
-            same = 1;
-            for (int q = 0; q < c->size; q++) same &= mg_comm_shared_peer(c, s3, 5000, q) == s3;
-            mg_assert_all(same, "mesh %s comm %d: the scratch is not one copy", mt, ci);
-            s3[c->rank] = (float)c->rank;
-            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
-            ok = 1;
-            for (int q = 0; q < c->size; q++) ok &= s3[q] == (float)q;
-            mg_assert_all(ok, "mesh %s comm %d: the scratch did not carry every rank's store", mt, ci);
-            mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
-        }
-        mg_mesh_free(mesh);
-    }
+static void shared_one_copy_on(mg_comm *c, const char *mt, int ci) {
+    const int64_t n = 100003;
+    float *x = mg_comm_alloc_shared_one(c, n);
+    mg_assert_all(mg_last_code() == MG_OK, "mesh %s comm %d: %s", mt, ci, mg_last_error());
+    mg_assert_all((x != NULL) == (c->size > 1), "mesh %s comm %d (%d ranks): one copy %s", mt,
+                  ci, c->size, x ? "offered" : "missing");
+    if (!x) return;
+    int same = 1;
+    for (int q = 0; q < c->size; q++) same &= mg_comm_shared_peer(c, x, n, q) == x;
+    mg_assert_all(same, "mesh %s comm %d: a rank's view of the one copy is elsewhere", mt, ci);
+    int64_t lo = (int64_t)c->rank * n / c->size, hi = (int64_t)(c->rank + 1) * n / c->size;
+    for (int64_t i = lo; i < hi; i++) x[i] = val(c->rank, i);
+    mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+    int ok = 1;
+    for (int q = 0; q < c->size; q++)
+        for (int64_t i = (int64_t)q * n / c->size; i < (int64_t)(q + 1) * n / c->size; i++)
+            ok &= x[i] == val(q, i);
+    mg_assert_all(ok, "mesh %s comm %d: another rank's slice did not arrive", mt, ci);
+    mg_comm_request req;
+    mg_assert_all(mg_comm_iall_reduce(c, x, n, &req) == MG_EINVAL && req.done,
+                  "mesh %s comm %d: a sum of the one copy was not refused", mt, ci);
+    mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+    /* the comm's scratch: two one-copy buffers in turn, grown on demand */
+    float *s0 = mg_comm_shared_scratch(c, 1000), *s1 = mg_comm_shared_scratch(c, 1000);
+    float *s2 = mg_comm_shared_scratch(c, 1000), *s3 = mg_comm_shared_scratch(c, 5000);
+    mg_assert_all(s0 && s1 && s2 && s3 && s0 != s1 && s2 == s0 && s3 != s1,
+                  "mesh %s comm %d: scratch not two buffers in turn (grown when asked)", mt, ci);
+    same = 1;
+    for (int q = 0; q < c->size; q++) same &= mg_comm_shared_peer(c, s3, 5000, q) == s3;
+    mg_assert_all(same, "mesh %s comm %d: the scratch is not one copy", mt, ci);
+    s3[c->rank] = (float)c->rank;
+    mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
+    ok = 1;
+    for (int q = 0; q < c->size; q++) ok &= s3[q] == (float)q;
+    mg_assert_all(ok, "mesh %s comm %d: the scratch did not carry every rank's store", mt, ci);
+    mg_assert_all(mg_comm_barrier(c) == MG_OK, "barrier: %s", mg_last_error());
 }
+
+START_TEST(shared_one_copy) { for_each_comm(shared_one_copy_on); }
 END_TEST
 
 START_TEST(split_calls_match_naive) {
