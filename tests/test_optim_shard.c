@@ -1,7 +1,7 @@
 /* test_optim_shard.c (MPI): the optimizer step of a data-parallel parameter
  * split across the ranks of a node (nn/optim_shard.h), on a small MLP
  * (Linear(IN, HID), ReLU, Linear(HID, OUT), mse loss) whose first weight is
- * large enough for the split (>= MG_GRAD_BUCKET_FLOATS / 4 elements) and whose
+ * large enough for the split (>= MG_GRAD_LARGE_FLOATS elements) and whose
  * other parameters take the ordinary path. Each case trains the model
  * distributed and, in the same process, the same model with everything
  * Replicate (no Partial, no communication, never split), from the same initial
@@ -315,8 +315,8 @@ START_TEST(sgd_momentum) {
     model m, ref;
     dp_models(&m, &ref, mesh, MG_OPTIM_SGD, 0.9f, 0.01f);
     char msg[256] = "";
-    mg_assert_all(mg_tensor_numel(m.t.p[W1].value->local) >= MG_GRAD_BUCKET_FLOATS / 4 &&
-                      mg_tensor_numel(m.t.p[W2].value->local) < MG_GRAD_BUCKET_FLOATS / 4,
+    mg_assert_all(mg_tensor_numel(m.t.p[W1].value->local) >= MG_GRAD_LARGE_FLOATS &&
+                      mg_tensor_numel(m.t.p[W2].value->local) < MG_GRAD_LARGE_FLOATS,
                   "fc1.weight must be large and fc2.weight small");
     mg_tensor *w0 = mg_full_tensor(m.t.p[W1].value);
     mg_comm *c = mesh->dim_comm[0];
@@ -557,7 +557,7 @@ static void train_2d(mg_mesh *mesh, const char *plan_text, const mg_placement *b
     model m, ref;
     model_init(&m, mesh, plan_text ? &plan : NULL, batch, in, hid, MG_OPTIM_SGD, 0.9f, 0.01f);
     model_init(&ref, mesh, NULL, NULL, in, hid, MG_OPTIM_SGD, 0.9f, 0.01f);
-    mg_assert_all(mg_tensor_numel(m.t.p[W1].value->local) >= MG_GRAD_BUCKET_FLOATS / 4,
+    mg_assert_all(mg_tensor_numel(m.t.p[W1].value->local) >= MG_GRAD_LARGE_FLOATS,
                   "%s: fc1.weight's local block is not large", what);
     for (int s = 0; s < 3; s++) {
         both_backward(&m, &ref, s);

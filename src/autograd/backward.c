@@ -95,7 +95,7 @@ static bool partial_only(const mg_spec *from, const mg_spec *to) {
 static int share_grad(mg_tensor *buf, mg_comm *comm) {
     if (mg_comm_shared_peer(comm, buf->data, buf->numel, 0)) return 1;
     if (buf->device != MG_DEVICE_CPU || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
-        buf->numel < MG_GRAD_BUCKET_FLOATS / 4 || !comm->iface->alloc_shared)
+        buf->numel < MG_GRAD_LARGE_FLOATS || !comm->iface->alloc_shared)
         return 0;
     return mg_comm_share_tensor(comm, buf, false);
 }

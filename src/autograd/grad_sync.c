@@ -75,7 +75,7 @@ int mg_grad_sync_add(mg_comm *comm, float *buf, int64_t n, bool on_host) {
     if (grow((void **)&items, &cap_items, n_items + 1, sizeof *items) != MG_OK) return MG_ENOMEM;
     item *it = &items[n_items];
     *it = (item){.buf = buf, .n = n, .bucket = -1};
-    if (n >= MG_GRAD_BUCKET_FLOATS / 4 || !on_host) { /* large, or device memory: in place */
+    if (n >= MG_GRAD_LARGE_FLOATS || !on_host) { /* large, or device memory: in place */
         int b = new_bucket(comm, buf, false);
         if (b < 0) return mg_last_code();
         buckets[b].used = n;

@@ -2,8 +2,8 @@
  *
  * When a parameter's gradient is final during mg_backward (all of it computed,
  * still Partial over a data-parallel mesh dim), the engine hands it here
- * instead of all-reducing it on the spot. Gradients of at least a quarter of
- * MG_GRAD_BUCKET_FLOATS are reduced in place as one non-blocking all-reduce
+ * instead of all-reducing it on the spot. Gradients of at least
+ * MG_GRAD_LARGE_FLOATS (1 MiB) are reduced in place as one non-blocking all-reduce
  * each (through shared memory when the engine moved the buffer there, else a
  * ring: dist/comm_shm.h, dist/comm_ring.h); smaller ones are packed into a
  * bucket buffer that is all-reduced when it is full (and at the end). Each
@@ -23,6 +23,9 @@
 #include "dist/comm.h"
 
 #define MG_GRAD_BUCKET_FLOATS ((int64_t)1 << 20) /* 4 MiB */
+/* A gradient this large is summed on its own, in place (in shared memory when
+ * the ranks share a node), and its parameter's optimizer step may be split. */
+#define MG_GRAD_LARGE_FLOATS (MG_GRAD_BUCKET_FLOATS / 4)
 
 /* Sums buf (n floats, host memory unless `on_host` is false) over comm: started
  * now or packed into the open bucket. buf must stay untouched until finish. */

@@ -83,7 +83,7 @@ void mg_optim_shard_mark(mg_param_table *t) {
         for (int m = 0; m < mesh->ndim; m++)
             replicated |= mesh->shape[m] > 1 && v->spec.p[m].kind == MG_PLACE_REPLICATE;
         if (replicated && v->local->device == MG_DEVICE_CPU &&
-            v->local->numel >= MG_GRAD_BUCKET_FLOATS / 4)
+            v->local->numel >= MG_GRAD_LARGE_FLOATS)
             v->flags |= MG_DTENSOR_GRAD_DEFER;
     }
 }
