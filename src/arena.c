@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/backend.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -27,7 +26,7 @@ struct mg_arena {
     size_t capacity;
     int grow_count;
     int on_device;                /* blocks come from `allocator` */
-    mg_arena_allocator allocator;
+    mg_device_memory allocator;
     struct mg_arena *data;        /* device blocks for tensor data, or NULL */
     struct mg_arena *redirect;    /* mg_arena_redirect_data */
     void *hint;                   /* mg_arena_hint_data */
@@ -81,7 +80,7 @@ void mg_arena_free(mg_arena *a) {
     free(a);
 }
 
-mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_arena_allocator *allocator) {
+mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_device_memory *allocator) {
     if (!allocator || !allocator->alloc || !allocator->free)
         return mg_error_null(MG_EINVAL, "arena: a device arena needs an allocator");
     mg_arena *a = mg_arena_new(4096); /* headers only */
@@ -111,16 +110,20 @@ int mg_arena_device(const mg_arena *a) {
 }
 
 void *mg_arena_alloc_data(mg_arena *a, size_t bytes) {
+    if (a->redirect) return mg_arena_alloc_data(a->redirect, bytes);
     if (a->hint && bytes == a->hint_bytes) {
         void *p = a->hint;
         a->hint = NULL;
         return p;
     }
-    if (a->redirect) return mg_arena_alloc_data(a->redirect, bytes);
     return mg_arena_alloc(a->data ? a->data : a, bytes);
 }
 
-void mg_arena_redirect_data(mg_arena *a, mg_arena *to) { a->redirect = to; }
+mg_arena *mg_arena_redirect_data(mg_arena *a, mg_arena *to) {
+    mg_arena *was = a->redirect;
+    a->redirect = to;
+    return was;
+}
 
 void mg_arena_hint_data(mg_arena *a, void *ptr, size_t bytes) {
     a->hint = ptr;
@@ -178,21 +181,3 @@ size_t mg_arena_used(const mg_arena *a) { return a->used; }
 size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }
 size_t mg_arena_peak(const mg_arena *a) { return a->peak; }
 int mg_arena_grow_count(const mg_arena *a) { return a->grow_count; }
-
-static mg_arena *step_arena, *cuda_step_arena, *scratch_arena, *cuda_scratch_arena;
-
-static mg_arena *device_arena(mg_arena **host, mg_arena **cuda) {
-    if (mg_get_device() == MG_DEVICE_CUDA) {
-        mg_backend *be = mg_backend_cuda();
-        if (!*cuda && be) {
-            mg_arena_allocator al = {be->iface->alloc, be->iface->free, be->context, MG_DEVICE_CUDA};
-            *cuda = mg_arena_new_device((size_t)1 << 20, &al);
-        }
-        return *cuda;
-    }
-    if (!*host) *host = mg_arena_new((size_t)1 << 20);
-    return *host;
-}
-
-mg_arena *mg_step_arena(void) { return device_arena(&step_arena, &cuda_step_arena); }
-mg_arena *mg_scratch_arena(void) { return device_arena(&scratch_arena, &cuda_scratch_arena); }

@@ -20,17 +20,23 @@ size_t mg_arena_capacity(const mg_arena *); /* bytes held in all blocks */
 size_t mg_arena_peak(const mg_arena *);     /* most bytes used in one step */
 int mg_arena_grow_count(const mg_arena *);  /* how many times a new block was malloc'd */
 
-/* Arenas for device tensors: headers (tensor structs, graph nodes) stay in host
- * blocks as above, and tensor data comes from a second list of blocks made by
- * `allocator` (a backend's alloc/free) on `device`. mg_arena_reset and
- * mg_arena_free cover both; used/capacity/peak/grow count the host blocks. */
+/* Memory of one device, as its backend provides it (the CPU's is the heap):
+ * what an arena for device tensors and the tensor constructors need. copy and
+ * zero work within the device and are ordered with its kernels. */
 typedef struct {
     void *(*alloc)(void *ctx, size_t bytes);
     void (*free)(void *ctx, void *ptr);
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void (*zero)(void *ctx, void *dst, size_t bytes);
     void *ctx;
     int device; /* MG_DEVICE_* */
-} mg_arena_allocator;
-mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_arena_allocator *allocator);
+} mg_device_memory;
+
+/* Arenas for device tensors: headers (tensor structs, graph nodes) stay in host
+ * blocks as above, and tensor data comes from a second list of blocks made by
+ * `memory` on its device. mg_arena_reset and mg_arena_free cover both;
+ * used/capacity/peak/grow count the host blocks. */
+mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_device_memory *memory);
 int mg_arena_device(const mg_arena *); /* where mg_arena_alloc_data's memory lives */
 /* Memory for tensor data: from the device blocks when the arena has them, else
  * the same as mg_arena_alloc. */
@@ -38,21 +44,13 @@ void *mg_arena_alloc_data(mg_arena *, size_t bytes);
 
 /* Two ways to steer where the next tensor data of an arena goes:
  * - redirect: while set, mg_arena_alloc_data(a) takes its memory from `to`
- *   (NULL stops). Headers stay in `a`.
- * - hint: the next mg_arena_alloc_data(a) of exactly `bytes` returns `ptr`
- *   (once; NULL clears). The autograd engine uses it to let a parameter's
- *   gradient be computed straight into the parameter's gradient buffer. */
-void mg_arena_redirect_data(mg_arena *a, mg_arena *to);
+ *   (NULL stops). Headers stay in `a`. Returns the redirect it replaces, so a
+ *   caller can put it back.
+ * - hint: the next mg_arena_alloc_data(a) of exactly `bytes` that `a` serves
+ *   itself (not redirected) returns `ptr` (once; NULL clears). The autograd
+ *   engine uses it to let a parameter's gradient be computed straight into the
+ *   parameter's gradient buffer. */
+mg_arena *mg_arena_redirect_data(mg_arena *a, mg_arena *to);
 void mg_arena_hint_data(mg_arena *a, void *ptr, size_t bytes);
-
-/* The process-wide step arena used by ops and the autograd tape: the one of the
- * current device (mg_get_device()), made on first use. */
-mg_arena *mg_step_arena(void);
-/* A second one for short-lived tensor data (parameters gathered for one op,
- * a parameter's gradient on its way into the parameter's gradient buffer):
- * the ops layer and the autograd engine reset it as soon as what lives there
- * is used (ops.c, autograd/backward.c), so its capacity is what one op needs,
- * not what a whole step does. */
-mg_arena *mg_scratch_arena(void);
 
 #endif

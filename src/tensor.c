@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "context.h"
 #include "status.h"
 
 int64_t mg_shape_numel(int ndim, const int64_t *shape) {
@@ -78,15 +78,22 @@ static mg_tensor *tensor_header(mg_arena *arena, int ndim, const int64_t *shape)
 }
 
 mg_tensor *mg_tensor_alloc(mg_arena *arena, int ndim, const int64_t *shape) {
-    return mg_tensor_alloc_on(arena, arena ? mg_arena_device(arena) : mg_get_device(), ndim, shape);
+    return mg_tensor_alloc_on(arena, arena ? mg_arena_device(arena) : mg_ctx()->device, ndim, shape);
+}
+
+/* The memory of a device other than the CPU, or NULL (with a message) when its
+ * backend has not started. */
+static const mg_device_memory *device_memory(int device) {
+    if (device > 0 && device < MG_DEVICE_KINDS && mg_ctx()->memory[device].alloc)
+        return &mg_ctx()->memory[device];
+    return mg_error_null(MG_EDEVICE, "tensor: no backend for device %d: call "
+                                     "mg_set_device(MG_DEVICE_CUDA) first", device);
 }
 
 mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64_t *shape) {
-    mg_backend *be = device == MG_DEVICE_CPU ? NULL : mg_backend_cuda();
-    if (device != MG_DEVICE_CPU && (device != MG_DEVICE_CUDA || !be))
-        return mg_error_null(MG_EDEVICE, "tensor: no backend for device %d: call "
-                                         "mg_set_device(MG_DEVICE_CUDA) first", device);
-    if (be && arena && mg_arena_device(arena) != device)
+    const mg_device_memory *mem = NULL;
+    if (device != MG_DEVICE_CPU && !(mem = device_memory(device))) return NULL;
+    if (mem && arena && mg_arena_device(arena) != device)
         return mg_error_null(MG_EDEVICE, "tensor: a device tensor from an arena without device "
                                          "memory (use mg_step_arena() after mg_set_device)");
     mg_tensor *t = tensor_header(arena, ndim, shape);
@@ -96,8 +103,7 @@ mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64
     if (arena) {
         t->data = mg_arena_alloc_data(arena, bytes);
     } else {
-        t->data = be ? be->iface->alloc(be->context, bytes)
-                     : aligned_alloc(64, (bytes + 63) / 64 * 64);
+        t->data = mem ? mem->alloc(mem->ctx, bytes) : aligned_alloc(64, (bytes + 63) / 64 * 64);
         t->flags |= MG_TENSOR_OWNS_DATA;
     }
     if (!t->data) {
@@ -112,8 +118,9 @@ mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64
 mg_tensor *mg_tensor_zeros(mg_arena *arena, int ndim, const int64_t *shape) {
     mg_tensor *t = mg_tensor_alloc(arena, ndim, shape);
     if (!t || !t->numel) return t;
-    if (t->device == MG_DEVICE_CPU) memset(t->data, 0, (size_t)t->numel * sizeof(float));
-    else mg_backend_of(t)->iface->fill(mg_backend_of(t)->context, t, 0.0f);
+    size_t bytes = (size_t)t->numel * sizeof(float);
+    if (t->device == MG_DEVICE_CPU) memset(t->data, 0, bytes);
+    else mg_ctx()->memory[t->device].zero(mg_ctx()->memory[t->device].ctx, t->data, bytes);
     return t;
 }
 
@@ -135,8 +142,9 @@ mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t
 mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t) {
     mg_tensor *c = mg_tensor_alloc_on(arena, t->device, t->ndim, t->shape);
     if (!c || !t->numel) return c;
-    if (t->device == MG_DEVICE_CPU) memcpy(c->data, t->data, (size_t)t->numel * sizeof(float));
-    else mg_backend_of(t)->iface->copy(mg_backend_of(t)->context, t, c);
+    size_t bytes = (size_t)t->numel * sizeof(float);
+    if (t->device == MG_DEVICE_CPU) memcpy(c->data, t->data, bytes);
+    else mg_ctx()->memory[t->device].copy(mg_ctx()->memory[t->device].ctx, c->data, t->data, bytes);
     return c;
 }
 
@@ -169,10 +177,8 @@ void mg_tensor_free(mg_tensor *t) {
     if (!t || (t->flags & MG_TENSOR_IN_ARENA)) return;
     if (t->flags & MG_TENSOR_OWNS_DATA) {
         if (t->device == MG_DEVICE_CPU) free(t->data);
-        else {
-            mg_backend *be = mg_backend_of(t);
-            if (be) be->iface->free(be->context, t->data);
-        }
+        else if (device_memory(t->device))
+            mg_ctx()->memory[t->device].free(mg_ctx()->memory[t->device].ctx, t->data);
     }
     free(t);
 }

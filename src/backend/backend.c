@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "context.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -44,8 +46,6 @@ mg_backend *mg_backend_of(const mg_tensor *t) {
 }
 
 /* ---- CPU threads --------------------------------------------------------------- */
-
-static int cpu_threads; /* 0 until first set */
 
 /* The CPUs this process may run on: mpirun binds each rank to one core by
  * default (for up to 2 ranks), and then more threads only take turns. */
@@ -81,19 +81,20 @@ void mg_backend_cpu_set_threads(int threads) {
                 "(mpirun binds ranks to cores): the threads will take turns; give each rank "
                 "its CPUs with mpirun --map-by slot:PE=%d (or --bind-to none)\n",
                 threads, usable, usable == 1 ? "" : "s", threads);
-    cpu_threads = threads > 0 ? threads : default_threads();
-    openblas_set_num_threads(cpu_threads);
+    int n = threads > 0 ? threads : default_threads();
+    mg_ctx()->cpu_threads = n;
+    openblas_set_num_threads(n);
 #ifdef _OPENMP
     /* The threads go to GEMM. With a pthreads OpenBLAS (Debian's default) our
      * OpenMP loops would keep a second pool whose idle threads spin on the
      * same cores as OpenBLAS's: a 2-thread MLP step took 129 ms instead of 70.
      * Those loops are memory-bound anyway, so they share threads only with an
      * OpenMP OpenBLAS (one pool) and stay on one thread otherwise. */
-    omp_set_num_threads(openblas_get_parallel() == 2 ? cpu_threads : 1);
+    omp_set_num_threads(openblas_get_parallel() == 2 ? n : 1);
 #endif
 }
 
 int mg_backend_cpu_threads(void) {
-    if (cpu_threads == 0) mg_backend_cpu_set_threads(0);
-    return cpu_threads;
+    if (mg_ctx()->cpu_threads == 0) mg_backend_cpu_set_threads(0);
+    return mg_ctx()->cpu_threads;
 }

@@ -634,12 +634,10 @@ static const struct mg_backend_iface cpu_iface = {
     .adamw_step = cpu_adamw_step,
 };
 
+/* The vtable with its (empty) context: set here once, never written. */
+static mg_backend cpu_backend = {&cpu_iface, NULL};
+
 mg_backend *mg_backend_cpu(void) {
-    static mg_backend cpu = {&cpu_iface, NULL};
-    static int threads_set;
-    if (!threads_set) {
-        threads_set = 1;
-        mg_backend_cpu_threads(); /* applies the default thread count once */
-    }
-    return &cpu;
+    mg_backend_cpu_threads(); /* applies the default thread count the first time */
+    return &cpu_backend;
 }

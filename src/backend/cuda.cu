@@ -27,9 +27,11 @@
 
 extern "C" {
 #include "backend/device.h"
+#include "context.h"
 }
 #include "backend/cuda_internal.h"
 
+/* the backend's state (cuda_internal.h says why it is process-wide) */
 mg_cu_state mg_cu;
 
 /* ---- errors --------------------------------------------------------------------- */
@@ -81,6 +83,18 @@ static void cuda_from_host(void *ctx, float *dst, const float *src_host, int64_t
         cuda_ok("cudaStreamSynchronize", cudaStreamSynchronize(mg_cu.stream));
 }
 
+static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    if (bytes)
+        cuda_ok("cudaMemcpyAsync (device)",
+                cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, mg_cu.stream));
+}
+
+static void cuda_zero(void *ctx, void *dst, size_t bytes) {
+    (void)ctx;
+    if (bytes) cuda_ok("cudaMemsetAsync", cudaMemsetAsync(dst, 0, bytes, mg_cu.stream));
+}
+
 /* ---- the vtable and the runtime hooks ------------------------------------------- */
 
 static struct mg_backend_iface make_iface(void) {
@@ -99,6 +113,7 @@ static struct mg_backend_iface make_iface(void) {
 }
 
 static const struct mg_backend_iface cuda_iface = make_iface();
+/* The vtable with its context: set here once, never written. */
 static mg_backend cuda_backend = {&cuda_iface, &mg_cu};
 
 extern "C" mg_backend *mg_backend_cuda(void) { return mg_cu.ready ? &cuda_backend : NULL; }
@@ -118,11 +133,19 @@ static int init_failed(const char *what, const char *detail, int device) {
     return mg_error(MG_EDEVICE, "CUDA backend on device %d: %s failed: %s", device, what, detail);
 }
 
+/* Tensors and arenas on this device take their memory from here (context.h). */
+static void register_memory(void) {
+    mg_device_memory m = {cuda_alloc, cuda_free, cuda_copy, cuda_zero, &mg_cu, MG_DEVICE_CUDA};
+    mg_ctx()->memory[MG_DEVICE_CUDA] = m;
+}
+
 extern "C" int mg_cuda_backend_init(int device) {
     if (mg_cu.ready) {
-        if (device == mg_cu.device) return MG_OK;
-        return mg_error(MG_EDEVICE, "CUDA backend: already running on device %d, cannot move to %d",
-                        mg_cu.device, device);
+        if (device != mg_cu.device)
+            return mg_error(MG_EDEVICE, "CUDA backend: already running on device %d, cannot "
+                                        "move to %d", mg_cu.device, device);
+        register_memory();
+        return MG_OK;
     }
     int count = mg_cuda_device_count();
     if (device < 0 || device >= count)
@@ -154,6 +177,7 @@ extern "C" int mg_cuda_backend_init(int device) {
     mg_cu.pinned = pinned;
     mg_cu.status = MG_OK;
     mg_cu.ready = 1;
+    register_memory();
     return MG_OK;
 }
 

@@ -46,6 +46,8 @@ extern "C" {
     X(sgemm, cublasSgemm_64)                                                             \
     X(sgemm_strided_batched, cublasSgemmStridedBatched_64)
 
+/* cuBLAS's entry points, looked up once: like the library they come from, they
+ * belong to the process. */
 static struct {
     void *lib; /* dlopen handle; NULL until loaded */
 #define MEMBER(name, fn) decltype(&fn) name;
@@ -53,8 +55,7 @@ static struct {
 #undef MEMBER
 } blas;
 
-static cublasHandle_t handle_;
-static int tf32_;
+static cublasHandle_t handle(void) { return (cublasHandle_t)mg_cu.blas; }
 
 /* dlopens cuBLAS and fills `blas`; MG_OK, or MG_EDEVICE (nothing kept) */
 static int load_cublas(void) {
@@ -91,7 +92,7 @@ static bool blas_ok(const char *what, cublasStatus_t s) {
 }
 
 static cublasMath_t math_mode(void) {
-    return tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    return mg_cu.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
 }
 
 int mg_cu_blas_open(int device, cudaStream_t stream) {
@@ -112,16 +113,16 @@ int mg_cu_blas_open(int device, cudaStream_t stream) {
     if (s != CUBLAS_STATUS_SUCCESS)
         return mg_error(MG_EDEVICE, "CUDA backend on device %d: %s failed: %s", device, what,
                         blas.status_string(s));
-    handle_ = h;
+    mg_cu.blas = h;
     return MG_OK;
 }
 
 extern "C" void mg_backend_cuda_set_tf32(int on) {
-    tf32_ = on ? 1 : 0;
-    if (handle_) blas_ok("cublasSetMathMode", blas.set_math_mode(handle_, math_mode()));
+    mg_cu.tf32 = on ? 1 : 0;
+    if (mg_cu.blas) blas_ok("cublasSetMathMode", blas.set_math_mode(handle(), math_mode()));
 }
 
-extern "C" int mg_backend_cuda_tf32(void) { return tf32_; }
+extern "C" int mg_backend_cuda_tf32(void) { return mg_cu.tf32; }
 
 /* ---- GEMMs ---------------------------------------------------------------------- */
 
@@ -157,7 +158,7 @@ static void cuda_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t 
     }
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    blas_ok("cublasSgemm", blas.sgemm(handle_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda,
+    blas_ok("cublasSgemm", blas.sgemm(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, a, lda,
                                       &beta, c, ldc));
 }
 
@@ -175,7 +176,7 @@ static void cuda_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, 
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     blas_ok("cublasSgemmStridedBatched",
-            blas.sgemm_strided_batched(handle_, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b,
+            blas.sgemm_strided_batched(handle(), op_b, op_a, n, m, k, &alpha, b, ldb, stride_b,
                                        a, lda, stride_a, &beta, c, ldc, stride_c, batch));
 }
 

@@ -26,13 +26,19 @@ extern "C" {
 
 #define THREADS 256
 
-/* The backend's state; one per process, set up by mg_cuda_backend_init. */
+/* The backend's state, set up by mg_cuda_backend_init: the backend vtable's
+ * context. One per process, because a process drives one GPU on one stream
+ * (NCCL allows one rank per GPU), so it is a process-wide variable (cuda.cu). */
 typedef struct {
     int ready, device, sm_count;
     cudaStream_t stream;
     double *pinned; /* 8 doubles of pinned host memory for results */
     int status;     /* first error met (sticky), MG_OK before */
     char message[512];
+    void *blas;     /* cuda_blas.cu: the cuBLAS handle (cublasHandle_t) */
+    int tf32;       /* cuda_blas.cu: TF32 tensor-core math for the GEMMs */
+    double *partial; /* cuda_reduce.cu: device scratch for reduction partials */
+    size_t partial_cap;
 } mg_cu_state;
 
 MG_CU_HIDDEN extern mg_cu_state mg_cu;

@@ -15,22 +15,19 @@
 
 /* ---- scratch -------------------------------------------------------------------- */
 
-static double *partial_; /* device scratch for reduction partials */
-static size_t partial_cap_;
-
 /* double scratch of at least n entries (grows rarely: a new size syncs the device) */
 static double *partial_scratch(int64_t n) {
     size_t want = (size_t)(n > 0 ? n : 1);
-    if (partial_cap_ < want) {
-        if (partial_) cudaFree(partial_);
-        partial_ = NULL;
-        partial_cap_ = 0;
+    if (mg_cu.partial_cap < want) {
+        if (mg_cu.partial) cudaFree(mg_cu.partial);
+        mg_cu.partial = NULL;
+        mg_cu.partial_cap = 0;
         if (!cuda_ok("cudaMalloc (reduction scratch)",
-                     cudaMalloc((void **)&partial_, want * sizeof(double))))
+                     cudaMalloc((void **)&mg_cu.partial, want * sizeof(double))))
             return NULL;
-        partial_cap_ = want;
+        mg_cu.partial_cap = want;
     }
-    return partial_;
+    return mg_cu.partial;
 }
 
 /* copy n doubles of device memory to the pinned buffer and wait */

@@ -1,15 +1,14 @@
-/* device.h: where tensors live. The process-wide device choice (public:
- * mg_set_device / mg_get_device / mg_device_synchronize in meshgrad.h), moving
+/* device.h: where tensors live. The device choice (public mg_get_device /
+ * mg_device_synchronize in meshgrad.h; mg_set_device is in dist/world.c), moving
  * local tensors between host and device, and the CUDA runtime hooks the C side
  * needs (device selection, the compute stream, TF32, pointer kinds).
  *
  * Everything here is declared in every build. Without CUDA (MG_HAVE_CUDA off)
- * the CUDA calls are stubs: mg_cuda_init and mg_cuda_backend_init return
- * MG_EDEVICE, the queries return 0 / NULL / -1.
+ * the CUDA calls are stubs: mg_cuda_backend_init returns MG_EDEVICE, the
+ * queries return 0 / NULL / -1.
  *
- * Exports: mg_tensor_copy_any, mg_tensor_to_device (device.c); mg_cuda_init
- * (device.c: picks this rank's GPU from its node-local rank); mg_cuda_backend_init,
- * mg_cuda_device_count, mg_cuda_device, mg_backend_cuda_set_tf32,
+ * Exports: mg_tensor_copy_any, mg_tensor_to_device, mg_device_use (device.c);
+ * mg_cuda_backend_init, mg_cuda_device_count, mg_cuda_device, mg_backend_cuda_set_tf32,
  * mg_backend_cuda_tf32, mg_cuda_synchronize, mg_cuda_stream,
  * mg_cuda_is_device_pointer (cuda.cu). */
 #ifndef MG_BACKEND_DEVICE_H
@@ -29,10 +28,9 @@ int mg_tensor_copy_any(const mg_tensor *src, mg_tensor *dst);
  * freed once copied, also on failure (then NULL with a message). */
 mg_tensor *mg_tensor_to_device(mg_arena *arena, mg_tensor *t, int device);
 
-/* Collective over MPI_COMM_WORLD (MPI must be running): this rank's GPU is its
- * rank on its node (MPI_Comm_split_type SHARED) modulo the GPUs it sees; then
- * the backend is made on it. Idempotent. MG_EDEVICE when there is no GPU. */
-int mg_cuda_init(void);
+/* New tensors live on `device` from now on (mg_get_device), whose backend must
+ * be running; the collective choice is mg_set_device (dist/world.c). */
+int mg_device_use(int device);
 /* Makes the CUDA backend on `device`: its stream and cuBLAS handle. Once per
  * process (again on the same device: MG_OK; on another: MG_EDEVICE). */
 int mg_cuda_backend_init(int device);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+#include "context.h"
 #include "dist/watchdog.h"
 #include "tensor.h"
 #include "status.h"
@@ -38,55 +40,47 @@ int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root
     }
 }
 
-/* ---- registry: counters of live comms, plus those of comms already freed ---- */
+/* ---- registry: counters of live comms (the context's `comms`), plus those of
+ * comms already freed (`retired`) ---- */
 
-static mg_comm **registry;
-static int registry_len, registry_cap;
-static mg_comm_stats retired[MG_COLL_COUNT];
-
-void mg_comm_register(mg_comm *c) {
-    if (!c) return;
-    for (int i = 0; i < registry_len; i++)
-        if (registry[i] == c) return;
-    if (registry_len == registry_cap) {
-        int cap = registry_cap ? 2 * registry_cap : 16;
-        mg_comm **r = realloc(registry, (size_t)cap * sizeof *r);
-        if (!r) return; /* counters of this comm are then not summed; nothing else breaks */
-        registry = r;
-        registry_cap = cap;
-    }
-    registry[registry_len++] = c;
+void mg_comm_register(mg_comm *comm) {
+    mg_context *c = mg_ctx();
+    if (!comm) return;
+    for (int i = 0; i < c->n_comms; i++)
+        if (c->comms[i] == comm) return;
+    if (mg_array_grow((void **)&c->comms, &c->cap_comms, c->n_comms + 1, sizeof *c->comms,
+                      "comm registry") != MG_OK)
+        return; /* counters of this comm are then not summed; nothing else breaks */
+    c->comms[c->n_comms++] = comm;
 }
 
-void mg_comm_unregister(mg_comm *c) {
-    for (int i = 0; i < registry_len; i++) {
-        if (registry[i] != c) continue;
+void mg_comm_unregister(mg_comm *comm) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < c->n_comms; i++) {
+        if (c->comms[i] != comm) continue;
         for (int k = 0; k < MG_COLL_COUNT; k++) {
-            retired[k].calls += c->stats[k].calls;
-            retired[k].bytes += c->stats[k].bytes;
+            c->retired[k].calls += comm->stats[k].calls;
+            c->retired[k].bytes += comm->stats[k].bytes;
         }
-        registry[i] = registry[--registry_len];
-        if (registry_len == 0) {
-            free(registry);
-            registry = NULL;
-            registry_cap = 0;
-        }
+        c->comms[i] = c->comms[--c->n_comms];
         return;
     }
 }
 
 void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]) {
-    for (int k = 0; k < MG_COLL_COUNT; k++) out[k] = retired[k];
-    for (int i = 0; i < registry_len; i++)
+    mg_context *c = mg_ctx();
+    for (int k = 0; k < MG_COLL_COUNT; k++) out[k] = c->retired[k];
+    for (int i = 0; i < c->n_comms; i++)
         for (int k = 0; k < MG_COLL_COUNT; k++) {
-            out[k].calls += registry[i]->stats[k].calls;
-            out[k].bytes += registry[i]->stats[k].bytes;
+            out[k].calls += c->comms[i]->stats[k].calls;
+            out[k].bytes += c->comms[i]->stats[k].bytes;
         }
 }
 
 void mg_comm_stats_reset(void) {
-    memset(retired, 0, sizeof retired);
-    for (int i = 0; i < registry_len; i++) memset(registry[i]->stats, 0, sizeof registry[i]->stats);
+    mg_context *c = mg_ctx();
+    memset(c->retired, 0, sizeof c->retired);
+    for (int i = 0; i < c->n_comms; i++) memset(c->comms[i]->stats, 0, sizeof c->comms[i]->stats);
 }
 
 void mg_comm_stats_print(FILE *out) {

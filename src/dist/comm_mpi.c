@@ -14,12 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
 #include "dist/comm.h"
 #include "dist/comm_ring.h"
 #include "dist/comm_shm.h"
 #include "status.h"
 
-static int64_t max_count = INT_MAX;
+/* The largest count one MPI call is given (the context's `mpi_max_count`; 0:
+ * INT_MAX); tests lower it to exercise the split paths. */
+static int64_t max_count(void) {
+    int64_t n = mg_ctx()->mpi_max_count;
+    return n > 0 ? n : INT_MAX;
+}
 
 #define MG_MPI_RINGS 8 /* non-blocking sums in flight per comm */
 
@@ -36,7 +42,9 @@ typedef struct {
     int scratch_next;
 } mpi_ctx;
 
-void mg_comm_mpi_set_max_count(int64_t n) { max_count = (n > 0 && n <= INT_MAX) ? n : INT_MAX; }
+void mg_comm_mpi_set_max_count(int64_t n) {
+    mg_ctx()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
+}
 
 static int mpi_failed(const mg_comm *c, const char *what, int err) {
     char s[MPI_MAX_ERROR_STRING];
@@ -60,8 +68,9 @@ static int piece_type(int64_t m, int64_t stride, MPI_Datatype *type) {
 static int mpi_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     if (c->size == 1 || n == 0) return MG_OK; /* sum, avg and max of one addend */
     MPI_Op mop = op == MG_REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    for (int64_t o = 0; o < n; o += max_count) {
-        int m = (int)(n - o < max_count ? n - o : max_count);
+    int64_t most = max_count();
+    for (int64_t o = 0; o < n; o += most) {
+        int m = (int)(n - o < most ? n - o : most);
         int err = MPI_Allreduce(MPI_IN_PLACE, buf + o, m, MPI_FLOAT, mop, c->mpi);
         if (err != MPI_SUCCESS) return mpi_failed(c, "all_reduce", err);
     }
@@ -114,7 +123,7 @@ static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *r
         req->id = op->id;
         return MG_OK;
     }
-    if (c->size == 1 || n == 0 || n > max_count) {
+    if (c->size == 1 || n == 0 || n > max_count()) {
         req->done = 1;
         return mpi_all_reduce(c, buf, n, MG_REDUCE_SUM);
     }
@@ -180,13 +189,13 @@ static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv)
         return MG_OK;
     }
     int in_place = send == recv + (int64_t)c->rank * n;
-    if (n <= max_count) {
+    if (n <= max_count()) {
         int err = MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)n, MPI_FLOAT, recv, (int)n,
                                 MPI_FLOAT, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_gather", err);
     }
-    for (int64_t o = 0; o < n; o += max_count) {
-        int64_t m = n - o < max_count ? n - o : max_count;
+    for (int64_t o = 0; o < n; o += max_count()) {
+        int64_t m = n - o < max_count() ? n - o : max_count();
         MPI_Datatype piece;
         int err = piece_type(m, n, &piece);
         if (err == MPI_SUCCESS) {
@@ -206,13 +215,13 @@ static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_
         return MG_OK;
     }
     int *counts = ((mpi_ctx *)c->context)->counts;
-    if (n <= max_count) {
+    if (n <= max_count()) {
         for (int r = 0; r < c->size; r++) counts[r] = (int)n;
         int err = MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "reduce_scatter", err);
     }
     /* pack piece [o, o+m) of every rank's block side by side, then reduce-scatter */
-    int64_t k = c->size, step = max_count;
+    int64_t k = c->size, step = max_count();
     float *pack = malloc((size_t)(k * step) * sizeof(float));
     if (!pack)
         return mg_error(MG_ENOMEM, "reduce_scatter: out of memory for a %lld-float staging buffer",
@@ -236,12 +245,12 @@ static int mpi_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv)
         if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
         return MG_OK;
     }
-    if (n <= max_count) {
+    if (n <= max_count()) {
         int err = MPI_Alltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_to_all", err);
     }
-    for (int64_t o = 0; o < n; o += max_count) {
-        int64_t m = n - o < max_count ? n - o : max_count;
+    for (int64_t o = 0; o < n; o += max_count()) {
+        int64_t m = n - o < max_count() ? n - o : max_count();
         MPI_Datatype piece;
         int err = piece_type(m, n, &piece);
         if (err == MPI_SUCCESS) {
@@ -255,8 +264,9 @@ static int mpi_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv)
 
 static int mpi_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
     if (c->size == 1) return MG_OK;
-    for (int64_t o = 0; o < n; o += max_count) {
-        int m = (int)(n - o < max_count ? n - o : max_count);
+    int64_t most = max_count();
+    for (int64_t o = 0; o < n; o += most) {
+        int m = (int)(n - o < most ? n - o : most);
         int err = MPI_Bcast(buf + o, m, MPI_FLOAT, root, c->mpi);
         if (err != MPI_SUCCESS) return mpi_failed(c, "broadcast", err);
     }

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
+#include "status.h"
+
 int mg_shm_init(mg_shm *shm, MPI_Comm comm) {
     memset(shm, 0, sizeof *shm);
     shm->comm = MPI_COMM_NULL;
@@ -35,15 +38,10 @@ int mg_shm_init(mg_shm *shm, MPI_Comm comm) {
 static float *alloc(mg_shm *shm, int64_t n, bool one, int *err) {
     *err = MPI_SUCCESS;
     if (shm->comm == MPI_COMM_NULL || n <= 0) return NULL;
-    if (shm->nbufs == shm->cap) {
-        int cap = shm->cap ? 2 * shm->cap : 16;
-        mg_shm_buffer *b = realloc(shm->bufs, (size_t)cap * sizeof *b);
-        if (!b) {
-            *err = MPI_ERR_NO_MEM;
-            return NULL;
-        }
-        shm->bufs = b;
-        shm->cap = cap;
+    if (mg_array_grow((void **)&shm->bufs, &shm->cap, shm->nbufs + 1, sizeof *shm->bufs,
+                      "shared memory") != MG_OK) {
+        *err = MPI_ERR_NO_MEM;
+        return NULL;
     }
     mg_shm_buffer *b = &shm->bufs[shm->nbufs];
     b->n = n;

@@ -17,13 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
 #include "status.h"
 
 #ifdef MG_HAVE_CUDA
 #include "dist/comm_nccl.h"
 #endif
-
-static int next_mesh_id;
 
 /* The comm of one communicator for the current device. NCCL comms are made
  * collectively; their outcome is agreed over the whole mesh (`cart`) so that a
@@ -188,7 +187,7 @@ mg_mesh *mg_mesh_new(int ndim, const int *shape) {
     m->world = comm_new(m->cart, m->cart);
     if (!m->world) goto fail;
     mg_comm_register(m->world);
-    m->id = ++next_mesh_id;
+    m->id = ++mg_ctx()->next_mesh_id;
     return m;
 fail:
     mg_mesh_free(m);

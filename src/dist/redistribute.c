@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "status.h"
@@ -169,49 +170,50 @@ typedef struct {
     int nd;
 } exec;
 
-/* Staging buffers (padded pieces, gathered pieces): two process-wide buffers
- * per device kept between calls (not thread-safe), so that a step's moves neither
- * grow the step arena with throw-away data nor touch fresh pages every time
- * (first touch costs more than the copy on some machines). Moves without an
- * arena (one-off calls such as mg_full_tensor) give back buffers above
- * SCRATCH_KEEP bytes. Device buffers come from the backend's alloc/free. */
+/* Staging buffers (padded pieces, gathered pieces): two per device kept
+ * between calls in the context (`staging`, not thread-safe), so that a step's
+ * moves neither grow the step arena with throw-away data nor touch fresh pages
+ * every time (first touch costs more than the copy on some machines). Moves
+ * without an arena (one-off calls such as mg_full_tensor) give back buffers
+ * above SCRATCH_KEEP bytes. They come from the device's backend. */
 #define SCRATCH_KEEP ((size_t)64 << 20)
-static struct {
-    float *p;
-    size_t bytes;
-    mg_backend *be; /* the backend that made p */
-} scratch[2][2];    /* [MG_DEVICE_CPU or MG_DEVICE_CUDA][slot] */
+
+static mg_staging *staging(int dev, int slot) { return &mg_ctx()->staging[dev][slot]; }
 
 static void scratch_release(int dev, int slot) {
-    if (scratch[dev][slot].p) {
-        mg_backend *be = scratch[dev][slot].be;
-        be->iface->free(be->context, scratch[dev][slot].p);
-    }
-    scratch[dev][slot].p = NULL;
-    scratch[dev][slot].bytes = 0;
+    mg_staging *s = staging(dev, slot);
+    mg_backend *be = dev == MG_DEVICE_CPU ? mg_backend_cpu() : mg_backend_cuda();
+    if (s->p && be) be->iface->free(be->context, s->p);
+    s->p = NULL;
+    s->bytes = 0;
+}
+
+void mg_redistribute_release(void) {
+    for (int d = 0; d < MG_DEVICE_KINDS; d++)
+        for (int i = 0; i < 2; i++) scratch_release(d, i);
 }
 
 static float *tmp_alloc(mg_backend *be, int slot, int64_t n) {
-    int dev = be->iface->device == MG_DEVICE_CPU ? 0 : 1;
+    int dev = be->iface->device;
+    mg_staging *s = staging(dev, slot);
     size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    if (scratch[dev][slot].bytes < bytes) {
+    if (s->bytes < bytes) {
         scratch_release(dev, slot);
-        scratch[dev][slot].p = be->iface->alloc(be->context, bytes);
-        scratch[dev][slot].bytes = scratch[dev][slot].p ? bytes : 0;
-        scratch[dev][slot].be = be;
-        if (!scratch[dev][slot].p) {
+        s->p = be->iface->alloc(be->context, bytes);
+        s->bytes = s->p ? bytes : 0;
+        if (!s->p) {
             mg_error(MG_ENOMEM, "redistribute: out of memory for a %lld-float staging buffer on %s",
                      (long long)n, be->iface->name);
             return NULL;
         }
     }
-    return scratch[dev][slot].p;
+    return s->p;
 }
 
 static void scratch_trim(void) {
-    for (int d = 0; d < 2; d++)
+    for (int d = 0; d < MG_DEVICE_KINDS; d++)
         for (int i = 0; i < 2; i++)
-            if (scratch[d][i].bytes > SCRATCH_KEEP) scratch_release(d, i);
+            if (staging(d, i)->bytes > SCRATCH_KEEP) scratch_release(d, i);
 }
 
 /* The k padded pieces in `recv` (rank order, `vol` floats each, shape

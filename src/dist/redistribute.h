@@ -27,5 +27,7 @@ double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst);
  * differ only on mesh dims of size 1 (or not at all), so the local block is the
  * same tensor and the ops layer can hand out a view instead of a copy. */
 bool mg_redistribute_is_noop(const mg_spec *src, const mg_spec *dst);
+/* Frees the staging buffers the moves keep between calls (mg_finalize). */
+void mg_redistribute_release(void);
 
 #endif

@@ -1,13 +1,13 @@
 /* watchdog.c: the collective watchdog (see watchdog.h).
- * State: the outermost collective in progress (op, mesh dim, member ranks,
- * start time), behind one mutex. A detached thread, started on the first
- * collective with more than one rank, wakes once a second (every quarter of
- * a shorter timeout); when the collective in progress has run past the
- * timeout it prints the report, gives the other waiting ranks a moment to
- * print theirs, and calls MPI_Abort on MPI_COMM_WORLD (then _exit, should
- * that return).
+ * State (the context's `watchdog`): the outermost collective in progress (op,
+ * mesh dim, member ranks, start time), behind one mutex. A thread, started on
+ * the first collective with more than one rank, wakes once a second (every
+ * quarter of a shorter timeout); when the collective in progress has run past
+ * the timeout it prints the report, gives the other waiting ranks a moment to
+ * print theirs, and calls MPI_Abort on MPI_COMM_WORLD (then _exit, should that
+ * return). mg_watchdog_free stops the thread.
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
- * mg_watchdog_timeout. */
+ * mg_watchdog_timeout, mg_watchdog_free. */
 #include "dist/watchdog.h"
 
 #include <errno.h>
@@ -18,28 +18,34 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "context.h"
+
 #define DEFAULT_TIMEOUT 300.0
 #define MAX_REPORT 4096 /* the report line */
 #define MAX_LIST 1024   /* one list of ranks in it */
 
-static pthread_once_t config_once = PTHREAD_ONCE_INIT;
-static double timeout_s; /* 0 = disabled */
+/* The watchdog's state (the context's `watchdog`): the outermost collective in
+ * progress, behind `lock`, and the thread that watches it. */
+struct mg_watchdog {
+    double timeout_s; /* 0 = disabled */
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* mg_watchdog_free wakes the thread to stop it */
+    pthread_t thread;
+    int thread_started, stopping;
+    int depth; /* nesting of begin/end */
+    int armed; /* the outermost collective has peers to wait for */
+    int fired; /* the report was printed; the job is ending */
+    const char *op;
+    int dim;
+    const int *ranks;
+    int nranks;
+    double start;
+    int keyval; /* the MPI attribute caching what a communicator is */
+};
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int thread_started;
-static int depth;      /* nesting of begin/end */
-static int armed;      /* the outermost collective has peers to wait for */
-static int fired;      /* the report was printed; the job is ending */
-static const char *cur_op;
-static int cur_dim;
-static const int *cur_ranks;
-static int cur_nranks;
-static double cur_start;
-
-static void read_config(void) {
-    timeout_s = DEFAULT_TIMEOUT;
+static double read_timeout(void) {
     const char *env = getenv("MG_COLLECTIVE_TIMEOUT");
-    if (!env || !*env) return;
+    if (!env || !*env) return DEFAULT_TIMEOUT;
     char *end;
     errno = 0;
     double v = strtod(env, &end);
@@ -50,14 +56,46 @@ static void read_config(void) {
                 "meshgrad: warning: MG_COLLECTIVE_TIMEOUT='%s' is not a number of seconds "
                 "(0 disables the watchdog); using %g s\n",
                 env, DEFAULT_TIMEOUT);
-        return;
+        return DEFAULT_TIMEOUT;
     }
-    timeout_s = v;
+    return v;
+}
+
+/* The context's watchdog, made on first use (NULL when out of memory). */
+static struct mg_watchdog *watchdog(void) {
+    mg_context *c = mg_ctx();
+    if (c->watchdog) return c->watchdog;
+    struct mg_watchdog *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->timeout_s = read_timeout();
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    w->keyval = MPI_KEYVAL_INVALID;
+    return c->watchdog = w;
 }
 
 double mg_watchdog_timeout(void) {
-    pthread_once(&config_once, read_config);
-    return timeout_s;
+    struct mg_watchdog *w = watchdog();
+    return w ? w->timeout_s : 0;
+}
+
+void mg_watchdog_free(void) {
+    struct mg_watchdog *w = mg_ctx()->watchdog;
+    if (!w) return;
+    if (w->thread_started) {
+        pthread_mutex_lock(&w->lock);
+        w->stopping = 1;
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+    }
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (w->keyval != MPI_KEYVAL_INVALID && !finalized) MPI_Comm_free_keyval(&w->keyval);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+    mg_ctx()->watchdog = NULL;
 }
 
 static double now_s(void) {
@@ -85,25 +123,25 @@ static void format_ranks(char *buf, size_t len, const int *ranks, int n, int ski
 
 /* Called with the lock held, while the collective is still armed (its ranks
  * array is alive: the caller is blocked inside the collective). */
-static void format_report(char *out, size_t len, double waited) {
+static void format_report(const struct mg_watchdog *w, char *out, size_t len, double waited) {
     int me = 0;
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &me);
     char members[MAX_LIST], others[MAX_LIST], where[64];
-    format_ranks(members, sizeof members, cur_ranks, cur_nranks, -1);
-    format_ranks(others, sizeof others, cur_ranks, cur_nranks, me);
-    if (cur_dim >= 0)
-        snprintf(where, sizeof where, "on mesh dim %d", cur_dim);
-    else if (cur_dim == MG_WATCHDOG_WHOLE_MESH)
+    format_ranks(members, sizeof members, w->ranks, w->nranks, -1);
+    format_ranks(others, sizeof others, w->ranks, w->nranks, me);
+    if (w->dim >= 0)
+        snprintf(where, sizeof where, "on mesh dim %d", w->dim);
+    else if (w->dim == MG_WATCHDOG_WHOLE_MESH)
         snprintf(where, sizeof where, "on the whole mesh");
     else
-        snprintf(where, sizeof where, "on a communicator of %d ranks", cur_nranks);
+        snprintf(where, sizeof where, "on a communicator of %d ranks", w->nranks);
     snprintf(out, len,
              "meshgrad: error: collective %s %s (ranks %s) has not completed after %.0f s: "
              "rank(s) %s are not answering (rank %d waits for them; MG_COLLECTIVE_TIMEOUT=%g)\n",
-             cur_op, where, members, waited, others[0] ? others : "?", me, timeout_s);
+             w->op, where, members, waited, others[0] ? others : "?", me, w->timeout_s);
 }
 
 static void sleep_s(double s) {
@@ -112,66 +150,70 @@ static void sleep_s(double s) {
     }
 }
 
+/* Waits up to s seconds for mg_watchdog_free; called with the lock held. */
+static void wait_s(struct mg_watchdog *w, double s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double ns = (double)until.tv_nsec + s * 1e9;
+    until.tv_sec += (time_t)(ns / 1e9);
+    until.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    while (!w->stopping && pthread_cond_timedwait(&w->wake, &w->lock, &until) == 0) {
+    }
+}
+
 static void *watch(void *arg) {
-    (void)arg;
-    double poll = timeout_s / 4 < 1.0 ? timeout_s / 4 : 1.0;
+    struct mg_watchdog *w = arg;
+    double poll = w->timeout_s / 4 < 1.0 ? w->timeout_s / 4 : 1.0;
     if (poll < 0.05) poll = 0.05;
+    pthread_mutex_lock(&w->lock);
     for (;;) {
-        sleep_s(poll);
+        wait_s(w, poll);
+        if (w->stopping) break;
+        double waited = now_s() - w->start;
+        if (!w->armed || w->fired || waited < w->timeout_s) continue;
         char report[MAX_REPORT];
-        int fire = 0;
-        pthread_mutex_lock(&lock);
-        double waited = now_s() - cur_start;
-        if (armed && !fired && waited >= timeout_s) {
-            format_report(report, sizeof report, waited);
-            fired = fire = 1;
-        }
-        pthread_mutex_unlock(&lock);
-        if (!fire) continue;
+        format_report(w, report, sizeof report, waited);
+        w->fired = 1;
+        pthread_mutex_unlock(&w->lock);
         fputs(report, stderr);
         fflush(stderr);
         /* the other waiting ranks time out about now too: let their lines out */
-        sleep_s(timeout_s < 1.0 ? timeout_s : 1.0);
+        sleep_s(w->timeout_s < 1.0 ? w->timeout_s : 1.0);
         MPI_Abort(MPI_COMM_WORLD, 1);
         _exit(1);
     }
+    pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
-static void start_thread(void) {
-    pthread_attr_t attr;
-    pthread_t t;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, watch, NULL) != 0)
-        fprintf(stderr, "meshgrad: warning: cannot start the collective watchdog thread; a stalled "
-                        "collective will hang instead of ending the job\n");
-    pthread_attr_destroy(&attr);
-}
-
 void mg_watchdog_begin(const char *op, int mesh_dim, const int *ranks, int nranks) {
-    if (mg_watchdog_timeout() <= 0) return;
-    pthread_mutex_lock(&lock);
-    if (!thread_started && nranks > 1) { /* a one-rank job never needs it */
-        thread_started = 1;
-        start_thread();
+    struct mg_watchdog *w = watchdog();
+    if (!w || w->timeout_s <= 0) return;
+    pthread_mutex_lock(&w->lock);
+    if (!w->thread_started && nranks > 1) { /* a one-rank job never needs it */
+        if (pthread_create(&w->thread, NULL, watch, w) == 0)
+            w->thread_started = 1;
+        else
+            fprintf(stderr, "meshgrad: warning: cannot start the collective watchdog thread; a "
+                            "stalled collective will hang instead of ending the job\n");
     }
-    if (depth++ == 0) {
-        cur_op = op;
-        cur_dim = mesh_dim;
-        cur_ranks = ranks;
-        cur_nranks = nranks;
-        cur_start = now_s();
-        armed = nranks > 1;
+    if (w->depth++ == 0) {
+        w->op = op;
+        w->dim = mesh_dim;
+        w->ranks = ranks;
+        w->nranks = nranks;
+        w->start = now_s();
+        w->armed = nranks > 1;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&w->lock);
 }
 
 void mg_watchdog_end(void) {
-    if (mg_watchdog_timeout() <= 0) return;
-    pthread_mutex_lock(&lock);
-    if (depth > 0 && --depth == 0) armed = 0;
-    pthread_mutex_unlock(&lock);
+    struct mg_watchdog *w = mg_ctx()->watchdog;
+    if (!w || w->timeout_s <= 0) return;
+    pthread_mutex_lock(&w->lock);
+    if (w->depth > 0 && --w->depth == 0) w->armed = 0;
+    pthread_mutex_unlock(&w->lock);
 }
 
 /* ---- what a communicator is: cached on it as an attribute ---- */
@@ -181,8 +223,6 @@ typedef struct {
     int nranks;
     int ranks[]; /* world ranks of the members, in communicator order */
 } comm_info;
-
-static int keyval = MPI_KEYVAL_INVALID;
 
 static int free_info(MPI_Comm comm, int key, void *value, void *extra) {
     (void)comm, (void)key, (void)extra;
@@ -227,16 +267,17 @@ static comm_info *describe(MPI_Comm comm) {
 }
 
 void mg_watchdog_begin_comm(const char *op, MPI_Comm comm) {
-    if (mg_watchdog_timeout() <= 0) return;
+    struct mg_watchdog *w = watchdog();
+    if (!w || w->timeout_s <= 0) return;
     comm_info *info = NULL;
     int found = 0;
-    if (keyval == MPI_KEYVAL_INVALID)
-        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_info, &keyval, NULL);
-    if (keyval != MPI_KEYVAL_INVALID) {
-        MPI_Comm_get_attr(comm, keyval, &info, &found);
+    if (w->keyval == MPI_KEYVAL_INVALID)
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_info, &w->keyval, NULL);
+    if (w->keyval != MPI_KEYVAL_INVALID) {
+        MPI_Comm_get_attr(comm, w->keyval, &info, &found);
         if (!found || !info) {
             info = describe(comm);
-            if (info && MPI_Comm_set_attr(comm, keyval, info) != MPI_SUCCESS) {
+            if (info && MPI_Comm_set_attr(comm, w->keyval, info) != MPI_SUCCESS) {
                 free(info);
                 info = NULL;
             }

@@ -15,7 +15,7 @@
  * one every line names and none prints.
  *
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
- * mg_watchdog_timeout. */
+ * mg_watchdog_timeout, mg_watchdog_free. */
 #ifndef MG_WATCHDOG_H
 #define MG_WATCHDOG_H
 
@@ -30,6 +30,8 @@
 /* The timeout in seconds (MG_COLLECTIVE_TIMEOUT, parsed on the first call);
  * 0 when the watchdog is disabled. */
 double mg_watchdog_timeout(void);
+/* Stops the watchdog's thread and frees its state (mg_finalize). */
+void mg_watchdog_free(void);
 
 /* Arms the watchdog for one collective. `op` must be a string literal (it is
  * kept); `ranks` (world ranks of the members, nranks of them) is copied only

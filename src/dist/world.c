@@ -1,8 +1,12 @@
-/* init.c: starting and stopping meshgrad. mg_init starts MPI unless the program
- * already did (then mg_finalize leaves it running), and sets MPI_ERRORS_RETURN on
- * MPI_COMM_WORLD so that MPI failures come back as MG_ECOMM instead of aborting.
- * mg_finalize prints the collective counters on rank 0 when MG_COMM_DEBUG=1.
- * Exports (public): mg_init, mg_finalize, mg_rank, mg_world_size, mg_version. */
+/* world.c: the processes of a job. mg_init starts MPI unless the program
+ * already did (then mg_finalize leaves it running) and sets MPI_ERRORS_RETURN
+ * on MPI_COMM_WORLD so that MPI failures come back as MG_ECOMM instead of
+ * aborting; mg_finalize prints the collective counters on rank 0 when
+ * MG_COMM_DEBUG=1, frees the library's state (context.h) and stops MPI if it
+ * started it. mg_set_device gives every rank the same device kind, a GPU each
+ * (its rank on its node modulo the node's GPUs), or refuses on every rank.
+ * Exports (public): mg_init, mg_finalize, mg_rank, mg_world_size, mg_version,
+ * mg_set_device. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -12,7 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
+#include "context.h"
 #include "dist/comm.h"
+#include "dist/redistribute.h"
+#include "dist/reducer.h"
+#include "dist/watchdog.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -20,26 +29,24 @@
 #define PACKAGE_VERSION "0.1.0"
 #endif
 
-static int started;        /* mg_init succeeded */
-static int we_started_mpi; /* ... and called MPI_Init itself */
-
 int mg_init(int *argc, char ***argv) {
     int initialized = 0, finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized)
         return mg_error(MG_ESTATE, "mg_init: MPI was already finalized; call mg_init once, "
                                    "before mg_finalize");
-    if (started) return MG_OK;
+    mg_context *c = mg_ctx();
+    if (c->started) return MG_OK;
     MPI_Initialized(&initialized);
     if (!initialized) {
         int provided = 0;
         int err = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (err != MPI_SUCCESS)
             return mg_error(MG_ECOMM, "mg_init: MPI_Init failed (error %d)", err);
-        we_started_mpi = 1;
+        c->started_mpi = 1;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    started = 1;
+    c->started = 1;
     return MG_OK;
 }
 
@@ -50,25 +57,95 @@ void mg_finalize(void) {
     if (!initialized || finalized) return;
     const char *debug = getenv("MG_COMM_DEBUG");
     if (debug && strcmp(debug, "1") == 0 && mg_rank() == 0) mg_comm_stats_print(stderr);
+    int we_started_mpi = mg_ctx()->started_mpi;
+    mg_reducer_free();
+    mg_watchdog_free();
+    mg_redistribute_release();
+    mg_context_reset();
     if (we_started_mpi) MPI_Finalize();
-    started = 0;
-    we_started_mpi = 0;
+}
+
+static int mpi_running(void) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    return initialized && !finalized;
 }
 
 int mg_rank(void) {
-    int initialized = 0, finalized = 0, rank = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int rank = 0;
+    if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank;
 }
 
 int mg_world_size(void) {
-    int initialized = 0, finalized = 0, size = 1;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int size = 1;
+    if (mpi_running()) MPI_Comm_size(MPI_COMM_WORLD, &size);
     return size;
 }
 
 const char *mg_version(void) { return PACKAGE_VERSION; }
+
+/* ---- the device of every rank ---------------------------------------------------- */
+
+#ifdef MG_HAVE_CUDA
+/* This rank's rank and the number of ranks on its node. */
+static int node_rank(int *rank, int *size) {
+    MPI_Comm node;
+    int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (err != MPI_SUCCESS) {
+        char s[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        s[0] = '\0';
+        MPI_Error_string(err, s, &len);
+        return mg_error(MG_ECOMM, "CUDA: finding the ranks of this node failed: %s", s);
+    }
+    MPI_Comm_rank(node, rank);
+    MPI_Comm_size(node, size);
+    MPI_Comm_free(&node);
+    return MG_OK;
+}
+
+/* Collective: this rank's GPU is its rank on its node modulo the GPUs it sees;
+ * the backend is made on it (again on the same one: MG_OK). */
+static int cuda_start(void) {
+    int rank = 0, size = 1;
+    int rc = node_rank(&rank, &size); /* collective: every rank calls it, every time */
+    if (rc != MG_OK) return rc;
+    int count = mg_cuda_device_count();
+    if (count == 0)
+        return mg_error(MG_EDEVICE, "no CUDA device found on rank %d (no GPU, no driver, or "
+                                    "CUDA_VISIBLE_DEVICES hides them): run on the CPU "
+                                    "(--device cpu)", mg_rank());
+    if (size > count)
+        return mg_error(MG_EDEVICE, "%d ranks run on this node but it has %d GPU%s: NCCL needs one "
+                                    "GPU per rank; start at most %d rank%s per node",
+                        size, count, count == 1 ? "" : "s", count, count == 1 ? "" : "s");
+    return mg_cuda_backend_init(rank % count);
+}
+#endif
+
+int mg_set_device(int device) {
+    if (device == MG_DEVICE_CPU) return mg_device_use(MG_DEVICE_CPU);
+    if (device != MG_DEVICE_CUDA)
+        return mg_error(MG_EINVAL, "mg_set_device: unknown device %d (use MG_DEVICE_CPU or "
+                                   "MG_DEVICE_CUDA)", device);
+    if (!mpi_running()) return mg_error(MG_ESTATE, "mg_set_device: call mg_init first");
+#ifndef MG_HAVE_CUDA
+    return mg_error(MG_EDEVICE, "mg_set_device: this meshgrad was built without CUDA (configure "
+                                "found no nvcc, cuBLAS or NCCL): rebuild with --with-cuda, or run "
+                                "on the CPU");
+#else
+    int mine = cuda_start();
+    /* every rank must be on the same device kind, or the meshes would differ */
+    int where = -1;
+    int rc = mg_status_agree_rank(mine, &where);
+    if (rc != MG_OK) {
+        if (mine == MG_OK)
+            mg_error(rc, "mg_set_device: rank %d could not use a GPU (see its error); every rank "
+                         "stays on the CPU", where);
+        return rc;
+    }
+    return mg_device_use(MG_DEVICE_CUDA);
+#endif
+}

@@ -5,18 +5,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "array.h"
 #include "dist/mesh.h"
 #include "status.h"
 
 static const char *const model_names[] = {"mlp", "permute-mlp"};
 
 int mg_model_kind_parse(const char *text, mg_model_kind *kind) {
-    for (int k = 0; k < 2; k++)
-        if (strcmp(text, model_names[k]) == 0) {
-            *kind = (mg_model_kind)k;
-            return MG_OK;
-        }
-    return mg_error(MG_EINVAL, "unknown model '%s'; use mlp or permute-mlp", text);
+    int k = mg_name_find(text, model_names, 2);
+    if (k < 0) return mg_error(MG_EINVAL, "unknown model '%s'; use mlp or permute-mlp", text);
+    *kind = (mg_model_kind)k;
+    return MG_OK;
 }
 
 const char *mg_model_kind_name(mg_model_kind kind) { return model_names[kind]; }

@@ -1,0 +1,52 @@
+/* context.c: the process's one context (see context.h), and the arenas it
+ * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
+ * mg_gather_arena, mg_scratch_arena. */
+#include "context.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+
+/* The only process-wide variable of the library besides the per-thread error
+ * (status.c): the public API takes no context, so the process holds one. */
+static mg_context context;
+
+mg_context *mg_ctx(void) { return &context; }
+
+void mg_context_reset(void) {
+    for (int d = 0; d < MG_DEVICE_KINDS; d++) {
+        mg_arena_free(context.step[d]);
+        mg_arena_free(context.gather[d]);
+        mg_arena_free(context.scratch[d]);
+    }
+    free(context.comms);
+    free(context.copies);
+    free(context.graph);
+    free(context.uses);
+    memset(&context, 0, sizeof context);
+}
+
+/* The arena *slot of the current device, made on first use with `initial`
+ * bytes: host memory from the heap, device memory from the allocator its
+ * backend registered. */
+static mg_arena *device_arena(mg_arena **slot, size_t initial) {
+    int d = context.device;
+    mg_arena **a = &slot[d];
+    if (*a) return *a;
+    if (d == MG_DEVICE_CPU) {
+        *a = mg_arena_new(initial);
+    } else if (d > 0 && d < MG_DEVICE_KINDS && context.memory[d].alloc) {
+        *a = mg_arena_new_device(initial, &context.memory[d]);
+    } else {
+        mg_error(MG_EDEVICE, "arena: no memory for device %d (its backend has not started: "
+                             "call mg_set_device first)", d);
+    }
+    return *a;
+}
+
+/* The step arena starts at 1 MiB; the other two hold one tensor or so at a
+ * time and grow to what that needs. */
+mg_arena *mg_step_arena(void) { return device_arena(context.step, (size_t)1 << 20); }
+mg_arena *mg_gather_arena(void) { return device_arena(context.gather, (size_t)64 << 10); }
+mg_arena *mg_scratch_arena(void) { return device_arena(context.scratch, (size_t)64 << 10); }

@@ -1,0 +1,110 @@
+/* context.h: the library's state, in one place (ggml's context, llm.c's model
+ * struct). Every layer keeps what it must remember between calls here, in a
+ * member it owns and names below, instead of in file-scope variables: the
+ * arenas and device memory (this layer), the device choice and CPU threads
+ * (backend/), the comm registry, the gradient reducer and the watchdog (dist/),
+ * the tape and the parameter copies (ops/).
+ *
+ * The public API (meshgrad.h) takes no context argument, so a process has one:
+ * mg_ctx() returns it. Members of layers above this one are forward-declared
+ * pointers: this header includes nothing above src/. mg_finalize
+ * (dist/world.c) frees the upper layers' members, then mg_context_reset frees
+ * this layer's and zeroes the rest, so mg_init may start again.
+ *
+ * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena, mg_gather_arena,
+ * mg_scratch_arena. */
+#ifndef MG_CONTEXT_H
+#define MG_CONTEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "meshgrad.h"
+
+#define MG_DEVICE_KINDS 2 /* MG_DEVICE_CPU, MG_DEVICE_CUDA */
+
+struct mg_dtensor;
+struct mg_node;
+struct mg_comm;
+struct mg_reducer;
+struct mg_watchdog;
+
+/* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
+typedef struct {
+    void *p;
+    size_t bytes;
+} mg_staging;
+
+/* A leaf of the graph being walked, and how many contributions to its
+ * gradient are still to come (autograd/backward.c). */
+typedef struct {
+    struct mg_dtensor *leaf;
+    int remaining;
+} mg_leaf_uses;
+
+/* A parameter brought to other placements for use (ops/ops.c). */
+typedef struct {
+    struct mg_dtensor *copy, *param;
+    int held; /* its data is in the gather arena now (else given back) */
+} mg_param_copy_entry;
+
+struct mg_context {
+    /* ---- src/: memory ---- */
+    /* each device's memory; the CPU's is built in, a GPU backend registers its
+     * own when it starts (backend/cuda.cu) */
+    mg_device_memory memory[MG_DEVICE_KINDS];
+    /* per device: the step arena (a step's tensors and its tape), the gather
+     * arena (parameters gathered for use, ops/ops.c) and the scratch arena (a
+     * parameter's gradient on its way to the reducer, autograd/backward.c) */
+    mg_arena *step[MG_DEVICE_KINDS], *gather[MG_DEVICE_KINDS], *scratch[MG_DEVICE_KINDS];
+
+    /* ---- backend/ ---- */
+    int device;      /* where new tensors live (MG_DEVICE_*) */
+    int cpu_threads; /* of the CPU kernels; 0 until first set */
+
+    /* ---- dist/ ---- */
+    int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
+    int next_mesh_id;         /* mesh.c */
+    int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */
+    struct mg_comm **comms;   /* comm.c: live comms, whose counters mg_comm_stats sums */
+    int n_comms, cap_comms;
+    mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */
+    struct mg_reducer *reducer;           /* reducer.c */
+    struct mg_watchdog *watchdog;         /* watchdog.c */
+    mg_staging staging[MG_DEVICE_KINDS][2]; /* redistribute.c: per device, two buffers */
+
+    /* ---- autograd/ (backward.c; memory kept between steps) ---- */
+    int64_t walks;          /* backward passes so far: marks the nodes each one reached */
+    struct mg_node **graph; /* the nodes of the graph being walked */
+    int cap_graph;
+    mg_leaf_uses *uses;     /* its leaves, with the contributions each has to come */
+    int cap_uses;
+
+    /* ---- ops/ ---- */
+    int64_t tape_seq;          /* tape.c: the next node's sequence number */
+    int grad_disabled;         /* tape.c: no-grad mode (mg_set_grad_enabled(0)) */
+    mg_param_copy_entry *copies; /* ops.c: this step's parameter copies */
+    int n_copies, cap_copies;
+};
+typedef struct mg_context mg_context;
+
+/* The process's context. */
+mg_context *mg_ctx(void);
+/* The arenas of the current device (mg_get_device()), made on first use;
+ * NULL with a message when that device's backend has not registered its memory.
+ * - step: everything made during one training step (activations,
+ *   temporaries, graph nodes); mg_step_end resets it.
+ * - gather: parameters gathered for use (ops/ops.c); reset as soon as no
+ *   gathered copy is held, so it holds about one op's weights.
+ * - scratch: a parameter's gradient on its way into its gradient buffer
+ *   (autograd/backward.c); reset after every node of backward. */
+mg_arena *mg_step_arena(void);
+mg_arena *mg_gather_arena(void);
+mg_arena *mg_scratch_arena(void);
+
+/* Frees this layer's members (arenas, arrays) and zeroes the whole context;
+ * the layers above free theirs first (mg_finalize). */
+void mg_context_reset(void);
+
+#endif
