@@ -2,16 +2,18 @@
  * kernel -> record), the public mg_redistribute, and the op name table.
  * The ops themselves are in ops_shape.c (permute, expand, reshape, view),
  * ops_math.c (pointwise, reductions, losses) and ops_matmul.c (linear, matmul). */
-#include "ops.h"
+#include "ops/ops.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/tape.h"
+#include "array.h"
 #include "backend/backend.h"
+#include "context.h"
 #include "dist/mesh.h"
 #include "dist/redistribute.h"
+#include "ops/tape.h"
 #include "status.h"
 
 const char *const mg_op_names[MG_OP_COUNT] = {
@@ -31,8 +33,7 @@ const char *const mg_op_names[MG_OP_COUNT] = {
     [MG_OP_CROSS_ENTROPY] = "cross_entropy",
     [MG_OP_MSE] = "mse_loss",
 };
-static_assert(sizeof mg_op_names / sizeof mg_op_names[0] == MG_OP_COUNT,
-              "mg_op_names must name every op");
+static_assert(MG_OP_COUNT == 15, "mg_op changed: name the new op in mg_op_names");
 
 int mg_ops_dim(const char *who, int dim, int ndim) {
     int d = dim < 0 ? dim + ndim : dim;
@@ -76,6 +77,15 @@ mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *o
     return mg_tape_push(op, n, inputs, out);
 }
 
+/* y is x moved to other placements: recorded so that backward moves its
+ * gradient back. */
+static mg_node *record_redistribute(mg_dtensor *x, mg_dtensor *y) {
+    mg_node *node = mg_ops_record(MG_OP_REDISTRIBUTE, 1, &x, y);
+    if (node)
+        for (int m = 0; m < x->spec.mesh->ndim; m++) node->placements[m] = x->spec.p[m];
+    return node;
+}
+
 /* x moved to `target`, recorded so that backward moves its gradient back.
  * `share`: when no data moves (the specs differ only on mesh dims of size 1),
  * the result is a view of x's shard rather than a copy. */
@@ -88,11 +98,7 @@ static mg_dtensor *redistribute_recorded(const mg_dtensor *x, const mg_spec *tar
         return NULL;
     }
     mg_dtensor *y = mg_dtensor_make(target, local, mg_step_arena());
-    if (!y) return NULL;
-    mg_dtensor *in = (mg_dtensor *)x;
-    mg_node *node = mg_ops_record(MG_OP_REDISTRIBUTE, 1, &in, y);
-    if (node)
-        for (int m = 0; m < x->spec.mesh->ndim; m++) node->placements[m] = x->spec.p[m];
+    if (y) record_redistribute((mg_dtensor *)x, y);
     return y;
 }
 
@@ -113,75 +119,96 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
 /* ---- parameter copies ---------------------------------------------------------
  * A parameter brought to other placements for use (fsdp: a Shard(0) weight
  * gathered to Replicate, by mg_op_param_copy or by an op that takes the
- * parameter itself) is a "parameter copy": its data lives in the scratch arena
+ * parameter itself) is a "parameter copy": its data lives in the gather arena
  * and is given back as soon as an op starts that does not take it, so a step
  * holds about one op's gathered weights instead of all of them until backward.
- * A released copy is gathered again when something needs it: an op in the
- * forward pass (mg_ops_prepare) or its node in backward (the engine). */
-static mg_dtensor **held; /* grows to the most held at once; kept between steps */
-static int n_held, cap_held;
-static bool in_backward;
+ * A copy given back is gathered again when an op takes it (mg_ops_prepare),
+ * in the forward pass and in backward alike. The copies of this step are the
+ * context's `copies` (context.h). */
 
-void mg_ops_set_backward(bool on) { in_backward = on; }
+static mg_param_copy_entry *copy_entry(const mg_dtensor *t) {
+    mg_context *c = mg_ctx();
+    for (int i = c->n_copies - 1; i >= 0; i--)
+        if (c->copies[i].copy == t) return &c->copies[i];
+    return NULL;
+}
 
-int mg_ops_hold(mg_dtensor *t) {
-    if (n_held == cap_held) {
-        int cap = cap_held ? 2 * cap_held : 16;
-        mg_dtensor **h = realloc(held, (size_t)cap * sizeof *h);
-        if (!h) return mg_error(MG_ENOMEM, "ops: out of memory holding %d parameter copies", cap);
-        held = h;
-        cap_held = cap;
-    }
-    t->flags &= ~(unsigned)MG_DTENSOR_RELEASED;
-    held[n_held++] = t;
+mg_dtensor *mg_ops_param_of(const mg_dtensor *t) {
+    const mg_param_copy_entry *e = t ? copy_entry(t) : NULL;
+    return e ? e->param : NULL;
+}
+
+bool mg_ops_copy_released(const mg_dtensor *t) {
+    const mg_param_copy_entry *e = copy_entry(t);
+    return e && !e->held;
+}
+
+void mg_ops_step_end(void) {
+    mg_ctx()->n_copies = 0;
+    mg_arena_reset(mg_gather_arena());
+}
+
+static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
+    mg_context *c = mg_ctx();
+    int rc = mg_array_grow((void **)&c->copies, &c->cap_copies, c->n_copies + 1, sizeof *c->copies,
+                           "parameter copies");
+    if (rc != MG_OK) return rc;
+    c->copies[c->n_copies++] = (mg_param_copy_entry){copy, param, held};
     return MG_OK;
 }
 
-/* Releases the held copies that are not among xs; resets the scratch arena
- * when none is left. */
-void mg_ops_release_except(const mg_dtensor *const *xs, int n) {
-    int kept = 0;
-    for (int i = 0; i < n_held; i++) {
+/* Gives back the held copies that are not among xs; the gather arena is reset
+ * once none is held. */
+static void release_except(const mg_dtensor *const *xs, int n) {
+    mg_context *c = mg_ctx();
+    int held = 0;
+    for (int i = 0; i < c->n_copies; i++) {
+        mg_param_copy_entry *e = &c->copies[i];
+        if (!e->held) continue;
         bool used = false;
-        for (int j = 0; j < n; j++) used |= xs[j] == held[i];
-        if (used) held[kept++] = held[i];
-        else held[i]->flags |= MG_DTENSOR_RELEASED;
+        for (int j = 0; j < n; j++) used |= xs[j] == e->copy;
+        e->held = used;
+        held += used;
     }
-    n_held = kept;
-    if (!n_held) mg_arena_reset(mg_scratch_arena());
+    if (!held) mg_arena_reset(mg_gather_arena());
 }
 
-void mg_ops_release_scratch(void) { mg_ops_release_except(NULL, 0); }
-
-int mg_ops_regather(mg_dtensor *t) {
-    const mg_dtensor *param = t->param_source;
+/* `param` brought to `spec`: data from the gather arena, header from the step arena. */
+static mg_tensor *gather(const mg_dtensor *param, const mg_spec *spec) {
     mg_arena *step = mg_step_arena();
+    mg_arena *was = mg_arena_redirect_data(step, mg_gather_arena());
     mg_tensor *local = NULL;
-    mg_arena_redirect_data(step, mg_scratch_arena());
-    int rc = mg_redistribute_local(&param->spec, param->local, &t->spec, &local, step);
-    mg_arena_redirect_data(step, NULL);
-    if (rc != MG_OK) return rc;
-    t->local = local;
-    return mg_ops_hold(t);
+    int rc = mg_redistribute_local(&param->spec, param->local, spec, &local, step);
+    mg_arena_redirect_data(step, was);
+    return rc == MG_OK ? local : NULL;
+}
+
+static int regather(mg_param_copy_entry *e) {
+    mg_tensor *local = gather(e->param, &e->copy->spec);
+    if (!local) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    e->copy->local = local;
+    e->held = 1;
+    return MG_OK;
 }
 
 static bool is_param(const mg_dtensor *t) { return !t->node && t->requires_grad; }
 
 mg_dtensor *mg_op_param_copy(const mg_dtensor *param, const mg_spec *target) {
     if (mg_spec_equal(&param->spec, target)) return (mg_dtensor *)param;
-    if (in_backward) return redistribute_recorded(param, target, true); /* step arena */
     /* where no data moves (mesh dims of size 1) the copy is a view of the
      * parameter: nothing to give back, but backward still sends its gradient
      * straight to the parameter */
     bool view = mg_redistribute_is_noop(&param->spec, target);
-    mg_arena *step = mg_step_arena();
-    if (!view) mg_arena_redirect_data(step, mg_scratch_arena());
-    mg_dtensor *y = redistribute_recorded(param, target, view);
-    mg_arena_redirect_data(step, NULL);
+    mg_dtensor *y;
+    if (view) {
+        y = redistribute_recorded(param, target, true);
+    } else {
+        mg_tensor *local = gather(param, target);
+        y = local ? mg_dtensor_make(target, local, mg_step_arena()) : NULL;
+        if (y) record_redistribute((mg_dtensor *)param, y);
+    }
     if (!y) return NULL;
-    y->flags |= MG_DTENSOR_PARAM_COPY;
-    y->param_source = (mg_dtensor *)param;
-    return view || mg_ops_hold(y) == MG_OK ? y : NULL;
+    return add_copy(y, (mg_dtensor *)param, !view) == MG_OK ? y : NULL;
 }
 
 int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_dtensor *const *xs,
@@ -191,12 +218,10 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
     for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
     int rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());
-    if (!in_backward) {
-        mg_ops_release_except(xs, n); /* copies the earlier ops used, not this one */
-        for (int i = 0; i < n; i++)
-            if (xs[i] && (xs[i]->flags & MG_DTENSOR_RELEASED) &&
-                (rc = mg_ops_regather((mg_dtensor *)xs[i])) != MG_OK)
-                return rc;
+    release_except(xs, n); /* copies the earlier ops used, not this one */
+    for (int i = 0; i < n; i++) {
+        mg_param_copy_entry *e = xs[i] ? copy_entry(xs[i]) : NULL;
+        if (e && !e->held && (rc = regather(e)) != MG_OK) return rc;
     }
     for (int i = 0; i < n; i++) {
         xs_out[i] = NULL;

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 
+#include "context.h"
 #include "dist/dtensor.h"
 #include "dist/rules.h"
 
@@ -75,21 +76,18 @@ mg_dtensor *mg_ops_output(const mg_spec *spec);
 /* Records a node when gradients are on and any input wants one. */
 struct mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *out);
 /* Parameter copies (ops.c): a parameter (a leaf that requires grad) brought to
- * `target` for use, with its data in the scratch arena, given back when an op
- * starts that does not take it and gathered again when needed. Recorded like
- * mg_op_redistribute. The plans (nn/param.c) use it for fsdp's gathers; ops
- * use it for parameters they are handed directly. */
+ * `target` for use, with its data in the gather arena, given back when an op
+ * starts that does not take it and gathered again when an op takes it.
+ * Recorded like mg_op_redistribute. The plans (nn/param.c) use it for fsdp's
+ * gathers; ops use it for parameters they are handed directly. */
 mg_dtensor *mg_op_param_copy(const mg_dtensor *param, const mg_spec *target);
-/* The engine's side: hold a copy (it is in use), gather a released one again
- * (held after), release every held one and reset the scratch arena. While the
- * engine runs (mg_ops_set_backward(true)) ops leave the scratch arena alone. */
-int mg_ops_hold(mg_dtensor *t);
-int mg_ops_regather(mg_dtensor *t);
-void mg_ops_release_scratch(void);
-/* releases the held copies other than xs[0..n) (NULL entries allowed); the
- * scratch arena is reset once none is held */
-void mg_ops_release_except(const mg_dtensor *const *xs, int n);
-void mg_ops_set_backward(bool on);
+/* The parameter behind a parameter copy of this step, or NULL: backward sends
+ * a copy's gradient to its parameter. */
+mg_dtensor *mg_ops_param_of(const mg_dtensor *t);
+/* t is a parameter copy whose data was given back (until an op takes it). */
+bool mg_ops_copy_released(const mg_dtensor *t);
+/* The step ends (mg_step_end): its copies are forgotten. */
+void mg_ops_step_end(void);
 /* normalizes a possibly negative dim; -1 and a message naming `who` when out of range */
 int mg_ops_dim(const char *who, int dim, int ndim);
 

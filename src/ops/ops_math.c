@@ -5,11 +5,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "autograd/tape.h"
+#include "ops/tape.h"
 #include "backend/backend.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "status.h"
 
 static mg_backend *backend(const mg_dtensor *t) { return mg_backend_of(t->local); }

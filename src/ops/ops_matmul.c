@@ -7,10 +7,10 @@
  * with transpose flags (no transposed copies). */
 #include <string.h>
 
-#include "autograd/tape.h"
+#include "ops/tape.h"
 #include "backend/backend.h"
 #include "dist/mesh.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "status.h"
 
 enum { LABEL_M = 100, LABEL_K, LABEL_N };

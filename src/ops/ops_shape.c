@@ -4,10 +4,10 @@
  * an input's local shape. */
 #include <string.h>
 
-#include "autograd/tape.h"
+#include "ops/tape.h"
 #include "backend/backend.h"
 #include "dist/mesh.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "status.h"
 
 mg_dtensor *mg_permute(const mg_dtensor *x, const int *perm) {
