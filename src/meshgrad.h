@@ -129,6 +129,16 @@ mg_dtensor *mg_grad(const mg_dtensor *);
 int mg_zero_grad(mg_dtensor *);
 int mg_grad_enabled(void);
 int mg_set_grad_enabled(int on); /* returns the previous setting (no-grad mode) */
+/* Gradient accumulation over micro-batches (PyTorch's no_sync): any number of
+ * forward/backward pairs may run before mg_step_end, and their gradients add
+ * up. With sync off, mg_backward leaves each data-parallel gradient as this
+ * rank's addend (no communication); turn it on again before the last
+ * micro-batch's backward, which adds its part and sums across ranks once.
+ * mg_grad always returns the whole gradient (summing, collectively, what is
+ * left). Fully sharded gradients are reduce-scattered at every backward, so
+ * they stay sharded. Returns the previous setting (on at the start). */
+int mg_set_grad_sync(int on);
+int mg_grad_sync(void);
 /* Ends a step: frees every tensor made by ops since the last call, and the graph. */
 void mg_step_end(void);
 

@@ -3,15 +3,17 @@
  * Partial, no communication) in the same process:
  * - fsdp parameter copies (mg_op_param_copy, as nn/param.c uses it): gradients,
  *   their Shard(0) placement, gathered weights kept out of the step arena and
- *   the scratch arena holding a few layers, not all; a copy released between two
+ *   the gather and scratch arenas holding a few layers, not all; a copy released between two
  *   ops and gathered again; an eval forward in no-grad mode;
  * - lazy zero: after mg_zero_grad a backward gives that step's gradient only,
  *   mg_grad with no backward gives zeros, a parameter used twice gets both
  *   contributions (also when the first one's all-reduce is still in flight);
  * - buckets: ~30 small data-parallel gradients are packed into one all-reduce,
  *   the large ones get one each;
+ * - micro-batches: sums off for all but the last backward (mg_set_grad_sync),
+ *   several graphs in one step, a peek with mg_grad in between;
  * - a Shard(0) parameter handed straight to mg_linear (the seed program's way).
- * The fsdp case runs first: the scratch arena keeps its capacity between tests. */
+ * The fsdp case runs first: the arenas keep their capacity between tests. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +23,7 @@
 #include "dist/mesh.h"
 #include "dist/placement.h"
 #include "meshgrad.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "testutil.h"
 
 #define RTOL 1e-5
@@ -108,12 +110,13 @@ START_TEST(fsdp_param_copies) {
     mg_assert_all(loss != NULL, "fsdp forward: %s", mg_last_error());
     mg_assert_all(mg_backward(loss) == MG_OK, "fsdp backward: %s", mg_last_error());
     size_t used = mg_arena_used(mg_step_arena());
-    size_t cap = mg_arena_capacity(mg_scratch_arena());
+    size_t gather = mg_arena_capacity(mg_gather_arena()), scratch = mg_arena_capacity(mg_scratch_arena());
+    size_t cap = gather + scratch;
     mg_assert_all(used < 2 * layer, "step arena holds %zu bytes after backward (a layer is %zu)",
                   used, layer);
     mg_assert_all(cap <= 3 * layer + ((size_t)1 << 20),
-                  "scratch arena capacity %zu bytes: more than 3 layers of %zu + 1 MiB", cap,
-                  layer);
+                  "gather + scratch arena capacity %zu + %zu bytes: more than 3 layers of %zu + 1 MiB",
+                  gather, scratch, layer);
     mg_tensor *lf = mg_full_tensor(loss);
     float loss_fsdp = mg_tensor_data(lf)[0];
     mg_tensor_free(lf);
@@ -141,7 +144,7 @@ START_TEST(fsdp_param_copies) {
     int64_t ag0 = calls(MG_COLL_ALL_GATHER);
     mg_dtensor *c = use_replicated(ws[0]);
     mg_dtensor *h = mg_relu(mg_linear(x, c, NULL));
-    mg_assert_all(world == 1 || (c && (c->flags & MG_DTENSOR_RELEASED)),
+    mg_assert_all(world == 1 || (c && mg_ops_copy_released(c)),
                   "the copy was not released by an op that does not take it");
     h = mg_linear(h, c, NULL);
     int64_t gathers = calls(MG_COLL_ALL_GATHER) - ag0;
@@ -349,6 +352,75 @@ START_TEST(small_gradients_packed) {
 }
 END_TEST
 
+/* ---- micro-batches ------------------------------------------------------------ */
+
+enum { MICRO = 3 };
+
+/* The chain on MICRO micro-batches of BATCH rows, in one step (no mg_step_end
+ * between them: one graph each), with data-parallel sums off but for the
+ * last: no all-reduce until the last backward, which runs as many as one
+ * backward of one batch does; the gradients equal the Replicate model's
+ * accumulated over the same micro-batches. mg_grad in between sums what is
+ * there (and nothing is counted twice after it); a second backward through a
+ * consumed graph is refused and changes nothing. */
+START_TEST(micro_batches) {
+    mg_mesh *mesh = mesh1d();
+    char msg[256] = "";
+    mg_dtensor *ps[NPARAM], *rs[NPARAM], *x[MICRO], *xr[MICRO], *loss[MICRO];
+    make_chain(mesh, ps);
+    make_chain(mesh, rs);
+    for (int m = 0; m < MICRO; m++) {
+        x[m] = leaf(mesh, 2, (int64_t[]){BATCH, IN}, MG_SHARD(0), 30 + (uint64_t)m, 1.0f, 0.0f);
+        xr[m] = leaf(mesh, 2, (int64_t[]){BATCH, IN}, MG_REPLICATE, 30 + (uint64_t)m, 1.0f, 0.0f);
+    }
+    for (int peek = 0; peek < 2; peek++) {
+        for (int i = 0; i < NPARAM; i++) {
+            mg_zero_grad(ps[i]);
+            mg_zero_grad(rs[i]);
+        }
+        mg_assert_all(mg_grad_sync() == 1, "gradient sync is not on at the start");
+        for (int m = 0; m < MICRO; m++) {
+            int last = m == MICRO - 1;
+            mg_assert_all(mg_set_grad_sync(last) == (m == 0), "micro-batch %d: previous sync setting", m);
+            loss[m] = chain_loss(x[m], ps);
+            mg_assert_all(loss[m] != NULL, "micro-batch %d forward: %s", m, mg_last_error());
+            int64_t ar0 = calls(MG_COLL_ALL_REDUCE);
+            mg_assert_all(mg_backward(loss[m]) == MG_OK, "micro-batch %d: %s", m, mg_last_error());
+            int64_t ar = calls(MG_COLL_ALL_REDUCE) - ar0;
+            int64_t want = last && world > 1 ? 2 + 1 : 0; /* the two large ones, one pack */
+            mg_assert_all(ar == want, "micro-batch %d: backward ran %lld all-reduces, want %lld", m,
+                          (long long)ar, (long long)want);
+            mg_assert_all(mg_backward(chain_loss(xr[m], rs)) == MG_OK, "reference: %s", mg_last_error());
+            if (peek && m == 1) /* the sum of the first two, summed across ranks now */
+                for (int i = 0; i < NPARAM; i++)
+                    mg_assert_all(mg_test_same_full(mg_grad(ps[i]), mg_grad(rs[i]), RTOL, msg, sizeof msg),
+                                  "peek after micro-batch %d, parameter %d: %s", m, i, msg);
+        }
+        for (int i = 0; i < NPARAM; i++)
+            mg_assert_all(mg_test_same_full(mg_grad(ps[i]), mg_grad(rs[i]), RTOL, msg, sizeof msg),
+                          "%s: parameter %d after %d micro-batches: %s", peek ? "peeked" : "plain", i,
+                          MICRO, msg);
+        /* a consumed graph again: refused, nothing added */
+        mg_assert_all(mg_backward(loss[0]) != MG_OK && strstr(mg_last_error(), "freed"),
+                      "a second backward through micro-batch 0 was not refused: %s", mg_last_error());
+        for (int i = 0; i < NPARAM; i++)
+            mg_assert_all(mg_test_same_full(mg_grad(ps[i]), mg_grad(rs[i]), RTOL, msg, sizeof msg),
+                          "parameter %d after a refused backward: %s", i, msg);
+        mg_step_end();
+    }
+    mg_assert_all(mg_grad_sync() == 1, "gradient sync is not on at the end");
+    for (int i = 0; i < NPARAM; i++) {
+        mg_dtensor_free(ps[i]);
+        mg_dtensor_free(rs[i]);
+    }
+    for (int m = 0; m < MICRO; m++) {
+        mg_dtensor_free(x[m]);
+        mg_dtensor_free(xr[m]);
+    }
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 /* ---- a parameter handed straight to an op ----------------------------------- */
 
 START_TEST(direct_sharded_parameter) {
@@ -388,8 +460,12 @@ START_TEST(direct_sharded_parameter) {
 }
 END_TEST
 
-/* A test that failed part way (no-fork mode) leaves its tape behind: start clean. */
-static void clean_step(void) { mg_step_end(); }
+/* A test that failed part way (no-fork mode) leaves its tape behind, or sums
+ * off: start clean. */
+static void clean_step(void) {
+    mg_step_end();
+    mg_set_grad_sync(1);
+}
 
 int main(int argc, char **argv) {
     if (mg_init(&argc, &argv) != MG_OK) return 1;
@@ -400,6 +476,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, fsdp_param_copies); /* first: see the file comment */
     tcase_add_test(tc, lazy_zero);
     tcase_add_test(tc, small_gradients_packed);
+    tcase_add_test(tc, micro_batches);
     tcase_add_test(tc, direct_sharded_parameter);
     suite_add_tcase(s, tc);
     int rc = mg_test_run_mpi(s);

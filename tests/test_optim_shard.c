@@ -9,7 +9,7 @@
  * state after every step. It also checks the path really taken: fc1.weight's
  * value and state in shared memory and its shard_dim (-1 at 1 rank), the
  * gradient left in parts by the second and later backward passes (rows of
- * the sum for a weight whole on every rank, autograd/grad_rows.h; each rank's
+ * the sum for a weight whole on every rank, dist/reducer_rows.h; each rank's
  * unsummed part for a tp-sharded one), value and state one copy that every
  * rank maps (so bitwise equal), the small parameters unsplit:
  * - SGD with momentum and weight decay;
@@ -25,10 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/grad_sync.h"
 #include "dist/comm.h"
 #include "dist/dtensor.h"
 #include "dist/mesh.h"
+#include "dist/reducer.h"
+#include "dist/reducer_buckets.h"
 #include "meshgrad.h"
 #include "nn/optim.h"
 #include "nn/param.h"
@@ -223,16 +224,16 @@ static void check_split(model *m, int dim, const char *what, int s) {
                   p->shard_dim, dim);
     for (int i = B1; i < NPARAM; i++) {
         const mg_param *q = &m->t.p[i];
-        mg_assert_all(q->shard_dim == -1 && !(q->value->flags & MG_DTENSOR_GRAD_DEFER),
+        mg_assert_all(q->shard_dim == -1 && !mg_reducer_deferred(q->value),
                       "%s step %d: the small %s was split", what, s, q->name);
     }
     if (dim < 0) {
-        mg_assert_all(!(p->value->flags & MG_DTENSOR_ONE_COPY),
+        mg_assert_all(!p->one_copy,
                       "%s step %d: fc1.weight not split but kept once per node", what, s);
         return;
     }
     mg_comm *c = m->mesh->dim_comm[dim];
-    mg_assert_all((p->value->flags & MG_DTENSOR_GRAD_DEFER) && (p->value->flags & MG_DTENSOR_ONE_COPY),
+    mg_assert_all(mg_reducer_deferred(p->value) && p->one_copy,
                   "%s step %d: fc1.weight not deferred and kept once per node", what, s);
     mg_assert_all(shared_one(c, p->value->local), "%s step %d: fc1.weight's value not in shared memory",
                   what, s);
@@ -260,26 +261,26 @@ static void both_step(model *m, model *ref, float lr, int dim, const char *what,
  * exactly when it is split, from the first step on (the optimizer marked it
  * when it made its state, so every step, a resumed run's first one included,
  * computes the same way). The parts are rows
- * of the sum (grad_rows.h) when the weight is whole on every rank, else each
+ * of the sum (reducer_rows.h) when the weight is whole on every rank, else each
  * rank's unsummed partial gradient (a tp-sharded weight). */
+static const char *form_name(mg_grad_form form) {
+    return form == MG_GRAD_ROWS ? "rows of the sum" : form == MG_GRAD_LOCAL ? "unsummed" : "summed";
+}
+
 static void check_unsummed(model *m, int dim, const char *what, int s) {
     mg_dtensor *v = m->t.p[W1].value;
-    int want = dim >= 0, whole = 1;
-    (void)s;
+    int want = dim >= 0, whole = 1, have_dim = -1;
     for (int d = 0; d < m->mesh->ndim; d++)
         if (m->mesh->shape[d] > 1 && v->spec.p[d].kind != MG_PLACE_REPLICATE) whole = 0;
-    unsigned form = whole ? MG_DTENSOR_GRAD_ROWS : MG_DTENSOR_GRAD_UNSUMMED;
-    unsigned have = v->flags & MG_DTENSOR_GRAD_PARTS;
-    const char *name = have == MG_DTENSOR_GRAD_ROWS       ? "rows of the sum"
-                       : have == MG_DTENSOR_GRAD_UNSUMMED ? "unsummed"
-                       : have                             ? "both rows and unsummed"
-                                                          : "summed";
-    mg_assert_all(have == (want ? form : 0u), "%s step %d: fc1.weight's gradient %s, want %s", what,
-                  s, name, !want ? "summed" : whole ? "rows of the sum" : "unsummed");
-    mg_assert_all(!want || v->grad_dim == dim, "%s step %d: split over dim %d, want %d", what, s,
-                  v->grad_dim, dim);
+    mg_grad_form form = whole ? MG_GRAD_ROWS : MG_GRAD_LOCAL;
+    mg_grad_form have = mg_reducer_form(v, &have_dim);
+    int parts = mg_param_grad_in_parts(&m->t.p[W1]);
+    mg_assert_all(want ? have == form : !parts, "%s step %d: fc1.weight's gradient %s, want %s",
+                  what, s, form_name(have), !want ? "summed" : form_name(form));
+    mg_assert_all(!want || have_dim == dim, "%s step %d: split over dim %d, want %d", what, s,
+                  have_dim, dim);
     for (int i = B1; i < NPARAM; i++)
-        mg_assert_all(!(m->t.p[i].value->flags & MG_DTENSOR_GRAD_PARTS),
+        mg_assert_all(!mg_param_grad_in_parts(&m->t.p[i]),
                       "%s step %d: the small %s left unsummed", what, s, m->t.p[i].name);
 }
 
@@ -371,7 +372,7 @@ START_TEST(grad_before_and_after_step) {
         mg_assert_all(g != NULL, "mg_grad: %s", mg_last_error());
         mg_assert_all(g == a.t.p[W1].value->grad,
                       "mg_grad returned another tensor than the gradient buffer");
-        mg_assert_all(!(a.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS),
+        mg_assert_all(!mg_param_grad_in_parts(&a.t.p[W1]),
                       "step %d: still unsummed after mg_grad", s);
         mg_assert_all(mg_test_same_full(g, gr, RTOL, msg, sizeof msg),
                       "step %d: mg_grad before the step: %s", s, msg);
@@ -529,11 +530,16 @@ START_TEST(weight_used_twice) {
             zero_grads(&ref);
             backward_reg(&m, s, 0, BATCH, 1.0f, s ? reg : 0);
             backward_reg(&ref, s, 0, BATCH, 1.0f, s ? reg : 0);
-            /* the linear's rows come last without the penalty or when it is reached first */
-            unsigned want = dp_dim() >= 0 && (s == 0 || reg == 1) ? MG_DTENSOR_GRAD_ROWS : 0u;
-            mg_assert_all((m.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS) == want,
-                          "%s, step %d: fc1.weight's gradient flags 0x%x, want 0x%x", what, s,
-                          m.t.p[W1].value->flags & MG_DTENSOR_GRAD_PARTS, want);
+            /* the linear's contribution, when it is the last one (without the
+             * penalty, or with the penalty reached first), gives rows of the
+             * sum; when the penalty's comes last, the two are added locally
+             * and the sum is left to the step */
+            mg_grad_form want = dp_dim() < 0                ? MG_GRAD_FULL
+                                : (s == 0 || reg == 1) ? MG_GRAD_ROWS
+                                                        : MG_GRAD_LOCAL;
+            mg_grad_form have = mg_reducer_form(m.t.p[W1].value, NULL);
+            mg_assert_all(have == want, "%s, step %d: fc1.weight's gradient %s, want %s", what, s,
+                          form_name(have), form_name(want));
             both_step(&m, &ref, 0.1f, dp_dim(), what, s);
         }
         free_models(&m, &ref, NULL);

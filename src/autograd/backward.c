@@ -1,195 +1,119 @@
 /* backward.c: the backward engine and the gradient calls of meshgrad.h:
  * mg_backward, mg_grad, mg_zero_grad, mg_set_requires_grad, mg_step_end.
  *
- * mg_backward(loss) seeds d loss = 1 (Replicate) and walks the tape from the
- * loss's node back to the start. At each node reached by a gradient:
- *  1. parameters the op gathered for itself (ops.c released them after the
- *     forward op) are gathered again, into the scratch arena;
- *  2. the gradients of its other inputs are computed (step arena) and summed
- *     into those inputs' gradients, at the first one's spec;
- *  3. each parameter's gradient is computed on its own, in the scratch arena,
- *     and brought to the parameter's placement (a Partial placement becomes
- *     Replicate; a gathered parameter goes back through the mirror of its
- *     gather, e.g. a reduce-scatter) straight into the parameter's gradient
- *     buffer: when that buffer counts as zero (mg_zero_grad), the last kernel
- *     writes into it directly (an arena hint), else the result is added.
- *     A data-parallel all-reduce is not waited for: grad_sync.c starts it in
- *     buckets and it completes while later nodes run, before mg_backward
- *     returns. A parameter whose optimizer sums the gradient itself
- *     (MG_DTENSOR_GRAD_DEFER, nn/optim_shard.h) keeps this rank's part,
- *     marked MG_DTENSOR_GRAD_UNSUMMED, and mg_grad sums it when asked; if it
- *     is a linear's weight, each rank computes its rows of the sum instead
- *     (MG_DTENSOR_GRAD_ROWS, grad_rows.h), and mg_grad gathers them;
- *  4. the scratch arena is reset: it only ever holds one node's worth.
- * Visited nodes are marked freed: a second backward through them is refused. */
+ * mg_backward(loss) walks the loss's own graph: the nodes reachable from the
+ * loss through their inputs (a parameter copy counts as its parameter, ops.h),
+ * in descending recording order, so a node runs after every node that used its
+ * output. A step may record any number of graphs (micro-batches, several
+ * losses): each backward walks only its own, and refuses, changing nothing, a
+ * graph an earlier backward consumed. At each node reached by a gradient:
+ *  1. the gradients of its inputs that are not leaves are computed (their
+ *     VJPs, in the step arena) and summed into those inputs' gradients, at the
+ *     first contribution's spec;
+ *  2. each leaf input (a tensor that requires grad, or a parameter copy) has
+ *     its contribution handed to the gradient reducer (dist/reducer.h), which
+ *     asks for it in the form it wants, computed in the scratch arena, and is
+ *     told which contribution is the leaf's last in this graph;
+ *  3. the scratch arena is reset and the reducer polled.
+ * What happens to a leaf's gradient after that is the reducer's business; it
+ * has finished its sums when mg_backward returns. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/grad_rows.h"
-#include "autograd/grad_sync.h"
-#include "autograd/tape.h"
+#include "array.h"
 #include "autograd/vjp.h"
 #include "backend/backend.h"
-#include "dist/comm.h"
-#include "dist/mesh.h"
-#include "ops.h"
+#include "context.h"
+#include "dist/reducer.h"
+#include "ops/ops.h"
+#include "ops/tape.h"
 #include "status.h"
 
-/* The parameter behind t: t itself (a leaf that requires grad), or the
- * parameter of a parameter copy (ops.h); NULL for anything else. */
-static mg_dtensor *param_of(mg_dtensor *t) {
+/* The leaf behind input t: t itself (a leaf that requires grad), or the
+ * parameter of a parameter copy; NULL for anything else. */
+static mg_dtensor *leaf_of(mg_dtensor *t) {
     if (!t->node) return t->requires_grad ? t : NULL;
-    if (t->flags & MG_DTENSOR_PARAM_COPY) return t->param_source;
-    return NULL;
+    return mg_ops_param_of(t);
 }
 
-static int check_shape(const mg_dtensor *t, const mg_dtensor *g) {
-    if (mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) return MG_OK;
-    char a[96], b[96];
-    return mg_error(MG_ESTATE, "backward: gradient of shape %s for a tensor of shape %s",
-                    mg_shape_format(a, sizeof a, g->spec.ndim, g->spec.shape),
-                    mg_shape_format(b, sizeof b, t->spec.ndim, t->spec.shape));
-}
+/* ---- the graph --------------------------------------------------------------------- */
 
-/* A leaf's gradient lives at the leaf's placements, Partial made Replicate. */
-static mg_spec grad_spec(const mg_dtensor *t) {
-    mg_spec target = t->spec;
-    for (int m = 0; m < target.mesh->ndim; m++)
-        if (target.p[m].kind == MG_PLACE_PARTIAL) target.p[m] = MG_REPLICATE;
-    return target;
-}
-
-/* The leaf's gradient buffer, made on first use (uninitialized, counting as zero). */
-static int grad_buffer(mg_dtensor *t) {
-    if (t->grad) return MG_OK;
-    mg_spec target = grad_spec(t);
-    mg_arena *arena = (t->flags & MG_DTENSOR_HEAP) ? NULL : mg_step_arena();
-    int64_t local[MG_MAX_DIMS];
-    mg_spec_local(&target, NULL, local, NULL);
-    mg_tensor *buf = mg_tensor_alloc(arena, target.ndim, local);
-    if (!buf) return mg_last_code();
-    t->grad = mg_dtensor_make(&target, buf, arena);
-    if (!t->grad) return mg_last_code();
-    t->flags |= MG_DTENSOR_GRAD_ZERO;
-    return MG_OK;
-}
-
-/* from equals to except for mesh dims that are Partial in `from` and Replicate
- * in `to`: the local blocks then have the same shape and an all-reduce over
- * those dims turns one into the other. */
-static bool partial_only(const mg_spec *from, const mg_spec *to) {
-    for (int m = 0; m < from->mesh->ndim; m++) {
-        if (mg_placement_equal(from->p[m], to->p[m])) continue;
-        if (from->p[m].kind != MG_PLACE_PARTIAL || to->p[m].kind != MG_PLACE_REPLICATE) return false;
-    }
-    return true;
-}
-
-/* A large CPU gradient summed over one comm lives in memory the comm can sum
- * without copies (a shared window when the ranks share a node, comm_shm.h).
- * It moves there the first time it is summed, so every step, the first one
- * included, sums it the same way (a resumed run continues bit for bit). The
- * move allocates collectively: every rank reaches it at the same node.
- * 1: the buffer is there; 0: it stays where it is (no shared memory here, or
- * not ours to move); negative: an error. */
-static int share_grad(mg_tensor *buf, mg_comm *comm) {
-    if (mg_comm_shared_peer(comm, buf->data, buf->numel, 0)) return 1;
-    if (buf->device != MG_DEVICE_CPU || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
-        buf->numel < MG_GRAD_LARGE_FLOATS || !comm->iface->alloc_shared)
-        return 0;
-    return mg_comm_share_tensor(comm, buf, false);
-}
-
-/* The grad buffer holds t's gradient at `from` (partial_only to its spec): sum
- * it over the Partial dims. One dim: through grad_sync (bucketed, overlapped);
- * more: one blocking all-reduce per dim. */
-static int reduce_in_place(mg_dtensor *t, const mg_spec *from) {
-    const mg_mesh *mesh = from->mesh;
-    mg_tensor *buf = t->grad->local;
-    int dims[MG_MAX_MESH_DIMS], nd = 0;
-    for (int m = 0; m < mesh->ndim; m++)
-        if (from->p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) dims[nd++] = m;
-    if (nd == 1) {
-        mg_comm *comm = mesh->dim_comm[dims[0]];
-        int shared = share_grad(buf, comm);
-        if (shared < 0) return shared;
-        if (shared && (t->flags & MG_DTENSOR_GRAD_DEFER)) {
-            t->flags |= MG_DTENSOR_GRAD_UNSUMMED; /* the optimizer step sums it (nn/optim_shard.h) */
-            t->grad_dim = dims[0];
+/* One more contribution to come for `leaf` (nuses leaves listed so far). */
+static int count_use(mg_dtensor *leaf, int *nuses) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < *nuses; i++)
+        if (c->uses[i].leaf == leaf) {
+            c->uses[i].remaining++;
             return MG_OK;
         }
-        return mg_grad_sync_add(comm, buf->data, buf->numel, buf->device == MG_DEVICE_CPU);
-    }
-    for (int i = 0; i < nd; i++) {
-        int rc = mg_comm_all_reduce(mesh->dim_comm[dims[i]], buf->data, buf->numel, MG_REDUCE_SUM);
-        if (rc != MG_OK) return rc;
-    }
-    return MG_OK;
-}
-
-/* Collective over t's grad_dim: the parts of an unsummed gradient, summed. */
-static int settle(mg_dtensor *t) {
-    mg_comm *comm = t->spec.mesh->dim_comm[t->grad_dim];
-    mg_comm_request req;
-    int rc = mg_comm_iall_reduce(comm, t->grad->local->data, t->grad->local->numel, &req);
-    if (rc == MG_OK) rc = mg_comm_wait(comm, &req);
-    if (rc == MG_OK) t->flags &= ~(unsigned)MG_DTENSOR_GRAD_UNSUMMED;
-    return rc;
-}
-
-/* g is t's gradient at `from`, Partial over t's grad_dim alone: it adds to
- * this rank's part of an unsummed gradient as it is. */
-static bool partial_on_grad_dim(const mg_dtensor *t, const mg_spec *from, const mg_spec *to) {
-    if (from->p[t->grad_dim].kind != MG_PLACE_PARTIAL) return false;
-    for (int m = 0; m < from->mesh->ndim; m++)
-        if (m != t->grad_dim && !mg_placement_equal(from->p[m], to->p[m]) && from->mesh->shape[m] > 1)
-            return false;
-    return partial_only(from, to);
-}
-
-/* A leaf's gradient g (any placement) into its gradient buffer. */
-static int accumulate_leaf(mg_dtensor *t, mg_dtensor *g) {
-    int rc = check_shape(t, g);
-    if (rc == MG_OK) rc = grad_buffer(t);
+    int rc = mg_array_grow((void **)&c->uses, &c->cap_uses, *nuses + 1, sizeof *c->uses, "mg_backward");
     if (rc != MG_OK) return rc;
-    mg_dtensor *grad = t->grad;
-    mg_backend *be = mg_backend_of(grad->local);
-    if (t->flags & MG_DTENSOR_GRAD_ZERO) {
-        if (partial_only(&g->spec, &grad->spec) && g->local->device == grad->local->device) {
-            if (g->local->data != grad->local->data) /* not computed in place */
-                be->iface->copy(be->context, g->local, grad->local);
-            t->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
-            return reduce_in_place(t, &g->spec);
-        }
-        mg_dtensor *gg = mg_op_redistribute(g, &grad->spec);
-        if (!gg) return mg_last_code();
-        if (gg->local->data != grad->local->data) be->iface->copy(be->context, gg->local, grad->local);
-        t->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
-        return MG_OK;
-    }
-    /* a second contribution (a parameter used twice, or accumulation over
-     * micro-batches): added to this rank's part when the sum is left to the
-     * optimizer, else after the first one's reduction has landed */
-    if ((t->flags & MG_DTENSOR_GRAD_ROWS) && (rc = mg_grad_rows_gather(t)) != MG_OK) return rc;
-    if (t->flags & MG_DTENSOR_GRAD_UNSUMMED) {
-        if (partial_on_grad_dim(t, &g->spec, &grad->spec) && g->local->device == grad->local->device) {
-            be->iface->axpy(be->context, 1.0f, g->local, grad->local);
-            return MG_OK;
-        }
-        if ((rc = settle(t)) != MG_OK) return rc;
-    }
-    if (mg_grad_sync_pending(grad->local->data) && (rc = mg_grad_sync_finish()) != MG_OK) return rc;
-    mg_dtensor *gg = mg_op_redistribute(g, &grad->spec);
-    if (!gg) return mg_last_code();
-    be->iface->axpy(be->context, 1.0f, gg->local, grad->local);
+    c->uses[(*nuses)++] = (mg_leaf_uses){leaf, 1};
     return MG_OK;
 }
+
+/* The contributions still to come for `leaf`, after taking one. */
+static int take_use(mg_dtensor *leaf, int nuses) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < nuses; i++)
+        if (c->uses[i].leaf == leaf) return --c->uses[i].remaining;
+    return 0;
+}
+
+static int by_seq_descending(const void *a, const void *b) {
+    int64_t x = (*(mg_node *const *)a)->seq, y = (*(mg_node *const *)b)->seq;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The nodes reachable from `root` into the context's `graph` (sorted, *n of
+ * them), and its leaves with their uses into `uses` (*nuses). Refuses a graph
+ * that reaches a node an earlier backward consumed. */
+static int collect(mg_node *root, int *n, int *nuses) {
+    mg_context *c = mg_ctx();
+    int64_t walk = ++c->walks;
+    *n = *nuses = 0;
+    /* the graph array doubles as the stack: [0, done) are visited, the rest wait */
+    int rc = mg_array_grow((void **)&c->graph, &c->cap_graph, 1, sizeof *c->graph, "mg_backward");
+    if (rc != MG_OK) return rc;
+    int top = 0;
+    c->graph[top++] = root;
+    root->walk = walk;
+    while (*n < top) {
+        mg_node *node = c->graph[(*n)++];
+        if (node->freed)
+            return mg_error(MG_ESTATE,
+                            "mg_backward: part of this graph (op %s) was already freed by an "
+                            "earlier mg_backward: run the forward pass again (one backward per "
+                            "forward)", mg_op_names[node->op]);
+        for (int i = 0; i < node->n_inputs; i++) {
+            mg_dtensor *in = node->inputs[i];
+            if (!in || !mg_tape_wants_grad(in)) continue;
+            mg_dtensor *leaf = leaf_of(in);
+            if (leaf) {
+                if ((rc = count_use(leaf, nuses)) != MG_OK) return rc;
+            } else if (in->node->walk != walk) {
+                if ((rc = mg_array_grow((void **)&c->graph, &c->cap_graph, top + 1, sizeof *c->graph,
+                                        "mg_backward")) != MG_OK)
+                    return rc;
+                in->node->walk = walk;
+                c->graph[top++] = in->node;
+            }
+        }
+    }
+    qsort(c->graph, (size_t)*n, sizeof *c->graph, by_seq_descending);
+    return MG_OK;
+}
+
+/* ---- one node -------------------------------------------------------------------- */
 
 /* An intermediate's gradient: summed at the first contribution's spec. */
 static int accumulate(mg_dtensor *t, mg_dtensor *g) {
-    if (!t->node) return accumulate_leaf(t, g);
-    int rc = check_shape(t, g);
-    if (rc != MG_OK) return rc;
+    if (!mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) {
+        char a[96], b[96];
+        return mg_error(MG_ESTATE, "backward: gradient of shape %s for a tensor of shape %s",
+                        mg_shape_format(a, sizeof a, g->spec.ndim, g->spec.shape),
+                        mg_shape_format(b, sizeof b, t->spec.ndim, t->spec.shape));
+    }
     if (!t->grad) {
         t->grad = g;
         return MG_OK;
@@ -204,80 +128,64 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g) {
     return MG_OK;
 }
 
-/* Step 3 for input i, a parameter (or the op's own gathered copy of one). */
-static int param_grad(mg_node *node, mg_dtensor *g, int i) {
-    mg_dtensor *in = node->inputs[i], *param = param_of(in);
-    int rc = grad_buffer(param);
-    if (rc != MG_OK) return rc;
-    int d;
-    if (mg_grad_rows_applies(node, g, i, &d)) { /* a split step's weight: this rank's rows */
-        int shared = share_grad(param->grad->local, param->spec.mesh->dim_comm[d]);
-        if (shared < 0) return shared;
-        if (shared) {
-            if ((param->flags & MG_DTENSOR_GRAD_UNSUMMED) && (rc = settle(param)) != MG_OK) return rc;
-            return mg_grad_rows_compute(node, g, param, d);
-        }
-    }
-    mg_arena *step = mg_step_arena();
-    mg_arena_redirect_data(step, mg_scratch_arena());
-    if (param->flags & MG_DTENSOR_GRAD_ZERO) {
-        mg_tensor *buf = param->grad->local;
-        mg_arena_hint_data(step, buf->data, (size_t)(buf->numel > 0 ? buf->numel : 1) * sizeof(float));
-    }
+/* A leaf input's contribution, as the reducer asks for it. */
+typedef struct {
+    mg_leaf_grad base;
+    mg_node *node;
+    mg_dtensor *g; /* the node's output gradient */
+    int i;         /* which input */
+} contribution;
+
+/* The VJP for input i alone, its data in the scratch arena (into `dest` when
+ * the last kernel's output has that size). */
+static mg_dtensor *contribution_value(mg_leaf_grad *lg, void *dest, size_t bytes) {
+    contribution *c = (contribution *)lg;
+    mg_arena *step = mg_step_arena(), *scratch = mg_scratch_arena();
+    mg_arena *was = mg_arena_redirect_data(step, scratch);
+    mg_arena_hint_data(scratch, dest, bytes);
     mg_dtensor *grads[MG_NODE_MAX_INPUTS];
-    rc = mg_vjp(node, g, 1u << i, grads);
-    if (rc == MG_OK && grads[i] && in != param && in->node) {
-        /* the mirror of the op's own gather; its node is done with here */
-        mg_dtensor *pg[MG_NODE_MAX_INPUTS];
-        rc = mg_vjp(in->node, grads[i], 1u, pg);
-        in->node->freed = true;
-        grads[i] = pg[0];
-    }
-    if (rc == MG_OK && grads[i]) rc = accumulate_leaf(param, grads[i]);
-    mg_arena_hint_data(step, NULL, 0);
-    mg_arena_redirect_data(step, NULL);
-    return rc;
+    int rc = mg_vjp(c->node, c->g, 1u << c->i, grads);
+    mg_arena_hint_data(scratch, NULL, 0);
+    mg_arena_redirect_data(step, was);
+    if (rc != MG_OK) return NULL;
+    if (!grads[c->i])
+        return mg_error_null(MG_ESTATE, "backward: the VJP of %s gave input %d no gradient",
+                             mg_op_names[c->node->op], c->i);
+    return grads[c->i];
 }
 
-static int backward_node(mg_node *node, mg_dtensor *g) {
-    int rc = MG_OK;
-    unsigned params = 0, others = 0;
+static int backward_node(mg_node *node, mg_dtensor *g, int nuses) {
+    unsigned leaves = 0, others = 0;
     for (int i = 0; i < node->n_inputs; i++) {
         mg_dtensor *in = node->inputs[i];
-        if (!in) continue;
-        if (!mg_tape_wants_grad(in)) continue;
-        if (param_of(in)) params |= 1u << i;
+        if (!in || !mg_tape_wants_grad(in)) continue;
+        if (leaf_of(in)) leaves |= 1u << i;
         else others |= 1u << i;
     }
-    /* the values the VJPs read, gathered again where they were given back */
-    unsigned reads = 0;
-    for (int i = 0; i < node->n_inputs; i++)
-        if ((params | others) >> i & 1u) reads |= mg_vjp_reads(node->op, i);
-    for (int i = 0; i < node->n_inputs; i++) {
-        mg_dtensor *in = node->inputs[i];
-        if (in && (reads >> i & 1u) && (in->flags & MG_DTENSOR_RELEASED) &&
-            (rc = mg_ops_regather(in)) != MG_OK)
-            return rc;
-    }
+    int rc = MG_OK;
     if (others) {
         mg_dtensor *grads[MG_NODE_MAX_INPUTS];
         rc = mg_vjp(node, g, others, grads);
         for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
             if (grads[i] && (others >> i & 1u)) rc = accumulate(node->inputs[i], grads[i]);
     }
-    /* parameter copies (gathered weights) no parameter gradient reads are given
-     * back first: the scratch arena then holds one big tensor at a time */
-    reads = 0;
-    for (int i = 0; i < node->n_inputs; i++)
-        if (params >> i & 1u) reads |= mg_vjp_reads(node->op, i);
-    const mg_dtensor *keep[MG_NODE_MAX_INPUTS];
-    int nkeep = 0;
-    for (int i = 0; i < node->n_inputs; i++)
-        if (reads >> i & 1u) keep[nkeep++] = node->inputs[i];
-    if (params) mg_ops_release_except(keep, nkeep);
-    for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
-        if (params >> i & 1u) rc = param_grad(node, g, i);
+    for (int i = 0; i < node->n_inputs && rc == MG_OK; i++) {
+        if (!(leaves >> i & 1u)) continue;
+        mg_dtensor *leaf = leaf_of(node->inputs[i]);
+        contribution c = {.base = {.value = contribution_value}, .node = node, .g = g, .i = i};
+        if (!mg_vjp_rows(node, g, i, &c.base.rows_a, &c.base.rows_b))
+            c.base.rows_a = c.base.rows_b = NULL;
+        rc = mg_reducer_add(leaf, &c.base, take_use(leaf, nuses) == 0);
+    }
     return rc;
+}
+
+/* ---- the calls ------------------------------------------------------------------- */
+
+/* The seed of a leaf loss: d loss / d loss = 1. */
+static mg_dtensor *seed_value(mg_leaf_grad *lg, void *dest, size_t bytes) {
+    (void)dest, (void)bytes;
+    return ((contribution *)lg)->g;
 }
 
 int mg_backward(mg_dtensor *loss) {
@@ -294,66 +202,46 @@ int mg_backward(mg_dtensor *loss) {
                         "mg_backward: the loss does not depend on any tensor that requires grad "
                         "(call mg_set_requires_grad on the parameters, and keep grad enabled "
                         "during the forward pass)");
-    if (loss->node && loss->node->freed)
-        return mg_error(MG_ESTATE,
-                        "mg_backward: the graph of this loss was already freed by an earlier "
-                        "mg_backward: run the forward pass again (one backward per forward)");
+    int n = 0, nuses = 0;
+    int rc = loss->node ? collect(loss->node, &n, &nuses) : MG_OK;
+    if (rc != MG_OK) return rc; /* refused: nothing changed */
     int was = mg_set_grad_enabled(0);
-    mg_ops_release_scratch(); /* the last forward op's gathered parameters */
-    mg_ops_set_backward(true);
-    int rc = MG_OK;
     mg_dtensor *seed = mg_op_scalar(loss->spec.mesh, 1.0f);
     if (!seed) rc = mg_last_code();
-    if (rc == MG_OK && !loss->node) rc = accumulate_leaf(loss, seed);
-    if (rc == MG_OK && loss->node) loss->grad = seed;
-    for (mg_node *node = loss->node; rc == MG_OK && node; node = node->prev) {
-        mg_dtensor *g = node->output->grad;
-        if (!g) continue;
-        if (node->freed) {
-            rc = mg_error(MG_ESTATE,
-                          "mg_backward: part of this graph (op %s) was already freed by an earlier "
-                          "mg_backward: run the forward pass again",
-                          mg_op_names[node->op]);
-            break;
-        }
-        rc = backward_node(node, g);
-        node->freed = true;
-        mg_ops_release_scratch();
-        if (rc == MG_OK) rc = mg_grad_sync_poll();
+    if (rc == MG_OK && !loss->node) {
+        contribution c = {.base = {.value = seed_value}, .g = seed};
+        rc = mg_reducer_add(loss, &c.base, true);
     }
-    int sync = mg_grad_sync_finish(); /* also after a failure: nothing left in flight */
-    if (rc == MG_OK) rc = sync;
-    mg_ops_set_backward(false);
+    mg_context *c = mg_ctx();
+    if (rc == MG_OK && loss->node) loss->grad = seed;
+    for (int k = 0; k < n; k++) {
+        mg_node *node = c->graph[k];
+        node->freed = true;
+        mg_dtensor *g = node->output->grad;
+        if (rc != MG_OK || !g) continue;
+        rc = backward_node(node, g, nuses);
+        mg_arena_reset(mg_scratch_arena());
+        if (rc == MG_OK) rc = mg_reducer_poll();
+    }
+    /* leaves whose last use got no gradient: their contributions are complete */
+    for (int i = 0; i < nuses && rc == MG_OK; i++)
+        if (c->uses[i].remaining > 0) rc = mg_reducer_add(c->uses[i].leaf, NULL, true);
+    int sums = mg_reducer_backward_end(); /* also after a failure: nothing left in flight */
+    if (rc == MG_OK) rc = sums;
     mg_set_grad_enabled(was);
     return rc;
 }
 
-/* A leaf's buffer that counts as zero is filled when someone looks; one left
- * unsummed for the optimizer is summed (collectively). */
 mg_dtensor *mg_grad(const mg_dtensor *t) {
-    if (!t) return NULL;
-    if (t->grad && (t->flags & MG_DTENSOR_GRAD_UNSUMMED) && settle((mg_dtensor *)t) != MG_OK)
-        return NULL;
-    if (t->grad && (t->flags & MG_DTENSOR_GRAD_ROWS) && mg_grad_rows_gather((mg_dtensor *)t) != MG_OK)
-        return NULL;
-    if (t->grad && (t->flags & MG_DTENSOR_GRAD_ZERO)) {
-        mg_backend *be = mg_backend_of(t->grad->local);
-        be->iface->fill(be->context, t->grad->local, 0.0f);
-        ((mg_dtensor *)t)->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
-    }
-    return t->grad;
+    if (!t) return mg_error_null(MG_EINVAL, "mg_grad: tensor is NULL");
+    mg_clear_error();
+    return mg_reducer_grad((mg_dtensor *)t);
 }
 
-/* A leaf's buffer is kept and marked zero: the next backward writes its
- * gradient over it instead of adding to zeros. */
 int mg_zero_grad(mg_dtensor *t) {
     if (!t) return mg_error(MG_EINVAL, "mg_zero_grad: tensor is NULL");
-    if (t->grad && !t->node) {
-        t->flags |= MG_DTENSOR_GRAD_ZERO;
-        t->flags &= ~(unsigned)MG_DTENSOR_GRAD_PARTS;
-    } else if (t->node) {
-        t->grad = NULL;
-    }
+    if (t->node) t->grad = NULL;
+    else mg_reducer_zero(t);
     return MG_OK;
 }
 
@@ -369,7 +257,8 @@ int mg_set_requires_grad(mg_dtensor *t, int on) {
 }
 
 void mg_step_end(void) {
-    mg_ops_release_scratch();
-    mg_tape_clear();
+    mg_ops_step_end();
+    mg_reducer_step_end();
+    mg_arena_reset(mg_scratch_arena());
     mg_arena_reset(mg_step_arena());
 }

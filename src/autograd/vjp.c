@@ -13,7 +13,7 @@
 #include <assert.h>
 
 #include "dist/mesh.h"
-#include "ops.h"
+#include "ops/ops.h"
 #include "status.h"
 
 typedef int (*vjp_fn)(mg_node *, mg_dtensor *, mg_dtensor **);
@@ -163,19 +163,28 @@ static const vjp_fn vjp_table[MG_OP_COUNT] = {
     [MG_OP_CROSS_ENTROPY] = vjp_cross_entropy,
     [MG_OP_MSE] = vjp_mse,
 };
-static_assert(sizeof vjp_table / sizeof vjp_table[0] == MG_OP_COUNT, "a VJP for every op");
+static_assert(MG_OP_COUNT == 15, "mg_op changed: give the new op its VJP in vjp_table");
 
-unsigned mg_vjp_reads(int op, int i) {
-    switch (op) {
-    case MG_OP_LINEAR: return i == 0 ? 2u : i == 1 ? 1u : 0u; /* dx = dy w, dw = dy^T x */
-    case MG_OP_MATMUL:
-    case MG_OP_MUL: return i == 0 ? 2u : 1u;
-    case MG_OP_RELU:
-    case MG_OP_GELU: return 1u;
-    case MG_OP_CROSS_ENTROPY:
-    case MG_OP_MSE: return 3u;
-    default: return 0u; /* shape ops, sums, add/sub, scale: the gradient alone */
-    }
+/* ---- gradients as factors: grad = sum over rows of a^T b ---- */
+
+typedef bool (*rows_fn)(const mg_node *, mg_dtensor *, int, const mg_dtensor **, const mg_dtensor **);
+
+static bool rows_linear(const mg_node *n, mg_dtensor *g, int i, const mg_dtensor **a,
+                        const mg_dtensor **b) {
+    if (i != 1) return false;
+    *a = g;            /* dy (..., N) */
+    *b = n->inputs[0]; /* x (..., K): dW (N, K) = dy^T x over the rows */
+    return true;
+}
+
+static const rows_fn rows_table[MG_OP_COUNT] = {
+    [MG_OP_LINEAR] = rows_linear,
+};
+
+bool mg_vjp_rows(const mg_node *node, mg_dtensor *grad_out, int i, const mg_dtensor **a,
+                 const mg_dtensor **b) {
+    rows_fn f = node->op >= 0 && node->op < MG_OP_COUNT ? rows_table[node->op] : NULL;
+    return f && f(node, grad_out, i, a, b);
 }
 
 int mg_vjp(mg_node *node, mg_dtensor *grad_out, unsigned mask, mg_dtensor **grads_in) {

@@ -25,10 +25,12 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "context.h"
 #include "dist/mesh.h"
 #include "nn/optim.h"
 #include "nn/param.h"
 #include "nn/plan.h"
+#include "context.h"
 #include "status.h"
 
 static double now(void) {
@@ -314,9 +316,11 @@ int mg_cli_bench_step(int argc, char **argv) {
     double fwd_ms = median(fwd, (int)steps) * 1e3, bwd_ms = median(bwd, (int)steps) * 1e3,
            opt_ms = median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
-     * the scratch arena's size (one op's gathered weights / one gradient) */
+     * the sizes of the gather arena (one op's gathered weights) and the scratch
+     * arena (one gradient on its way) */
     double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0,
-                     (double)mg_arena_capacity(mg_scratch_arena()) / 1048576.0};
+                     (double)(mg_arena_capacity(mg_gather_arena()) +
+                              mg_arena_capacity(mg_scratch_arena())) / 1048576.0};
     MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (mg_rank() == 0) {
         char mt[32], pt[32];
@@ -328,7 +332,7 @@ int mg_cli_bench_step(int argc, char **argv) {
                world, mt, pt, mg_backend_cpu_threads(), device == MG_DEVICE_CUDA ? "cuda" : "cpu",
                (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
-               "(step arena %.0f MB, scratch %.0f MB)\n",
+               "(step arena %.0f MB, gather + scratch %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
         printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest rank)\n",
                fwd_ms, bwd_ms, opt_ms);

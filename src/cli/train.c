@@ -31,6 +31,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "io/checkpoint.h"

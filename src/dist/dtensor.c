@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "dist/mesh.h"
+#include "dist/reducer.h"
 #include "dist/redistribute.h"
 #include "rng.h"
 #include "status.h"
@@ -267,6 +268,7 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
 
 void mg_dtensor_free(mg_dtensor *t) {
     if (!t || !(t->flags & MG_DTENSOR_HEAP)) return;
+    mg_reducer_forget(t);
     if (t->grad && t->grad != t) mg_dtensor_free(t->grad);
     mg_tensor_free(t->local);
     free(t);

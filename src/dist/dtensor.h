@@ -1,5 +1,5 @@
-/* dtensor.h: the distributed tensor: a spec (mesh, global shape, placements) and
- * this rank's local shard, plus the fields autograd needs. The public
+/* dtensor.h: the distributed tensor: a spec (mesh, global shape, placements),
+ * this rank's local shard, and its gradient and the node that made it. The public
  * constructors and accessors of meshgrad.h are in dtensor.c; ops.c makes op
  * outputs with mg_dtensor_make(). */
 #ifndef MG_DTENSOR_H
@@ -9,28 +9,10 @@
 #include "dist/placement.h"
 #include "tensor.h"
 
-struct mg_node; /* autograd/tape.h */
+struct mg_node; /* ops/tape.h */
 
 enum {
     MG_DTENSOR_HEAP = 1, /* made by a constructor: freed by mg_dtensor_free */
-    /* a parameter brought to other placements for use, its data in the
-     * scratch arena (mg_op_param_copy in ops.h) */
-    MG_DTENSOR_PARAM_COPY = 2,
-    MG_DTENSOR_RELEASED = 4,  /* its local data was given back: gather it again */
-    MG_DTENSOR_GRAD_ZERO = 8, /* a leaf whose grad buffer counts as zero (not yet filled) */
-    /* a parameter whose optimizer can sum its data-parallel gradient itself, in
-     * shared memory (nn/optim_shard.h): backward leaves the sum to it */
-    MG_DTENSOR_GRAD_DEFER = 16,
-    /* the grad buffer holds only this rank's part: the gradient is its sum over
-     * mesh dim `grad_dim` (mg_grad takes it) */
-    MG_DTENSOR_GRAD_UNSUMMED = 32,
-    /* the grad buffer holds the summed gradient only on this rank's rows of
-     * it, split over mesh dim `grad_dim` (autograd/grad_rows.h; mg_grad gathers) */
-    MG_DTENSOR_GRAD_ROWS = 64,
-    MG_DTENSOR_GRAD_PARTS = MG_DTENSOR_GRAD_UNSUMMED | MG_DTENSOR_GRAD_ROWS,
-    /* its value (and optimizer state) is one copy per node, that only the
-     * split optimizer step may update (nn/optim_shard.h) */
-    MG_DTENSOR_ONE_COPY = 128,
 };
 
 struct mg_dtensor {
@@ -39,11 +21,8 @@ struct mg_dtensor {
     unsigned flags;
     /* autograd */
     int requires_grad;
-    struct mg_dtensor *grad;  /* leaves: heap, in the leaf's own spec */
-    int grad_dim;             /* GRAD_DEFER/UNSUMMED/ROWS: the mesh dim of the split */
-    struct mg_node *node;     /* the op that made it (NULL for leaves) */
-    struct mg_dtensor *param_source; /* MG_DTENSOR_PARAM_COPY: the parameter */
-    int64_t node_generation;  /* the tape generation `node` belongs to */
+    struct mg_dtensor *grad; /* leaves: the gradient reducer's buffer (dist/reducer.h) */
+    struct mg_node *node;    /* the op that made it (NULL for leaves) */
 };
 
 /* Wraps `local` (taken over, also on failure: it is freed then unless it lives

@@ -1,15 +1,15 @@
-/* grad_rows.c: row slices of split data-parallel weight gradients (see grad_rows.h). */
-#include "autograd/grad_rows.h"
+/* reducer_rows.c: row slices of split data-parallel weight gradients (see
+ * reducer_rows.h). */
+#include "dist/reducer_rows.h"
 
 #include <string.h>
 
 #include "backend/backend.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
-#include "ops.h"
 #include "status.h"
 
-void mg_grad_rows_slice(int64_t rows, int k, int r, int64_t *lo, int64_t *hi) {
+void mg_rows_slice(int64_t rows, int k, int r, int64_t *lo, int64_t *hi) {
     *lo = rows * r / k;
     *hi = rows * (r + 1) / k;
 }
@@ -27,22 +27,19 @@ static bool batch_rows(const mg_dtensor *t, int d) {
     return true;
 }
 
-bool mg_grad_rows_applies(const mg_node *node, const mg_dtensor *dy, int i, int *dim) {
-    if (node->op != MG_OP_LINEAR || i != 1) return false;
-    const mg_dtensor *x = node->inputs[0], *w = node->inputs[1];
-    if (w->node || !(w->flags & MG_DTENSOR_GRAD_DEFER) || w->spec.ndim != 2) return false;
+int mg_rows_dim(const mg_dtensor *w, const mg_dtensor *dy, const mg_dtensor *x) {
+    if (w->spec.ndim != 2) return -1;
     const mg_mesh *mesh = w->spec.mesh;
     int d = -1;
     for (int m = 0; m < mesh->ndim; m++) {
         if (mesh->shape[m] == 1) continue;
-        if (w->spec.p[m].kind != MG_PLACE_REPLICATE) return false; /* the weight whole */
+        if (w->spec.p[m].kind != MG_PLACE_REPLICATE) return -1; /* the weight whole */
         if (x->spec.p[m].kind == MG_PLACE_SHARD) {
-            if (d >= 0) return false; /* the batch split over one mesh dim only */
+            if (d >= 0) return -1; /* the batch split over one mesh dim only */
             d = m;
         }
     }
-    *dim = d;
-    return d >= 0 && batch_rows(x, d) && batch_rows(dy, d);
+    return d >= 0 && batch_rows(x, d) && batch_rows(dy, d) ? d : -1;
 }
 
 /* This rank's batch rows of t (B, F) into the whole-batch staging copy. */
@@ -52,8 +49,7 @@ static void stage(float *whole, const mg_dtensor *t) {
     memcpy(whole + off[0] * shape[1], t->local->data, (size_t)(shape[0] * shape[1]) * sizeof(float));
 }
 
-int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *w, int dim) {
-    const mg_dtensor *x = node->inputs[0];
+int mg_rows_compute(const mg_dtensor *dy, const mg_dtensor *x, mg_dtensor *w, int dim, float beta) {
     mg_comm *c = w->spec.mesh->dim_comm[dim];
     int64_t b = x->spec.shape[0], o = w->spec.shape[0], in = w->spec.shape[1];
     /* dy (B, O) then x (B, I), the whole batch, one copy for the comm's ranks */
@@ -67,8 +63,7 @@ int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *
     int rc = mg_comm_barrier(c); /* every rank's rows are in */
     if (rc != MG_OK) return rc;
     int64_t lo, hi;
-    mg_grad_rows_slice(o, c->size, c->rank, &lo, &hi);
-    float beta = (w->flags & MG_DTENSOR_GRAD_ZERO) ? 0.0f : 1.0f;
+    mg_rows_slice(o, c->size, c->rank, &lo, &hi);
     mg_tensor *g = w->grad->local;
     mg_backend *be = mg_backend_of(g);
     /* dW[lo:hi, :] (+)= dy[:, lo:hi]^T x over the whole batch */
@@ -77,14 +72,11 @@ int mg_grad_rows_compute(const mg_node *node, const mg_dtensor *dy, mg_dtensor *
                         in, beta, g->data + lo * in, in);
     else if (hi > lo && beta == 0.0f)
         memset(g->data + lo * in, 0, (size_t)((hi - lo) * in) * sizeof(float));
-    w->flags &= ~(unsigned)MG_DTENSOR_GRAD_ZERO;
-    w->flags |= MG_DTENSOR_GRAD_ROWS;
-    w->grad_dim = dim;
     return MG_OK;
 }
 
-int mg_grad_rows_gather(mg_dtensor *w) {
-    mg_comm *c = w->spec.mesh->dim_comm[w->grad_dim];
+int mg_rows_gather(mg_dtensor *w, int dim) {
+    mg_comm *c = w->spec.mesh->dim_comm[dim];
     mg_tensor *g = w->grad->local;
     int64_t o = w->spec.shape[0], in = w->spec.shape[1];
     int rc = mg_comm_barrier(c); /* every rank's rows are final */
@@ -93,12 +85,10 @@ int mg_grad_rows_gather(mg_dtensor *w) {
         if (q == c->rank) continue;
         const float *theirs = mg_comm_shared_peer(c, g->data, g->numel, q);
         int64_t lo, hi;
-        mg_grad_rows_slice(o, c->size, q, &lo, &hi);
+        mg_rows_slice(o, c->size, q, &lo, &hi);
         if (!theirs) rc = mg_error(MG_ESTATE, "gradient rows: a buffer left shared memory");
         else memcpy(g->data + lo * in, theirs + lo * in, (size_t)((hi - lo) * in) * sizeof(float));
     }
     int after = mg_comm_barrier(c); /* nobody writes its rows before all copied them */
-    if (rc == MG_OK) rc = after;
-    if (rc == MG_OK) w->flags &= ~(unsigned)MG_DTENSOR_GRAD_ROWS;
-    return rc;
+    return rc == MG_OK ? after : rc;
 }

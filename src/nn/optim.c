@@ -1,50 +1,20 @@
-/* optim.c: SGD, AdamW, gradient clipping and LR schedules (see optim.h). */
+/* optim.c: the optimizer step over a parameter table, gradient clipping and
+ * LR schedules (see optim.h). */
 #include "nn/optim.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "array.h"
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "nn/optim_shard.h"
 #include "status.h"
 
-static const char *const optim_names[] = {"sgd", "adamw"};
-
-int mg_optim_kind_parse(const char *text, mg_optim_kind *kind) {
-    for (int k = 0; k < 2; k++)
-        if (strcmp(text, optim_names[k]) == 0) {
-            *kind = (mg_optim_kind)k;
-            return MG_OK;
-        }
-    return mg_error(MG_EINVAL, "unknown optimizer '%s'; use sgd or adamw", text);
-}
-
-const char *mg_optim_kind_name(mg_optim_kind kind) { return optim_names[kind]; }
-
-void mg_optimizer_init(mg_optimizer *opt, mg_optim_kind kind, float momentum, float weight_decay) {
-    memset(opt, 0, sizeof *opt);
-    opt->kind = kind;
-    opt->momentum = momentum;
-    opt->weight_decay = weight_decay >= 0 ? weight_decay : kind == MG_OPTIM_ADAMW ? 0.01f : 0.0f;
-    opt->beta1 = 0.9f;
-    opt->beta2 = 0.999f;
-    opt->eps = 1e-8f;
-}
-
-int mg_optimizer_state_count(const mg_optimizer *opt) {
-    if (opt->kind == MG_OPTIM_ADAMW) return 2;
-    return opt->momentum != 0.0f ? 1 : 0;
-}
-
-const char *mg_optimizer_state_name(const mg_optimizer *opt, int i) {
-    if (opt->kind == MG_OPTIM_ADAMW) return i == 0 ? "exp_avg" : "exp_avg_sq";
-    return "momentum_buffer";
-}
-
 int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t) {
     int n = mg_optimizer_state_count(opt);
-    mg_optim_shard_mark(t); /* before any backward: every step alike */
+    int rc = mg_optim_shard_mark(t); /* before any backward: every step alike */
+    if (rc != MG_OK) return rc;
     for (int i = 0; i < t->n; i++)
         for (int s = 0; s < n; s++) {
             if (t->p[i].state[s]) continue;
@@ -52,17 +22,6 @@ int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t) {
             if (!t->p[i].state[s]) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
         }
     return MG_OK;
-}
-
-void mg_optimizer_apply(const mg_optimizer *opt, mg_tensor *w, const mg_tensor *g, mg_tensor *const *state,
-                        float lr) {
-    mg_backend *be = mg_backend_of(w);
-    if (opt->kind == MG_OPTIM_ADAMW)
-        be->iface->adamw_step(be->context, w, g, state[0], state[1], lr, opt->beta1, opt->beta2,
-                              opt->eps, opt->weight_decay, opt->step);
-    else
-        be->iface->sgd_step(be->context, w, g, opt->momentum != 0.0f ? state[0] : NULL, lr,
-                            opt->momentum, opt->weight_decay, opt->step == 1);
 }
 
 static int check(const mg_optimizer *opt, const mg_param *p) {
@@ -92,11 +51,11 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
             mg_optim_shard_update(opt, p, lr);
             continue;
         }
-        if (p->value->flags & MG_DTENSOR_ONE_COPY) /* one copy per node: never updated by all */
+        if (p->one_copy) /* one copy per node: never updated by all */
             return mg_error(MG_ESTATE, "optimizer: %s is kept once per node and its gradient "
                                        "is no longer in shared memory; its update cannot be split",
                             p->name);
-        if (p->value->flags & MG_DTENSOR_GRAD_PARTS) /* left for a split step that is not */
+        if (mg_param_grad_in_parts(p)) /* left for a split step that is not */
             if (!(p->grad = mg_grad(p->value))) return mg_last_code();
         mg_tensor *state[MG_PARAM_STATE_MAX] = {0};
         for (int s = 0; s < mg_optimizer_state_count(opt); s++) state[s] = p->state[s]->local;
@@ -107,7 +66,7 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
 
 /* p->grad summed over the ranks (a split step may have left it unsummed). */
 static int summed(mg_param *p) {
-    if (p->grad && (p->value->flags & MG_DTENSOR_GRAD_PARTS) && !(p->grad = mg_grad(p->value)))
+    if (p->grad && mg_param_grad_in_parts(p) && !(p->grad = mg_grad(p->value)))
         return mg_last_code();
     return MG_OK;
 }
@@ -155,12 +114,10 @@ int mg_clip_grad_norm(mg_param_table *t, double max_norm, double *norm_out) {
 static const char *const schedule_names[] = {"constant", "cosine"};
 
 int mg_schedule_kind_parse(const char *text, mg_schedule_kind *kind) {
-    for (int k = 0; k < 2; k++)
-        if (strcmp(text, schedule_names[k]) == 0) {
-            *kind = (mg_schedule_kind)k;
-            return MG_OK;
-        }
-    return mg_error(MG_EINVAL, "unknown schedule '%s'; use constant or cosine", text);
+    int k = mg_name_find(text, schedule_names, 2);
+    if (k < 0) return mg_error(MG_EINVAL, "unknown schedule '%s'; use constant or cosine", text);
+    *kind = (mg_schedule_kind)k;
+    return MG_OK;
 }
 
 const char *mg_schedule_kind_name(mg_schedule_kind kind) { return schedule_names[kind]; }

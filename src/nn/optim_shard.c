@@ -5,11 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/grad_rows.h"
-#include "autograd/grad_sync.h"
 #include "dist/comm.h"
 #include "dist/comm_shm.h"
 #include "dist/mesh.h"
+#include "dist/reducer.h"
+#include "dist/reducer_buckets.h"
+#include "dist/reducer_rows.h"
 #include "status.h"
 
 #define TILE 8192      /* floats per tile: a few tiles of every stream stay in L2 */
@@ -71,11 +72,11 @@ static int share_param(const mg_optimizer *opt, mg_param *p) {
         p->shard_dim = -1;
         return MG_OK;
     }
-    p->value->flags |= MG_DTENSOR_ONE_COPY;
+    p->one_copy = 1;
     return MG_OK;
 }
 
-void mg_optim_shard_mark(mg_param_table *t) {
+int mg_optim_shard_mark(mg_param_table *t) {
     for (int i = 0; i < t->n; i++) {
         mg_dtensor *v = t->p[i].value;
         const mg_mesh *mesh = v->spec.mesh;
@@ -83,9 +84,12 @@ void mg_optim_shard_mark(mg_param_table *t) {
         for (int m = 0; m < mesh->ndim; m++)
             replicated |= mesh->shape[m] > 1 && v->spec.p[m].kind == MG_PLACE_REPLICATE;
         if (replicated && v->local->device == MG_DEVICE_CPU &&
-            v->local->numel >= MG_GRAD_LARGE_FLOATS)
-            v->flags |= MG_DTENSOR_GRAD_DEFER;
+            v->local->numel >= MG_GRAD_LARGE_FLOATS) {
+            int rc = mg_reducer_defer(v);
+            if (rc != MG_OK) return rc;
+        }
     }
+    return MG_OK;
 }
 
 /* Every comm that splits an update, once (at most one per mesh dim). */
@@ -135,14 +139,15 @@ static mg_tensor slice(float *data, int64_t n) {
 void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
     mg_comm *c = shard_comm(p);
     int k = c->size, r = c->rank, ns = mg_optimizer_state_count(opt);
-    bool unsummed = p->value->flags & MG_DTENSOR_GRAD_UNSUMMED; /* else summed, or ROWS */
+    /* LOCAL: every rank's part to add; else summed (FULL), or this rank's rows (ROWS) */
+    bool unsummed = mg_reducer_form(p->value, NULL) == MG_GRAD_LOCAL;
     mg_tensor *w = p->value->local;
     const mg_tensor *g = p->grad->local;
     const float *grads[MAX_PEERS]; /* every rank's gradient buffer, mapped here */
     for (int q = 0; q < k; q++) grads[q] = mg_comm_shared_peer(c, g->data, g->numel, q);
-    /* this rank's rows (dim 0), as backward slices MG_DTENSOR_GRAD_ROWS gradients */
+    /* this rank's rows (dim 0), as the reducer slices ROWS gradients */
     int64_t rows = w->ndim > 0 ? w->shape[0] : 1, cols = rows > 0 ? w->numel / rows : 0, lo, hi;
-    mg_grad_rows_slice(rows, k, r, &lo, &hi);
+    mg_rows_slice(rows, k, r, &lo, &hi);
     lo *= cols;
     hi *= cols;
     int64_t tiles = (hi - lo + TILE - 1) / TILE;

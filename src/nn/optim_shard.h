@@ -11,17 +11,17 @@
  * then updates its 1/k of the rows (dim 0), [r R/k, (r+1) R/k), in place, with
  * the same backend kernel as an ordinary step.
  *
- * The optimizer marks such parameters MG_DTENSOR_GRAD_DEFER when it makes
- * their state, so backward, from the first step on, leaves the gradient
- * unsummed, each rank's part in its own shared buffer
- * (MG_DTENSOR_GRAD_UNSUMMED). The step adds the k parts up tile by tile as it
- * updates, in rank order like the shared-memory all-reduce: the gradient sum
- * makes no pass of its own, and the result has the same bits as summing first.
- * The buffers keep their parts, still marked unsummed; mg_grad sums them when
- * asked (collectively), before or after the step. A linear layer's weight does
- * better still: backward computes each rank's rows of the summed gradient from
- * every rank's activations (autograd/grad_rows.h), and the step reads its rows
- * as they are.
+ * When the optimizer makes their state it tells the gradient reducer that it
+ * takes these parameters' sums (mg_reducer_defer, dist/reducer.h), so the
+ * reducer, from the first step on, leaves the gradient unsummed, each rank's
+ * part in its own shared buffer (LOCAL). The step adds the k parts up tile by
+ * tile as it updates, in rank order like the shared-memory all-reduce: the
+ * gradient sum makes no pass of its own, and the result has the same bits as
+ * summing first. The buffers keep their parts; mg_grad sums them when asked
+ * (collectively), before or after the step. A linear layer's weight does
+ * better still: the reducer computes each rank's rows of the summed gradient
+ * from every rank's activations (ROWS, dist/reducer_rows.h), and the step
+ * reads its rows as they are.
  *
  * Per step and node this moves what the update must: every rank's gradient
  * read once, value and state read and written once. Separate replicas would
@@ -41,13 +41,15 @@
 #ifndef MG_NN_OPTIM_SHARD_H
 #define MG_NN_OPTIM_SHARD_H
 
-#include "nn/optim.h"
+#include "nn/optim_update.h"
+#include "nn/param.h"
 
-/* Marks the parameters whose update may be split (large, on the CPU,
- * Replicate over some mesh dim) MG_DTENSOR_GRAD_DEFER, before any backward:
- * from the first step on, backward leaves their data-parallel sums to the
- * step, so a resumed run computes exactly what an uninterrupted one does. */
-void mg_optim_shard_mark(mg_param_table *t);
+/* Tells the gradient reducer which parameters' sums this step takes (large,
+ * on the CPU, Replicate over some mesh dim: mg_reducer_defer), before any
+ * backward: from the first step on, backward leaves their data-parallel sums
+ * to the step, so a resumed run computes exactly what an uninterrupted one
+ * does. */
+int mg_optim_shard_mark(mg_param_table *t);
 /* Collective over the mesh. Sets each parameter's shard_dim (the mesh dim whose
  * ranks split its update, or -1), moving value and state into shared memory
  * the first time, and waits at a barrier on every comm that splits one. */

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "dist/mesh.h"
-#include "ops.h"
+#include "dist/reducer.h"
+#include "ops/ops.h"
 #include "status.h"
 
 int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
@@ -15,15 +17,10 @@ int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int 
     if (strlen(name) >= MG_PARAM_NAME_MAX)
         return mg_error(MG_EINVAL, "parameter name '%s' is longer than %d characters", name,
                         MG_PARAM_NAME_MAX - 1);
-    if (t->n == t->cap) {
-        int cap = t->cap ? 2 * t->cap : 8;
-        mg_param *p = realloc(t->p, (size_t)cap * sizeof *p);
-        if (!p) return mg_error(MG_ENOMEM, "parameter table: out of memory");
-        t->p = p;
-        t->cap = cap;
-    }
+    int rc = mg_array_grow((void **)&t->p, &t->cap, t->n + 1, sizeof *t->p, "parameter table");
+    if (rc != MG_OK) return rc;
     mg_spec spec;
-    int rc = mg_spec_make(&spec, mesh, store, mesh->ndim, ndim, shape, name);
+    rc = mg_spec_make(&spec, mesh, store, mesh->ndim, ndim, shape, name);
     if (rc != MG_OK) return rc;
     mg_spec use_spec; /* validates the use placements too */
     rc = mg_spec_make(&use_spec, mesh, use, mesh->ndim, ndim, shape, name);
@@ -71,10 +68,15 @@ mg_dtensor *mg_params_use(mg_param_table *t, int i) {
     return mg_op_param_copy(p->value, &target);
 }
 
+bool mg_param_grad_in_parts(const mg_param *p) {
+    mg_grad_form form = mg_reducer_form(p->value, NULL);
+    return form == MG_GRAD_LOCAL || form == MG_GRAD_ROWS;
+}
+
 void mg_params_collect_grads(mg_param_table *t) {
-    for (int i = 0; i < t->n; i++) { /* a gradient the optimizer sums stays unsummed */
-        mg_dtensor *v = t->p[i].value;
-        t->p[i].grad = (v->flags & MG_DTENSOR_GRAD_PARTS) ? v->grad : mg_grad(v);
+    for (int i = 0; i < t->n; i++) { /* a gradient the optimizer sums stays in parts */
+        mg_param *p = &t->p[i];
+        p->grad = mg_param_grad_in_parts(p) ? p->value->grad : mg_grad(p->value);
     }
 }
 

@@ -6,10 +6,12 @@
  *
  * Exports: mg_param, mg_param_table, mg_params_add, mg_params_free,
  * mg_params_use (the tensor the forward pass should use), mg_params_collect_grads,
+ * mg_param_grad_in_parts,
  * mg_params_zero_grads, mg_params_checksum (FNV-1a 64 over every full tensor). */
 #ifndef MG_NN_PARAM_H
 #define MG_NN_PARAM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dist/dtensor.h"
@@ -28,6 +30,8 @@ typedef struct {
     mg_dtensor *state[MG_PARAM_STATE_MAX];  /* optimizer state, parameter's spec */
     int shard_dim;                          /* optimizer: mesh dim whose ranks split its
                                              * update (optim_shard.h), or -1 */
+    int one_copy;                           /* value and state are one copy per node, that
+                                             * only the split step may update */
 } mg_param;
 
 typedef struct {
@@ -52,6 +56,9 @@ mg_dtensor *mg_params_use(mg_param_table *t, int i);
 /* After mg_backward: p->grad = mg_grad(p->value) for every parameter (a
  * parameter the loss did not reach gets NULL). */
 void mg_params_collect_grads(mg_param_table *t);
+/* The gradient is left in parts for a split optimizer step: each rank's
+ * addend, or each rank's rows of the sum (dist/reducer.h: LOCAL or ROWS). */
+bool mg_param_grad_in_parts(const mg_param *p);
 /* mg_zero_grad on every parameter; clears p->grad. */
 int mg_params_zero_grads(mg_param_table *t);
 
