@@ -120,13 +120,12 @@ sim_down() {
             pids=$(ip netns pids "$ns" 2>/dev/null)
             [ -n "$pids" ] && kill -TERM $pids 2>/dev/null
         done
-        waited=0
-        while [ $waited -lt $((grace * 10)) ]; do
+        until=$(($(date +%s) + grace))
+        while [ "$(date +%s)" -lt $until ]; do
             left=''
             for ns in $sim_ns; do left="$left$(ip netns pids "$ns" 2>/dev/null)"; done
             [ -z "$left" ] && break
-            sleep 0.1
-            waited=$((waited + 1))
+            sleep 0.2
         done
     fi
     for ns in $sim_ns; do

@@ -73,7 +73,7 @@ sim_tag=slurm-test sim_tmp=$tmp
 
 cleanup() {
     trap '' INT TERM HUP
-    sim_down 5 # daemons get SIGTERM (slurmctld saves its state) and 5 s
+    sim_down 2 # daemons get SIGTERM and 2 s
     wait       # and are reaped
     if [ -d "$tmp/log" ]; then
         mkdir -p "$out/daemons" && cp "$tmp"/log/* "$out/daemons/" 2>/dev/null
