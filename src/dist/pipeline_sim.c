@@ -213,6 +213,7 @@ void mg_pp_sim_free(mg_pp_sim *sim) {
     free(sim->peak_live);
     free(sim->peak_live_rank);
     free(sim->peak_bytes);
+    free(sim->peak_stage_bytes);
     memset(sim, 0, sizeof *sim);
 }
 
@@ -248,7 +249,8 @@ static int alloc_run(run *u, mg_pp_sim *sim) {
 #define ALLOC(ptr, n) (((ptr) = zcalloc((size_t)(n), sizeof *(ptr))) == NULL)
     if (ALLOC(sim->start, p) || ALLOC(sim->end, p) || ALLOC(sim->match, p) ||
         ALLOC(sim->busy_rank, p) || ALLOC(sim->done_rank, p) || ALLOC(sim->peak_live, S) ||
-        ALLOC(sim->peak_live_rank, p) || ALLOC(sim->peak_bytes, p) || ALLOC(u->ch, p * p) ||
+        ALLOC(sim->peak_live_rank, p) || ALLOC(sim->peak_bytes, p) ||
+        ALLOC(sim->peak_stage_bytes, S) || ALLOC(u->ch, p * p) ||
         ALLOC(u->slot, p) || ALLOC(u->input, p) || ALLOC(u->pc, p) || ALLOC(u->t, p) ||
         ALLOC(u->posted, p))
         return -1;
@@ -299,6 +301,7 @@ static void finish(run *u) {
     mg_pp_sim *sim = u->sim;
     sim->step_time = sim->busy = 0;
     int *live = calloc((size_t)s->stages, sizeof *live);
+    double *stage_bytes = calloc((size_t)s->stages, sizeof *stage_bytes);
     for (int r = 0; r < s->ranks; r++) {
         double done = u->t[r], bytes = 0, peak_bytes = 0;
         int live_rank = 0, peak_rank = 0;
@@ -316,10 +319,13 @@ static void finish(run *u) {
             int d = a->op == MG_PP_FORWARD                                          ? 1
                     : a->op == MG_PP_BACKWARD || a->op == MG_PP_BACKWARD_WEIGHT ? -1
                                                                                     : 0;
-            if (!d || !live) continue;
+            if (!d || !live || !stage_bytes) continue;
             live[a->stage] += d;
             live_rank += d;
             bytes += d * b;
+            stage_bytes[a->stage] += d * b;
+            if (stage_bytes[a->stage] > sim->peak_stage_bytes[a->stage])
+                sim->peak_stage_bytes[a->stage] = stage_bytes[a->stage];
             if (live[a->stage] > sim->peak_live[a->stage]) sim->peak_live[a->stage] = live[a->stage];
             if (live_rank > peak_rank) peak_rank = live_rank;
             if (bytes > peak_bytes) peak_bytes = bytes;
@@ -331,6 +337,7 @@ static void finish(run *u) {
         if (done > sim->step_time) sim->step_time = done;
     }
     free(live);
+    free(stage_bytes);
     sim->bubble = sim->step_time > 0 ? 1.0 - sim->busy / (s->ranks * sim->step_time) : 0.0;
 }
 

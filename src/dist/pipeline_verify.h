@@ -74,6 +74,7 @@ typedef struct {
                          * (W for a split one) had not finished */
     int *peak_live_rank;   /* [ranks] the same summed over the rank's stages */
     double *peak_bytes;    /* [ranks] most saved-activation bytes at once (cost given) */
+    double *peak_stage_bytes; /* [stages] the same per stage */
 } mg_pp_sim;
 
 /* The structure alone. MG_OK, or MG_EINVAL naming the rank, the action and
