@@ -217,22 +217,28 @@ static void make(mg_pp_schedule *s, mg_pp_kind k, int p, int v, int m) {
 }
 
 START_TEST(mutations_are_caught) {
-    mg_pp_schedule s;
-    make(&s, MG_PP_1F1B, 4, 1, 8);
-    drop(&s, 2, find(&s, 2, MG_PP_RECV_ACT, 5, 0));
-    assert_caught(&s, "rank 2, action", "a dropped recv-act");
-
-    make(&s, MG_PP_1F1B, 4, 1, 8);
-    drop(&s, 1, find(&s, 1, MG_PP_SEND_ACT, 3, 0));
-    assert_caught(&s, "never runs the send-act of micro-batch 3 on stage 1", "a dropped send-act");
-
-    make(&s, MG_PP_1F1B, 4, 1, 8);
-    drop(&s, 2, find(&s, 2, MG_PP_RECV_GRAD, 6, 0));
-    assert_caught(&s, "no recv-grad before it", "a dropped recv-grad");
-
-    make(&s, MG_PP_ZB_H1, 4, 1, 8);
-    drop(&s, 1, find(&s, 1, MG_PP_SEND_GRAD, 7, 0));
-    assert_caught(&s, "never runs the send-grad of micro-batch 7 on stage 1", "a dropped send-grad");
+    /* one send or receive dropped from a list: (schedule, p, M) rank op mb */
+    static const struct {
+        mg_pp_kind kind;
+        int p, m, rank, op, mb;
+        const char *want, *what;
+    } drops[] = {
+        {MG_PP_1F1B, 4, 8, 2, MG_PP_RECV_ACT, 5, "rank 2, action", "a dropped recv-act"},
+        {MG_PP_1F1B, 4, 8, 1, MG_PP_SEND_ACT, 3, "never runs the send-act of micro-batch 3 on stage 1",
+         "a dropped send-act"},
+        {MG_PP_1F1B, 4, 8, 2, MG_PP_RECV_GRAD, 6, "no recv-grad before it", "a dropped recv-grad"},
+        {MG_PP_ZB_H1, 4, 8, 1, MG_PP_SEND_GRAD, 7,
+         "never runs the send-grad of micro-batch 7 on stage 1", "a dropped send-grad"},
+        {MG_PP_INTERLEAVED_1F1B, 2, 4, 0, MG_PP_RECV_ACT, 2, "no recv-act before it",
+         "a dropped recv-act (interleaved)"},
+    };
+    for (size_t i = 0; i < sizeof drops / sizeof drops[0]; i++) {
+        mg_pp_schedule s;
+        make(&s, drops[i].kind, drops[i].p, drops[i].kind == MG_PP_INTERLEAVED_1F1B ? 2 : 1,
+             drops[i].m);
+        drop(&s, drops[i].rank, find(&s, drops[i].rank, drops[i].op, drops[i].mb, 0));
+        assert_caught(&s, drops[i].want, drops[i].what);
+    }
 }
 END_TEST
 

@@ -71,12 +71,18 @@ check "... a flow from every send, 2 (p-1) M = 48, to its receive ($n_s starts, 
     test "$n_s" -eq 48 -a "$n_f" -eq 48
 check "... every forward of every stage ($n_fwd)" test "$n_fwd" -eq 32
 if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' 2>/dev/null; then
-    check "... which is valid JSON with ranks 0-3 and matched flow ids" python3 -c '
+    check "... which is valid JSON: ranks 0-3, matched flow ids, no overlapping spans on a thread" python3 -c '
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 assert sorted({e["pid"] for e in ev}) == [0, 1, 2, 3]
 s = sorted(e["id"] for e in ev if e["ph"] == "s")
 assert s == sorted(e["id"] for e in ev if e["ph"] == "f") and len(set(s)) == len(s)
+spans = {}
+for e in ev:
+    if e["ph"] == "X": spans.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+for k, v in spans.items():  # spans on one thread follow each other
+    v.sort()
+    assert all(b[0] >= a[1] - 1e-3 for a, b in zip(v, v[1:])), k
 ' "$tmp/trace.json"
 fi
 run --mesh 4 --microbatches 8 --pp-schedule gpipe --trace "$tmp/trace.json" $given

@@ -5,6 +5,7 @@
 #include "cli/plan_show.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
@@ -75,19 +76,19 @@ static void print_gantt(FILE *out, const mg_plan_report *r) {
     const mg_pp_schedule *s = r->schedule;
     const mg_pp_sim *sim = r->sim;
     double col = sim->step_time / GANTT_COLS;
-    fprintf(out, "\ntimeline (one column = %.3f ms; F forward, B backward, W weight gradient, . idle "
-                 "or waiting):\n", col * 1e3);
+    fprintf(out, "\ntimeline (one column = %.3f ms; F forward, B backward, W weight gradient, R "
+                 "reduce-grad, . idle or waiting):\n", col * 1e3);
     for (int rk = 0; rk < s->ranks; rk++) {
         char line[GANTT_COLS + 1];
         memset(line, '.', GANTT_COLS);
         line[GANTT_COLS] = '\0';
         for (int i = 0; i < s->len[rk]; i++) {
             const mg_pp_action *a = &s->actions[rk][i];
-            if (!is_compute(a->op)) continue;
+            if (!is_compute(a->op) && a->op != MG_PP_REDUCE_GRAD) continue;
             for (int k = 0; k < GANTT_COLS; k++) {
                 double mid = (k + 0.5) * col;
                 if (mid >= sim->start[rk][i] && mid < sim->end[rk][i])
-                    line[k] = "FBBW"[a->op];
+                    line[k] = is_compute(a->op) ? "FBBW"[a->op] : 'R';
             }
         }
         fprintf(out, "  rank %-3d |%s|\n", rk, line);
@@ -160,23 +161,22 @@ static void span(FILE *f, int *first, const char *name, const char *cat, int pid
     *first = 0;
 }
 
-int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
-    int rc = may_write(path);
-    if (rc != MG_OK) return rc;
-    FILE *f = fopen(path, "w");
-    if (!f) return mg_error(MG_EIO, "cannot write --trace '%s'", path);
-    const mg_pp_schedule *s = r->schedule;
-    const mg_pp_sim *sim = r->sim;
+/* The events: per rank its name, its threads, its spans and the flows of its sends. */
+static void write_events(FILE *f, const mg_pp_schedule *s, const mg_pp_sim *sim, int **lanes) {
     static const char *const cats[] = {"forward", "backward", "backward-input", "backward-weight"};
     fprintf(f, TRACE_MARK ",\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
     int first = 1, flow = 0;
     for (int rk = 0; rk < s->ranks; rk++) {
         fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
                    "\"rank %d\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-                   "\"args\":{\"name\":\"compute\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\","
-                   "\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"transfers\"}}",
-                first ? "" : ",", rk, rk, rk, rk);
+                   "\"args\":{\"name\":\"compute\"}}",
+                first ? "" : ",", rk, rk, rk);
         first = 0;
+        int most = 0;
+        for (int i = 0; i < s->len[rk]; i++) most = lanes[rk][i] > most ? lanes[rk][i] : most;
+        for (int l = 1; l <= most; l++)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                       "\"args\":{\"name\":\"transfers %d\"}}", rk, l, l);
         for (int i = 0; i < s->len[rk]; i++) {
             const mg_pp_action *a = &s->actions[rk][i];
             char name[64];
@@ -186,19 +186,56 @@ int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
                      0, sim->start[rk][i], sim->end[rk][i], a->mb, a->stage);
                 continue;
             }
-            span(f, &first, name, "transfer", rk, 1, sim->start[rk][i], sim->end[rk][i], a->mb,
-                 a->stage);
+            span(f, &first, name, "transfer", rk, lanes[rk][i], sim->start[rk][i], sim->end[rk][i],
+                 a->mb, a->stage);
             if (a->op != MG_PP_SEND_ACT && a->op != MG_PP_SEND_GRAD) continue;
             int j = sim->match[rk][i], peer = a->peer; /* the receive on the peer */
             double recv_mid = 0.5 * (sim->start[peer][j] + sim->end[peer][j]);
             fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":%d,\"pid\":%d,"
-                       "\"tid\":1,\"ts\":%.3f},\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"f\","
-                       "\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":1,\"ts\":%.3f}",
-                    name, flow, rk, sim->start[rk][i] * 1e6, name, flow, peer, recv_mid * 1e6);
+                       "\"tid\":%d,\"ts\":%.3f},\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"f\","
+                       "\"bp\":\"e\",\"id\":%d,\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
+                    name, flow, rk, lanes[rk][i], sim->start[rk][i] * 1e6, name, flow, peer,
+                    lanes[peer][j], recv_mid * 1e6);
             flow++;
         }
     }
     fprintf(f, "\n]}\n");
-    if (fclose(f) != 0) return mg_error(MG_EIO, "writing --trace '%s' failed", path);
-    return MG_OK;
+}
+
+#define MAX_LANES 15 /* threads for transfers in flight at once, per rank */
+
+/* Transfers of one rank on threads 1, 2, ...: each on the first whose last
+ * transfer has ended, so spans on one thread never overlap (posts come in
+ * list order, which is time order). lane[i] for transfer i. */
+static void assign_lanes(const mg_pp_schedule *s, const mg_pp_sim *sim, int rk, int *lane) {
+    double lane_end[MAX_LANES];
+    int used = 0;
+    for (int i = 0; i < s->len[rk]; i++) {
+        if (!mg_pp_op_is_p2p(s->actions[rk][i].op)) continue;
+        int l = 0;
+        while (l < used && lane_end[l] > sim->start[rk][i]) l++;
+        if (l == MAX_LANES) l = MAX_LANES - 1; /* more in flight: they share the last */
+        if (l == used) used++;
+        lane_end[l] = sim->end[rk][i];
+        lane[i] = 1 + l;
+    }
+}
+
+int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
+    int rc = may_write(path);
+    if (rc != MG_OK) return rc;
+    const mg_pp_schedule *s = r->schedule;
+    const mg_pp_sim *sim = r->sim;
+    int *lanes[MG_PP_MAX_RANKS];
+    for (int rk = 0; rk < s->ranks; rk++) {
+        lanes[rk] = calloc((size_t)s->len[rk] + 1, sizeof(int));
+        if (lanes[rk]) assign_lanes(s, sim, rk, lanes[rk]);
+        else rc = mg_error(MG_ENOMEM, "--trace: out of memory");
+    }
+    FILE *f = rc == MG_OK ? fopen(path, "w") : NULL;
+    if (rc == MG_OK && !f) rc = mg_error(MG_EIO, "cannot write --trace '%s'", path);
+    if (rc == MG_OK) write_events(f, s, sim, lanes);
+    if (f && fclose(f) != 0 && rc == MG_OK) rc = mg_error(MG_EIO, "writing --trace '%s' failed", path);
+    for (int rk = 0; rk < s->ranks; rk++) free(lanes[rk]);
+    return rc;
 }

@@ -65,11 +65,13 @@ static int nccl_failed(mg_comm *c, const char *what, ncclResult_t r) {
     return code;
 }
 
-/* Waits for the stream, watching for NCCL's asynchronous errors meanwhile. */
-static int wait_for(mg_comm *c, const char *what) {
+/* Waits for the work queued on the stream (event NULL) or for `event` on it,
+ * watching for NCCL's asynchronous errors meanwhile. With `poll` it looks
+ * once: 1 when the work is not done yet. */
+static int wait_for_work(mg_comm *c, const char *what, cudaEvent_t event, int poll) {
     nccl_ctx *x = c->context;
     for (;;) {
-        cudaError_t q = cudaStreamQuery(x->stream);
+        cudaError_t q = event ? cudaEventQuery(event) : cudaStreamQuery(x->stream);
         if (q == cudaSuccess) return MG_OK;
         if (q != cudaErrorNotReady) {
             cudaGetLastError();
@@ -82,9 +84,12 @@ static int wait_for(mg_comm *c, const char *what) {
         ncclResult_t r = ncclCommGetAsyncError(x->nccl, &async);
         if (r != ncclSuccess) return nccl_failed(c, what, r);
         if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(c, what, async);
+        if (poll) return 1;
         sched_yield();
     }
 }
+
+static int wait_for(mg_comm *c, const char *what) { return wait_for_work(c, what, NULL, 0); }
 
 /* Enqueued, then waited for. */
 static int launched(mg_comm *c, const char *what, ncclResult_t r) {
@@ -269,24 +274,8 @@ static int nccl_p2p_finish(mg_comm *c, mg_p2p_request *req, int wait) {
     nccl_ctx *x = c->context;
     if (!req->event) /* host memory */
         return wait ? x->host->iface->p2p_wait(x->host, req) : x->host->iface->p2p_test(x->host, req);
-    const char *what = req->send ? "send" : "recv";
-    for (;;) {
-        cudaError_t q = cudaEventQuery((cudaEvent_t)req->event);
-        if (q == cudaSuccess) break;
-        if (q != cudaErrorNotReady) {
-            cudaGetLastError();
-            int code = mg_error(MG_ECOMM, "%s over %d ranks failed: CUDA: %s", what, c->size,
-                                cudaGetErrorString(q));
-            abort_comm(c);
-            return code;
-        }
-        ncclResult_t async = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(x->nccl, &async);
-        if (r != ncclSuccess) return nccl_failed(c, what, r);
-        if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(c, what, async);
-        if (!wait) return MG_OK;
-        sched_yield();
-    }
+    int rc = wait_for_work(c, req->send ? "send" : "recv", (cudaEvent_t)req->event, !wait);
+    if (rc != MG_OK) return rc > 0 ? MG_OK : rc; /* 1: not done yet */
     cudaEventDestroy((cudaEvent_t)req->event);
     req->event = NULL;
     req->done = 1;

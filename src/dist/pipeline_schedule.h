@@ -26,10 +26,24 @@
  * A send or receive is posted where it stands in the list and matched with
  * the peer's in order (see pipeline_verify.h for the exact semantics).
  *
+ * An executor is one loop over its rank's list (the lists are proven for
+ * exactly this):
+ *   a run of sends and receives (i .. mg_pp_batch_end):  group_begin; post
+ *       each with mg_comm_isend / mg_comm_irecv on the pipeline dim's comm
+ *       (send-act: the stage's output of mb; recv-act: into mb's input of the
+ *       stage; the grads likewise), keeping the request by (op, mb, stage);
+ *       group_end (comm.h's point-to-point)
+ *   F, B, Bi   wait for the receive it consumes (if its input comes from
+ *              another rank), then compute
+ *   W          compute
+ *   reduce-grad  the stage's backward is over for this step: tell the
+ *              gradient reducer (the last micro-batch's hook)
+ *   at the end wait for every send.
+ *
  * Exports: mg_pp_kind, mg_pp_op, mg_pp_action, mg_pp_schedule,
  * mg_pp_kind_parse, mg_pp_kind_name, mg_pp_schedule_check, mg_pp_schedule_make,
  * mg_pp_schedule_free, mg_pp_stage_rank, mg_pp_action_format, mg_pp_op_name,
- * mg_pp_op_is_p2p, mg_pp_microbatch_rows. */
+ * mg_pp_op_is_p2p, mg_pp_batch_end, mg_pp_microbatch_rows. */
 #ifndef MG_PIPELINE_SCHEDULE_H
 #define MG_PIPELINE_SCHEDULE_H
 
@@ -97,6 +111,12 @@ void mg_pp_schedule_free(mg_pp_schedule *s);
 
 static inline int mg_pp_stage_rank(const mg_pp_schedule *s, int stage) { return stage % s->ranks; }
 static inline int mg_pp_op_is_p2p(int op) { return op >= MG_PP_SEND_ACT && op <= MG_PP_RECV_GRAD; }
+/* The batch of transfers starting at action i of rank r ends before the
+ * returned index: the first action after i that is not a send or a receive. */
+static inline int mg_pp_batch_end(const mg_pp_schedule *s, int r, int i) {
+    while (i < s->len[r] && mg_pp_op_is_p2p(s->actions[r][i].op)) i++;
+    return i;
+}
 /* "F", "B", "Bi", "W", "send-act", ... */
 const char *mg_pp_op_name(int op);
 /* "F 3 s1", "send-act 3 s1 -> 2", "reduce-grad s1" into buf; returns buf. */

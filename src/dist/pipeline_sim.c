@@ -102,11 +102,6 @@ static double arrival(const run *u, int r, int i) {
     return both + mg_pp_action_time(u->cost, a);
 }
 
-static int batch_end(const mg_pp_schedule *s, int r, int i) {
-    while (i < s->len[r] && mg_pp_op_is_p2p(s->actions[r][i].op)) i++;
-    return i;
-}
-
 /* Moves rank r by one action (or one batch): 1 moved, 0 waits or done, < 0 error. */
 static int step(run *u, int r) {
     const mg_pp_schedule *s = u->s;
@@ -121,7 +116,7 @@ static int step(run *u, int r) {
         return 1;
     }
     if (mg_pp_op_is_p2p(a->op)) { /* rendezvous: post the batch, wait for all of it */
-        int end = batch_end(s, r, i), moved = 0;
+        int end = mg_pp_batch_end(s, r, i), moved = 0;
         if (!u->posted[r]) {
             for (int j = i; j < end; j++) {
                 int rc = post(u, r, j, u->t[r]);
@@ -165,7 +160,7 @@ static void describe_wait(const run *u, int r, char *buf, size_t len) {
     int wait = i;
     if (!mg_pp_op_is_p2p(a->op) && u->input[r][i] >= 0) wait = u->input[r][i];
     else if (mg_pp_op_is_p2p(a->op)) /* the first transfer of the batch not matched yet */
-        for (int j = i; j < batch_end(s, r, i); j++)
+        for (int j = i; j < mg_pp_batch_end(s, r, i); j++)
             if (arrival(u, r, j) < 0) {
                 wait = j;
                 break;
