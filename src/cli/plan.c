@@ -47,7 +47,7 @@ typedef struct {
     int threads;
 } plan_opts;
 
-static const char *usage_text =
+static const char usage_text[] =
     "plan [--model mlp] [--layers W0,W1,...] [--batch B] [--mesh SHAPE] [--parallel pp|pp,dp]\n"
     "       [--microbatches M | --microbatch-rows R1,R2,...] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1]\n"
@@ -226,66 +226,93 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
     return rc;
 }
 
-int mg_cli_plan(int argc, char **argv) {
-    static plan_opts o; /* large lists: not on the stack */
-    memset(&o, 0, sizeof o);
+/* Everything one plan needs (the lists are large: on the heap). */
+typedef struct {
+    plan_opts o;
+    int64_t rows[MG_PP_MAX_MICROBATCHES];
+    mg_layer_cost layers[MAX_LIST];
+    mg_pp_split split;
+    int pp, dp;
+} plan_job;
+
+/* From the flags to the split: MG_OK, 1 for --help, or an error (usage). */
+static int prepare(plan_job *j, int argc, char **argv) {
+    plan_opts *o = &j->o;
     int64_t defaults[] = {1024, 4096, 1024, 4096, 1024, 4096, 1024, 4096, 1024};
-    o.nwidths = 9;
-    memcpy(o.widths, defaults, sizeof defaults);
-    o.batch = 256;
-    o.schedule = MG_PP_1F1B;
-    o.virtual_stages = 1;
-    snprintf(o.mesh, sizeof o.mesh, "%d", mg_world_size());
-    snprintf(o.parallel, sizeof o.parallel, "pp");
-    int rc = parse_args(&o, argc, argv);
-    if (rc == 1) {
-        if (mg_rank() == 0) printf("usage: meshgrad %s\n", usage_text);
-        return 0;
-    }
-    if (rc != MG_OK) return 2;
-    if (o.threads) mg_backend_cpu_set_threads(o.threads);
-    if (!o.microbatches && !o.n_mb_rows) o.microbatches = 8;
+    o->nwidths = 9;
+    memcpy(o->widths, defaults, sizeof defaults);
+    o->batch = 256;
+    o->schedule = MG_PP_1F1B;
+    o->virtual_stages = 1;
+    snprintf(o->mesh, sizeof o->mesh, "%d", mg_world_size());
+    snprintf(o->parallel, sizeof o->parallel, "pp");
+    int rc = parse_args(o, argc, argv);
+    if (rc != MG_OK) return rc;
+    if (o->threads) mg_backend_cpu_set_threads(o->threads);
+    if (!o->microbatches && !o->n_mb_rows) o->microbatches = 8;
+    j->dp = 1;
+    if ((rc = parse_mesh(o, &j->pp, &j->dp)) != MG_OK ||
+        (rc = microbatch_rows(o, j->rows, j->dp)) != MG_OK ||
+        (rc = mg_pp_schedule_check(o->schedule, j->pp, o->virtual_stages, o->microbatches)) != MG_OK ||
+        (rc = mg_layer_costs_mlp(o->widths, o->nwidths, j->layers)) != MG_OK)
+        return rc;
+    return mg_pp_split_make(&j->split, j->layers, o->nwidths - 1, j->pp, o->virtual_stages,
+                            o->n_pp_layers ? o->pp_layers : NULL, o->n_pp_layers);
+}
 
-    int pp = 0, dp = 1;
-    static int64_t rows[MG_PP_MAX_MICROBATCHES];
-    static mg_layer_cost layers[MAX_LIST];
-    static mg_pp_split split;
-    int nlayers = o.nwidths - 1;
-    if ((rc = parse_mesh(&o, &pp, &dp)) != MG_OK || (rc = microbatch_rows(&o, rows, dp)) != MG_OK ||
-        (rc = mg_pp_schedule_check(o.schedule, pp, o.virtual_stages, o.microbatches)) != MG_OK ||
-        (rc = mg_layer_costs_mlp(o.widths, o.nwidths, layers)) != MG_OK ||
-        (rc = mg_pp_split_make(&split, layers, nlayers, pp, o.virtual_stages,
-                               o.n_pp_layers ? o.pp_layers : NULL, o.n_pp_layers)) != MG_OK)
-        return 2;
-
+/* Makes, proves, calibrates, times and shows the plan: MG_OK or an error. */
+static int run(plan_job *j) {
+    const plan_opts *o = &j->o;
     mg_pp_schedule s;
     mg_pp_sim unit = {0}, sim = {0};
     mg_pp_stage_costs costs = {0};
-    mg_pp_machine machine = {.dp = dp};
+    mg_pp_machine machine = {.dp = j->dp};
     char how[320];
     int64_t most_rows = 0;
-    for (int i = 0; i < o.microbatches; i++)
-        most_rows = rows[i] > most_rows ? rows[i] : most_rows;
-    rc = mg_pp_schedule_make(&s, o.schedule, pp, o.virtual_stages, o.microbatches);
+    for (int i = 0; i < o->microbatches; i++)
+        most_rows = j->rows[i] > most_rows ? j->rows[i] : most_rows;
+    int rc = mg_pp_schedule_make(&s, o->schedule, j->pp, o->virtual_stages, o->microbatches);
     if (rc == MG_OK) rc = mg_pp_verify(&s, NULL, &unit);
-    if (rc == MG_OK) rc = calibrate(&o, layers, nlayers, (most_rows + dp - 1) / dp, &machine, how,
-                                    sizeof how);
     if (rc == MG_OK)
-        rc = mg_pp_stage_costs_make(&costs, layers, &split, &machine, rows, o.microbatches);
+        rc = calibrate(o, j->layers, o->nwidths - 1, (most_rows + j->dp - 1) / j->dp, &machine,
+                       how, sizeof how);
+    if (rc == MG_OK)
+        rc = mg_pp_stage_costs_make(&costs, j->layers, &j->split, &machine, j->rows,
+                                    o->microbatches);
     if (rc == MG_OK) rc = mg_pp_verify(&s, &costs.cost, &sim);
     if (rc == MG_OK && mg_rank() == 0) {
         mg_plan_report report = {.schedule = &s, .sim = &sim, .unit = &unit, .costs = &costs,
-                                 .split = &split, .layers = layers, .machine = &machine,
-                                 .rows = rows, .batch = o.batch, .mesh = o.mesh,
-                                 .parallel = o.parallel, .calibration = how, .dp = dp,
-                                 .widths = o.widths, .nwidths = o.nwidths};
+                                 .split = &j->split, .layers = j->layers, .machine = &machine,
+                                 .rows = j->rows, .batch = o->batch, .mesh = o->mesh,
+                                 .parallel = o->parallel, .calibration = how, .dp = j->dp,
+                                 .widths = o->widths, .nwidths = o->nwidths};
         mg_plan_print(stdout, &report);
-        if (o.trace) rc = mg_plan_write_trace(o.trace, &report);
-        if (rc == MG_OK && o.trace) printf("trace: %s (chrome://tracing or ui.perfetto.dev)\n", o.trace);
+        if (o->trace) rc = mg_plan_write_trace(o->trace, &report);
+        if (rc == MG_OK && o->trace)
+            printf("trace: %s (chrome://tracing or ui.perfetto.dev)\n", o->trace);
     }
     mg_pp_sim_free(&sim);
     mg_pp_sim_free(&unit);
     mg_pp_stage_costs_free(&costs);
     mg_pp_schedule_free(&s);
-    return rc == MG_OK ? 0 : 1;
+    return rc;
+}
+
+int mg_cli_plan(int argc, char **argv) {
+    plan_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        mg_error(MG_ENOMEM, "plan: out of memory");
+        return 1;
+    }
+    int rc = prepare(j, argc, argv), code;
+    if (rc == 1) {
+        if (mg_rank() == 0) printf("usage: meshgrad %s\n", usage_text);
+        code = 0;
+    } else if (rc != MG_OK) {
+        code = 2; /* decided from the flags alone: every rank says the same */
+    } else {
+        code = run(j) == MG_OK ? 0 : 1;
+    }
+    free(j);
+    return code;
 }
