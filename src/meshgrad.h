@@ -172,6 +172,8 @@ typedef enum {
     MG_COLL_ALL_TO_ALL,
     MG_COLL_BROADCAST,
     MG_COLL_BARRIER,
+    MG_COLL_SEND, /* point-to-point (pipeline parallelism): bytes sent */
+    MG_COLL_RECV, /* point-to-point: 0 bytes (the sender counts them) */
     MG_COLL_COUNT
 } mg_coll_kind;
 typedef struct {

@@ -2,8 +2,10 @@
  * purpose, for tests/test_fault_stall.sh (it is not a test by itself).
  *   fault_stall MESH DIM OP LATE_RANK SECONDS
  * builds the mesh MESH ("1x2", "2x2"...), then every rank runs the collective
- * OP (all_reduce | all_gather | barrier) along mesh dim DIM, except LATE_RANK,
- * which first sleeps SECONDS. Afterwards every rank meets in a barrier over the
+ * OP (all_reduce | all_gather | barrier | recv) along mesh dim DIM, except
+ * LATE_RANK, which first sleeps SECONDS. recv is point-to-point: each rank
+ * sends to the next one along the dim and waits to receive from the one
+ * before, so the rank after LATE_RANK waits for a message that does not come. Afterwards every rank meets in a barrier over the
  * whole mesh and rank 0 prints "fault_stall: done". With MG_COLLECTIVE_TIMEOUT
  * below SECONDS the watchdog must end the job; above it, the run must pass. */
 #include <stdio.h>
@@ -25,8 +27,8 @@ int main(int argc, char **argv) {
     if (mg_init(&argc, &argv) != MG_OK) return fail("mg_init");
     if (argc != 6) {
         if (mg_rank() == 0)
-            fprintf(stderr, "usage: fault_stall MESH DIM all_reduce|all_gather|barrier LATE_RANK "
-                            "SECONDS\n");
+            fprintf(stderr, "usage: fault_stall MESH DIM all_reduce|all_gather|barrier|recv "
+                            "LATE_RANK SECONDS\n");
         mg_finalize();
         return 2;
     }
@@ -59,6 +61,14 @@ int main(int argc, char **argv) {
         rc = mg_comm_all_reduce(c, buf, 1, MG_REDUCE_SUM);
     else if (strcmp(op, "all_gather") == 0)
         rc = mg_comm_all_gather(c, buf + c->rank, 1, buf);
+    else if (strcmp(op, "recv") == 0) {
+        mg_p2p_request s, r;
+        float got = 0;
+        rc = mg_comm_irecv(c, &got, 1, (c->rank + c->size - 1) % c->size, &r);
+        if (rc == MG_OK) rc = mg_comm_isend(c, buf, 1, (c->rank + 1) % c->size, &s);
+        if (rc == MG_OK) rc = mg_comm_p2p_wait(c, &r);
+        if (rc == MG_OK) rc = mg_comm_p2p_wait(c, &s);
+    }
     else
         rc = mg_comm_barrier(c);
     free(buf);

@@ -5,8 +5,9 @@
 # 0.75 s until the watchdog looks, 1 s for the other ranks' lines, teardown),
 # non-zero, and the message names the collective, the mesh dim, its ranks and
 # the rank not answering. A rank that is merely late (under the timeout) and a
-# disabled watchdog (MG_COLLECTIVE_TIMEOUT=0) must not end anything. Uses
-# tests/fault_stall.
+# disabled watchdog (MG_COLLECTIVE_TIMEOUT=0) must not end anything. A rank
+# that never sends a point-to-point message is named by the one waiting for
+# it. Uses tests/fault_stall.
 : "${top_builddir:=.}"
 : "${MPIRUN:=mpirun}"
 : "${TIMEOUT:=timeout}"
@@ -49,6 +50,12 @@ check "4 ranks, rank 3 never enters all_gather on dim 0: the job ends" test "$rc
 check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
 check "... and rank 1, its partner on dim 0, names rank 3" grep -q \
     "collective all_gather on mesh dim 0 (ranks 1,3) has not completed after [0-9]* s: rank(s) 3 are not answering (rank 1 waits" "$out"
+
+run 3 4 4 0 recv 2 60
+check "4 ranks, rank 2 never sends its point-to-point message: the job ends" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
+check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
+check "... and rank 3, its receiver, names rank 2 alone" grep -q \
+    "collective recv on mesh dim 0 (ranks 3,2) has not completed after [0-9]* s: rank(s) 2 are not answering (rank 3 waits" "$out"
 
 run 3 2 2 0 barrier 1 1
 check "a rank late by 1 s under a 3 s timeout: the run passes" test "$rc" -eq 0

@@ -15,5 +15,6 @@ int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
 int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
+int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 
 #endif

@@ -30,6 +30,7 @@ static const mg_command commands[] = {
     {"ckpt", mg_cli_ckpt, "inspect a checkpoint"},
     {"data", mg_cli_data, "make and inspect HDF5 data sets"},
     {"bench", mg_cli_bench, "measure collectives, kernels and training steps"},
+    {"plan", mg_cli_plan, "plan a pipeline-parallel step: stages, timeline, step time, memory"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -19,8 +19,9 @@
 
 static const char *const coll_names[MG_COLL_COUNT] = {
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier",
+    "send", "recv",
 };
-_Static_assert(MG_COLL_COUNT == 6, "mg_coll_kind changed: update coll_names");
+_Static_assert(MG_COLL_COUNT == 8, "mg_coll_kind changed: update coll_names");
 
 const char *mg_coll_name(mg_coll_kind kind) {
     if ((int)kind < 0 || kind >= MG_COLL_COUNT) return "unknown";
@@ -36,6 +37,7 @@ int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root
     case MG_COLL_REDUCE_SCATTER:
     case MG_COLL_ALL_TO_ALL: return (k - 1) * b;
     case MG_COLL_BROADCAST: return rank == (root + size - 1) % size ? 0 : b;
+    case MG_COLL_SEND: return b;
     default: return 0;
     }
 }

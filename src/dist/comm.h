@@ -21,6 +21,7 @@
  *   broadcast of n           4n on every rank but the last of the chain
  *                            root, root+1, ..., root-1 (mod k); 0 on that one
  *   barrier                  0
+ *   send of n (point-to-point, below)  4n; recv 0 (its bytes are the sender's)
  * So gathering a tensor of N floats sharded over k ranks moves (k-1)/k of it per
  * rank, and every collective on a communicator of 1 rank counts 0 bytes (the
  * call itself is still counted). */
@@ -37,6 +38,7 @@
 typedef enum { MG_REDUCE_SUM = 0, MG_REDUCE_AVG, MG_REDUCE_MAX } mg_reduce_op;
 
 typedef struct mg_comm mg_comm;
+typedef struct mg_p2p_request mg_p2p_request; /* point-to-point, at the end of this file */
 
 /* A non-blocking collective in flight (mg_comm_iall_reduce). */
 typedef struct {
@@ -70,6 +72,14 @@ struct mg_comm_iface {
     /* Collective: one of two one-copy scratch buffers of >= n floats, in turn. */
     float *(*shared_scratch)(mg_comm *, int64_t n);
     void (*destroy)(mg_comm *);
+    /* Point-to-point (see the end of this file); NULL where the iface has none.
+     * isend/irecv post and return; p2p_test sets req->done when complete;
+     * p2p_group(c, 1) / (c, 0) brackets a batch (NULL: nothing to do). */
+    int (*isend)(mg_comm *, const float *buf, int64_t n, int peer, mg_p2p_request *req);
+    int (*irecv)(mg_comm *, float *buf, int64_t n, int peer, mg_p2p_request *req);
+    int (*p2p_test)(mg_comm *, mg_p2p_request *req);
+    int (*p2p_wait)(mg_comm *, mg_p2p_request *req);
+    int (*p2p_group)(mg_comm *, int begin);
 };
 
 struct mg_comm {
@@ -144,5 +154,48 @@ int mg_status_agree(int status);
 /* The same, also giving the lowest world rank whose status is the agreed one
  * (-1 when every rank is ok), so a message can say where it failed. */
 int mg_status_agree_rank(int status, int *first_rank);
+
+/* ==== point-to-point (comm_p2p.c): pipeline parallelism ====================
+ * Non-blocking sends and receives of floats between two ranks of one comm
+ * (ranks of the comm, not of the world). Matching is in order: the k-th send
+ * from a to b meets the k-th receive on b from a, and the two counts must
+ * agree (a receive shorter than its send fails with MG_ECOMM). NCCL has no
+ * tags; the MPI iface sends every message with one tag, MG_P2P_TAG, outside
+ * the range its rings use (comm_ring.h), so MPI's ordering rule gives the
+ * same matching. A pipeline schedule's transfers are proven to meet in this
+ * order (dist/pipeline_verify.h).
+ * A batch of sends and receives that must start together (one batch of a
+ * schedule) goes between mg_comm_p2p_group_begin and _end: NCCL needs it
+ * (ncclGroupStart/End; unbatched, a send blocks the stream until its receive
+ * is posted), MPI does nothing.
+ * Counted in the comm statistics as MG_COLL_SEND (4n bytes) and MG_COLL_RECV
+ * (0 bytes). mg_comm_p2p_wait blocks under the collective watchdog, which
+ * names the peer when it never answers. The buffer must not be touched until
+ * the request is done (req->done: waited for, or tested complete). Messages
+ * above the MPI count limit go as several in order (mg_comm_mpi_set_max_count). */
+#define MG_P2P_TAG 30500
+
+struct mg_p2p_request {
+    MPI_Request mpi;      /* MPI: a message in one piece */
+    MPI_Request *pieces;  /* MPI: one request per piece of a longer message */
+    int npieces;
+    void *event;          /* NCCL: a cudaEvent_t recorded after the transfer */
+    int peer, send;       /* the other rank; 1 for a send */
+    int64_t n;
+    int done;
+};
+
+int mg_comm_isend(mg_comm *, const float *buf, int64_t n, int peer, mg_p2p_request *req);
+int mg_comm_irecv(mg_comm *, float *buf, int64_t n, int peer, mg_p2p_request *req);
+int mg_comm_p2p_test(mg_comm *, mg_p2p_request *req);
+int mg_comm_p2p_wait(mg_comm *, mg_p2p_request *req);
+int mg_comm_p2p_group_begin(mg_comm *);
+int mg_comm_p2p_group_end(mg_comm *);
+/* The MPI iface's entries (comm_p2p.c), and its count limit (comm_mpi.c). */
+int mg_comm_mpi_isend(mg_comm *, const float *buf, int64_t n, int peer, mg_p2p_request *req);
+int mg_comm_mpi_irecv(mg_comm *, float *buf, int64_t n, int peer, mg_p2p_request *req);
+int mg_comm_mpi_p2p_test(mg_comm *, mg_p2p_request *req);
+int mg_comm_mpi_p2p_wait(mg_comm *, mg_p2p_request *req);
+int64_t mg_comm_mpi_max_count(void);
 
 #endif

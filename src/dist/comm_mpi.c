@@ -45,6 +45,7 @@ typedef struct {
 void mg_comm_mpi_set_max_count(int64_t n) {
     mg_ctx()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
 }
+int64_t mg_comm_mpi_max_count(void) { return max_count(); }
 
 static int mpi_failed(const mg_comm *c, const char *what, int err) {
     char s[MPI_MAX_ERROR_STRING];
@@ -329,6 +330,10 @@ static const struct mg_comm_iface mpi_iface = {
     .shared_peer = mpi_shared_peer,
     .shared_scratch = mpi_shared_scratch,
     .destroy = mpi_destroy,
+    .isend = mg_comm_mpi_isend, /* comm_p2p.c */
+    .irecv = mg_comm_mpi_irecv,
+    .p2p_test = mg_comm_mpi_p2p_test,
+    .p2p_wait = mg_comm_mpi_p2p_wait,
 };
 
 mg_comm *mg_comm_mpi_new(MPI_Comm mpi) {

@@ -14,6 +14,9 @@
  * norm) go to MPI on the same communicator (an MPI comm kept inside), found with
  * cudaPointerGetAttributes. Mixing host and device buffers in one call is an
  * error.
+ * Point-to-point sends and receives (comm.h's end) are ncclSend/ncclRecv on
+ * the same stream, each followed by an event that its request polls; inside
+ * a group the events are recorded after ncclGroupEnd.
  * Exports: mg_comm_nccl_new, mg_nccl_version. */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -26,11 +29,16 @@
 #include "dist/comm_nccl.h"
 #include "status.h"
 
+#define NCCL_GROUP_MAX 64 /* point-to-point transfers in one group */
+
 typedef struct {
     ncclComm_t nccl;
     mg_comm *host; /* the MPI iface on the same communicator, for host buffers */
     cudaStream_t stream;
     int aborted;
+    int in_group;  /* between p2p_group(c, 1) and (c, 0) */
+    int ngroup;    /* device transfers posted in the group: their events come at its end */
+    mg_p2p_request *group[NCCL_GROUP_MAX];
 } nccl_ctx;
 
 int mg_nccl_version(void) {
@@ -57,11 +65,13 @@ static int nccl_failed(mg_comm *c, const char *what, ncclResult_t r) {
     return code;
 }
 
-/* Waits for the stream, watching for NCCL's asynchronous errors meanwhile. */
-static int wait_for(mg_comm *c, const char *what) {
+/* Waits for the work queued on the stream (event NULL) or for `event` on it,
+ * watching for NCCL's asynchronous errors meanwhile. With `poll` it looks
+ * once: 1 when the work is not done yet. */
+static int wait_for_work(mg_comm *c, const char *what, cudaEvent_t event, int poll) {
     nccl_ctx *x = c->context;
     for (;;) {
-        cudaError_t q = cudaStreamQuery(x->stream);
+        cudaError_t q = event ? cudaEventQuery(event) : cudaStreamQuery(x->stream);
         if (q == cudaSuccess) return MG_OK;
         if (q != cudaErrorNotReady) {
             cudaGetLastError();
@@ -74,9 +84,12 @@ static int wait_for(mg_comm *c, const char *what) {
         ncclResult_t r = ncclCommGetAsyncError(x->nccl, &async);
         if (r != ncclSuccess) return nccl_failed(c, what, r);
         if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(c, what, async);
+        if (poll) return 1;
         sched_yield();
     }
 }
+
+static int wait_for(mg_comm *c, const char *what) { return wait_for_work(c, what, NULL, 0); }
 
 /* Enqueued, then waited for. */
 static int launched(mg_comm *c, const char *what, ncclResult_t r) {
@@ -189,6 +202,89 @@ static int nccl_barrier(mg_comm *c) {
     return x->host->iface->barrier(x->host);
 }
 
+/* ---- point-to-point: ncclSend / ncclRecv on the compute stream; a request is
+ * an event recorded after the transfer (after ncclGroupEnd inside a group) ---- */
+
+static int record_event(mg_comm *c, const char *what, mg_p2p_request *req) {
+    nccl_ctx *x = c->context;
+    cudaEvent_t e;
+    cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventRecord(e, x->stream);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return mg_error(MG_ECOMM, "%s: recording its CUDA event failed: %s", what,
+                        cudaGetErrorString(err));
+    }
+    req->event = e;
+    return MG_OK;
+}
+
+static int nccl_p2p(mg_comm *c, float *buf, int64_t n, int peer, mg_p2p_request *req) {
+    nccl_ctx *x = c->context;
+    const char *what = req->send ? "send" : "recv";
+    int dev = on_device(c, what, buf, NULL);
+    if (dev < 0) return dev;
+    if (!dev) /* host memory: MPI on the same communicator */
+        return req->send ? x->host->iface->isend(x->host, buf, n, peer, req)
+                         : x->host->iface->irecv(x->host, buf, n, peer, req);
+    if (x->in_group && x->ngroup == NCCL_GROUP_MAX)
+        return mg_error(MG_EINVAL, "%s: more than %d transfers in one group", what, NCCL_GROUP_MAX);
+    ncclResult_t r = req->send ? ncclSend(buf, (size_t)n, ncclFloat, peer, x->nccl, x->stream)
+                               : ncclRecv(buf, (size_t)n, ncclFloat, peer, x->nccl, x->stream);
+    if (r != ncclSuccess) return nccl_failed(c, what, r);
+    if (x->in_group) {
+        x->group[x->ngroup++] = req;
+        return MG_OK;
+    }
+    return record_event(c, what, req);
+}
+
+static int nccl_isend(mg_comm *c, const float *buf, int64_t n, int peer, mg_p2p_request *req) {
+    return nccl_p2p(c, (float *)buf, n, peer, req);
+}
+
+static int nccl_irecv(mg_comm *c, float *buf, int64_t n, int peer, mg_p2p_request *req) {
+    return nccl_p2p(c, buf, n, peer, req);
+}
+
+static int nccl_p2p_group(mg_comm *c, int begin) {
+    nccl_ctx *x = c->context;
+    if (begin) {
+        if (x->in_group) return mg_error(MG_ESTATE, "p2p group: a group is already open");
+        ncclResult_t r = ncclGroupStart();
+        if (r != ncclSuccess) return nccl_failed(c, "p2p group", r);
+        x->in_group = 1;
+        x->ngroup = 0;
+        return MG_OK;
+    }
+    if (!x->in_group) return mg_error(MG_ESTATE, "p2p group: no group is open");
+    x->in_group = 0;
+    ncclResult_t r = ncclGroupEnd();
+    if (r != ncclSuccess) return nccl_failed(c, "p2p group", r);
+    for (int i = 0; i < x->ngroup; i++) {
+        int rc = record_event(c, "p2p group", x->group[i]);
+        if (rc != MG_OK) return rc;
+    }
+    x->ngroup = 0;
+    return MG_OK;
+}
+
+/* Done when the event has passed; waits watching NCCL's asynchronous errors. */
+static int nccl_p2p_finish(mg_comm *c, mg_p2p_request *req, int wait) {
+    nccl_ctx *x = c->context;
+    if (!req->event) /* host memory */
+        return wait ? x->host->iface->p2p_wait(x->host, req) : x->host->iface->p2p_test(x->host, req);
+    int rc = wait_for_work(c, req->send ? "send" : "recv", (cudaEvent_t)req->event, !wait);
+    if (rc != MG_OK) return rc > 0 ? MG_OK : rc; /* 1: not done yet */
+    cudaEventDestroy((cudaEvent_t)req->event);
+    req->event = NULL;
+    req->done = 1;
+    return MG_OK;
+}
+
+static int nccl_p2p_test(mg_comm *c, mg_p2p_request *req) { return nccl_p2p_finish(c, req, 0); }
+static int nccl_p2p_wait(mg_comm *c, mg_p2p_request *req) { return nccl_p2p_finish(c, req, 1); }
+
 static void nccl_destroy(mg_comm *c) {
     nccl_ctx *x = c->context;
     if (!x) return;
@@ -210,6 +306,11 @@ static const struct mg_comm_iface nccl_iface = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
+    .isend = nccl_isend,
+    .irecv = nccl_irecv,
+    .p2p_test = nccl_p2p_test,
+    .p2p_wait = nccl_p2p_wait,
+    .p2p_group = nccl_p2p_group,
 };
 
 mg_comm *mg_comm_nccl_new(MPI_Comm mpi) {

@@ -1,0 +1,318 @@
+/* plan.c: `meshgrad plan`: plans a pipeline-parallel step without training.
+ *
+ *   meshgrad plan [--model mlp] [--layers 1024,4096,...] [--batch B]
+ *                 [--mesh 4] [--parallel pp|pp,dp] [--microbatches M |
+ *                 --microbatch-rows 32,32,...] [--pp-schedule 1f1b]
+ *                 [--virtual-stages v] [--pp-layers 3,3,2] [--trace FILE]
+ *                 [--flops GFLOPS] [--bandwidth GB/s] [--latency us] [--threads T]
+ *
+ * Cuts the model's layers into stages (balanced by cost, or --pp-layers),
+ * makes the schedule's action lists, proves them (dist/pipeline_verify.h),
+ * measures this machine (a FLOP rate through the backend, a link through the
+ * comm; or takes --flops / --bandwidth / --latency) and prints the stages,
+ * the per-rank timeline, the predicted step time and the peak activation
+ * memory per stage; --trace writes the timeline as Chrome-trace JSON. It runs
+ * as one process (no mpirun needed: the link is then a copy within it) or
+ * under mpirun (the link is then measured between ranks 0 and 1); every rank
+ * plans the same and rank 0 prints.
+ * Exports mg_cli_plan (cli.h). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "cli/cli.h"
+#include "cli/plan_show.h"
+#include "dist/mesh.h"
+#include "nn/pipeline_cost.h"
+#include "status.h"
+
+#define MAX_LIST 1024 /* entries of a comma-separated flag */
+
+typedef struct {
+    int64_t widths[MAX_LIST];
+    int nwidths;
+    int64_t batch;
+    int microbatches; /* 0: from --microbatch-rows, or 8 */
+    int64_t mb_rows[MAX_LIST];
+    int n_mb_rows;
+    char mesh[64], parallel[64];
+    mg_pp_kind schedule;
+    int virtual_stages;
+    int pp_layers[MAX_LIST];
+    int n_pp_layers;
+    const char *trace;
+    double gflops, gbps, latency_us; /* 0: measure */
+    int threads;
+} plan_opts;
+
+static const char usage_text[] =
+    "plan [--model mlp] [--layers W0,W1,...] [--batch B] [--mesh SHAPE] [--parallel pp|pp,dp]\n"
+    "       [--microbatches M | --microbatch-rows R1,R2,...] [--pp-schedule "
+    "gpipe|1f1b|interleaved-1f1b|zb-h1]\n"
+    "       [--virtual-stages V] [--pp-layers N1,N2,...] [--trace FILE] [--flops GFLOPS]\n"
+    "       [--bandwidth GB/s] [--latency us] [--threads T]";
+
+/* Comma-separated integers >= lo into out (at most MAX_LIST); count or -1. */
+static int parse_list(const char *text, int64_t *out, int64_t lo) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < lo || n == MAX_LIST || (*end && *end != ',')) return -1;
+        out[n++] = v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return -1; /* a trailing comma */
+    }
+    return n;
+}
+
+static int bad_value(const char *flag, const char *value, const char *want) {
+    return mg_error(MG_EINVAL, "plan: %s '%s' is not %s", flag, value, want);
+}
+
+static int parse_double(const char *flag, const char *text, double *out) {
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v > 0)) return bad_value(flag, text, "a positive number");
+    *out = v;
+    return MG_OK;
+}
+
+/* MG_OK, 1 for --help, or an error (usage). */
+static int parse_args(plan_opts *o, int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", 1, 0, 'o'},         {"layers", 1, 0, 'l'},        {"batch", 1, 0, 'b'},
+        {"mesh", 1, 0, 'm'},          {"parallel", 1, 0, 'p'},      {"microbatches", 1, 0, 'M'},
+        {"microbatch-rows", 1, 0, 'R'}, {"pp-schedule", 1, 0, 's'}, {"virtual-stages", 1, 0, 'v'},
+        {"pp-layers", 1, 0, 'L'},     {"trace", 1, 0, 't'},         {"flops", 1, 0, 'F'},
+        {"bandwidth", 1, 0, 'W'},     {"latency", 1, 0, 'a'},       {"threads", 1, 0, 'T'},
+        {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+    int c, rc = MG_OK;
+    int64_t list[MAX_LIST], one[1];
+    opterr = 0;
+    while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            if (strcmp(optarg, "mlp") != 0)
+                rc = mg_error(MG_EINVAL, "plan: unknown --model '%s': plan knows the mlp of "
+                                         "`meshgrad bench step` (--layers gives its widths)", optarg);
+            break;
+        case 'l':
+            o->nwidths = parse_list(optarg, o->widths, 1);
+            if (o->nwidths < 2) rc = bad_value("--layers", optarg, "two or more widths >= 1");
+            break;
+        case 'b':
+            if (parse_list(optarg, one, 1) != 1) rc = bad_value("--batch", optarg, "a count >= 1");
+            o->batch = one[0];
+            break;
+        case 'M':
+            if (parse_list(optarg, one, 1) != 1 || one[0] > MG_PP_MAX_MICROBATCHES)
+                rc = bad_value("--microbatches", optarg, "a count from 1 to 65536");
+            o->microbatches = (int)one[0];
+            break;
+        case 'R':
+            o->n_mb_rows = parse_list(optarg, o->mb_rows, 1);
+            if (o->n_mb_rows < 1) rc = bad_value("--microbatch-rows", optarg, "row counts >= 1");
+            break;
+        case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
+        case 'p': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
+        case 's': rc = mg_pp_kind_parse(optarg, &o->schedule); break;
+        case 'v':
+            if (parse_list(optarg, one, 1) != 1 || one[0] > MG_PP_MAX_STAGES)
+                rc = bad_value("--virtual-stages", optarg, "a count >= 1");
+            o->virtual_stages = (int)one[0];
+            break;
+        case 'L':
+            o->n_pp_layers = parse_list(optarg, list, 0);
+            if (o->n_pp_layers < 1) rc = bad_value("--pp-layers", optarg, "layer counts, one per stage");
+            for (int i = 0; i < o->n_pp_layers; i++) o->pp_layers[i] = (int)list[i];
+            break;
+        case 't': o->trace = optarg; break;
+        case 'F': rc = parse_double("--flops", optarg, &o->gflops); break;
+        case 'W': rc = parse_double("--bandwidth", optarg, &o->gbps); break;
+        case 'a': rc = parse_double("--latency", optarg, &o->latency_us); break;
+        case 'T':
+            if (parse_list(optarg, one, 1) != 1) rc = bad_value("--threads", optarg, "a count >= 1");
+            o->threads = (int)one[0];
+            break;
+        case 'h': return 1;
+        default:
+            rc = mg_error(MG_EINVAL, "plan: unknown option or missing value '%s'",
+                          argv[optind - 1]);
+        }
+    }
+    if (rc == MG_OK && optind < argc)
+        rc = mg_error(MG_EINVAL, "plan: unexpected argument '%s'", argv[optind]);
+    return rc;
+}
+
+/* The pipeline dim and the data-parallel degree from --mesh and --parallel. */
+static int parse_mesh(const plan_opts *o, int *pp, int *dp) {
+    int shape[MG_MAX_MESH_DIMS], ndim = mg_mesh_parse(o->mesh, shape);
+    if (ndim < 0) return ndim;
+    char text[64], *save = NULL;
+    snprintf(text, sizeof text, "%s", o->parallel);
+    int n = 0, pp_dim = -1, dp_dim = -1;
+    for (char *t = strtok_r(text, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
+        int *dim = strcmp(t, "pp") == 0 ? &pp_dim : strcmp(t, "dp") == 0 ? &dp_dim : NULL;
+        if (!dim)
+            return mg_error(MG_EINVAL, "plan: --parallel '%s': plan models pp and dp so far (tp "
+                                       "and fsdp with pp come with the pipeline executor)",
+                            o->parallel);
+        if (*dim >= 0 || n >= ndim) break;
+        *dim = n;
+    }
+    if (n != ndim || pp_dim < 0)
+        return mg_error(MG_EINVAL, "plan: --parallel '%s' on mesh %s: give one plan per mesh dim, "
+                                   "pp once (and dp at most once), e.g. --mesh 4 --parallel pp or "
+                                   "--mesh 2x2 --parallel pp,dp", o->parallel, o->mesh);
+    *pp = shape[pp_dim];
+    *dp = dp_dim >= 0 ? shape[dp_dim] : 1;
+    return MG_OK;
+}
+
+/* Rows of each micro-batch (o->n_mb_rows given, or the batch split). */
+static int microbatch_rows(plan_opts *o, int64_t *rows, int dp) {
+    if (o->n_mb_rows) {
+        if (o->microbatches && o->microbatches != o->n_mb_rows)
+            return mg_error(MG_EINVAL, "plan: --microbatches %d but --microbatch-rows lists %d; "
+                                       "give one of them", o->microbatches, o->n_mb_rows);
+        o->microbatches = o->n_mb_rows;
+        o->batch = 0;
+        for (int i = 0; i < o->n_mb_rows; i++) o->batch += (rows[i] = o->mb_rows[i]);
+    } else {
+        int rc = mg_pp_microbatch_rows(o->batch, o->microbatches, rows);
+        if (rc != MG_OK) return rc;
+    }
+    for (int i = 0; i < o->microbatches; i++)
+        if (rows[i] < dp)
+            return mg_error(MG_EINVAL, "plan: micro-batch %d has %lld rows, fewer than the %d "
+                                       "data-parallel ranks that share it: use fewer micro-batches "
+                                       "or a larger batch", i, (long long)rows[i], dp);
+    return MG_OK;
+}
+
+/* The FLOP rate and the link: from the flags, or measured. */
+static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int64_t rows,
+                     mg_pp_machine *m, char *how, size_t len) {
+    int world = mg_world_size(), rc = MG_OK;
+    mg_mesh *mesh = mg_mesh_new(1, &world);
+    if (!mesh) return mg_last_code();
+    const mg_layer_cost *big = &layers[0];
+    double most = 0;
+    for (int i = 0; i < n; i++)
+        if (layers[i].gemm_in * layers[i].gemm_out > big->gemm_in * big->gemm_out) big = &layers[i];
+    for (int i = 0; i < n; i++) most = layers[i].out_floats > most ? layers[i].out_floats : most;
+    if (o->gflops > 0) m->flops = o->gflops * 1e9;
+    else rc = mg_pp_measure_flops(mesh->world, rows, big->gemm_in, big->gemm_out, &m->flops);
+    double lat = 0, bw = 0;
+    if (rc == MG_OK && (o->gbps <= 0 || o->latency_us <= 0))
+        rc = mg_pp_measure_link(mesh->world, (int64_t)(most * (double)rows), &lat, &bw);
+    m->latency = o->latency_us > 0 ? o->latency_us * 1e-6 : lat;
+    m->bandwidth = o->gbps > 0 ? o->gbps * 1e9 : bw;
+    snprintf(how, len,
+             "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s), link %.2f GB/s + %.1f us (%s)",
+             m->flops * 1e-9, o->gflops > 0 ? "given" : "measured", (long long)rows,
+             (long long)big->gemm_in, (long long)big->gemm_out, mg_backend_cpu_threads(),
+             mg_backend_cpu_threads() == 1 ? "" : "s", m->bandwidth * 1e-9, m->latency * 1e6,
+             o->gbps > 0 && o->latency_us > 0 ? "given"
+             : world > 1 ? "measured between ranks 0 and 1"
+                         : "measured as a copy within this process; run under mpirun -np 2 to "
+                           "measure a link");
+    mg_mesh_free(mesh);
+    return rc;
+}
+
+/* Everything one plan needs (the lists are large: on the heap). */
+typedef struct {
+    plan_opts o;
+    int64_t rows[MG_PP_MAX_MICROBATCHES];
+    mg_layer_cost layers[MAX_LIST];
+    mg_pp_split split;
+    int pp, dp;
+} plan_job;
+
+/* From the flags to the split: MG_OK, 1 for --help, or an error (usage). */
+static int prepare(plan_job *j, int argc, char **argv) {
+    plan_opts *o = &j->o;
+    int64_t defaults[] = {1024, 4096, 1024, 4096, 1024, 4096, 1024, 4096, 1024};
+    o->nwidths = 9;
+    memcpy(o->widths, defaults, sizeof defaults);
+    o->batch = 256;
+    o->schedule = MG_PP_1F1B;
+    o->virtual_stages = 1;
+    snprintf(o->mesh, sizeof o->mesh, "%d", mg_world_size());
+    snprintf(o->parallel, sizeof o->parallel, "pp");
+    int rc = parse_args(o, argc, argv);
+    if (rc != MG_OK) return rc;
+    if (o->threads) mg_backend_cpu_set_threads(o->threads);
+    if (!o->microbatches && !o->n_mb_rows) o->microbatches = 8;
+    j->dp = 1;
+    if ((rc = parse_mesh(o, &j->pp, &j->dp)) != MG_OK ||
+        (rc = microbatch_rows(o, j->rows, j->dp)) != MG_OK ||
+        (rc = mg_pp_schedule_check(o->schedule, j->pp, o->virtual_stages, o->microbatches)) != MG_OK ||
+        (rc = mg_layer_costs_mlp(o->widths, o->nwidths, j->layers)) != MG_OK)
+        return rc;
+    return mg_pp_split_make(&j->split, j->layers, o->nwidths - 1, j->pp, o->virtual_stages,
+                            o->n_pp_layers ? o->pp_layers : NULL, o->n_pp_layers);
+}
+
+/* Makes, proves, calibrates, times and shows the plan: MG_OK or an error. */
+static int run(plan_job *j) {
+    const plan_opts *o = &j->o;
+    mg_pp_schedule s;
+    mg_pp_sim unit = {0}, sim = {0};
+    mg_pp_stage_costs costs = {0};
+    mg_pp_machine machine = {.dp = j->dp};
+    char how[320];
+    int64_t most_rows = 0;
+    for (int i = 0; i < o->microbatches; i++)
+        most_rows = j->rows[i] > most_rows ? j->rows[i] : most_rows;
+    int rc = mg_pp_schedule_make(&s, o->schedule, j->pp, o->virtual_stages, o->microbatches);
+    if (rc == MG_OK) rc = mg_pp_verify(&s, NULL, &unit);
+    if (rc == MG_OK)
+        rc = calibrate(o, j->layers, o->nwidths - 1, (most_rows + j->dp - 1) / j->dp, &machine,
+                       how, sizeof how);
+    if (rc == MG_OK)
+        rc = mg_pp_stage_costs_make(&costs, j->layers, &j->split, &machine, j->rows,
+                                    o->microbatches);
+    if (rc == MG_OK) rc = mg_pp_verify(&s, &costs.cost, &sim);
+    if (rc == MG_OK && mg_rank() == 0) {
+        mg_plan_report report = {.schedule = &s, .sim = &sim, .unit = &unit, .costs = &costs,
+                                 .split = &j->split, .layers = j->layers, .machine = &machine,
+                                 .rows = j->rows, .batch = o->batch, .mesh = o->mesh,
+                                 .parallel = o->parallel, .calibration = how, .dp = j->dp,
+                                 .widths = o->widths, .nwidths = o->nwidths};
+        mg_plan_print(stdout, &report);
+        if (o->trace) rc = mg_plan_write_trace(o->trace, &report);
+        if (rc == MG_OK && o->trace)
+            printf("trace: %s (chrome://tracing or ui.perfetto.dev)\n", o->trace);
+    }
+    mg_pp_sim_free(&sim);
+    mg_pp_sim_free(&unit);
+    mg_pp_stage_costs_free(&costs);
+    mg_pp_schedule_free(&s);
+    return rc;
+}
+
+int mg_cli_plan(int argc, char **argv) {
+    plan_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        mg_error(MG_ENOMEM, "plan: out of memory");
+        return 1;
+    }
+    int rc = prepare(j, argc, argv), code;
+    if (rc == 1) {
+        if (mg_rank() == 0) printf("usage: meshgrad %s\n", usage_text);
+        code = 0;
+    } else if (rc != MG_OK) {
+        code = 2; /* decided from the flags alone: every rank says the same */
+    } else {
+        code = run(j) == MG_OK ? 0 : 1;
+    }
+    free(j);
+    return code;
+}

@@ -1,0 +1,36 @@
+/* plan_show.h: how `meshgrad plan` shows a pipeline plan (plan_show.c): the
+ * text report (model, machine, stages, per-rank timeline, predicted step
+ * time, peak activation memory per stage) and the Chrome-trace JSON of the
+ * timeline (one process per rank; F, B, W spans on a compute thread,
+ * transfers on a second one, a flow arrow from each send to its receive).
+ * Exports mg_plan_report, mg_plan_print, mg_plan_write_trace. */
+#ifndef MG_CLI_PLAN_SHOW_H
+#define MG_CLI_PLAN_SHOW_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nn/pipeline_cost.h"
+
+typedef struct {
+    const mg_pp_schedule *schedule;
+    const mg_pp_sim *sim;  /* with the measured costs */
+    const mg_pp_sim *unit; /* at unit time */
+    const mg_pp_stage_costs *costs;
+    const mg_pp_split *split;
+    const mg_layer_cost *layers;
+    const mg_pp_machine *machine;
+    const int64_t *rows; /* per micro-batch (whole, before dp) */
+    int64_t batch;
+    const char *mesh, *parallel, *calibration;
+    int dp;
+    const int64_t *widths;
+    int nwidths;
+} mg_plan_report;
+
+void mg_plan_print(FILE *out, const mg_plan_report *r);
+/* Writes the timeline to `path`, which must be absent or a trace this
+ * program wrote (anything else is left alone: MG_EIO with a message). */
+int mg_plan_write_trace(const char *path, const mg_plan_report *r);
+
+#endif

@@ -1,0 +1,144 @@
+#!/bin/sh
+# test_plan.sh: `meshgrad plan` (src/cli/plan.c): runs as one process without
+# mpirun and under mpirun (rank 0 prints once); the stages, the per-rank
+# timeline and the peak activation memory are printed; the predicted step of a
+# one-stage plan is the model's FLOPs at the given rate; the unit-time bubble
+# of gpipe, 1f1b, interleaved-1f1b and zb-h1 at pp=4, M=8 is the papers'
+# formula; --trace writes Chrome-trace JSON (one process per rank, a flow for
+# every send, both ends) and leaves a file it did not write alone; bad input
+# gives one "meshgrad: error:" line and a non-zero exit each. Prints a
+# Check-style summary line.
+: "${top_builddir:=.}"
+: "${MPIRUN:=mpirun}"
+: "${TIMEOUT:=timeout}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+mg=$top_builddir/meshgrad
+tmp=${TMPDIR:-/tmp}/mg-test-plan.$$
+mkdir -p "$tmp" || exit 99
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/check.sh"
+check_failed() {
+    for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
+}
+
+# the machine, given: the plan is then the same on every machine
+given="--flops 100 --bandwidth 5 --latency 5"
+run() {
+    "$TIMEOUT" 60 "$mg" plan "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+# value LABEL: the number after "LABEL" in the output
+value() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$tmp/out" | head -n 1; }
+
+run --mesh 4 --microbatches 8 --pp-schedule 1f1b $given
+check "plan runs as one process, without mpirun" test "$rc" -eq 0
+check "... prints the 4 stages" test "$(grep -cE '^ +[0-3] +[0-3]  fc' "$tmp/out")" -eq 4
+check "... a timeline line per rank" test "$(grep -c '^  rank [0-3] *|' "$tmp/out")" -eq 4
+check "... the predicted step time" grep -q "^predicted step time: [0-9.]* ms" "$tmp/out"
+check "... the peak activation memory of every stage" \
+    grep -q "^peak activation memory per stage (MiB): s0 .* (4 mbs) s1 .* (3 mbs) s2 .* (2 mbs) s3 .* (1 mbs)" "$tmp/out"
+check "... and nothing on stderr" test ! -s "$tmp/err"
+
+# one stage: the step is the batch's FLOPs at 100 GFLOP/s, every pass counted
+# (fc1 makes no input gradient; the widths are the default MLP's)
+run --mesh 1 --microbatches 4 $given
+want=$(awk 'BEGIN { n = split("1024,4096,1024,4096,1024,4096,1024,4096,1024", w, ",");
+    for (i = 1; i < n; i++) { io = 2 * w[i] * w[i + 1]; o = w[i + 1];
+        f += io + 2 * o + (i == 1 ? 0 : io) + o + io + o }
+    printf "%.2f", 256 * f / 100e9 * 1e3 }')
+got=$(value "predicted step time:")
+check "one stage: the step is the batch's FLOPs at the given rate ($got ms, want $want)" \
+    test "$got" = "$want"
+
+# the unit-time bubble at pp=4, M=8: (p-1)/(M+p-1), (p-1)/(vM+p-1), (p-1)/(3M+p-1)
+for case in "gpipe 1 27.3" "1f1b 1 27.3" "interleaved-1f1b 2 15.8" "zb-h1 1 11.1"; do
+    set -- $case
+    run --mesh 4 --microbatches 8 --pp-schedule "$1" --virtual-stages "$2" $given
+    check "$1 (v=$2) at pp=4, M=8: the unit-time bubble is $3%" \
+        grep -q "with these costs, $3% at unit time" "$tmp/out"
+done
+
+# --trace: Chrome-trace JSON
+run --mesh 4 --microbatches 8 --pp-schedule 1f1b --trace "$tmp/trace.json" $given
+check "--trace writes the file" test "$rc" -eq 0 -a -s "$tmp/trace.json"
+n_proc=$(grep -c '"name":"process_name"' "$tmp/trace.json")
+n_s=$(grep -c '"ph":"s"' "$tmp/trace.json")
+n_f=$(grep -c '"ph":"f"' "$tmp/trace.json")
+n_fwd=$(grep -c '"cat":"forward","ph":"X"' "$tmp/trace.json")
+check "... one process per rank ($n_proc)" test "$n_proc" -eq 4
+check "... a flow from every send, 2 (p-1) M = 48, to its receive ($n_s starts, $n_f ends)" \
+    test "$n_s" -eq 48 -a "$n_f" -eq 48
+check "... every forward of every stage ($n_fwd)" test "$n_fwd" -eq 32
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' 2>/dev/null; then
+    check "... which is valid JSON: ranks 0-3, matched flow ids, no overlapping spans on a thread" python3 -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+assert sorted({e["pid"] for e in ev}) == [0, 1, 2, 3]
+s = sorted(e["id"] for e in ev if e["ph"] == "s")
+assert s == sorted(e["id"] for e in ev if e["ph"] == "f") and len(set(s)) == len(s)
+spans = {}
+for e in ev:
+    if e["ph"] == "X": spans.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+for k, v in spans.items():  # spans on one thread follow each other
+    v.sort()
+    assert all(b[0] >= a[1] - 1e-3 for a, b in zip(v, v[1:])), k
+' "$tmp/trace.json"
+fi
+run --mesh 4 --microbatches 8 --pp-schedule gpipe --trace "$tmp/trace.json" $given
+check "... and replaces a trace it wrote" grep -q '"cat":"forward"' "$tmp/trace.json"
+echo '{"not":"a trace of ours"}' >"$tmp/other.json"
+run --mesh 4 --trace "$tmp/other.json" $given
+check "... but leaves any other file alone: exit $rc" test "$rc" -ne 0
+check "... untouched" grep -q "a trace of ours" "$tmp/other.json"
+check "... saying so once" test "$(grep -c 'meshgrad: error: --trace .* exists and is not a trace' "$tmp/err")" -eq 1
+
+# measured: one process measures a copy within itself
+run --mesh 2 --microbatches 4
+check "one process measures the FLOP rate and a copy as its link: exit $rc" \
+    grep -q "GFLOP/s (measured, sgemm .*(measured as a copy within this process" "$tmp/out"
+
+# under mpirun: the link is measured between ranks 0 and 1; rank 0 prints
+"$TIMEOUT" -k 10 120 "$MPIRUN" -np 2 "$mg" plan --mesh 2 --microbatches 4 >"$tmp/out" 2>"$tmp/err" </dev/null
+rc=$?
+check "under mpirun -np 2: exit 0, measuring the link between ranks" \
+    grep -q "measured between ranks 0 and 1" "$tmp/out"
+check "... printed once" test "$rc" -eq 0 -a "$(grep -c '^predicted step time' "$tmp/out")" -eq 1
+
+# bad input: one line each, non-zero exit
+refused() {
+    name=$1 pattern=$2
+    shift 2
+    run "$@" $given
+    n=$(grep -c "meshgrad: error:" "$tmp/err")
+    if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep "meshgrad: error:" "$tmp/err" | grep -Eq -- "$pattern"; then
+        pass "$name (exit $rc): $(cat "$tmp/err")"
+    else
+        fail "$name: exit $rc, $n error lines, want 1 matching /$pattern/"
+        check_failed
+    fi
+}
+refused "more stages than layers" "4 pipeline stages need at least one layer each, but the model has 2 layers" \
+    --mesh 4 --layers 64,128,10
+refused "M < stages for 1f1b" "1f1b needs at least as many micro-batches as pipeline ranks: 2 micro-batches on 4 ranks is too few; use 4 or more" \
+    --mesh 4 --microbatches 2
+refused "M < stages for zb-h1" "zb-h1 needs at least as many micro-batches as pipeline ranks" \
+    --mesh 4 --microbatches 3 --pp-schedule zb-h1
+refused "virtual stages not dividing the layers" "2 ranks x 3 virtual stages = 6 stages do not divide the model's 8 layers" \
+    --mesh 2 --pp-schedule interleaved-1f1b --virtual-stages 3 --microbatches 4
+refused "--pp-layers not summing to the layers" "--pp-layers sums to 9 layers but the model has 8" \
+    --mesh 4 --pp-layers 3,3,1,2
+refused "--pp-layers with a count per stage missing" "--pp-layers has 3 entries but there are 4 pipeline stages" \
+    --mesh 4 --pp-layers 3,3,2
+refused "--pp-layers giving a stage no layer" "--pp-layers gives stage 3 0 layers" \
+    --mesh 4 --pp-layers 3,3,2,0
+refused "an unknown schedule" "unknown pipeline schedule '2f2b': use gpipe, 1f1b, interleaved-1f1b or zb-h1" \
+    --mesh 4 --pp-schedule 2f2b
+refused "virtual stages with a one-stage schedule" "1f1b holds one stage per rank: 2 virtual stages need the interleaved-1f1b schedule" \
+    --mesh 4 --virtual-stages 2
+refused "interleaved micro-batches not in groups of the ranks" "6 micro-batches on 4 ranks is not a multiple of 4; use 4 or 8" \
+    --mesh 4 --pp-schedule interleaved-1f1b --virtual-stages 2 --microbatches 6
+refused "a mesh without a pp dim" "give one plan per mesh dim, pp once" --mesh 2x2 --parallel dp,dp
+refused "a batch that leaves a micro-batch empty" "leaves the last ones empty: use 5 micro-batches" \
+    --mesh 4 --batch 10 --microbatches 6
+check_summary
