@@ -38,7 +38,7 @@
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
-#include "nn/train_config.h"
+#include "cli/train_config.h"
 #include "nn/train_state.h"
 #include "status.h"
 

@@ -6,8 +6,8 @@
  * Exports: mg_train_config, mg_train_config_defaults, mg_train_config_set,
  * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
  * mg_train_config_describe. */
-#ifndef MG_NN_TRAIN_CONFIG_H
-#define MG_NN_TRAIN_CONFIG_H
+#ifndef MG_CLI_TRAIN_CONFIG_H
+#define MG_CLI_TRAIN_CONFIG_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* train_config.c: defaults, config files and flags of `meshgrad train`
  * (see train_config.h). One table lists every option: its key, type, where it
  * lives in mg_train_config, its smallest value and its help line. */
-#include "nn/train_config.h"
+#include "cli/train_config.h"
 
 #include <errno.h>
 #include <getopt.h>
