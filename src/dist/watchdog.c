@@ -3,9 +3,9 @@
  * start time), behind one mutex. A detached thread, started on the first
  * collective with more than one rank, wakes once a second (every quarter of
  * a shorter timeout); when the collective in progress has run past the
- * timeout it prints the report, gives the other waiting ranks a moment to
- * print theirs, and calls MPI_Abort on MPI_COMM_WORLD (then _exit, should
- * that return).
+ * timeout (not counting time the process spent stopped) it prints the report,
+ * gives the other waiting ranks a moment to print theirs, and calls MPI_Abort
+ * on MPI_COMM_WORLD (then _exit, should that return).
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
  * mg_watchdog_timeout. */
 #include "dist/watchdog.h"
@@ -116,12 +116,20 @@ static void *watch(void *arg) {
     (void)arg;
     double poll = timeout_s / 4 < 1.0 ? timeout_s / 4 : 1.0;
     if (poll < 0.05) poll = 0.05;
+    double last = now_s();
     for (;;) {
         sleep_s(poll);
         char report[MAX_REPORT];
         int fire = 0;
+        double now = now_s(), stopped = now - last - poll;
+        last = now;
         pthread_mutex_lock(&lock);
-        double waited = now_s() - cur_start;
+        /* woken far later than asked: this process was stopped (SIGSTOP, a
+         * debugger, a suspended machine). That time was not spent waiting for
+         * the others, so it does not count: a rank resumed after a stop never
+         * blames the ranks that waited for it. */
+        if (stopped > 1.0) cur_start += stopped;
+        double waited = now - cur_start;
         if (armed && !fired && waited >= timeout_s) {
             format_report(report, sizeof report, waited);
             fired = fire = 1;
