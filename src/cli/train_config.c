@@ -393,5 +393,9 @@ void mg_train_config_usage(FILE *out) {
                  "(keeping the newest --keep). --resume PATH continues a run bit for bit on the\n"
                  "same mesh, on any other mesh by resharding; --steps stays the total.\n"
                  "SIGTERM, SIGINT or SIGUSR1 finish the current step, save (to --save, else\n"
-                 "to ./%s) and exit 0.\n", MG_TRAIN_PREEMPT_PATH);
+                 "to ./%s) and exit 0. A save replaces only a meshgrad\n"
+                 "checkpoint and deletes only older ckpt-<step>.h5; a failed save stops the run\n"
+                 "(exit 1) with the previous checkpoint intact. A step whose loss or gradient is\n"
+                 "not finite stops the run before the update (--on-nonfinite skip: skipped).\n",
+            MG_TRAIN_PREEMPT_PATH);
 }
