@@ -257,6 +257,12 @@ static int64_t estimate_bytes(const mg_ckpt_entry *entries, int n, const mg_ckpt
 
 static int accept_checkpoint(const char *path) { return mg_checkpoint_is_one(path); }
 
+/* 1 when MG_CKPT_FAULT asks for this fault (tests; see the top of the file). */
+static int fault_is(const char *what) {
+    const char *fault = getenv("MG_CKPT_FAULT");
+    return fault && strcmp(fault, what) == 0;
+}
+
 /* Rank 0, before anything is written: the directory exists and is writable,
  * the target is absent or a checkpoint (*exists), leftovers of killed saves
  * are removed, and the temporary file is made with room for `bytes`. */
@@ -281,16 +287,14 @@ static int prepare_target(const char *path, mg_tmp_file *tmp, int64_t bytes, int
     if (rc != MG_OK) return rc;
     mg_tmp_clean_stale(dir);
     if ((rc = mg_tmp_create(tmp, path)) != MG_OK) return rc;
-    const char *fault = getenv("MG_CKPT_FAULT");
-    if (!(fault && strcmp(fault, "no-reserve") == 0)) rc = mg_tmp_reserve(tmp, path, bytes);
+    if (!fault_is("no-reserve")) rc = mg_tmp_reserve(tmp, path, bytes);
     if (rc != MG_OK) mg_tmp_discard(tmp);
     return rc;
 }
 
 /* MG_CKPT_FAULT=kill-before-rename: the chosen rank dies here (tests). */
 static void fault_point(int rank) {
-    const char *fault = getenv("MG_CKPT_FAULT");
-    if (!fault || strcmp(fault, "kill-before-rename") != 0) return;
+    if (!fault_is("kill-before-rename")) return;
     const char *r = getenv("MG_CKPT_FAULT_RANK");
     if (rank != (r ? atoi(r) : 0)) return;
     fflush(NULL);
@@ -365,9 +369,7 @@ int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
     hid_t file;
     st = mg_io_agree(comm, create_file(comm, path, tmp.path, &file));
     if (st == MG_OK) { /* H5Fcreate truncated the file, and its reservation: reserve again */
-        const char *fault = getenv("MG_CKPT_FAULT");
-        if (comm->rank == 0 && !(fault && strcmp(fault, "no-reserve") == 0))
-            st = mg_tmp_reserve(&tmp, path, bytes);
+        if (comm->rank == 0 && !fault_is("no-reserve")) st = mg_tmp_reserve(&tmp, path, bytes);
         st = mg_io_agree(comm, st);
     }
     if (st != MG_OK && file >= 0) {
