@@ -6,7 +6,7 @@
 : "${top_builddir:=.}"
 : "${top_srcdir:=.}"
 . "$(dirname "$0")/check.sh"
-out=$(BUILD=$top_builddir sh "$top_srcdir/scripts/fuzz-checkpoint.sh" --every 12 2>&1)
+out=$(BUILD=$(cd "$top_builddir" && pwd) sh "$top_srcdir/scripts/fuzz-checkpoint.sh" --every 12 2>&1)
 rc=$?
 printf '%s\n' "$out" | sed 's/^/  | /'
 check "0 hangs, 0 crashes, 0 accepted-and-wrong: $(printf '%s\n' "$out" | tail -n 1)" \

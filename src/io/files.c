@@ -235,6 +235,32 @@ static int parse_tmp_name(const char *name, const char *host, long *pid) {
     return *pid > 0;
 }
 
+/* 1 when process `pid` is gone: no such process, a zombie (an ended rank
+ * whose parent is gone too may wait long to be reaped), or a process that
+ * started after the file was last written (the pid was reused). */
+static int writer_gone(long pid, time_t written) {
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    int ok = f && fgets(line, sizeof line, f);
+    if (f) fclose(f);
+    const char *end = ok ? strrchr(line, ')') : NULL; /* the command may hold spaces */
+    char state = 0;
+    unsigned long long start = 0; /* field 22: clock ticks after boot */
+    if (!end || sscanf(end + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                       "%*s %*s %*s %llu", &state, &start) != 2)
+        return 0; /* cannot tell: keep the file */
+    if (state == 'Z' || state == 'X') return 1;
+    unsigned long long boot = 0;
+    f = fopen("/proc/stat", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %llu", &boot) == 1) break;
+    if (f) fclose(f);
+    long ticks = sysconf(_SC_CLK_TCK);
+    return boot > 0 && ticks > 0 && (double)boot + (double)start / (double)ticks > (double)written + 2;
+}
+
 int mg_tmp_clean_stale(const char *dir) {
     DIR *dh = opendir(dir);
     if (!dh) return 0;
@@ -245,10 +271,11 @@ int mg_tmp_clean_stale(const char *dir) {
     while ((de = readdir(dh))) {
         long pid;
         if (!parse_tmp_name(de->d_name, host, &pid) || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to tell */
         if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, de->d_name) >= sizeof full) continue;
         struct stat sb;
-        if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(full) == 0) removed++;
+        if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && writer_gone(pid, sb.st_mtime) &&
+            unlink(full) == 0)
+            removed++;
     }
     closedir(dh);
     return removed;

@@ -14,7 +14,8 @@
  *   committed to the target name, or be discarded (removed only while the
  *   name still is that very file).
  * - mg_tmp_clean_stale: removes the temporary files of writers that are gone
- *   (this host, a pid that no longer runs), left by saves that were killed.
+ *   (this host, a pid that no longer runs, is a zombie, or was reused by a
+ *   younger process), left by saves that were killed.
  * All of it is local to the calling process (the collective save is in
  * checkpoint.c). Exports the names above. */
 #ifndef MG_IO_FILES_H
