@@ -67,6 +67,7 @@ struct mg_context {
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
     int next_mesh_id;         /* mesh.c */
     int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */
+    struct mg_comm *world;    /* comm_control.c: the comm over MPI_COMM_WORLD */
     struct mg_comm **comms;   /* comm.c: live comms, whose counters mg_comm_stats sums */
     int n_comms, cap_comms;
     mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */

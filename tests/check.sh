@@ -19,6 +19,11 @@
 #                         30 s and prints PATTERN (grep -E) in exactly one
 #                         "meshgrad: error:" line; its output is shown on a
 #                         failure (needs $MPIRUN, $TIMEOUT and a $tmp folder)
+#   program_test_env NAME for tests of the meshgrad program: exports the Open MPI
+#                         settings (root, oversubscription) and one BLAS/OpenMP
+#                         thread; sets top (the build directory, absolute), prog,
+#                         tool (tests/train_ckpt_tool), data (data/digits.h5) and a
+#                         fresh directory $tmp, removed at exit
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
 #                         returns non-zero when a check failed: end a script with it
@@ -81,6 +86,16 @@ check_refused() {
         return 0
     fi
     sed 's/^/  | /' "$tmp/refused.out"
+}
+
+program_test_env() {
+    : "${top_builddir:=.}" "${MPIRUN:=mpirun}" "${TIMEOUT:=timeout}"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+    top=$(cd "$top_builddir" && pwd)
+    prog=$top/meshgrad tool=$top/tests/train_ckpt_tool data=$top/data/digits.h5
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-$1.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
 }
 
 check_summary() {

@@ -7,7 +7,8 @@
  * - corrupt, truncated, non-HDF5, wrong-version, non-checkpoint files and
  *   missing or mis-shaped datasets are refused on every rank with a clear
  *   message; mg_checkpoint_info verifies or names the corrupt dataset;
- * - resolve (newest complete checkpoint, .tmp. files ignored) and prune. */
+ * - resolve (newest complete checkpoint, .tmp. files ignored) and prune (only
+ *   older checkpoints named ckpt-<step>.h5). */
 #include <dirent.h>
 #include <hdf5.h>
 #include <stdio.h>
@@ -478,6 +479,24 @@ START_TEST(test_bad_files) {
 }
 END_TEST
 
+/* 1 (on every rank) when each of keep[] is in dir and none of gone[] is. */
+static int files_are(const char *dir_, const char *const *keep, int nkeep, const char *const *gone,
+                     int ngone) {
+    int ok = 1;
+    char path[700];
+    if (rank == 0) {
+        for (int i = 0; i < nkeep; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir_, keep[i]);
+            if (access(path, F_OK) != 0) fprintf(stderr, "missing: %s\n", path), ok = 0;
+        }
+        for (int i = 0; i < ngone; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir_, gone[i]);
+            if (access(path, F_OK) == 0) fprintf(stderr, "still there: %s\n", path), ok = 0;
+        }
+    }
+    return mg_test_agree(ok);
+}
+
 START_TEST(test_resolve_prune) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
@@ -507,22 +526,26 @@ START_TEST(test_resolve_prune) {
                   mg_last_error());
     st = mg_checkpoint_resolve(path, out, sizeof out);
     mg_assert_all(st == MG_OK && strcmp(out, path) == 0, "resolve of a file");
-    mg_assert_all(mg_checkpoint_prune(sub, 2) == MG_OK, "prune: %s", mg_last_error());
-    int ok = 1;
+    // pruning after ckpt-12.h5 was written: only older ckpt-<step>.h5 checkpoints go;
+    // another name, a later step and a file so named that is no checkpoint stay
+    snprintf(path, sizeof path, "%s/ckpt-20.h5", sub);
+    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
     if (rank == 0) {
-        const char *keep[] = {"latest.h5", "ckpt-12.h5", "ckpt-99.h5.tmp.1234"};
-        const char *gone[] = {"ckpt-5.h5", "ckpt-9.h5"};
-        for (int i = 0; i < 3; i++) {
-            snprintf(path, sizeof path, "%s/%s", sub, keep[i]);
-            ok &= access(path, F_OK) == 0;
-        }
-        for (int i = 0; i < 2; i++) {
-            snprintf(path, sizeof path, "%s/%s", sub, gone[i]);
-            ok &= access(path, F_OK) != 0;
-        }
+        snprintf(path, sizeof path, "%s/ckpt-3.h5", sub);
+        FILE *f = fopen(path, "w");
+        fputs("not a checkpoint", f);
+        fclose(f);
     }
-    mg_assert_all(ok, "prune kept the wrong files");
-    mg_assert_all(mg_checkpoint_prune(sub, 0) == MG_EINVAL, "prune 0 accepted");
+    mg_assert_all(mg_checkpoint_prune(sub, 2, 12) == MG_OK, "prune: %s", mg_last_error());
+    const char *keep[] = {"latest.h5", "ckpt-12.h5", "ckpt-9.h5", "ckpt-20.h5", "ckpt-3.h5",
+                          "ckpt-99.h5.tmp.1234"};
+    const char *gone[] = {"ckpt-5.h5"};
+    mg_assert_all(files_are(sub, keep, 6, gone, 1), "prune 2 kept the wrong files");
+    mg_assert_all(mg_checkpoint_prune(sub, 1, 12) == MG_OK, "prune: %s", mg_last_error());
+    const char *gone1[] = {"ckpt-5.h5", "ckpt-9.h5"};
+    mg_assert_all(files_are(sub, keep, 2, gone1, 2) && files_are(sub, keep + 3, 3, NULL, 0),
+                  "prune 1 kept the wrong files");
+    mg_assert_all(mg_checkpoint_prune(sub, 0, 12) == MG_EINVAL, "prune 0 accepted");
     if (rank == 0) remove_tree(sub, 0);
     mg_mesh_free(m1);
 }

@@ -6,8 +6,9 @@
 # MG_CKPT_FAULT=kill-before-rename, which kills that rank after the data is
 # written and before the rename: the job must fail, B's final name must not
 # exist (its .tmp. file may), A must still load on another mesh, and resolve
-# must pick A. Then `meshgrad ckpt info` exits 0 on A and 1, naming the
-# problem, on a corrupt copy and on a file that is not HDF5.
+# must pick A; the next save removes the temporary file (its writer is gone).
+# Then `meshgrad ckpt info` exits 0 on A and 1, naming the problem, on a
+# corrupt copy and on a file that is not HDF5.
 : "${top_builddir:=.}"
 : "${MPIRUN:=mpirun}"
 : "${TIMEOUT:=timeout}"
@@ -42,13 +43,16 @@ for case in "2 0" "2 1"; do
         test "$rc" -ne 0 -a "$rc" -ne 124
     check "np $np: ... within 30 s (took ${secs}s)" test "$secs" -le 30
     check "np $np: ... and leaves nothing under B's final name" test ! -e "$sub/ckpt-2.h5"
-    check "np $np: ... after writing the data to a temporary file" \
-        sh -c "ls '$sub' | grep -q '^ckpt-2[.]h5[.]tmp[.][0-9]*\$'"
+    check "np $np: ... after writing the data to a temporary file (<name>.tmp.<host>.<pid>.<random>)" \
+        sh -c "ls '$sub' | grep -q '^ckpt-2[.]h5[.]tmp[.].*[.][0-9]*[.][0-9a-f]\{16\}\$'"
     mpi "$np" verify "$sub/ckpt-1.h5" 1
     check "np $np: A still loads, equal to what was saved" test "$rc" -eq 0
     mpi 1 resolve "$sub"
     check "np $np: resolve picks A, ignoring the temporary file" \
         test "$rc" -eq 0 -a "$(tail -n 1 "$out")" = "$sub/ckpt-1.h5"
+    mpi "$np" save "$sub/ckpt-3.h5" 3
+    check "np $np: the next save succeeds and removes the leftover of the killed one" \
+        sh -c "test $rc -eq 0 && ! ls '$sub' | grep -q '[.]tmp[.]'"
 done
 
 # meshgrad ckpt info
@@ -61,7 +65,7 @@ check "... listing the datasets with their global shapes" \
     grep -q "/params/w  (13, 7)  float32" "$out"
 check "... and the attributes" grep -q "step = 1" "$out"
 "$meshgrad" ckpt info "$sub" >"$out" 2>&1
-check "ckpt info on a directory inspects its newest checkpoint" grep -q "ckpt-1.h5" "$out"
+check "ckpt info on a directory inspects its newest checkpoint" grep -q "ckpt-3.h5" "$out"
 cp "$sub/ckpt-1.h5" "$dir/bad.h5"
 mpi 1 corrupt "$dir/bad.h5"
 "$meshgrad" ckpt info "$dir/bad.h5" >"$out" 2>&1

@@ -6,16 +6,21 @@
  *   epoch order must be the same on every mesh;
  * - read_rows with unsorted, repeated and empty row lists;
  * - malformed files are refused on every rank with a message naming the problem;
- * - `meshgrad data csv2h5` on good and bad CSV input, and data/digits.h5 when the
- *   build made it. */
+ * - a NaN or infinity in the inputs is refused when its row is read, naming
+ *   the row; a label beyond 2^24 - 1 when the split is opened;
+ * - `meshgrad data csv2h5` on good and bad CSV input; it never writes over its
+ *   input or a file that is not a data set, and leaves nothing on failure.
+ * (data/digits.h5 as the build makes it: tests/test_digits.c.) */
 #include <dirent.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "dist/comm.h"
 #include "dist/dtensor.h"
 #include "dist/mesh.h"
 #include "io/data.h"
@@ -116,7 +121,7 @@ static void teardown(void) {
 }
 
 START_TEST(test_open_metadata) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", MPI_COMM_WORLD);
+    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     mg_assert_all(mg_dataset_rows(ds) == N, "rows %lld", (long long)mg_dataset_rows(ds));
     mg_assert_all(mg_dataset_sample_ndim(ds) == 2 && mg_dataset_sample_shape(ds)[0] == 3 &&
@@ -129,7 +134,7 @@ END_TEST
 
 /* read_rows: each rank asks for different rows (unsorted, repeated, none) */
 START_TEST(test_read_rows) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", MPI_COMM_WORLD);
+    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     int64_t rows[8] = {36, 2, 2, 17, 0, 35, 18, 17};
     int64_t n = rank == 1 ? 0 : 8 - rank; /* rank 1 reads nothing */
@@ -239,7 +244,7 @@ static void check_layout(mg_dataset *ds, const layout *L, int64_t batch, mg_aren
 }
 
 START_TEST(test_loader_layouts) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", MPI_COMM_WORLD);
+    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     int half = world >= 2 ? world / 2 : 1, other = world >= 2 ? 2 : 1;
     layout layouts[] = {
@@ -279,7 +284,7 @@ START_TEST(test_loader_layouts) {
 END_TEST
 
 START_TEST(test_loader_errors) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", MPI_COMM_WORLD);
+    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     mg_loader L;
     mg_assert_all(mg_loader_init(&L, ds, 0, 1) == MG_EINVAL, "batch 0 accepted");
@@ -311,7 +316,7 @@ END_TEST
 
 static void expect_refused(const char *path, const char *split, const char *want1,
                            const char *want2) {
-    mg_dataset *ds = mg_dataset_open(path, split, MPI_COMM_WORLD);
+    mg_dataset *ds = mg_dataset_open(path, split, mg_comm_world());
     const char *msg = mg_last_error();
     mg_assert_all(ds == NULL, "%s was accepted", path);
     mg_assert_all(strstr(msg, want1) && (!want2 || strstr(msg, want2)),
@@ -348,6 +353,19 @@ START_TEST(test_malformed) {
 }
 END_TEST
 
+/* 1 when a file whose name starts with `prefix` is in the test directory */
+static int leftover(const char *prefix) {
+    int found = 0;
+    if (rank == 0) {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) found = 1;
+        if (d) closedir(d);
+    }
+    return mg_test_agree(!found) ? 0 : 1;
+}
+
 /* csv2h5 runs on rank 0; the other ranks return 0 at once */
 static int run_csv2h5(const char *in, const char *out, const char *shape, const char *every) {
     char *argv[] = {"data",         "csv2h5",      "--in",        (char *)in,  "--out",
@@ -374,7 +392,7 @@ START_TEST(test_csv2h5) {
     const char *splits[2] = {"train", "test"};
     int64_t want_rows[2] = {9, 4};
     for (int s = 0; s < 2; s++) {
-        mg_dataset *ds = mg_dataset_open(tmp_path("csv.h5"), splits[s], MPI_COMM_WORLD);
+        mg_dataset *ds = mg_dataset_open(tmp_path("csv.h5"), splits[s], mg_comm_world());
         mg_assert_all(ds && mg_dataset_rows(ds) == want_rows[s] &&
                           mg_dataset_sample_ndim(ds) == 2 && mg_dataset_sample_shape(ds)[0] == 2 &&
                           mg_dataset_sample_shape(ds)[1] == 3 && mg_dataset_num_classes(ds) == 3,
@@ -415,41 +433,83 @@ START_TEST(test_csv2h5) {
                   "rc %d: %s", rc, mg_last_error());
     rc = run_csv2h5(tmp_path("good.csv"), tmp_path("bad.h5"), "2y3", "4");
     mg_assert_all(rc == 2, "a bad --shape was accepted");
-    mg_assert_all(access(tmp_path("bad.h5"), F_OK) != 0 &&
-                      access(tmp_path("bad.h5.tmp"), F_OK) != 0,
+    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("bad.h5"), "4294967296x4294967296x4", "4");
+    mg_assert_all(rc == 2 && strstr(mg_last_error(), "more than"), "an overflowing --shape: %d %s",
+                  rc, mg_last_error());
+    mg_assert_all(access(tmp_path("bad.h5"), F_OK) != 0 && !leftover("bad.h5.tmp"),
                   "a failed conversion left a file behind");
+    // it never writes over its input, or over a file that is not a data set
+    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("good.csv"), "2x3", "4");
+    mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "is the --in file")),
+                  "--out equal to --in: rc %d: %s", rc, mg_last_error());
+    write_text(tmp_path("notes.txt"), "my notes\n");
+    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("notes.txt"), "2x3", "4");
+    mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "will not replace") &&
+                                strstr(mg_last_error(), "not a meshgrad data set")),
+                  "--out over a text file: rc %d: %s", rc, mg_last_error());
+    int intact = 1;
+    if (rank == 0) {
+        FILE *f = fopen(tmp_path("good.csv"), "r");
+        char line[64] = "";
+        intact = f && fgets(line, sizeof line, f) && strcmp(line, "0,4,8,12,16,20,0\n") == 0;
+        if (f) fclose(f);
+        f = fopen(tmp_path("notes.txt"), "r");
+        intact &= f && fgets(line, sizeof line, f) && strcmp(line, "my notes\n") == 0;
+        if (f) fclose(f);
+    }
+    mg_assert_all(intact, "a refused conversion changed its input or the file at --out");
+    // a data set may be made again over the one it made before
+    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("csv.h5"), "2x3", "4");
+    mg_assert_all(rc == 0 && !leftover("csv.h5.tmp"), "csv2h5 again: %s", mg_last_error());
 }
 END_TEST
 
-/* data/digits.h5 as the build makes it (skipped when absent) */
-START_TEST(test_digits) {
-    const char *path = "data/digits.h5";
-    int have = access(path, R_OK) == 0;
-    MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!have) {
-        if (rank == 0) printf("test_digits: %s not built here; skipped\n", path);
-        return;
+/* A NaN in the inputs is refused when its row is read; so is a label past 2^24 - 1. */
+START_TEST(test_nonfinite) {
+    write_set(tmp_path("nan.h5"), "train", 10, 2, SAMPLE, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
+    if (rank == 0) { /* inputs[3, 2, 2] = nan, labels[5] = 2^31 - 1 in another file */
+        hid_t f = H5Fopen(tmp_path("nan.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t d = H5Dopen2(f, "train/inputs", H5P_DEFAULT), fs = H5Dget_space(d);
+        hsize_t start[3] = {3, 2, 2}, one[3] = {1, 1, 1};
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL);
+        hid_t ms = H5Screate_simple(1, one, NULL);
+        float nan = NAN;
+        H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &nan);
+        H5Sclose(ms);
+        H5Sclose(fs);
+        H5Dclose(d);
+        H5Fclose(f);
     }
-    mg_dataset *tr = mg_dataset_open(path, "train", MPI_COMM_WORLD);
-    mg_dataset *te = mg_dataset_open(path, "test", MPI_COMM_WORLD);
-    mg_assert_all(tr && te, "digits: %s", mg_last_error());
-    mg_assert_all(mg_dataset_rows(tr) == 1497 && mg_dataset_rows(te) == 300 &&
-                      mg_dataset_num_classes(tr) == 10 && mg_dataset_sample_ndim(tr) == 2 &&
-                      mg_dataset_sample_shape(tr)[0] == 8 && mg_dataset_sample_shape(tr)[1] == 8,
-                  "digits layout");
-    // test row 0 is CSV row 0; train row 0 is CSV row 1 (see digits.csv.gz)
-    const float csv0[8] = {0, 0, 5, 13, 9, 1, 0, 0}, csv1[8] = {0, 0, 0, 12, 13, 5, 0, 0};
-    int64_t row0 = 0;
-    float x[64], y;
-    mg_assert_all(mg_dataset_read_rows(te, &row0, 1, x, &y) == MG_OK, "read");
-    int ok = y == 0.0f;
-    for (int j = 0; j < 8; j++) ok &= x[j] == csv0[j] / 16.0f;
-    mg_assert_all(mg_dataset_read_rows(tr, &row0, 1, x, &y) == MG_OK, "read");
-    ok &= y == 1.0f;
-    for (int j = 0; j < 8; j++) ok &= x[j] == csv1[j] / 16.0f;
-    mg_assert_all(ok, "digits: first rows differ from the CSV");
-    mg_dataset_close(tr);
-    mg_dataset_close(te);
+    MPI_Barrier(MPI_COMM_WORLD);
+    mg_dataset *ds = mg_dataset_open(tmp_path("nan.h5"), "train", mg_comm_world());
+    mg_assert_all(ds != NULL, "open: %s", mg_last_error());
+    int64_t rows[3] = {1, 3, 7}, clean[2] = {0, 9};
+    float x[3 * SNUMEL], y[3];
+    mg_assert_all(mg_dataset_read_rows(ds, clean, 2, x, y) == MG_OK, "clean rows: %s",
+                  mg_last_error());
+    int st = mg_dataset_read_rows(ds, rows, rank == 0 ? 3 : 0, x, y);
+    mg_assert_all(st == MG_EFORMAT && strstr(mg_last_error(), "/train/inputs row 3 holds a "
+                                                            "non-finite value (nan at [2,2])"),
+                  "a NaN row: %d %s", st, mg_last_error());
+    mg_dataset_close(ds);
+    write_set(tmp_path("biglabel.h5"), "train", 10, 2, SAMPLE, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
+    if (rank == 0) {
+        hid_t f = H5Fopen(tmp_path("biglabel.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t d = H5Dopen2(f, "train/labels", H5P_DEFAULT), fs = H5Dget_space(d);
+        hsize_t at = 5, one = 1;
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, NULL, &one, NULL);
+        hid_t ms = H5Screate_simple(1, &one, NULL);
+        int32_t big = 2147483647;
+        H5Dwrite(d, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, &big);
+        H5Sclose(ms);
+        H5Sclose(fs);
+        H5Dclose(d);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    expect_refused(tmp_path("biglabel.h5"), "train",
+                   "/train/labels row 5 holds 2147483647; labels must be class indices 0..16777215",
+                   NULL);
 }
 END_TEST
 
@@ -464,7 +524,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_loader_errors);
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_csv2h5);
-    tcase_add_test(tc, test_digits);
+    tcase_add_test(tc, test_nonfinite);
     suite_add_tcase(s, tc);
     int rc = mg_test_run_mpi(s);
     teardown();

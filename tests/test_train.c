@@ -16,7 +16,7 @@
 #include "nn/optim.h"
 #include "nn/param.h"
 #include "nn/plan.h"
-#include "nn/train_config.h"
+#include "cli/train_config.h"
 #include "nn/train_state.h"
 #include "testutil.h"
 
@@ -545,7 +545,7 @@ START_TEST(test_train_state_reshard) {
     mg_assert_all(!same_state(&a, &b), "the two runs start different");
 
     mg_train_state saved;
-    ck_assert_int_eq(mg_train_state_load(path, &b, &ob, &pb, &st, &saved, NULL), MG_OK);
+    ck_assert_int_eq(mg_train_state_load(path, &b, &ob, &pb, &st, &saved, NULL, NULL), MG_OK);
     mg_assert_all(same_state(&a, &b), "loaded under dp == saved under fsdp, bitwise");
     ck_assert_int_eq(ob.step, 7);
     ck_assert_int_eq(saved.step, 7);
@@ -559,8 +559,8 @@ START_TEST(test_train_state_reshard) {
 
     /* another hidden size is refused before anything is loaded */
     make_run(&c, &oc, mesh, "dp", 12, 3);
-    ck_assert_int_eq(mg_train_state_load(path, &c, &oc, &pb, &st, &saved, NULL), MG_EINVAL);
-    ERR_HAS("it was saved with model.hidden = 8 but --hidden is 12");
+    ck_assert_int_eq(mg_train_state_load(path, &c, &oc, &pb, &st, &saved, NULL, NULL), MG_EINVAL);
+    ERR_HAS("it was saved with model.hidden = 8 but this run has 12"); /* flags: cli */
     ck_assert_int_eq(oc.step, 0);
 
     if (mg_rank() == 0) remove(path);

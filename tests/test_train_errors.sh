@@ -5,7 +5,12 @@
 # malformed data files, a mesh that does not match the ranks, plans that do not
 # fit the mesh, a batch smaller than the data-parallel degree, an unknown flag,
 # model, optimizer and plan, and a bad config line (file:line named). Also
-# checks that flags override the config file.
+# checks that flags override the config file. And (issue 17, item 7) inputs
+# that are checked at the start: a directory or a binary file as --config, a
+# key given twice (both lines named), a test split of 4x16 samples beside a
+# train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
+# --metrics file that cannot be written (/dev/full: the reason is given) and
+# a data set without a test split (trained, with a warning, nothing evaluated).
 : "${top_builddir:=.}"
 : "${top_srcdir:=.}"
 : "${MPIRUN:=mpirun}"
@@ -13,6 +18,7 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
 prog=$top_builddir/meshgrad
+tool=$top_builddir/tests/train_ckpt_tool
 data=$top_builddir/data/digits.h5
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-errors.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -42,6 +48,44 @@ expect "unknown optimizer" 2 "unknown optimizer 'lion'" $ok --optimizer lion
 expect "unknown plan" 2 "unknown entry 'pp'" $ok --parallel pp
 printf 'steps = 10\n# a comment\nbatch 64\n' >"$tmp/noeq.conf"
 expect "config line without '='" 2 "noeq\.conf:3: expected 'key = value'" --config "$tmp/noeq.conf"
+
+# config files that are not text files of 'key = value' lines
+expect "a directory as --config" 1 "config file '.*' is a directory" --config "$tmp"
+printf '\177ELF\002\001\001\000\000steps = 5\n' >"$tmp/binary.conf"
+expect "a binary file as --config" 2 "binary\.conf:1: the line holds a NUL byte" --config "$tmp/binary.conf"
+printf 'steps = 10\nbatch = 16\nsteps = 20\n' >"$tmp/twice.conf"
+expect "a key given twice" 2 "twice\.conf: steps is set twice, on lines 1 and 3" --config "$tmp/twice.conf"
+
+# data sets checked at the start
+"$tool" make-data "$tmp/shapes.h5" 200 8x8 50 4x16
+expect "a test split of 4x16 beside a train split of 8x8" 2 \
+    "the test split holds samples of shape \(4, 16\) but the train split \(8, 8\)" \
+    $ok --data "$tmp/shapes.h5" --steps 100000
+"$tool" make-data "$tmp/label.h5" 200 8x8 50 8x8 2147483647
+expect "a label of 2^31-1" 2 "/train/labels row 0 holds 2147483647; labels must be class indices 0\.\.16777215" \
+    $ok --data "$tmp/label.h5"
+check_refused "data info on a label of 2^31-1" 2 "labels must be class indices 0\.\.16777215" \
+    "$prog" data info "$tmp/label.h5"
+"$tool" make-data "$tmp/notest.h5" 200 8x8 0 -
+"$TIMEOUT" -k 5 60 "$MPIRUN" -np 2 "$prog" train $ok --data "$tmp/notest.h5" --batch 16 \
+    >"$tmp/out" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "warning: .*notest.h5 has no test split (/test): the run evaluates nothing" "$tmp/out" &&
+    ! grep -q "^eval" "$tmp/out"; then
+    pass "a data set without a test split trains, with a warning, evaluating nothing"
+else
+    fail "a data set without a test split (exit $rc)"
+    sed 's/^/  | /' "$tmp/out"
+fi
+
+# a metrics file that cannot be written
+if [ -c /dev/full ]; then
+    expect "--metrics /dev/full" 2 "cannot write metrics file '/dev/full': No space left on device" \
+        $ok --metrics /dev/full
+fi
+mkdir "$tmp/ck"
+expect "--metrics naming a directory" 2 "cannot write metrics file '.*ck': Is a directory" \
+    $ok --metrics "$tmp/ck"
 
 # flags override the file (and the file is read)
 printf '# a job\nsteps = 7 # trailing comment\nbatch=16\nlog-every = 0\nweight_decay = 0\n' >"$tmp/good.conf"

@@ -9,12 +9,11 @@
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
  *           finished each part).
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
- *           to a 4-byte MPI_Allreduce on the same ranks.
+ *           to a 8-byte control all-reduce on the same ranks.
  * Exports mg_cli_bench_linear, mg_cli_bench_step, mg_cli_bench_ops (cli.h). */
 #include <cblas.h>
 #include <getopt.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,7 @@
 #include "backend/device.h"
 #include "cli/cli.h"
 #include "context.h"
+#include "dist/comm.h"
 #include "dist/mesh.h"
 #include "nn/optim.h"
 #include "nn/param.h"
@@ -33,11 +33,7 @@
 #include "context.h"
 #include "status.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now(void) { return mg_cli_clock(); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -49,11 +45,11 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static double peak_rss_mb_max(void) {
+static double peak_rss_mb_max(mg_comm *world) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double mine = ru.ru_maxrss / 1024.0, all = mine;
-    MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double all = ru.ru_maxrss / 1024.0;
+    mg_comm_all_reduce_f64(world, &all, 1, MG_CONTROL_MAX);
     return all;
 }
 
@@ -286,7 +282,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     double *times = calloc((size_t)(4 * steps), sizeof(double));
     double *fwd = times + steps, *bwd = times + 2 * steps, *upd = times + 3 * steps;
     for (int64_t s = -warmup; s < steps; s++) {
-        MPI_Barrier(MPI_COMM_WORLD);
+        if (mg_comm_barrier(mesh->world) != MG_OK) return 1;
         double t0 = now();
         mg_dtensor *h = x;
         for (int i = 0; i + 1 < nl; i++) {
@@ -305,14 +301,14 @@ int mg_cli_bench_step(int argc, char **argv) {
         mg_params_zero_grads(&params);
         mg_step_end();
         if (mg_device_synchronize() != MG_OK) return 1;
-        double t3 = now(), mine[4] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2}, slowest[4];
-        MPI_Allreduce(mine, slowest, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double t3 = now(), slowest[4] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2};
+        if (mg_comm_all_reduce_f64(mesh->world, slowest, 4, MG_CONTROL_MAX) != MG_OK) return 1;
         if (s >= 0)
             for (int k = 0; k < 4; k++) times[k * steps + s] = slowest[k];
     }
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
-    double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max();
+    double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max(mesh->world);
     double fwd_ms = median(fwd, (int)steps) * 1e3, bwd_ms = median(bwd, (int)steps) * 1e3,
            opt_ms = median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
@@ -321,7 +317,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0,
                      (double)(mg_arena_capacity(mg_gather_arena()) +
                               mg_arena_capacity(mg_scratch_arena())) / 1048576.0};
-    MPI_Allreduce(MPI_IN_PLACE, mem, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (mg_comm_all_reduce_f64(mesh->world, mem, 2, MG_CONTROL_MAX) != MG_OK) return 1;
     if (mg_rank() == 0) {
         char mt[32], pt[32];
         mg_mesh_format(mt, sizeof mt, mesh);
@@ -384,15 +380,14 @@ int mg_cli_bench_ops(int argc, char **argv) {
                                                                            : "mg_linear (4x4), recorded";
         rows[nrows++].us = us;
     }
-    float v = 1, s = 0;
-    double t0 = now();
-    for (int64_t i = 0; i < iters / 10; i++) MPI_Allreduce(&v, &s, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double v = 1, t0 = now();
+    for (int64_t i = 0; i < iters / 10; i++) mg_comm_all_reduce_f64(mesh->world, &v, 1, MG_CONTROL_SUM);
     double mpi_us = (now() - t0) / (iters / 10) * 1e6;
     if (mg_rank() == 0) {
         printf("per-op dispatch overhead on tiny tensors (%d rank(s), %lld ops each)\n", world,
                (long long)iters);
         for (int i = 0; i < nrows; i++) printf("  %-28s %8.2f us/op\n", rows[i].name, rows[i].us);
-        printf("  %-28s %8.2f us\n", "MPI_Allreduce of 4 bytes", mpi_us);
+        printf("  %-28s %8.2f us\n", "all-reduce of 8 bytes", mpi_us);
         printf("{\"bench\":\"ops\",\"ranks\":%d,\"add_us\":%.3f,\"add_recorded_us\":%.3f,"
                "\"linear_recorded_us\":%.3f,\"mpi_allreduce_us\":%.3f}\n",
                world, rows[0].us, rows[1].us, rows[2].us, mpi_us);

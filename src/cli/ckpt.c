@@ -7,9 +7,9 @@
  * bench saves and loads N parameters plus two AdamW states (3N floats) as
  * tensors of at most 4096 x 4096, Shard(0) over a 1-D mesh of all ranks, and
  * prints the throughput (MB/s of file size, wall time including fsync). */
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "dist/comm.h"
 #include "dist/dtensor.h"
 #include "dist/mesh.h"
 #include "io/checkpoint.h"
+#include "io/files.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -30,7 +32,7 @@ static int info(int argc, char **argv) {
         return 2;
     }
     if (mg_rank() != 0) return 0; /* serial: rank 0 reads the file */
-    char path[4096];
+    char path[MG_PATH_MAX];
     if (mg_checkpoint_resolve(argv[1], path, sizeof path) != MG_OK) return 1;
     int st = mg_checkpoint_info(path, stdout);
     fflush(stdout);
@@ -51,19 +53,18 @@ static int64_t parse_count(const char *s) {
     return *end || v < 1 || v > 4e10 ? -1 : (int64_t)v;
 }
 
-static double now(void) { return MPI_Wtime(); }
-
 /* What `dd if=/dev/zero of=PATH bs=1M count=MB conv=fsync` measures: MB/s of
- * 1 MiB writes and an fsync, or a negative value when the file cannot be made. */
+ * 1 MiB writes and an fsync, or a negative value when the file cannot be made
+ * (it must not exist: it is removed afterwards). */
 static double disk_mbps(const char *path, int64_t mb) {
     static char block[1 << 20];
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
     if (fd < 0) return -1;
-    double t0 = now();
+    double t0 = mg_cli_clock();
     int bad = 0;
     for (int64_t i = 0; i < mb && !bad; i++) bad = write(fd, block, sizeof block) != sizeof block;
     bad |= fsync(fd) != 0;
-    double t = now() - t0;
+    double t = mg_cli_clock() - t0;
     close(fd);
     unlink(path);
     return bad ? -1 : (double)mb * (1 << 20) / 1e6 / t;
@@ -144,32 +145,37 @@ static int bench(int argc, char **argv) {
         }
     }
     if ((st = mg_status_agree(st)) != MG_OK) goto done;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/ckpt-bench.h5", dir);
+    char path[MG_PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/ckpt-bench.h5", dir) >= sizeof path - MG_TMP_SUFFIX_MAX) {
+        st = mg_error(MG_EINVAL, "ckpt bench: --dir %s is too long a path", dir);
+        goto done;
+    }
     mg_ckpt_attr attr = {"step", "0"};
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
+    mg_comm *world = mesh->world;
+    double t0 = 0, t_save = 0, t_load = 0;
+    if ((st = mg_comm_barrier(world)) != MG_OK) goto done;
+    t0 = mg_cli_clock();
     st = mg_checkpoint_save(path, entries, n, &attr, 1);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t_save = now() - t0;
+    if (st == MG_OK) st = mg_comm_barrier(world);
+    t_save = mg_cli_clock() - t0;
     if (st != MG_OK) goto done;
     for (int i = 0; i < n; i++)
         memset(entries[i].tensor->local->data, 0,
                (size_t)entries[i].tensor->local->numel * sizeof(float));
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = now();
+    if ((st = mg_comm_barrier(world)) != MG_OK) goto done;
+    t0 = mg_cli_clock();
     st = mg_checkpoint_load(path, entries, n, NULL, 0, NULL);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t_load = now() - t0;
+    if (st == MG_OK) st = mg_comm_barrier(world);
+    t_load = mg_cli_clock() - t0;
     if (st != MG_OK) goto done;
-    int ok = 1;
+    int64_t ok = 1;
     for (int i = 0; i < n; i++) {
         const mg_tensor *l = entries[i].tensor->local;
         uint64_t sum = 0;
         for (int64_t j = 0; j < l->numel; j++) sum += (uint64_t)(l->data[j] * 1e3f);
         if (sum != sums[i]) ok = 0;
     }
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if ((st = mg_comm_all_reduce_i64(world, &ok, 1, MG_CONTROL_MIN)) != MG_OK) goto done;
     if (!ok) {
         st = mg_error(MG_EFORMAT, "ckpt bench: the loaded values differ from the saved ones");
         goto done;
@@ -185,7 +191,7 @@ static int bench(int argc, char **argv) {
         printf("  load %7.2f s  %8.1f MB/s   (collective read, checksums verified)\n", t_load,
                mb / t_load);
         if (!keep) unlink(path);
-        char dd[4200];
+        char dd[MG_PATH_MAX];
         snprintf(dd, sizeof dd, "%s/ckpt-bench.dd", dir);
         double disk = disk_mbps(dd, (int64_t)(mb * 1e6 / (1 << 20)));
         printf("  disk %8s  %8.1f MB/s   (1 MiB writes + fsync, as dd conv=fsync, same size)\n", "",

@@ -17,4 +17,7 @@ int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 
+/* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
+double mg_cli_clock(void);
+
 #endif

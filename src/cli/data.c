@@ -6,8 +6,12 @@
  * of data.h: /train/inputs float32 (N, ...shape) = value / scale, /train/labels
  * int32 (N), the same under /test/ for the rows whose 0-based index is a
  * multiple of --test-every; root attributes source and license. It runs on rank
- * 0 with serial HDF5 calls, writes "<out>.tmp" and renames it when complete.
- * info opens both splits with the loader's reader and prints what it found. */
+ * 0 with serial HDF5 calls. It never replaces a file it could not have
+ * written: --out must differ from --in and be absent or an HDF5 data set; the
+ * file is written to an exclusively created temporary name (io/files.h) and
+ * renamed when complete. Sizes are checked for overflow; labels are 0..2^24-1
+ * (they travel as floats).
+ * info opens the splits with the loader's reader and prints what it found. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -18,10 +22,15 @@
 #include <hdf5.h>
 
 #include "cli/cli.h"
+#include "dist/comm.h"
 #include "io/data.h"
+#include "io/files.h"
 #include "io/h5util.h"
 #include "meshgrad.h"
 #include "status.h"
+
+#define MAX_LABEL 16777215 /* labels travel as floats: exact up to 2^24 */
+#define MAX_SAMPLE_NUMEL ((int64_t)1 << 32) /* values in one sample */
 
 typedef struct {
     float *inputs;   /* rows x numel */
@@ -32,6 +41,9 @@ typedef struct {
 static int split_push(split_rows *s, const float *x, int64_t numel, int32_t label) {
     if (s->rows == s->cap) {
         int64_t cap = s->cap ? 2 * s->cap : 1024;
+        if ((double)cap * (double)numel * sizeof(float) > (double)SIZE_MAX / 2)
+            return mg_error(MG_ENOMEM, "csv2h5: %lld rows of %lld values do not fit in memory",
+                            (long long)cap, (long long)numel);
         float *in = realloc(s->inputs, (size_t)(cap * numel) * sizeof *in);
         if (in) s->inputs = in;
         int32_t *lab = realloc(s->labels, (size_t)cap * sizeof *lab);
@@ -65,11 +77,11 @@ static int parse_line(char *line, const char *name, long lineno, int64_t numel, 
         if (field < numel) {
             x[field] = (float)(v / scale);
         } else if (field == numel) {
-            if (v != floor(v) || v < 0 || v > 2147483647.0)
+            if (v != floor(v) || v < 0 || v > MAX_LABEL)
                 return mg_error(MG_EFORMAT,
                                 "%s:%ld: the label (field %lld) is %g; labels must "
-                                "be integers >= 0",
-                                name, lineno, (long long)field + 1, v);
+                                "be integers 0..%d",
+                                name, lineno, (long long)field + 1, v, MAX_LABEL);
             *label = (int32_t)v;
         }
         field++;
@@ -114,10 +126,64 @@ typedef struct {
     long test_every;
 } csv2h5_args;
 
+static int accept_data_set(const char *path) {
+    if (H5Fis_hdf5(path) <= 0) return 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int ok = f >= 0 && mg_h5_exists(f, "train/inputs");
+    if (f >= 0) H5Fclose(f);
+    return ok;
+}
+
+/* Writes the data set to a temporary file beside --out and renames it. */
+static int write_out(const csv2h5_args *a, const split_rows *train, const split_rows *test) {
+    int exists;
+    int st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists);
+    mg_tmp_file tmp;
+    if (st == MG_OK) st = mg_tmp_create(&tmp, a->out);
+    if (st != MG_OK) return st;
+    hid_t file = H5Fcreate(tmp.path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = file < 0;
+    if (!bad) {
+        char rule[200];
+        if (a->test_every > 0)
+            snprintf(rule, sizeof rule,
+                     "test: rows whose 0-based index is a multiple of %ld "
+                     "(%lld rows); train: the others (%lld rows)",
+                     a->test_every, (long long)test->rows, (long long)train->rows);
+        else
+            snprintf(rule, sizeof rule, "train: all %lld rows", (long long)train->rows);
+        char scale[64];
+        snprintf(scale, sizeof scale, "inputs are the CSV values divided by %g", a->scale);
+        bad = mg_h5_attr_write_string(file, "source", a->source) < 0 ||
+              mg_h5_attr_write_string(file, "license", a->license) < 0 ||
+              mg_h5_attr_write_string(file, "split", rule) < 0 ||
+              mg_h5_attr_write_string(file, "scale", scale) < 0 ||
+              write_split(file, "train", train, a->ndim, a->shape) < 0 ||
+              (a->test_every > 0 && write_split(file, "test", test, a->ndim, a->shape) < 0);
+        if (H5Fclose(file) < 0) bad = 1;
+    }
+    if (bad) {
+        mg_h5_err he;
+        mg_h5_error_get(&he);
+        mg_tmp_discard(&tmp);
+        return mg_error(MG_EIO, "csv2h5: writing %s failed: %s", a->out, he.innermost);
+    }
+    if ((st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists)) != MG_OK) {
+        mg_tmp_discard(&tmp);
+        return st;
+    }
+    return mg_tmp_commit(&tmp, a->out, exists);
+}
+
 static int csv2h5_run(const csv2h5_args *a) {
     int64_t numel = 1;
     for (int i = 0; i < a->ndim; i++) numel *= a->shape[i];
     const char *name = strcmp(a->in, "-") == 0 ? "<stdin>" : a->in;
+    if (mg_path_same_file(a->in, a->out))
+        return mg_error(MG_EINVAL, "csv2h5: --out %s is the --in file: give another --out path",
+                        a->out);
+    int st = mg_path_check(a->out, "csv2h5 --out", MG_TMP_SUFFIX_MAX);
+    if (st != MG_OK) return st;
     FILE *f = strcmp(a->in, "-") == 0 ? stdin : fopen(a->in, "r");
     if (!f) return mg_error(MG_EIO, "csv2h5: cannot open %s: %s", a->in, strerror(errno));
     split_rows train = {0}, test = {0};
@@ -126,7 +192,7 @@ static int csv2h5_run(const csv2h5_args *a) {
     size_t cap = 0;
     long lineno = 0;
     int64_t row = 0;
-    int st = x ? MG_OK : mg_error(MG_ENOMEM, "csv2h5: out of memory");
+    st = x ? MG_OK : mg_error(MG_ENOMEM, "csv2h5: out of memory");
     int32_t max_label = 0;
     while (st == MG_OK && getline(&line, &cap, f) >= 0) {
         lineno++;
@@ -147,41 +213,7 @@ static int csv2h5_run(const csv2h5_args *a) {
         st = mg_error(MG_EFORMAT, "csv2h5: %s has %lld data rows: too few to make %s", name,
                       (long long)row,
                       a->test_every > 0 ? "a train and a test split" : "a train split");
-    if (st == MG_OK) {
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.tmp", a->out);
-        hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        int bad = file < 0;
-        if (!bad) {
-            char rule[200];
-            if (a->test_every > 0)
-                snprintf(rule, sizeof rule,
-                         "test: rows whose 0-based index is a multiple of %ld "
-                         "(%lld rows); train: the others (%lld rows)",
-                         a->test_every, (long long)test.rows, (long long)train.rows);
-            else
-                snprintf(rule, sizeof rule, "train: all %lld rows", (long long)train.rows);
-            char scale[64];
-            snprintf(scale, sizeof scale, "inputs are the CSV values divided by %g", a->scale);
-            bad = mg_h5_attr_write_string(file, "source", a->source) < 0 ||
-                  mg_h5_attr_write_string(file, "license", a->license) < 0 ||
-                  mg_h5_attr_write_string(file, "split", rule) < 0 ||
-                  mg_h5_attr_write_string(file, "scale", scale) < 0 ||
-                  write_split(file, "train", &train, a->ndim, a->shape) < 0 ||
-                  (a->test_every > 0 && write_split(file, "test", &test, a->ndim, a->shape) < 0);
-            if (H5Fclose(file) < 0) bad = 1;
-        }
-        if (bad) {
-            mg_h5_err he;
-            mg_h5_error_get(&he);
-            st = mg_error(MG_EIO, "csv2h5: writing %s failed: %s", tmp, he.innermost);
-            remove(tmp);
-        } else if (rename(tmp, a->out) != 0) {
-            st = mg_error(MG_EIO, "csv2h5: renaming %s to %s failed: %s", tmp, a->out,
-                          strerror(errno));
-            remove(tmp);
-        }
-    }
+    if (st == MG_OK) st = write_out(a, &train, &test);
     if (st == MG_OK) {
         char sb[128];
         mg_shape_format(sb, sizeof sb, a->ndim, a->shape);
@@ -267,15 +299,23 @@ static int csv2h5(int argc, char **argv) {
                  optind < argc ? "; unexpected argument " : "", optind < argc ? argv[optind] : "");
         return 2;
     }
+    int64_t numel = 1;
     for (const char *p = shape;; p = end + 1) {
+        errno = 0;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < 1 || a.ndim == MG_MAX_DIMS - 1 || (*end && *end != 'x')) {
+        if (end == p || v < 1 || errno || a.ndim == MG_MAX_DIMS - 1 || (*end && *end != 'x')) {
             mg_error(MG_EINVAL,
                      "csv2h5: --shape %s: give sizes >= 1 joined by 'x', e.g. 8x8 "
                      "(at most %d dims)",
                      shape, MG_MAX_DIMS - 1);
             return 2;
         }
+        if (v > MAX_SAMPLE_NUMEL / numel) {
+            mg_error(MG_EINVAL, "csv2h5: --shape %s: a sample of more than %lld values is not "
+                     "supported", shape, (long long)MAX_SAMPLE_NUMEL);
+            return 2;
+        }
+        numel *= v;
         a.shape[a.ndim++] = v;
         if (!*end) break;
     }
@@ -293,13 +333,14 @@ static int info(int argc, char **argv) {
         return 2;
     }
     const char *splits[2] = {"train", "test"};
+    mg_comm *world = mg_comm_world();
+    if (!world) return 1;
     for (int s = 0; s < 2; s++) {
-        mg_dataset *ds = mg_dataset_open(argv[1], splits[s], MPI_COMM_WORLD);
-        if (!ds) {
-            if (s == 1 && mg_last_code() == MG_EFORMAT && strstr(mg_last_error(), "no group"))
-                break; /* no test split */
-            return 1;
-        }
+        int has = s == 0 ? 1 : mg_dataset_has_split(argv[1], splits[s], world);
+        if (has < 0) return 1;
+        if (!has) break; /* no test split */
+        mg_dataset *ds = mg_dataset_open(argv[1], splits[s], world);
+        if (!ds) return 1;
         char sb[128];
         if (mg_rank() == 0)
             printf("/%s: %lld samples of shape %s, %d classes\n", splits[s],

@@ -10,12 +10,12 @@
 
 #include <getopt.h>
 #include <limits.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
+#include "dist/comm.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -58,37 +58,30 @@ static void version(void) {
 #endif
 }
 
+double mg_cli_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Agrees on the exit code (the largest) and prints the error once. Returns the
  * agreed exit code. A rank that failed waits for the others only so long: if
  * some rank never arrives (it is stuck in a collective the failed rank left),
  * the failed rank prints its own message and aborts the job. A rank that
- * succeeded waits as long as the others take. */
+ * succeeded waits as long as the others take (under the collective watchdog). */
 static int report(const char *command, int rc) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    mg_comm *world = mg_comm_world();
+    int rank = mg_rank();
     const char *msg = mg_last_error();
     int has_msg = rc != 0 && msg && msg[0];
-    int mine[2] = {rc, has_msg ? -rank : -INT_MAX}, all[2];
-    MPI_Request req;
-    MPI_Iallreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
-    int done = 0;
-    time_t deadline = time(NULL) + MG_AGREE_SECONDS;
-    if (rc == 0) {
-        MPI_Wait(&req, MPI_STATUS_IGNORE);
-        done = 1;
+    int64_t all[2] = {rc, has_msg ? -rank : -INT_MAX};
+    int st = world ? mg_comm_agree_max(world, all, 2, rc == 0 ? -1 : MG_AGREE_SECONDS) : MG_ECOMM;
+    if (st != MG_OK) {
+        fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not finish '%s'; aborting)\n",
+                rank, has_msg ? msg : "failed", command);
+        mg_comm_abort(world, rc ? rc : 1);
     }
-    while (!done) {
-        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (done) break;
-        if (time(NULL) > deadline) {
-            fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not finish '%s'; aborting)\n",
-                    rank, has_msg ? msg : "failed", command);
-            MPI_Abort(MPI_COMM_WORLD, rc);
-        }
-        struct timespec pause = {0, 1000000}; // 1 ms
-        nanosleep(&pause, NULL);
-    }
-    int worst = all[0], printer = -all[1];
+    int worst = (int)all[0], printer = (int)-all[1];
     if (worst != 0) {
         if (printer == rank && rank == 0)
             fprintf(stderr, "meshgrad: error: %s\n", msg);

@@ -1,70 +1,39 @@
 /* train.c: `meshgrad train`: builds the mesh, the plan, the model and the
- * optimizer from a config (nn/train_config.h), then runs the training loop
- *   loader next -> forward -> loss -> backward -> clip -> optimizer step
- *   -> zero grads -> mg_step_end()
- * printing progress on rank 0, evaluating on the test split, and writing JSON
- * lines of metrics (DESIGN.md "Metrics"); at step 0 a "param_checksum" line
- * (FNV-1a 64 of every initial parameter) proves the initial parameters are
- * bitwise equal on every mesh.
+ * optimizer from a config (cli/train_config.h), then runs the training loop
+ *   loader next -> forward -> loss -> backward -> agree -> clip -> optimizer
+ *   step -> zero grads -> mg_step_end()
+ * printing progress on rank 0, evaluating on the test split (when the data set
+ * has one), and writing JSON lines of metrics (DESIGN.md "Metrics"); at step 0
+ * a "param_checksum" line (FNV-1a 64 of every initial parameter) proves the
+ * initial parameters are bitwise equal on every mesh.
  *
- * Checkpoints (nn/train_state.h, docs/CHECKPOINTS.md): --save FILE or DIR/ at
- * every --save-every steps and at the end; --resume PATH loads a checkpoint into
- * the current mesh and plan, seeks the loader and continues at the next step
- * (a resumed run appends to --metrics, starting with a "param_checksum" line of
- * the loaded parameters). SIGTERM, SIGINT and SIGUSR1 only set a flag; at the
- * end of every step the ranks agree on it (all-reduce MAX), so all of them
- * stop after the same step, save and exit 0. A second SIGINT ends the process
- * at once.
+ * After each backward the ranks agree, in one small all-reduce over the mesh,
+ * on three things: a stop signal (SIGTERM, SIGINT and SIGUSR1 only set a flag;
+ * all ranks then stop after the same step, save and exit 0; a second SIGINT
+ * ends the process at once), a non-finite loss or gradient (the run stops
+ * before the update, naming the step and the first parameter whose gradient
+ * is not finite; with --on-nonfinite skip the step is skipped and counted),
+ * and a failed write of the metrics file (the run stops, naming the reason).
+ * Checkpoints, and where the run may write: train_ckpt.c (train.h).
  * Errors are left in mg_last_error() for main.c to print once.
  * Exports: mg_cli_train (cli.h). */
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
-#include <mpi.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "cli/train.h"
 #include "context.h"
 #include "dist/comm.h"
-#include "dist/mesh.h"
-#include "io/checkpoint.h"
-#include "io/data.h"
-#include "nn/model.h"
-#include "nn/optim.h"
-#include "nn/plan.h"
-#include "nn/train_config.h"
-#include "nn/train_state.h"
+#include "dist/reducer.h"
 #include "status.h"
-
-typedef struct {
-    mg_train_config cfg;
-    mg_mesh *mesh;
-    mg_plan plan;
-    mg_dataset *train, *test;
-    mg_loader train_loader, test_loader;
-    int have_train_loader, have_test_loader;
-    mg_model model;
-    int have_model;
-    mg_optimizer opt;
-    mg_lr_schedule sched;
-    mg_spec x_spec, y_spec, test_x_spec, test_y_spec;
-    FILE *metrics;
-    int rank;
-    char save_path[MG_PATH_MAX]; /* the --save file, or directory without a trailing '/' */
-    int save_dir;                /* 1: save_path is a directory of ckpt-<step>.h5 */
-    int64_t start_step;          /* steps done before this run (a resume) */
-    char resumed_from[MG_PATH_MAX];
-    char resume_note[MG_PATH_MAX + 256]; /* printed under the banner */
-    int handled[3];              /* stop_signals[i] has our handler */
-    struct sigaction old_signals[3];
-} trainer;
 
 static const int stop_signals[3] = {SIGTERM, SIGINT, SIGUSR1};
 static volatile sig_atomic_t stop_requested = 0; /* the signal number */
@@ -116,7 +85,7 @@ static int resolve_data_path(const char *path, char *out, size_t len) {
     snprintf(out, len, "%s", path);
     if (access(path, F_OK) == 0) return 1;
     if (path[0] == '/') return 0;
-    char exe[PATH_MAX];
+    char exe[MG_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return 0;
     exe[n] = '\0';
@@ -125,7 +94,7 @@ static int resolve_data_path(const char *path, char *out, size_t len) {
     *slash = '\0';
     slash = strrchr(exe, '/');
     if (slash && strcmp(slash + 1, ".libs") == 0) *slash = '\0';
-    char candidate[PATH_MAX + MG_PATH_MAX];
+    char candidate[2 * MG_PATH_MAX];
     int n_cand = snprintf(candidate, sizeof candidate, "%s/%s", exe, path);
     if (n_cand <= 0 || (size_t)n_cand >= len || access(candidate, F_OK) != 0) return 0;
     memcpy(out, candidate, (size_t)n_cand + 1);
@@ -157,53 +126,47 @@ static int scalar_value(const mg_dtensor *t, double *out) {
     return MG_OK;
 }
 
-/* The directory part of a file path ("." when none). */
-static void parent_dir(const char *path, char *dir, size_t len) {
-    snprintf(dir, len, "%s", path);
-    char *last = strrchr(dir, '/');
-    if (!last) snprintf(dir, len, ".");
-    else if (last == dir) dir[1] = '\0';
-    else *last = '\0';
-}
-
-/* Rank 0 checks where --save goes, before any step is spent: a directory (an
- * existing one, or a name ending in '/': created), or a file in an existing,
- * writable directory. Agreed; the message is rank 0's. */
-static int prepare_save(trainer *tr) {
+/* Opens the test split when the data set has one (else a warning: nothing
+ * is evaluated) and checks its samples have the train split's shape. */
+static int open_test_split(trainer *tr) {
     mg_train_config *c = &tr->cfg;
-    int st = MG_OK, is_dir = 0;
-    if (!c->save[0]) {
-        snprintf(tr->save_path, sizeof tr->save_path, "%s", MG_TRAIN_PREEMPT_PATH);
+    int has = mg_dataset_has_split(c->data, "test", tr->mesh->world);
+    if (has < 0) return has;
+    if (!has) {
+        if (tr->rank == 0)
+            fprintf(stderr, "warning: %s has no test split (/test): the run evaluates nothing\n",
+                    c->data);
         return MG_OK;
     }
-    snprintf(tr->save_path, sizeof tr->save_path, "%s", c->save);
-    size_t len = strlen(tr->save_path);
-    int slash = tr->save_path[len - 1] == '/';
-    while (len > 1 && tr->save_path[len - 1] == '/') tr->save_path[--len] = '\0';
-    if (tr->rank == 0) {
-        struct stat sb;
-        char dir[MG_PATH_MAX];
-        is_dir = slash || (stat(tr->save_path, &sb) == 0 && S_ISDIR(sb.st_mode));
-        if (is_dir) {
-            snprintf(dir, sizeof dir, "%s", tr->save_path);
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-                st = mg_error(MG_EIO, "--save %s: cannot create the checkpoint directory: %s (create "
-                              "its parent first)", c->save, strerror(errno));
-        } else {
-            parent_dir(tr->save_path, dir, sizeof dir);
-        }
-        if (st == MG_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-            st = mg_error(MG_EIO, "--save %s: %s is not a directory (create it, or give --save DIR/ to "
-                          "have a checkpoint directory created)", c->save, dir);
-        if (st == MG_OK && access(dir, W_OK) != 0)
-            st = mg_error(MG_EIO, "--save %s: cannot write in %s: %s", c->save, dir, strerror(errno));
-        if (st == MG_OK && c->keep > 0 && !is_dir)
-            st = mg_error(MG_EINVAL, "--keep %lld applies to a checkpoint directory, but --save %s is a "
-                          "file (give --save DIR/ to keep the newest %lld of DIR/ckpt-<step>.h5)",
-                          (long long)c->keep, c->save, (long long)c->keep);
+    tr->test = mg_dataset_open(c->data, "test", tr->mesh->world);
+    if (!tr->test) return mg_last_code();
+    char want[128], have[128];
+    int n = mg_dataset_sample_ndim(tr->train);
+    if (!mg_shape_equal(mg_dataset_sample_ndim(tr->test), mg_dataset_sample_shape(tr->test), n,
+                        mg_dataset_sample_shape(tr->train)))
+        return mg_error(MG_EFORMAT, "%s: the test split holds samples of shape %s but the train "
+                        "split %s: both splits need one sample shape", c->data,
+                        mg_shape_format(have, sizeof have, mg_dataset_sample_ndim(tr->test),
+                                        mg_dataset_sample_shape(tr->test)),
+                        mg_shape_format(want, sizeof want, n, mg_dataset_sample_shape(tr->train)));
+    int64_t ntest = mg_dataset_rows(tr->test);
+    if (ntest < mg_plan_data_degree(&tr->plan, tr->mesh))
+        return mg_error(MG_EINVAL, "the test split of %s has %lld rows, fewer than the data-parallel "
+                                   "degree %d", c->data, (long long)ntest,
+                        mg_plan_data_degree(&tr->plan, tr->mesh));
+    return MG_OK;
+}
+
+/* The metrics file, opened on rank 0 (appended to on a resume). Agreed. */
+static int open_metrics(trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    int st = MG_OK;
+    if (c->metrics[0] && tr->rank == 0) {
+        tr->metrics = fopen(c->metrics, c->resume[0] ? "a" : "w");
+        if (!tr->metrics)
+            st = mg_error(MG_EIO, "cannot write metrics file '%s': %s", c->metrics,
+                          strerror(errno));
     }
-    MPI_Bcast(&is_dir, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    tr->save_dir = is_dir;
     return mg_status_agree(st);
 }
 
@@ -230,6 +193,7 @@ static int setup(trainer *tr) {
         return mg_last_code();
     tr->mesh = mg_mesh_new(ndim, shape);
     if (!tr->mesh) return mg_last_code();
+    mg_comm *world = tr->mesh->world;
 
     rc = mg_plan_parse(c->parallel, &tr->plan);
     if (rc == MG_OK) rc = mg_plan_check(&tr->plan, tr->mesh, c->batch);
@@ -238,30 +202,27 @@ static int setup(trainer *tr) {
     /* rank 0 finds the data file; every rank uses its answer */
     char path[MG_PATH_MAX + 1];
     path[0] = (char)resolve_data_path(c->data, path + 1, sizeof path - 1);
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if ((rc = mg_comm_broadcast_bytes(world, path, sizeof path, 0)) != MG_OK) return rc;
     if (!path[0])
         return mg_error(MG_EIO, "data file '%s' not found (looked in the current directory and in the "
                                 "directory of the meshgrad program): run make to build data/digits.h5, "
                                 "or give --data PATH", c->data);
     snprintf(c->data, sizeof c->data, "%s", path + 1);
-    tr->train = mg_dataset_open(c->data, "train", MPI_COMM_WORLD);
+    /* nothing is opened for writing before this */
+    if ((rc = mg_train_check_paths(tr)) != MG_OK) return rc;
+    tr->train = mg_dataset_open(c->data, "train", world);
     if (!tr->train) return mg_last_code();
-    tr->test = mg_dataset_open(c->data, "test", MPI_COMM_WORLD);
-    if (!tr->test) return mg_last_code();
     if (mg_dataset_sample_ndim(tr->train) != 2)
         return mg_error(MG_EFORMAT, "%s: the models take (rows, cols) images but samples are %d-d",
                         c->data, mg_dataset_sample_ndim(tr->train));
+    if ((rc = open_test_split(tr)) != MG_OK) return rc;
     const int64_t *sample = mg_dataset_sample_shape(tr->train);
     if (c->batch > mg_dataset_rows(tr->train))
         return mg_error(MG_EINVAL, "batch %lld is larger than the %lld training rows of %s",
                         (long long)c->batch, (long long)mg_dataset_rows(tr->train), c->data);
-    int64_t ntest = mg_dataset_rows(tr->test);
-    if (ntest < mg_plan_data_degree(&tr->plan, tr->mesh))
-        return mg_error(MG_EINVAL, "the test split of %s has %lld rows, fewer than the data-parallel "
-                                   "degree %d", c->data, (long long)ntest,
-                        mg_plan_data_degree(&tr->plan, tr->mesh));
     int classes = mg_dataset_num_classes(tr->train);
-    if (mg_dataset_num_classes(tr->test) > classes) classes = mg_dataset_num_classes(tr->test);
+    if (tr->test && mg_dataset_num_classes(tr->test) > classes)
+        classes = mg_dataset_num_classes(tr->test);
 
     rc = mg_model_init(&tr->model, c->model, tr->mesh, &tr->plan, sample[0], sample[1], c->hidden,
                        c->channels, classes, (uint64_t)c->seed);
@@ -275,9 +236,12 @@ static int setup(trainer *tr) {
     rc = mg_loader_init(&tr->train_loader, tr->train, c->batch, (uint64_t)c->seed);
     if (rc != MG_OK) return rc;
     tr->have_train_loader = 1;
-    rc = mg_loader_init(&tr->test_loader, tr->test, ntest, (uint64_t)c->seed);
-    if (rc != MG_OK) return rc;
-    tr->have_test_loader = 1;
+    int64_t ntest = tr->test ? mg_dataset_rows(tr->test) : 0;
+    if (tr->test) {
+        rc = mg_loader_init(&tr->test_loader, tr->test, ntest, (uint64_t)c->seed);
+        if (rc != MG_OK) return rc;
+        tr->have_test_loader = 1;
+    }
 
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&tr->plan, bp);
@@ -285,22 +249,14 @@ static int setup(trainer *tr) {
     rc = mg_spec_make(&tr->x_spec, tr->mesh, bp, ndim, 3, xs, "train inputs");
     if (rc == MG_OK) rc = mg_spec_make(&tr->y_spec, tr->mesh, bp, ndim, 1, ys, "train labels");
     xs[0] = ys[0] = ntest;
-    if (rc == MG_OK) rc = mg_spec_make(&tr->test_x_spec, tr->mesh, bp, ndim, 3, xs, "test inputs");
-    if (rc == MG_OK) rc = mg_spec_make(&tr->test_y_spec, tr->mesh, bp, ndim, 1, ys, "test labels");
+    if (tr->test && rc == MG_OK)
+        rc = mg_spec_make(&tr->test_x_spec, tr->mesh, bp, ndim, 3, xs, "test inputs");
+    if (tr->test && rc == MG_OK)
+        rc = mg_spec_make(&tr->test_y_spec, tr->mesh, bp, ndim, 1, ys, "test labels");
     if (rc != MG_OK) return rc;
 
-    rc = prepare_save(tr);
-    if (rc != MG_OK) return rc;
-
-    int open_rc = MG_OK;
-    if (c->metrics[0] && tr->rank == 0) {
-        tr->metrics = fopen(c->metrics, c->resume[0] ? "a" : "w");
-        if (!tr->metrics) open_rc = mg_error(MG_EIO, "cannot write metrics file '%s'", c->metrics);
-    }
-    rc = mg_status_agree(open_rc);
-    if (rc != MG_OK && open_rc == MG_OK)
-        mg_error(rc, "cannot write metrics file '%s' (on rank 0)", c->metrics);
-    return rc;
+    if ((rc = mg_train_prepare_save(tr)) != MG_OK) return rc;
+    return open_metrics(tr);
 }
 
 static void teardown(trainer *tr) {
@@ -314,8 +270,32 @@ static void teardown(trainer *tr) {
     if (tr->mesh) mg_mesh_free(tr->mesh);
 }
 
-/* Collective. Loss and accuracy on the whole test split, without autograd. */
+/* Rank 0: one JSON line of metrics, flushed; the first write error is kept
+ * (tr->metrics_errno) and ends the run at the next agreement. */
+static void metrics_line(trainer *tr, const char *fmt, ...) MG_PRINTF(2, 3);
+static void metrics_line(trainer *tr, const char *fmt, ...) {
+    if (tr->rank != 0 || !tr->metrics || tr->metrics_errno) return;
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    int bad = vfprintf(tr->metrics, fmt, ap) < 0;
+    va_end(ap);
+    bad |= fflush(tr->metrics) != 0;
+    if (bad) tr->metrics_errno = errno ? errno : EIO;
+}
+
+/* Collective: a metrics write failed on rank 0 (whose message is the one
+ * printed). */
+static int metrics_failed(trainer *tr, int64_t failed) {
+    if (!failed) return MG_OK;
+    return mg_error(MG_EIO, "cannot write metrics file '%s': %s", tr->cfg.metrics,
+                    tr->rank == 0 ? strerror(tr->metrics_errno) : "(rank 0 says why)");
+}
+
+/* Collective. Loss and accuracy on the whole test split, without autograd;
+ * nothing without a test split. */
 static int evaluate(trainer *tr, int64_t step) {
+    if (!tr->test) return MG_OK;
     int prev = mg_set_grad_enabled(0);
     int rc = mg_loader_seek(&tr->test_loader, 0, 0);
     mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
@@ -353,16 +333,33 @@ static int evaluate(trainer *tr, int64_t step) {
         printf("eval %lld | test loss %.6f | accuracy %.2f%% (%lld/%lld)\n", (long long)step,
                test_loss, 100 * acc, (long long)correct, (long long)n);
         fflush(stdout);
-        if (tr->metrics)
-            fprintf(tr->metrics, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
-                    (long long)step, test_loss, acc);
     }
+    if (isfinite(test_loss)) /* JSON has no NaN: a diverged model's loss is null */
+        metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
+                     (long long)step, test_loss, acc);
+    else
+        metrics_line(tr, "{\"step\":%lld,\"eval_loss\":null,\"eval_accuracy\":%.9g}\n",
+                     (long long)step, acc);
     return MG_OK;
 }
 
-/* One optimizer step; *loss_out gets the loss of the batch and *norm_out the
- * gradient norm before clipping (0 when not clipping). */
-static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out) {
+/* What the ranks agree on after each backward (one all-reduce MAX). */
+enum { AGREE_SIGNAL, AGREE_BAD_GRAD, AGREE_BAD_LOSS, AGREE_METRICS, AGREE_N };
+
+/* This rank's first parameter whose gradient (the part this rank holds) is not
+ * finite, or -1. */
+static int first_nonfinite_grad(const mg_param_table *t) {
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].grad && !mg_reducer_finite(t->p[i].value)) return i;
+    return -1;
+}
+
+/* One step: batch, forward, loss, backward, the agreement (agreed[]), then the
+ * update only when the loss and every gradient are finite. *loss_out gets the
+ * loss of the batch and *norm_out the gradient norm before clipping (0 when not
+ * clipping). */
+static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out,
+                      int64_t agreed[AGREE_N]) {
     mg_param_table *params = &tr->model.params;
     mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
     int rc = mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, &x, &y, mg_step_arena());
@@ -373,71 +370,46 @@ static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out
     if (rc == MG_OK) rc = scalar_value(loss, loss_out);
     if (rc == MG_OK) {
         mg_params_collect_grads(params);
-        if (tr->cfg.clip > 0) rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);
+        int bad = first_nonfinite_grad(params);
+        agreed[AGREE_SIGNAL] = stop_requested;
+        agreed[AGREE_BAD_GRAD] = bad >= 0 ? params->n - bad : 0; /* MAX: the first bad one */
+        agreed[AGREE_BAD_LOSS] = !isfinite(*loss_out);
+        agreed[AGREE_METRICS] = tr->metrics_errno != 0;
+        rc = mg_comm_all_reduce_i64(tr->mesh->world, agreed, AGREE_N, MG_CONTROL_MAX);
     }
-    if (rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
+    int update = rc == MG_OK && !agreed[AGREE_BAD_GRAD] && !agreed[AGREE_BAD_LOSS];
+    if (update && tr->cfg.clip > 0) rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);
+    if (update && rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
     if (rc == MG_OK) rc = mg_params_zero_grads(params);
     if (rc == MG_OK) rc = mg_device_synchronize(); /* a device error surfaces here */
     mg_step_end();
     return rc;
 }
 
-/* Collective. Saves the run after `step` steps: to the --save file, to
- * DIR/ckpt-<step>.h5 (then keeps the newest --keep), or, on preemption
- * without --save, to ./meshgrad-preempt.h5. *where gets the path. */
-static int save(trainer *tr, int64_t step, char *where, size_t len) {
-    mg_train_config *c = &tr->cfg;
-    if (tr->save_dir)
-        snprintf(where, len, "%s/ckpt-%08lld.h5", tr->save_path, (long long)step);
+/* After a step whose loss or gradient was not finite: MG_OK when skipping
+ * (--on-nonfinite skip, counted), else the error that stops the run. */
+static int nonfinite_step(trainer *tr, int64_t step, double loss, const int64_t *agreed) {
+    const mg_param_table *t = &tr->model.params;
+    char what[256];
+    int g = agreed[AGREE_BAD_GRAD] ? t->n - (int)agreed[AGREE_BAD_GRAD] : -1;
+    if (g >= 0)
+        snprintf(what, sizeof what, "the loss is %g and the gradient of %s is not finite (the "
+                 "first such parameter)", loss, t->p[g].name);
     else
-        snprintf(where, len, "%s", tr->save_path);
-    double t0 = MPI_Wtime();
-    mg_train_state st = {
-        .step = step, .seed = c->seed, .data_epoch = tr->train_loader.epoch,
-        .data_cursor = tr->train_loader.cursor, .batch = c->batch, .data_file = c->data,
-        .schedule = tr->sched, .clip = c->clip,
-    };
-    int rc = mg_train_state_save(where, &tr->model, &tr->opt, &tr->plan, &st);
-    if (rc == MG_OK && tr->save_dir && c->keep > 0)
-        rc = mg_checkpoint_prune(tr->save_path, (int)c->keep);
-    if (rc == MG_OK && tr->rank == 0) {
-        printf("checkpoint %lld: saved %s (%.0f ms)\n", (long long)step, where,
-               (MPI_Wtime() - t0) * 1e3);
-        fflush(stdout);
+        snprintf(what, sizeof what, "the loss is %g", loss);
+    if (strcmp(tr->cfg.on_nonfinite, "skip") != 0)
+        return mg_error(MG_ESTATE, "step %lld: %s; the run stops before the update, so the "
+                        "parameters (and any checkpoint) stay finite: lower --lr, clip the "
+                        "gradients (--clip), or give --on-nonfinite skip to skip such steps",
+                        (long long)step, what);
+    tr->skipped++;
+    if (tr->rank == 0) {
+        fprintf(stderr, "warning: step %lld: %s: step skipped (%lld so far)\n", (long long)step,
+                what, (long long)tr->skipped);
+        fflush(stderr);
     }
-    return rc;
-}
-
-/* Collective. --resume: rank 0 finds the checkpoint (a file, or the newest in
- * a directory), every rank loads its blocks into the current mesh and plan,
- * and the loader moves to where the saved run stood. */
-static int resume(trainer *tr) {
-    mg_train_config *c = &tr->cfg;
-    char path[MG_PATH_MAX];
-    int st = MG_OK;
-    if (tr->rank == 0) st = mg_checkpoint_resolve(c->resume, path, sizeof path);
-    if ((st = mg_status_agree(st)) != MG_OK) return st;
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    mg_train_state cur = {
-        .step = 0, .seed = c->seed, .batch = c->batch, .data_file = c->data,
-        .schedule = tr->sched, .clip = c->clip,
-    };
-    mg_train_state saved;
-    st = mg_train_state_load(path, &tr->model, &tr->opt, &tr->plan, &cur, &saved,
-                             tr->rank == 0 ? stderr : NULL);
-    if (st != MG_OK) return st;
-    if (saved.step > c->steps)
-        return mg_error(MG_EINVAL, "checkpoint %s is at step %lld, past --steps %lld (the total "
-                        "length of the run): give --steps %lld or more", path,
-                        (long long)saved.step, (long long)c->steps, (long long)saved.step);
-    st = mg_loader_seek(&tr->train_loader, saved.data_epoch, saved.data_cursor);
-    if (st != MG_OK) return st;
-    tr->start_step = saved.step;
-    snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
-    snprintf(tr->resume_note, sizeof tr->resume_note,
-             "resumed from %s: step %lld of %lld (saved on mesh %s [%s]), data epoch %lld batch %lld",
-             path, (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel,
-             (long long)saved.data_epoch, (long long)saved.data_cursor);
+    metrics_line(tr, "{\"step\":%lld,\"skipped\":\"non-finite\",\"skipped_total\":%lld}\n",
+                 (long long)step, (long long)tr->skipped);
     return MG_OK;
 }
 
@@ -451,15 +423,9 @@ static void json_escape(char *out, size_t len, const char *s) {
     out[j] = '\0';
 }
 
-static int run(trainer *tr) {
+/* Rank 0: the banner, and the first metrics line (the parameter checksum). */
+static void print_start(trainer *tr, uint64_t checksum) {
     mg_train_config *c = &tr->cfg;
-    int rc = setup(tr);
-    if (rc != MG_OK) return rc;
-    if (c->resume[0] && (rc = resume(tr)) != MG_OK) return rc;
-
-    uint64_t checksum = 0;
-    rc = mg_params_checksum(&tr->model.params, &checksum);
-    if (rc != MG_OK) return rc;
     if (tr->rank == 0) {
         char mb[64], pb[64];
         mg_mesh_format(mb, sizeof mb, tr->mesh);
@@ -471,63 +437,84 @@ static int run(trainer *tr) {
                mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
                (long long)c->batch, (long long)c->steps);
         printf("data %s: %lld train rows, %lld test rows; param checksum %016llx\n", c->data,
-               (long long)mg_dataset_rows(tr->train), (long long)mg_dataset_rows(tr->test),
-               (unsigned long long)checksum);
+               (long long)mg_dataset_rows(tr->train),
+               (long long)(tr->test ? mg_dataset_rows(tr->test) : 0), (unsigned long long)checksum);
         if (tr->resume_note[0]) printf("%s\n", tr->resume_note);
         fflush(stdout);
-        if (tr->metrics && tr->start_step == 0 && !tr->resumed_from[0])
-            fprintf(tr->metrics, "{\"step\":0,\"param_checksum\":\"%016llx\"}\n",
-                    (unsigned long long)checksum);
-        if (tr->metrics && tr->resumed_from[0]) {
-            char esc[2 * MG_PATH_MAX];
-            json_escape(esc, sizeof esc, tr->resumed_from);
-            fprintf(tr->metrics,
-                    "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"}\n",
-                    (long long)tr->start_step, esc, (unsigned long long)checksum);
-        }
     }
+    if (!tr->resumed_from[0]) {
+        metrics_line(tr, "{\"step\":0,\"param_checksum\":\"%016llx\"}\n",
+                     (unsigned long long)checksum);
+        return;
+    }
+    char esc[2 * MG_PATH_MAX];
+    json_escape(esc, sizeof esc, tr->resumed_from);
+    metrics_line(tr, "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"}\n",
+                 (long long)tr->start_step, esc, (unsigned long long)checksum);
+}
+
+/* Rank 0: the metrics line of a step, and every log_every steps a progress line. */
+static void report_step(trainer *tr, int64_t step, double loss, double lr, double norm, double ms,
+                        double now, double start, double *window_start, int64_t *window_steps) {
+    mg_train_config *c = &tr->cfg;
+    if (c->clip > 0)
+        metrics_line(tr, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
+                     "%.6g,\"grad_norm\":%.9g}\n", (long long)step, loss, lr, ms,
+                     ms > 0 ? c->batch * 1e3 / ms : 0.0, norm);
+    else
+        metrics_line(tr, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
+                     "%.6g}\n", (long long)step, loss, lr, ms, ms > 0 ? c->batch * 1e3 / ms : 0.0);
+    if (tr->rank != 0 || c->log_every <= 0 || (step % c->log_every != 0 && step != c->steps))
+        return;
+    double wms = (now - *window_start) * 1e3 / (double)*window_steps;
+    char eta[32];
+    format_duration(eta, sizeof eta,
+                    (double)(c->steps - step) * (now - start) / (double)(step - tr->start_step));
+    printf("step %lld/%lld | loss %.9f | lr %.3e | %.2f ms/step | %.0f samples/s | ETA %s\n",
+           (long long)step, (long long)c->steps, loss, lr, wms,
+           wms > 0 ? c->batch * 1e3 / wms : 0.0, eta);
+    fflush(stdout);
+    *window_start = now;
+    *window_steps = 0;
+}
+
+static int run(trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    int rc = setup(tr);
+    if (rc != MG_OK) return rc;
+    if (c->resume[0] && (rc = mg_train_resume(tr)) != MG_OK) return rc;
+
+    uint64_t checksum = 0;
+    rc = mg_params_checksum(&tr->model.params, &checksum);
+    if (rc != MG_OK) return rc;
+    print_start(tr, checksum);
 
     install_signals(tr);
     char where[MG_PATH_MAX + 32];
-    double start = MPI_Wtime(), window_start = start;
+    double start = mg_cli_clock(), window_start = start;
     int64_t window_steps = 0;
     for (int64_t s = tr->start_step; s < c->steps; s++) {
-        double t0 = MPI_Wtime();
+        double t0 = mg_cli_clock();
         double lr = mg_lr_at(&tr->sched, s), loss = 0, norm = 0;
-        rc = train_step(tr, lr, &loss, &norm);
+        int64_t agreed[AGREE_N] = {0};
+        rc = train_step(tr, lr, &loss, &norm, agreed);
         if (rc != MG_OK) return rc;
-        double t1 = MPI_Wtime(), ms = (t1 - t0) * 1e3;
+        if ((rc = metrics_failed(tr, agreed[AGREE_METRICS])) != MG_OK) return rc;
+        double t1 = mg_cli_clock();
         int64_t step = s + 1;
         window_steps++;
-        if (tr->rank == 0 && tr->metrics) {
-            fprintf(tr->metrics,
-                    "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":%.6g",
-                    (long long)step, loss, lr, ms, ms > 0 ? c->batch * 1e3 / ms : 0.0);
-            if (c->clip > 0) fprintf(tr->metrics, ",\"grad_norm\":%.9g", norm);
-            fprintf(tr->metrics, "}\n");
+        if (agreed[AGREE_BAD_GRAD] || agreed[AGREE_BAD_LOSS]) {
+            if ((rc = nonfinite_step(tr, step, loss, agreed)) != MG_OK) return rc;
+        } else {
+            report_step(tr, step, loss, lr, norm, (t1 - t0) * 1e3, t1, start, &window_start,
+                        &window_steps);
         }
-        if (tr->rank == 0 && c->log_every > 0 && (step % c->log_every == 0 || step == c->steps)) {
-            double wms = (t1 - window_start) * 1e3 / (double)window_steps;
-            char eta[32];
-            format_duration(eta, sizeof eta,
-                            (double)(c->steps - step) * (t1 - start) / (double)(step - tr->start_step));
-            printf("step %lld/%lld | loss %.9f | lr %.3e | %.2f ms/step | %.0f samples/s | ETA %s\n",
-                   (long long)step, (long long)c->steps, loss, lr, wms,
-                   wms > 0 ? c->batch * 1e3 / wms : 0.0, eta);
-            fflush(stdout);
-            window_start = t1;
-            window_steps = 0;
-        }
-        /* every rank stops after the same step, whichever ranks got the signal */
-        int mine = (int)stop_requested, any = 0;
-        MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (any) {
-            if (tr->metrics) fflush(tr->metrics);
-            rc = save(tr, step, where, sizeof where);
+        if (agreed[AGREE_SIGNAL]) { /* every rank stops after the same step */
+            rc = mg_train_save(tr, step, where, sizeof where);
             if (rc != MG_OK) return rc;
             if (tr->rank == 0) {
                 printf("stopped by %s after step %lld of %lld: resume with --resume %s\n",
-                       signal_name(any), (long long)step, (long long)c->steps,
+                       signal_name((int)agreed[AGREE_SIGNAL]), (long long)step, (long long)c->steps,
                        tr->save_dir ? tr->save_path : where);
                 fflush(stdout);
             }
@@ -538,19 +525,23 @@ static int run(trainer *tr) {
             if (rc != MG_OK) return rc;
         }
         if (c->save[0] && c->save_every > 0 && step % c->save_every == 0 && step != c->steps) {
-            rc = save(tr, step, where, sizeof where);
+            rc = mg_train_save(tr, step, where, sizeof where);
             if (rc != MG_OK) return rc;
         }
     }
-    double seconds = MPI_Wtime() - start;
+    double seconds = mg_cli_clock() - start;
     int64_t ran = c->steps - tr->start_step;
     if (c->save[0]) { /* also after 0 steps: a resumed checkpoint re-saved on this mesh */
-        rc = save(tr, c->steps, where, sizeof where);
+        rc = mg_train_save(tr, c->steps, where, sizeof where);
         if (rc != MG_OK) return rc;
     }
     rc = evaluate(tr, c->steps);
+    if (rc == MG_OK) rc = metrics_failed(tr, mg_status_agree(tr->metrics_errno ? -1 : 0) != 0);
     if (rc != MG_OK) return rc;
     if (tr->rank == 0) {
+        if (tr->skipped)
+            printf("skipped %lld step%s with a non-finite loss or gradient\n",
+                   (long long)tr->skipped, tr->skipped == 1 ? "" : "s");
         printf("done: %lld steps in %.2f s (%.3f ms/step)\n", (long long)ran, seconds,
                ran > 0 ? seconds * 1e3 / (double)ran : 0.0);
         fflush(stdout);

@@ -155,7 +155,7 @@ int mg_status_agree(int status);
  * (-1 when every rank is ok), so a message can say where it failed. */
 int mg_status_agree_rank(int status, int *first_rank);
 
-/* ==== point-to-point (comm_p2p.c): pipeline parallelism ====================
+/* ---- point-to-point (comm_p2p.c): pipeline parallelism -----------------------
  * Non-blocking sends and receives of floats between two ranks of one comm
  * (ranks of the comm, not of the world). Matching is in order: the k-th send
  * from a to b meets the k-th receive on b from a, and the two counts must
@@ -197,5 +197,29 @@ int mg_comm_mpi_irecv(mg_comm *, float *buf, int64_t n, int peer, mg_p2p_request
 int mg_comm_mpi_p2p_test(mg_comm *, mg_p2p_request *req);
 int mg_comm_mpi_p2p_wait(mg_comm *, mg_p2p_request *req);
 int64_t mg_comm_mpi_max_count(void);
+
+/* ---- control messages (comm_control.c) --------------------------------------
+ * For the layers above dist/: agreeing on statuses, flags, names and exit codes
+ * without raw MPI calls. Host memory, the comm's MPI communicator (also for an
+ * NCCL comm), counted in the statistics (broadcast, all_reduce) and run under
+ * the collective watchdog. Every rank of the comm must call each of them. */
+typedef enum { MG_CONTROL_SUM = 0, MG_CONTROL_MIN, MG_CONTROL_MAX } mg_control_op;
+
+/* One mg_comm over MPI_COMM_WORLD, made on first use (after mg_init); NULL
+ * with a message before. Not to be freed. */
+mg_comm *mg_comm_world(void);
+/* Broadcast of n bytes (at most 1 GiB) from root. */
+int mg_comm_broadcast_bytes(mg_comm *, void *buf, int64_t n, int root);
+/* In-place all-reduce of n (at most 64) int64 or double values. */
+int mg_comm_all_reduce_i64(mg_comm *, int64_t *buf, int n, mg_control_op op);
+int mg_comm_all_reduce_f64(mg_comm *, double *buf, int n, mg_control_op op);
+/* In-place all-reduce MAX of n (at most 8) int64 values that may give up: with
+ * wait_s < 0 it waits as long as it takes (under the watchdog); else it
+ * returns MG_ECOMM after wait_s seconds if some rank has not joined, and the
+ * caller must then end the job (mg_comm_abort): the operation is left in
+ * flight. Ranks may pass different wait_s. */
+int mg_comm_agree_max(mg_comm *, int64_t *vals, int n, double wait_s);
+/* Ends the whole job with this exit code (MPI_Abort); does not return. */
+_Noreturn void mg_comm_abort(mg_comm *, int code);
 
 #endif

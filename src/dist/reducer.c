@@ -3,6 +3,7 @@
  * buffer or a deferred sum, the sum switch, and the buckets of this backward. */
 #include "dist/reducer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -360,6 +361,22 @@ int mg_reducer_defer(mg_dtensor *t) {
     if (!rec) return mg_last_code();
     rec->defer = true;
     return MG_OK;
+}
+
+bool mg_reducer_finite(const mg_dtensor *t) {
+    const leaf_record *rec = find(t);
+    if (!t->grad || !rec || rec->form == MG_GRAD_ZERO) return true;
+    mg_tensor part = *t->grad->local;
+    if (rec->form == MG_GRAD_ROWS) { /* the others' rows are stale here */
+        mg_comm *c = t->spec.mesh->dim_comm[rec->dim];
+        int64_t lo, hi, cols = t->spec.shape[1];
+        mg_rows_slice(t->spec.shape[0], c->size, c->rank, &lo, &hi);
+        part = (mg_tensor){.ndim = 1, .shape = {(hi - lo) * cols}, .numel = (hi - lo) * cols,
+                           .data = part.data + lo * cols, .device = part.device};
+    }
+    if (part.numel == 0) return true;
+    mg_backend *be = mg_backend_of(&part);
+    return isfinite(be->iface->sum_squares(be->context, &part));
 }
 
 bool mg_reducer_deferred(const mg_dtensor *t) {

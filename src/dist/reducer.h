@@ -31,7 +31,7 @@
  *
  * Exports: mg_grad_form, mg_leaf_grad, mg_reducer_add, mg_reducer_poll,
  * mg_reducer_backward_end, mg_reducer_grad, mg_reducer_zero, mg_reducer_defer,
- * mg_reducer_deferred, mg_reducer_form, mg_reducer_forget, mg_reducer_step_end, mg_reducer_free, and
+ * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_forget, mg_reducer_step_end, mg_reducer_free, and
  * the public mg_set_grad_sync / mg_grad_sync. */
 #ifndef MG_DIST_REDUCER_H
 #define MG_DIST_REDUCER_H
@@ -73,6 +73,10 @@ void mg_reducer_zero(mg_dtensor *leaf);
  * is in shared memory (nn/optim_shard.h): its sums are left LOCAL, or its
  * rows computed. Call before any backward, so every step is alike. */
 int mg_reducer_defer(mg_dtensor *leaf);
+/* The part of the leaf's gradient this rank holds (all of a FULL buffer, its
+ * addend, its rows) has only finite values; no collective. A non-finite value
+ * anywhere is in some rank's part. */
+bool mg_reducer_finite(const mg_dtensor *leaf);
 /* mg_reducer_defer was called for the leaf. */
 bool mg_reducer_deferred(const mg_dtensor *leaf);
 /* What the leaf's buffer holds now; *dim (may be NULL) gets the mesh dim of a

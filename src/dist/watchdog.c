@@ -3,9 +3,10 @@
  * mesh dim, member ranks, start time), behind one mutex. A thread, started on
  * the first collective with more than one rank, wakes once a second (every
  * quarter of a shorter timeout); when the collective in progress has run past
- * the timeout it prints the report, gives the other waiting ranks a moment to
- * print theirs, and calls MPI_Abort on MPI_COMM_WORLD (then _exit, should that
- * return). mg_watchdog_free stops the thread.
+ * the timeout (not counting time the process spent stopped) it prints the
+ * report, gives the other waiting ranks a moment to print theirs, and calls
+ * MPI_Abort on MPI_COMM_WORLD (then _exit, should that return).
+ * mg_watchdog_free stops the thread.
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
  * mg_watchdog_timeout, mg_watchdog_free. */
 #include "dist/watchdog.h"
@@ -165,11 +166,19 @@ static void *watch(void *arg) {
     struct mg_watchdog *w = arg;
     double poll = w->timeout_s / 4 < 1.0 ? w->timeout_s / 4 : 1.0;
     if (poll < 0.05) poll = 0.05;
+    double last = now_s();
     pthread_mutex_lock(&w->lock);
     for (;;) {
         wait_s(w, poll);
         if (w->stopping) break;
-        double waited = now_s() - w->start;
+        double now = now_s(), stopped = now - last - poll;
+        last = now;
+        /* woken far later than asked: this process was stopped (SIGSTOP, a
+         * debugger, a suspended machine). That time was not spent waiting for
+         * the others, so it does not count: a rank resumed after a stop never
+         * blames the ranks that waited for it. */
+        if (stopped > 1.0) w->start += stopped;
+        double waited = now - w->start;
         if (!w->armed || w->fired || waited < w->timeout_s) continue;
         char report[MAX_REPORT];
         format_report(w, report, sizeof report, waited);

@@ -58,6 +58,7 @@ void mg_finalize(void) {
     const char *debug = getenv("MG_COMM_DEBUG");
     if (debug && strcmp(debug, "1") == 0 && mg_rank() == 0) mg_comm_stats_print(stderr);
     int we_started_mpi = mg_ctx()->started_mpi;
+    mg_comm_free(mg_ctx()->world);
     mg_reducer_free();
     mg_watchdog_free();
     mg_redistribute_release();

@@ -1,4 +1,4 @@
-/* checkpoint.h: HDF5 checkpoints (DESIGN.md "Formats").
+/* checkpoint.h: HDF5 checkpoints (DESIGN.md "Formats", docs/CHECKPOINTS.md).
  *
  * One file; each entry is a distributed tensor saved as a float32 dataset of its
  * GLOBAL shape at "/<name>" (names like "params/fc1.weight" or
@@ -8,16 +8,23 @@
  * version, and the caller's key/value strings (step, seed, data position, RNG
  * counters, model/optimizer/schedule configuration, mesh and placements...).
  *
- * Saving writes "<path>.tmp.<pid of rank 0>" then, after every rank has closed it
- * and it is flushed to disk (fsync), renames it to <path>, so a crash never leaves
- * a half file under the final name. (Tests: MG_CKPT_FAULT=kill-before-rename makes
- * rank MG_CKPT_FAULT_RANK, default 0, raise SIGKILL just before the rename.)
+ * A save never destroys anything: it writes a temporary file created
+ * exclusively under an unpredictable name beside the target
+ * ("<path>.tmp.<host>.<pid>.<random>", files.h) with the space it needs
+ * reserved first, and, after every rank has closed it and it is flushed to
+ * disk, renames it to <path>, which it replaces only when that is absent or a
+ * meshgrad checkpoint. A crash never leaves a half file under the final name;
+ * any failure on any rank ends the save on every rank with one message and the
+ * temporary file removed; temporary files of killed saves are removed by the
+ * next save into the directory.
  * Loading reads each rank's block (hyperslab) under whatever mesh the entries'
- * specs use now: any checkpoint resumes on any mesh. The file is opened on
- * MPI_COMM_WORLD (every mesh spans all ranks). */
+ * specs use now: any checkpoint resumes on any mesh. Files are opened on the
+ * world communicator (every mesh spans all ranks); collective HDF5 calls run
+ * under the collective watchdog. */
 #ifndef MG_CHECKPOINT_H
 #define MG_CHECKPOINT_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "dist/dtensor.h"
@@ -46,7 +53,10 @@ int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
  * dataset and both shapes). attrs_out (may be NULL) receives up to max_attrs of
  * the caller's attributes (not format/version), in the order they were saved;
  * *nattrs_out their number. Checksums are verified by HDF5 on read (a mismatch:
- * MG_EFORMAT "checksum mismatch in <file> dataset /<name>: the file is corrupt").
+ * MG_EFORMAT "checksum mismatch in <file> dataset /<name>: the file is corrupt"),
+ * datasets without the checksum, with unwritten chunks or sizes the file cannot
+ * hold are refused before any read, and a non-finite value is refused naming
+ * the dataset and the element.
  * A Partial entry receives the value on coordinate 0 and zeros elsewhere.
  * Every failure is agreed across ranks and names the file and the problem. */
 int mg_checkpoint_load(const char *path, mg_ckpt_entry *entries, int n, mg_ckpt_attr *attrs_out,
@@ -65,13 +75,21 @@ const char *mg_ckpt_attr_get(const mg_ckpt_attr *attrs, int n, const char *key);
  * (not collective): every rank may call it. */
 int mg_checkpoint_resolve(const char *path, char *out, size_t len);
 
-/* Removes all but the newest `keep` (>= 1) complete checkpoints in `dir` (rank 0
- * only deletes; collective). Call it after a save returned MG_OK. */
-int mg_checkpoint_prune(const char *dir, int keep);
+/* Collective (rank 0 deletes). After the save of DIR/ckpt-<newest>.h5: deletes
+ * the checkpoints of `dir` named ckpt-<step>.h5 with a step below `newest`,
+ * all but the newest keep - 1 of them, so that `keep` (>= 1) remain counting
+ * the one just written. Never touches a file of another name, one so named
+ * that is not a meshgrad checkpoint, or one with a later step (another run's). */
+int mg_checkpoint_prune(const char *dir, int keep, int64_t newest);
+
+/* 1 when `path` is an HDF5 file whose attributes say it is a meshgrad
+ * checkpoint (format and version); local, serial. */
+int mg_checkpoint_is_one(const char *path);
 
 /* `meshgrad ckpt info`: step, parameters with global shapes, optimizer, mesh and
- * placements at save time, and whether every checksum verifies (reads every
- * dataset). Serial (one process). Returns MG_OK or the failure. */
+ * placements at save time, and whether every checksum verifies and every value
+ * is finite (reads every dataset, after checking it can be read in bounded
+ * time). Serial (one process). Returns MG_OK or the failure. */
 int mg_checkpoint_info(const char *path, FILE *out);
 
 #endif

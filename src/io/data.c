@@ -2,6 +2,12 @@
  * Exports mg_dataset_open/close/rows/sample_ndim/sample_shape/num_classes,
  * mg_dataset_read_rows, mg_loader_init/seek/free/next.
  *
+ * Every collective HDF5 call (open, close, the reads) runs under the
+ * collective watchdog, so a rank that stops answering ends the job with a
+ * message naming it instead of leaving the others waiting in the read. Inputs
+ * are checked to be finite as they are read (a NaN is refused naming its row),
+ * labels once when the split is opened.
+ *
  * A read of rows in any order: the rows are sorted and made unique, runs of
  * consecutive rows become one hyperslab each (a union on dim 0), the union is
  * read collectively into a scratch buffer in file order, and each requested
@@ -10,6 +16,7 @@
  * state allocates nothing. */
 #include "io/data.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +24,19 @@
 #include <hdf5.h>
 
 #include "backend/device.h"
+#include "dist/watchdog.h"
+#include "io/files.h"
 #include "io/h5util.h"
 #include "rng.h"
 #include "status.h"
 
+/* the largest label: labels travel as floats, exact up to 2^24 */
+#define MAX_LABEL 16777215
+
 struct mg_dataset {
-    char path[1024];
+    char path[MG_PATH_MAX];
     char split[64];
-    MPI_Comm comm;
+    mg_comm *comm;
     hid_t file, inputs, labels, dxpl;
     int64_t rows;
     int sample_ndim;
@@ -44,7 +56,11 @@ static void dataset_release(mg_dataset *ds) {
     if (ds->dxpl > 0) H5Pclose(ds->dxpl);
     if (ds->labels > 0) H5Dclose(ds->labels);
     if (ds->inputs > 0) H5Dclose(ds->inputs);
-    if (ds->file > 0) H5Fclose(ds->file);
+    if (ds->file > 0) {
+        mg_watchdog_begin_comm("data set close", ds->comm->mpi);
+        H5Fclose(ds->file);
+        mg_watchdog_end();
+    }
     free(ds->pairs);
     free(ds->uniq);
     free(ds->slot);
@@ -88,7 +104,10 @@ static int scan_labels(mg_dataset *ds) {
     if (!all)
         return mg_error(MG_ENOMEM, "%s: out of memory reading %lld labels", ds->path,
                         (long long)ds->rows);
-    if (H5Dread(ds->labels, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, ds->dxpl, all) < 0) {
+    mg_watchdog_begin_comm("data set read", ds->comm->mpi);
+    herr_t r = H5Dread(ds->labels, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, ds->dxpl, all);
+    mg_watchdog_end();
+    if (r < 0) {
         mg_h5_err e;
         mg_h5_error_get(&e);
         free(all);
@@ -97,13 +116,13 @@ static int scan_labels(mg_dataset *ds) {
     }
     int32_t max = 0;
     for (int64_t i = 0; i < ds->rows; i++) {
-        if (all[i] < 0) {
+        if (all[i] < 0 || all[i] > MAX_LABEL) {
             int32_t bad = all[i];
             free(all);
             return mg_error(MG_EFORMAT,
                             "%s: /%s/labels row %lld holds %d; labels must be "
-                            "class indices >= 0",
-                            ds->path, ds->split, (long long)i, bad);
+                            "class indices 0..%d",
+                            ds->path, ds->split, (long long)i, bad, MAX_LABEL);
         }
         if (all[i] > max) max = all[i];
     }
@@ -112,12 +131,12 @@ static int scan_labels(mg_dataset *ds) {
     return MG_OK;
 }
 
-mg_dataset *mg_dataset_open(const char *path, const char *split, MPI_Comm comm) {
+mg_dataset *mg_dataset_open(const char *path, const char *split, mg_comm *comm) {
     mg_h5_init();
-    if (!path || !split || !split[0] || strlen(path) >= 1024 || strlen(split) >= 64 ||
-        strchr(split, '/'))
-        return mg_error_null(MG_EINVAL, "data set: give a file path and a split name such as "
-                                        "\"train\" or \"test\"");
+    if (!comm || !split || !split[0] || strlen(split) >= 64 || strchr(split, '/'))
+        return mg_error_null(MG_EINVAL, "data set: give a communicator, a file path and a split "
+                                        "name such as \"train\" or \"test\"");
+    if (mg_path_check(path, "data set", 0) != MG_OK) return NULL;
     mg_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) return mg_error_null(MG_ENOMEM, "data set: out of memory");
     snprintf(ds->path, sizeof ds->path, "%s", path);
@@ -128,7 +147,9 @@ mg_dataset *mg_dataset_open(const char *path, const char *split, MPI_Comm comm) 
     if (st != MG_OK) goto fail;
 
     hid_t fapl = mg_h5_fapl_mpio(comm);
+    mg_watchdog_begin_comm("data set open", comm->mpi);
     ds->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    mg_watchdog_end();
     st = MG_OK;
     if (ds->file < 0) {
         mg_h5_err e;
@@ -170,6 +191,28 @@ mg_dataset *mg_dataset_open(const char *path, const char *split, MPI_Comm comm) 
 fail:
     dataset_release(ds);
     return NULL;
+}
+
+int mg_dataset_has_split(const char *path, const char *split, mg_comm *comm) {
+    mg_h5_init();
+    int has = 0, st = MG_OK;
+    if (comm->rank == 0) {
+        st = mg_file_precheck(path, "data set");
+        hid_t f = st == MG_OK ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : -1;
+        if (st == MG_OK && f < 0) {
+            mg_h5_err e;
+            mg_h5_error_get(&e);
+            st = mg_error(MG_EFORMAT, "cannot open data set %s: %s", path,
+                          e.truncated ? "the file is truncated" : e.innermost);
+        }
+        if (f >= 0) {
+            has = mg_h5_exists(f, split);
+            H5Fclose(f);
+        }
+    }
+    if ((st = mg_io_agree(comm, st)) != MG_OK) return st;
+    if ((st = mg_comm_broadcast_bytes(comm, &has, sizeof has, 0)) != MG_OK) return st;
+    return has;
 }
 
 void mg_dataset_close(mg_dataset *ds) {
@@ -224,6 +267,34 @@ static int64_t plan_rows(mg_dataset *ds, const int64_t *rows, int64_t n) {
     return u;
 }
 
+/* MG_OK when every value of the n rows read (each a box of count at off) is
+ * finite; else MG_EFORMAT naming the first bad row of the file and where in it. */
+static int check_finite(const mg_dataset *ds, const float *x, const int64_t *rows, int64_t n,
+                        int box_ndim, const int64_t *off, const int64_t *count) {
+    int64_t box = 1;
+    for (int i = 0; i < box_ndim; i++) box *= count[i];
+    for (int64_t p = 0; p < n; p++) {
+        const float *row = x + p * box;
+        for (int64_t i = 0; i < box; i++) {
+            if (isfinite(row[i])) continue;
+            char at[160] = "";
+            size_t used = 0;
+            int64_t idx[MG_MAX_DIMS], rem = i;
+            for (int d = box_ndim - 1; d >= 0; d--) {
+                idx[d] = rem % count[d] + off[d];
+                rem /= count[d];
+            }
+            for (int d = 0; d < box_ndim && used < sizeof at; d++)
+                used += (size_t)snprintf(at + used, sizeof at - used, "%s%lld", d ? "," : "",
+                                         (long long)idx[d]);
+            return mg_error(MG_EFORMAT, "%s: /%s/inputs row %lld holds a non-finite value (%g at "
+                            "[%s]): fix or remove that row", ds->path, ds->split,
+                            (long long)rows[p], (double)row[i], at);
+        }
+    }
+    return MG_OK;
+}
+
 /* Collective read of the block (rows x box [off, off+count) of the sample dims)
  * of dataset d into out (n x box elements of elem bytes, in the order of rows).
  * Returns a local status (not agreed). `ok` = 0 makes this rank select nothing. */
@@ -263,7 +334,10 @@ static int read_block(mg_dataset *ds, hid_t d, hid_t memtype, size_t elem, const
     int direct = (u == n); /* sorted and unique already: read straight into out */
     for (int64_t i = 0; direct && i < n; i++) direct = ds->slot[i] == i;
     void *dst = u == 0 ? (void *)&box : direct ? out : ds->buf;
-    if (H5Dread(d, memtype, mspace, fspace, ds->dxpl, dst) < 0) {
+    mg_watchdog_begin_comm("data set read", ds->comm->mpi);
+    herr_t r = H5Dread(d, memtype, mspace, fspace, ds->dxpl, dst);
+    mg_watchdog_end();
+    if (r < 0) {
         mg_h5_err e;
         mg_h5_error_get(&e);
         st = mg_error(MG_EIO, "%s: reading %lld rows of a dataset under /%s failed: %s", ds->path,
@@ -277,6 +351,8 @@ static int read_block(mg_dataset *ds, hid_t d, hid_t memtype, size_t elem, const
             memcpy((char *)out + (size_t)p * row_bytes,
                    (char *)ds->buf + (size_t)ds->slot[p] * row_bytes, row_bytes);
     }
+    if (st == MG_OK && u > 0 && memtype == H5T_NATIVE_FLOAT)
+        st = check_finite(ds, out, rows, n, box_ndim, off, count);
     return st;
 }
 

@@ -14,18 +14,23 @@
 #ifndef MG_DATA_H
 #define MG_DATA_H
 
-#include <mpi.h>
 #include <stdint.h>
 
+#include "dist/comm.h"
 #include "dist/dtensor.h"
 
 typedef struct mg_dataset mg_dataset;
 
 /* Collective over `comm`. Opens `split` ("train" or "test") of the file and
- * validates it (datasets present, dtypes float32/int32, row counts equal, N > 0).
+ * validates it (datasets present, dtypes float32/int32, row counts equal, N > 0,
+ * labels 0..2^24-1). Inputs are checked to be finite as they are read: a NaN
+ * or infinity is refused naming the file, the split and the row.
  * Any rank's failure is agreed on, so every rank returns NULL with a message
  * naming the file, the dataset and the problem. */
-mg_dataset *mg_dataset_open(const char *path, const char *split, MPI_Comm comm);
+mg_dataset *mg_dataset_open(const char *path, const char *split, mg_comm *comm);
+/* Collective. 1 when the file has a group /<split>, 0 when not; a negative
+ * status (agreed) when the file cannot be read. */
+int mg_dataset_has_split(const char *path, const char *split, mg_comm *comm);
 void mg_dataset_close(mg_dataset *);
 int64_t mg_dataset_rows(const mg_dataset *);
 int mg_dataset_sample_ndim(const mg_dataset *);           /* e.g. 2 for (N, 8, 8) */

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
+#include "dist/watchdog.h"
+#include "io/files.h"
 #include "status.h"
 
 /* HDF5 allocates and frees a buffer per chunk (up to 4 MiB), ROMIO a 16 MiB
@@ -33,46 +36,97 @@ void mg_h5_init(void) {
     done = 1;
 }
 
-hid_t mg_h5_fapl_mpio(MPI_Comm comm) {
+hid_t mg_h5_fapl_mpio(const mg_comm *comm) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0) return fapl;
-    if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0) {
+    if (H5Pset_fapl_mpio(fapl, comm->mpi, MPI_INFO_NULL) < 0) {
         H5Pclose(fapl);
         return -1;
     }
     return fapl;
 }
 
-int mg_io_agree(MPI_Comm comm, int status) {
-    int rank = 0, mine, first;
-    MPI_Comm_rank(comm, &rank);
-    mine = status < 0 ? rank : INT_MAX;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first == INT_MAX) return MG_OK;
-    char msg[1024];
-    int code = status;
-    if (rank == first) snprintf(msg, sizeof msg, "%s", mg_last_error());
-    MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, comm);
-    MPI_Bcast(&code, 1, MPI_INT, first, comm);
-    msg[sizeof msg - 1] = '\0';
-    if (rank != first) mg_error(code, "%s", msg);
-    return code;
+int mg_io_agree(mg_comm *comm, int status) {
+    /* the lowest failing rank r, as the largest (size - r); 0: none failed */
+    int64_t first = status < 0 ? comm->size - comm->rank : 0;
+    double timeout = mg_watchdog_timeout(), wait = -1;
+    char mine[1024] = "";
+    if (status < 0) {
+        wait = timeout > 0 ? timeout / 2 : 60;
+        snprintf(mine, sizeof mine, "%s", mg_last_error());
+    }
+    int st = mg_comm_agree_max(comm, &first, 1, wait);
+    if (st != MG_OK && status < 0) {
+        fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not answer within "
+                "%g s: they are stuck in a call this rank left; ending the job)\n", comm->rank,
+                mine[0] ? mine : "failed", wait);
+        mg_comm_abort(comm, 1);
+    }
+    if (st != MG_OK) return st;
+    if (first == 0) return MG_OK;
+    int root = comm->size - (int)first;
+    struct {
+        int32_t code;
+        char msg[1024];
+    } m = {status, ""};
+    if (comm->rank == root) snprintf(m.msg, sizeof m.msg, "%s", mg_last_error());
+    if ((st = mg_comm_broadcast_bytes(comm, &m, sizeof m, root)) != MG_OK) return st;
+    m.msg[sizeof m.msg - 1] = '\0';
+    if (comm->rank != root) mg_error(m.code, "%s", m.msg);
+    return m.code;
+}
+
+/* The system's reason for a failed read or write, when a message says it. */
+static const char *cause_of(const char *desc) {
+    static const char *const known[] = {"No space left on device", "Disk quota exceeded",
+                                        "Input/output error", "Read-only file system",
+                                        "Permission denied", "File too large"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(desc, known[i])) return known[i];
+    if (strstr(desc, "MPI_ERR_NO_SPACE")) return "No space left on device";
+    if (strstr(desc, "MPI_ERR_QUOTA")) return "Disk quota exceeded";
+    return NULL;
 }
 
 static herr_t error_walk(unsigned n, const H5E_error2_t *err, void *data) {
     mg_h5_err *e = data;
-    const char *desc = err->desc ? err->desc : "";
+    const char *desc = err->desc ? err->desc : "", *cause = cause_of(desc);
     if (n == 0) snprintf(e->innermost, sizeof e->innermost, "%s", desc);
+    if (!e->cause[0] && cause) snprintf(e->cause, sizeof e->cause, "%s", cause);
     if (err->maj_num == H5E_PLINE || strstr(desc, "Fletcher32") || strstr(desc, "checksum"))
         e->checksum = 1;
     if (strstr(desc, "truncated")) e->truncated = 1;
     return 0;
 }
 
+/* "<cause> (<innermost>)" */
+static void put_cause_first(mg_h5_err *e) {
+    char inner[sizeof e->innermost];
+    snprintf(inner, sizeof inner, "%s", e->innermost);
+    size_t n = (size_t)snprintf(e->innermost, sizeof e->innermost, "%s", e->cause);
+    if (n + 4 < sizeof e->innermost)
+        snprintf(e->innermost + n, sizeof e->innermost - n, " (%.*s)",
+                 (int)(sizeof e->innermost - n - 4), inner);
+}
+
 void mg_h5_error_get(mg_h5_err *e) {
     memset(e, 0, sizeof *e);
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, error_walk, e);
     if (!e->innermost[0]) snprintf(e->innermost, sizeof e->innermost, "unknown HDF5 error");
+    if (e->cause[0]) put_cause_first(e); /* "No space left on device (file write failed)" */
+}
+
+void mg_h5_error_at(mg_h5_err *e, const char *path) {
+    mg_h5_error_get(e);
+    struct statvfs vf;
+    char dir[MG_PATH_MAX];
+    mg_path_dir(path, dir, sizeof dir);
+    if (e->cause[0] || statvfs(dir, &vf) != 0) return;
+    /* a short write says no more than "file write failed": a full disk is the usual cause */
+    if ((double)vf.f_bavail * (double)vf.f_frsize < (double)(1 << 20)) {
+        snprintf(e->cause, sizeof e->cause, "No space left on device");
+        put_cause_first(e);
+    }
 }
 
 int mg_file_precheck(const char *path, const char *what) {

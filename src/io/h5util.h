@@ -4,7 +4,14 @@
  *   freed chunk-sized buffers (see h5util.c; MG_MALLOC_TUNE=0 turns this off).
  * - mg_h5_fapl_mpio: a file-access list for parallel HDF5 on a communicator.
  * - mg_io_agree: agrees a status across a communicator; on failure every rank
- *   returns the same code with the message of the lowest failing rank.
+ *   returns the same code with the message of the lowest failing rank. A rank
+ *   that failed waits only so long (half the collective timeout, or 60 s)
+ *   for the others: one left inside a collective HDF5 call that the failed
+ *   rank quit cannot answer, so the failed rank prints its own message and
+ *   ends the job (rather than a hang, or a watchdog line blaming that rank).
+ * - collective HDF5 calls (create, open, close, dataset create, collective
+ *   read and write) are bracketed with mg_watchdog_begin_comm / end by their
+ *   callers, so a rank that never joins ends the job with a message.
  * - mg_h5_error_get: what HDF5's error stack says about the last failed call.
  * - mg_file_precheck: a file exists, is a regular file and is HDF5 (clear
  *   messages before HDF5 is asked to open it).
@@ -13,22 +20,29 @@
 #define MG_H5UTIL_H
 
 #include <hdf5.h>
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
-void mg_h5_init(void);
-hid_t mg_h5_fapl_mpio(MPI_Comm comm); /* H5Pclose it; negative on failure */
+#include "dist/comm.h"
 
-int mg_io_agree(MPI_Comm comm, int status);
+void mg_h5_init(void);
+hid_t mg_h5_fapl_mpio(const mg_comm *comm); /* H5Pclose it; negative on failure */
+
+int mg_io_agree(mg_comm *comm, int status);
 
 typedef struct {
     char innermost[256]; /* where HDF5 detected the error */
+    char cause[128];     /* the system's reason when the stack gives one ("No space left
+                          * on device"), else "" */
     int checksum;        /* a filter (Fletcher32) refused the data */
     int truncated;       /* the file is shorter than its superblock says */
 } mg_h5_err;
 /* Reads (does not clear) the default error stack: call right after a failure. */
 void mg_h5_error_get(mg_h5_err *e);
+/* The same after a failed write of the file at `path`: when HDF5 gives no
+ * reason and the file system has less than 1 MiB free, the cause is "No space
+ * left on device" (a short write tells HDF5 nothing more). */
+void mg_h5_error_at(mg_h5_err *e, const char *path);
 
 /* MG_OK, or MG_EIO ("cannot open <what> <path>: <strerror>") or MG_EFORMAT
  * ("<what> <path> is not an HDF5 file"). */

@@ -4,6 +4,7 @@
  * with the current one key by key, as text. */
 #include "nn/train_state.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,47 +171,59 @@ int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *o
 
 /* ---- load ------------------------------------------------------------------- */
 
-/* A setting compared on resume: refused when it differs (the model and the
- * optimizer's state must match), else a warning. `by` is the flag that gives
- * the current value ("--hidden"), or what gives it ("the data set gives"). */
+/* The settings compared on resume: those of the model and of the optimizer's
+ * state must match (a load refuses a difference); the others may change. */
 typedef struct {
-    const char *key, *by;
-    int refuse;
+    const char *key;
+    int must_match;
 } setting;
 
 static const setting settings[] = {
-    {"model", "--model", 1},
-    {"model.hidden", "--hidden", 1},
-    {"model.channels", "--channels", 1},
-    {"model.classes", "the data set gives", 1},
-    {"model.input", "the data set gives", 1},
-    {"optimizer", "--optimizer", 1},
-    {"optimizer.state", "--optimizer and --momentum give", 1},
-    {"seed", "--seed", 0},
-    {"data.batch", "--batch", 0},
-    {"schedule", "--schedule", 0},
-    {"schedule.lr", "--lr", 0},
-    {"schedule.warmup", "--warmup", 0},
-    {"schedule.total_steps", "--steps", 0},
-    {"optimizer.momentum", "--momentum", 0},
-    {"optimizer.weight_decay", "--weight-decay", 0},
-    {"clip", "--clip", 0},
+    {"model", 1},
+    {"model.hidden", 1},
+    {"model.channels", 1},
+    {"model.classes", 1},
+    {"model.input", 1},
+    {"optimizer", 1},
+    {"optimizer.state", 1},
+    {"seed", 0},
+    {"data.batch", 0},
+    {"schedule", 0},
+    {"schedule.lr", 0},
+    {"schedule.warmup", 0},
+    {"schedule.total_steps", 0},
+    {"optimizer.momentum", 0},
+    {"optimizer.weight_decay", 0},
+    {"clip", 0},
 };
 
+/* A count attribute, parsed exactly: decimal digits only, no overflow. */
 static int get_int(const char *path, const mg_ckpt_attr *a, int n, const char *key, int64_t *out) {
     const char *v = mg_ckpt_attr_get(a, n, key);
     char *end = NULL;
-    long long x = v ? strtoll(v, &end, 10) : -1;
-    if (!v || end == v || *end != '\0' || x < 0)
+    errno = 0;
+    long long x = v && v[0] >= '0' && v[0] <= '9' ? strtoll(v, &end, 10) : -1;
+    if (!v || end == v || !end || *end != '\0' || x < 0 || errno == ERANGE)
         return mg_error(MG_EFORMAT, "checkpoint %s: attribute \"%s\" is %s%s%s; the file was not "
-                        "written by this version of meshgrad train", path, key,
-                        v ? "\"" : "missing", v ? v : "", v ? "\", not a count" : "");
+                        "written by this version of meshgrad, or was altered", path, key,
+                        v ? "\"" : "missing", v ? v : "",
+                        v ? "\", not a count (0 .. 9223372036854775807)" : "");
     *out = x;
     return MG_OK;
 }
 
+/* Refuses a difference in a setting that must match (no on_diff given). */
+static int refuse_diff(void *ctx, const mg_train_state_diff *d) {
+    (void)ctx;
+    if (!d->must_match) return MG_OK;
+    return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but this run "
+                    "has %s (the model and optimizer must match)", d->path, d->key, d->saved,
+                    d->current);
+}
+
 static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfile,
-                            const attr_list *cur, const mg_model *model, FILE *notes) {
+                            const attr_list *cur, const mg_model *model,
+                            mg_train_state_on_diff on_diff, void *ctx) {
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
         const setting *s = &settings[i];
         if (strcmp(s->key, "model.channels") == 0 && model->kind != MG_MODEL_PERMUTE_MLP) continue;
@@ -220,31 +233,23 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
         const char *want = mg_ckpt_attr_get(cur->a, cur->n, s->key);
         const char *have = mg_ckpt_attr_get(file, nfile, s->key);
         if (!have) {
-            if (s->refuse)
+            if (s->must_match)
                 return mg_error(MG_EFORMAT, "checkpoint %s has no attribute \"%s\": it was not "
-                                "written by meshgrad train, or by an older version", path, s->key);
+                                "written by a meshgrad training run, or by an older version",
+                                path, s->key);
             continue;
         }
         if (strcmp(want, have) == 0) continue;
-        if (s->refuse) {
-            if (s->by[0] == '-' && !strchr(s->by, ' '))
-                return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but "
-                                "%s is %s (the model and optimizer must match: run with %s %s, or "
-                                "start a new run without --resume)", path, s->key, have, s->by,
-                                want, s->by, have);
-            return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but %s "
-                            "%s (the model and optimizer must match)", path, s->key, have, s->by,
-                            want);
-        }
-        if (notes)
-            fprintf(notes, "warning: resuming %s with %s %s, but it was saved with %s = %s; using "
-                    "%s\n", path, s->by, want, s->key, have, want);
+        mg_train_state_diff d = {path, s->key, have, want, s->must_match};
+        int rc = (on_diff ? on_diff : refuse_diff)(ctx, &d);
+        if (rc != MG_OK) return rc;
     }
     return MG_OK;
 }
 
 int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, const mg_plan *plan,
-                        const mg_train_state *cur, mg_train_state *saved, FILE *notes) {
+                        const mg_train_state *cur, mg_train_state *saved,
+                        mg_train_state_on_diff on_diff, void *ctx) {
     memset(saved, 0, sizeof *saved);
     if (model->params.n == 0)
         return mg_error(MG_EINVAL, "checkpoint %s: the model has no parameters", path);
@@ -260,10 +265,10 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
     int rc = mg_checkpoint_read_attrs(path, file, MAX_FILE_ATTRS, &nfile);
     if (rc == MG_OK && !mg_ckpt_attr_get(file, nfile, "model"))
         rc = mg_error(MG_EFORMAT, "checkpoint %s holds no training run (it has no \"model\" "
-                      "attribute): resume from a checkpoint saved by meshgrad train --save", path);
+                      "attribute): resume from a checkpoint saved by a training run", path);
     if (rc == MG_OK) {
         build_attrs(&l, model, opt, plan, cur);
-        rc = compare_settings(path, file, nfile, &l, model, notes);
+        rc = compare_settings(path, file, nfile, &l, model, on_diff, ctx);
     }
     int64_t step = 0, epoch = 0, cursor = 0, opt_step = 0, seed = 0, batch = 0, warmup = 0, total = 0;
     if (rc == MG_OK) rc = get_int(path, file, nfile, "step", &step);
@@ -274,6 +279,10 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
     if (rc == MG_OK) rc = get_int(path, file, nfile, "data.batch", &batch);
     if (rc == MG_OK) rc = get_int(path, file, nfile, "schedule.warmup", &warmup);
     if (rc == MG_OK) rc = get_int(path, file, nfile, "schedule.total_steps", &total);
+    if (rc == MG_OK && (epoch > step || opt_step > step))
+        rc = mg_error(MG_EFORMAT, "checkpoint %s: data.epoch %lld and optimizer.step %lld cannot "
+                      "follow %lld steps: the file is damaged or was altered", path,
+                      (long long)epoch, (long long)opt_step, (long long)step);
     if (rc == MG_OK) {
         mg_ckpt_entry *e;
         char *names;

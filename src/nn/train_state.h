@@ -15,7 +15,8 @@
  *   mesh, parallel, placements.<name>   at save time (informational)
  *   meshgrad.version
  *
- * Exports: mg_train_state, mg_train_state_save, mg_train_state_load. */
+ * Exports: mg_train_state, mg_train_state_diff, mg_train_state_save,
+ * mg_train_state_load. */
 #ifndef MG_NN_TRAIN_STATE_H
 #define MG_NN_TRAIN_STATE_H
 
@@ -43,19 +44,32 @@ typedef struct {
 int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *opt,
                         const mg_plan *plan, const mg_train_state *st);
 
-/* Collective. Reads the attributes of the checkpoint at `path` first and
- * refuses (MG_EINVAL, naming the file, the attribute, the file's value and the
- * current one) a checkpoint whose model (kind, hidden, channels of a
- * permute-mlp, classes, input shape) or optimizer (kind, state tensors) differ
- * from `model` and `opt`, or one not written by a training run. Then loads every
- * parameter and state tensor into the tensors of the current mesh and plan
- * (each rank reads its block), sets opt->step, and fills `saved` with the
- * file's step, data position, seed, batch, schedule, clip, mesh and plan.
- * `cur` is the current configuration: each setting that differs from the
- * file's (seed, batch, lr, schedule, warmup, total steps of a cosine schedule,
- * momentum, weight decay, clip) is printed as one "warning:" line on `notes`
- * (NULL: none); the current value is the one used. */
+/* A setting whose value in a checkpoint differs from the current run's. */
+typedef struct {
+    const char *path;    /* the checkpoint */
+    const char *key;     /* the attribute: "model.hidden", "schedule.lr" */
+    const char *saved;   /* its value in the file */
+    const char *current; /* this run's value (as text, formatted as saved) */
+    int must_match;      /* 1: the model or the optimizer's state (a load cannot go on) */
+} mg_train_state_diff;
+/* Told of each differing setting; a status other than MG_OK stops the load
+ * with it (and its message). */
+typedef int (*mg_train_state_on_diff)(void *ctx, const mg_train_state_diff *diff);
+
+/* Collective. Reads the attributes of the checkpoint at `path` first, refuses
+ * one not written by a training run, and compares the settings of the file
+ * with `cur` and the model and optimizer: each that differs is given to
+ * on_diff (NULL: a difference in the model (kind, hidden, channels of a
+ * permute-mlp, classes, input shape) or the optimizer (kind, state tensors)
+ * is refused with MG_EINVAL naming the attribute and both values; others are
+ * accepted). The current values are the ones used. The step, data position
+ * and optimizer step are parsed exactly and checked against each other. Then
+ * loads every parameter and state tensor into the tensors of the current mesh
+ * and plan (each rank reads its block; checksums verified, values finite),
+ * sets opt->step, and fills `saved` with the file's step, data position,
+ * seed, batch, schedule, clip, mesh and plan. */
 int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, const mg_plan *plan,
-                        const mg_train_state *cur, mg_train_state *saved, FILE *notes);
+                        const mg_train_state *cur, mg_train_state *saved,
+                        mg_train_state_on_diff on_diff, void *ctx);
 
 #endif

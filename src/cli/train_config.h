@@ -3,20 +3,24 @@
  * options shared by both (a key is the flag's name without "--"; '-' and '_'
  * are the same in keys). Flags override the file.
  *
+ * A config file must be a text file of `key = value` lines: a directory, a
+ * binary file (a NUL byte), an unknown key or a key given twice is refused
+ * naming the file and line(s).
+ *
  * Exports: mg_train_config, mg_train_config_defaults, mg_train_config_set,
  * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
- * mg_train_config_describe. */
-#ifndef MG_NN_TRAIN_CONFIG_H
-#define MG_NN_TRAIN_CONFIG_H
+ * mg_train_config_check, mg_train_config_flag_of. */
+#ifndef MG_CLI_TRAIN_CONFIG_H
+#define MG_CLI_TRAIN_CONFIG_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "io/files.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
 
-#define MG_PATH_MAX 4096
 /* where a preempted run saves when no --save was given */
 #define MG_TRAIN_PREEMPT_PATH "meshgrad-preempt.h5"
 
@@ -44,6 +48,9 @@ typedef struct {
     int64_t save_every;        /* save every N steps (0 = only at the end) */
     int64_t keep;              /* directory --save: keep the newest K (0 = all) */
     char resume[MG_PATH_MAX];  /* checkpoint file or directory to resume; "" = none */
+    int64_t overwrite;         /* 1: a fresh run may save into a directory of checkpoints */
+    char on_nonfinite[8];      /* "stop" (default) or "skip" a step with a NaN/inf loss or
+                                * gradient */
     char device[16];           /* "cpu" or "cuda" */
     int64_t tf32;              /* 1: TF32 GEMMs on cuda */
     int help;
@@ -53,8 +60,9 @@ void mg_train_config_defaults(mg_train_config *c);
 /* Sets one option from text. `where` ("file.conf:3" or "--lr") prefixes the
  * message of a bad value or unknown key. MG_EINVAL on failure. */
 int mg_train_config_set(mg_train_config *c, const char *key, const char *value, const char *where);
-/* Reads a `key = value` file (# starts a comment). Unknown keys, malformed
- * lines and bad values are refused with file:line in the message. */
+/* Reads a `key = value` file (# starts a comment). Unknown keys, keys given
+ * twice, malformed lines, NUL bytes and bad values are refused with file:line
+ * in the message; so is a path that is not a regular file. */
 int mg_train_config_load(mg_train_config *c, const char *path);
 /* argv[0] is the subcommand name. Applies --config FILE first, then every other
  * flag. Unknown flags, missing values and stray arguments are refused. */
@@ -62,5 +70,8 @@ int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv);
 void mg_train_config_usage(FILE *out);
 /* Cross-option checks that need no mesh (warmup < steps...). */
 int mg_train_config_check(const mg_train_config *c);
+/* What sets a checkpoint attribute in this program, for messages on resume:
+ * "--hidden" for "model.hidden", "the data set gives" for "model.classes". */
+const char *mg_train_config_flag_of(const char *key);
 
 #endif

@@ -1,7 +1,8 @@
 /* train_config.c: defaults, config files and flags of `meshgrad train`
  * (see train_config.h). One table lists every option: its key, type, where it
- * lives in mg_train_config, its smallest value and its help line. */
-#include "nn/train_config.h"
+ * lives in mg_train_config, its smallest value and its help line; a second
+ * says which flag sets each checkpoint attribute (resume messages). */
+#include "cli/train_config.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dist/mesh.h"
 #include "status.h"
@@ -52,6 +54,8 @@ static const option_def options[] = {
     {"save-every", OPT_INT, F(save_every), 0, "N", "save every N steps (0 = only at the end)"},
     {"keep", OPT_INT, F(keep), 0, "K", "keep the newest K of a directory --save (0 = all)"},
     {"resume", OPT_STRING, F(resume), 0, "PATH", "checkpoint to resume, or a directory: its newest one"},
+    {"overwrite", OPT_FLAG, F(overwrite), 0, "", "a new run may save into a directory of checkpoints"},
+    {"on-nonfinite", OPT_STRING, F(on_nonfinite), 0, "WHAT", "a NaN/inf loss or gradient: stop | skip the step"},
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
     {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
 };
@@ -79,6 +83,7 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->threads = 0;
     c->log_every = 100;
     snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
@@ -169,17 +174,39 @@ static char *trim(char *s) {
     return s;
 }
 
-int mg_train_config_load(mg_train_config *c, const char *path) {
+/* The file must be a regular, readable file. */
+static FILE *open_config(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return mg_error_null(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return mg_error_null(MG_EINVAL, "config file '%s' is a directory: give a file of "
+                             "'key = value' lines", path);
+    if (!S_ISREG(sb.st_mode))
+        return mg_error_null(MG_EINVAL, "config file '%s' is not a regular file", path);
     FILE *f = fopen(path, "r");
-    if (!f)
-        return mg_error(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
-    char line[2 * MG_PATH_MAX], where[MG_PATH_MAX + 32];
+    if (!f) return mg_error_null(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
+    return f;
+}
+
+int mg_train_config_load(mg_train_config *c, const char *path) {
+    FILE *f = open_config(path);
+    if (!f) return mg_last_code();
+    char *line = NULL, where[MG_PATH_MAX + 32];
+    size_t cap = 0;
+    ssize_t got;
     int lineno = 0, rc = MG_OK;
-    while (rc == MG_OK && fgets(line, sizeof line, f)) {
+    int seen[NOPTIONS] = {0}; /* the line that set each option, 0: none */
+    while (rc == MG_OK && (got = getline(&line, &cap, f)) >= 0) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
-        if (!strchr(line, '\n') && !feof(f)) {
-            rc = mg_error(MG_EINVAL, "%s: line longer than %zu characters", where, sizeof line - 2);
+        if (memchr(line, '\0', (size_t)got) != NULL) {
+            rc = mg_error(MG_EINVAL, "%s: the line holds a NUL byte: a config file is text "
+                          "('key = value' lines), not a binary file", where);
+            break;
+        }
+        if (got > 2 * MG_PATH_MAX) {
+            rc = mg_error(MG_EINVAL, "%s: line longer than %d characters", where, 2 * MG_PATH_MAX);
             break;
         }
         char *hash = strchr(line, '#');
@@ -188,7 +215,7 @@ int mg_train_config_load(mg_train_config *c, const char *path) {
         if (*s == '\0') continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            rc = mg_error(MG_EINVAL, "%s: expected 'key = value', got '%s'", where, s);
+            rc = mg_error(MG_EINVAL, "%s: expected 'key = value', got '%.80s'", where, s);
             break;
         }
         *eq = '\0';
@@ -197,17 +224,28 @@ int mg_train_config_load(mg_train_config *c, const char *path) {
             rc = mg_error(MG_EINVAL, "%s: expected 'key = value' but the key is empty", where);
             break;
         }
-        if (find_option(key) == NULL && strcmp(key, "config") != 0) {
-            rc = mg_error(MG_EINVAL, "%s: unknown key '%s' (keys are the flag names of meshgrad train "
-                                     "--help without the dashes)", where, key);
-            break;
-        }
         if (strcmp(key, "config") == 0) {
             rc = mg_error(MG_EINVAL, "%s: a config file cannot name another config file", where);
             break;
         }
+        const option_def *o = find_option(key);
+        if (o == NULL) {
+            rc = mg_error(MG_EINVAL, "%s: unknown key '%.80s' (keys are the flag names of meshgrad "
+                                     "train --help without the dashes)", where, key);
+            break;
+        }
+        int *first = &seen[o - options];
+        if (*first) {
+            rc = mg_error(MG_EINVAL, "%s: %s is set twice, on lines %d and %d: keep one", path,
+                          o->key, *first, lineno);
+            break;
+        }
+        *first = lineno;
         rc = mg_train_config_set(c, key, value, where);
     }
+    if (rc == MG_OK && ferror(f))
+        rc = mg_error(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
+    free(line);
     fclose(f);
     if (rc == MG_OK) snprintf(c->config, sizeof c->config, "%s", path);
     return rc;
@@ -275,7 +313,39 @@ int mg_train_config_check(const mg_train_config *c) {
                         (long long)c->keep);
     if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0)
         return mg_error(MG_EINVAL, "device '%s' is not one of cpu, cuda", c->device);
+    if (strcmp(c->on_nonfinite, "stop") != 0 && strcmp(c->on_nonfinite, "skip") != 0)
+        return mg_error(MG_EINVAL, "on-nonfinite '%s' is not one of stop, skip", c->on_nonfinite);
+    if (c->overwrite && !c->save[0])
+        return mg_error(MG_EINVAL, "overwrite applies to a checkpoint directory: give --save DIR/");
     return MG_OK;
+}
+
+/* Which flag gives each setting a resume compares (nn/train_state.h). */
+static const struct {
+    const char *key, *by;
+} flag_of[] = {
+    {"model", "--model"},
+    {"model.hidden", "--hidden"},
+    {"model.channels", "--channels"},
+    {"model.classes", "the data set gives"},
+    {"model.input", "the data set gives"},
+    {"optimizer", "--optimizer"},
+    {"optimizer.state", "--optimizer and --momentum give"},
+    {"seed", "--seed"},
+    {"data.batch", "--batch"},
+    {"schedule", "--schedule"},
+    {"schedule.lr", "--lr"},
+    {"schedule.warmup", "--warmup"},
+    {"schedule.total_steps", "--steps"},
+    {"optimizer.momentum", "--momentum"},
+    {"optimizer.weight_decay", "--weight-decay"},
+    {"clip", "--clip"},
+};
+
+const char *mg_train_config_flag_of(const char *key) {
+    for (size_t i = 0; i < sizeof flag_of / sizeof flag_of[0]; i++)
+        if (strcmp(flag_of[i].key, key) == 0) return flag_of[i].by;
+    return key;
 }
 
 /* The value of an option in c, as text ("" for an empty string). */
@@ -323,5 +393,9 @@ void mg_train_config_usage(FILE *out) {
                  "(keeping the newest --keep). --resume PATH continues a run bit for bit on the\n"
                  "same mesh, on any other mesh by resharding; --steps stays the total.\n"
                  "SIGTERM, SIGINT or SIGUSR1 finish the current step, save (to --save, else\n"
-                 "to ./%s) and exit 0.\n", MG_TRAIN_PREEMPT_PATH);
+                 "to ./%s) and exit 0. A save replaces only a meshgrad\n"
+                 "checkpoint and deletes only older ckpt-<step>.h5; a failed save stops the run\n"
+                 "(exit 1) with the previous checkpoint intact. A step whose loss or gradient is\n"
+                 "not finite stops the run before the update (--on-nonfinite skip: skipped).\n",
+            MG_TRAIN_PREEMPT_PATH);
 }

@@ -1,0 +1,62 @@
+/* train.h: what the two files of `meshgrad train` share. train.c builds the
+ * run and drives the loop; train_ckpt.c checks where the run may write before
+ * step 1, saves it, and resumes it. The trainer holds the run: configuration,
+ * mesh, plan, data, model, optimizer, metrics file, where it saves.
+ * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
+ * mg_train_resume. */
+#ifndef MG_CLI_TRAIN_H
+#define MG_CLI_TRAIN_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "cli/train_config.h"
+#include "dist/mesh.h"
+#include "io/data.h"
+#include "io/files.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "nn/plan.h"
+
+typedef struct {
+    mg_train_config cfg;
+    mg_mesh *mesh;
+    mg_plan plan;
+    mg_dataset *train, *test; /* test: NULL when the data set has no test split */
+    mg_loader train_loader, test_loader;
+    int have_train_loader, have_test_loader;
+    mg_model model;
+    int have_model;
+    mg_optimizer opt;
+    mg_lr_schedule sched;
+    mg_spec x_spec, y_spec, test_x_spec, test_y_spec;
+    FILE *metrics;
+    int metrics_errno;           /* rank 0: the first failed write of the metrics file */
+    int rank;
+    char save_path[MG_PATH_MAX]; /* the --save file, or directory without a trailing '/' */
+    int save_dir;                /* 1: save_path is a directory of ckpt-<step>.h5 */
+    int64_t start_step;          /* steps done before this run (a resume) */
+    int64_t skipped;             /* steps skipped for a non-finite loss or gradient */
+    char resumed_from[MG_PATH_MAX];
+    char resume_note[MG_PATH_MAX + 256]; /* printed under the banner */
+    int handled[3];              /* stop_signals[i] has our handler */
+    struct sigaction old_signals[3];
+} trainer;
+
+/* Collective, before anything is opened for writing: --save and --metrics
+ * name neither the data set nor the config file nor each other. */
+int mg_train_check_paths(trainer *tr);
+/* Collective, before step 1: where --save goes (a directory, created when the
+ * name ends in '/', or a file that is absent or a checkpoint), and a new run
+ * does not save into a directory that already holds checkpoints (unless
+ * --overwrite). */
+int mg_train_prepare_save(trainer *tr);
+/* Collective. Saves the run after `step` steps (to the --save file, or to
+ * DIR/ckpt-<step>.h5, then keeps the newest --keep; on preemption without
+ * --save to ./meshgrad-preempt.h5); *where gets the path. */
+int mg_train_save(trainer *tr, int64_t step, char *where, size_t len);
+/* Collective. --resume: loads the checkpoint into the current mesh and plan
+ * and moves the loader to where the saved run stood. */
+int mg_train_resume(trainer *tr);
+
+#endif

@@ -1,0 +1,125 @@
+/* comm_control.c: control messages over a communicator, for the layers above
+ * dist/ that must agree on something (a status, a flag, a file name, the exit
+ * code) without a raw MPI call of their own: a byte broadcast, all-reduces of
+ * a few int64 or double values (sum, min, max) and an agreement that can give
+ * up after a deadline. They always use host memory and the comm's MPI
+ * communicator (also for an NCCL comm), are counted in the comm's statistics
+ * (as broadcast and all_reduce, bytes as for floats of the same size) and
+ * block under the collective watchdog, as the calls of comm.c do. A comm of
+ * one rank makes no MPI call.
+ * Also the world comm: one mg_comm over MPI_COMM_WORLD for code that has no
+ * mesh at hand (the program's exit code, checkpoints, data sets, flags).
+ * Exports: mg_comm_world, mg_comm_broadcast_bytes, mg_comm_all_reduce_i64,
+ * mg_comm_all_reduce_f64, mg_comm_agree_max, mg_comm_abort. */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "dist/comm.h"
+#include "dist/watchdog.h"
+#include "status.h"
+
+/* The context's world comm: made on first use, registered so its counters are
+ * summed, freed by mg_finalize. */
+mg_comm *mg_comm_world(void) {
+    mg_context *c = mg_ctx();
+    if (c->world) return c->world;
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized)
+        return mg_error_null(MG_ESTATE, "the world communicator needs MPI: call mg_init first");
+    c->world = mg_comm_mpi_new(MPI_COMM_WORLD);
+    if (c->world) mg_comm_register(c->world);
+    return c->world;
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int failed(const mg_comm *c, const char *what, int err) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    s[0] = '\0';
+    MPI_Error_string(err, s, &len);
+    return mg_error(MG_ECOMM, "%s over %d ranks failed: %s", what, c->size, s);
+}
+
+/* Counts one call of `kind` moving `bytes` (rounded up to whole floats). */
+static void count(mg_comm *c, mg_coll_kind kind, int64_t bytes, int root) {
+    c->stats[kind].calls++;
+    c->stats[kind].bytes += mg_coll_bytes(kind, c->size, c->rank, (bytes + 3) / 4, root);
+}
+
+int mg_comm_broadcast_bytes(mg_comm *c, void *buf, int64_t n, int root) {
+    if (n < 0 || n > (1 << 30) || root < 0 || root >= c->size)
+        return mg_error(MG_EINVAL, "broadcast of %lld bytes from root %d over %d ranks: bad "
+                        "arguments", (long long)n, root, c->size);
+    count(c, MG_COLL_BROADCAST, n, root);
+    if (c->size == 1 || n == 0) return MG_OK;
+    mg_watchdog_begin_comm("broadcast", c->mpi);
+    int err = MPI_Bcast(buf, (int)n, MPI_BYTE, root, c->mpi);
+    mg_watchdog_end();
+    return err == MPI_SUCCESS ? MG_OK : failed(c, "broadcast", err);
+}
+
+static int all_reduce(mg_comm *c, void *buf, int n, MPI_Datatype type, mg_control_op op) {
+    if (n < 0 || n > 64 || op < MG_CONTROL_SUM || op > MG_CONTROL_MAX)
+        return mg_error(MG_EINVAL, "control all_reduce of %d values (op %d): at most 64 values, "
+                        "op sum, min or max", n, (int)op);
+    count(c, MG_COLL_ALL_REDUCE, 8 * (int64_t)n, 0);
+    if (c->size == 1 || n == 0) return MG_OK;
+    MPI_Op mop = op == MG_CONTROL_SUM ? MPI_SUM : op == MG_CONTROL_MIN ? MPI_MIN : MPI_MAX;
+    mg_watchdog_begin_comm("all_reduce", c->mpi);
+    int err = MPI_Allreduce(MPI_IN_PLACE, buf, n, type, mop, c->mpi);
+    mg_watchdog_end();
+    return err == MPI_SUCCESS ? MG_OK : failed(c, "all_reduce", err);
+}
+
+int mg_comm_all_reduce_i64(mg_comm *c, int64_t *buf, int n, mg_control_op op) {
+    return all_reduce(c, buf, n, MPI_INT64_T, op);
+}
+
+int mg_comm_all_reduce_f64(mg_comm *c, double *buf, int n, mg_control_op op) {
+    return all_reduce(c, buf, n, MPI_DOUBLE, op);
+}
+
+int mg_comm_agree_max(mg_comm *c, int64_t *vals, int n, double wait_s) {
+    if (n < 0 || n > 8) return mg_error(MG_EINVAL, "agree: %d values, at most 8", n);
+    count(c, MG_COLL_ALL_REDUCE, 8 * (int64_t)n, 0);
+    if (c->size == 1 || n == 0) return MG_OK;
+    int64_t mine[8];
+    memcpy(mine, vals, (size_t)n * sizeof *mine);
+    MPI_Request req;
+    int err = MPI_Iallreduce(mine, vals, n, MPI_INT64_T, MPI_MAX, c->mpi, &req);
+    if (err != MPI_SUCCESS) return failed(c, "agreement", err);
+    if (wait_s < 0) {
+        mg_watchdog_begin_comm("all_reduce", c->mpi);
+        err = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        mg_watchdog_end();
+        return err == MPI_SUCCESS ? MG_OK : failed(c, "agreement", err);
+    }
+    double deadline = seconds() + wait_s;
+    for (;;) {
+        int done = 0;
+        err = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (err != MPI_SUCCESS) return failed(c, "agreement", err);
+        if (done) return MG_OK;
+        if (seconds() > deadline)
+            return mg_error(MG_ECOMM, "the other ranks did not reach the agreement within %g s",
+                            wait_s);
+        struct timespec pause = {0, 1000000}; /* 1 ms */
+        nanosleep(&pause, NULL);
+    }
+}
+
+_Noreturn void mg_comm_abort(mg_comm *c, int code) {
+    fflush(NULL);
+    MPI_Abort(c ? c->mpi : MPI_COMM_WORLD, code);
+    _exit(code ? code : 1); /* MPI_Abort does not return; should it, end anyway */
+}

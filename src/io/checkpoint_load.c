@@ -1,0 +1,184 @@
+/* checkpoint_load.c: loading checkpoints with parallel HDF5 (see
+ * checkpoint.h). Exports mg_checkpoint_load, mg_checkpoint_read_attrs.
+ *
+ * Every rank opens the file, checks the format, and checks each dataset
+ * before any data moves (type, global shape, layout and checksum filter,
+ * every chunk written: checkpoint_check.c); then each entry is read in one
+ * collective H5Dread in which each rank selects its block under the entry's
+ * current spec, and its values are checked to be finite. Every failure is
+ * agreed, so all ranks return the same message; every collective HDF5 call
+ * runs under the collective watchdog. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+
+#include "backend/backend.h"
+#include "dist/comm.h"
+#include "dist/mesh.h"
+#include "dist/watchdog.h"
+#include "io/checkpoint_internal.h"
+#include "io/files.h"
+#include "io/h5util.h"
+#include "status.h"
+
+static void close_checkpoint(mg_comm *comm, hid_t file) {
+    mg_watchdog_begin_comm("checkpoint file close", comm->mpi);
+    H5Fclose(file);
+    mg_watchdog_end();
+}
+
+/* Opens a checkpoint on every rank of comm and checks format and version. */
+static int open_checkpoint(const char *path, mg_comm *comm, hid_t *out) {
+    mg_h5_init();
+    *out = -1;
+    int st = mg_io_agree(comm, mg_file_precheck(path, "checkpoint"));
+    if (st != MG_OK) return st;
+    hid_t fapl = mg_h5_fapl_mpio(comm);
+    mg_watchdog_begin_comm("checkpoint file open", comm->mpi);
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    mg_watchdog_end();
+    if (file < 0) st = mg_ckpt_open_error(path); /* before another HDF5 call clears the stack */
+    H5Pclose(fapl);
+    if (st == MG_OK) st = mg_ckpt_check_format(file, path);
+    if ((st = mg_io_agree(comm, st)) != MG_OK) {
+        if (file >= 0) close_checkpoint(comm, file);
+        return st;
+    }
+    *out = file;
+    return MG_OK;
+}
+
+static int read_attrs_open(hid_t file, const char *path, mg_ckpt_attr *attrs_out, int max_attrs,
+                           int *nattrs_out) {
+    if (nattrs_out) *nattrs_out = 0;
+    if (!attrs_out || max_attrs <= 0) return MG_OK;
+    mg_ckpt_attr_list l = {attrs_out, max_attrs, 0, 0};
+    if (mg_ckpt_attrs_collect(file, &l) < 0)
+        return mg_error(MG_EFORMAT, "checkpoint %s: reading its attributes failed", path);
+    if (nattrs_out) *nattrs_out = l.n;
+    return MG_OK;
+}
+
+/* The dataset of entry e exists with type float32 and e's global shape. */
+static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
+    const mg_spec *s = &e->tensor->spec;
+    char want[160], have[160], tname[32];
+    mg_shape_format(want, sizeof want, s->ndim, s->shape);
+    if (!mg_h5_exists(file, e->name))
+        return mg_error(MG_EFORMAT, "checkpoint %s has no dataset /%s (expected shape %s)", path,
+                        e->name, want);
+    hid_t d = H5Dopen2(file, e->name, H5P_DEFAULT);
+    if (d < 0) return mg_error(MG_EFORMAT, "checkpoint %s: /%s is not a dataset", path, e->name);
+    hid_t type = H5Dget_type(d), space = H5Dget_space(d);
+    int ndim = H5Sget_simple_extent_ndims(space), st = MG_OK;
+    hsize_t dims[MG_MAX_DIMS] = {0};
+    int64_t shape[MG_MAX_DIMS] = {0};
+    if (ndim >= 0 && ndim <= MG_MAX_DIMS) H5Sget_simple_extent_dims(space, dims, NULL);
+    for (int i = 0; i < ndim && i < MG_MAX_DIMS; i++) shape[i] = (int64_t)dims[i];
+    if (!mg_h5_is_float32(type))
+        st = mg_error(MG_EFORMAT, "checkpoint %s: dataset /%s is %s, expected float32", path,
+                      e->name, mg_h5_type_name(type, tname, sizeof tname));
+    else if (ndim < 0 || ndim > MG_MAX_DIMS || !mg_shape_equal(ndim, shape, s->ndim, s->shape))
+        st = mg_error(MG_EFORMAT,
+                      "checkpoint %s: dataset /%s has shape %s but the tensor "
+                      "loaded into it has global shape %s",
+                      path, e->name, mg_shape_format(have, sizeof have, ndim < 0 ? 0 : ndim, shape),
+                      want);
+    hsize_t file_bytes = 0;
+    H5Fget_filesize(file, &file_bytes);
+    if (st == MG_OK) st = mg_ckpt_check_layout(d, path, e->name, file_bytes);
+    H5Tclose(type);
+    H5Sclose(space);
+    H5Dclose(d);
+    return st;
+}
+
+/* Reads this rank's block of one entry (collective). */
+static int load_entry(mg_comm *comm, hid_t file, const char *path, mg_ckpt_entry *e,
+                      hid_t dxpl) {
+    const mg_spec *spec = &e->tensor->spec;
+    mg_tensor *local = e->tensor->local;
+    mg_spec rspec = mg_ckpt_replicate_partial(spec);
+    int64_t lshape[MG_MAX_DIMS], off[MG_MAX_DIMS];
+    mg_spec_local(&rspec, NULL, lshape, off);
+    int take = 1; /* Partial: the value on coordinate 0, zeros elsewhere */
+    for (int d = 0; d < spec->mesh->ndim; d++)
+        if (spec->p[d].kind == MG_PLACE_PARTIAL && spec->mesh->coord[d] != 0) take = 0;
+    if (mg_shape_numel(spec->ndim, spec->shape) == 0) return MG_OK;
+
+    int st = MG_OK;
+    float *staged, *data = mg_ckpt_host_data(local, &staged, 0), dummy = 0;
+    if (!data) st = mg_error(MG_ENOMEM, "checkpoint: out of memory staging /%s", e->name);
+    hid_t d = H5Dopen2(file, e->name, H5P_DEFAULT);
+    hid_t space = H5Dget_space(d);
+    hid_t mspace = mg_ckpt_select_block(space, spec->ndim, lshape, off, take && data);
+    mg_watchdog_begin_comm("checkpoint read", comm->mpi);
+    herr_t r = H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, data ? data : &dummy);
+    mg_watchdog_end();
+    if (r < 0) {
+        mg_h5_err he;
+        mg_h5_error_get(&he);
+        st = he.checksum ? mg_error(MG_EFORMAT,
+                                    "checksum mismatch in %s dataset /%s: the file "
+                                    "is corrupt",
+                                    path, e->name)
+                         : mg_error(MG_EIO, "checkpoint %s: reading dataset /%s failed: %s", path,
+                                    e->name, he.innermost);
+    }
+    H5Sclose(mspace);
+    H5Sclose(space);
+    H5Dclose(d);
+    int64_t bad = st == MG_OK && data && take ? mg_ckpt_first_nonfinite(data, local->numel) : -1;
+    if (bad >= 0) {
+        char where[160];
+        mg_ckpt_format_index(where, sizeof where, spec->ndim, lshape, off, bad);
+        st = mg_error(MG_EFORMAT, "checkpoint %s: dataset /%s holds a non-finite value (%g at "
+                      "%s): the run had diverged when it was saved, or the file was altered; "
+                      "resume from an earlier checkpoint", path, e->name, (double)data[bad],
+                      where);
+    }
+    if (st == MG_OK && data) {
+        if (!take) memset(data, 0, (size_t)local->numel * sizeof(float));
+        if (staged) {
+            mg_backend *be = mg_backend_of(local);
+            be->iface->from_host(be->context, local->data, staged, local->numel);
+        }
+    }
+    free(staged);
+    return st;
+}
+
+int mg_checkpoint_load(const char *path, mg_ckpt_entry *entries, int n, mg_ckpt_attr *attrs_out,
+                       int max_attrs, int *nattrs_out) {
+    int st = mg_ckpt_check_entries(path, entries, n);
+    if (st != MG_OK) return st;
+    mg_comm *comm = mg_comm_world();
+    if (!comm) return mg_last_code();
+    hid_t file;
+    if ((st = open_checkpoint(path, comm, &file)) != MG_OK) return st;
+    for (int i = 0; st == MG_OK && i < n; i++) st = check_dataset(file, path, &entries[i]);
+    st = mg_io_agree(comm, st);
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    for (int i = 0; st == MG_OK && i < n; i++)
+        st = mg_io_agree(comm, load_entry(comm, file, path, &entries[i], dxpl));
+    H5Pclose(dxpl);
+    if (st == MG_OK) st = read_attrs_open(file, path, attrs_out, max_attrs, nattrs_out);
+    close_checkpoint(comm, file);
+    return mg_io_agree(comm, st);
+}
+
+int mg_checkpoint_read_attrs(const char *path, mg_ckpt_attr *attrs_out, int max_attrs,
+                             int *nattrs_out) {
+    int st = mg_path_check(path, "checkpoint", 0);
+    if (st != MG_OK) return st;
+    mg_comm *comm = mg_comm_world();
+    if (!comm) return mg_last_code();
+    hid_t file;
+    if ((st = open_checkpoint(path, comm, &file)) != MG_OK) return st;
+    st = read_attrs_open(file, path, attrs_out, max_attrs, nattrs_out);
+    close_checkpoint(comm, file);
+    return mg_io_agree(comm, st);
+}

@@ -1,0 +1,282 @@
+/* files.c: paths and temporary files that never destroy anything (see
+ * files.h). Exports mg_path_check, mg_path_dir, mg_path_same_file,
+ * mg_file_replaceable, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
+ * mg_tmp_commit, mg_tmp_discard, mg_tmp_clean_stale. */
+#include "io/files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "status.h"
+
+int mg_path_check(const char *path, const char *what, size_t reserve) {
+    if (!path || !path[0]) return mg_error(MG_EINVAL, "%s: give a path", what);
+    size_t n = strlen(path);
+    if (n + reserve >= MG_PATH_MAX)
+        return mg_error(MG_EINVAL, "%s path is %zu characters long; meshgrad takes paths of at "
+                        "most %zu characters here: use a shorter path", what, n,
+                        (size_t)MG_PATH_MAX - 1 - reserve);
+    return MG_OK;
+}
+
+void mg_path_dir(const char *path, char *dir, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, len, ".");
+    else if (slash == path)
+        snprintf(dir, len, "/");
+    else
+        snprintf(dir, len, "%.*s", (int)(slash - path), path);
+}
+
+int mg_path_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !b || !a[0] || !b[0] || stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const char *path),
+                        int *exists) {
+    struct stat st;
+    *exists = 0;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return MG_OK;
+        return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    *exists = 1;
+    const char *why = NULL;
+    if (S_ISLNK(st.st_mode))
+        why = "it is a symbolic link";
+    else if (S_ISDIR(st.st_mode))
+        why = "it is a directory";
+    else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+        why = "it is a device";
+    else if (!S_ISREG(st.st_mode))
+        why = "it is not a regular file";
+    if (why)
+        return mg_error(MG_EIO, "will not replace %s: %s (a save replaces only a %s): give "
+                        "another path", path, why, kind);
+    if (accept && !accept(path))
+        return mg_error(MG_EIO, "will not replace %s: it is not a %s (a save replaces only a "
+                        "file it could have written): give another path", path, kind);
+    return MG_OK;
+}
+
+/* ---- temporary files ----------------------------------------------------- */
+
+/* The host name with every character but [A-Za-z0-9-] made '-', at most 63. */
+static void host_tag(char *buf, size_t len) {
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = '\0';
+    size_t n = 0;
+    for (const char *p = host; *p && n + 1 < len && n < 63; p++, n++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '-';
+        buf[n] = ok ? ch : '-';
+    }
+    buf[n] = '\0';
+}
+
+static void random_hex(char out[17]) {
+    unsigned char b[8];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) { /* no entropy call: clock and pid */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^
+                     ((uint64_t)getpid() << 32);
+        memcpy(b, &x, sizeof b);
+    }
+    for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+int mg_tmp_create(mg_tmp_file *t, const char *target) {
+    t->fd = -1;
+    t->path[0] = '\0';
+    int st = mg_path_check(target, "the file to save", MG_TMP_SUFFIX_MAX);
+    if (st != MG_OK) return st;
+    char host[64], hex[17];
+    host_tag(host, sizeof host);
+    for (int attempt = 0; attempt < 8; attempt++) {
+        random_hex(hex);
+        snprintf(t->path, sizeof t->path, "%s.tmp.%s.%d.%s", target, host, (int)getpid(), hex);
+        t->fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (t->fd >= 0 || errno != EEXIST) break;
+    }
+    struct stat sb;
+    if (t->fd < 0 || fstat(t->fd, &sb) != 0) {
+        st = mg_error(MG_EIO, "cannot create a temporary file beside %s: %s", target,
+                      strerror(errno));
+        if (t->fd >= 0) mg_tmp_discard(t);
+        t->path[0] = '\0';
+        return st;
+    }
+    t->dev = sb.st_dev;
+    t->ino = sb.st_ino;
+    return MG_OK;
+}
+
+static void format_kb(char *buf, size_t len, double bytes) {
+    if (bytes >= 1e9)
+        snprintf(buf, len, "%.1f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        snprintf(buf, len, "%.1f MB", bytes / 1e6);
+    else
+        snprintf(buf, len, "%.0f kB", bytes / 1e3);
+}
+
+int mg_tmp_reserve(mg_tmp_file *t, const char *target, int64_t bytes) {
+    if (t->fd < 0 || bytes <= 0) return MG_OK;
+    int err = fallocate(t->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) == 0 ? 0 : errno;
+    struct statvfs vf;
+    int have_free = fstatvfs(t->fd, &vf) == 0;
+    double free_bytes = have_free ? (double)vf.f_bavail * (double)vf.f_frsize : -1;
+    if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) /* no fallocate here */
+        err = have_free && free_bytes < (double)bytes ? ENOSPC : 0;
+    if (err == 0) return MG_OK;
+    char need[32], avail[32];
+    format_kb(need, sizeof need, (double)bytes);
+    format_kb(avail, sizeof avail, free_bytes);
+    if (err == ENOSPC || err == EDQUOT)
+        return mg_error(MG_EIO, "cannot save %s: %s: it needs about %s%s%s%s (free some space "
+                        "or save elsewhere)", target, strerror(err), need,
+                        have_free ? ", " : "", have_free ? avail : "",
+                        !have_free ? "" : err == EDQUOT ? " are free on the disk" : " are free");
+    return mg_error(MG_EIO, "cannot save %s: reserving %s for it failed: %s", target, need,
+                    strerror(err));
+}
+
+int mg_tmp_intact(const mg_tmp_file *t) {
+    struct stat sb;
+    return t->fd >= 0 && lstat(t->path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_dev == t->dev &&
+           sb.st_ino == t->ino;
+}
+
+static void fsync_dir_of(const char *path) {
+    char dir[MG_PATH_MAX];
+    mg_path_dir(path, dir, sizeof dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    fsync(fd); /* the rename itself; not fatal where unsupported */
+    close(fd);
+}
+
+int mg_tmp_commit(mg_tmp_file *t, const char *target, int replace) {
+    struct stat sb;
+    int st = MG_OK;
+    if (!mg_tmp_intact(t))
+        st = mg_error(MG_EIO, "checkpoint %s: its temporary file %s was removed or replaced "
+                      "during the save; nothing was renamed", target, t->path);
+    /* the size HDF5 left; a reservation past it is given back */
+    else if (fstat(t->fd, &sb) != 0 || ftruncate(t->fd, sb.st_size) != 0 || fsync(t->fd) != 0)
+        st = mg_error(MG_EIO, "checkpoint %s: flushing %s to disk failed: %s", target, t->path,
+                      strerror(errno));
+    else if (replace ? rename(t->path, target) != 0
+                     : renameat2(AT_FDCWD, t->path, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
+        int err = errno;
+        if (!replace && (err == EINVAL || err == ENOSYS)) { /* no RENAME_NOREPLACE: link */
+            err = link(t->path, target) == 0 ? 0 : errno;
+            if (err == 0) unlink(t->path);
+        }
+        if (err == EEXIST)
+            st = mg_error(MG_EIO, "checkpoint %s: a file appeared under that name during the "
+                          "save; it was left as it is", target);
+        else if (err)
+            st = mg_error(MG_EIO, "checkpoint: renaming %s to %s failed: %s", t->path, target,
+                          strerror(err));
+    }
+    if (st != MG_OK) {
+        mg_tmp_discard(t);
+        return st;
+    }
+    fsync_dir_of(target);
+    close(t->fd);
+    t->fd = -1;
+    return MG_OK;
+}
+
+void mg_tmp_discard(mg_tmp_file *t) {
+    if (t->fd < 0) return;
+    if (mg_tmp_intact(t)) unlink(t->path);
+    close(t->fd);
+    t->fd = -1;
+}
+
+/* 1 when `name` is "<anything>.tmp.<host>.<pid>.<16 hex>" for this host; *pid. */
+static int parse_tmp_name(const char *name, const char *host, long *pid) {
+    const char *tag = NULL;
+    for (const char *p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp.")) tag = p;
+    if (!tag || tag == name) return 0;
+    const char *h = tag + 5, *dot_hex = strrchr(h, '.');
+    if (!dot_hex || strlen(dot_hex + 1) != 16 || strspn(dot_hex + 1, "0123456789abcdef") != 16)
+        return 0;
+    const char *dot_pid = dot_hex - 1;
+    while (dot_pid > h && *dot_pid != '.') dot_pid--;
+    if (dot_pid <= h || dot_hex - dot_pid < 2) return 0;
+    if ((size_t)(dot_pid - h) != strlen(host) || strncmp(h, host, strlen(host)) != 0) return 0;
+    char digits[24];
+    size_t nd = (size_t)(dot_hex - dot_pid - 1);
+    if (nd >= sizeof digits) return 0;
+    memcpy(digits, dot_pid + 1, nd);
+    digits[nd] = '\0';
+    if (strspn(digits, "0123456789") != nd) return 0;
+    *pid = strtol(digits, NULL, 10);
+    return *pid > 0;
+}
+
+/* 1 when process `pid` is gone: no such process, a zombie (an ended rank
+ * whose parent is gone too may wait long to be reaped), or a process that
+ * started after the file was last written (the pid was reused). */
+static int writer_gone(long pid, time_t written) {
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    int ok = f && fgets(line, sizeof line, f);
+    if (f) fclose(f);
+    const char *end = ok ? strrchr(line, ')') : NULL; /* the command may hold spaces */
+    char state = 0;
+    unsigned long long start = 0; /* field 22: clock ticks after boot */
+    if (!end || sscanf(end + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                       "%*s %*s %*s %llu", &state, &start) != 2)
+        return 0; /* cannot tell: keep the file */
+    if (state == 'Z' || state == 'X') return 1;
+    unsigned long long boot = 0;
+    f = fopen("/proc/stat", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %llu", &boot) == 1) break;
+    if (f) fclose(f);
+    long ticks = sysconf(_SC_CLK_TCK);
+    return boot > 0 && ticks > 0 && (double)boot + (double)start / (double)ticks > (double)written + 2;
+}
+
+int mg_tmp_clean_stale(const char *dir) {
+    DIR *dh = opendir(dir);
+    if (!dh) return 0;
+    char host[64], full[MG_PATH_MAX];
+    host_tag(host, sizeof host);
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(dh))) {
+        long pid;
+        if (!parse_tmp_name(de->d_name, host, &pid) || pid == (long)getpid()) continue;
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, de->d_name) >= sizeof full) continue;
+        struct stat sb;
+        if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && writer_gone(pid, sb.st_mtime) &&
+            unlink(full) == 0)
+            removed++;
+    }
+    closedir(dh);
+    return removed;
+}

@@ -1,0 +1,72 @@
+/* files.h: paths, and the files that saving writes, so that a save never
+ * destroys anything (docs/CHECKPOINTS.md "What a save never does").
+ * - MG_PATH_MAX: the one path-length limit of meshgrad (bytes, with the NUL);
+ *   mg_path_check refuses a longer path with a message.
+ * - mg_path_dir: the directory part of a path; mg_path_same_file: two paths
+ *   name one existing file.
+ * - mg_file_replaceable: a path may be replaced by a save only when nothing is
+ *   there, or a regular file (not a link, device or directory) that the
+ *   caller's test says is of the kind the save writes.
+ * - mg_tmp_file: a temporary file beside its target, created exclusively
+ *   (O_CREAT | O_EXCL | O_NOFOLLOW) under an unpredictable name
+ *   "<target>.tmp.<host>.<pid>.<16 hex digits>". It can reserve the space the
+ *   save needs (so a full disk is found before anything is written), be
+ *   committed to the target name, or be discarded (removed only while the
+ *   name still is that very file).
+ * - mg_tmp_clean_stale: removes the temporary files of writers that are gone
+ *   (this host, a pid that no longer runs, is a zombie, or was reused by a
+ *   younger process), left by saves that were killed.
+ * All of it is local to the calling process (the collective save is in
+ * checkpoint.c). Exports the names above. */
+#ifndef MG_IO_FILES_H
+#define MG_IO_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MG_PATH_MAX 4096
+/* What a temporary name adds to its target: ".tmp." host "." pid "." 16 hex. */
+#define MG_TMP_SUFFIX_MAX 128
+
+/* MG_OK, or MG_EINVAL naming `what` when the path is empty or longer than
+ * MG_PATH_MAX - 1 - reserve characters. */
+int mg_path_check(const char *path, const char *what, size_t reserve);
+/* "." for "run.h5", "/" for "/run.h5", "a/b" for "a/b/run.h5". */
+void mg_path_dir(const char *path, char *dir, size_t len);
+/* 1 when both paths exist and are the same file (device and inode). */
+int mg_path_same_file(const char *a, const char *b);
+
+/* MG_OK when `path` does not exist (*exists = 0) or is a regular file for
+ * which accept(path) is 1 (*exists = 1); otherwise MG_EIO "will not replace
+ * <path>: it is a symbolic link / a device / a directory / not a <kind>". */
+int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const char *path),
+                        int *exists);
+
+typedef struct {
+    char path[MG_PATH_MAX];
+    int fd; /* open while the file is ours; -1 when none */
+    dev_t dev;
+    ino_t ino;
+} mg_tmp_file;
+
+/* Creates the temporary file of `target` (mode 0666 less the umask). */
+int mg_tmp_create(mg_tmp_file *t, const char *target);
+/* Reserves `bytes` of disk for the file without changing its size
+ * (fallocate; where the file system cannot, compares with its free space).
+ * MG_EIO "... No space left on device: <target> needs about N kB, M kB free". */
+int mg_tmp_reserve(mg_tmp_file *t, const char *target, int64_t bytes);
+/* 1 while t->path still names the file that mg_tmp_create made. */
+int mg_tmp_intact(const mg_tmp_file *t);
+/* Makes the file durable and gives it the target name: over an existing
+ * target only when `replace` is 1 (checked by the caller with
+ * mg_file_replaceable just before), else only while the target is absent.
+ * Releases a reservation beyond the file's end. Closes t. */
+int mg_tmp_commit(mg_tmp_file *t, const char *target, int replace);
+/* Removes the file (when t->path still is it) and closes t; no-op when none. */
+void mg_tmp_discard(mg_tmp_file *t);
+/* Removes in `dir` the temporary files made by mg_tmp_create on this host
+ * whose process is gone; returns how many. */
+int mg_tmp_clean_stale(const char *dir);
+
+#endif

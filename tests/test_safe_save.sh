@@ -1,0 +1,144 @@
+#!/bin/sh
+# test_safe_save.sh: saving never destroys anything (docs/CHECKPOINTS.md "What
+# a save never does"; issue 17, items 1-3), with the reproducers of the issue:
+# - a symbolic link planted at the old predictable temporary name
+#   (<path>.tmp.<pid>) is not followed: the save succeeds, the link's target
+#   is untouched; a link, a device node (mknod) or a file that is not a
+#   checkpoint at the --save path is refused before step 1, and left as it is;
+#   --save (or --metrics) naming the data set or the config file is refused;
+#   resuming from and saving to one file (the preemption workflow) works;
+# - --keep deletes only older ckpt-<step>.h5 checkpoints: a new run refuses a
+#   directory that already holds checkpoints, and with --overwrite leaves
+#   best.h5, a later ckpt-00005000.h5 and a ckpt-<step>.h5 that is not a
+#   checkpoint where they are;
+# - a full disk (a 200 kB tmpfs holding a 160 kB checkpoint) ends the save on
+#   both ranks within seconds, one message naming the path and "No space left
+#   on device", exit 1, the previous checkpoint intact and no temporary file
+#   left; the same when the space cannot be reserved (the writes fail midway:
+#   one message within the collective timeout; the temporary file of the job
+#   so ended is removed by the next save). Needs mount (root): skipped with
+#   the reason otherwise.
+. "$(dirname "$0")/check.sh"
+program_test_env safe-save
+full=$tmp/full
+cleanup() {
+    mountpoint -q "$full" 2>/dev/null && umount "$full"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || exit 99
+
+small="--data $data --hidden 16 --batch 32 --log-every 0 --threads 1"
+# train NP ARGS...: output in $tmp/out, status in $rc
+train() {
+    _np=$1
+    shift
+    "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$_np" "$prog" train $small "$@" >"$tmp/out" 2>&1
+    rc=$?
+}
+refuse() { _n=$1 _np=$2 _p=$3; shift 3; check_refused "$_n" "$_np" "$_p" "$prog" train $small "$@"; }
+same() { cmp -s "$1" "$2"; }
+
+train 1 --steps 5 --save "$tmp/good.h5"
+check "a checkpoint to plant as the run's own" test "$rc" -eq 0
+cp "$data" "$tmp/digits.h5"
+printf 'steps = 5\nbatch = 32\n' >"$tmp/base.conf"
+cp "$tmp/base.conf" "$tmp/base.conf.orig"
+
+# ---- 1. symlinks, devices, inputs -----------------------------------------------
+mkdir sl
+echo "victim" >victim.txt
+"$TIMEOUT" -k 5 120 sh -c "ln -s ../victim.txt sl/run.h5.tmp.\$\$ && exec '$prog' train $small \
+    --steps 5 --save sl/run.h5" >"$tmp/out" 2>&1
+check_output "a symlink planted at the old temporary name: the save succeeds" test $? -eq 0
+check "... the link's target is untouched" test "$(cat victim.txt)" = victim
+check "... the link is left alone" test -L "$(ls -d sl/run.h5.tmp.* | head -n 1)"
+check_output "... and sl/run.h5 is a regular file, a whole checkpoint" \
+    sh -c "test -f sl/run.h5 && ! test -L sl/run.h5 && '$prog' ckpt info sl/run.h5"
+mkdir sl2
+ln -s ../victim.txt sl2/run.h5
+refuse "a symlink at the --save path" 1 "will not replace sl2/run.h5: it is a symbolic link" \
+    --steps 5 --save sl2/run.h5
+check "... left as it is" sh -c "test -L sl2/run.h5 && test \"\$(cat victim.txt)\" = victim"
+if mknod "$tmp/null" c 1 3 2>/dev/null; then
+    refuse "a device node (mknod c 1 3) as --save" 2 "will not replace .*/null: it is a device" \
+        --steps 5 --save "$tmp/null"
+    check "... still a device" test -c "$tmp/null"
+else
+    echo "skipped: mknod is not permitted here (the device-node case needs root)"
+fi
+refuse "--save equal to --data" 2 "--save .*digits.h5 is the file given as --data" \
+    --data "$tmp/digits.h5" --steps 5 --save "$tmp/digits.h5"
+check "... the data set is intact" same "$tmp/digits.h5" "$data"
+refuse "--save equal to --config" 2 "--save base.conf is the file given as --config" \
+    --config base.conf --save base.conf
+refuse "--metrics equal to --config" 2 "--metrics base.conf is the file given as --config" \
+    --config base.conf --metrics base.conf
+check "... the config is intact" same base.conf base.conf.orig
+refuse "--save over a file that is not a checkpoint" 1 \
+    "will not replace base.conf.orig: it is not a meshgrad checkpoint" --steps 5 --save base.conf.orig
+check "... left as it is" same base.conf base.conf.orig
+cp good.h5 resumed.h5
+train 2 --steps 10 --resume resumed.h5 --save resumed.h5
+check_output "resuming from and saving to one file (preemption) works" \
+    sh -c "test $rc -eq 0 && '$prog' ckpt info resumed.h5 | grep -q 'step = 10'"
+
+# ---- 2. --keep ---------------------------------------------------------------------
+mkdir kd
+cp good.h5 kd/ckpt-00005000.h5
+cp good.h5 kd/best.h5
+refuse "a new run into a directory of checkpoints" 2 \
+    "--save kd/: the directory already holds checkpoints .*ckpt-00005000.h5.*--overwrite" \
+    --steps 60 --save kd/ --save-every 20 --keep 1
+check "... touches nothing" sh -c "test \"\$(ls kd | tr '\n' ' ')\" = 'best.h5 ckpt-00005000.h5 '"
+echo "not a checkpoint" >kd/ckpt-00000010.h5
+train 2 --steps 60 --save kd/ --save-every 20 --keep 1 --overwrite
+check_output "--overwrite: the run saves, --keep 1 prunes only its own older checkpoints" \
+    sh -c "test $rc -eq 0 && test \"\$(ls kd | tr '\n' ' ')\" = \
+'best.h5 ckpt-00000010.h5 ckpt-00000060.h5 ckpt-00005000.h5 '"
+check "... the planted files are unchanged" \
+    sh -c "same() { cmp -s \"\$1\" \"\$2\"; }; same good.h5 kd/best.h5 && same good.h5 kd/ckpt-00005000.h5"
+
+# ---- 3. a full disk ----------------------------------------------------------------
+mkdir "$full"
+if ! mount -t tmpfs -o size=200k tmpfs "$full" 2>/dev/null; then
+    echo "skipped: mount -t tmpfs is not permitted here (the full-disk cases need root)"
+    check_summary
+    exit $?
+fi
+train 2 --hidden 128 --batch 64 --steps 10 --save "$full/run.h5"
+check "a 160 kB checkpoint on a 200 kB tmpfs" test "$rc" -eq 0
+cp "$full/run.h5" "$tmp/run.h5.before"
+# full NAME ENV...: the reproducer; sets rc, secs, errors (the "meshgrad: error:" lines)
+full_save() {
+    _name=$1
+    shift
+    _start=$(date +%s)
+    env "$@" MG_COLLECTIVE_TIMEOUT=10 "$TIMEOUT" -k 5 45 "$MPIRUN" -np 2 "$prog" train $small \
+        --hidden 128 --batch 64 --steps 40 --save "$full/run.h5" --save-every 10 >"$tmp/out" 2>&1
+    rc=$?
+    secs=$(($(date +%s) - _start))
+    errors=$(grep -c "meshgrad: error:" "$tmp/out")
+    echo "--- $_name: exit $rc after ${secs}s:"
+    sed 's/^/  | /' "$tmp/out"
+}
+full_save "reserved"
+check "full disk: the run stops, exit 1 (not a hang)" test "$rc" -eq 1
+check "... within 20 s (took ${secs}s)" test "$secs" -le 20
+check "... one message naming the path and the cause" sh -c "test $errors -eq 1 && grep 'meshgrad: error:' \
+'$tmp/out' | grep -q 'cannot save $full/run.h5: No space left on device'"
+check "... the previous checkpoint is intact" same "$full/run.h5" "$tmp/run.h5.before"
+check "... no temporary file is left" sh -c "! ls '$full' | grep -q tmp"
+full_save "writes failing midway" MG_CKPT_FAULT=no-reserve
+check "full disk, no reservation: the job ends non-zero (not a hang)" \
+    test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
+check "... within 25 s (took ${secs}s)" test "$secs" -le 25
+check "... one message naming the path and the cause" sh -c "test $errors -eq 1 && grep 'meshgrad: error:' \
+'$tmp/out' | grep -q '$full/run.h5.*No space left on device'"
+check "... the previous checkpoint is intact" same "$full/run.h5" "$tmp/run.h5.before"
+check "... leaving its temporary file (its writer was ended)" sh -c "ls '$full' | grep -q tmp"
+full_save "the next save"
+check "the next save removes it (its writer is gone), then stops on the full disk as before" \
+    sh -c "test $rc -eq 1 && test $errors -eq 1 && ! ls '$full' | grep -q tmp"
+
+check_summary
