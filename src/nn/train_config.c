@@ -53,6 +53,7 @@ static const option_def options[] = {
     {"keep", OPT_INT, F(keep), 0, "K", "keep the newest K of a directory --save (0 = all)"},
     {"resume", OPT_STRING, F(resume), 0, "PATH", "checkpoint to resume, or a directory: its newest one"},
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
+    {"dtype", OPT_STRING, F(dtype), 0, "NAME", "fp32 | bf16: bf16 GEMM inputs, fp32 sums, weights and state"},
     {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -79,6 +80,7 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->threads = 0;
     c->log_every = 100;
     snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->dtype, sizeof c->dtype, "fp32");
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
@@ -275,6 +277,8 @@ int mg_train_config_check(const mg_train_config *c) {
                         (long long)c->keep);
     if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0)
         return mg_error(MG_EINVAL, "device '%s' is not one of cpu, cuda", c->device);
+    if (strcmp(c->dtype, "fp32") != 0 && strcmp(c->dtype, "bf16") != 0)
+        return mg_error(MG_EINVAL, "dtype '%s' is not one of fp32, bf16", c->dtype);
     return MG_OK;
 }
 

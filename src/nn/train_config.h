@@ -45,6 +45,7 @@ typedef struct {
     int64_t keep;              /* directory --save: keep the newest K (0 = all) */
     char resume[MG_PATH_MAX];  /* checkpoint file or directory to resume; "" = none */
     char device[16];           /* "cpu" or "cuda" */
+    char dtype[8];             /* "fp32" or "bf16" (the GEMMs' inputs) */
     int64_t tf32;              /* 1: TF32 GEMMs on cuda */
     int help;
 } mg_train_config;
