@@ -139,7 +139,7 @@ static inline void expect_synced(void) {
 #define TOL_MATH 1e-5   /* expf, tanhf, logf: a few ulps */
 #define TOL_SUM 1e-5    /* sums in another order */
 #define TOL_GEMM 1e-5   /* fp32 GEMM, another blocking */
-#define TOL_BF16 1e-4   /* bf16 GEMM: the same rounded inputs, fp32 sums in another order */
+#define TOL_BF16 5e-4   /* bf16 GEMM: the same rounded inputs, fp32 sums in another order (tensor cores) */
 
 /* The fewest GPUs any rank sees (collective). */
 static inline int cuda_test_gpus(void) {

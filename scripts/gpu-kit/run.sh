@@ -52,6 +52,7 @@ logs=$work/logs
 mkdir -p "$logs"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 CK_FORK=no
 export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=$threads
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN} # NCCL says why, in the logs, if it fails
 mpi1=(mpirun --bind-to none -np 1) # one rank, free to use every core
 
 # the JSON of a run that ran nothing: {"status":"skipped"|"failed","reason":...}
