@@ -30,18 +30,21 @@ static void gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t
     mg_tensor_free(da), mg_tensor_free(db), mg_tensor_free(dc);
 }
 
+/* every (M, N, K) of sizes, each transpose combination, padded or not, beta 0 and 0.5 */
+static void gemm_cases(const int64_t (*sizes)[3], size_t n, const char *name, double tol) {
+    for (int combo = 0; combo < 4; combo++)
+        for (size_t s = 0; s < n; s++)
+            for (int64_t pad = 0; pad <= 3; pad += 3)
+                for (int b = 0; b < 2; b++)
+                    gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad,
+                              b ? 0.5f : 0.0f, name, tol);
+}
+
 START_TEST(test_gemm) {
     static const int64_t sizes[][3] = {{1, 1, 1},    {3, 5, 7},     {0, 4, 3},    {4, 0, 3},
                                        {4, 3, 0},    {17, 33, 65},  {64, 1, 128}, {1, 70, 1},
                                        {128, 96, 257}, {256, 512, 384}};
-    for (int combo = 0; combo < 4; combo++)
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            for (int64_t pad = 0; pad <= 3; pad += 3) {
-                gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad, 0.0f,
-                          "gemm", TOL_GEMM);
-                gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad, 0.5f,
-                          "gemm", TOL_GEMM);
-            }
+    gemm_cases(sizes, sizeof sizes / sizeof sizes[0], "gemm", TOL_GEMM);
     expect_synced();
 }
 END_TEST
@@ -64,14 +67,7 @@ START_TEST(test_gemm_bf16) {
     static const int64_t sizes[][3] = {{1, 1, 1},     {3, 5, 7},      {4, 3, 0},   {17, 33, 65},
                                        {64, 1, 128},  {128, 96, 257}, {256, 512, 384}};
     mg_backend_set_gemm_bf16(1);
-    for (int combo = 0; combo < 4; combo++)
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            for (int64_t pad = 0; pad <= 3; pad += 3) {
-                gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad, 0.0f,
-                          "gemm (bf16)", TOL_BF16);
-                gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad, 0.5f,
-                          "gemm (bf16)", TOL_BF16);
-            }
+    gemm_cases(sizes, sizeof sizes / sizeof sizes[0], "gemm (bf16)", TOL_BF16);
     int64_t m = 256, n = 192, k = 1024, na = m * k, nb = k * n, nc = m * n;
     mg_tensor *a = host_rand(1, &na, 41), *b = host_rand(1, &nb, 42);
     mg_tensor *c16 = host(1, &nc), *c32 = host(1, &nc), *dc = junk_on(MG_DEVICE_CUDA, 1, &nc);

@@ -159,15 +159,22 @@ static void free_result(int which, op_result *r) {
 /* with_gpu: GPU is set and every rank has a GPU of its own */
 static int with_gpu;
 
+/* A 1-D mesh of every rank on the GPUs (NCCL comms); the device is CUDA after. */
+static mg_mesh *gpu_mesh_new(void) {
+    mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
+    int world = mg_world_size();
+    mg_mesh *mesh = mg_mesh_new(1, &world);
+    ck_assert_msg(mesh != NULL, "mesh: %s", mg_last_error());
+    return mesh;
+}
+
 START_TEST(test_ops_every_placement) {
     int world = mg_world_size();
     ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
     mg_mesh *cpu_mesh = mg_mesh_new(1, &world), *gpu_mesh = NULL;
     ck_assert_msg(cpu_mesh != NULL, "mesh: %s", mg_last_error());
     if (with_gpu) {
-        mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-        gpu_mesh = mg_mesh_new(1, &world); /* NCCL comms */
-        ck_assert_msg(gpu_mesh != NULL, "mesh: %s", mg_last_error());
+        gpu_mesh = gpu_mesh_new();
         ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
     }
     for (int which = 0; which < NCASES; which++) {
@@ -202,10 +209,7 @@ END_TEST
 /* Labels out of range fail on the device too: the bad-label count reaches every
  * rank through the NCCL comm's MPI fallback for host buffers. */
 START_TEST(test_bad_labels_on_device) {
-    mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-    int world = mg_world_size();
-    mg_mesh *mesh = mg_mesh_new(1, &world);
-    ck_assert_ptr_nonnull(mesh);
+    mg_mesh *mesh = gpu_mesh_new();
     ck_assert_str_eq(mesh->world->iface->name, "nccl");
     mg_placement S0 = MG_SHARD(0);
     mg_dtensor *x = leaf(mesh, 2, (int64_t[]){8, 4}, 12, S0, 0);
@@ -293,10 +297,7 @@ END_TEST
 
 /* Device shards through every redistribute primitive equal the host tensor. */
 START_TEST(test_redistribute_on_device) {
-    mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-    int world = mg_world_size();
-    mg_mesh *mesh = mg_mesh_new(1, &world);
-    ck_assert_ptr_nonnull(mesh);
+    mg_mesh *mesh = gpu_mesh_new();
     int64_t shape[3] = {5, 7, 3}; /* uneven on 2 and 4 ranks */
     mg_tensor *full = host_rand(3, shape, 50);
     mg_placement ps[5] = {MG_SHARD(0), MG_SHARD(1), MG_SHARD(2), MG_REPLICATE, MG_PARTIAL_SUM};
