@@ -9,7 +9,9 @@
 #                                  debootstrap --variant=minbase chroot, cached
 #                                  in /var/cache/meshgrad-selftest) run.sh must
 #                                  exit 77 saying no GPU is visible, and the
-#                                  kit's mpirun must train the digits on 2 ranks
+#                                  kit's mpirun must train the digits on 2 ranks;
+#                                  then, here, run.sh --rehearse (the CPU in the
+#                                  GPU's place) must reach its table
 #   on the GPU machine:            gpu-kit/run.sh  (see scripts/gpu-kit/README.md)
 #
 # The kit: meshgrad built --with-cuda for sm_80 and sm_90 in build-kit/ (its own
@@ -78,9 +80,11 @@ build_meshgrad() {
         say "autoreconf -fi"
         autoreconf -fi >"$build/autoreconf.log" 2>&1 || die "autoreconf failed (see $build/autoreconf.log)"
     fi
-    if [ ! -f "$build/config.status" ] || [ configure -nt "$build/config.status" ]; then
+    if [ ! -f "$build/config.status" ] || [ configure -nt "$build/config.status" ] ||
+        ! grep -q nonexistent/meshgrad-kit "$build/config.status"; then
         say "configure in $build (--with-cuda, sm_80 + sm_90, static OpenBLAS)"
-        (cd "$build" && "$top/configure" -q --with-cuda="$cuda" --prefix=/kit \
+        # the prefix is never used (the kit is staged, and env.sh sets the paths)
+        (cd "$build" && "$top/configure" -q --with-cuda="$cuda" --prefix=/nonexistent/meshgrad-kit \
             CUDA_ARCH_FLAGS="$arch" OPENBLAS_CFLAGS="$(pkg-config --cflags openblas)" \
             OPENBLAS_LIBS="$openblas_a -lpthread") >"$build/configure.log" 2>&1 ||
             die "configure failed (see $build/configure.log)"
@@ -174,8 +178,9 @@ assemble() {
     mkdir -p "$tmp/bin" "$tmp/lib/openmpi" "$tmp/lib/pmix" "$tmp/share" "$tmp/etc" "$tmp/data" "$tmp/scripts"
     : >"$tmp/.origins"
     # meshgrad and its library, installed; the test programs from the build
-    cp "$build/stage/kit/bin/meshgrad" "$tmp/bin/"
-    copy_lib "$(readlink -f "$build/stage/kit/lib/libmeshgrad.so.0")"
+    local stage=$build/stage/nonexistent/meshgrad-kit
+    cp "$stage/bin/meshgrad" "$tmp/bin/"
+    copy_lib "$(readlink -f "$stage/lib/libmeshgrad.so.0")"
     for p in tests/test_cuda.mpi tests/test_cuda_ops.mpi tests/train_ckpt_tool; do
         cp "$(real_program "$p")" "$tmp/bin/${p##*/}"
     done
@@ -314,7 +319,7 @@ selftest_root() {
     echo "$root"
 }
 
-# what runs inside the root (bash, as root, with the kit at /kit read-only)
+# what runs inside the root (bash, as root, with the kit at /opt/gpu-kit read-only)
 selftest_inside() {
     cat <<'EOF'
 set -u
@@ -329,7 +334,7 @@ for f in /usr/lib/x86_64-linux-gnu/libmpi.so.40 /usr/lib/x86_64-linux-gnu/libhdf
 done
 if [ -n "$present" ]; then say "FAILED: the root is not bare:$present"; exit 1; fi
 say "root: Debian $(cat /etc/debian_version), $(dpkg-query -W -f='${binary:Package}\n' | wc -l) packages; no Open MPI, HDF5, OpenBLAS, Check, hwloc, libevent, PMIx, python3 or compiler"
-/kit/run.sh >/tmp/run.out 2>&1
+/opt/gpu-kit/run.sh >/tmp/run.out 2>&1
 rc=$?
 sed 's/^/  | /' /tmp/run.out
 if [ $rc -eq 77 ] && grep -q "no GPU visible" /tmp/run.out; then
@@ -337,13 +342,13 @@ if [ $rc -eq 77 ] && grep -q "no GPU visible" /tmp/run.out; then
 else
     say "FAILED: run.sh exited $rc, want 77 with 'no GPU visible'"; status=1
 fi
-. /kit/env.sh >/dev/null
-notfound=$(for f in /kit/bin/* /kit/lib/*.so* /kit/lib/openmpi/*.so /kit/lib/pmix/*.so; do ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$f: |"; done)
+. /opt/gpu-kit/env.sh >/dev/null
+notfound=$(for f in /opt/gpu-kit/bin/* /opt/gpu-kit/lib/*.so* /opt/gpu-kit/lib/openmpi/*.so /opt/gpu-kit/lib/pmix/*.so; do ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$f: |"; done)
 if [ -z "$notfound" ]; then say "ok: ldd finds every library of every kit file"; else say "FAILED: ldd:"; echo "$notfound"; status=1; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 CK_FORK=no
 start=$(date +%s)
-timeout -k 5 300 mpirun -np 2 meshgrad train --config /kit/data/digits.conf --data /kit/data/digits.h5 \
+timeout -k 5 300 mpirun -np 2 meshgrad train --config /opt/gpu-kit/data/digits.conf --data /opt/gpu-kit/data/digits.h5 \
     --metrics /tmp/m.jsonl --log-every 500 >/tmp/train.out 2>&1
 rc=$?
 sed 's/^/  | /' /tmp/train.out
@@ -370,13 +375,13 @@ run_selftest() {
     root=$(selftest_root) || exit 1
     cudadir=$(readlink -f "$cuda")
     [ -d "$cudadir/lib64" ] || die "no CUDA toolkit in $cuda"
-    say "self-test in $root: the kit at /kit, the CUDA toolkit at /usr/local/cuda (as on the GPU machine), nothing else"
-    mkdir -p "$root/kit" "$root/usr/local/cuda" "$root/dev/shm"
+    say "self-test in $root: the kit at /opt/gpu-kit, the CUDA toolkit at /usr/local/cuda (as on the GPU machine), nothing else"
+    mkdir -p "$root/opt/gpu-kit" "$root/usr/local/cuda" "$root/dev/shm"
     # a private mount namespace: the mounts go away with it, whatever happens
     unshare --mount --propagation private bash -c '
         set -e
         root=$1 kit=$2 cudadir=$3
-        mount --bind "$kit" "$root/kit" && mount -o remount,bind,ro "$root/kit"
+        mount --bind "$kit" "$root/opt/gpu-kit" && mount -o remount,bind,ro "$root/opt/gpu-kit"
         mount --bind "$cudadir" "$root/usr/local/cuda" && mount -o remount,bind,ro "$root/usr/local/cuda"
         mount -t proc proc "$root/proc"
         mount -t sysfs sysfs "$root/sys"
@@ -387,7 +392,36 @@ run_selftest() {
             /bin/bash -c "$4"
     ' selftest "$root" "$top/$kit" "$cudadir" "$(selftest_inside)"
     local rc=$?
+    rehearse || rc=1
     if [ $rc -eq 0 ]; then say "self-test passed"; else say "self-test FAILED"; fi
+    return $rc
+}
+
+# On this machine (it has python3): run.sh --rehearse, the CPU standing in for
+# the GPU, must reach the table with every row group, and its CPU-only rows
+# (training curves, benchmarks parsed, checkpoint round trip) must pass.
+rehearse() {
+    command -v python3 >/dev/null 2>&1 || { say "no python3 here: rehearsal not run"; return 0; }
+    local out
+    out=$(mktemp -d "${TMPDIR:-/tmp}/gpu-kit-rehearsal.XXXXXX")
+    OUT=$out MG_KIT_THREADS=${MAKE_JOBS:-2} "$kit/run.sh" --rehearse >"$out/run.out" 2>&1
+    python3 - "$out/gpu-kit.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["name"]: r["status"] for r in d["rows"]}
+groups = sorted({r["group"][0] for r in d["rows"]})
+must = ["digits: cuda fp32 vs cpu fp32", "digits: cuda bf16 vs cpu bf16",
+        "ckpt cuda -> cpu: re-saved file bitwise", "ckpt cuda -> cpu: params as loaded on cuda"]
+measured = ["mg_linear vs raw cuBLAS, " + m for m in ("fp32", "tf32", "bf16")]  # timing: any result
+bad = [m for m in must if rows.get(m) != "PASS"] + [m for m in measured if rows.get(m) not in ("PASS", "FAIL")]
+ok = d["status"] == "rehearsal" and groups == list("123456") and not bad
+print("selftest: %s: run.sh --rehearse here (the CPU standing in for the GPU): %d rows in groups %s%s"
+      % ("ok" if ok else "FAILED", len(rows), "".join(groups), "; not passing: " + ", ".join(bad) if bad else ""))
+sys.exit(0 if ok else 1)
+EOF
+    local rc=$?
+    [ $rc -eq 0 ] || sed 's/^/  | /' "$out/run.out"
+    rm -rf "$out"
     return $rc
 }
 
