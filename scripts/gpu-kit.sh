@@ -88,6 +88,9 @@ build_meshgrad() {
             CUDA_ARCH_FLAGS="$arch" OPENBLAS_CFLAGS="$(pkg-config --cflags openblas)" \
             OPENBLAS_LIBS="$openblas_a -lpthread") >"$build/configure.log" 2>&1 ||
             die "configure failed (see $build/configure.log)"
+        # a new configuration: nothing built under the old one stays (libtool
+        # keeps the old prefix in its .la files until they are linked again)
+        make -C "$build" clean >/dev/null 2>&1
     fi
     say "make -j$jobs in $build"
     # `all` first: automake's `all` runs a sub-make, which would race another target
