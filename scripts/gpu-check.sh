@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the GPU check, on a machine with an NVIDIA GPU, in under 8 minutes.
 #   1. configure (CUDA for this GPU's architecture only) and build in build-gpu/
-#   2. tests/test_cuda.mpi on 1 rank: every kernel of the CUDA backend against
-#      the CPU backend (max relative error per kernel) and ops with autograd on
-#      both devices
+#   2. tests/test_cuda.mpi and tests/test_cuda_ops.mpi on 1 rank: every kernel
+#      of the CUDA backend against the CPU backend (max relative error per
+#      kernel) and ops with autograd on both devices at every placement
 #   3. the digits job (data/digits.conf on a mesh of 1) with --device cuda, next
 #      to the same job on the CPU
 #   4. GEMM: meshgrad bench linear (y = x w^T, dx, dw) at 4096^3 on CUDA (fp32
@@ -55,7 +55,7 @@ if [ ! -f "$build/Makefile" ]; then
     (cd "$build" && timeout 180 "$top/configure" -q --with-cuda="$cuda" ${arch:+CUDA_ARCH_FLAGS="$arch"}) \
         >"$logs/configure.log" 2>&1 || { say "configure failed (see $logs/configure.log)"; tail -n 20 "$logs/configure.log"; exit 1; }
 fi
-if ! timeout 300 make -C "$build" -j"$jobs" all tests/test_cuda.mpi >"$logs/build.log" 2>&1; then
+if ! timeout 300 make -C "$build" -j"$jobs" all tests/test_cuda.mpi tests/test_cuda_ops.mpi >"$logs/build.log" 2>&1; then
     say "build failed (see $logs/build.log)"
     tail -n 30 "$logs/build.log"
     exit 1
@@ -66,11 +66,12 @@ mg=$build/meshgrad
 
 # ---- 2. the CUDA test against the CPU ---------------------------------------------
 test_status=FAIL
-if (cd "$build" && MG_TEST_NP=1 MG_TEST_TIMEOUT=150 MPIRUN=mpirun TIMEOUT=timeout \
-    sh "$top/tests/mpi-run.sh" tests/test_cuda.mpi) >"$logs/test_cuda.log" 2>&1; then
+if (cd "$build" && for t in tests/test_cuda.mpi tests/test_cuda_ops.mpi; do
+    MG_TEST_NP=1 MG_TEST_TIMEOUT=150 MPIRUN=mpirun TIMEOUT=timeout sh "$top/tests/mpi-run.sh" "$t" || exit 1
+done) >"$logs/test_cuda.log" 2>&1; then
     test_status=PASS
 else
-    fail "tests/test_cuda.mpi (see $logs/test_cuda.log)"
+    fail "tests/test_cuda.mpi or test_cuda_ops.mpi (see $logs/test_cuda.log)"
     grep -E 'failed|Failure|error' "$logs/test_cuda.log" | head -n 20
 fi
 summary=$(grep -E '^[0-9]+%: Checks:' "$logs/test_cuda.log" | tail -n 1)

@@ -62,6 +62,7 @@ struct mg_context {
     /* ---- backend/ ---- */
     int device;      /* where new tensors live (MG_DEVICE_*) */
     int cpu_threads; /* of the CPU kernels; 0 until first set */
+    int gemm_bf16;   /* backend.c: GEMM inputs rounded to bf16, sums in fp32 */
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */

@@ -1,150 +1,16 @@
-/* test_cuda.c: the CUDA backend and the NCCL comm, against the CPU.
+/* test_cuda.c: every kernel of the CUDA backend against the CPU backend.
  *
- * Kernel suite: every kernel of backend.h runs on the same inputs on the CPU
- * backend and on the CUDA backend; the largest error relative to the largest
- * CPU value is asserted under a per-kernel tolerance, and rank 0 prints a
- * table of them ("kernel <name> max_rel_err <e> tol <t>"). Ops suite: a few
- * sharded ops with autograd (linear, gelu, matmul, permute, sums, expand,
- * losses, redistribute) give the same loss and gradients on both devices, NCCL
- * collectives give the expected values on device buffers and fall back to MPI
- * on host buffers, and device shards survive every redistribute.
+ * Every kernel of backend.h runs on the same inputs on the CPU backend and on
+ * the CUDA backend; the largest error relative to the largest CPU value is
+ * asserted under a per-kernel tolerance, and rank 0 prints a table of them
+ * ("kernel <name> max_rel_err <e> tol <t>", test_cuda.h). The GEMMs also run
+ * with TF32 math and in bf16 mode (against the CPU's bf16 GEMM, which rounds
+ * the inputs the same way). NCCL, redistribute and ops with autograd are in
+ * test_cuda_ops.c.
  *
  * Without a GPU (or built without CUDA) it prints "no CUDA device: skipping"
- * and exits 77. The ops suite needs one GPU per rank (NCCL); with more ranks on
- * a node than GPUs only the kernel suite runs (every rank on a shared GPU). */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "config.h"
-
-#include "backend/backend.h"
-#include "backend/device.h"
-#include "dist/comm.h"
-#include "dist/dtensor.h"
-#include "dist/mesh.h"
-#include "status.h"
-#include "tensor.h"
-#include "testutil.h"
-
-static mg_backend *CPU, *GPU;
-
-/* ---- results table --------------------------------------------------------------- */
-
-#define MAX_KERNELS 64
-static struct {
-    char name[40];
-    double worst, tol;
-    int cases;
-} table[MAX_KERNELS];
-static int ntable;
-
-static void note(const char *kernel, double err, double tol) {
-    int i = 0;
-    while (i < ntable && strcmp(table[i].name, kernel) != 0) i++;
-    if (i == ntable) {
-        if (ntable == MAX_KERNELS) return;
-        snprintf(table[i].name, sizeof table[i].name, "%s", kernel);
-        table[i].worst = 0;
-        table[i].tol = tol;
-        ntable++;
-    }
-    if (!(err <= table[i].worst)) table[i].worst = err; /* NaN sticks */
-    table[i].cases++;
-}
-
-static void print_table(void) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank != 0) return;
-    printf("CUDA vs CPU, max relative error per kernel (relative to the largest CPU value):\n");
-    for (int i = 0; i < ntable; i++) {
-        char name[sizeof table[i].name];
-        memcpy(name, table[i].name, sizeof name);
-        for (char *c = name; *c; c++)
-            if (*c == ' ') *c = '_'; /* one field per column */
-        printf("kernel %-28s max_rel_err %-10.3g tol %-8.1g cases %d\n", name, table[i].worst,
-               table[i].tol, table[i].cases);
-    }
-    fflush(stdout);
-}
-
-/* ---- helpers ------------------------------------------------------------------------ */
-
-static mg_tensor *host(int nd, const int64_t *shape) {
-    mg_tensor *t = mg_tensor_alloc_on(NULL, MG_DEVICE_CPU, nd, shape);
-    ck_assert_ptr_nonnull(t);
-    return t;
-}
-
-static mg_tensor *host_rand(int nd, const int64_t *shape, uint64_t seed) {
-    mg_tensor *t = host(nd, shape);
-    mg_test_fill(t->data, t->numel, seed);
-    return t;
-}
-
-static mg_tensor *to_gpu(const mg_tensor *h) {
-    mg_tensor *d = mg_tensor_alloc_on(NULL, MG_DEVICE_CUDA, h->ndim, h->shape);
-    ck_assert_msg(d != NULL, "device alloc: %s", mg_last_error());
-    ck_assert_int_eq(mg_tensor_copy_any(h, d), MG_OK);
-    return d;
-}
-
-static mg_tensor *to_cpu(const mg_tensor *d) {
-    mg_tensor *h = host(d->ndim, d->shape);
-    ck_assert_int_eq(mg_tensor_copy_any(d, h), MG_OK);
-    return h;
-}
-
-/* a tensor full of a sentinel, on either device, so a missed element shows */
-static mg_tensor *junk_on(int device, int nd, const int64_t *shape) {
-    mg_tensor *t = mg_tensor_alloc_on(NULL, device, nd, shape);
-    ck_assert_ptr_nonnull(t);
-    mg_backend *be = mg_backend_of(t);
-    be->iface->fill(be->context, t, 12345.0f);
-    return t;
-}
-
-/* max |a - b| / max |b|; NaN and inf must match exactly */
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double scale = 0, worst = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (isfinite(b[i]) && fabs(b[i]) > scale) scale = fabs(b[i]);
-    if (scale == 0) scale = 1;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(b[i]) || isinf(b[i])) {
-            if (!(isnan(b[i]) ? isnan(a[i]) : a[i] == b[i])) return INFINITY;
-            continue;
-        }
-        double e = fabs((double)a[i] - (double)b[i]) / scale;
-        if (!(e <= worst)) worst = e;
-    }
-    return worst;
-}
-
-/* device result d against host result h */
-static void expect(const char *kernel, const mg_tensor *d, const mg_tensor *h, double tol) {
-    mg_assert_all(d->numel == h->numel, "%s: %lld vs %lld elements", kernel, (long long)d->numel,
-                  (long long)h->numel);
-    mg_tensor *got = to_cpu(d);
-    double e = rel_err(got->data, h->data, h->numel);
-    note(kernel, e, tol);
-    mg_assert_all(e <= tol, "%s: max relative error %.3g above %.1g", kernel, e, tol);
-    mg_tensor_free(got);
-}
-
-static void expect_synced(void) {
-    int rc = mg_cuda_synchronize();
-    mg_assert_all(rc == MG_OK, "CUDA error: %s", mg_last_error());
-}
-
-#define TOL_EXACT 0.0   /* moves and copies */
-#define TOL_ARITH 1e-6  /* one rounding, maybe fused */
-#define TOL_MATH 1e-5   /* expf, tanhf, logf: a few ulps */
-#define TOL_SUM 1e-5    /* sums in another order */
-#define TOL_GEMM 1e-5   /* fp32 GEMM, another blocking */
+ * and exits 77. Ranks on one node may share a GPU here. */
+#include "test_cuda.h"
 
 /* ---- gemm --------------------------------------------------------------------------- */
 
@@ -164,18 +30,21 @@ static void gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t
     mg_tensor_free(da), mg_tensor_free(db), mg_tensor_free(dc);
 }
 
+/* every (M, N, K) of sizes, each transpose combination, padded or not, beta 0 and 0.5 */
+static void gemm_cases(const int64_t (*sizes)[3], size_t n, const char *name, double tol) {
+    for (int combo = 0; combo < 4; combo++)
+        for (size_t s = 0; s < n; s++)
+            for (int64_t pad = 0; pad <= 3; pad += 3)
+                for (int b = 0; b < 2; b++)
+                    gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad,
+                              b ? 0.5f : 0.0f, name, tol);
+}
+
 START_TEST(test_gemm) {
     static const int64_t sizes[][3] = {{1, 1, 1},    {3, 5, 7},     {0, 4, 3},    {4, 0, 3},
                                        {4, 3, 0},    {17, 33, 65},  {64, 1, 128}, {1, 70, 1},
                                        {128, 96, 257}, {256, 512, 384}};
-    for (int combo = 0; combo < 4; combo++)
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            for (int64_t pad = 0; pad <= 3; pad += 3) {
-                gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad, 0.0f,
-                          "gemm", TOL_GEMM);
-                gemm_case(combo & 1, combo >> 1, sizes[s][0], sizes[s][1], sizes[s][2], pad, 0.5f,
-                          "gemm", TOL_GEMM);
-            }
+    gemm_cases(sizes, sizeof sizes / sizeof sizes[0], "gemm", TOL_GEMM);
     expect_synced();
 }
 END_TEST
@@ -190,8 +59,41 @@ START_TEST(test_gemm_tf32) {
 }
 END_TEST
 
+/* bf16 mode: the GPU rounds with __float2bfloat16_rn, the CPU with
+ * mg_bf16_round (both to nearest, ties to even): the same products, summed in
+ * another order. The GPU's result must also be far nearer the CPU's bf16 one
+ * than the fp32 one (the rounding happened on both). */
+START_TEST(test_gemm_bf16) {
+    static const int64_t sizes[][3] = {{1, 1, 1},     {3, 5, 7},      {4, 3, 0},   {17, 33, 65},
+                                       {64, 1, 128},  {128, 96, 257}, {256, 512, 384}};
+    mg_backend_set_gemm_bf16(1);
+    gemm_cases(sizes, sizeof sizes / sizeof sizes[0], "gemm (bf16)", TOL_BF16);
+    int64_t m = 256, n = 192, k = 1024, na = m * k, nb = k * n, nc = m * n;
+    mg_tensor *a = host_rand(1, &na, 41), *b = host_rand(1, &nb, 42);
+    mg_tensor *c16 = host(1, &nc), *c32 = host(1, &nc), *dc = junk_on(MG_DEVICE_CUDA, 1, &nc);
+    mg_tensor *da = to_gpu(a), *db = to_gpu(b);
+    GPU->iface->gemm(GPU->context, false, false, m, n, k, 1.0f, da->data, k, db->data, n, 0.0f,
+                     dc->data, n);
+    CPU->iface->gemm(CPU->context, false, false, m, n, k, 1.0f, a->data, k, b->data, n, 0.0f,
+                     c16->data, n);
+    mg_backend_set_gemm_bf16(0);
+    CPU->iface->gemm(CPU->context, false, false, m, n, k, 1.0f, a->data, k, b->data, n, 0.0f,
+                     c32->data, n);
+    mg_tensor *got = to_cpu(dc);
+    double e16 = rel_err(got->data, c16->data, nc), e32 = rel_err(got->data, c32->data, nc);
+    mg_assert_all(e32 > 10 * e16 && e32 > 1e-4,
+                  "bf16 GEMM on the GPU: %.3g from the CPU's bf16, %.3g from its fp32", e16, e32);
+    mg_tensor_free(a), mg_tensor_free(b), mg_tensor_free(c16), mg_tensor_free(c32);
+    mg_tensor_free(dc), mg_tensor_free(da), mg_tensor_free(db), mg_tensor_free(got);
+    expect_synced();
+}
+END_TEST
+
+/* _i: 0 fp32, 1 bf16 mode */
 START_TEST(test_gemm_batched) {
     int64_t batch = 5, m = 24, n = 20, k = 36;
+    const char *name = _i ? "gemm_batched (bf16)" : "gemm_batched";
+    mg_backend_set_gemm_bf16(_i);
     for (int combo = 0; combo < 4; combo++)
         for (int shared_b = 0; shared_b < 2; shared_b++) {
             bool ta = combo & 1, tb = combo >> 1;
@@ -204,16 +106,17 @@ START_TEST(test_gemm_batched) {
                                      b->data, ldb, sb, 1.0f, c->data, ldc, m * n, batch);
             GPU->iface->gemm_batched(GPU->context, ta, tb, m, n, k, 2.0f, da->data, lda, m * k,
                                      db->data, ldb, sb, 1.0f, dc->data, ldc, m * n, batch);
-            expect("gemm_batched", dc, c, TOL_GEMM);
+            expect(name, dc, c, _i ? TOL_BF16 : TOL_GEMM);
             /* k = 0: C = beta C in every entry */
             CPU->iface->gemm_batched(CPU->context, ta, tb, m, n, 0, 2.0f, a->data, lda, m * k,
                                      b->data, ldb, sb, 0.5f, c->data, ldc, m * n, batch);
             GPU->iface->gemm_batched(GPU->context, ta, tb, m, n, 0, 2.0f, da->data, lda, m * k,
                                      db->data, ldb, sb, 0.5f, dc->data, ldc, m * n, batch);
-            expect("gemm_batched", dc, c, TOL_EXACT);
+            expect(name, dc, c, TOL_EXACT);
             mg_tensor_free(a), mg_tensor_free(b), mg_tensor_free(c);
             mg_tensor_free(da), mg_tensor_free(db), mg_tensor_free(dc);
         }
+    mg_backend_set_gemm_bf16(0);
     expect_synced();
 }
 END_TEST
@@ -570,284 +473,27 @@ START_TEST(test_backend_basics) {
 }
 END_TEST
 
-/* ---- ops on both devices ---------------------------------------------------------------------- */
-
-enum { NCASES = 4, MAX_LEAVES = 4 };
-
-typedef struct {
-    double loss;
-    int nleaves;
-    mg_tensor *grad[MAX_LEAVES]; /* host, full */
-} op_result;
-
-static mg_dtensor *leaf(const mg_mesh *mesh, int nd, const int64_t *shape, uint64_t seed,
-                        mg_placement p, int grad) {
-    mg_tensor *h = mg_tensor_new(nd, shape);
-    mg_test_fill(mg_tensor_data(h), mg_tensor_numel(h), seed);
-    mg_dtensor *t = mg_distribute(mesh, h, &p, 1);
-    mg_tensor_free(h);
-    ck_assert_msg(t != NULL, "distribute: %s", mg_last_error());
-    if (grad) mg_set_requires_grad(t, 1);
-    return t;
-}
-
-/* one small model per case; loss and leaf gradients on the current device */
-static void run_case(int which, op_result *r) {
-    int world = mg_world_size();
-    mg_mesh *mesh = mg_mesh_new(1, &world);
-    ck_assert_msg(mesh != NULL, "mesh: %s", mg_last_error());
-    mg_placement R = MG_REPLICATE, S0 = MG_SHARD(0);
-    mg_dtensor *leaves[MAX_LEAVES] = {0}, *extra = NULL, *loss = NULL;
-    int n = 0;
-    if (which == 0) { /* cross_entropy(linear(x, w, b), labels) */
-        leaves[n++] = leaf(mesh, 2, (int64_t[]){8, 16}, 1, S0, 1);
-        leaves[n++] = leaf(mesh, 2, (int64_t[]){12, 16}, 2, R, 1);
-        leaves[n++] = leaf(mesh, 1, (int64_t[]){12}, 3, R, 1);
-        mg_tensor *lh = mg_tensor_new(1, (int64_t[]){8});
-        for (int i = 0; i < 8; i++) mg_tensor_data(lh)[i] = (float)((i * 5) % 12);
-        extra = mg_distribute(mesh, lh, &S0, 1);
-        mg_tensor_free(lh);
-        loss = mg_cross_entropy(mg_linear(leaves[0], leaves[1], leaves[2]), extra);
-    } else if (which == 1) { /* mse(matmul(gelu(linear(x, w)) as (2, 4, 12), v), t) */
-        leaves[n++] = leaf(mesh, 2, (int64_t[]){8, 16}, 4, S0, 1);
-        leaves[n++] = leaf(mesh, 2, (int64_t[]){12, 16}, 5, S0, 1);
-        leaves[n++] = leaf(mesh, 2, (int64_t[]){12, 6}, 6, R, 1);
-        extra = leaf(mesh, 3, (int64_t[]){2, 4, 6}, 7, S0, 0);
-        mg_dtensor *h = mg_gelu(mg_linear(leaves[0], leaves[1], NULL));
-        mg_dtensor *y = mg_matmul(mg_reshape(h, 3, (int64_t[]){2, 4, 12}), leaves[2]);
-        loss = mg_mse_loss(y, extra);
-    } else if (which == 2) { /* mean(relu(p * expand(sum(p, 2)))), p = permute(a) */
-        leaves[n++] = leaf(mesh, 3, (int64_t[]){4, 6, 5}, 8, S0, 1);
-        mg_dtensor *p = mg_permute(leaves[0], (int[]){2, 0, 1}); /* (5, 4, 6) */
-        mg_dtensor *s = mg_sum_dims(p, 1, (int[]){2}, 1);          /* (5, 4, 1) */
-        mg_dtensor *e = mg_expand(s, 3, (int64_t[]){5, 4, 6});
-        loss = mg_mean(mg_relu(mg_mul(p, e)));
-    } else { /* sum(scale(redistribute(x S(0) -> R) + matmul(a, b) batched, 2)) */
-        leaves[n++] = leaf(mesh, 3, (int64_t[]){4, 3, 5}, 9, S0, 1);
-        leaves[n++] = leaf(mesh, 3, (int64_t[]){4, 5, 2}, 10, S0, 1);
-        leaves[n++] = leaf(mesh, 3, (int64_t[]){4, 3, 2}, 11, S0, 1);
-        mg_dtensor *c = mg_matmul(leaves[0], leaves[1]);
-        mg_dtensor *d = mg_redistribute(leaves[2], &R, 1);
-        loss = mg_sum(mg_scale(mg_sub(c, d), 2.0f));
-    }
-    ck_assert_msg(loss != NULL, "case %d forward: %s", which, mg_last_error());
-    ck_assert_int_eq(mg_backward(loss), MG_OK);
-    mg_tensor *lf = mg_full_tensor(loss);
-    ck_assert_ptr_nonnull(lf);
-    ck_assert_int_eq(lf->device, MG_DEVICE_CPU);
-    r->loss = lf->data[0];
-    mg_tensor_free(lf);
-    r->nleaves = n;
-    for (int i = 0; i < n; i++) {
-        mg_dtensor *g = mg_grad(leaves[i]);
-        ck_assert_msg(g != NULL, "case %d: leaf %d has no gradient", which, i);
-        ck_assert_int_eq(g->local->device, mg_get_device());
-        r->grad[i] = mg_full_tensor(g);
-        ck_assert_ptr_nonnull(r->grad[i]);
-    }
-    mg_step_end();
-    for (int i = 0; i < n; i++) mg_dtensor_free(leaves[i]);
-    mg_dtensor_free(extra);
-    mg_mesh_free(mesh);
-}
-
-START_TEST(test_ops_both_devices) {
-    for (int which = 0; which < NCASES; which++) {
-        op_result cpu, gpu;
-        ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
-        run_case(which, &cpu);
-        mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-        run_case(which, &gpu);
-        expect_synced();
-        ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
-        char name[40];
-        snprintf(name, sizeof name, "ops case %d loss", which);
-        double e = fabs(gpu.loss - cpu.loss) / (fabs(cpu.loss) > 1e-6 ? fabs(cpu.loss) : 1.0);
-        note(name, e, 1e-4);
-        mg_assert_all(e <= 1e-4, "%s: cuda %.9g cpu %.9g", name, gpu.loss, cpu.loss);
-        for (int i = 0; i < cpu.nleaves; i++) {
-            snprintf(name, sizeof name, "ops case %d grad", which);
-            double ge = rel_err(gpu.grad[i]->data, cpu.grad[i]->data, cpu.grad[i]->numel);
-            note(name, ge, 1e-4);
-            mg_assert_all(ge <= 1e-4, "%s %d: max relative error %.3g", name, i, ge);
-            mg_tensor_free(cpu.grad[i]);
-            mg_tensor_free(gpu.grad[i]);
-        }
-    }
-}
-END_TEST
-
-/* Labels out of range fail on the device too: the bad-label count reaches every
- * rank through the NCCL comm's MPI fallback for host buffers. */
-START_TEST(test_bad_labels_on_device) {
-    mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-    int world = mg_world_size();
-    mg_mesh *mesh = mg_mesh_new(1, &world);
-    ck_assert_ptr_nonnull(mesh);
-    ck_assert_str_eq(mesh->world->iface->name, "nccl");
-    mg_placement S0 = MG_SHARD(0);
-    mg_dtensor *x = leaf(mesh, 2, (int64_t[]){8, 4}, 12, S0, 0);
-    mg_tensor *lh = mg_tensor_new(1, (int64_t[]){8});
-    mg_tensor_data(lh)[7] = 9; /* one bad row */
-    mg_dtensor *labels = mg_distribute(mesh, lh, &S0, 1);
-    mg_tensor_free(lh);
-    mg_dtensor *loss = mg_cross_entropy(x, labels);
-    mg_assert_all(loss == NULL && mg_last_code() == MG_EINVAL, "bad labels accepted: %s",
-                  mg_last_error());
-    mg_step_end();
-    mg_dtensor_free(x), mg_dtensor_free(labels);
-    mg_mesh_free(mesh);
-    ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
-}
-END_TEST
-
-/* NCCL collectives on device buffers, and host buffers through MPI. */
-START_TEST(test_nccl_collectives) {
-    mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-    int world = mg_world_size(), rank = mg_rank();
-    mg_mesh *mesh = mg_mesh_new(1, &world);
-    ck_assert_ptr_nonnull(mesh);
-    mg_comm *c = mesh->dim_comm[0];
-    ck_assert_str_eq(c->iface->name, "nccl");
-    int64_t n = 1001, kn = n * world;
-    mg_tensor *h = host(1, &kn), *want = host(1, &kn);
-    /* all_reduce sum / avg / max */
-    for (int op = 0; op < 3; op++) {
-        for (int64_t i = 0; i < n; i++) h->data[i] = (float)(rank + 1) * (float)(i % 17);
-        mg_tensor *d = to_gpu(h);
-        ck_assert_int_eq(mg_comm_all_reduce(c, d->data, n, (mg_reduce_op)op), MG_OK);
-        float ranks_sum = world * (world + 1) / 2.0f;
-        for (int64_t i = 0; i < n; i++)
-            want->data[i] = (float)(i % 17) * (op == MG_REDUCE_SUM   ? ranks_sum
-                                               : op == MG_REDUCE_AVG ? ranks_sum / world
-                                                                     : (float)world);
-        mg_tensor *back = to_cpu(d);
-        double e = rel_err(back->data, want->data, n);
-        note("nccl all_reduce", e, 1e-6);
-        mg_assert_all(e <= 1e-6, "all_reduce op %d: error %.3g", op, e);
-        mg_tensor_free(back), mg_tensor_free(d);
-    }
-    /* all_gather, reduce_scatter, all_to_all, broadcast */
-    for (int64_t i = 0; i < kn; i++) h->data[i] = (float)(rank * 100000 + i);
-    mg_tensor *d = to_gpu(h), *dr = junk_on(MG_DEVICE_CUDA, 1, &kn);
-    ck_assert_int_eq(mg_comm_all_gather(c, d->data, n, dr->data), MG_OK);
-    for (int r = 0; r < world; r++)
-        for (int64_t i = 0; i < n; i++) want->data[r * n + i] = (float)(r * 100000 + i);
-    expect("nccl all_gather", dr, want, 0);
-    ck_assert_int_eq(mg_comm_all_to_all(c, d->data, n, dr->data), MG_OK);
-    for (int r = 0; r < world; r++)
-        for (int64_t i = 0; i < n; i++) want->data[r * n + i] = (float)(r * 100000 + rank * n + i);
-    expect("nccl all_to_all", dr, want, 0);
-    ck_assert_int_eq(mg_comm_reduce_scatter(c, d->data, dr->data, n), MG_OK);
-    mg_tensor *got = to_cpu(dr);
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double s = 0;
-        for (int r = 0; r < world; r++) s += (float)(r * 100000 + rank * n + i);
-        double e = fabs(got->data[i] - s) / s;
-        if (e > worst) worst = e;
-    }
-    note("nccl reduce_scatter", worst, 1e-6);
-    mg_assert_all(worst <= 1e-6, "reduce_scatter: error %.3g", worst);
-    mg_tensor_free(got);
-    ck_assert_int_eq(mg_comm_broadcast(c, d->data, n, world - 1), MG_OK);
-    for (int64_t i = 0; i < n; i++) want->data[i] = (float)((world - 1) * 100000 + i);
-    got = to_cpu(d);
-    mg_assert_all(memcmp(got->data, want->data, (size_t)n * sizeof(float)) == 0, "broadcast");
-    mg_tensor_free(got);
-    /* host buffers on an NCCL comm go through MPI */
-    float v = (float)(rank + 1);
-    ck_assert_int_eq(mg_comm_all_reduce(mesh->world, &v, 1, MG_REDUCE_SUM), MG_OK);
-    mg_assert_all(v == world * (world + 1) / 2.0f, "host all_reduce gave %g", v);
-    /* one host and one device buffer: refused */
-    ck_assert_int_eq(mg_comm_all_gather(c, h->data, n, dr->data), MG_EINVAL);
-    ck_assert_int_eq(mg_comm_barrier(c), MG_OK);
-    mg_tensor_free(d), mg_tensor_free(dr), mg_tensor_free(h), mg_tensor_free(want);
-    mg_mesh_free(mesh);
-    ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
-    expect_synced();
-}
-END_TEST
-
-/* Device shards through every redistribute primitive equal the host tensor. */
-START_TEST(test_redistribute_on_device) {
-    mg_assert_all(mg_set_device(MG_DEVICE_CUDA) == MG_OK, "mg_set_device: %s", mg_last_error());
-    int world = mg_world_size();
-    mg_mesh *mesh = mg_mesh_new(1, &world);
-    ck_assert_ptr_nonnull(mesh);
-    int64_t shape[3] = {5, 7, 3}; /* uneven on 2 and 4 ranks */
-    mg_tensor *full = host_rand(3, shape, 50);
-    mg_placement ps[5] = {MG_SHARD(0), MG_SHARD(1), MG_SHARD(2), MG_REPLICATE, MG_PARTIAL_SUM};
-    for (int a = 0; a < 5; a++)
-        for (int b = 0; b < 5; b++) {
-            mg_dtensor *x = mg_distribute(mesh, full, &ps[a], 1);
-            ck_assert_ptr_nonnull(x);
-            ck_assert_int_eq(x->local->device, MG_DEVICE_CUDA);
-            mg_dtensor *y = mg_redistribute(x, &ps[b], 1);
-            ck_assert_msg(y != NULL, "redistribute %d -> %d: %s", a, b, mg_last_error());
-            ck_assert_int_eq(y->local->device, MG_DEVICE_CUDA);
-            mg_tensor *back = mg_full_tensor(y);
-            ck_assert_ptr_nonnull(back);
-            ck_assert_int_eq(back->device, MG_DEVICE_CPU);
-            double e = rel_err(back->data, full->data, full->numel);
-            note("redistribute (device)", e, 1e-6);
-            mg_assert_all(e <= 1e-6, "redistribute %d -> %d: error %.3g", a, b, e);
-            mg_tensor_free(back);
-            mg_step_end();
-            mg_dtensor_free(x);
-        }
-    /* mg_from_local takes a host block and keeps a device copy */
-    mg_placement s0 = MG_SHARD(0);
-    mg_dtensor *x = mg_distribute(mesh, full, &s0, 1);
-    mg_tensor *hl = to_cpu(x->local);
-    mg_dtensor *z = mg_from_local(mesh, hl, &s0, 1, 3, shape);
-    ck_assert_ptr_nonnull(z);
-    ck_assert_int_eq(z->local->device, MG_DEVICE_CUDA);
-    mg_tensor *back = mg_full_tensor(z);
-    mg_assert_all(rel_err(back->data, full->data, full->numel) == 0, "from_local round trip");
-    mg_tensor_free(back), mg_tensor_free(hl), mg_tensor_free(full);
-    mg_dtensor_free(x), mg_dtensor_free(z);
-    mg_mesh_free(mesh);
-    ck_assert_int_eq(mg_set_device(MG_DEVICE_CPU), MG_OK);
-    expect_synced();
-}
-END_TEST
-
 /* ---- main ----------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
     if (mg_init(&argc, &argv) != MG_OK) return 1;
-    int rank = mg_rank();
-    int count = mg_cuda_device_count(), fewest = count;
-    MPI_Allreduce(&count, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (fewest == 0) {
-        if (rank == 0) printf("no CUDA device: skipping\n");
+    if (cuda_test_gpus() == 0) {
+        if (mg_rank() == 0) printf("no CUDA device: skipping\n");
         mg_finalize();
         return 77;
     }
-    /* the kernel suite runs on this rank's GPU even when ranks share one */
-    MPI_Comm node;
-    int local = 0, local_size = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_size(node, &local_size);
-    MPI_Comm_free(&node);
-    int rc = mg_cuda_backend_init(local % count);
-    if (rc != MG_OK) fprintf(stderr, "rank %d: %s\n", rank, mg_last_error());
-    if (!mg_test_agree(rc == MG_OK)) {
+    int one_gpu_each = 0;
+    if (!cuda_test_start(&one_gpu_each)) {
         mg_finalize();
         return 1;
     }
-    CPU = mg_backend_cpu();
-    GPU = mg_backend_cuda();
-    int one_gpu_each = mg_test_agree(local_size <= count);
-
     Suite *s = suite_create("cuda");
     TCase *k = tcase_create("kernels");
     tcase_add_test(k, test_backend_basics);
     tcase_add_test(k, test_gemm);
     tcase_add_test(k, test_gemm_tf32);
-    tcase_add_test(k, test_gemm_batched);
+    tcase_add_test(k, test_gemm_bf16);
+    tcase_add_loop_test(k, test_gemm_batched, 0, 2);
     tcase_add_test(k, test_permute);
     tcase_add_test(k, test_copy_block);
     tcase_add_test(k, test_copy_fill);
@@ -861,17 +507,6 @@ int main(int argc, char **argv) {
     tcase_add_test(k, test_sgd);
     tcase_add_test(k, test_adamw);
     suite_add_tcase(s, k);
-    if (one_gpu_each) {
-        TCase *o = tcase_create("ops");
-        tcase_add_test(o, test_nccl_collectives);
-        tcase_add_test(o, test_redistribute_on_device);
-        tcase_add_test(o, test_bad_labels_on_device);
-        tcase_add_test(o, test_ops_both_devices);
-        suite_add_tcase(s, o);
-    } else if (rank == 0) {
-        printf("ops on CUDA skipped: %d ranks share %d GPU%s on a node (NCCL needs one GPU per "
-               "rank)\n", local_size, count, count == 1 ? "" : "s");
-    }
     int status = mg_test_run_mpi(s);
     print_table();
     mg_finalize();

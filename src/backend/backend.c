@@ -1,8 +1,10 @@
 /* backend.c: what every backend shares: the op name tables (kept in step with
- * the enums by static_assert), mg_backend_of(tensor), and the CPU thread setting.
+ * the enums by static_assert), mg_backend_of(tensor), the bf16 GEMM switch and
+ * the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_backend_of, mg_backend_cuda (a
- * stub returning NULL when built without CUDA), mg_backend_cpu_set_threads,
- * mg_backend_cpu_threads. The CPU kernels live in cpu.c, the CUDA ones in cuda.cu. */
+ * stub returning NULL when built without CUDA), mg_backend_set_gemm_bf16,
+ * mg_backend_gemm_bf16, mg_backend_cpu_set_threads, mg_backend_cpu_threads.
+ * The CPU kernels live in cpu.c, the CUDA ones in cuda.cu. */
 #include "config.h"
 
 #include "backend/backend.h"
@@ -44,6 +46,13 @@ mg_backend *mg_backend_of(const mg_tensor *t) {
     if (t->device == MG_DEVICE_CPU) return mg_backend_cpu();
     return NULL;
 }
+
+/* ---- bf16 GEMMs ---------------------------------------------------------------- */
+
+
+void mg_backend_set_gemm_bf16(int on) { mg_ctx()->gemm_bf16 = on ? 1 : 0; }
+
+int mg_backend_gemm_bf16(void) { return mg_ctx()->gemm_bf16; }
 
 /* ---- CPU threads --------------------------------------------------------------- */
 

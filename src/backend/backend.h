@@ -4,13 +4,18 @@
  *
  * Exports: struct mg_backend_iface, mg_backend, mg_backend_cpu(),
  * mg_backend_cuda() (NULL without CUDA), mg_backend_of(tensor), op enums and
- * their name tables.
+ * their name tables, the bf16 GEMM switch.
  *
  * Conventions:
  * - binary ops broadcast: a and b have out's ndim, each dim equal to out's or 1.
  * - reduce ops: out has x's ndim, each dim equal to x's (kept) or 1 (reduced).
  * - gemm is row-major: C(M,N) = alpha * op(A) op(B) + beta * C, op = transpose
- *   when the flag is set; lda/ldb/ldc are row strides of the stored matrices. */
+ *   when the flag is set; lda/ldb/ldc are row strides of the stored matrices.
+ * - bf16 GEMMs (mg_backend_set_gemm_bf16): while on, gemm and gemm_batched of
+ *   every backend round A and B to bfloat16 (round to nearest even) and sum the
+ *   products in fp32; C, alpha and beta stay fp32 (as do weights and optimizer
+ *   state). A product of two bf16 values is exact in fp32, so backends differ
+ *   only in the order of the sums. */
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
@@ -109,6 +114,17 @@ typedef struct mg_backend {
 mg_backend *mg_backend_cpu(void);
 mg_backend *mg_backend_cuda(void); /* NULL when built without CUDA or no GPU */
 mg_backend *mg_backend_of(const mg_tensor *t);
+
+/* bf16 GEMM inputs for the whole process (off by default: plain fp32); applies
+ * from the next GEMM, on every device (backend.c). */
+void mg_backend_set_gemm_bf16(int on);
+int mg_backend_gemm_bf16(void);
+/* Elements from the first to the last that a GEMM reads of `batch` stored
+ * (rows, cols) matrices, rows `ld` apart, matrices `stride` apart (all > 0). */
+static inline int64_t mg_gemm_span(int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                                   int64_t batch) {
+    return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
 
 /* CPU threading: 0 = default (cores / local ranks). */
 void mg_backend_cpu_set_threads(int threads);

@@ -1,9 +1,11 @@
 /* cpu.c: the CPU backend: every kernel of backend.h on host memory.
  * Matrix work goes to OpenBLAS (cblas_sgemm, row-major, transpose flags, never a
  * transposed copy); big elementwise loops use OpenMP (only past PAR_MIN elements,
- * so small tensors pay nothing). Sums accumulate in double.
+ * so small tensors pay nothing). Sums accumulate in double. In bf16 mode
+ * (backend.h) the GEMMs multiply inputs rounded by cpu_bf16.c.
  * Exports: mg_backend_cpu(). */
 #include "backend/backend.h"
+#include "backend/cpu_bf16.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -34,10 +36,9 @@ static void cpu_memcpy(void *ctx, float *dst, const float *src, int64_t n) {
 /* ---- matrix work -------------------------------------------------------------- */
 
 /* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */
-static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                     float beta, float *c, int64_t ldc) {
-    (void)ctx;
+static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* empty contraction: C = beta C (beta 0 overwrites, as BLAS does) */
         for (int64_t i = 0; i < m; i++)
@@ -50,13 +51,30 @@ static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n
                 (int)ldb, beta, c, (int)ldc);
 }
 
+/* fp32, or bf16 inputs (backend.h): the inputs rounded once for the whole
+ * batch, or, when the rounded copies cannot be made, as they are read (slow) */
 static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
                              int64_t k, float alpha, const float *a, int64_t lda, int64_t stride_a,
                              const float *b, int64_t ldb, int64_t stride_b, float beta, float *c,
                              int64_t ldc, int64_t stride_c, int64_t batch) {
-    for (int64_t i = 0; i < batch; i++)
-        cpu_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                 ldb, beta, c + i * stride_c, ldc);
+    (void)ctx;
+    bool bf16 = mg_backend_gemm_bf16() && m > 0 && n > 0 && k > 0 && batch > 0;
+    bool slow = bf16 && mg_cpu_bf16_round_inputs(trans_a, trans_b, m, n, k, &a, lda, stride_a, &b,
+                                                 ldb, stride_b, batch) != 0;
+    for (int64_t i = 0; i < batch; i++) {
+        const float *ai = a + i * stride_a, *bi = b + i * stride_b;
+        float *ci = c + i * stride_c;
+        if (slow)
+            mg_cpu_bf16_gemm_loop(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+        else
+            sgemm(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+    }
+}
+
+static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     float beta, float *c, int64_t ldc) {
+    cpu_gemm_batched(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
 }
 
 /* ---- layout ------------------------------------------------------------------- */

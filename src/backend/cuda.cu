@@ -19,7 +19,7 @@
  * touches ~145 MB when loaded).
  *
  * Exports: mg_backend_cuda, mg_cuda_backend_init, mg_cuda_device_count,
- * mg_cuda_device, mg_cuda_synchronize, mg_cuda_stream, mg_cuda_is_device_pointer
+ * mg_cuda_describe, mg_cuda_device, mg_cuda_synchronize, mg_cuda_stream, mg_cuda_is_device_pointer
  * (device.h); mg_cu, mg_cu_keep_error (cuda_internal.h). */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -123,6 +123,28 @@ extern "C" int mg_cuda_device_count(void) {
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
         cudaGetLastError(); /* no driver or no device: not an error of ours */
         return 0;
+    }
+    return count;
+}
+
+extern "C" int mg_cuda_describe(char *out, size_t len) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        snprintf(out, len, "no device visible (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    int n = snprintf(out, len, "%d device%s visible", count, count == 1 ? "" : "s");
+    for (int d = 0; d < count && n > 0 && (size_t)n < len; d++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        n += snprintf(out + n, len - (size_t)n, "%s %d: %s (sm_%d%d, %.0f GiB)", d ? ";" : ":", d,
+                      p.name, p.major, p.minor, (double)p.totalGlobalMem / (1 << 30));
     }
     return count;
 }

@@ -9,12 +9,16 @@
  *
  * Row-major GEMMs go to cuBLAS (column-major) through C^T = op(B)^T op(A)^T: the
  * operands swap, the transpose flags stay, no transposed copies. TF32
- * tensor-core math only when asked (mg_backend_cuda_set_tf32). The handle is
- * bound to the backend's stream.
+ * tensor-core math only when asked (mg_backend_cuda_set_tf32). In bf16 mode
+ * (mg_backend_set_gemm_bf16) A and B are rounded to bf16 (__float2bfloat16_rn:
+ * to nearest, ties to even, as cpu_bf16.c) into two reused device buffers and
+ * multiplied by cublasGemmStridedBatchedEx with fp32 compute into fp32 C. The
+ * handle is bound to the backend's stream.
  *
  * Exports: mg_backend_cuda_set_tf32, mg_backend_cuda_tf32 (device.h);
  * mg_cu_blas_open, mg_cu_blas_iface (cuda_internal.h). */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <dlfcn.h>
 #include <stddef.h>
 
@@ -44,7 +48,8 @@ extern "C" {
     X(set_math_mode, cublasSetMathMode)                                                  \
     X(status_string, cublasGetStatusString)                                              \
     X(sgemm, cublasSgemm_64)                                                             \
-    X(sgemm_strided_batched, cublasSgemmStridedBatched_64)
+    X(sgemm_strided_batched, cublasSgemmStridedBatched_64)                               \
+    X(gemm_strided_batched_ex, cublasGemmStridedBatchedEx_64)
 
 /* cuBLAS's entry points, looked up once: like the library they come from, they
  * belong to the process. */
@@ -145,6 +150,58 @@ static void scale_matrices(float *c, int64_t m, int64_t n, int64_t ldc, int64_t 
     LAUNCHED("scale kernel");
 }
 
+/* ---- bf16 inputs ---------------------------------------------------------------- */
+
+/* The bf16 copies of A and B: device buffers grown when a GEMM needs more,
+ * never shrunk, kept for the process (no allocation once the step is warm).
+ * Every use is on the one compute stream, so reuse is ordered. */
+static struct {
+    __nv_bfloat16 *data;
+    int64_t cap;
+} bf16_scratch[2];
+
+__global__ void k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n) {
+    FOR_EACH(i, n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+/* x[0, n) rounded into scratch buffer `which`; NULL after an error (kept) */
+static const __nv_bfloat16 *to_bf16(int which, const float *x, int64_t n) {
+    if (n > bf16_scratch[which].cap) {
+        int64_t cap = n + n / 4; /* room, so a slightly larger GEMM does not grow it again */
+        void *p = NULL;
+        if (!cuda_ok("cudaMalloc (bf16 GEMM inputs)", cudaMalloc(&p, (size_t)cap * 2))) {
+            cudaGetLastError(); /* out of memory is not sticky */
+            return NULL;
+        }
+        if (bf16_scratch[which].data) cuda_ok("cudaFree", cudaFree(bf16_scratch[which].data));
+        bf16_scratch[which].data = (__nv_bfloat16 *)p;
+        bf16_scratch[which].cap = cap;
+    }
+    k_to_bf16<<<grid_for(n), THREADS, 0, mg_cu.stream>>>(x, bf16_scratch[which].data, n);
+    return LAUNCHED("bf16 rounding kernel") ? bf16_scratch[which].data : NULL;
+}
+
+/* The GEMMs below in bf16 mode (m, n, k, batch > 0): cuBLAS takes the swapped
+ * operands as for sgemm. */
+static void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
+                      int64_t stride_b, float beta, float *c, int64_t ldc, int64_t stride_c,
+                      int64_t batch) {
+    // A is stored (M, K), or (K, M) when transposed; B (K, N), or (N, K)
+    const __nv_bfloat16 *a16 =
+        to_bf16(0, a, mg_gemm_span(trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch));
+    const __nv_bfloat16 *b16 =
+        to_bf16(1, b, mg_gemm_span(trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch));
+    if (!a16 || !b16) return;
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    blas_ok("cublasGemmStridedBatchedEx (bf16)",
+            blas.gemm_strided_batched_ex(handle(), op_b, op_a, n, m, k, &alpha, b16, CUDA_R_16BF,
+                                         ldb, stride_b, a16, CUDA_R_16BF, lda, stride_a, &beta, c,
+                                         CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+}
+
 /* Row-major C(M,N) = alpha op(A) op(B) + beta C is column-major
  * C^T(N,M) = alpha op(B)^T op(A)^T + beta C^T: B first, same flags. */
 static void cuda_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -154,6 +211,10 @@ static void cuda_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t 
     if (m <= 0 || n <= 0) return;
     if (k <= 0) {
         scale_matrices(c, m, n, ldc, 0, 1, beta);
+        return;
+    }
+    if (mg_backend_gemm_bf16()) {
+        gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
         return;
     }
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -171,6 +232,11 @@ static void cuda_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, 
     if (m <= 0 || n <= 0 || batch <= 0) return;
     if (k <= 0) {
         scale_matrices(c, m, n, ldc, stride_c, batch, beta);
+        return;
+    }
+    if (mg_backend_gemm_bf16()) {
+        gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                  ldc, stride_c, batch);
         return;
     }
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -76,6 +76,10 @@ int mg_cuda_backend_init(int device) {
     return no_cuda("mg_cuda_backend_init");
 }
 int mg_cuda_device_count(void) { return 0; }
+int mg_cuda_describe(char *out, size_t len) {
+    snprintf(out, len, "none: this meshgrad was built without CUDA");
+    return 0;
+}
 int mg_cuda_device(void) { return -1; }
 void mg_backend_cuda_set_tf32(int on) { (void)on; }
 int mg_backend_cuda_tf32(void) { return 0; }

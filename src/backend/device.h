@@ -8,11 +8,13 @@
  * queries return 0 / NULL / -1.
  *
  * Exports: mg_tensor_copy_any, mg_tensor_to_device, mg_device_use (device.c);
- * mg_cuda_backend_init, mg_cuda_device_count, mg_cuda_device, mg_backend_cuda_set_tf32,
- * mg_backend_cuda_tf32, mg_cuda_synchronize, mg_cuda_stream,
- * mg_cuda_is_device_pointer (cuda.cu). */
+ * mg_cuda_backend_init, mg_cuda_device_count, mg_cuda_describe, mg_cuda_device,
+ * mg_backend_cuda_set_tf32, mg_backend_cuda_tf32, mg_cuda_synchronize,
+ * mg_cuda_stream, mg_cuda_is_device_pointer (cuda.cu). */
 #ifndef MG_BACKEND_DEVICE_H
 #define MG_BACKEND_DEVICE_H
+
+#include <stddef.h>
 
 #include "arena.h"
 #include "tensor.h"
@@ -35,6 +37,10 @@ int mg_device_use(int device);
  * process (again on the same device: MG_OK; on another: MG_EDEVICE). */
 int mg_cuda_backend_init(int device);
 int mg_cuda_device_count(void); /* GPUs this process sees; 0 without driver or GPU */
+/* CUDA builds only (no stub; needs no MPI): the GPUs this process sees, as
+ * "1 device visible: 0: NAME (sm_90, 140 GiB)", or when none, why ("no device
+ * visible (cudaGetDeviceCount: ...)"), in out[len]. Returns their number. */
+int mg_cuda_describe(char *out, size_t len);
 int mg_cuda_device(void);       /* the backend's device; -1 before mg_cuda_backend_init */
 /* TF32 tensor-core math for the GEMMs (off by default: plain fp32). May be
  * called before the backend exists; applies from the next GEMM. */

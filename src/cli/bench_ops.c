@@ -3,6 +3,8 @@
  *   linear  mg_linear forward + backward GFLOP/s next to raw cblas_sgemm on the
  *           same three GEMMs (y = x w^T, dx = dy w, dw = dy^T x); with
  *           --device cuda, on the GPU next to raw cuBLAS (--tf32: TF32 math).
+ *           --dtype bf16: bf16 GEMM inputs (backend.h); the raw GEMMs are then
+ *           the backend's, which round the fp32 inputs first, as mg_linear does.
  *   step    an MLP training step (ReLU, MSE, SGD with momentum) on any mesh and plan: the
  *           median step time after warm-up, and of its forward, backward and
  *           optimizer parts (each the slowest rank's), GFLOP/s and the largest
@@ -67,10 +69,26 @@ static int parse_device(const char *s, int *device) {
     return 0;
 }
 
-/* The device for the benchmark (before any mesh): 0, or 1 with the error set. */
-static int use_device(int device, int tf32) {
+/* --dtype fp32|bf16: 1 for bf16 GEMM inputs */
+static int parse_dtype(const char *s, int *bf16) {
+    if (strcmp(s, "fp32") == 0) *bf16 = 0;
+    else if (strcmp(s, "bf16") == 0) *bf16 = 1;
+    else return -1;
+    return 0;
+}
+
+/* The device and GEMM math for the benchmark (before any mesh): 0, or 1 with
+ * the error set. */
+static int use_device(int device, int tf32, int bf16) {
     if (tf32) mg_backend_cuda_set_tf32(1);
+    mg_backend_set_gemm_bf16(bf16);
     return device != MG_DEVICE_CPU && mg_set_device(device) != MG_OK;
+}
+
+/* "fp32", "tf32" or "bf16": the math the GEMMs used */
+static const char *gemm_math(int device) {
+    if (mg_backend_gemm_bf16()) return "bf16";
+    return device == MG_DEVICE_CUDA && mg_backend_cuda_tf32() ? "tf32" : "fp32";
 }
 
 static int parse_i64(const char *s, int64_t *out) {
@@ -85,20 +103,21 @@ static int parse_i64(const char *s, int64_t *out) {
 
 int mg_cli_bench_linear(int argc, char **argv) {
     const char *usage = "linear [--m M] [--k K] [--n N] [--iters I] [--threads T] "
-                        "[--device cpu|cuda] [--tf32]";
+                        "[--device cpu|cuda] [--tf32] [--dtype fp32|bf16]";
     int64_t m = 256, k = 1024, n = 4096, iters = 10, threads = 0;
-    int device = MG_DEVICE_CPU, tf32 = 0;
+    int device = MG_DEVICE_CPU, tf32 = 0, bf16 = 0;
     static const struct option opts[] = {{"m", 1, 0, 'm'},     {"k", 1, 0, 'k'},
                                          {"n", 1, 0, 'n'},     {"iters", 1, 0, 'i'},
                                          {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},
                                          {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'},
-                                         {0, 0, 0, 0}};
+                                         {"dtype", 1, 0, 'y'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'd' || c == 'f') {
+        if (c == 'd' || c == 'f' || c == 'y') {
             if (c == 'f') tf32 = 1;
-            else if (parse_device(optarg, &device)) return usage_error("linear", usage);
+            else if (c == 'd' ? parse_device(optarg, &device) : parse_dtype(optarg, &bf16))
+                return usage_error("linear", usage);
             continue;
         }
         int64_t *dst = c == 'm' ? &m : c == 'k' ? &k : c == 'n' ? &n : c == 'i' ? &iters
@@ -111,7 +130,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
     }
     if (optind < argc) return usage_error("linear", usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
-    if (use_device(device, tf32)) return 1;
+    if (use_device(device, tf32, bf16)) return 1;
     int world = mg_world_size();
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return 1;
@@ -140,7 +159,9 @@ int mg_cli_bench_linear(int argc, char **argv) {
     float *Y = malloc(sizeof(float) * m * n), *DX = malloc(sizeof(float) * m * k),
           *DW = malloc(sizeof(float) * n * k);
     mg_backend *gpu = device == MG_DEVICE_CUDA ? mg_backend_cuda() : NULL;
-    float *dev[3] = {NULL, NULL, NULL}; /* on the GPU: cuBLAS through the backend */
+    /* through the backend: cuBLAS on the GPU, and the CPU's bf16 GEMM */
+    mg_backend *be = gpu ? gpu : bf16 ? mg_backend_cpu() : NULL;
+    float *dev[3] = {Y, DX, DW};
     if (gpu) {
         X = mg_local(x)->data;
         W = mg_local(w)->data;
@@ -151,11 +172,11 @@ int mg_cli_bench_linear(int argc, char **argv) {
     }
     for (int64_t it = -2; it < iters; it++) {
         double t0 = now();
-        if (gpu) {
-            const struct mg_backend_iface *f = gpu->iface;
-            f->gemm(gpu->context, false, true, m, n, k, 1, X, k, W, k, 0, dev[0], n);
-            f->gemm(gpu->context, false, false, m, k, n, 1, dev[0], n, W, k, 0, dev[1], k);
-            f->gemm(gpu->context, true, false, n, k, m, 1, dev[0], n, X, k, 0, dev[2], k);
+        if (be) {
+            const struct mg_backend_iface *f = be->iface;
+            f->gemm(be->context, false, true, m, n, k, 1, X, k, W, k, 0, dev[0], n);
+            f->gemm(be->context, false, false, m, k, n, 1, dev[0], n, W, k, 0, dev[1], k);
+            f->gemm(be->context, true, false, n, k, m, 1, dev[0], n, X, k, 0, dev[2], k);
             if (mg_device_synchronize() != MG_OK) return 1;
         } else {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1, X, k, W, k, 0, Y, n);
@@ -164,25 +185,27 @@ int mg_cli_bench_linear(int argc, char **argv) {
         }
         if (it >= 0) t_blas[it] = now() - t0;
     }
-    for (int i = 0; i < 3; i++)
-        if (dev[i]) gpu->iface->free(gpu->context, dev[i]);
-    const char *raw = gpu ? (mg_backend_cuda_tf32() ? "raw cuBLAS (tf32) x3" : "raw cublasSgemm x3")
-                          : "raw cblas_sgemm x3";
+    for (int i = 0; gpu && i < 3; i++) gpu->iface->free(gpu->context, dev[i]);
+    const char *math = gemm_math(device);
+    const char *raw = gpu ? (bf16                   ? "raw cuBLAS (bf16) x3"
+                             : mg_backend_cuda_tf32() ? "raw cuBLAS (tf32) x3"
+                                                      : "raw cublasSgemm x3")
+                          : bf16 ? "raw sgemm (bf16 in) x3" : "raw cblas_sgemm x3";
     double mg_s = median(t_mg, (int)iters), blas_s = median(t_blas, (int)iters);
     double mg_gf = flops / mg_s * 1e-9, blas_gf = flops / blas_s * 1e-9;
     if (mg_rank() == 0) {
-        printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  (median of %lld)\n",
-               (long long)m, (long long)k, (long long)n, mg_backend_cpu_threads(),
-               gpu ? "cuda" : "cpu", (long long)iters);
+        printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  (median of "
+               "%lld)\n", (long long)m, (long long)k, (long long)n, mg_backend_cpu_threads(),
+               gpu ? "cuda" : "cpu", math, (long long)iters);
         printf("  %-22s %10s %10s\n", "", "ms", "GFLOP/s");
         printf("  %-22s %10.2f %10.1f\n", "meshgrad mg_linear", mg_s * 1e3, mg_gf);
         printf("  %-22s %10.2f %10.1f\n", raw, blas_s * 1e3, blas_gf);
         printf("  ratio meshgrad / %s: %.3f\n", gpu ? "cuBLAS" : "cblas", mg_gf / blas_gf);
         printf("{\"bench\":\"linear\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
                "\"mg_gflops\":%.2f,\"blas_gflops\":%.2f,\"ratio\":%.4f,\"device\":\"%s\","
-               "\"tf32\":%d}\n",
+               "\"tf32\":%d,\"math\":\"%s\"}\n",
                (long long)m, (long long)k, (long long)n, mg_backend_cpu_threads(), mg_gf, blas_gf,
-               mg_gf / blas_gf, gpu ? "cuda" : "cpu", gpu ? mg_backend_cuda_tf32() : 0);
+               mg_gf / blas_gf, gpu ? "cuda" : "cpu", gpu ? mg_backend_cuda_tf32() : 0, math);
     }
     free(Y), free(DX), free(DW), free(t_mg), free(t_blas);
     mg_dtensor_free(x), mg_dtensor_free(w), mg_tensor_free(xf), mg_tensor_free(wf);
@@ -207,8 +230,9 @@ static int parse_layers(const char *s, int64_t *out, int max) {
 
 int mg_cli_bench_step(int argc, char **argv) {
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
-                        "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32]";
-    int device = MG_DEVICE_CPU, tf32 = 0;
+                        "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
+                        "[--dtype fp32|bf16]";
+    int device = MG_DEVICE_CPU, tf32 = 0, bf16 = 0;
     int64_t batch = 256, steps = 10, threads = 0, layers[MAX_WIDTHS];
     int nl = parse_layers("1024,4096,1024", layers, MAX_WIDTHS);
     char mesh_text[64] = "", plan_text[64] = "dp";
@@ -216,7 +240,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     static const struct option opts[] = {
         {"batch", 1, 0, 'b'}, {"layers", 1, 0, 'l'},   {"steps", 1, 0, 's'}, {"threads", 1, 0, 't'},
         {"mesh", 1, 0, 'm'},  {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},    {"help", 0, 0, 'h'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {0, 0, 0, 0}};
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -231,6 +255,7 @@ int mg_cli_bench_step(int argc, char **argv) {
         case 'r': lr = atof(optarg); bad = !(lr > 0); break;
         case 'd': bad = parse_device(optarg, &device); break;
         case 'f': tf32 = 1; break;
+        case 'y': bad = parse_dtype(optarg, &bf16); break;
         case 'h':
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 0;
@@ -240,7 +265,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     }
     if (optind < argc || nl < 2) return usage_error("step", usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
-    if (use_device(device, tf32)) return 1;
+    if (use_device(device, tf32, bf16)) return 1;
     int world = mg_world_size(), shape[MG_MAX_MESH_DIMS] = {world}, nd = 1;
     if (mesh_text[0] && (nd = mg_mesh_parse(mesh_text, shape)) < 0) return 2;
     mg_mesh *mesh = mg_mesh_new(nd, shape);
@@ -324,9 +349,9 @@ int mg_cli_bench_step(int argc, char **argv) {
         mg_plan_format(pt, sizeof pt, &plan);
         printf("MLP step  batch=%lld  layers=", (long long)batch);
         for (int i = 0; i < nl; i++) printf("%s%lld", i ? "," : "", (long long)layers[i]);
-        printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s  (median of %lld after %d warm-up)\n",
-               world, mt, pt, mg_backend_cpu_threads(), device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-               (long long)steps, warmup);
+        printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s  (median of %lld after %d "
+               "warm-up)\n", world, mt, pt, mg_backend_cpu_threads(),
+               device == MG_DEVICE_CUDA ? "cuda" : "cpu", gemm_math(device), (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
                "(step arena %.0f MB, gather + scratch %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
@@ -335,9 +360,10 @@ int mg_cli_bench_step(int argc, char **argv) {
         printf("{\"bench\":\"step\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\",\"threads\":%d,"
                "\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,\"arena_mb\":%.1f,"
                "\"scratch_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,"
-               "\"device\":\"%s\"}\n",
+               "\"device\":\"%s\",\"math\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0],
-               mem[1], fwd_ms, bwd_ms, opt_ms, device == MG_DEVICE_CUDA ? "cuda" : "cpu");
+               mem[1], fwd_ms, bwd_ms, opt_ms, device == MG_DEVICE_CUDA ? "cuda" : "cpu",
+               gemm_math(device));
     }
     free(times);
     mg_dtensor_free(x), mg_dtensor_free(target);

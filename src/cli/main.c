@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/device.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "meshgrad.h"
@@ -52,7 +53,9 @@ static void usage(FILE *out) {
 static void version(void) {
     printf("meshgrad %s\n", PACKAGE_VERSION);
 #ifdef MG_HAVE_CUDA
-    printf("backends: cpu (OpenBLAS), cuda\n");
+    char gpus[1024];
+    mg_cuda_describe(gpus, sizeof gpus);
+    printf("backends: cpu (OpenBLAS), cuda\ncuda: %s\n", gpus);
 #else
     printf("backends: cpu (OpenBLAS)\n");
 #endif

@@ -189,6 +189,7 @@ static int setup(trainer *tr) {
                             c->mesh, (long long)prod, mg_world_size(), (long long)prod, mg_world_size());
     }
     if (c->tf32) mg_backend_cuda_set_tf32(1);
+    mg_backend_set_gemm_bf16(strcmp(c->dtype, "bf16") == 0);
     if (strcmp(c->device, "cuda") == 0 && mg_set_device(MG_DEVICE_CUDA) != MG_OK) /* before the mesh */
         return mg_last_code();
     tr->mesh = mg_mesh_new(ndim, shape);

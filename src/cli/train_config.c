@@ -57,6 +57,7 @@ static const option_def options[] = {
     {"overwrite", OPT_FLAG, F(overwrite), 0, "", "a new run may save into a directory of checkpoints"},
     {"on-nonfinite", OPT_STRING, F(on_nonfinite), 0, "WHAT", "a NaN/inf loss or gradient: stop | skip the step"},
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
+    {"dtype", OPT_STRING, F(dtype), 0, "NAME", "fp32 | bf16: bf16 GEMM inputs, fp32 sums, weights and state"},
     {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -84,6 +85,7 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->log_every = 100;
     snprintf(c->device, sizeof c->device, "cpu");
     snprintf(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
+    snprintf(c->dtype, sizeof c->dtype, "fp32");
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
@@ -317,6 +319,8 @@ int mg_train_config_check(const mg_train_config *c) {
         return mg_error(MG_EINVAL, "on-nonfinite '%s' is not one of stop, skip", c->on_nonfinite);
     if (c->overwrite && !c->save[0])
         return mg_error(MG_EINVAL, "overwrite applies to a checkpoint directory: give --save DIR/");
+    if (strcmp(c->dtype, "fp32") != 0 && strcmp(c->dtype, "bf16") != 0)
+        return mg_error(MG_EINVAL, "dtype '%s' is not one of fp32, bf16", c->dtype);
     return MG_OK;
 }
 

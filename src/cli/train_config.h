@@ -52,6 +52,7 @@ typedef struct {
     char on_nonfinite[8];      /* "stop" (default) or "skip" a step with a NaN/inf loss or
                                 * gradient */
     char device[16];           /* "cpu" or "cuda" */
+    char dtype[8];             /* "fp32" or "bf16" (the GEMMs' inputs) */
     int64_t tf32;              /* 1: TF32 GEMMs on cuda */
     int help;
 } mg_train_config;
