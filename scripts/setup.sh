@@ -10,7 +10,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-packages="openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools check libopenblas-dev
+packages="openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools check libopenblas-dev zlib1g-dev
 autoconf automake libtool libtool-bin pkg-config gnuplot-nox gcc make"
 
 missing=

@@ -11,7 +11,8 @@
  * file is written to an exclusively created temporary name (io/files.h) and
  * renamed when complete. Sizes are checked for overflow; labels are 0..2^24-1
  * (they travel as floats).
- * info opens the splits with the loader's reader and prints what it found. */
+ * info opens the splits with the loader's reader and prints what it found (of
+ * a token data set: cli/data_text.c). text2h5 is in cli/data_text.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -327,11 +328,21 @@ static int csv2h5(int argc, char **argv) {
     return st == MG_OK ? 0 : 1;
 }
 
+/* The file holds /train/tokens (a token data set, cli/data_text.c). */
+static int is_token_data_set(const char *path) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int yes = f >= 0 && mg_h5_exists(f, "train/tokens");
+    if (f >= 0) H5Fclose(f);
+    return yes;
+}
+
 static int info(int argc, char **argv) {
     if (argc != 2) {
         mg_error(MG_EINVAL, "usage: meshgrad data info PATH");
         return 2;
     }
+    if (mg_file_precheck(argv[1], "data set") == MG_OK && is_token_data_set(argv[1]))
+        return mg_cli_text_info(argv[1]);
     const char *splits[2] = {"train", "test"};
     mg_comm *world = mg_comm_world();
     if (!world) return 1;
@@ -364,15 +375,17 @@ static int info(int argc, char **argv) {
 
 int mg_cli_data(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "csv2h5") == 0) return csv2h5(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "text2h5") == 0) return mg_cli_text2h5(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "info") == 0) return info(argc - 1, argv + 1);
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         if (mg_rank() == 0)
-            printf("usage: meshgrad data csv2h5 ... | meshgrad data info PATH\n"
-                   "  csv2h5  convert a CSV of samples and labels into an HDF5 data set\n"
-                   "  info    print the splits, shapes, classes and attributes of a data set\n");
+            printf("usage: meshgrad data csv2h5 ... | text2h5 ... | info PATH\n"
+                   "  csv2h5   convert a CSV of samples and labels into an HDF5 data set\n"
+                   "  text2h5  convert a text file (or .gz) into a byte-level token data set\n"
+                   "  info     print the splits, shapes, classes and attributes of a data set\n");
         return 0;
     }
-    mg_error(MG_EINVAL, "data needs a subcommand: csv2h5 or info (got %s)",
+    mg_error(MG_EINVAL, "data needs a subcommand: csv2h5, text2h5 or info (got %s)",
              argc >= 2 ? argv[1] : "nothing");
     return 2;
 }

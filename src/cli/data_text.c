@@ -1,0 +1,250 @@
+/* data_text.c: `meshgrad data text2h5 IN.txt[.gz] OUT.h5` and the info of a
+ * token data set. Exports mg_cli_text2h5, mg_cli_text_info (cli.h).
+ *
+ * text2h5 reads the bytes of a text file (gzip-compressed or not: zlib reads
+ * both) and writes the token data set of io/tokens.h: the first
+ * (1 - val-fraction) of the bytes as /train/tokens, the rest as /val/tokens,
+ * uint8, with the attributes vocab_size 256, vocab "bytes", source, license
+ * and split. As csv2h5 it runs on rank 0 and never replaces a file it could
+ * not have written: OUT must differ from IN and be absent or a meshgrad data
+ * set; it is written to an exclusively created temporary name and renamed
+ * when complete. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+#include <zlib.h>
+
+#include "cli/cli.h"
+#include "dist/comm.h"
+#include "io/files.h"
+#include "io/h5util.h"
+#include "io/tokens.h"
+#include "meshgrad.h"
+#include "status.h"
+
+#define MAX_TEXT_BYTES ((int64_t)1 << 34) /* 16 GiB: held in memory while written */
+
+typedef struct {
+    const char *in, *out, *source, *license;
+    double val_fraction;
+} text_args;
+
+/* All bytes of `path` (plain or gzip) into *data (*n of them). */
+static int read_text(const char *path, unsigned char **data, int64_t *n) {
+    *data = NULL;
+    *n = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f) return mg_error(MG_EIO, "text2h5: cannot open %s: %s", path, strerror(errno ? errno : ENOENT));
+    int64_t cap = 1 << 20;
+    unsigned char *buf = malloc((size_t)cap);
+    int st = buf ? MG_OK : mg_error(MG_ENOMEM, "text2h5: out of memory");
+    while (st == MG_OK) {
+        if (*n == cap) {
+            if (cap >= MAX_TEXT_BYTES) {
+                st = mg_error(MG_EINVAL, "text2h5: %s is larger than %lld bytes", path,
+                              (long long)MAX_TEXT_BYTES);
+                break;
+            }
+            unsigned char *p = realloc(buf, (size_t)(2 * cap));
+            if (!p) {
+                st = mg_error(MG_ENOMEM, "text2h5: out of memory at %lld bytes", (long long)*n);
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        int want = cap - *n < (1 << 30) ? (int)(cap - *n) : (1 << 30);
+        int got = gzread(f, buf + *n, (unsigned)want);
+        if (got < 0) {
+            int err;
+            const char *msg = gzerror(f, &err);
+            st = mg_error(MG_EIO, "text2h5: reading %s failed: %s", path,
+                          err == Z_ERRNO ? strerror(errno) : msg);
+        } else if (got == 0) {
+            break;
+        } else {
+            *n += got;
+        }
+    }
+    gzclose(f);
+    if (st != MG_OK) {
+        free(buf);
+        *n = 0;
+        return st;
+    }
+    *data = buf;
+    return MG_OK;
+}
+
+static int write_tokens(hid_t file, const char *split, const unsigned char *data, int64_t n) {
+    hsize_t dims = (hsize_t)n;
+    hid_t g = H5Gcreate2(file, split, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sp = H5Screate_simple(1, &dims, NULL);
+    hid_t d = g >= 0 && sp >= 0
+                  ? H5Dcreate2(g, "tokens", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
+                  : -1;
+    int bad = d < 0 || H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0;
+    if (d >= 0) H5Dclose(d);
+    if (sp >= 0) H5Sclose(sp);
+    if (g >= 0) H5Gclose(g);
+    return bad ? -1 : 0;
+}
+
+/* A file text2h5 may replace: a meshgrad data set (tokens or samples). */
+static int accept_data_set(const char *path) {
+    if (H5Fis_hdf5(path) <= 0) return 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int ok = f >= 0 && (mg_h5_exists(f, "train/tokens") || mg_h5_exists(f, "train/inputs"));
+    if (f >= 0) H5Fclose(f);
+    return ok;
+}
+
+static int write_out(const text_args *a, const unsigned char *data, int64_t n, int64_t n_train) {
+    int exists;
+    int st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists);
+    mg_tmp_file tmp;
+    if (st == MG_OK) st = mg_tmp_create(&tmp, a->out);
+    if (st != MG_OK) return st;
+    hid_t file = H5Fcreate(tmp.path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = file < 0;
+    if (!bad) {
+        char rule[160];
+        snprintf(rule, sizeof rule, "train: the first %lld bytes; val: the last %lld bytes",
+                 (long long)n_train, (long long)(n - n_train));
+        bad = mg_h5_attr_write_int(file, "vocab_size", 256) < 0 ||
+              mg_h5_attr_write_string(file, "vocab", "bytes") < 0 ||
+              mg_h5_attr_write_string(file, "source", a->source ? a->source : a->in) < 0 ||
+              mg_h5_attr_write_string(file, "license", a->license ? a->license : "unknown") < 0 ||
+              mg_h5_attr_write_string(file, "split", rule) < 0 ||
+              write_tokens(file, "train", data, n_train) < 0 ||
+              (n > n_train && write_tokens(file, "val", data + n_train, n - n_train) < 0);
+        if (H5Fclose(file) < 0) bad = 1;
+    }
+    if (bad) {
+        mg_h5_err he;
+        mg_h5_error_at(&he, tmp.path);
+        mg_tmp_discard(&tmp);
+        return mg_error(MG_EIO, "text2h5: writing %s failed: %s", a->out,
+                        he.cause[0] ? he.cause : he.innermost);
+    }
+    if ((st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists)) != MG_OK) {
+        mg_tmp_discard(&tmp);
+        return st;
+    }
+    return mg_tmp_commit(&tmp, a->out, exists);
+}
+
+static int text2h5_run(const text_args *a) {
+    if (mg_path_same_file(a->in, a->out))
+        return mg_error(MG_EINVAL, "text2h5: OUT %s is the input file: give another path", a->out);
+    int st = mg_path_check(a->out, "text2h5 OUT", MG_TMP_SUFFIX_MAX);
+    if (st != MG_OK) return st;
+    unsigned char *data;
+    int64_t n;
+    if ((st = read_text(a->in, &data, &n)) != MG_OK) return st;
+    int64_t n_train = (int64_t)((1.0 - a->val_fraction) * (double)n);
+    if (n == 0)
+        st = mg_error(MG_EFORMAT, "text2h5: %s is empty: there is no text to train on", a->in);
+    else if (n_train < 2 || (a->val_fraction > 0 && n - n_train < 2))
+        st = mg_error(MG_EFORMAT,
+                      "text2h5: %s has %lld bytes: too few for a train and a val split of at "
+                      "least 2 bytes each at --val-fraction %g",
+                      a->in, (long long)n, a->val_fraction);
+    if (st == MG_OK) st = write_out(a, data, n, n_train);
+    if (st == MG_OK)
+        printf("%s: train %lld tokens, val %lld tokens, vocabulary 256 (bytes)\n", a->out,
+               (long long)n_train, (long long)(n - n_train));
+    free(data);
+    return st;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: meshgrad data text2h5 IN.txt[.gz] OUT.h5 [--val-fraction F] [--source S]\n"
+                 "                             [--license L]\n"
+                 "  Writes the bytes of IN (plain or gzip) as a token data set: vocabulary 256,\n"
+                 "  /train/tokens the first (1 - F) of them, /val/tokens the rest (F: 0.1).\n");
+}
+
+int mg_cli_text2h5(int argc, char **argv) {
+    static const struct option opts[] = {{"val-fraction", required_argument, NULL, 'v'},
+                                         {"source", required_argument, NULL, 's'},
+                                         {"license", required_argument, NULL, 'l'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    text_args a = {.val_fraction = 0.1};
+    optind = 0; /* parse this argv from scratch (GNU getopt) */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'v':
+            errno = 0;
+            a.val_fraction = strtod(optarg, &end);
+            if (errno || *end || !(a.val_fraction >= 0 && a.val_fraction < 1)) {
+                mg_error(MG_EINVAL, "text2h5: --val-fraction '%s' is not a number in [0, 1)",
+                         optarg);
+                return 2;
+            }
+            break;
+        case 's': a.source = optarg; break;
+        case 'l': a.license = optarg; break;
+        case 'h':
+            if (mg_rank() == 0) usage(stdout);
+            return 0;
+        default:
+            mg_error(MG_EINVAL, "text2h5: unknown or incomplete option '%s' (see --help)",
+                     argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (argc - optind != 2) {
+        mg_error(MG_EINVAL, "text2h5 needs IN and OUT (got %d path%s): meshgrad data text2h5 "
+                            "IN.txt[.gz] OUT.h5", argc - optind, argc - optind == 1 ? "" : "s");
+        return 2;
+    }
+    a.in = argv[optind];
+    a.out = argv[optind + 1];
+    int st = mg_rank() == 0 ? text2h5_run(&a) : MG_OK;
+    return st == MG_OK ? 0 : 1;
+}
+
+/* The file has /<split>/tokens (every rank reads the same file: no agreement). */
+static int has_split(const char *path, const char *split) {
+    char rel[32];
+    snprintf(rel, sizeof rel, "%s/tokens", split);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int has = f >= 0 && mg_h5_exists(f, rel);
+    if (f >= 0) H5Fclose(f);
+    return has;
+}
+
+int mg_cli_text_info(const char *path) {
+    mg_comm *world = mg_comm_world();
+    if (!world) return 1;
+    const char *splits[2] = {"train", "val"};
+    for (int s = 0; s < 2; s++) {
+        if (s > 0 && !has_split(path, splits[s])) break; /* trained on everything */
+        mg_tokens *t = mg_tokens_open(path, splits[s], world);
+        if (!t) return 1;
+        if (mg_rank() == 0)
+            printf("/%s: %lld tokens, vocabulary %d\n", splits[s], (long long)mg_tokens_count(t),
+                   mg_tokens_vocab(t));
+        mg_tokens_close(t);
+    }
+    if (mg_rank() == 0) {
+        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        char text[1024];
+        const char *keys[4] = {"vocab", "source", "license", "split"};
+        for (int i = 0; f >= 0 && i < 4; i++)
+            if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
+                printf("%s: %s\n", keys[i], text);
+        if (f >= 0) H5Fclose(f);
+    }
+    return 0;
+}

@@ -1,0 +1,53 @@
+#!/bin/sh
+# test_text2h5.sh: `meshgrad data text2h5`: a gzip file and the same text plain
+# give the same splits (first 90% train, the rest val, as data info counts
+# them), and each refusal is one clear line and exit 1 (an empty file, a file
+# too short for two splits, OUT equal to IN, an OUT that is not a data set,
+# which stays as it was) or exit 2 (a bad --val-fraction). Prints a Check-style
+# summary line.
+: "${top_builddir:=.}"
+: "${TIMEOUT:=timeout}"
+mg=$top_builddir/meshgrad
+tmp=${TMPDIR:-/tmp}/mg-test-text2h5.$$
+mkdir -p "$tmp" || exit 99
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/check.sh"
+check_failed() { [ -s "$tmp/err" ] && sed 's|^|  err> |' "$tmp/err"; }
+run() {
+    "$TIMEOUT" 60 "$mg" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+
+awk 'BEGIN { for (i = 0; i < 3000; i++) printf "line %d of the text\n", i }' >"$tmp/t.txt"
+bytes=$(wc -c <"$tmp/t.txt")
+gzip -c "$tmp/t.txt" >"$tmp/t.txt.gz"
+run data text2h5 "$tmp/t.txt" "$tmp/plain.h5"
+check "text2h5 of a plain file exits 0" test "$rc" -eq 0
+run data text2h5 "$tmp/t.txt.gz" "$tmp/gz.h5" --val-fraction 0.1
+check "text2h5 of a gzip file exits 0" test "$rc" -eq 0
+train=$(awk -v n="$bytes" 'BEGIN { printf "%d", 0.9 * n }')
+run data info "$tmp/gz.h5"
+check "the gzip file's train split is the first 90% ($train of $bytes bytes)" \
+    grep -q "^/train: $train tokens, vocabulary 256" "$tmp/out"
+check "... and val the rest" grep -q "^/val: $((bytes - train)) tokens" "$tmp/out"
+run data info "$tmp/plain.h5"
+check "the plain file gives the same splits" grep -q "^/train: $train tokens" "$tmp/out"
+
+refused() { # DESCRIPTION RC PATTERN ARGS...
+    d=$1 want=$2 pat=$3
+    shift 3
+    run "$@"
+    check "$d: exit $want" test "$rc" -eq "$want"
+    check "$d: one line saying so" sh -c "test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 && grep -q '$pat' '$tmp/err'"
+}
+: >"$tmp/empty.txt"
+refused "an empty file" 1 "is empty" data text2h5 "$tmp/empty.txt" "$tmp/e.h5"
+printf 'abc' >"$tmp/short.txt"
+refused "a 3-byte file" 1 "too few" data text2h5 "$tmp/short.txt" "$tmp/s.h5"
+refused "OUT equal to IN" 1 "is the input file" data text2h5 "$tmp/t.txt" "$tmp/t.txt"
+echo "keep me" >"$tmp/notes.txt"
+refused "an OUT that is not a data set" 1 "will not replace" data text2h5 "$tmp/t.txt" "$tmp/notes.txt"
+check "... which stays as it was" grep -qx "keep me" "$tmp/notes.txt"
+refused "--val-fraction 1" 2 "val-fraction" data text2h5 "$tmp/t.txt" "$tmp/v.h5" --val-fraction 1
+refused "a missing input" 1 "cannot open" data text2h5 "$tmp/none.txt" "$tmp/n.h5"
+check_summary
