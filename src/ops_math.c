@@ -264,8 +264,9 @@ mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dten
     mg_backend *be = backend(y);
     be->iface->to_host(be->context, &g, in[2]->local->data, 1);
     int64_t batch = logits->spec.shape[0];
-    be->iface->cross_entropy_backward(be->context, in[0]->local, in[1]->local,
-                                      batch > 0 ? g / (float)batch : 0.0f, y->local);
+    be->iface->cross_entropy_backward(be->context, in[0]->local, in[1]->local, NULL, 0,
+                                      logits->spec.shape[1], batch > 0 ? g / (float)batch : 0.0f,
+                                      y->local);
     return y;
 }
 
