@@ -30,6 +30,13 @@ const char *const mg_op_names[MG_OP_COUNT] = {
     [MG_OP_GELU] = "gelu",
     [MG_OP_CROSS_ENTROPY] = "cross_entropy",
     [MG_OP_MSE] = "mse_loss",
+    [MG_OP_SOFTMAX] = "softmax",
+    [MG_OP_LOG_SOFTMAX] = "log_softmax",
+    [MG_OP_LAYER_NORM] = "layer_norm",
+    [MG_OP_EMBEDDING] = "embedding",
+    [MG_OP_ATTENTION] = "attention",
+    [MG_OP_NARROW] = "narrow",
+    [MG_OP_CAT] = "cat",
 };
 static_assert(sizeof mg_op_names / sizeof mg_op_names[0] == MG_OP_COUNT,
               "mg_op_names must name every op");

@@ -132,6 +132,17 @@ mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t
     return v;
 }
 
+mg_tensor *mg_tensor_slice(mg_arena *arena, mg_tensor *t, int64_t offset, int64_t n) {
+    if (offset < 0 || n < 0 || offset + n > t->numel)
+        return mg_error_null(MG_EINVAL, "slice: [%lld, %lld) is outside a tensor of %lld elements",
+                             (long long)offset, (long long)(offset + n), (long long)t->numel);
+    mg_tensor *v = tensor_header(arena, 1, &n);
+    if (!v) return NULL;
+    v->data = t->data + offset;
+    v->device = t->device;
+    return v;
+}
+
 mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t) {
     mg_tensor *c = mg_tensor_alloc_on(arena, t->device, t->ndim, t->shape);
     if (!c || !t->numel) return c;

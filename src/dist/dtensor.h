@@ -43,6 +43,9 @@ struct mg_dtensor {
     int grad_dim;             /* GRAD_DEFER/UNSUMMED/ROWS: the mesh dim of the split */
     struct mg_node *node;     /* the op that made it (NULL for leaves) */
     struct mg_dtensor *param_source; /* MG_DTENSOR_PARAM_COPY: the parameter */
+    /* what the op that made it keeps for its backward besides inputs and output
+     * (attention's row log-sum-exp, layer norm's mean and rstd, ...); step arena */
+    struct mg_tensor *saved;
     int64_t node_generation;  /* the tape generation `node` belongs to */
 };
 
