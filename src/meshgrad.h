@@ -92,7 +92,10 @@ int64_t mg_tensor_numel(const mg_tensor *);
 void mg_tensor_free(mg_tensor *);
 
 /* ---- distributed tensors -------------------------------------------------- */
-/* n must equal the mesh's number of dimensions: one placement per mesh dim. */
+/* n must equal the mesh's number of dimensions: one placement per mesh dim.
+ * Both are collective over the world: every rank must pass the same global
+ * shape and placements (one small all-reduce checks it; ranks that differ are
+ * named and every rank gets NULL). mg_from_local takes each rank's own block. */
 mg_dtensor *mg_distribute(const mg_mesh *, const mg_tensor *full, const mg_placement *, int n);
 mg_dtensor *mg_from_local(const mg_mesh *, const mg_tensor *local, const mg_placement *, int n,
                           int ndim, const int64_t *global_shape);

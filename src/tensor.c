@@ -171,10 +171,14 @@ mg_tensor *mg_tensor_from_data(int ndim, const int64_t *shape, const float *data
     return t;
 }
 
-float *mg_tensor_data(mg_tensor *t) { return t ? t->data : NULL; }
-int mg_tensor_ndim(const mg_tensor *t) { return t ? t->ndim : -1; }
-const int64_t *mg_tensor_shape(const mg_tensor *t) { return t ? t->shape : NULL; }
-int64_t mg_tensor_numel(const mg_tensor *t) { return t ? t->numel : 0; }
+/* the getters: NULL (or -1, 0) and a message for a NULL tensor */
+#define GIVEN(t, who) mg_arg_given(t, who, "the tensor")
+float *mg_tensor_data(mg_tensor *t) { return GIVEN(t, "mg_tensor_data") ? t->data : NULL; }
+int mg_tensor_ndim(const mg_tensor *t) { return GIVEN(t, "mg_tensor_ndim") ? t->ndim : -1; }
+const int64_t *mg_tensor_shape(const mg_tensor *t) {
+    return GIVEN(t, "mg_tensor_shape") ? t->shape : NULL;
+}
+int64_t mg_tensor_numel(const mg_tensor *t) { return GIVEN(t, "mg_tensor_numel") ? t->numel : 0; }
 
 void mg_tensor_free(mg_tensor *t) {
     if (!t || (t->flags & MG_TENSOR_IN_ARENA)) return;

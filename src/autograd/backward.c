@@ -331,7 +331,7 @@ int mg_backward(mg_dtensor *loss) {
 /* A leaf's buffer that counts as zero is filled when someone looks; one left
  * unsummed for the optimizer is summed (collectively). */
 mg_dtensor *mg_grad(const mg_dtensor *t) {
-    if (!t) return NULL;
+    if (!t) return mg_error_null(MG_EINVAL, "mg_grad: the tensor is NULL");
     if (t->grad && (t->flags & MG_DTENSOR_GRAD_UNSUMMED) && settle((mg_dtensor *)t) != MG_OK)
         return NULL;
     if (t->grad && (t->flags & MG_DTENSOR_GRAD_ROWS) && mg_grad_rows_gather((mg_dtensor *)t) != MG_OK)

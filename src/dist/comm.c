@@ -76,6 +76,8 @@ void mg_comm_unregister(mg_comm *c) {
 }
 
 void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]) {
+    if (!mg_arg_given(out, "mg_comm_stats_get", "out (an array of MG_COLL_COUNT mg_comm_stats)"))
+        return;
     for (int k = 0; k < MG_COLL_COUNT; k++) out[k] = retired[k];
     for (int i = 0; i < registry_len; i++)
         for (int k = 0; k < MG_COLL_COUNT; k++) {
