@@ -316,6 +316,47 @@ START_TEST(test_clear_errors) {
 }
 END_TEST
 
+/* A call given NULL leaves its own message, not an older one; none crashes. */
+static void stale_error(void) { mg_redistribute(NULL, NULL, 0); } /* "mg_redistribute: ..." */
+
+#define OWN_MESSAGE(call, name)                                                              \
+    do {                                                                                     \
+        stale_error();                                                                       \
+        (void)(call);                                                                        \
+        mg_assert_all(strstr(mg_last_error(), name) != NULL, "%s left \"%s\"", name,          \
+                      mg_last_error());                                                      \
+    } while (0)
+
+START_TEST(test_null_arguments) {
+    OWN_MESSAGE(mg_grad(NULL), "mg_grad");
+    OWN_MESSAGE(mg_local(NULL), "mg_local");
+    OWN_MESSAGE(mg_dtensor_mesh(NULL), "mg_dtensor_mesh");
+    OWN_MESSAGE(mg_dtensor_shape(NULL), "mg_dtensor_shape");
+    OWN_MESSAGE(mg_dtensor_placements(NULL), "mg_dtensor_placements");
+    OWN_MESSAGE(mg_mesh_shape(NULL), "mg_mesh_shape");
+    OWN_MESSAGE(mg_mesh_coord(NULL), "mg_mesh_coord");
+    OWN_MESSAGE(mg_tensor_data(NULL), "mg_tensor_data");
+    OWN_MESSAGE(mg_tensor_shape(NULL), "mg_tensor_shape");
+    mg_assert_all(mg_grad(NULL) == NULL && mg_local(NULL) == NULL && mg_mesh_shape(NULL) == NULL,
+                  "a getter given NULL returned something");
+    mg_assert_all(mg_dtensor_ndim(NULL) == -1 && mg_mesh_ndim(NULL) == 0 &&
+                      mg_tensor_ndim(NULL) == -1 && mg_tensor_numel(NULL) == 0,
+                  "counts of NULL");
+    OWN_MESSAGE(mg_comm_stats_get(NULL), "mg_comm_stats_get");
+    /* a NULL dims list with n = 1: refused like mg_sum_dims, not a crash */
+    mg_mesh *mesh = mesh1d();
+    mg_dtensor *x = make(mesh, 2, (int64_t[]){3, 4}, MG_REPLICATE, 18);
+    OWN_MESSAGE(mg_mean_dims(x, 1, NULL, 0), "mg_mean_dims");
+    mg_assert_all(mg_mean_dims(x, 1, NULL, 0) == NULL && mg_sum_dims(x, 1, NULL, 0) == NULL,
+                  "a NULL dims list was accepted");
+    mg_dtensor *m = mg_mean_dims(x, 1, (int[]){1}, 0);
+    mg_assert_all(m != NULL, "the library keeps working: %s", mg_last_error());
+    mg_step_end();
+    mg_dtensor_free(x);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     mg_init(&argc, &argv);
     Suite *s = suite_create("autograd");
@@ -327,6 +368,7 @@ int main(int argc, char **argv) {
     tcase_add_test(c, test_fsdp_gradient_reduce_scattered);
     tcase_add_test(c, test_accumulate_and_zero);
     tcase_add_test(c, test_clear_errors);
+    tcase_add_test(c, test_null_arguments);
     suite_add_tcase(s, c);
     int rc = mg_test_run_mpi(s);
     mg_finalize();
