@@ -32,20 +32,20 @@ typedef struct {
 } shape;
 
 /* keys [0, end) are visible to some row of the tile starting at query i0 */
-static int64_t keys_end(const shape *s, int64_t i0, int64_t nq) {
+MG_CPU_INLINE int64_t keys_end(const shape *s, int64_t i0, int64_t nq) {
     if (!s->causal) return s->tk;
     int64_t end = s->q0 + i0 + nq - s->k0; /* last row sees keys up to q0 + i0 + nq - 1 */
     return end < 0 ? 0 : min64(end, s->tk);
 }
 
 /* keys [0, n) of the tile starting at key j0 are visible to query row i */
-static int64_t visible(const shape *s, int64_t i, int64_t j0, int64_t nk) {
+MG_CPU_INLINE int64_t visible(const shape *s, int64_t i, int64_t j0, int64_t nk) {
     if (!s->causal) return nk;
     int64_t n = s->q0 + i - (s->k0 + j0) + 1;
     return n < 0 ? 0 : min64(n, nk);
 }
 
-static float tile_row_max(const float *restrict x, int64_t n) {
+MG_CPU_INLINE float tile_row_max(const float *restrict x, int64_t n) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
@@ -53,7 +53,7 @@ static float tile_row_max(const float *restrict x, int64_t n) {
 }
 
 /* x[j] = exp(x[j] - m) for j < n, 0 for n <= j < len; returns the sum */
-static float exp_tile_row(float *x, int64_t n, int64_t len, float m) {
+MG_CPU_INLINE float exp_tile_row(float *x, int64_t n, int64_t len, float m) {
     float s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < n; j++) {
@@ -64,11 +64,11 @@ static float exp_tile_row(float *x, int64_t n, int64_t len, float m) {
     return s;
 }
 
-static void scale_row(float *x, int64_t n, float a) {
+MG_CPU_INLINE void scale_row(float *x, int64_t n, float a) {
     for (int64_t j = 0; j < n; j++) x[j] *= a;
 }
 
-static void forward_slice(const shape *s, const float *q, const float *k, const float *v, float *o,
+MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const float *k, const float *v, float *o,
                           float *lse) {
     float p[BQ * BK], l[BQ];
     int64_t d = s->d, dv = s->dv;
@@ -111,7 +111,7 @@ static void forward_slice(const shape *s, const float *q, const float *k, const 
     }
 }
 
-static void backward_slice(const shape *s, const float *q, const float *k, const float *v,
+MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const float *k, const float *v,
                            const float *o, const float *lse, const float *dout, float *dq,
                            float *dk, float *dv) {
     float p[BQ * BK], ds[BQ * BK], di[BQ];

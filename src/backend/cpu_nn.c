@@ -3,8 +3,9 @@
  * backward, embedding lookup and scatter-add, cross-entropy (whole rows, and a
  * shard of the classes). x (R, C) is R rows of the last dim; a row is handled
  * in one piece while it sits in cache, so each kernel reads its inputs from
- * memory once. Sums accumulate in double, except the column sums of the layer
- * norm weight gradients, which add rows in order in float as PyTorch does.
+ * memory once. A row's sums are float sums of blocks of SUM_BLOCK terms (which
+ * vectorize) added up in double; the column sums of the layer norm weight
+ * gradients add rows in order in float, as PyTorch does.
  * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h). */
 #include <math.h>
 #include <string.h>
@@ -17,7 +18,20 @@ static int64_t rows_of(const mg_tensor *t) {
     return c ? t->numel / c : 0;
 }
 
-static float row_max(const float *restrict x, int64_t c) {
+/* acc (a double) += the sum of TERM over j < n (TERM an expression of j):
+ * blocks of SUM_BLOCK terms summed in float, in vector lanes, then added in
+ * double, so long rows keep their precision and the loop still vectorizes */
+#define SUM_BLOCK 256
+#define BLOCK_SUM(acc, j, n, TERM)                                                        \
+    for (int64_t j##_0 = 0; j##_0 < (n); j##_0 += SUM_BLOCK) {                             \
+        int64_t j##_1 = j##_0 + SUM_BLOCK < (n) ? j##_0 + SUM_BLOCK : (n);                   \
+        float part_ = 0;                                                                  \
+        _Pragma("omp simd reduction(+ : part_)") for (int64_t j = j##_0; j < j##_1; j++)    \
+            part_ += (TERM);                                                              \
+        acc += part_;                                                                     \
+    }
+
+MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
@@ -25,19 +39,15 @@ static float row_max(const float *restrict x, int64_t c) {
 }
 
 /* out[j] = exp(x[j] - m); returns their sum */
-static double exp_row(const float *restrict x, int64_t c, float m, float *restrict out) {
+MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float *restrict out) {
     double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < c; j++) {
-        out[j] = mg_cpu_exp(x[j] - m);
-        s += out[j];
-    }
+    BLOCK_SUM(s, j, c, out[j] = mg_cpu_exp(x[j] - m))
     return s;
 }
 
 /* ---- softmax ------------------------------------------------------------------- */
 
-void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max, const mg_tensor *sum,
+MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max, const mg_tensor *sum,
                     bool as_log, mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(x), rows = rows_of(x);
@@ -60,7 +70,7 @@ void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max, const m
     }
 }
 
-void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max, mg_tensor *sum) {
+MG_CPU_CLONES void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max, mg_tensor *sum) {
     (void)ctx;
     int64_t c = last_dim(x), rows = sum->numel;
 #pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
@@ -68,25 +78,19 @@ void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max, mg_
         const float *restrict xr = x->data + r * c;
         float m = max->data[r];
         double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < c; j++) s += mg_cpu_exp(xr[j] - m);
+        BLOCK_SUM(s, j, c, mg_cpu_exp(xr[j] - m))
         sum->data[r] = (float)s;
     }
 }
 
-static double dot_row(const float *restrict y, const float *restrict dy, int64_t c, bool as_log) {
+MG_CPU_INLINE double dot_row(const float *restrict y, const float *restrict dy, int64_t c, bool as_log) {
     double s = 0;
-    if (as_log) {
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < c; j++) s += dy[j];
-    } else {
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < c; j++) s += (double)dy[j] * y[j];
-    }
+    if (as_log) BLOCK_SUM(s, j, c, dy[j])
+    else BLOCK_SUM(s, j, c, dy[j] * y[j])
     return s;
 }
 
-void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool as_log,
+MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool as_log,
                         mg_tensor *dot) {
     (void)ctx;
     int64_t c = last_dim(y), rows = dot->numel;
@@ -95,7 +99,7 @@ void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool
         dot->data[r] = (float)dot_row(y->data + r * c, dy->data + r * c, c, as_log);
 }
 
-void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
+MG_CPU_CLONES void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
                              const mg_tensor *dot, bool as_log, mg_tensor *dx) {
     (void)ctx;
     int64_t c = last_dim(y), rows = rows_of(y);
@@ -113,24 +117,19 @@ void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
 
 /* ---- layer norm ------------------------------------------------------------------ */
 
-static double row_sum(const float *restrict x, int64_t c) {
+MG_CPU_INLINE double row_sum(const float *restrict x, int64_t c) {
     double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < c; j++) s += x[j];
+    BLOCK_SUM(s, j, c, x[j])
     return s;
 }
 
-static double row_squares(const float *restrict x, int64_t c, float mean) {
+MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean) {
     double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < c; j++) {
-        float d = x[j] - mean;
-        s += (double)d * d;
-    }
+    BLOCK_SUM(s, j, c, (x[j] - mean) * (x[j] - mean))
     return s;
 }
 
-void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
+MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
                        float eps, const mg_tensor *moments, int64_t n, mg_tensor *stats,
                        mg_tensor *y) {
     (void)ctx;
@@ -161,7 +160,7 @@ void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const 
     }
 }
 
-void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
+MG_CPU_CLONES void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
                                mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(x), rows = out->numel;
@@ -172,23 +171,39 @@ void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *m
     }
 }
 
-/* (sum_j g, sum_j g xhat) of one row, g = dy w */
-static void backward_row_sums(const float *restrict xr, const float *restrict g,
-                              const float *restrict wd, int64_t c, float mean, float rstd,
-                              double *a_out, double *b_out) {
+/* (sum_j g, sum_j g xhat) of one row, g = dy w (dy where w is NULL): float
+ * sums of SUM_BLOCK terms added in double, as BLOCK_SUM, two at once */
+MG_CPU_INLINE void backward_row_sums(const float *restrict xr, const float *restrict g,
+                                     const float *restrict wd, int64_t c, float mean, float rstd,
+                                     double *a_out, double *b_out) {
     double a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-    for (int64_t j = 0; j < c; j++) {
-        float gj = wd ? g[j] * wd[j] : g[j];
-        a += gj;
-        b += (double)gj * ((xr[j] - mean) * rstd);
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        float pa = 0, pb = 0;
+        if (wd) {
+#pragma omp simd reduction(+ : pa, pb)
+            for (int64_t j = j0; j < j1; j++) {
+                float gj = g[j] * wd[j];
+                pa += gj;
+                pb += gj * ((xr[j] - mean) * rstd);
+            }
+        } else {
+#pragma omp simd reduction(+ : pa, pb)
+            for (int64_t j = j0; j < j1; j++) {
+                pa += g[j];
+                pb += g[j] * ((xr[j] - mean) * rstd);
+            }
+        }
+        a += pa;
+        b += pb;
     }
     *a_out = a;
     *b_out = b;
 }
 
-void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
-                                     const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums) {
+MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                                   const mg_tensor *dy, const mg_tensor *stats,
+                                                   mg_tensor *sums) {
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
 #pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
@@ -202,18 +217,17 @@ void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_ten
 }
 
 /* dx of one row from its sums a = sum g, b = sum g xhat over n columns */
-static void backward_row_dx(const float *restrict xr, const float *restrict g,
+MG_CPU_INLINE void backward_row_dx(const float *restrict xr, const float *restrict g,
                             const float *restrict wd, int64_t c, float mean, float rstd, double a,
                             double b, int64_t n, float *restrict dxr) {
     float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
-    for (int64_t j = 0; j < c; j++) {
-        float gj = wd ? g[j] * wd[j] : g[j];
-        float xhat = (xr[j] - mean) * rstd;
-        dxr[j] = rstd * (gj - ma - xhat * mb);
-    }
+    if (wd)
+        for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] * wd[j] - ma - (xr[j] - mean) * rstd * mb);
+    else
+        for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] - ma - (xr[j] - mean) * rstd * mb);
 }
 
-void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
                                 const mg_tensor *dy, const mg_tensor *stats, const mg_tensor *sums,
                                 int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db) {
     (void)ctx;
@@ -238,12 +252,15 @@ void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *
             }
             backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
         }
-        if (dw) {
-            float *restrict dwd = dw->data;
+        float *restrict dwd = dw ? dw->data : NULL, *restrict dbd = db ? db->data : NULL;
+        if (dw && db) {
+            for (int64_t j = 0; j < c; j++) {
+                dwd[j] += g[j] * ((xr[j] - mean) * rstd);
+                dbd[j] += g[j];
+            }
+        } else if (dw) {
             for (int64_t j = 0; j < c; j++) dwd[j] += g[j] * ((xr[j] - mean) * rstd);
-        }
-        if (db) {
-            float *restrict dbd = db->data;
+        } else if (db) {
             for (int64_t j = 0; j < c; j++) dbd[j] += g[j];
         }
     }
@@ -322,7 +339,7 @@ int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor
     return bad;
 }
 
-int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                                   const mg_tensor *max, int64_t v0, int64_t v, mg_tensor *sums) {
     (void)ctx;
     int64_t c = last_dim(logits), rows = labels->numel, bad = 0;
@@ -332,8 +349,7 @@ int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_t
         int64_t y = index_of(labels->data[r], v);
         float m = max->data[r];
         double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < c; j++) s += mg_cpu_exp(xr[j] - m);
+        BLOCK_SUM(s, j, c, mg_cpu_exp(xr[j] - m))
         sums->data[r] = (float)s;
         sums->data[rows + r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
         bad += y < 0;

@@ -7,6 +7,8 @@
 #ifndef MG_CLI_H
 #define MG_CLI_H
 
+#include <stddef.h>
+
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
 int mg_cli_data(int argc, char **argv);       /* src/cli/data.c */
@@ -15,5 +17,8 @@ int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
 int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
+/* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
+ * prints them and appends its JSON fields, starting with a comma, to json) */
+int mg_cli_bench_nn(char *json, size_t len);
 
 #endif
