@@ -17,19 +17,6 @@
 #include "meshgrad.h"
 #include "testutil.h"
 
-static mg_mesh *mesh1d(void) {
-    int n = mg_world_size();
-    return mg_mesh_new(1, &n);
-}
-
-static mg_dtensor *make(const mg_mesh *mesh, int ndim, const int64_t *shape, mg_placement p,
-                        uint64_t seed) {
-    mg_tensor *t = mg_tensor_new(ndim, shape);
-    mg_test_fill(mg_tensor_data(t), mg_tensor_numel(t), seed);
-    mg_dtensor *d = mg_distribute(mesh, t, &p, 1);
-    mg_tensor_free(t);
-    return d;
-}
 
 static int64_t chunk(int64_t n, int k, int c) {
     int64_t size = (n + k - 1) / k, start = c * size;
@@ -78,9 +65,9 @@ END_TEST
 
 START_TEST(test_expand_global_sizes) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     /* the report: x (2, 40, 10) sharded on dim 0; expand with the global shape */
-    mg_dtensor *x = make(mesh, 3, (int64_t[]){2, 40, 10}, MG_SHARD(0), 1);
+    mg_dtensor *x = mg_test_dtensor(mesh, 3, (int64_t[]){2, 40, 10}, MG_SHARD(0), 1);
     mg_dtensor *y = mg_expand(x, 3, (int64_t[]){2, 40, 10});
     mg_assert_all(y != NULL, "global expand: %s", mg_last_error());
     mg_assert_all(mg_dtensor_placements(y)[0].kind == MG_PLACE_SHARD &&
@@ -96,7 +83,7 @@ START_TEST(test_expand_global_sizes) {
                       "%s", mg_last_error());
     }
     /* broadcast dims are never sharded; unchanged dims keep their shard */
-    mg_dtensor *row = make(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(1), 2);
+    mg_dtensor *row = mg_test_dtensor(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(1), 2);
     mg_dtensor *e = mg_expand(row, 2, (int64_t[]){5, 6});
     mg_assert_all(e != NULL, "%s", mg_last_error());
     mg_assert_all(mg_dtensor_placements(e)[0].kind == MG_PLACE_SHARD &&
@@ -105,7 +92,7 @@ START_TEST(test_expand_global_sizes) {
     const int64_t *ls = mg_tensor_shape(mg_local(e));
     mg_assert_all(ls[0] == 5 && ls[1] == chunk(6, w, mg_rank()), "local (%lld, %lld)",
                   (long long)ls[0], (long long)ls[1]);
-    mg_dtensor *col = make(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(0), 3); /* a size-1 dim sharded */
+    mg_dtensor *col = mg_test_dtensor(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(0), 3); /* a size-1 dim sharded */
     mg_dtensor *f = mg_expand(col, 3, (int64_t[]){3, 4, 6});
     mg_assert_all(f != NULL, "%s", mg_last_error());
     mg_placement fp = mg_dtensor_placements(f)[0];
@@ -128,9 +115,9 @@ END_TEST
 
 START_TEST(test_data_parallel_linear_comm) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 4);
-    mg_dtensor *wt = make(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 5);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 4);
+    mg_dtensor *wt = mg_test_dtensor(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 5);
     mg_set_requires_grad(wt, 1);
     mg_comm_stats s0[MG_COLL_COUNT], s1[MG_COLL_COUNT], s2[MG_COLL_COUNT];
     stats(s0);
@@ -156,12 +143,12 @@ END_TEST
 
 START_TEST(test_megatron_comm) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){4, 6}, MG_REPLICATE, 6);
-    mg_dtensor *w1 = make(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 7);  /* column-parallel */
-    mg_dtensor *b1 = make(mesh, 1, (int64_t[]){8}, MG_SHARD(0), 8);
-    mg_dtensor *w2 = make(mesh, 2, (int64_t[]){6, 8}, MG_SHARD(1), 9);  /* row-parallel */
-    mg_dtensor *b2 = make(mesh, 1, (int64_t[]){6}, MG_REPLICATE, 10);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){4, 6}, MG_REPLICATE, 6);
+    mg_dtensor *w1 = mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 7);  /* column-parallel */
+    mg_dtensor *b1 = mg_test_dtensor(mesh, 1, (int64_t[]){8}, MG_SHARD(0), 8);
+    mg_dtensor *w2 = mg_test_dtensor(mesh, 2, (int64_t[]){6, 8}, MG_SHARD(1), 9);  /* row-parallel */
+    mg_dtensor *b2 = mg_test_dtensor(mesh, 1, (int64_t[]){6}, MG_REPLICATE, 10);
     mg_dtensor *ps[5] = {x, w1, b1, w2, b2};
     for (int i = 0; i < 5; i++) mg_set_requires_grad(ps[i], 1);
     mg_comm_stats s0[MG_COLL_COUNT], s1[MG_COLL_COUNT], s2[MG_COLL_COUNT];
@@ -196,9 +183,9 @@ END_TEST
 
 START_TEST(test_fsdp_gradient_reduce_scattered) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 11);
-    mg_dtensor *wt = make(mesh, 2, (int64_t[]){5, 6}, MG_SHARD(0), 12);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 11);
+    mg_dtensor *wt = mg_test_dtensor(mesh, 2, (int64_t[]){5, 6}, MG_SHARD(0), 12);
     mg_set_requires_grad(wt, 1);
     mg_comm_stats s1[MG_COLL_COUNT], s2[MG_COLL_COUNT];
     mg_dtensor *full_w = mg_redistribute(wt, (mg_placement[]){MG_REPLICATE}, 1);
@@ -219,8 +206,8 @@ START_TEST(test_fsdp_gradient_reduce_scattered) {
 END_TEST
 
 START_TEST(test_accumulate_and_zero) {
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *a = make(mesh, 2, (int64_t[]){4, 3}, MG_SHARD(0), 13);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *a = mg_test_dtensor(mesh, 2, (int64_t[]){4, 3}, MG_SHARD(0), 13);
     mg_set_requires_grad(a, 1);
     /* loss = sum(a * a) + sum(a): used three times; gradient 2a + 1 */
     mg_dtensor *loss = mg_add(mg_sum(mg_mul(a, a)), mg_sum(a));
@@ -263,9 +250,9 @@ END_TEST
 
 START_TEST(test_clear_errors) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 14);
-    mg_dtensor *wt = make(mesh, 2, (int64_t[]){3, 7}, MG_REPLICATE, 15);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 14);
+    mg_dtensor *wt = mg_test_dtensor(mesh, 2, (int64_t[]){3, 7}, MG_REPLICATE, 15);
     mg_dtensor *y = mg_linear(x, wt, NULL);
     mg_assert_all(y == NULL, "linear of misfit shapes was accepted");
     mg_assert_all(strstr(mg_last_error(), "mg_linear") && strstr(mg_last_error(), "(5, 6)") &&
@@ -295,7 +282,7 @@ START_TEST(test_clear_errors) {
                   mg_last_error());
     /* a view with no valid strategy names the redistribute that makes it valid */
     if (w > 1) {
-        mg_dtensor *s = make(mesh, 2, (int64_t[]){4, 6}, MG_SHARD(1), 16);
+        mg_dtensor *s = mg_test_dtensor(mesh, 2, (int64_t[]){4, 6}, MG_SHARD(1), 16);
         mg_dtensor *v = mg_view(s, 1, (int64_t[]){24});
         mg_assert_all(v == NULL && strstr(mg_last_error(), "mg_redistribute(x, [R])"), "%s",
                       mg_last_error());
@@ -304,7 +291,7 @@ START_TEST(test_clear_errors) {
         mg_dtensor_free(s);
     }
     /* the library keeps working */
-    mg_dtensor *ok = mg_linear(x, make(mesh, 2, (int64_t[]){3, 6}, MG_REPLICATE, 17), NULL);
+    mg_dtensor *ok = mg_linear(x, mg_test_dtensor(mesh, 2, (int64_t[]){3, 6}, MG_REPLICATE, 17), NULL);
     mg_assert_all(ok != NULL, "%s", mg_last_error());
     mg_step_end();
     mg_tensor_free(t);
@@ -344,8 +331,8 @@ START_TEST(test_null_arguments) {
                   "counts of NULL");
     OWN_MESSAGE(mg_comm_stats_get(NULL), "mg_comm_stats_get");
     /* a NULL dims list with n = 1: refused like mg_sum_dims, not a crash */
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){3, 4}, MG_REPLICATE, 18);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){3, 4}, MG_REPLICATE, 18);
     OWN_MESSAGE(mg_mean_dims(x, 1, NULL, 0), "mg_mean_dims");
     mg_assert_all(mg_mean_dims(x, 1, NULL, 0) == NULL && mg_sum_dims(x, 1, NULL, 0) == NULL,
                   "a NULL dims list was accepted");

@@ -8,29 +8,9 @@
 
 #include "config.h"
 
-#include "backend/backend.h"
-#include "tensor.h"
-#include "testutil.h"
-
-#define BE (mg_backend_cpu()->iface)
-#define CTX (mg_backend_cpu()->context)
+#include "kernel_testutil.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
-
-static mg_tensor *rnd(int nd, const int64_t *shape, uint64_t seed) {
-    mg_tensor *t = mg_tensor_alloc(NULL, nd, shape);
-    ck_assert_ptr_nonnull(t);
-    mg_test_fill(t->data, t->numel, seed);
-    return t;
-}
-
-/* an output tensor full of a sentinel, so a missed element shows */
-static mg_tensor *junk(int nd, const int64_t *shape) {
-    mg_tensor *t = mg_tensor_alloc(NULL, nd, shape);
-    ck_assert_ptr_nonnull(t);
-    for (int64_t i = 0; i < t->numel; i++) t->data[i] = 12345.0f;
-    return t;
-}
 
 static void unravel(int64_t idx, int nd, const int64_t *shape, int64_t *coord) {
     for (int d = nd - 1; d >= 0; d--) {

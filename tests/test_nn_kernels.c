@@ -11,28 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "backend/cpu_internal.h"
-#include "tensor.h"
-#include "testutil.h"
-
-#define BE (mg_backend_cpu()->iface)
-#define CTX (mg_backend_cpu()->context)
-
-static mg_tensor *rnd(int nd, const int64_t *shape, uint64_t seed) {
-    mg_tensor *t = mg_tensor_alloc(NULL, nd, shape);
-    ck_assert_ptr_nonnull(t);
-    mg_test_fill(t->data, t->numel, seed);
-    return t;
-}
-
-/* an output full of a sentinel, so a missed element shows */
-static mg_tensor *junk(int nd, const int64_t *shape) {
-    mg_tensor *t = mg_tensor_alloc(NULL, nd, shape);
-    ck_assert_ptr_nonnull(t);
-    for (int64_t i = 0; i < t->numel; i++) t->data[i] = 12345.0f;
-    return t;
-}
+#include "kernel_testutil.h"
 
 static mg_tensor *vec(int64_t n) { return junk(1, &n); }
 static mg_tensor *mat(int64_t r, int64_t c) { return junk(2, (int64_t[]){r, c}); }

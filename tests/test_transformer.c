@@ -17,19 +17,6 @@
 #include "meshgrad.h"
 #include "testutil.h"
 
-static mg_mesh *mesh1d(void) {
-    int n = mg_world_size();
-    return mg_mesh_new(1, &n);
-}
-
-static mg_dtensor *make(const mg_mesh *mesh, int ndim, const int64_t *shape, mg_placement p,
-                        uint64_t seed) {
-    mg_tensor *t = mg_tensor_new(ndim, shape);
-    mg_test_fill(mg_tensor_data(t), mg_tensor_numel(t), seed);
-    mg_dtensor *d = mg_distribute(mesh, t, &p, 1);
-    mg_tensor_free(t);
-    return d;
-}
 
 static mg_dtensor *ids_of(const mg_mesh *mesh, int ndim, const int64_t *shape, int64_t v,
                           mg_placement p) {
@@ -63,6 +50,16 @@ static int64_t bytes(const snapshot *a, const snapshot *b) {
     return n;
 }
 
+/* got equals want (the all-Replicate run's) within rtol, atol; both freed */
+static void same_run(mg_tensor *got, mg_tensor *want, double rtol, double atol, const char *what) {
+    char msg[256];
+    int ok = mg_test_close(mg_tensor_data(got), mg_tensor_data(want), mg_tensor_numel(want), rtol,
+                           atol, msg, sizeof msg);
+    mg_assert_all(ok, "%s: %s", what, msg);
+    mg_tensor_free(got);
+    mg_tensor_free(want);
+}
+
 static mg_dtensor *to_r(mg_dtensor *y) { return mg_redistribute(y, (mg_placement[]){MG_REPLICATE}, 1); }
 
 /* ---- attention block: qkv column-parallel, projection row-parallel ------------- */
@@ -85,7 +82,7 @@ static mg_dtensor *attention_block(mg_dtensor *x, mg_dtensor *wqkv, mg_dtensor *
 
 START_TEST(test_attention_block_comm) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     mg_placement R = MG_REPLICATE;
     mg_placement place[5] = {R, MG_SHARD(0), MG_SHARD(0), MG_SHARD(1), R};
     const int64_t shapes[5][3] = {{B, T, C}, {3 * C, C}, {3 * C}, {C, C}, {C}};
@@ -94,7 +91,7 @@ START_TEST(test_attention_block_comm) {
     for (int run = 0; run < 2; run++) { /* tensor parallel, then all Replicate */
         mg_dtensor *p[5];
         for (int i = 0; i < 5; i++) {
-            p[i] = make(mesh, nds[i], shapes[i], run ? R : place[i], 30 + i);
+            p[i] = mg_test_dtensor(mesh, nds[i], shapes[i], run ? R : place[i], 30 + i);
             mg_set_requires_grad(p[i], 1);
         }
         snapshot s0 = now();
@@ -128,17 +125,8 @@ START_TEST(test_attention_block_comm) {
         mg_step_end();
         for (int i = 0; i < 5; i++) mg_dtensor_free(p[i]);
     }
-    char msg[256];
-    int ok = mg_test_close(mg_tensor_data(outs[0]), mg_tensor_data(outs[1]), mg_tensor_numel(outs[1]),
-                           1e-5, 1e-5, msg, sizeof msg);
-    mg_assert_all(ok, "output: %s", msg);
-    for (int i = 0; i < 5; i++) {
-        ok = mg_test_close(mg_tensor_data(grads[0][i]), mg_tensor_data(grads[1][i]),
-                           mg_tensor_numel(grads[1][i]), 1e-4, 1e-5, msg, sizeof msg);
-        mg_assert_all(ok, "gradient %d: %s", i, msg);
-        mg_tensor_free(grads[0][i]), mg_tensor_free(grads[1][i]);
-    }
-    mg_tensor_free(outs[0]), mg_tensor_free(outs[1]);
+    same_run(outs[0], outs[1], 1e-5, 1e-5, "output");
+    for (int i = 0; i < 5; i++) same_run(grads[0][i], grads[1][i], 1e-4, 1e-5, "a gradient");
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -147,12 +135,12 @@ END_TEST
 
 START_TEST(test_vocab_parallel_embedding_comm) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     const int64_t v = 11, ids_shape[2] = {3, 5};
     mg_dtensor *ids = ids_of(mesh, 2, ids_shape, v, MG_REPLICATE);
     mg_tensor *g[2];
     for (int run = 0; run < 2; run++) {
-        mg_dtensor *table = make(mesh, 2, (int64_t[]){v, 6}, run ? MG_REPLICATE : MG_SHARD(0), 40);
+        mg_dtensor *table = mg_test_dtensor(mesh, 2, (int64_t[]){v, 6}, run ? MG_REPLICATE : MG_SHARD(0), 40);
         mg_set_requires_grad(table, 1);
         snapshot s0 = now();
         mg_dtensor *y = mg_embedding(ids, table);
@@ -176,11 +164,7 @@ START_TEST(test_vocab_parallel_embedding_comm) {
         mg_step_end();
         mg_dtensor_free(table);
     }
-    char msg[256];
-    int ok = mg_test_close(mg_tensor_data(g[0]), mg_tensor_data(g[1]), mg_tensor_numel(g[1]), 1e-5,
-                           1e-6, msg, sizeof msg);
-    mg_assert_all(ok, "table gradient: %s", msg);
-    mg_tensor_free(g[0]), mg_tensor_free(g[1]);
+    same_run(g[0], g[1], 1e-5, 1e-6, "table gradient");
     mg_dtensor_free(ids);
     mg_mesh_free(mesh);
 }
@@ -190,13 +174,13 @@ END_TEST
 
 START_TEST(test_loss_parallel_bytes) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     const int64_t n = 8, v = 1000;
     mg_dtensor *labels = ids_of(mesh, 1, &n, v, MG_REPLICATE);
     float loss_v[2];
     mg_tensor *g[2];
     for (int run = 0; run < 2; run++) {
-        mg_dtensor *logits = make(mesh, 2, (int64_t[]){n, v}, run ? MG_REPLICATE : MG_SHARD(1), 41);
+        mg_dtensor *logits = mg_test_dtensor(mesh, 2, (int64_t[]){n, v}, run ? MG_REPLICATE : MG_SHARD(1), 41);
         mg_set_requires_grad(logits, 1);
         snapshot s0 = now();
         mg_dtensor *loss = mg_cross_entropy(logits, labels);
@@ -224,11 +208,7 @@ START_TEST(test_loss_parallel_bytes) {
     }
     mg_assert_all(fabsf(loss_v[0] - loss_v[1]) <= 1e-5f * fabsf(loss_v[1]), "loss %g vs %g",
                   loss_v[0], loss_v[1]);
-    char msg[256];
-    int ok = mg_test_close(mg_tensor_data(g[0]), mg_tensor_data(g[1]), mg_tensor_numel(g[1]), 1e-4,
-                           1e-7, msg, sizeof msg);
-    mg_assert_all(ok, "dlogits: %s", msg);
-    mg_tensor_free(g[0]), mg_tensor_free(g[1]);
+    same_run(g[0], g[1], 1e-4, 1e-7, "dlogits");
     mg_dtensor_free(labels);
     mg_mesh_free(mesh);
 }
@@ -237,13 +217,12 @@ END_TEST
 /* ---- sequence-parallel attention ------------------------------------------------------ */
 
 START_TEST(test_sequence_parallel_attention) {
-    int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     const int64_t shape[4] = {2, 3, 7, 4}; /* T = 7: uneven over 2 and 4 ranks */
     mg_tensor *out[2], *gk[2];
     for (int run = 0; run < 2; run++) {
-        mg_dtensor *q = make(mesh, 4, shape, run ? MG_REPLICATE : MG_SHARD(2), 50);
-        mg_dtensor *k = make(mesh, 4, shape, MG_REPLICATE, 51), *v = make(mesh, 4, shape, MG_REPLICATE, 52);
+        mg_dtensor *q = mg_test_dtensor(mesh, 4, shape, run ? MG_REPLICATE : MG_SHARD(2), 50);
+        mg_dtensor *k = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 51), *v = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 52);
         mg_set_requires_grad(k, 1);
         snapshot s0 = now();
         mg_dtensor *a = mg_attention(q, k, v, 1);
@@ -256,21 +235,14 @@ START_TEST(test_sequence_parallel_attention) {
             mg_assert_all(p[0].kind == MG_PLACE_SHARD && p[0].dim == 2, "output should be S(2)");
         }
         out[run] = mg_full_tensor(a);
-        mg_dtensor *r = make(mesh, 4, shape, MG_REPLICATE, 53);
+        mg_dtensor *r = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 53);
         mg_assert_all(mg_backward(mg_sum(mg_mul(a, r))) == MG_OK, "%s", mg_last_error());
         gk[run] = mg_full_tensor(mg_grad(k)); /* each rank's queries add to dk */
         mg_step_end();
         mg_dtensor_free(q), mg_dtensor_free(k), mg_dtensor_free(v), mg_dtensor_free(r);
     }
-    (void)w;
-    char msg[256];
-    int ok = mg_test_close(mg_tensor_data(out[0]), mg_tensor_data(out[1]), mg_tensor_numel(out[1]),
-                           1e-5, 1e-6, msg, sizeof msg);
-    mg_assert_all(ok, "output: %s", msg);
-    ok = mg_test_close(mg_tensor_data(gk[0]), mg_tensor_data(gk[1]), mg_tensor_numel(gk[1]), 1e-4,
-                       1e-6, msg, sizeof msg);
-    mg_assert_all(ok, "dk: %s", msg);
-    for (int i = 0; i < 2; i++) mg_tensor_free(out[i]), mg_tensor_free(gk[i]);
+    same_run(out[0], out[1], 1e-5, 1e-6, "output");
+    same_run(gk[0], gk[1], 1e-4, 1e-6, "dk");
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -283,8 +255,8 @@ static mg_tensor *tied_gradient(const mg_mesh *mesh, mg_placement p, bool tied, 
     const int64_t v = 9, ids_shape[2] = {2, 3};
     mg_dtensor *ids = ids_of(mesh, 2, ids_shape, v, MG_REPLICATE);
     mg_dtensor *labels = ids_of(mesh, 2, ids_shape, v - 2, MG_REPLICATE);
-    mg_dtensor *a = make(mesh, 2, (int64_t[]){v, 4}, p, 60);
-    mg_dtensor *b = tied ? a : make(mesh, 2, (int64_t[]){v, 4}, p, 60);
+    mg_dtensor *a = mg_test_dtensor(mesh, 2, (int64_t[]){v, 4}, p, 60);
+    mg_dtensor *b = tied ? a : mg_test_dtensor(mesh, 2, (int64_t[]){v, 4}, p, 60);
     mg_set_requires_grad(a, 1);
     mg_set_requires_grad(b, 1);
     mg_dtensor *h = mg_gelu(mg_embedding(ids, a));
@@ -299,18 +271,15 @@ static mg_tensor *tied_gradient(const mg_mesh *mesh, mg_placement p, bool tied, 
 }
 
 START_TEST(test_tied_embedding) {
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     mg_placement ps[2] = {MG_REPLICATE, MG_SHARD(0)};
     for (int i = 0; i < 2; i++) {
         mg_tensor *head = NULL, *emb = tied_gradient(mesh, ps[i], false, &head);
         mg_tensor *both = tied_gradient(mesh, ps[i], true, NULL);
         for (int64_t e = 0; e < mg_tensor_numel(emb); e++) mg_tensor_data(emb)[e] += mg_tensor_data(head)[e];
-        char msg[256];
-        int ok = mg_test_close(mg_tensor_data(both), mg_tensor_data(emb), mg_tensor_numel(emb), 1e-5,
-                               1e-6, msg, sizeof msg);
-        mg_assert_all(ok, "%s table: the tied gradient is not the sum of both uses: %s",
-                      i ? "S(0)" : "R", msg);
-        mg_tensor_free(head), mg_tensor_free(emb), mg_tensor_free(both);
+        same_run(both, emb, 1e-5, 1e-6, i ? "S(0) table: the tied gradient is not the sum of both"
+                                          : "R table: the tied gradient is not the sum of both");
+        mg_tensor_free(head);
     }
     mg_mesh_free(mesh);
 }

@@ -54,18 +54,42 @@ __device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t 
     for (int64_t e = threadIdx.x; e < n * width; e += blockDim.x) dst[e] = src[r0 * width + e];
 }
 
+/* rows [r0, r0 + n) of a (.., wa) and b (.., wb) into the block's two tiles,
+ * between barriers (the tiles were in use until every warp got here) */
+__device__ __forceinline__ void load_tiles(float *ta, const float *a, int64_t wa, float *tb,
+                                           const float *b, int64_t wb, int64_t r0, int64_t n) {
+    __syncthreads();
+    load_tile(ta, a, r0, n, wa);
+    load_tile(tb, b, r0, n, wb);
+    __syncthreads();
+}
+
+/* The rows of work item `task`: slice z, rows [r0, r0 + ROWS) of the slice's n,
+ * this warp's row r = r0 + warp, and the block's last row (rows past n idle). */
+typedef struct {
+    int64_t z, r0, r, last;
+} block_rows;
+
+__device__ __forceinline__ block_rows rows_of(int64_t task, int64_t n) {
+    int64_t per_slice = ceil_div(n, ROWS);
+    block_rows b;
+    b.z = task / per_slice;
+    b.r0 = task % per_slice * ROWS;
+    b.r = b.r0 + (threadIdx.x >> 5);
+    b.last = (b.r0 + ROWS < n ? b.r0 + ROWS : n) - 1;
+    return b;
+}
+
 /* ---- forward ------------------------------------------------------------------- */
 
 __global__ void k_attention(const float *q, const float *k, const float *v, float *o, float *lse,
                             att_shape s, int64_t tile) {
     extern __shared__ float sh[];
     float *kt = sh, *vt = sh + tile * s.d;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int64_t per_slice = ceil_div(s.tq, ROWS);
-    for (int64_t task = blockIdx.x; task < s.slices * per_slice; task += gridDim.x) {
-        int64_t z = task / per_slice, i0 = task % per_slice * ROWS, i = i0 + warp;
-        int64_t last = (i0 + ROWS < s.tq ? i0 + ROWS : s.tq) - 1;
-        int64_t end = key_end(s, last), mine = i < s.tq ? key_end(s, i) : 0;
+    int lane = threadIdx.x & 31;
+    for (int64_t task = blockIdx.x; task < s.slices * ceil_div(s.tq, ROWS); task += gridDim.x) {
+        block_rows b = rows_of(task, s.tq);
+        int64_t z = b.z, i = b.r, end = key_end(s, b.last), mine = i < s.tq ? key_end(s, i) : 0;
         const float *qi = q + (z * s.tq + i) * s.d, *kz = k + z * s.tk * s.d,
                     *vz = v + z * s.tk * s.dv;
         for (int64_t c0 = 0; c0 < s.dv || c0 == 0; c0 += 32 * NACC) {
@@ -73,10 +97,7 @@ __global__ void k_attention(const float *q, const float *k, const float *v, floa
             for (int t = 0; t < NACC; t++) acc[t] = 0.0f;
             for (int64_t j0 = 0; j0 < end; j0 += tile) {
                 int64_t nk = end - j0 < tile ? end - j0 : tile;
-                __syncthreads();
-                load_tile(kt, kz, j0, nk, s.d);
-                load_tile(vt, vz, j0, nk, s.dv);
-                __syncthreads();
+                load_tiles(kt, kz, s.d, vt, vz, s.dv, j0, nk);
                 for (int64_t j = 0; j < nk && j0 + j < mine; j++) {
                     float sc = s.scale * warp_dot(qi, kt + j * s.d, s.d, lane);
                     float mn = fmaxf(m, sc), alpha = expf(m - mn), p = expf(sc - mn);
@@ -116,12 +137,10 @@ __global__ void k_attention_dq(const float *q, const float *k, const float *v, c
                                int64_t tile) {
     extern __shared__ float sh[];
     float *kt = sh, *vt = sh + tile * s.d;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int64_t per_slice = ceil_div(s.tq, ROWS);
-    for (int64_t task = blockIdx.x; task < s.slices * per_slice; task += gridDim.x) {
-        int64_t z = task / per_slice, i0 = task % per_slice * ROWS, i = i0 + warp;
-        int64_t last = (i0 + ROWS < s.tq ? i0 + ROWS : s.tq) - 1, row = z * s.tq + i;
-        int64_t end = key_end(s, last), mine = 0;
+    int lane = threadIdx.x & 31;
+    for (int64_t task = blockIdx.x; task < s.slices * ceil_div(s.tq, ROWS); task += gridDim.x) {
+        block_rows b = rows_of(task, s.tq);
+        int64_t z = b.z, i = b.r, row = z * s.tq + i, end = key_end(s, b.last), mine = 0;
         if (i < s.tq && lse[row] != -INFINITY) mine = key_end(s, i);
         const float *qi = q + row * s.d, *doi = dout + row * s.dv;
         const float *kz = k + z * s.tk * s.d, *vz = v + z * s.tk * s.dv;
@@ -130,10 +149,7 @@ __global__ void k_attention_dq(const float *q, const float *k, const float *v, c
             for (int t = 0; t < NACC; t++) acc[t] = 0.0f;
             for (int64_t j0 = 0; j0 < end; j0 += tile) {
                 int64_t nk = end - j0 < tile ? end - j0 : tile;
-                __syncthreads();
-                load_tile(kt, kz, j0, nk, s.d);
-                load_tile(vt, vz, j0, nk, s.dv);
-                __syncthreads();
+                load_tiles(kt, kz, s.d, vt, vz, s.dv, j0, nk);
                 for (int64_t j = 0; j < nk && j0 + j < mine; j++) {
                     float p = expf(s.scale * warp_dot(qi, kt + j * s.d, s.d, lane) - lse[row]);
                     float ds = p * (warp_dot(doi, vt + j * s.dv, s.dv, lane) - (float)di[row]);
@@ -158,11 +174,12 @@ __global__ void k_attention_dkdv(const float *q, const float *k, const float *v,
                                  att_shape s, int64_t tile) {
     extern __shared__ float sh[];
     float *qt = sh, *dot = sh + tile * s.d;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int64_t width = which ? s.d : s.dv, per_slice = ceil_div(s.tk, ROWS);
-    for (int64_t task = blockIdx.x; task < s.slices * per_slice; task += gridDim.x) {
-        int64_t z = task / per_slice, j0 = task % per_slice * ROWS, j = j0 + warp;
-        int64_t start = query_start(s, j0), mine = j < s.tk ? query_start(s, j) : s.tq;
+    int lane = threadIdx.x & 31;
+    int64_t width = which ? s.d : s.dv;
+    for (int64_t task = blockIdx.x; task < s.slices * ceil_div(s.tk, ROWS); task += gridDim.x) {
+        block_rows b = rows_of(task, s.tk);
+        int64_t z = b.z, j = b.r, start = query_start(s, b.r0);
+        int64_t mine = j < s.tk ? query_start(s, j) : s.tq;
         const float *kj = k + (z * s.tk + j) * s.d, *vj = v + (z * s.tk + j) * s.dv;
         const float *qz = q + z * s.tq * s.d, *dz = dout + z * s.tq * s.dv;
         const float *lz = lse + z * s.tq;
@@ -172,10 +189,7 @@ __global__ void k_attention_dkdv(const float *q, const float *k, const float *v,
             for (int t = 0; t < NACC; t++) acc[t] = 0.0f;
             for (int64_t i0 = start; i0 < s.tq; i0 += tile) {
                 int64_t nq = s.tq - i0 < tile ? s.tq - i0 : tile;
-                __syncthreads();
-                load_tile(qt, qz, i0, nq, s.d);
-                load_tile(dot, dz, i0, nq, s.dv);
-                __syncthreads();
+                load_tiles(qt, qz, s.d, dot, dz, s.dv, i0, nq);
                 if (j >= s.tk) continue;
                 for (int64_t r = 0; r < nq; r++) {
                     int64_t i = i0 + r;

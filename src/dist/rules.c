@@ -349,7 +349,8 @@ void mg_rules_elementwise_loss(mg_candidates *c, int ndim) {
 
 /* ---- transformer ops ------------------------------------------------------------- */
 
-void mg_rules_softmax(mg_candidates *c, int ndim) {
+/* all Replicate, then input 0 sharded on each of its ndim dims, the output alike */
+static void shards_pass(mg_candidates *c, int ndim) {
     c->n = 0;
     add(c);
     for (int d = 0; d < ndim; d++) {
@@ -360,27 +361,18 @@ void mg_rules_softmax(mg_candidates *c, int ndim) {
     }
 }
 
+void mg_rules_softmax(mg_candidates *c, int ndim) { shards_pass(c, ndim); }
+
 void mg_rules_layer_norm(mg_candidates *c, int ndim) {
-    c->n = 0;
-    add(c);
-    for (int d = 0; d < ndim; d++) {
-        mg_dim_strategy *s = add(c);
-        if (!s) return;
-        s->in[0] = S(d);
-        if (d == ndim - 1) s->in[1] = s->in[2] = S(0); /* the normalized dim */
-        s->out = S(d);
+    shards_pass(c, ndim); /* every shard of x passes, weight and bias Replicate ... */
+    if (ndim > 0 && c->n == ndim + 1) {
+        mg_dim_strategy *last = &c->c[ndim]; /* ... but along a sharded C */
+        last->in[1] = last->in[2] = S(0);
     }
 }
 
 void mg_rules_embedding(mg_candidates *c, int ids_ndim) {
-    c->n = 0;
-    add(c);
-    for (int d = 0; d < ids_ndim; d++) {
-        mg_dim_strategy *s = add(c);
-        if (!s) return;
-        s->in[0] = S(d);
-        s->out = S(d);
-    }
+    shards_pass(c, ids_ndim); /* a shard of the ids, the table Replicate */
     mg_dim_strategy *s = add(c); /* vocab parallel */
     s->in[1] = S(0);
     s->out = P;
