@@ -127,8 +127,7 @@ int mg_ops_dim(const char *who, int dim, int ndim);
 unsigned mg_ops_shard_mask(const mg_spec *spec, int d);
 /* buf (n floats, host or device) summed (or max-ed) over the mesh dims in mask,
  * one all-reduce per dim. Every rank of those dims holds the same n. */
-int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n,
-                       mg_reduce_op op);
+int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n, mg_reduce_op op);
 /* g brought to spec, Partial made Replicate: the gradient of an output of spec. */
 mg_dtensor *mg_ops_grad_at(const mg_dtensor *g, const mg_spec *spec);
 /* A temporary local tensor (step arena) on the device of t. */

@@ -31,14 +31,16 @@ static float scale_of(const mg_dtensor *q) {
     return d > 0 ? 1.0f / sqrtf((float)d) : 1.0f;
 }
 
-mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v, int causal) {
+mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                         int causal) {
     const char *who = "mg_attention";
     const mg_dtensor *xs[3] = {q, k, v};
     if (!q || !k || !v) return mg_error_null(MG_EINVAL, "%s: q, k or v is NULL", who);
     if (mg_ops_check_inputs(who, 3, xs) != MG_OK) return NULL;
     const mg_spec *Q = &q->spec, *K = &k->spec, *V = &v->spec;
     bool fits = Q->ndim == 4 && K->ndim == 4 && V->ndim == 4;
-    for (int d = 0; fits && d < 2; d++) fits = Q->shape[d] == K->shape[d] && K->shape[d] == V->shape[d];
+    for (int d = 0; fits && d < 2; d++)
+        fits = Q->shape[d] == K->shape[d] && K->shape[d] == V->shape[d];
     fits = fits && Q->shape[3] == K->shape[3] && K->shape[2] == V->shape[2];
     if (!fits) {
         char a[96], b[96], c[96];
@@ -76,8 +78,10 @@ static mg_spec grad_spec(const mg_dtensor *const *in, int i) {
         mg_placement pq = in[0]->spec.p[m], pv = in[2]->spec.p[m];
         bool seq = pq.kind == MG_PLACE_SHARD && pq.dim == 2;
         bool v_split = pv.kind == MG_PLACE_PARTIAL || (pv.kind == MG_PLACE_SHARD && pv.dim == 3);
-        if (i == 2 && pv.kind == MG_PLACE_PARTIAL) s.p[m] = MG_REPLICATE; /* d(sum) = the whole */
-        else if ((i > 0 && seq) || (i < 2 && v_split)) s.p[m] = MG_PARTIAL_SUM;
+        if (i == 2 && pv.kind == MG_PLACE_PARTIAL)
+            s.p[m] = MG_REPLICATE; /* d(sum) = the whole */
+        else if ((i > 0 && seq) || (i < 2 && v_split))
+            s.p[m] = MG_PARTIAL_SUM;
     }
     return s;
 }
@@ -93,9 +97,9 @@ int mg_op_attention_backward(const mg_dtensor *q, const mg_dtensor *k, const mg_
         if (!(grads[i] = mg_ops_output(&s))) return mg_last_code();
     }
     mg_backend *be = mg_backend_of(dout->local);
-    be->iface->attention_backward(be->context, q->local, k->local, v->local, out->local,
-                                  out->saved, dout->local, scale_of(q), causal,
-                                  offset_of(&q->spec, 2), offset_of(&k->spec, 2), grads[0]->local,
-                                  grads[1]->local, grads[2]->local);
+    be->iface->attention_backward(be->context, q->local, k->local, v->local, out->local, out->saved,
+                                  dout->local, scale_of(q), causal, offset_of(&q->spec, 2),
+                                  offset_of(&k->spec, 2), grads[0]->local, grads[1]->local,
+                                  grads[2]->local);
     return MG_OK;
 }

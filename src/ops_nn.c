@@ -32,8 +32,7 @@ unsigned mg_ops_shard_mask(const mg_spec *spec, int d) {
     return mask;
 }
 
-int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n,
-                       mg_reduce_op op) {
+int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n, mg_reduce_op op) {
     for (int m = 0; m < mesh->ndim; m++) {
         if (!(mask >> m & 1u)) continue;
         int rc = mg_comm_all_reduce(mesh->dim_comm[m], buf, n, op);
@@ -116,7 +115,9 @@ static mg_dtensor *softmax_op(const char *who, const mg_dtensor *x, int dim, boo
     return y;
 }
 
-mg_dtensor *mg_softmax(const mg_dtensor *x, int dim) { return softmax_op("mg_softmax", x, dim, false); }
+mg_dtensor *mg_softmax(const mg_dtensor *x, int dim) {
+    return softmax_op("mg_softmax", x, dim, false);
+}
 mg_dtensor *mg_log_softmax(const mg_dtensor *x, int dim) {
     return softmax_op("mg_log_softmax", x, dim, true);
 }
@@ -188,7 +189,8 @@ mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const m
     if (mg_ops_check_inputs(who, 3, xs) != MG_OK) return NULL;
     if (x->spec.ndim < 1)
         return mg_error_null(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", who);
-    if (check_affine(who, x, weight, "weight") != MG_OK || check_affine(who, x, bias, "bias") != MG_OK)
+    if (check_affine(who, x, weight, "weight") != MG_OK ||
+        check_affine(who, x, bias, "bias") != MG_OK)
         return NULL;
     if (!(eps >= 0.0f) || isinf(eps))
         return mg_error_null(MG_EINVAL, "%s: eps is %g; it must be a finite number >= 0", who, eps);

@@ -235,10 +235,9 @@ mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t lengt
     if (!narrow_dim(who, x, &dim)) return NULL;
     int64_t size = x->spec.shape[dim];
     if (start < 0 || length < 0 || start > size - length)
-        return mg_error_null(MG_EINVAL,
-                             "%s: [%lld, %lld + %lld) is not inside dim %d of size %lld (global)",
-                             who, (long long)start, (long long)start, (long long)length, dim,
-                             (long long)size);
+        return mg_error_null(
+            MG_EINVAL, "%s: [%lld, %lld + %lld) is not inside dim %d of size %lld (global)", who,
+            (long long)start, (long long)start, (long long)length, dim, (long long)size);
     int nd = x->spec.ndim;
     int64_t out_shape[MG_MAX_DIMS];
     memcpy(out_shape, x->spec.shape, sizeof out_shape);
@@ -330,8 +329,8 @@ mg_dtensor *mg_cat(int n, const mg_dtensor *const *xs, int dim) {
     mg_dtensor **parts = mg_arena_alloc(mg_step_arena(), (size_t)ng * sizeof *parts);
     if (!parts) return NULL;
     for (int g = 0; g < ng; g++) {
-        int first = g * MG_NODE_MAX_INPUTS, k = n - first < MG_NODE_MAX_INPUTS ? n - first
-                                                                               : MG_NODE_MAX_INPUTS;
+        int first = g * MG_NODE_MAX_INPUTS,
+            k = n - first < MG_NODE_MAX_INPUTS ? n - first : MG_NODE_MAX_INPUTS;
         if (!(parts[g] = cat_node(who, k, xs + first, dim))) return NULL;
     }
     return mg_cat(ng, (const mg_dtensor *const *)parts, dim);

@@ -47,8 +47,9 @@ mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table) {
     const mg_spec *I = &ids->spec, *T = &table->spec;
     char a[96], b[96];
     if (T->ndim != 2 || I->ndim + 1 > MG_MAX_DIMS)
-        return mg_error_null(MG_ESHAPE, "%s: ids %s and table %s do not fit: want a table (V, C) "
-                                        "and ids of at most %d dims",
+        return mg_error_null(MG_ESHAPE,
+                             "%s: ids %s and table %s do not fit: want a table (V, C) "
+                             "and ids of at most %d dims",
                              who, mg_shape_format(a, sizeof a, I->ndim, I->shape),
                              mg_shape_format(b, sizeof b, T->ndim, T->shape), MG_MAX_DIMS - 1);
     int64_t out_shape[MG_MAX_DIMS];
@@ -67,13 +68,14 @@ mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table) {
     mg_tensor *flat_out = mg_tensor_view(mg_step_arena(), y->local, 2, rows);
     if (!flat_ids || !flat_out) return NULL;
     float bad = (float)be->iface->embedding(be->context, flat_ids, in[1]->local,
-                                             offset_of(&in[1]->spec, 0), T->shape[0], flat_out);
+                                            offset_of(&in[1]->spec, 0), T->shape[0], flat_out);
     /* ranks holding other ids agree on their validity (replicated ids agree already) */
     if (mg_ops_reduce_over(I->mesh, sharded_dims(&in[0]->spec), &bad, 1, MG_REDUCE_MAX) != MG_OK)
         return NULL;
     if (bad > 0)
-        return mg_error_null(MG_EINVAL, "%s: ids must be row indices 0..%lld of the table (integers "
-                                        "stored as floats); %g ids on some rank are not",
+        return mg_error_null(MG_EINVAL,
+                             "%s: ids must be row indices 0..%lld of the table (integers "
+                             "stored as floats); %g ids on some rank are not",
                              who, (long long)T->shape[0] - 1, bad);
     mg_ops_record(MG_OP_EMBEDDING, 2, in, y);
     return y;
@@ -87,7 +89,8 @@ mg_dtensor *mg_op_embedding_backward(const mg_dtensor *ids, const mg_dtensor *ta
      * table, and Partial where a replicated table met sharded ids */
     mg_spec s = table->spec;
     for (int m = 0; m < s.mesh->ndim; m++) {
-        if (s.p[m].kind == MG_PLACE_PARTIAL) s.p[m] = MG_REPLICATE;
+        if (s.p[m].kind == MG_PLACE_PARTIAL)
+            s.p[m] = MG_REPLICATE;
         else if (s.p[m].kind == MG_PLACE_REPLICATE && ids->spec.p[m].kind == MG_PLACE_SHARD)
             s.p[m] = MG_PARTIAL_SUM;
     }
@@ -129,13 +132,14 @@ static int64_t cross_entropy_sharded(const mg_dtensor *logits, mg_tensor *lg, mg
     mg_tensor *s = sums ? mg_tensor_slice(arena, sums, 0, rows) : NULL;
     mg_tensor *t = sums ? mg_tensor_slice(arena, sums, rows, rows) : NULL;
     out->saved = mg_ops_temp(1, &rows);
-    if (!max || !s || !t || !out->saved || !(one = mg_tensor_view(arena, out->local, 1, (int64_t[]){1})))
+    if (!max || !s || !t || !out->saved ||
+        !(one = mg_tensor_view(arena, out->local, 1, (int64_t[]){1})))
         return mg_last_code();
     be->iface->reduce_max(ctx, lg, max);
     int rc = mg_ops_reduce_over(mesh, mask, max->data, rows, MG_REDUCE_MAX);
     if (rc != MG_OK) return rc;
-    int64_t bad = be->iface->cross_entropy_sums(ctx, lg, lb, max, offset_of(&logits->spec,
-                                                logits->spec.ndim - 1), v, sums);
+    int64_t bad = be->iface->cross_entropy_sums(
+        ctx, lg, lb, max, offset_of(&logits->spec, logits->spec.ndim - 1), v, sums);
     if ((rc = mg_ops_reduce_over(mesh, mask, sums->data, two, MG_REDUCE_SUM)) != MG_OK) return rc;
     mg_tensor *lse = out->saved, *mv = mg_tensor_view(arena, max, 1, &rows);
     if (!mv) return mg_last_code();
@@ -154,7 +158,8 @@ mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels)
     if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
     const mg_spec *L = &logits->spec, *Y = &labels->spec;
     char a[96], b[96];
-    if (L->ndim < 1 || Y->ndim != L->ndim - 1 || !mg_shape_equal(Y->ndim, Y->shape, Y->ndim, L->shape))
+    if (L->ndim < 1 || Y->ndim != L->ndim - 1 ||
+        !mg_shape_equal(Y->ndim, Y->shape, Y->ndim, L->shape))
         return mg_error_null(MG_ESHAPE,
                              "%s: logits %s and labels %s do not fit: want logits (..., V) and "
                              "labels (...), e.g. (B, C) and (B)",

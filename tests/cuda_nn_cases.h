@@ -27,8 +27,10 @@ START_TEST(test_softmax) {
             row_stats(x, rows, &max, &sum);
             mg_tensor *dmax = to_gpu(max), *dsum = to_gpu(sum);
             for (int given = 0; given < 2; given++) {
-                mg_tensor *y = junk_on(MG_DEVICE_CPU, 2, shapes[s]), *gy = junk_on(MG_DEVICE_CUDA, 2, shapes[s]);
-                CPU->iface->softmax(CPU->context, x, given ? max : NULL, given ? sum : NULL, as_log, y);
+                mg_tensor *y = junk_on(MG_DEVICE_CPU, 2, shapes[s]),
+                          *gy = junk_on(MG_DEVICE_CUDA, 2, shapes[s]);
+                CPU->iface->softmax(CPU->context, x, given ? max : NULL, given ? sum : NULL, as_log,
+                                    y);
                 GPU->iface->softmax(GPU->context, dx, given ? dmax : NULL, given ? dsum : NULL,
                                     as_log, gy);
                 expect(as_log ? "log_softmax" : "softmax", gy, y, TOL_MATH);
@@ -37,9 +39,11 @@ START_TEST(test_softmax) {
                 CPU->iface->softmax_dot(CPU->context, y, dy, as_log, dot);
                 GPU->iface->softmax_dot(GPU->context, gy, ddy, as_log, ddot);
                 expect("softmax_dot", ddot, dot, TOL_SUM);
-                mg_tensor *g = junk_on(MG_DEVICE_CPU, 2, shapes[s]), *gg = junk_on(MG_DEVICE_CUDA, 2, shapes[s]);
+                mg_tensor *g = junk_on(MG_DEVICE_CPU, 2, shapes[s]),
+                          *gg = junk_on(MG_DEVICE_CUDA, 2, shapes[s]);
                 CPU->iface->softmax_backward(CPU->context, y, dy, given ? dot : NULL, as_log, g);
-                GPU->iface->softmax_backward(GPU->context, gy, ddy, given ? ddot : NULL, as_log, gg);
+                GPU->iface->softmax_backward(GPU->context, gy, ddy, given ? ddot : NULL, as_log,
+                                             gg);
                 expect("softmax_backward", gg, g, TOL_MATH);
                 mg_tensor *all[] = {y, gy, dot, ddot, g, gg};
                 for (int i = 0; i < 6; i++) mg_tensor_free(all[i]);
@@ -59,7 +63,8 @@ static void layer_norm_case(int64_t rows, int64_t c, bool affine) {
     mg_tensor *x = host_rand(2, shape, 30), *dy = host_rand(2, shape, 31);
     for (int64_t i = 0; i < x->numel; i++) x->data[i] = 2 * x->data[i] + 3;
     mg_tensor *w = affine ? host_rand(1, &c, 32) : NULL, *b = affine ? host_rand(1, &c, 33) : NULL;
-    mg_tensor *dx = to_gpu(x), *ddy = to_gpu(dy), *dw = w ? to_gpu(w) : NULL, *db = b ? to_gpu(b) : NULL;
+    mg_tensor *dx = to_gpu(x), *ddy = to_gpu(dy), *dw = w ? to_gpu(w) : NULL,
+              *db = b ? to_gpu(b) : NULL;
     mg_tensor *y = host(2, shape), *gy = junk_on(MG_DEVICE_CUDA, 2, shape);
     mg_tensor *st = host(1, &two), *gst = junk_on(MG_DEVICE_CUDA, 1, &two);
     CPU->iface->layer_norm(CPU->context, x, w, b, 1e-5f, NULL, c, st, y);
@@ -68,8 +73,10 @@ static void layer_norm_case(int64_t rows, int64_t c, bool affine) {
     expect("layer_norm stats", gst, st, TOL_SUM);
     /* the moments of whole rows, and the forward from them */
     mg_tensor *mom = host(1, &two), *gmom = junk_on(MG_DEVICE_CUDA, 1, &two);
-    mg_tensor *mean = mg_tensor_slice(NULL, mom, 0, rows), *sq = mg_tensor_slice(NULL, mom, rows, rows);
-    mg_tensor *gmean = mg_tensor_slice(NULL, gmom, 0, rows), *gsq = mg_tensor_slice(NULL, gmom, rows, rows);
+    mg_tensor *mean = mg_tensor_slice(NULL, mom, 0, rows),
+              *sq = mg_tensor_slice(NULL, mom, rows, rows);
+    mg_tensor *gmean = mg_tensor_slice(NULL, gmom, 0, rows),
+              *gsq = mg_tensor_slice(NULL, gmom, rows, rows);
     CPU->iface->layer_norm_moments(CPU->context, x, NULL, mean);
     GPU->iface->layer_norm_moments(GPU->context, dx, NULL, gmean);
     expect("layer_norm_moments", gmean, mean, TOL_SUM);
@@ -97,8 +104,8 @@ static void layer_norm_case(int64_t rows, int64_t c, bool affine) {
     CPU->iface->layer_norm_backward(CPU->context, x, w, dy, st, sums, c, g, NULL, NULL);
     GPU->iface->layer_norm_backward(GPU->context, dx, dw, ddy, gst, gsums, c, gg, NULL, NULL);
     expect("layer_norm_backward dx (sums)", gg, g, TOL_MATH);
-    mg_tensor *all[] = {x, dy, w, b, dx, ddy, dw, db, y, gy, st, gst, mom, gmom, mean, sq, gmean,
-                        gsq, sums, gsums, g, gg, gw, ggw, gb, ggb};
+    mg_tensor *all[] = {x,    dy,   w,  b,     dx,  ddy,  dw,    db, y,  gy, st,  gst, mom,
+                        gmom, mean, sq, gmean, gsq, sums, gsums, g,  gg, gw, ggw, gb,  ggb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) mg_tensor_free(all[i]);
 }
 
@@ -163,7 +170,8 @@ END_TEST
 
 static void attention_case(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d, int64_t dv,
                            int64_t q0, int64_t k0, bool causal) {
-    int64_t qs[4] = {b, h, tq, d}, ks[4] = {b, h, tk, d}, vs[4] = {b, h, tk, dv}, os[4] = {b, h, tq, dv};
+    int64_t qs[4] = {b, h, tq, d}, ks[4] = {b, h, tk, d}, vs[4] = {b, h, tk, dv},
+            os[4] = {b, h, tq, dv};
     int64_t ls[3] = {b, h, tq};
     mg_tensor *q = host_rand(4, qs, 60), *k = host_rand(4, ks, 61), *v = host_rand(4, vs, 62);
     mg_tensor *g = host_rand(4, os, 63);
@@ -178,7 +186,8 @@ static void attention_case(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t
     mg_tensor *rq = junk_on(MG_DEVICE_CPU, 4, qs), *rk = junk_on(MG_DEVICE_CPU, 4, ks);
     mg_tensor *rv = junk_on(MG_DEVICE_CPU, 4, vs), *gq = junk_on(MG_DEVICE_CUDA, 4, qs);
     mg_tensor *gk = junk_on(MG_DEVICE_CUDA, 4, ks), *gv = junk_on(MG_DEVICE_CUDA, 4, vs);
-    CPU->iface->attention_backward(CPU->context, q, k, v, o, l, g, scale, causal, q0, k0, rq, rk, rv);
+    CPU->iface->attention_backward(CPU->context, q, k, v, o, l, g, scale, causal, q0, k0, rq, rk,
+                                   rv);
     GPU->iface->attention_backward(GPU->context, dq_, dk_, dv_, go, gl, dg, scale, causal, q0, k0,
                                    gq, gk, gv);
     expect("attention_backward dq", gq, rq, 1e-4);
@@ -206,7 +215,8 @@ START_TEST(test_relu_nan) {
     mg_tensor *x = host(1, &n);
     const float in[4] = {NAN, -1.0f, 0.0f, 2.0f};
     memcpy(x->data, in, sizeof in);
-    mg_tensor *dx = to_gpu(x), *y = junk_on(MG_DEVICE_CPU, 1, &n), *dy = junk_on(MG_DEVICE_CUDA, 1, &n);
+    mg_tensor *dx = to_gpu(x), *y = junk_on(MG_DEVICE_CPU, 1, &n),
+              *dy = junk_on(MG_DEVICE_CUDA, 1, &n);
     CPU->iface->unary(CPU->context, MG_UNARY_RELU, x, 0, y);
     GPU->iface->unary(GPU->context, MG_UNARY_RELU, dx, 0, dy);
     mg_assert_all(isnan(y->data[0]), "relu(NaN) on the CPU is %g", y->data[0]);
@@ -225,7 +235,8 @@ static void nn_case(op_result *r) {
     ck_assert_msg(mesh != NULL, "mesh: %s", mg_last_error());
     mg_placement R = MG_REPLICATE, S0 = MG_SHARD(0);
     mg_dtensor *table = leaf(mesh, 2, (int64_t[]){13, 8}, 70, S0, 1); /* vocab parallel */
-    mg_dtensor *lw = leaf(mesh, 1, (int64_t[]){8}, 71, R, 1), *lb = leaf(mesh, 1, (int64_t[]){8}, 72, R, 1);
+    mg_dtensor *lw = leaf(mesh, 1, (int64_t[]){8}, 71, R, 1),
+               *lb = leaf(mesh, 1, (int64_t[]){8}, 72, R, 1);
     mg_tensor *ih = mg_tensor_new(2, (int64_t[]){2, 6});
     for (int i = 0; i < 12; i++) mg_tensor_data(ih)[i] = (float)((i * 5 + 1) % 13);
     mg_dtensor *ids = mg_distribute(mesh, ih, &S0, 1);

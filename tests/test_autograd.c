@@ -17,7 +17,6 @@
 #include "meshgrad.h"
 #include "testutil.h"
 
-
 static int64_t chunk(int64_t n, int k, int c) {
     int64_t size = (n + k - 1) / k, start = c * size;
     if (start > n) start = n;
@@ -92,7 +91,8 @@ START_TEST(test_expand_global_sizes) {
     const int64_t *ls = mg_tensor_shape(mg_local(e));
     mg_assert_all(ls[0] == 5 && ls[1] == chunk(6, w, mg_rank()), "local (%lld, %lld)",
                   (long long)ls[0], (long long)ls[1]);
-    mg_dtensor *col = mg_test_dtensor(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(0), 3); /* a size-1 dim sharded */
+    mg_dtensor *col =
+        mg_test_dtensor(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(0), 3); /* a size-1 dim sharded */
     mg_dtensor *f = mg_expand(col, 3, (int64_t[]){3, 4, 6});
     mg_assert_all(f != NULL, "%s", mg_last_error());
     mg_placement fp = mg_dtensor_placements(f)[0];
@@ -145,9 +145,10 @@ START_TEST(test_megatron_comm) {
     int w = mg_world_size();
     mg_mesh *mesh = mg_test_mesh1d();
     mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){4, 6}, MG_REPLICATE, 6);
-    mg_dtensor *w1 = mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 7);  /* column-parallel */
+    mg_dtensor *w1 =
+        mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 7); /* column-parallel */
     mg_dtensor *b1 = mg_test_dtensor(mesh, 1, (int64_t[]){8}, MG_SHARD(0), 8);
-    mg_dtensor *w2 = mg_test_dtensor(mesh, 2, (int64_t[]){6, 8}, MG_SHARD(1), 9);  /* row-parallel */
+    mg_dtensor *w2 = mg_test_dtensor(mesh, 2, (int64_t[]){6, 8}, MG_SHARD(1), 9); /* row-parallel */
     mg_dtensor *b2 = mg_test_dtensor(mesh, 1, (int64_t[]){6}, MG_REPLICATE, 10);
     mg_dtensor *ps[5] = {x, w1, b1, w2, b2};
     for (int i = 0; i < 5; i++) mg_set_requires_grad(ps[i], 1);
@@ -291,7 +292,8 @@ START_TEST(test_clear_errors) {
         mg_dtensor_free(s);
     }
     /* the library keeps working */
-    mg_dtensor *ok = mg_linear(x, mg_test_dtensor(mesh, 2, (int64_t[]){3, 6}, MG_REPLICATE, 17), NULL);
+    mg_dtensor *ok =
+        mg_linear(x, mg_test_dtensor(mesh, 2, (int64_t[]){3, 6}, MG_REPLICATE, 17), NULL);
     mg_assert_all(ok != NULL, "%s", mg_last_error());
     mg_step_end();
     mg_tensor_free(t);
@@ -306,12 +308,12 @@ END_TEST
 /* A call given NULL leaves its own message, not an older one; none crashes. */
 static void stale_error(void) { mg_redistribute(NULL, NULL, 0); } /* "mg_redistribute: ..." */
 
-#define OWN_MESSAGE(call, name)                                                              \
-    do {                                                                                     \
-        stale_error();                                                                       \
-        (void)(call);                                                                        \
-        mg_assert_all(strstr(mg_last_error(), name) != NULL, "%s left \"%s\"", name,          \
-                      mg_last_error());                                                      \
+#define OWN_MESSAGE(call, name)                                                                    \
+    do {                                                                                           \
+        stale_error();                                                                             \
+        (void)(call);                                                                              \
+        mg_assert_all(strstr(mg_last_error(), name) != NULL, "%s left \"%s\"", name,               \
+                      mg_last_error());                                                            \
     } while (0)
 
 START_TEST(test_null_arguments) {

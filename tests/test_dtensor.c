@@ -223,15 +223,17 @@ START_TEST(ranks_must_agree) {
     if (world > 1) {
         mg_tensor *t = mg_tensor_new(2, me == last ? b : a);
         mg_assert_all(mg_distribute(mesh, t, p, 2) == NULL, "different shapes accepted");
-        snprintf(want, sizeof want, "rank 0 (4, 6) [R, S(0)], but rank %d other ones (rank %d: "
-                 "(4, 5) [R, S(0)])", last, last);
+        snprintf(want, sizeof want,
+                 "rank 0 (4, 6) [R, S(0)], but rank %d other ones (rank %d: "
+                 "(4, 5) [R, S(0)])",
+                 last, last);
         mg_assert_all(strstr(mg_last_error(), want) != NULL, "message: %s", mg_last_error());
         mg_tensor_free(t);
         /* placements differ on every other rank */
         t = mg_tensor_new(2, a);
         mg_assert_all(mg_distribute(mesh, t, me % 2 ? q : p, 2) == NULL, "placements differ");
-        mg_assert_all(strstr(mg_last_error(), "(rank 1: (4, 6) [R, S(1)])") != NULL,
-                      "message: %s", mg_last_error());
+        mg_assert_all(strstr(mg_last_error(), "(rank 1: (4, 6) [R, S(1)])") != NULL, "message: %s",
+                      mg_last_error());
         /* mg_from_local: one global shape, whatever the local blocks */
         mg_assert_all(mg_from_local(mesh, t, p, 2, 2, me == last ? b : a) == NULL,
                       "from_local with different global shapes accepted");

@@ -27,20 +27,39 @@
 enum { B = 2, T = 4, C = 8, H = 4, D = 2, V = 11, F = 4 * C, N = B * T };
 #define EPS 1e-5f
 
-enum { WTE, WPE, LN1W, LN1B, WQKV, BQKV, WPROJ, BPROJ, LN2W, LN2B, WFC, BFC, WFC2, BFC2, LNFW, LNFB,
-       NP };
+enum {
+    WTE,
+    WPE,
+    LN1W,
+    LN1B,
+    WQKV,
+    BQKV,
+    WPROJ,
+    BPROJ,
+    LN2W,
+    LN2B,
+    WFC,
+    BFC,
+    WFC2,
+    BFC2,
+    LNFW,
+    LNFB,
+    NP
+};
 static const struct {
     const char *name;
     int nd;
     int64_t shape[2];
 } param[NP] = {
-    {"wte", 2, {V, C}},   {"wpe", 2, {T, C}},       {"ln1.w", 1, {C}},    {"ln1.b", 1, {C}},
+    {"wte", 2, {V, C}},      {"wpe", 2, {T, C}},   {"ln1.w", 1, {C}},    {"ln1.b", 1, {C}},
     {"wqkv", 2, {3 * C, C}}, {"bqkv", 1, {3 * C}}, {"wproj", 2, {C, C}}, {"bproj", 1, {C}},
-    {"ln2.w", 1, {C}},    {"ln2.b", 1, {C}},        {"wfc", 2, {F, C}},   {"bfc", 1, {F}},
-    {"wfc2", 2, {C, F}},  {"bfc2", 1, {C}},         {"lnf.w", 1, {C}},    {"lnf.b", 1, {C}},
+    {"ln2.w", 1, {C}},       {"ln2.b", 1, {C}},    {"wfc", 2, {F, C}},   {"bfc", 1, {F}},
+    {"wfc2", 2, {C, F}},     {"bfc2", 1, {C}},     {"lnf.w", 1, {C}},    {"lnf.b", 1, {C}},
 };
 
-static int64_t numel(int i) { return param[i].shape[0] * (param[i].nd == 2 ? param[i].shape[1] : 1); }
+static int64_t numel(int i) {
+    return param[i].shape[0] * (param[i].nd == 2 ? param[i].shape[1] : 1);
+}
 
 /* the initial values, the same for the reference and every run */
 static float *init_values[NP];
@@ -51,7 +70,8 @@ static void make_init(void) {
         mg_test_fill(init_values[i], numel(i), 200 + i);
         bool ln_weight = i == LN1W || i == LN2W || i == LNFW;
         for (int64_t e = 0; e < numel(i); e++)
-            init_values[i][e] = ln_weight ? 1.0f + 0.2f * init_values[i][e] : 0.5f * init_values[i][e];
+            init_values[i][e] =
+                ln_weight ? 1.0f + 0.2f * init_values[i][e] : 0.5f * init_values[i][e];
     }
 }
 
@@ -70,7 +90,8 @@ typedef struct {
 } ref_model;
 
 /* y (rows, n) = x (rows, k) w^T + b */
-static void lin_f(const double *x, int rows, int k, const double *w, const double *b, int n, double *y) {
+static void lin_f(const double *x, int rows, int k, const double *w, const double *b, int n,
+                  double *y) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < n; j++) {
             double s = b ? b[j] : 0;
@@ -123,7 +144,7 @@ static void ln_b(const double *dy, const double *xhat, const double *rstd, const
     }
 }
 
-#define QKV(b, t, h, s, d) ((((b) * T + (t)) * 3 * C) + (h) * 3 * D + (s) * D + (d))
+#define QKV(b, t, h, s, d) ((((b)*T + (t)) * 3 * C) + (h)*3 * D + (s)*D + (d))
 
 /* causal attention over qkv (N, 3C) -> a (N, C); p (B, H, T, T) kept */
 static void attn_f(const double *qkv, double *a, double *p) {
@@ -134,7 +155,8 @@ static void attn_f(const double *qkv, double *a, double *p) {
                 double *pr = p + ((b * H + h) * T + i) * T, m = -INFINITY, s = 0;
                 for (int j = 0; j < T; j++) {
                     double dot = 0;
-                    for (int d = 0; d < D; d++) dot += qkv[QKV(b, i, h, 0, d)] * qkv[QKV(b, j, h, 1, d)];
+                    for (int d = 0; d < D; d++)
+                        dot += qkv[QKV(b, i, h, 0, d)] * qkv[QKV(b, j, h, 1, d)];
                     pr[j] = j <= i ? dot * scale : -INFINITY;
                     m = fmax(m, pr[j]);
                 }
@@ -174,7 +196,9 @@ static void attn_b(const double *qkv, const double *p, const double *da, double 
             }
 }
 
-static double gelu(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu(double x) {
+    return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 static double gelu_grad(double x) {
     double k = sqrt(2 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
@@ -184,9 +208,36 @@ static double gelu_grad(double x) {
 
 /* one forward and backward of the reference; gradients added into m->g */
 static double ref_pair(ref_model *m, const float *ids, const float *targets) {
-    NEW(x0); NEW(h1); NEW(xh1); NEW(rs1); NEW(qkv); NEW(p); NEW(a); NEW(y); NEW(x1); NEW(h2);
-    NEW(xh2); NEW(rs2); NEW(u); NEW(mm); NEW(m2); NEW(x2); NEW(hf); NEW(xhf); NEW(rsf); NEW(lg);
-    NEW(dlg); NEW(dhf); NEW(dx2); NEW(dm); NEW(du); NEW(dh2); NEW(dx1); NEW(da); NEW(dqkv); NEW(dh1);
+    NEW(x0);
+    NEW(h1);
+    NEW(xh1);
+    NEW(rs1);
+    NEW(qkv);
+    NEW(p);
+    NEW(a);
+    NEW(y);
+    NEW(x1);
+    NEW(h2);
+    NEW(xh2);
+    NEW(rs2);
+    NEW(u);
+    NEW(mm);
+    NEW(m2);
+    NEW(x2);
+    NEW(hf);
+    NEW(xhf);
+    NEW(rsf);
+    NEW(lg);
+    NEW(dlg);
+    NEW(dhf);
+    NEW(dx2);
+    NEW(dm);
+    NEW(du);
+    NEW(dh2);
+    NEW(dx1);
+    NEW(da);
+    NEW(dqkv);
+    NEW(dh1);
     double **P = m->p, **G = m->g;
     for (int r = 0; r < N; r++)
         for (int c = 0; c < C; c++)
@@ -229,8 +280,8 @@ static double ref_pair(ref_model *m, const float *ids, const float *targets) {
             G[WTE][(int)ids[r] * C + c] += dx0[r * C + c];
             G[WPE][(r % T) * C + c] += dx0[r * C + c];
         }
-    double *all[] = {x0, h1, xh1, rs1, qkv, p, a, y, x1, h2, xh2, rs2, u, mm, m2, x2, hf, xhf, rsf,
-                     lg, dlg, dhf, dx2, dm, du, dh2, dx1, da, dqkv, dh1};
+    double *all[] = {x0, h1, xh1, rs1, qkv, p,   a,   y,   x1, h2, xh2, rs2, u,  mm,   m2,
+                     x2, hf, xhf, rsf, lg,  dlg, dhf, dx2, dm, du, dh2, dx1, da, dqkv, dh1};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     return loss;
 }
@@ -319,7 +370,8 @@ static void check_plans(int nd, const int *shape, const plan *plans) {
     for (int m = 1; m < nd; m++) used += snprintf(what + used, sizeof what - used, "x%d", shape[m]);
     used += snprintf(what + used, sizeof what - used, " plan");
     for (int m = 0; m < nd; m++)
-        used += snprintf(what + used, sizeof what - used, "%s%s", m ? "," : " ", plan_names[plans[m]]);
+        used +=
+            snprintf(what + used, sizeof what - used, "%s%s", m ? "," : " ", plan_names[plans[m]]);
     mg_mesh *mesh = mg_mesh_new(nd, shape);
     mg_assert_all(mesh != NULL, "%s: %s", what, mg_last_error());
     mg_dtensor *w[NP];
@@ -343,8 +395,10 @@ static void check_plans(int nd, const int *shape, const plan *plans) {
         mg_tensor *lf = mg_full_tensor(loss);
         double got = mg_tensor_data(lf)[0];
         mg_tensor_free(lf);
-        mg_assert_all(fabs(got - ref.loss[k]) <= 1e-5 * fabs(ref.loss[k]), "%s, pair %d: loss %.9g, "
-                      "reference %.9g", what, k, got, ref.loss[k]);
+        mg_assert_all(fabs(got - ref.loss[k]) <= 1e-5 * fabs(ref.loss[k]),
+                      "%s, pair %d: loss %.9g, "
+                      "reference %.9g",
+                      what, k, got, ref.loss[k]);
         int rc = mg_backward(loss);
         mg_assert_all(rc == MG_OK, "%s, pair %d backward: %s", what, k, mg_last_error());
         mg_dtensor_free(di), mg_dtensor_free(dt);
@@ -358,10 +412,12 @@ static void check_plans(int nd, const int *shape, const plan *plans) {
         for (int64_t e = 0; e < numel(i); e++) big = fmax(big, fabs(ref.grad[i][e]));
         for (int64_t e = 0; e < numel(i); e++)
             if (fabs(gv[e] - ref.grad[i][e]) > worst) worst = fabs(gv[e] - ref.grad[i][e]), at = e;
-        mg_assert_all(big > 0 && worst <= 2e-4 * big, "%s: gradient of %s differs at %lld: %.9g, "
-                      "reference %.9g (largest %.3g)", what, param[i].name, (long long)at, gv[at],
-                      ref.grad[i][at], big);
-        const mg_placement *gp = mg_dtensor_placements(mg_grad(w[i])), *pp = mg_dtensor_placements(w[i]);
+        mg_assert_all(big > 0 && worst <= 2e-4 * big,
+                      "%s: gradient of %s differs at %lld: %.9g, "
+                      "reference %.9g (largest %.3g)",
+                      what, param[i].name, (long long)at, gv[at], ref.grad[i][at], big);
+        const mg_placement *gp = mg_dtensor_placements(mg_grad(w[i])),
+                           *pp = mg_dtensor_placements(w[i]);
         for (int m = 0; m < nd; m++)
             mg_assert_all(gp[m].kind == pp[m].kind && gp[m].dim == pp[m].dim,
                           "%s: the gradient of %s is not at its placements", what, param[i].name);

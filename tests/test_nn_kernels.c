@@ -22,8 +22,8 @@ static void expect_close_d(const float *got, const double *want, int64_t n, doub
     double big = 1e-30;
     for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
     for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(fabs(got[i] - want[i]) <= tol * fmax(big, 1.0), "%s[%lld]: got %.9g want %.9g",
-                      what, (long long)i, got[i], want[i]);
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * fmax(big, 1.0),
+                      "%s[%lld]: got %.9g want %.9g", what, (long long)i, got[i], want[i]);
 }
 
 static void expect_same(const mg_tensor *a, const mg_tensor *b, double tol, const char *what) {
@@ -37,7 +37,8 @@ static void expect_same(const mg_tensor *a, const mg_tensor *b, double tol, cons
 static mg_tensor *columns(const mg_tensor *x, int64_t c0, int64_t n) {
     int64_t rows = x->shape[0], c = x->shape[1];
     mg_tensor *t = mat(rows, n);
-    for (int64_t r = 0; r < rows; r++) memcpy(t->data + r * n, x->data + r * c + c0, n * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(t->data + r * n, x->data + r * c + c0, n * sizeof(float));
     return t;
 }
 
@@ -51,7 +52,8 @@ static mg_tensor *slice(const mg_tensor *x, int64_t c0, int64_t n) {
 
 static void put_columns(mg_tensor *x, const mg_tensor *part, int64_t c0) {
     int64_t rows = x->shape[0], c = x->shape[1], n = part->shape[1];
-    for (int64_t r = 0; r < rows; r++) memcpy(x->data + r * c + c0, part->data + r * n, n * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(x->data + r * c + c0, part->data + r * n, n * sizeof(float));
 }
 
 START_TEST(test_exp) {
@@ -106,7 +108,8 @@ START_TEST(test_softmax) {
         for (int as_log = 0; as_log < 2; as_log++) {
             int64_t rows = shapes[s][0], c = shapes[s][1];
             mg_tensor *x = rnd(2, shapes[s], 10 + s), *out = junk(2, shapes[s]);
-            for (int64_t i = 0; i < x->numel; i++) x->data[i] = 6 * x->data[i] + (s == 0 ? 1000.0f : 0.0f);
+            for (int64_t i = 0; i < x->numel; i++)
+                x->data[i] = 6 * x->data[i] + (s == 0 ? 1000.0f : 0.0f);
             double *want = malloc((x->numel + 1) * sizeof *want);
             softmax_ref(x->data, rows, c, as_log, want);
             BE->softmax(CTX, x, NULL, NULL, as_log, out);
@@ -146,7 +149,8 @@ START_TEST(test_softmax_backward) {
             for (int64_t r = 0; r < rows; r++) {
                 double dot = 0;
                 for (int64_t j = 0; j < c; j++)
-                    dot += as_log ? dy->data[r * c + j] : (double)dy->data[r * c + j] * y->data[r * c + j];
+                    dot += as_log ? dy->data[r * c + j]
+                                  : (double)dy->data[r * c + j] * y->data[r * c + j];
                 for (int64_t j = 0; j < c; j++) {
                     double yy = y->data[r * c + j], g = dy->data[r * c + j];
                     want[r * c + j] = as_log ? g - exp(yy) * dot : yy * (g - dot);
@@ -157,7 +161,8 @@ START_TEST(test_softmax_backward) {
                 int64_t half = c / 2;
                 mg_tensor *ya = columns(y, 0, half), *yb = columns(y, half, c - half);
                 mg_tensor *ga = columns(dy, 0, half), *gb = columns(dy, half, c - half);
-                mg_tensor *da = vec(rows), *db = vec(rows), *oa = mat(rows, half), *ob = mat(rows, c - half);
+                mg_tensor *da = vec(rows), *db = vec(rows), *oa = mat(rows, half),
+                          *ob = mat(rows, c - half);
                 BE->softmax_dot(CTX, ya, ga, as_log, da);
                 BE->softmax_dot(CTX, yb, gb, as_log, db);
                 for (int64_t r = 0; r < rows; r++) da->data[r] += db->data[r];
@@ -183,10 +188,11 @@ typedef struct {
     double *y, *dx, *dw, *db;
 } ln_ref;
 
-static ln_ref layer_norm_ref(const mg_tensor *x, const float *w, const float *b, const mg_tensor *dy,
-                             float eps) {
+static ln_ref layer_norm_ref(const mg_tensor *x, const float *w, const float *b,
+                             const mg_tensor *dy, float eps) {
     int64_t rows = x->shape[0], c = x->shape[1];
-    ln_ref r = {calloc(x->numel + 1, 8), calloc(x->numel + 1, 8), calloc(c + 1, 8), calloc(c + 1, 8)};
+    ln_ref r = {calloc(x->numel + 1, 8), calloc(x->numel + 1, 8), calloc(c + 1, 8),
+                calloc(c + 1, 8)};
     for (int64_t i = 0; i < rows; i++) {
         const float *xr = x->data + i * c, *g = dy->data + i * c;
         double mean = 0, var = 0, a = 0, bb = 0;
@@ -283,7 +289,8 @@ END_TEST
 
 START_TEST(test_embedding) {
     const int64_t v = 7, c = 5, n = 9;
-    mg_tensor *table = rnd(2, (int64_t[]){v, c}, 50), *ids = vec(n), *dout = rnd(2, (int64_t[]){n, c}, 51);
+    mg_tensor *table = rnd(2, (int64_t[]){v, c}, 50), *ids = vec(n),
+              *dout = rnd(2, (int64_t[]){n, c}, 51);
     const float id_values[9] = {3, 0, 6, 3, 3, 1, 6, 2, 5}; /* repeats accumulate */
     memcpy(ids->data, id_values, sizeof id_values);
     /* the whole table, then two shards [0, 4) and [4, 7) whose lookups add up */
@@ -302,7 +309,8 @@ START_TEST(test_embedding) {
         }
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < c; j++)
-                ck_assert_float_eq(sum->data[i * c + j], table->data[(int64_t)id_values[i] * c + j]);
+                ck_assert_float_eq(sum->data[i * c + j],
+                                   table->data[(int64_t)id_values[i] * c + j]);
         for (int64_t r = 0; r < v; r++)
             for (int64_t j = 0; j < c; j++) {
                 float want = 0; /* rows added in id order, as the kernel does */
@@ -354,7 +362,8 @@ START_TEST(test_cross_entropy_sharded) {
         lse->data[r] = m->data[r] + logf(acc->data[r]);
         loss += (lse->data[r] - acc->data[n + r]) * scale;
     }
-    ck_assert_msg(fabs(loss - whole->data[0]) < 1e-5, "sharded loss %g, whole %g", loss, whole->data[0]);
+    ck_assert_msg(fabs(loss - whole->data[0]) < 1e-5, "sharded loss %g, whole %g", loss,
+                  whole->data[0]);
     mg_tensor *gs = junk(2, (int64_t[]){n, v});
     for (int s = 0; s < 2; s++) {
         int64_t c0 = s ? half : 0, w = s ? v - half : half;
@@ -397,7 +406,8 @@ static void attention_ref(const att_case *a, const float *q, const float *k, con
             for (int64_t j = 0; j < a->tk; j++) {
                 if (a->causal && a->k0 + j > a->q0 + i) break;
                 double dot = 0;
-                for (int64_t e = 0; e < a->d; e++) dot += (double)qi[e] * k[(z * a->tk + j) * a->d + e];
+                for (int64_t e = 0; e < a->d; e++)
+                    dot += (double)qi[e] * k[(z * a->tk + j) * a->d + e];
                 p[j] = dot * scale;
                 m = fmax(m, p[j]);
                 n = j + 1;
@@ -435,17 +445,20 @@ static void attention_case(const att_case *a) {
     int64_t ls[3] = {a->b, a->h, a->tq};
     mg_tensor *q = rnd(4, qs, 70), *k = rnd(4, ks, 71), *v = rnd(4, vs, 72), *g = rnd(4, os, 73);
     for (int64_t i = 0; i < q->numel; i++) q->data[i] *= 3; /* peaked softmax rows */
-    mg_tensor *o = junk(4, os), *lse = junk(3, ls), *dq = junk(4, qs), *dk = junk(4, ks), *dv = junk(4, vs);
+    mg_tensor *o = junk(4, os), *lse = junk(3, ls), *dq = junk(4, qs), *dk = junk(4, ks),
+              *dv = junk(4, vs);
     double *ro = malloc((o->numel + 1) * 8), *rl = malloc((lse->numel + 1) * 8);
-    double *rq = malloc((q->numel + 1) * 8), *rk = malloc((k->numel + 1) * 8), *rv = malloc((v->numel + 1) * 8);
+    double *rq = malloc((q->numel + 1) * 8), *rk = malloc((k->numel + 1) * 8),
+           *rv = malloc((v->numel + 1) * 8);
     attention_ref(a, q->data, k->data, v->data, g->data, ro, rl, rq, rk, rv);
     float scale = a->d ? 1.0f / sqrtf((float)a->d) : 1.0f;
     BE->attention(CTX, q, k, v, scale, a->causal, a->q0, a->k0, o, lse);
     BE->attention_backward(CTX, q, k, v, o, lse, g, scale, a->causal, a->q0, a->k0, dq, dk, dv);
     char what[160];
-    snprintf(what, sizeof what, "attention b%lld h%lld tq%lld tk%lld d%lld dv%lld q0 %lld k0 %lld%s",
-             (long long)a->b, (long long)a->h, (long long)a->tq, (long long)a->tk, (long long)a->d,
-             (long long)a->dv, (long long)a->q0, (long long)a->k0, a->causal ? " causal" : "");
+    snprintf(what, sizeof what,
+             "attention b%lld h%lld tq%lld tk%lld d%lld dv%lld q0 %lld k0 %lld%s", (long long)a->b,
+             (long long)a->h, (long long)a->tq, (long long)a->tk, (long long)a->d, (long long)a->dv,
+             (long long)a->q0, (long long)a->k0, a->causal ? " causal" : "");
     expect_close_d(o->data, ro, o->numel, 2e-5, what);
     for (int64_t i = 0; i < lse->numel; i++)
         ck_assert_msg(isinf(rl[i]) ? isinf(lse->data[i]) && lse->data[i] < 0
@@ -461,9 +474,8 @@ static void attention_case(const att_case *a) {
 
 START_TEST(test_attention) {
     static const att_case cases[] = {
-        {2, 2, 5, 5, 4, 4, 0, 0, false},
-        {2, 2, 5, 5, 4, 4, 0, 0, true},
-        {1, 3, 130, 130, 8, 8, 0, 0, true},  /* tiles of 64 crossed, partial last tile */
+        {2, 2, 5, 5, 4, 4, 0, 0, false},      {2, 2, 5, 5, 4, 4, 0, 0, true},
+        {1, 3, 130, 130, 8, 8, 0, 0, true},   /* tiles of 64 crossed, partial last tile */
         {1, 1, 130, 200, 16, 8, 0, 0, false}, /* Tq != Tk, Dv != D */
         {1, 2, 40, 100, 8, 8, 60, 0, true},   /* a slice of the queries against all keys */
         {1, 1, 70, 70, 4, 4, 0, 20, true},    /* keys start later: early rows see nothing */

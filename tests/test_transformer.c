@@ -17,11 +17,11 @@
 #include "meshgrad.h"
 #include "testutil.h"
 
-
 static mg_dtensor *ids_of(const mg_mesh *mesh, int ndim, const int64_t *shape, int64_t v,
                           mg_placement p) {
     mg_tensor *t = mg_tensor_new(ndim, shape);
-    for (int64_t i = 0; i < mg_tensor_numel(t); i++) mg_tensor_data(t)[i] = (float)((i * 5 + 2) % v);
+    for (int64_t i = 0; i < mg_tensor_numel(t); i++)
+        mg_tensor_data(t)[i] = (float)((i * 5 + 2) % v);
     mg_dtensor *d = mg_distribute(mesh, t, &p, 1);
     mg_tensor_free(t);
     return d;
@@ -60,7 +60,9 @@ static void same_run(mg_tensor *got, mg_tensor *want, double rtol, double atol, 
     mg_tensor_free(want);
 }
 
-static mg_dtensor *to_r(mg_dtensor *y) { return mg_redistribute(y, (mg_placement[]){MG_REPLICATE}, 1); }
+static mg_dtensor *to_r(mg_dtensor *y) {
+    return mg_redistribute(y, (mg_placement[]){MG_REPLICATE}, 1);
+}
 
 /* ---- attention block: qkv column-parallel, projection row-parallel ------------- */
 
@@ -70,8 +72,8 @@ enum { B = 2, T = 4, H = 4, D = 2, C = H * D };
  * of that head side by side, so a split of the rows is a split of the heads */
 static mg_dtensor *attention_block(mg_dtensor *x, mg_dtensor *wqkv, mg_dtensor *bqkv,
                                    mg_dtensor *wp, mg_dtensor *bp) {
-    mg_dtensor *qkv = mg_linear(x, wqkv, bqkv);                      /* (B, T, 3C) */
-    qkv = mg_reshape(qkv, 4, (int64_t[]){B, T, H, 3 * D});          /* (B, T, H, 3D) */
+    mg_dtensor *qkv = mg_linear(x, wqkv, bqkv);            /* (B, T, 3C) */
+    qkv = mg_reshape(qkv, 4, (int64_t[]){B, T, H, 3 * D}); /* (B, T, H, 3D) */
     mg_dtensor *qkv3[3];
     for (int i = 0; i < 3; i++)
         qkv3[i] = mg_permute(mg_narrow(qkv, 3, i * D, D), (int[]){0, 2, 1, 3}); /* (B, H, T, D) */
@@ -103,7 +105,8 @@ START_TEST(test_attention_block_comm) {
         snapshot s1 = now();
         if (!run) {
             mg_assert_all(calls(&s0, &s1, MG_COLL_ALL_REDUCE) == (w > 1),
-                          "forward ran %lld all-reduces", (long long)calls(&s0, &s1, MG_COLL_ALL_REDUCE));
+                          "forward ran %lld all-reduces",
+                          (long long)calls(&s0, &s1, MG_COLL_ALL_REDUCE));
             mg_assert_all(calls(&s0, &s1, -1) == calls(&s0, &s1, MG_COLL_ALL_REDUCE),
                           "forward ran other collectives");
         }
@@ -111,7 +114,8 @@ START_TEST(test_attention_block_comm) {
         snapshot s2 = now();
         if (!run) {
             mg_assert_all(calls(&s1, &s2, MG_COLL_ALL_REDUCE) == (w > 1),
-                          "backward ran %lld all-reduces", (long long)calls(&s1, &s2, MG_COLL_ALL_REDUCE));
+                          "backward ran %lld all-reduces",
+                          (long long)calls(&s1, &s2, MG_COLL_ALL_REDUCE));
             mg_assert_all(calls(&s1, &s2, -1) == calls(&s1, &s2, MG_COLL_ALL_REDUCE),
                           "backward ran other collectives");
             for (int i = 1; i < 5; i++) {
@@ -140,7 +144,8 @@ START_TEST(test_vocab_parallel_embedding_comm) {
     mg_dtensor *ids = ids_of(mesh, 2, ids_shape, v, MG_REPLICATE);
     mg_tensor *g[2];
     for (int run = 0; run < 2; run++) {
-        mg_dtensor *table = mg_test_dtensor(mesh, 2, (int64_t[]){v, 6}, run ? MG_REPLICATE : MG_SHARD(0), 40);
+        mg_dtensor *table =
+            mg_test_dtensor(mesh, 2, (int64_t[]){v, 6}, run ? MG_REPLICATE : MG_SHARD(0), 40);
         mg_set_requires_grad(table, 1);
         snapshot s0 = now();
         mg_dtensor *y = mg_embedding(ids, table);
@@ -180,7 +185,8 @@ START_TEST(test_loss_parallel_bytes) {
     float loss_v[2];
     mg_tensor *g[2];
     for (int run = 0; run < 2; run++) {
-        mg_dtensor *logits = mg_test_dtensor(mesh, 2, (int64_t[]){n, v}, run ? MG_REPLICATE : MG_SHARD(1), 41);
+        mg_dtensor *logits =
+            mg_test_dtensor(mesh, 2, (int64_t[]){n, v}, run ? MG_REPLICATE : MG_SHARD(1), 41);
         mg_set_requires_grad(logits, 1);
         snapshot s0 = now();
         mg_dtensor *loss = mg_cross_entropy(logits, labels);
@@ -222,7 +228,8 @@ START_TEST(test_sequence_parallel_attention) {
     mg_tensor *out[2], *gk[2];
     for (int run = 0; run < 2; run++) {
         mg_dtensor *q = mg_test_dtensor(mesh, 4, shape, run ? MG_REPLICATE : MG_SHARD(2), 50);
-        mg_dtensor *k = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 51), *v = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 52);
+        mg_dtensor *k = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 51),
+                   *v = mg_test_dtensor(mesh, 4, shape, MG_REPLICATE, 52);
         mg_set_requires_grad(k, 1);
         snapshot s0 = now();
         mg_dtensor *a = mg_attention(q, k, v, 1);
@@ -251,7 +258,8 @@ END_TEST
 
 /* loss = cross_entropy(linear(embedding(ids, a), b), labels): with b = a (tied)
  * the table's gradient is the sum of the two uses' gradients */
-static mg_tensor *tied_gradient(const mg_mesh *mesh, mg_placement p, bool tied, mg_tensor **second) {
+static mg_tensor *tied_gradient(const mg_mesh *mesh, mg_placement p, bool tied,
+                                mg_tensor **second) {
     const int64_t v = 9, ids_shape[2] = {2, 3};
     mg_dtensor *ids = ids_of(mesh, 2, ids_shape, v, MG_REPLICATE);
     mg_dtensor *labels = ids_of(mesh, 2, ids_shape, v - 2, MG_REPLICATE);
@@ -276,9 +284,11 @@ START_TEST(test_tied_embedding) {
     for (int i = 0; i < 2; i++) {
         mg_tensor *head = NULL, *emb = tied_gradient(mesh, ps[i], false, &head);
         mg_tensor *both = tied_gradient(mesh, ps[i], true, NULL);
-        for (int64_t e = 0; e < mg_tensor_numel(emb); e++) mg_tensor_data(emb)[e] += mg_tensor_data(head)[e];
-        same_run(both, emb, 1e-5, 1e-6, i ? "S(0) table: the tied gradient is not the sum of both"
-                                          : "R table: the tied gradient is not the sum of both");
+        for (int64_t e = 0; e < mg_tensor_numel(emb); e++)
+            mg_tensor_data(emb)[e] += mg_tensor_data(head)[e];
+        same_run(both, emb, 1e-5, 1e-6,
+                 i ? "S(0) table: the tied gradient is not the sum of both"
+                   : "R table: the tied gradient is not the sum of both");
         mg_tensor_free(head);
     }
     mg_mesh_free(mesh);

@@ -159,7 +159,8 @@ static int vjp_layer_norm(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
 }
 
 static int vjp_embedding(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
-    if (wants(n, 1)) NEED(out[1] = mg_op_embedding_backward(n->inputs[0], n->inputs[1], n->output, g));
+    if (wants(n, 1))
+        NEED(out[1] = mg_op_embedding_backward(n->inputs[0], n->inputs[1], n->output, g));
     return MG_OK; /* ids are data: no gradient */
 }
 
@@ -225,7 +226,7 @@ unsigned mg_vjp_reads(int op, int i) {
     case MG_OP_CROSS_ENTROPY:
     case MG_OP_MSE: return 3u;
     case MG_OP_LAYER_NORM: return i == 0 ? 3u : i == 1 ? 1u : 0u; /* dx: x, w; dw: x */
-    case MG_OP_EMBEDDING: return i == 1 ? 1u : 0u;                  /* dtable: the ids */
+    case MG_OP_EMBEDDING: return i == 1 ? 1u : 0u;                /* dtable: the ids */
     case MG_OP_ATTENTION: return 7u;
     default: return 0u; /* shape ops, sums, add/sub, scale, softmax (its output): the gradient */
     }

@@ -30,7 +30,7 @@ typedef enum {
 
 typedef enum {
     MG_UNARY_RELU = 0,
-    MG_UNARY_GELU, /* tanh approximation, as torch's gelu(approximate="tanh") */
+    MG_UNARY_GELU,  /* tanh approximation, as torch's gelu(approximate="tanh") */
     MG_UNARY_SCALE, /* alpha * x */
     MG_UNARY_LOG,
     MG_UNARY_COUNT

@@ -36,8 +36,8 @@ static void cpu_memcpy(void *ctx, float *dst, const float *src, int64_t n) {
 
 /* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */
 void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                     float beta, float *c, int64_t ldc) {
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc) {
     (void)ctx;
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* empty contraction: C = beta C (beta 0 overwrites, as BLAS does) */
@@ -57,7 +57,7 @@ static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, i
                              int64_t ldc, int64_t stride_c, int64_t batch) {
     for (int64_t i = 0; i < batch; i++)
         mg_cpu_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                 ldb, beta, c + i * stride_c, ldc);
+                    ldb, beta, c + i * stride_c, ldc);
 }
 
 /* ---- layout ------------------------------------------------------------------- */

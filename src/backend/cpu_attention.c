@@ -68,8 +68,8 @@ MG_CPU_INLINE void scale_row(float *x, int64_t n, float a) {
     for (int64_t j = 0; j < n; j++) x[j] *= a;
 }
 
-MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const float *k, const float *v, float *o,
-                          float *lse) {
+MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const float *k,
+                                        const float *v, float *o, float *lse) {
     float p[BQ * BK], l[BQ];
     int64_t d = s->d, dv = s->dv;
     for (int64_t i0 = 0; i0 < s->tq; i0 += BQ) {
@@ -98,7 +98,8 @@ MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const fl
                 if (alpha != 1.0f) scale_row(acc + r * dv, dv, alpha);
                 m[r] = mnew;
             }
-            mg_cpu_gemm(NULL, false, false, nq, dv, nk, 1.0f, p, nk, v + j0 * dv, dv, 1.0f, acc, dv);
+            mg_cpu_gemm(NULL, false, false, nq, dv, nk, 1.0f, p, nk, v + j0 * dv, dv, 1.0f, acc,
+                        dv);
         }
         for (int64_t r = 0; r < nq; r++) {
             if (l[r] > 0.0f) {
@@ -111,9 +112,9 @@ MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const fl
     }
 }
 
-MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const float *k, const float *v,
-                           const float *o, const float *lse, const float *dout, float *dq,
-                           float *dk, float *dv) {
+MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const float *k,
+                                         const float *v, const float *o, const float *lse,
+                                         const float *dout, float *dq, float *dk, float *dv) {
     float p[BQ * BK], ds[BQ * BK], di[BQ];
     int64_t d = s->d, nv = s->dv;
     memset(dq, 0, (size_t)(s->tq * d) * sizeof(float));
@@ -140,7 +141,8 @@ MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const f
                 exp_tile_row(p + r * nk, n, nk, lr);
             }
             /* dV_j += P^T dO_i;  dP = dO_i V_j^T */
-            mg_cpu_gemm(NULL, true, false, nk, nv, nq, 1.0f, p, nk, doi, nv, 1.0f, dv + j0 * nv, nv);
+            mg_cpu_gemm(NULL, true, false, nk, nv, nq, 1.0f, p, nk, doi, nv, 1.0f, dv + j0 * nv,
+                        nv);
             mg_cpu_gemm(NULL, false, true, nq, nk, nv, 1.0f, doi, nv, vj, nv, 0.0f, ds, nk);
             for (int64_t r = 0; r < nq; r++) { /* dS = P (dP - di) */
                 float *dsr = ds + r * nk;
@@ -148,8 +150,10 @@ MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const f
                 for (int64_t j = 0; j < nk; j++) dsr[j] = pr[j] * (dsr[j] - di[r]);
             }
             /* dQ_i += scale dS K_j;  dK_j += scale dS^T Q_i */
-            mg_cpu_gemm(NULL, false, false, nq, d, nk, s->scale, ds, nk, kj, d, 1.0f, dq + i0 * d, d);
-            mg_cpu_gemm(NULL, true, false, nk, d, nq, s->scale, ds, nk, qi, d, 1.0f, dk + j0 * d, d);
+            mg_cpu_gemm(NULL, false, false, nq, d, nk, s->scale, ds, nk, kj, d, 1.0f, dq + i0 * d,
+                        d);
+            mg_cpu_gemm(NULL, true, false, nk, d, nq, s->scale, ds, nk, qi, d, 1.0f, dk + j0 * d,
+                        d);
         }
     }
 }

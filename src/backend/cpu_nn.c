@@ -22,13 +22,13 @@ static int64_t rows_of(const mg_tensor *t) {
  * blocks of SUM_BLOCK terms summed in float, in vector lanes, then added in
  * double, so long rows keep their precision and the loop still vectorizes */
 #define SUM_BLOCK 256
-#define BLOCK_SUM(acc, j, n, TERM)                                                        \
-    for (int64_t j##_0 = 0; j##_0 < (n); j##_0 += SUM_BLOCK) {                             \
-        int64_t j##_1 = j##_0 + SUM_BLOCK < (n) ? j##_0 + SUM_BLOCK : (n);                   \
-        float part_ = 0;                                                                  \
-        _Pragma("omp simd reduction(+ : part_)") for (int64_t j = j##_0; j < j##_1; j++)    \
-            part_ += (TERM);                                                              \
-        acc += part_;                                                                     \
+#define BLOCK_SUM(acc, j, n, TERM)                                                                 \
+    for (int64_t j##_0 = 0; j##_0 < (n); j##_0 += SUM_BLOCK) {                                     \
+        int64_t j##_1 = j##_0 + SUM_BLOCK < (n) ? j##_0 + SUM_BLOCK : (n);                         \
+        float part_ = 0;                                                                           \
+        _Pragma("omp simd reduction(+ : part_)") for (int64_t j = j##_0; j < j##_1; j++) part_ +=  \
+            (TERM);                                                                                \
+        acc += part_;                                                                              \
     }
 
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
@@ -47,8 +47,8 @@ MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float 
 
 /* ---- softmax ------------------------------------------------------------------- */
 
-MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max, const mg_tensor *sum,
-                    bool as_log, mg_tensor *out) {
+MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max,
+                                  const mg_tensor *sum, bool as_log, mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(x), rows = rows_of(x);
 #pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
@@ -70,7 +70,8 @@ MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor
     }
 }
 
-MG_CPU_CLONES void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max, mg_tensor *sum) {
+MG_CPU_CLONES void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max,
+                                      mg_tensor *sum) {
     (void)ctx;
     int64_t c = last_dim(x), rows = sum->numel;
 #pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
@@ -83,15 +84,18 @@ MG_CPU_CLONES void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_te
     }
 }
 
-MG_CPU_INLINE double dot_row(const float *restrict y, const float *restrict dy, int64_t c, bool as_log) {
+MG_CPU_INLINE double dot_row(const float *restrict y, const float *restrict dy, int64_t c,
+                             bool as_log) {
     double s = 0;
-    if (as_log) BLOCK_SUM(s, j, c, dy[j])
-    else BLOCK_SUM(s, j, c, dy[j] * y[j])
+    if (as_log)
+        BLOCK_SUM(s, j, c, dy[j])
+    else
+        BLOCK_SUM(s, j, c, dy[j] * y[j])
     return s;
 }
 
-MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool as_log,
-                        mg_tensor *dot) {
+MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy,
+                                      bool as_log, mg_tensor *dot) {
     (void)ctx;
     int64_t c = last_dim(y), rows = dot->numel;
 #pragma omp parallel for if (y->numel > PAR_MIN) schedule(static)
@@ -100,7 +104,7 @@ MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_te
 }
 
 MG_CPU_CLONES void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
-                             const mg_tensor *dot, bool as_log, mg_tensor *dx) {
+                                           const mg_tensor *dot, bool as_log, mg_tensor *dx) {
     (void)ctx;
     int64_t c = last_dim(y), rows = rows_of(y);
 #pragma omp parallel for if (y->numel > PAR_MIN) schedule(static)
@@ -129,9 +133,9 @@ MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean)
     return s;
 }
 
-MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
-                       float eps, const mg_tensor *moments, int64_t n, mg_tensor *stats,
-                       mg_tensor *y) {
+MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                     const mg_tensor *b, float eps, const mg_tensor *moments,
+                                     int64_t n, mg_tensor *stats, mg_tensor *y) {
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
     const float *restrict wd = w ? w->data : NULL, *restrict bd = b ? b->data : NULL;
@@ -161,7 +165,7 @@ MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_ten
 }
 
 MG_CPU_CLONES void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
-                               mg_tensor *out) {
+                                             mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(x), rows = out->numel;
 #pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
@@ -201,16 +205,16 @@ MG_CPU_INLINE void backward_row_sums(const float *restrict xr, const float *rest
     *b_out = b;
 }
 
-MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
-                                                   const mg_tensor *dy, const mg_tensor *stats,
-                                                   mg_tensor *sums) {
+MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x,
+                                                   const mg_tensor *w, const mg_tensor *dy,
+                                                   const mg_tensor *stats, mg_tensor *sums) {
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
 #pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         double a, b;
-        backward_row_sums(x->data + r * c, dy->data + r * c, w ? w->data : NULL, c,
-                          stats->data[r], stats->data[rows + r], &a, &b);
+        backward_row_sums(x->data + r * c, dy->data + r * c, w ? w->data : NULL, c, stats->data[r],
+                          stats->data[rows + r], &a, &b);
         sums->data[r] = (float)a;
         sums->data[rows + r] = (float)b;
     }
@@ -218,18 +222,20 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x
 
 /* dx of one row from its sums a = sum g, b = sum g xhat over n columns */
 MG_CPU_INLINE void backward_row_dx(const float *restrict xr, const float *restrict g,
-                            const float *restrict wd, int64_t c, float mean, float rstd, double a,
-                            double b, int64_t n, float *restrict dxr) {
+                                   const float *restrict wd, int64_t c, float mean, float rstd,
+                                   double a, double b, int64_t n, float *restrict dxr) {
     float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
     if (wd)
-        for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] * wd[j] - ma - (xr[j] - mean) * rstd * mb);
+        for (int64_t j = 0; j < c; j++)
+            dxr[j] = rstd * (g[j] * wd[j] - ma - (xr[j] - mean) * rstd * mb);
     else
         for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] - ma - (xr[j] - mean) * rstd * mb);
 }
 
 MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
-                                const mg_tensor *dy, const mg_tensor *stats, const mg_tensor *sums,
-                                int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db) {
+                                              const mg_tensor *dy, const mg_tensor *stats,
+                                              const mg_tensor *sums, int64_t n, mg_tensor *dx,
+                                              mg_tensor *dw, mg_tensor *db) {
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
     const float *wd = w ? w->data : NULL;
@@ -283,8 +289,10 @@ int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table
         int64_t row = index_of(ids->data[i], v);
         float *o = out->data + i * c;
         bad += row < 0;
-        if (row >= v0 && row < v0 + vl) memcpy(o, table->data + (row - v0) * c, (size_t)c * sizeof(float));
-        else memset(o, 0, (size_t)c * sizeof(float));
+        if (row >= v0 && row < v0 + vl)
+            memcpy(o, table->data + (row - v0) * c, (size_t)c * sizeof(float));
+        else
+            memset(o, 0, (size_t)c * sizeof(float));
     }
     return bad;
 }
@@ -339,8 +347,9 @@ int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor
     return bad;
 }
 
-MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
-                                  const mg_tensor *max, int64_t v0, int64_t v, mg_tensor *sums) {
+MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits,
+                                                const mg_tensor *labels, const mg_tensor *max,
+                                                int64_t v0, int64_t v, mg_tensor *sums) {
     (void)ctx;
     int64_t c = last_dim(logits), rows = labels->numel, bad = 0;
 #pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : bad) schedule(static)

@@ -17,9 +17,9 @@
 
 #include "backend/cuda_internal.h"
 
-#define ROWS 8             /* rows per block, a warp each */
-#define NACC 8             /* output columns per lane and pass */
-#define SMEM_FLOATS 12288  /* 48 KiB: the shared memory a block may take by default */
+#define ROWS 8            /* rows per block, a warp each */
+#define NACC 8            /* output columns per lane and pass */
+#define SMEM_FLOATS 12288 /* 48 KiB: the shared memory a block may take by default */
 
 typedef struct {
     int64_t tq, tk, d, dv, q0, k0, slices;
@@ -245,8 +245,10 @@ static unsigned blocks_for(int64_t tasks) {
 static bool fits(int64_t tile, const att_shape &s) {
     if (tile > 0) return true;
     char detail[128];
-    snprintf(detail, sizeof detail, "head sizes D = %lld and Dv = %lld need more than 48 KiB of "
-                                    "shared memory for one row", (long long)s.d, (long long)s.dv);
+    snprintf(detail, sizeof detail,
+             "head sizes D = %lld and Dv = %lld need more than 48 KiB of "
+             "shared memory for one row",
+             (long long)s.d, (long long)s.dv);
     mg_cu_keep_error("attention", detail);
     return false;
 }
@@ -281,7 +283,7 @@ static void cuda_attention_backward(void *ctx, const mg_tensor *q, const mg_tens
     double *di = scratch + 1;
     if (rows > 0) {
         k_attention_di<<<row_blocks(rows), THREADS, 0, mg_cu.stream>>>(dout->data, o->data, rows,
-                                                                      s.dv, di);
+                                                                       s.dv, di);
         if (!LAUNCHED("attention_backward kernel")) return;
         k_attention_dq<<<blocks_for(s.slices * ceil_div(s.tq, ROWS)), ROWS * 32, smem,
                          mg_cu.stream>>>(q->data, k->data, v->data, lse->data, dout->data, di,

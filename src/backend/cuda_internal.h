@@ -84,7 +84,8 @@ static __device__ __forceinline__ double block_combine(bool max, double acc) {
     sh[threadIdx.x] = acc;
     __syncthreads();
     for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] = combine(max, sh[threadIdx.x], sh[threadIdx.x + s]);
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] = combine(max, sh[threadIdx.x], sh[threadIdx.x + s]);
         __syncthreads();
     }
     double r = sh[0];
@@ -92,7 +93,9 @@ static __device__ __forceinline__ double block_combine(bool max, double acc) {
     return r;
 }
 
-static __device__ __forceinline__ float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+static __device__ __forceinline__ float max_nan(float a, float b) {
+    return (b > a || b != b) ? b : a;
+}
 
 /* over the 32 lanes of a warp; every lane gets the result */
 static __device__ __forceinline__ float warp_max(float v) {

@@ -74,7 +74,7 @@ static void cuda_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max
     int64_t rows = sum->numel;
     if (rows == 0) return;
     k_softmax_sum<<<row_blocks(rows), THREADS, 0, mg_cu.stream>>>(x->data, max->data, sum->data,
-                                                                 rows, last_dim(x));
+                                                                  rows, last_dim(x));
     LAUNCHED("softmax_sum kernel");
 }
 
@@ -100,7 +100,7 @@ static void cuda_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy,
     int64_t rows = dot->numel;
     if (rows == 0) return;
     k_softmax_dot<<<row_blocks(rows), THREADS, 0, mg_cu.stream>>>(y->data, dy->data, as_log,
-                                                                 dot->data, rows, last_dim(y));
+                                                                  dot->data, rows, last_dim(y));
     LAUNCHED("softmax_dot kernel");
 }
 
@@ -312,7 +312,7 @@ static void cuda_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_ten
     double *pw = scratch + 1, *pb = pw + splits * c;
     dim3 grid((unsigned)ceil_div(c, THREADS), (unsigned)splits);
     k_layer_norm_dwdb_partial<<<grid, THREADS, 0, mg_cu.stream>>>(x->data, dy->data, stats->data,
-                                                                 rows, c, chunk, pw, pb);
+                                                                  rows, c, chunk, pw, pb);
     if (!LAUNCHED("layer_norm_backward kernel")) return;
     k_layer_norm_dwdb_finish<<<grid_for(c), THREADS, 0, mg_cu.stream>>>(
         pw, pb, splits, c, dw ? dw->data : NULL, db ? db->data : NULL);
@@ -321,8 +321,8 @@ static void cuda_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_ten
 
 /* ---- embedding ------------------------------------------------------------------- */
 
-__global__ void k_embedding(const float *ids, const float *table, int64_t v0, int64_t vl,
-                            int64_t v, float *out, int64_t n, int64_t c) {
+__global__ void k_embedding(const float *ids, const float *table, int64_t v0, int64_t vl, int64_t v,
+                            float *out, int64_t n, int64_t c) {
     FOR_EACH(e, n * c) {
         int64_t i = e / c, j = e % c, row = index_of(ids[i], v);
         out[e] = row >= v0 && row < v0 + vl ? table[(row - v0) * c + j] : 0.0f;
@@ -382,7 +382,7 @@ static void cuda_embedding_backward(void *ctx, const mg_tensor *ids, const mg_te
     int64_t parts = vl < 64 ? vl : 64, part = ceil_div(vl, parts);
     dim3 grid((unsigned)ceil_div(c, THREADS), (unsigned)ceil_div(vl, part));
     k_embedding_backward<<<grid, THREADS, 0, mg_cu.stream>>>(ids->data, dout->data, ids->numel, c,
-                                                            v0, vl, part, dtable->data);
+                                                             v0, vl, part, dtable->data);
     LAUNCHED("embedding_backward kernel");
 }
 
@@ -438,7 +438,7 @@ static int64_t cuda_cross_entropy(void *ctx, const mg_tensor *logits, const mg_t
     if (!scratch) return 0;
     double *bad = scratch + 1, *loss = bad + warps;
     k_cross_entropy<<<blocks, THREADS, 0, mg_cu.stream>>>(logits->data, labels->data, rows, c, bad,
-                                                         loss);
+                                                          loss);
     if (!LAUNCHED("cross_entropy kernel")) return 0;
     k_cross_entropy_finish<<<1, THREADS, 0, mg_cu.stream>>>(loss, warps, scale, out->data);
     if (!LAUNCHED("cross_entropy kernel")) return 0;
@@ -484,8 +484,10 @@ __global__ void k_cross_entropy_backward(const float *x, const float *labels, co
             continue;
         }
         float m = 0, l;
-        if (lse) l = lse[r];
-        else row_logsumexp(xr, c, lane, &m, &l);
+        if (lse)
+            l = lse[r];
+        else
+            row_logsumexp(xr, c, lane, &m, &l);
         for (int64_t j = lane; j < c; j += 32) {
             float p = lse ? scale * expf(xr[j] - l) : scale * expf(xr[j] - m - l);
             if (j == y - v0) p -= scale;

@@ -144,7 +144,7 @@ int mg_cli_bench_nn(char *json, size_t len) {
              ",\"attention_gflops\":%.2f,\"attention_causal_gflops\":%.2f,\"sgemm_gflops\":%.2f,"
              "\"attention_vs_sgemm\":%.3f,\"layer_norm_gbs\":%.2f,\"softmax_gbs\":%.2f,"
              "\"copy_gbs\":%.2f,\"layer_norm_vs_copy\":%.3f,\"softmax_vs_copy\":%.3f",
-             r.attention, r.attention_causal, r.sgemm, r.attention / r.sgemm, r.layer_norm, r.softmax,
-             r.copy, r.layer_norm / r.copy, r.softmax / r.copy);
+             r.attention, r.attention_causal, r.sgemm, r.attention / r.sgemm, r.layer_norm,
+             r.softmax, r.copy, r.layer_norm / r.copy, r.softmax / r.copy);
     return MG_OK;
 }

@@ -174,8 +174,8 @@ static int name_differing_ranks(const long long *w, const char *who) {
     long long *all = malloc((size_t)size * SPEC_WORDS * sizeof *all);
     if (!all) return mg_error(MG_ENOMEM, "%s: the ranks passed different specs", who);
     mg_watchdog_begin_comm(who, MPI_COMM_WORLD);
-    int err = MPI_Allgather(w, SPEC_WORDS, MPI_LONG_LONG, all, SPEC_WORDS, MPI_LONG_LONG,
-                            MPI_COMM_WORLD);
+    int err =
+        MPI_Allgather(w, SPEC_WORDS, MPI_LONG_LONG, all, SPEC_WORDS, MPI_LONG_LONG, MPI_COMM_WORLD);
     mg_watchdog_end();
     char ranks[160] = "", mine[256], other[256];
     int first = -1, n = 0;
@@ -214,7 +214,8 @@ static int agree_on_spec(int rc, const mg_spec *s, const char *who) {
     long long w[SPEC_WORDS] = {0};
     if (rc == MG_OK) spec_words(s, w);
     unsigned long long h = 1469598103934665603ull; /* FNV-1a over the words */
-    for (size_t i = 0; i < sizeof w; i++) h = (h ^ ((const unsigned char *)w)[i]) * 1099511628211ull;
+    for (size_t i = 0; i < sizeof w; i++)
+        h = (h ^ ((const unsigned char *)w)[i]) * 1099511628211ull;
     unsigned long long mine[3] = {h, ~h, rc != MG_OK ? ULLONG_MAX - (unsigned)rank : 0}, all[3];
     mg_watchdog_begin_comm(who, MPI_COMM_WORLD);
     int err = MPI_Allreduce(mine, all, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
@@ -222,8 +223,8 @@ static int agree_on_spec(int rc, const mg_spec *s, const char *who) {
     if (err != MPI_SUCCESS) return mg_error(MG_ECOMM, "%s: agreeing on the arguments failed", who);
     if (rc != MG_OK) return rc;
     if (all[2])
-        return mg_error(MG_EINVAL, "%s: rank %llu refused its arguments (its message says why)", who,
-                        ULLONG_MAX - all[2]);
+        return mg_error(MG_EINVAL, "%s: rank %llu refused its arguments (its message says why)",
+                        who, ULLONG_MAX - all[2]);
     if (all[0] == h && ~all[1] == h) return MG_OK; /* max == min: all equal */
     return name_differing_ranks(w, who);
 }

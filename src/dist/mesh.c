@@ -209,7 +209,9 @@ void mg_mesh_free(mg_mesh *m) {
 }
 
 /* the getters: 0 or NULL and a message for a NULL mesh */
-int mg_mesh_ndim(const mg_mesh *m) { return mg_arg_given(m, "mg_mesh_ndim", "the mesh") ? m->ndim : 0; }
+int mg_mesh_ndim(const mg_mesh *m) {
+    return mg_arg_given(m, "mg_mesh_ndim", "the mesh") ? m->ndim : 0;
+}
 const int *mg_mesh_shape(const mg_mesh *m) {
     return mg_arg_given(m, "mg_mesh_shape", "the mesh") ? m->shape : NULL;
 }

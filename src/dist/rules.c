@@ -372,7 +372,7 @@ void mg_rules_layer_norm(mg_candidates *c, int ndim) {
 }
 
 void mg_rules_embedding(mg_candidates *c, int ids_ndim) {
-    shards_pass(c, ids_ndim); /* a shard of the ids, the table Replicate */
+    shards_pass(c, ids_ndim);    /* a shard of the ids, the table Replicate */
     mg_dim_strategy *s = add(c); /* vocab parallel */
     s->in[1] = S(0);
     s->out = P;
