@@ -214,7 +214,7 @@ static int sample_2d(const op_case *c) {
         const char *name;
         int n;
     } big[] = {
-        {"attention", 250}, {"attention_causal", 250}, {"layer_norm", 250}, {"cat_tree", 250}};
+        {"attention", 150}, {"attention_causal", 150}, {"layer_norm", 150}, {"cat_tree", 150}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         if (strcmp(c->name, big[i].name) == 0) return getenv("MG_TEST_ALL") ? 0 : big[i].n;
     return 0;
