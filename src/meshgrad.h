@@ -92,7 +92,10 @@ int64_t mg_tensor_numel(const mg_tensor *);
 void mg_tensor_free(mg_tensor *);
 
 /* ---- distributed tensors -------------------------------------------------- */
-/* n must equal the mesh's number of dimensions: one placement per mesh dim. */
+/* n must equal the mesh's number of dimensions: one placement per mesh dim.
+ * Both are collective over the world: every rank must pass the same global
+ * shape and placements (one small all-reduce checks it; ranks that differ are
+ * named and every rank gets NULL). mg_from_local takes each rank's own block. */
 mg_dtensor *mg_distribute(const mg_mesh *, const mg_tensor *full, const mg_placement *, int n);
 mg_dtensor *mg_from_local(const mg_mesh *, const mg_tensor *local, const mg_placement *, int n,
                           int ndim, const int64_t *global_shape);
@@ -160,9 +163,30 @@ mg_dtensor *mg_mul(const mg_dtensor *a, const mg_dtensor *b);
 mg_dtensor *mg_scale(const mg_dtensor *, float s);
 mg_dtensor *mg_relu(const mg_dtensor *);
 mg_dtensor *mg_gelu(const mg_dtensor *); /* tanh approximation */
-/* logits (B, C); labels (B) hold class indices as floats; mean over the global batch */
+/* logits (..., V); labels (...) hold class indices as floats; the mean over every
+ * label position (logits (B, C) and labels (B): the mean over the global batch).
+ * Logits sharded on V are not gathered: each rank sums its classes' exponentials
+ * and the ranks add them up (loss parallel). */
 mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels);
 mg_dtensor *mg_mse_loss(const mg_dtensor *pred, const mg_dtensor *target); /* mean */
+
+/* ---- transformer ops (global shapes, any placement, gradients at the inputs'
+ * placements; a shard of the dim an op reduces over is never gathered) ------- */
+mg_dtensor *mg_softmax(const mg_dtensor *x, int dim); /* dim < 0 counts from the end */
+mg_dtensor *mg_log_softmax(const mg_dtensor *x, int dim);
+/* over the last dim: (x - mean) / sqrt(var + eps) * weight + bias; weight, bias (C) or NULL */
+mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const mg_dtensor *bias,
+                          float eps);
+/* rows of table (V, C) picked by ids (any shape, indices held as floats) -> (*ids.shape, C);
+ * a table sharded on V gives each rank the ids in its rows (vocab parallel) */
+mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table);
+/* q, k, v (B, H, T, D) -> (B, H, T, D): softmax(q k^T / sqrt(D)) v; causal masks key j >
+ * query i (global positions, also when q is sharded on T). Fused: no (T, T) matrix. */
+mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v, int causal);
+/* [start, start + length) of dim */
+mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t length);
+/* n tensors joined along dim (equal sizes elsewhere; placements may differ) */
+mg_dtensor *mg_cat(int n, const mg_dtensor *const *xs, int dim);
 
 /* ---- communication accounting --------------------------------------------- */
 typedef enum {

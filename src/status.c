@@ -28,6 +28,11 @@ void *mg_error_null(int code, const char *fmt, ...) {
     return NULL;
 }
 
+bool mg_arg_given(const void *p, const char *who, const char *what) {
+    if (!p) mg_error(MG_EINVAL, "%s: %s is NULL", who, what);
+    return p != NULL;
+}
+
 const char *mg_last_error(void) { return last_message; }
 int mg_last_code(void) { return last_code; }
 

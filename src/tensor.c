@@ -139,6 +139,17 @@ mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t
     return v;
 }
 
+mg_tensor *mg_tensor_slice(mg_arena *arena, mg_tensor *t, int64_t offset, int64_t n) {
+    if (offset < 0 || n < 0 || offset + n > t->numel)
+        return mg_error_null(MG_EINVAL, "slice: [%lld, %lld) is outside a tensor of %lld elements",
+                             (long long)offset, (long long)(offset + n), (long long)t->numel);
+    mg_tensor *v = tensor_header(arena, 1, &n);
+    if (!v) return NULL;
+    v->data = t->data + offset;
+    v->device = t->device;
+    return v;
+}
+
 mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t) {
     mg_tensor *c = mg_tensor_alloc_on(arena, t->device, t->ndim, t->shape);
     if (!c || !t->numel) return c;
@@ -168,10 +179,14 @@ mg_tensor *mg_tensor_from_data(int ndim, const int64_t *shape, const float *data
     return t;
 }
 
-float *mg_tensor_data(mg_tensor *t) { return t ? t->data : NULL; }
-int mg_tensor_ndim(const mg_tensor *t) { return t ? t->ndim : -1; }
-const int64_t *mg_tensor_shape(const mg_tensor *t) { return t ? t->shape : NULL; }
-int64_t mg_tensor_numel(const mg_tensor *t) { return t ? t->numel : 0; }
+/* the getters: NULL (or -1, 0) and a message for a NULL tensor */
+#define GIVEN(t, who) mg_arg_given(t, who, "the tensor")
+float *mg_tensor_data(mg_tensor *t) { return GIVEN(t, "mg_tensor_data") ? t->data : NULL; }
+int mg_tensor_ndim(const mg_tensor *t) { return GIVEN(t, "mg_tensor_ndim") ? t->ndim : -1; }
+const int64_t *mg_tensor_shape(const mg_tensor *t) {
+    return GIVEN(t, "mg_tensor_shape") ? t->shape : NULL;
+}
+int64_t mg_tensor_numel(const mg_tensor *t) { return GIVEN(t, "mg_tensor_numel") ? t->numel : 0; }
 
 void mg_tensor_free(mg_tensor *t) {
     if (!t || (t->flags & MG_TENSOR_IN_ARENA)) return;

@@ -40,6 +40,8 @@ mg_tensor *mg_tensor_zeros(mg_arena *arena, int ndim, const int64_t *shape);
 /* Same data, another shape of the same numel (no copy). */
 mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t *shape);
 mg_tensor *mg_tensor_clone(mg_arena *arena, const mg_tensor *t); /* on t's device */
+/* Elements [offset, offset + n) of t as a 1-d tensor (no copy). */
+mg_tensor *mg_tensor_slice(mg_arena *arena, mg_tensor *t, int64_t offset, int64_t n);
 
 /* shape helpers */
 int64_t mg_shape_numel(int ndim, const int64_t *shape);

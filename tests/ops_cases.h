@@ -14,7 +14,9 @@
 #include "meshgrad.h"
 #include "testutil.h"
 
-enum { DATA_RANDOM = 0, DATA_AWAY_FROM_ZERO, DATA_LABELS };
+/* DATA_LABELS: class indices for input 0's last dim; DATA_IDS: row indices of
+ * input 1 (a table) */
+enum { DATA_RANDOM = 0, DATA_AWAY_FROM_ZERO, DATA_LABELS, DATA_IDS };
 
 typedef mg_dtensor *(*op_apply)(mg_dtensor **in);
 
@@ -62,6 +64,29 @@ static mg_dtensor *apply_redistribute_s1(mg_dtensor **in) {
     mg_placement p[4] = {MG_SHARD(1), MG_SHARD(1), MG_SHARD(1), MG_SHARD(1)};
     return mg_redistribute(in[0], p, mg_mesh_ndim(mg_dtensor_mesh(in[0])));
 }
+static mg_dtensor *apply_softmax(mg_dtensor **in) { return mg_softmax(in[0], -1); }
+static mg_dtensor *apply_softmax_dim0(mg_dtensor **in) { return mg_softmax(in[0], 0); }
+static mg_dtensor *apply_log_softmax(mg_dtensor **in) { return mg_log_softmax(in[0], 1); }
+static mg_dtensor *apply_layer_norm(mg_dtensor **in) {
+    return mg_layer_norm(in[0], in[1], in[2], 1e-5f);
+}
+static mg_dtensor *apply_layer_norm_plain(mg_dtensor **in) {
+    return mg_layer_norm(in[0], NULL, NULL, 1e-5f);
+}
+static mg_dtensor *apply_embedding(mg_dtensor **in) { return mg_embedding(in[0], in[1]); }
+static mg_dtensor *apply_attention(mg_dtensor **in) { return mg_attention(in[0], in[1], in[2], 0); }
+static mg_dtensor *apply_attention_causal(mg_dtensor **in) {
+    return mg_attention(in[0], in[1], in[2], 1);
+}
+static mg_dtensor *apply_narrow(mg_dtensor **in) { return mg_narrow(in[0], 1, 1, 3); }
+static mg_dtensor *apply_narrow_dim0(mg_dtensor **in) { return mg_narrow(in[0], 0, 2, 2); }
+static mg_dtensor *apply_cat(mg_dtensor **in) {
+    return mg_cat(2, (const mg_dtensor *const[]){in[0], in[1]}, -1);
+}
+/* four tensors, one of them twice: a tree of nodes, and two gradients summed */
+static mg_dtensor *apply_cat_tree(mg_dtensor **in) {
+    return mg_cat(4, (const mg_dtensor *const[]){in[0], in[1], in[2], in[0]}, 0);
+}
 /* the seed: linear(x.permute(0, 2, 1), w, b) */
 static mg_dtensor *apply_seed(mg_dtensor **in) {
     mg_dtensor *xt = mg_permute(in[0], (int[]){0, 2, 1});
@@ -102,6 +127,23 @@ static const op_case op_cases[] = {
     {"redistribute_to_S1", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_redistribute_s1},
     {"seed_permute_linear", 3, {3, 2, 1}, {{2, 10, 4}, {5, 10}, {5}}, {T, T, T}, {F, F, F}, {0},
      apply_seed},
+    /* the transformer ops; T = 3 and B = H = 2 leave empty shards at 4 ranks */
+    {"softmax", 1, {2}, {{4, 5}}, {T}, {T}, {0}, apply_softmax},
+    {"softmax_dim0", 1, {3}, {{3, 4, 2}}, {T}, {T}, {0}, apply_softmax_dim0},
+    {"log_softmax", 1, {2}, {{4, 5}}, {T}, {T}, {0}, apply_log_softmax},
+    {"layer_norm", 3, {3, 1, 1}, {{2, 3, 6}, {6}, {6}}, {T, T, T}, {T, T, T}, {0},
+     apply_layer_norm},
+    {"layer_norm_plain", 1, {2}, {{3, 6}}, {T}, {T}, {0}, apply_layer_norm_plain},
+    {"embedding", 2, {2, 2}, {{2, 3}, {5, 4}}, {F, T}, {F, T}, {DATA_IDS, 0}, apply_embedding},
+    {"attention", 3, {4, 4, 4}, {{2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 2}}, {T, T, T}, {T, T, T},
+     {0}, apply_attention},
+    {"attention_causal", 3, {4, 4, 4}, {{2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 3}}, {T, T, T},
+     {T, T, T}, {0}, apply_attention_causal},
+    {"narrow", 1, {2}, {{4, 6}}, {T}, {T}, {0}, apply_narrow},
+    {"narrow_dim0", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_narrow_dim0},
+    {"cat", 2, {2, 2}, {{3, 4}, {3, 2}}, {T, T}, {T, T}, {0}, apply_cat},
+    {"cat_tree", 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {T, T, T}, {F, F, F}, {0}, apply_cat_tree},
+    {"cross_entropy_3d", 2, {3, 2}, {{2, 3, 5}, {2, 3}}, {T, F}, {T, F}, {0, DATA_LABELS}, apply_ce},
 };
 #undef T
 #undef F
@@ -115,8 +157,8 @@ static inline mg_tensor *case_input(const op_case *c, int i) {
     mg_test_fill(x, n, 1000 + 17 * i + (uint64_t)strlen(c->name));
     if (c->data[i] == DATA_AWAY_FROM_ZERO)
         for (int64_t k = 0; k < n; k++) x[k] = x[k] >= 0 ? x[k] + 0.1f : x[k] - 0.1f;
-    if (c->data[i] == DATA_LABELS) {
-        int64_t classes = c->shape[0][1];
+    if (c->data[i] == DATA_LABELS || c->data[i] == DATA_IDS) {
+        int64_t classes = c->data[i] == DATA_IDS ? c->shape[1][0] : c->shape[0][c->ndim[0] - 1];
         for (int64_t k = 0; k < n; k++) x[k] = (float)((k * 7 + 3) % classes);
     }
     return t;

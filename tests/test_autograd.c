@@ -17,20 +17,6 @@
 #include "meshgrad.h"
 #include "testutil.h"
 
-static mg_mesh *mesh1d(void) {
-    int n = mg_world_size();
-    return mg_mesh_new(1, &n);
-}
-
-static mg_dtensor *make(const mg_mesh *mesh, int ndim, const int64_t *shape, mg_placement p,
-                        uint64_t seed) {
-    mg_tensor *t = mg_tensor_new(ndim, shape);
-    mg_test_fill(mg_tensor_data(t), mg_tensor_numel(t), seed);
-    mg_dtensor *d = mg_distribute(mesh, t, &p, 1);
-    mg_tensor_free(t);
-    return d;
-}
-
 static int64_t chunk(int64_t n, int k, int c) {
     int64_t size = (n + k - 1) / k, start = c * size;
     if (start > n) start = n;
@@ -78,9 +64,9 @@ END_TEST
 
 START_TEST(test_expand_global_sizes) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
+    mg_mesh *mesh = mg_test_mesh1d();
     /* the report: x (2, 40, 10) sharded on dim 0; expand with the global shape */
-    mg_dtensor *x = make(mesh, 3, (int64_t[]){2, 40, 10}, MG_SHARD(0), 1);
+    mg_dtensor *x = mg_test_dtensor(mesh, 3, (int64_t[]){2, 40, 10}, MG_SHARD(0), 1);
     mg_dtensor *y = mg_expand(x, 3, (int64_t[]){2, 40, 10});
     mg_assert_all(y != NULL, "global expand: %s", mg_last_error());
     mg_assert_all(mg_dtensor_placements(y)[0].kind == MG_PLACE_SHARD &&
@@ -96,7 +82,7 @@ START_TEST(test_expand_global_sizes) {
                       "%s", mg_last_error());
     }
     /* broadcast dims are never sharded; unchanged dims keep their shard */
-    mg_dtensor *row = make(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(1), 2);
+    mg_dtensor *row = mg_test_dtensor(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(1), 2);
     mg_dtensor *e = mg_expand(row, 2, (int64_t[]){5, 6});
     mg_assert_all(e != NULL, "%s", mg_last_error());
     mg_assert_all(mg_dtensor_placements(e)[0].kind == MG_PLACE_SHARD &&
@@ -105,7 +91,8 @@ START_TEST(test_expand_global_sizes) {
     const int64_t *ls = mg_tensor_shape(mg_local(e));
     mg_assert_all(ls[0] == 5 && ls[1] == chunk(6, w, mg_rank()), "local (%lld, %lld)",
                   (long long)ls[0], (long long)ls[1]);
-    mg_dtensor *col = make(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(0), 3); /* a size-1 dim sharded */
+    mg_dtensor *col =
+        mg_test_dtensor(mesh, 2, (int64_t[]){1, 6}, MG_SHARD(0), 3); /* a size-1 dim sharded */
     mg_dtensor *f = mg_expand(col, 3, (int64_t[]){3, 4, 6});
     mg_assert_all(f != NULL, "%s", mg_last_error());
     mg_placement fp = mg_dtensor_placements(f)[0];
@@ -128,9 +115,9 @@ END_TEST
 
 START_TEST(test_data_parallel_linear_comm) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 4);
-    mg_dtensor *wt = make(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 5);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 4);
+    mg_dtensor *wt = mg_test_dtensor(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 5);
     mg_set_requires_grad(wt, 1);
     mg_comm_stats s0[MG_COLL_COUNT], s1[MG_COLL_COUNT], s2[MG_COLL_COUNT];
     stats(s0);
@@ -156,12 +143,13 @@ END_TEST
 
 START_TEST(test_megatron_comm) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){4, 6}, MG_REPLICATE, 6);
-    mg_dtensor *w1 = make(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 7);  /* column-parallel */
-    mg_dtensor *b1 = make(mesh, 1, (int64_t[]){8}, MG_SHARD(0), 8);
-    mg_dtensor *w2 = make(mesh, 2, (int64_t[]){6, 8}, MG_SHARD(1), 9);  /* row-parallel */
-    mg_dtensor *b2 = make(mesh, 1, (int64_t[]){6}, MG_REPLICATE, 10);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){4, 6}, MG_REPLICATE, 6);
+    mg_dtensor *w1 =
+        mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 7); /* column-parallel */
+    mg_dtensor *b1 = mg_test_dtensor(mesh, 1, (int64_t[]){8}, MG_SHARD(0), 8);
+    mg_dtensor *w2 = mg_test_dtensor(mesh, 2, (int64_t[]){6, 8}, MG_SHARD(1), 9); /* row-parallel */
+    mg_dtensor *b2 = mg_test_dtensor(mesh, 1, (int64_t[]){6}, MG_REPLICATE, 10);
     mg_dtensor *ps[5] = {x, w1, b1, w2, b2};
     for (int i = 0; i < 5; i++) mg_set_requires_grad(ps[i], 1);
     mg_comm_stats s0[MG_COLL_COUNT], s1[MG_COLL_COUNT], s2[MG_COLL_COUNT];
@@ -196,9 +184,9 @@ END_TEST
 
 START_TEST(test_fsdp_gradient_reduce_scattered) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 11);
-    mg_dtensor *wt = make(mesh, 2, (int64_t[]){5, 6}, MG_SHARD(0), 12);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){8, 6}, MG_SHARD(0), 11);
+    mg_dtensor *wt = mg_test_dtensor(mesh, 2, (int64_t[]){5, 6}, MG_SHARD(0), 12);
     mg_set_requires_grad(wt, 1);
     mg_comm_stats s1[MG_COLL_COUNT], s2[MG_COLL_COUNT];
     mg_dtensor *full_w = mg_redistribute(wt, (mg_placement[]){MG_REPLICATE}, 1);
@@ -219,8 +207,8 @@ START_TEST(test_fsdp_gradient_reduce_scattered) {
 END_TEST
 
 START_TEST(test_accumulate_and_zero) {
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *a = make(mesh, 2, (int64_t[]){4, 3}, MG_SHARD(0), 13);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *a = mg_test_dtensor(mesh, 2, (int64_t[]){4, 3}, MG_SHARD(0), 13);
     mg_set_requires_grad(a, 1);
     /* loss = sum(a * a) + sum(a): used three times; gradient 2a + 1 */
     mg_dtensor *loss = mg_add(mg_sum(mg_mul(a, a)), mg_sum(a));
@@ -263,9 +251,9 @@ END_TEST
 
 START_TEST(test_clear_errors) {
     int w = mg_world_size();
-    mg_mesh *mesh = mesh1d();
-    mg_dtensor *x = make(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 14);
-    mg_dtensor *wt = make(mesh, 2, (int64_t[]){3, 7}, MG_REPLICATE, 15);
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){5, 6}, MG_REPLICATE, 14);
+    mg_dtensor *wt = mg_test_dtensor(mesh, 2, (int64_t[]){3, 7}, MG_REPLICATE, 15);
     mg_dtensor *y = mg_linear(x, wt, NULL);
     mg_assert_all(y == NULL, "linear of misfit shapes was accepted");
     mg_assert_all(strstr(mg_last_error(), "mg_linear") && strstr(mg_last_error(), "(5, 6)") &&
@@ -295,7 +283,7 @@ START_TEST(test_clear_errors) {
                   mg_last_error());
     /* a view with no valid strategy names the redistribute that makes it valid */
     if (w > 1) {
-        mg_dtensor *s = make(mesh, 2, (int64_t[]){4, 6}, MG_SHARD(1), 16);
+        mg_dtensor *s = mg_test_dtensor(mesh, 2, (int64_t[]){4, 6}, MG_SHARD(1), 16);
         mg_dtensor *v = mg_view(s, 1, (int64_t[]){24});
         mg_assert_all(v == NULL && strstr(mg_last_error(), "mg_redistribute(x, [R])"), "%s",
                       mg_last_error());
@@ -304,7 +292,8 @@ START_TEST(test_clear_errors) {
         mg_dtensor_free(s);
     }
     /* the library keeps working */
-    mg_dtensor *ok = mg_linear(x, make(mesh, 2, (int64_t[]){3, 6}, MG_REPLICATE, 17), NULL);
+    mg_dtensor *ok =
+        mg_linear(x, mg_test_dtensor(mesh, 2, (int64_t[]){3, 6}, MG_REPLICATE, 17), NULL);
     mg_assert_all(ok != NULL, "%s", mg_last_error());
     mg_step_end();
     mg_tensor_free(t);
@@ -312,6 +301,47 @@ START_TEST(test_clear_errors) {
     mg_dtensor_free(x);
     mg_dtensor_free(wt);
     mg_mesh_free(other);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
+/* A call given NULL leaves its own message, not an older one; none crashes. */
+static void stale_error(void) { mg_redistribute(NULL, NULL, 0); } /* "mg_redistribute: ..." */
+
+#define OWN_MESSAGE(call, name)                                                                    \
+    do {                                                                                           \
+        stale_error();                                                                             \
+        (void)(call);                                                                              \
+        mg_assert_all(strstr(mg_last_error(), name) != NULL, "%s left \"%s\"", name,               \
+                      mg_last_error());                                                            \
+    } while (0)
+
+START_TEST(test_null_arguments) {
+    OWN_MESSAGE(mg_grad(NULL), "mg_grad");
+    OWN_MESSAGE(mg_local(NULL), "mg_local");
+    OWN_MESSAGE(mg_dtensor_mesh(NULL), "mg_dtensor_mesh");
+    OWN_MESSAGE(mg_dtensor_shape(NULL), "mg_dtensor_shape");
+    OWN_MESSAGE(mg_dtensor_placements(NULL), "mg_dtensor_placements");
+    OWN_MESSAGE(mg_mesh_shape(NULL), "mg_mesh_shape");
+    OWN_MESSAGE(mg_mesh_coord(NULL), "mg_mesh_coord");
+    OWN_MESSAGE(mg_tensor_data(NULL), "mg_tensor_data");
+    OWN_MESSAGE(mg_tensor_shape(NULL), "mg_tensor_shape");
+    mg_assert_all(mg_grad(NULL) == NULL && mg_local(NULL) == NULL && mg_mesh_shape(NULL) == NULL,
+                  "a getter given NULL returned something");
+    mg_assert_all(mg_dtensor_ndim(NULL) == -1 && mg_mesh_ndim(NULL) == 0 &&
+                      mg_tensor_ndim(NULL) == -1 && mg_tensor_numel(NULL) == 0,
+                  "counts of NULL");
+    OWN_MESSAGE(mg_comm_stats_get(NULL), "mg_comm_stats_get");
+    /* a NULL dims list with n = 1: refused like mg_sum_dims, not a crash */
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){3, 4}, MG_REPLICATE, 18);
+    OWN_MESSAGE(mg_mean_dims(x, 1, NULL, 0), "mg_mean_dims");
+    mg_assert_all(mg_mean_dims(x, 1, NULL, 0) == NULL && mg_sum_dims(x, 1, NULL, 0) == NULL,
+                  "a NULL dims list was accepted");
+    mg_dtensor *m = mg_mean_dims(x, 1, (int[]){1}, 0);
+    mg_assert_all(m != NULL, "the library keeps working: %s", mg_last_error());
+    mg_step_end();
+    mg_dtensor_free(x);
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -327,6 +357,7 @@ int main(int argc, char **argv) {
     tcase_add_test(c, test_fsdp_gradient_reduce_scattered);
     tcase_add_test(c, test_accumulate_and_zero);
     tcase_add_test(c, test_clear_errors);
+    tcase_add_test(c, test_null_arguments);
     suite_add_tcase(s, c);
     int rc = mg_test_run_mpi(s);
     mg_finalize();

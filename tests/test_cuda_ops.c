@@ -357,6 +357,8 @@ static int run_cpu_half(Suite *s) {
     return mg_test_agree(failed == 0) ? 77 : 1;
 }
 
+#include "cuda_nn_ops_cases.h" /* embedding, layer norm, attention, ... with autograd */
+
 int main(int argc, char **argv) {
     if (mg_init(&argc, &argv) != MG_OK) return 1;
     int one_gpu_each = 0;
@@ -376,6 +378,7 @@ int main(int argc, char **argv) {
         tcase_add_test(o, test_nccl_collectives);
         tcase_add_test(o, test_redistribute_on_device);
         tcase_add_test(o, test_bad_labels_on_device);
+        nn_ops_tests(o);
     }
     tcase_add_test(o, test_ops_every_placement);
     suite_add_tcase(s, o);

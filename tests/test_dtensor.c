@@ -212,6 +212,51 @@ START_TEST(from_local_wrong_shape) {
 }
 END_TEST
 
+/* Ranks passing different global shapes or placements are refused on every rank,
+ * with the ranks named, instead of dying later in a collective. */
+START_TEST(ranks_must_agree) {
+    mg_mesh *mesh = mesh_1xw();
+    int last = world - 1;
+    int64_t a[2] = {4, 6}, b[2] = {4, 5};
+    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(0)}, q[2] = {MG_REPLICATE, MG_SHARD(1)};
+    char want[256];
+    if (world > 1) {
+        mg_tensor *t = mg_tensor_new(2, me == last ? b : a);
+        mg_assert_all(mg_distribute(mesh, t, p, 2) == NULL, "different shapes accepted");
+        snprintf(want, sizeof want,
+                 "rank 0 (4, 6) [R, S(0)], but rank %d other ones (rank %d: "
+                 "(4, 5) [R, S(0)])",
+                 last, last);
+        mg_assert_all(strstr(mg_last_error(), want) != NULL, "message: %s", mg_last_error());
+        mg_tensor_free(t);
+        /* placements differ on every other rank */
+        t = mg_tensor_new(2, a);
+        mg_assert_all(mg_distribute(mesh, t, me % 2 ? q : p, 2) == NULL, "placements differ");
+        mg_assert_all(strstr(mg_last_error(), "(rank 1: (4, 6) [R, S(1)])") != NULL, "message: %s",
+                      mg_last_error());
+        /* mg_from_local: one global shape, whatever the local blocks */
+        mg_assert_all(mg_from_local(mesh, t, p, 2, 2, me == last ? b : a) == NULL,
+                      "from_local with different global shapes accepted");
+        mg_assert_all(strstr(mg_last_error(), "mg_from_local: the ranks passed different") != NULL,
+                      "message: %s", mg_last_error());
+        /* one rank refuses its own arguments: the others do not wait for it */
+        mg_dtensor *x = mg_distribute(mesh, t, p, me == last ? 1 : 2);
+        mg_assert_all(x == NULL, "a rank went on alone");
+        snprintf(want, sizeof want, "mg_distribute: rank %d refused its arguments", last);
+        mg_assert_all(me == last || strstr(mg_last_error(), want) != NULL, "message: %s",
+                      mg_last_error());
+        mg_tensor_free(t);
+    }
+    /* after all that, agreeing ranks are served */
+    mg_tensor *t = mg_tensor_new(2, a);
+    mg_dtensor *x = mg_distribute(mesh, t, p, 2);
+    mg_assert_all(x != NULL, "agreeing ranks refused: %s", mg_last_error());
+    mg_dtensor_free(x);
+    mg_tensor_free(t);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 START_TEST(mixed_meshes_refused) {
     int one[1] = {world};
     mg_mesh *a = mg_mesh_new(1, one), *b = mesh_1xw();
@@ -337,6 +382,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, from_local_round_trip);
     tcase_add_test(tc, distribute_refusals);
     tcase_add_test(tc, from_local_wrong_shape);
+    tcase_add_test(tc, ranks_must_agree);
     tcase_add_test(tc, mixed_meshes_refused);
     tcase_add_test(tc, make_checks_the_block);
     tcase_add_test(tc, fill_uniform_same_on_every_mesh);

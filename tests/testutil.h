@@ -2,6 +2,8 @@
  * - mg_test_rand / mg_test_fill: deterministic test data (xorshift).
  * - mg_test_close: relative comparison of float arrays, reporting the worst element.
  * - mg_test_same_full: the same for two distributed tensors, gathered whole.
+ * - mg_test_mesh1d / mg_test_dtensor: a 1-D mesh of the world, and a tensor of
+ *   mg_test_fill data placed on it.
  * - MPI suites: mg_test_agree(ok) all-reduces a verdict so every rank asserts the
  *   same thing (a failure on one rank never leaves the others waiting), and
  *   mg_test_run_mpi() runs a suite in no-fork mode on every rank and returns the
@@ -82,6 +84,21 @@ static inline int mg_test_same_full(const mg_dtensor *a, const mg_dtensor *b, do
     mg_tensor_free(fa);
     mg_tensor_free(fb);
     return ok;
+}
+
+static inline mg_mesh *mg_test_mesh1d(void) {
+    int n = mg_world_size();
+    return mg_mesh_new(1, &n);
+}
+
+/* (ndim, shape) of mg_test_fill(seed) data, at placement p of a 1-D mesh */
+static inline mg_dtensor *mg_test_dtensor(const mg_mesh *mesh, int ndim, const int64_t *shape,
+                                          mg_placement p, uint64_t seed) {
+    mg_tensor *t = mg_tensor_new(ndim, shape);
+    mg_test_fill(mg_tensor_data(t), mg_tensor_numel(t), seed);
+    mg_dtensor *d = mg_distribute(mesh, t, &p, 1);
+    mg_tensor_free(t);
+    return d;
 }
 
 static inline int mg_test_agree(int ok) {

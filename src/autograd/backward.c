@@ -233,7 +233,7 @@ int mg_backward(mg_dtensor *loss) {
 }
 
 mg_dtensor *mg_grad(const mg_dtensor *t) {
-    if (!t) return mg_error_null(MG_EINVAL, "mg_grad: tensor is NULL");
+    if (!t) return mg_error_null(MG_EINVAL, "mg_grad: the tensor is NULL");
     mg_clear_error();
     return mg_reducer_grad((mg_dtensor *)t);
 }

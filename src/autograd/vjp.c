@@ -130,7 +130,8 @@ static int vjp_gelu(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
 }
 
 static int vjp_cross_entropy(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
-    if (wants(n, 0)) NEED(out[0] = mg_op_cross_entropy_backward(n->inputs[0], n->inputs[1], g));
+    if (wants(n, 0))
+        NEED(out[0] = mg_op_cross_entropy_backward(n->inputs[0], n->inputs[1], n->output, g));
     return MG_OK; /* labels are data: no gradient */
 }
 
@@ -143,6 +144,49 @@ static int vjp_mse(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     NEED(d = mg_mul(d, g));
     if (wants(n, 0)) out[0] = d;
     if (wants(n, 1)) NEED(out[1] = mg_scale(d, -1.0f));
+    return MG_OK;
+}
+
+static int vjp_softmax(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_op_softmax_backward(n->output, g, n->op == MG_OP_LOG_SOFTMAX));
+    return MG_OK;
+}
+
+static int vjp_layer_norm(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    bool want[3] = {wants(n, 0), wants(n, 1), wants(n, 2)};
+    return mg_op_layer_norm_backward(n->inputs[0], n->inputs[1], n->inputs[2], n->output, g, want,
+                                     out);
+}
+
+static int vjp_embedding(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    if (wants(n, 1))
+        NEED(out[1] = mg_op_embedding_backward(n->inputs[0], n->inputs[1], n->output, g));
+    return MG_OK; /* ids are data: no gradient */
+}
+
+static int vjp_attention(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    mg_dtensor *grads[3];
+    int rc = mg_op_attention_backward(n->inputs[0], n->inputs[1], n->inputs[2], n->output, g,
+                                      n->iargs[0] != 0, grads);
+    for (int i = 0; i < 3 && rc == MG_OK; i++)
+        if (wants(n, i)) out[i] = grads[i];
+    return rc;
+}
+
+static int vjp_narrow(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    const mg_spec *x = &n->inputs[0]->spec;
+    NEED(out[0] = mg_op_narrow_backward(g, x->ndim, x->shape, n->iargs[0], n->shape[0]));
+    return MG_OK;
+}
+
+static int vjp_cat(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    int dim = n->iargs[0];
+    int64_t at = 0;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int64_t len = n->inputs[i]->spec.shape[dim];
+        if (wants(n, i)) NEED(out[i] = mg_narrow(g, dim, at, len));
+        at += len;
+    }
     return MG_OK;
 }
 
@@ -162,8 +206,15 @@ static const vjp_fn vjp_table[MG_OP_COUNT] = {
     [MG_OP_GELU] = vjp_gelu,
     [MG_OP_CROSS_ENTROPY] = vjp_cross_entropy,
     [MG_OP_MSE] = vjp_mse,
+    [MG_OP_SOFTMAX] = vjp_softmax,
+    [MG_OP_LOG_SOFTMAX] = vjp_softmax,
+    [MG_OP_LAYER_NORM] = vjp_layer_norm,
+    [MG_OP_EMBEDDING] = vjp_embedding,
+    [MG_OP_ATTENTION] = vjp_attention,
+    [MG_OP_NARROW] = vjp_narrow,
+    [MG_OP_CAT] = vjp_cat,
 };
-static_assert(MG_OP_COUNT == 15, "mg_op changed: give the new op its VJP in vjp_table");
+static_assert(MG_OP_COUNT == 22, "mg_op changed: give the new op its VJP in vjp_table");
 
 /* ---- gradients as factors: grad = sum over rows of a^T b ---- */
 

@@ -4,7 +4,7 @@
  * Exports: mg_binary_names, mg_unary_names, mg_backend_of, mg_backend_cuda (a
  * stub returning NULL when built without CUDA), mg_backend_set_gemm_bf16,
  * mg_backend_gemm_bf16, mg_backend_cpu_set_threads, mg_backend_cpu_threads.
- * The CPU kernels live in cpu.c, the CUDA ones in cuda.cu. */
+ * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
 #include "config.h"
 
 #include "backend/backend.h"
@@ -27,14 +27,14 @@ void openblas_set_num_threads(int num_threads);
 int openblas_get_parallel(void); /* 0 sequential, 1 pthreads, 2 OpenMP */
 
 const char *const mg_binary_names[MG_BINARY_COUNT] = {
-    "add", "sub", "mul", "div", "relu_backward", "gelu_backward",
+    "add", "sub", "mul", "relu_backward", "gelu_backward",
 };
-static_assert(MG_BINARY_COUNT == 6, "mg_binary_op changed: update mg_binary_names");
+static_assert(MG_BINARY_COUNT == 5, "mg_binary_op changed: update mg_binary_names");
 
 const char *const mg_unary_names[MG_UNARY_COUNT] = {
-    "relu", "gelu", "scale", "exp", "log", "square",
+    "relu", "gelu", "scale", "log",
 };
-static_assert(MG_UNARY_COUNT == 6, "mg_unary_op changed: update mg_unary_names");
+static_assert(MG_UNARY_COUNT == 4, "mg_unary_op changed: update mg_unary_names");
 
 #ifndef MG_HAVE_CUDA
 mg_backend *mg_backend_cuda(void) { return NULL; }

@@ -28,7 +28,6 @@ typedef enum {
     MG_BINARY_ADD = 0,
     MG_BINARY_SUB,
     MG_BINARY_MUL,
-    MG_BINARY_DIV,
     MG_BINARY_RELU_BACKWARD, /* a = dy, b = x: dy * (x > 0) */
     MG_BINARY_GELU_BACKWARD, /* a = dy, b = x: dy * gelu'(x) (tanh approximation) */
     MG_BINARY_COUNT
@@ -36,11 +35,9 @@ typedef enum {
 
 typedef enum {
     MG_UNARY_RELU = 0,
-    MG_UNARY_GELU, /* tanh approximation, as torch's gelu(approximate="tanh") */
+    MG_UNARY_GELU,  /* tanh approximation, as torch's gelu(approximate="tanh") */
     MG_UNARY_SCALE, /* alpha * x */
-    MG_UNARY_EXP,
     MG_UNARY_LOG,
-    MG_UNARY_SQUARE,
     MG_UNARY_COUNT
 } mg_unary_op;
 
@@ -87,16 +84,89 @@ struct mg_backend_iface {
     void (*reduce_max)(void *ctx, const mg_tensor *x, mg_tensor *out);
     double (*sum_squares)(void *ctx, const mg_tensor *x);
 
-    /* x (..., C) -> log_softmax over the last dim */
-    void (*log_softmax)(void *ctx, const mg_tensor *x, mg_tensor *out);
-    /* logits (N, C), labels (N) class indices stored as floats.
-     * cross_entropy: out (0-d) = scale * sum_i -log_softmax(logits)[i, label_i].
-     * cross_entropy_backward: dlogits = scale * (softmax(logits) - onehot(labels)).
-     * Rows whose label is outside [0, C) count as errors: returns their number. */
+    /* ---- rows: x (R, C) seen as rows over its last dim; a per-row value is an (R)
+     * tensor. Where a row is split across ranks (the op's dim is sharded) x holds C
+     * of its n columns and the per-row sums come in summed over the ranks. ---- */
+
+    /* out = softmax(x), or log_softmax(x) with `log`, over the last dim. max and sum
+     * NULL: each row's own statistics; else max[r] is the row's max and sum[r] the
+     * sum of exp(x - max[r]) over the whole row. */
+    void (*softmax)(void *ctx, const mg_tensor *x, const mg_tensor *max, const mg_tensor *sum,
+                    bool log, mg_tensor *out);
+    /* sum[r] = sum_j exp(x[r, j] - max[r]) */
+    void (*softmax_sum)(void *ctx, const mg_tensor *x, const mg_tensor *max, mg_tensor *sum);
+    /* From y = softmax(x) (log: log_softmax(x)) and dy, dx:
+     *   softmax      dx = y (dy - dot[r]),       dot[r] = sum_j dy y
+     *   log_softmax  dx = dy - exp(y) dot[r],    dot[r] = sum_j dy
+     * dot NULL: each row's own; else given (summed over the whole row). */
+    void (*softmax_backward)(void *ctx, const mg_tensor *y, const mg_tensor *dy,
+                             const mg_tensor *dot, bool log, mg_tensor *dx);
+    void (*softmax_dot)(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool log,
+                        mg_tensor *dot);
+
+    /* Layer norm over the last dim: y = (x - mean) rstd w + b, rstd = 1 / sqrt(var + eps),
+     * w and b (C) or NULL. stats (2, R) receives the mean (first R) and rstd (next R).
+     * moments NULL: each row's own; else moments (2, R) holds each row's mean and sum
+     * of squared deviations over its n columns (layer_norm_moments, summed). */
+    void (*layer_norm)(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
+                       float eps, const mg_tensor *moments, int64_t n, mg_tensor *stats,
+                       mg_tensor *y);
+    /* mean NULL: out[r] = sum_j x[r, j]; else out[r] = sum_j (x[r, j] - mean[r])^2 */
+    void (*layer_norm_moments)(void *ctx, const mg_tensor *x, const mg_tensor *mean,
+                               mg_tensor *out);
+    /* Backward from the forward's stats. With g = dy w (dy where w is NULL) and
+     * xhat = (x - mean) rstd: dx = rstd (g - sums[r] / n - xhat sums[R + r] / n),
+     * sums (2, R) = (sum_j g, sum_j g xhat) over the whole row: each row's own
+     * (sums NULL) or given. dw = sum over rows of dy xhat, db = sum over rows of dy.
+     * dx, dw, db are written, each only when not NULL. */
+    void (*layer_norm_backward)(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                const mg_tensor *dy, const mg_tensor *stats, const mg_tensor *sums,
+                                int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db);
+    /* sums (2, R) = (sum_j g, sum_j g xhat) over this rank's columns */
+    void (*layer_norm_backward_sums)(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                     const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums);
+
+    /* Rows of a table shard: table (Vl, C) holds rows [v0, v0 + Vl) of V; ids (N) are
+     * row indices stored as floats. out (N, C): each id's row when it is in the shard,
+     * zeros otherwise. Returns the number of ids that are not integers in [0, V). */
+    int64_t (*embedding)(void *ctx, const mg_tensor *ids, const mg_tensor *table, int64_t v0,
+                         int64_t v, mg_tensor *out);
+    /* dtable (Vl, C) = sum of the rows of dout (N, C) whose id is in the shard (written) */
+    void (*embedding_backward)(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
+                               mg_tensor *dtable);
+
+    /* Cross-entropy. logits (N, Vl) hold classes [v0, v0 + Vl) of V (all of them: v0 = 0,
+     * Vl = V), labels (N) class indices stored as floats; a label that is not an
+     * integer in [0, V) is bad: its row adds nothing and gets a zero gradient.
+     * cross_entropy (all classes): out (0-d) = scale * sum_i -log_softmax(logits)[i, label_i];
+     *   returns the number of bad labels.
+     * cross_entropy_sums (a shard of the classes; max (N) the rows' max over all V):
+     *   sums (2, N) = (sum_j exp(x - max), the label's logit or 0 when it is in another
+     *   shard); returns the number of bad labels.
+     * cross_entropy_backward: dlogits = scale * (softmax(logits) - onehot(labels)), the
+     *   softmax from each row's own log-sum-exp (lse NULL) or from lse (N) over all V. */
     int64_t (*cross_entropy)(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                              float scale, mg_tensor *out);
+    int64_t (*cross_entropy_sums)(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                  const mg_tensor *max, int64_t v0, int64_t v, mg_tensor *sums);
     void (*cross_entropy_backward)(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
-                                   float scale, mg_tensor *dlogits);
+                                   const mg_tensor *lse, int64_t v0, int64_t v, float scale,
+                                   mg_tensor *dlogits);
+
+    /* Attention, fused: q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) ->
+     * o (B, H, Tq, Dv) = softmax(scale q k^T) v over the keys, and lse (B, H, Tq) the
+     * log-sum-exp of each row of scores (no (Tq, Tk) matrix is ever whole). causal:
+     * key j is hidden from query i when k0 + j > q0 + i, q0 and k0 the global
+     * positions of the first query row and the first key. A query with no key gets
+     * o = 0, lse = -inf. attention_backward recomputes the scores from q, k, lse and
+     * writes dq, dk, dv from dout (B, H, Tq, Dv) and o. */
+    void (*attention)(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
+                      float scale, bool causal, int64_t q0, int64_t k0, mg_tensor *o,
+                      mg_tensor *lse);
+    void (*attention_backward)(void *ctx, const mg_tensor *q, const mg_tensor *k,
+                               const mg_tensor *v, const mg_tensor *o, const mg_tensor *lse,
+                               const mg_tensor *dout, float scale, bool causal, int64_t q0,
+                               int64_t k0, mg_tensor *dq, mg_tensor *dk, mg_tensor *dv);
 
     /* optimizers, on local shards (all tensors of the same numel) */
     void (*sgd_step)(void *ctx, mg_tensor *param, const mg_tensor *grad, mg_tensor *momentum_buf,

@@ -1,9 +1,11 @@
-/* cpu.c: the CPU backend: every kernel of backend.h on host memory.
- * Matrix work goes to OpenBLAS (cblas_sgemm, row-major, transpose flags, never a
- * transposed copy); big elementwise loops use OpenMP (only past PAR_MIN elements,
- * so small tensors pay nothing). Sums accumulate in double. In bf16 mode
- * (backend.h) the GEMMs multiply inputs rounded by cpu_bf16.c.
- * Exports: mg_backend_cpu(). */
+/* cpu.c: the CPU backend: its vtable, and the general kernels of backend.h on
+ * host memory (the network ops' row kernels are in cpu_nn.c, attention in
+ * cpu_attention.c). Matrix work goes to OpenBLAS (cblas_sgemm, row-major,
+ * transpose flags, never a transposed copy); big elementwise loops use OpenMP
+ * (only past PAR_MIN elements, so small tensors pay nothing). Sums accumulate
+ * in double. In bf16 mode (backend.h) the GEMMs of the vtable multiply inputs
+ * rounded by cpu_bf16.c; the kernels' own GEMMs (mg_cpu_gemm) stay fp32.
+ * Exports: mg_backend_cpu(), mg_cpu_gemm (cpu_internal.h). */
 #include "backend/backend.h"
 #include "backend/cpu_bf16.h"
 
@@ -12,8 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PAR_MIN 32768 /* elements below which loops stay on one thread */
-#define CHUNK 8192    /* elements per parallel work item of flat loops */
+#include "backend/cpu_internal.h"
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -36,9 +37,10 @@ static void cpu_memcpy(void *ctx, float *dst, const float *src, int64_t n) {
 /* ---- matrix work -------------------------------------------------------------- */
 
 /* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */
-static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                  int64_t ldc) {
+void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc) {
+    (void)ctx;
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* empty contraction: C = beta C (beta 0 overwrites, as BLAS does) */
         for (int64_t i = 0; i < m; i++)
@@ -57,7 +59,6 @@ static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, i
                              int64_t k, float alpha, const float *a, int64_t lda, int64_t stride_a,
                              const float *b, int64_t ldb, int64_t stride_b, float beta, float *c,
                              int64_t ldc, int64_t stride_c, int64_t batch) {
-    (void)ctx;
     bool bf16 = mg_backend_gemm_bf16() && m > 0 && n > 0 && k > 0 && batch > 0;
     bool slow = bf16 && mg_cpu_bf16_round_inputs(trans_a, trans_b, m, n, k, &a, lda, stride_a, &b,
                                                  ldb, stride_b, batch) != 0;
@@ -67,7 +68,7 @@ static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, i
         if (slow)
             mg_cpu_bf16_gemm_loop(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
         else
-            sgemm(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+            mg_cpu_gemm(ctx, trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
     }
 }
 
@@ -230,7 +231,6 @@ static void binary_run(mg_binary_op op, const float *a, int64_t sa, const float 
         BINARY_CASE(MG_BINARY_ADD, x + y)
         BINARY_CASE(MG_BINARY_SUB, x - y)
         BINARY_CASE(MG_BINARY_MUL, x * y)
-        BINARY_CASE(MG_BINARY_DIV, x / y)
         BINARY_CASE(MG_BINARY_RELU_BACKWARD, y > 0.0f ? x : 0.0f)
         BINARY_CASE(MG_BINARY_GELU_BACKWARD, x * gelu_grad(y))
     default:
@@ -318,12 +318,10 @@ static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha
     float *od = out->data;
     int64_t n = out->numel;
     switch (op) {
-        UNARY_CASE(MG_UNARY_RELU, x > 0.0f ? x : 0.0f)
+        UNARY_CASE(MG_UNARY_RELU, x > 0.0f || x != x ? x : 0.0f) /* NaN stays NaN */
         UNARY_CASE(MG_UNARY_GELU, 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))))
         UNARY_CASE(MG_UNARY_SCALE, alpha * x)
-        UNARY_CASE(MG_UNARY_EXP, expf(x))
         UNARY_CASE(MG_UNARY_LOG, logf(x))
-        UNARY_CASE(MG_UNARY_SQUARE, x * x)
     default:
         break;
     }
@@ -484,89 +482,6 @@ static double cpu_sum_squares(void *ctx, const mg_tensor *x) {
     return s;
 }
 
-/* ---- softmax and cross-entropy -------------------------------------------------- */
-
-/* max and log(sum(exp(x - max))) of one row of C */
-static void row_logsumexp(const float *x, int64_t c, float *max_out, float *lse_out) {
-    float m = run_max(x, c);
-    double s = 0;
-    for (int64_t j = 0; j < c; j++) s += expf(x[j] - m);
-    *max_out = m;
-    *lse_out = (float)log(s);
-}
-
-/* x (R, C) -> out = x - max - log(sum(exp(x - max))) per row */
-static void cpu_log_softmax(void *ctx, const mg_tensor *x, mg_tensor *out) {
-    (void)ctx;
-    int64_t c = x->ndim ? x->shape[x->ndim - 1] : 1;
-    if (c == 0 || x->numel == 0) return;
-    int64_t rows = x->numel / c;
-    const float *xd = x->data;
-    float *od = out->data;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        float m, lse;
-        row_logsumexp(xd + r * c, c, &m, &lse);
-        for (int64_t j = 0; j < c; j++) od[r * c + j] = xd[r * c + j] - m - lse;
-    }
-}
-
-/* class index of a label, or -1 when it is not an integer in [0, c) */
-static inline int64_t label_class(float label, int64_t c) {
-    if (!(label >= 0.0f) || label >= (float)c || label != floorf(label)) return -1;
-    return (int64_t)label;
-}
-
-/* logits (N, C), labels (N): out (0-d) = scale * sum_i -log_softmax(logits)[i, label_i].
- * Rows with a bad label add nothing; their number is returned. */
-static int64_t cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
-                                 float scale, mg_tensor *out) {
-    (void)ctx;
-    int64_t c = logits->ndim ? logits->shape[logits->ndim - 1] : 1;
-    int64_t rows = c ? logits->numel / c : labels->numel;
-    const float *xd = logits->data, *ld = labels->data;
-    double loss = 0;
-    int64_t bad = 0;
-#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : loss, bad) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t y = label_class(ld[r], c);
-        if (y < 0) {
-            bad++;
-            continue;
-        }
-        float m, lse;
-        row_logsumexp(xd + r * c, c, &m, &lse);
-        loss -= (double)(xd[r * c + y] - m - lse);
-    }
-    out->data[0] = (float)(scale * loss);
-    return bad;
-}
-
-/* dlogits = scale * (softmax(logits) - onehot(labels)); rows with a bad label get 0. */
-static void cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
-                                       float scale, mg_tensor *dlogits) {
-    (void)ctx;
-    int64_t c = logits->ndim ? logits->shape[logits->ndim - 1] : 1;
-    if (c == 0 || logits->numel == 0) return;
-    int64_t rows = logits->numel / c;
-    const float *xd = logits->data, *ld = labels->data;
-    float *gd = dlogits->data;
-#pragma omp parallel for if (logits->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = xd + r * c;
-        float *g = gd + r * c;
-        int64_t y = label_class(ld[r], c);
-        if (y < 0) {
-            for (int64_t j = 0; j < c; j++) g[j] = 0.0f;
-            continue;
-        }
-        float m, lse;
-        row_logsumexp(x, c, &m, &lse);
-        for (int64_t j = 0; j < c; j++) g[j] = scale * expf(x[j] - m - lse);
-        g[y] -= scale;
-    }
-}
-
 /* ---- optimizers ------------------------------------------------------------------ */
 
 /* PyTorch SGD: g = grad + wd p; buf = g (first step) or momentum buf + g; p -= lr buf.
@@ -645,9 +560,21 @@ static const struct mg_backend_iface cpu_iface = {
     .reduce_sum = cpu_reduce_sum,
     .reduce_max = cpu_reduce_max,
     .sum_squares = cpu_sum_squares,
-    .log_softmax = cpu_log_softmax,
-    .cross_entropy = cpu_cross_entropy,
-    .cross_entropy_backward = cpu_cross_entropy_backward,
+    .softmax = mg_cpu_softmax,
+    .softmax_sum = mg_cpu_softmax_sum,
+    .softmax_backward = mg_cpu_softmax_backward,
+    .softmax_dot = mg_cpu_softmax_dot,
+    .layer_norm = mg_cpu_layer_norm,
+    .layer_norm_moments = mg_cpu_layer_norm_moments,
+    .layer_norm_backward = mg_cpu_layer_norm_backward,
+    .layer_norm_backward_sums = mg_cpu_layer_norm_backward_sums,
+    .embedding = mg_cpu_embedding,
+    .embedding_backward = mg_cpu_embedding_backward,
+    .cross_entropy = mg_cpu_cross_entropy,
+    .cross_entropy_sums = mg_cpu_cross_entropy_sums,
+    .cross_entropy_backward = mg_cpu_cross_entropy_backward,
+    .attention = mg_cpu_attention,
+    .attention_backward = mg_cpu_attention_backward,
     .sgd_step = cpu_sgd_step,
     .adamw_step = cpu_adamw_step,
 };

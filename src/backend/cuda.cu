@@ -1,7 +1,8 @@
 /* cuda.cu: the CUDA backend's core: the device, its compute stream, device
  * memory, error keeping, the vtable and the runtime hooks of device.h. The
- * kernels live in cuda_kernels.cu and cuda_reduce.cu, the GEMMs in cuda_blas.cu
- * (cuda_internal.h says what they share).
+ * kernels live in cuda_kernels.cu, cuda_reduce.cu, cuda_nn.cu and
+ * cuda_attention.cu, the GEMMs in cuda_blas.cu (cuda_internal.h says what they
+ * share).
  *
  * The backend has the semantics of cpu.c (zero-size tensors, broadcasting,
  * reductions over any set of dims, NaN-winning max, sums accumulated in double,
@@ -109,6 +110,8 @@ static struct mg_backend_iface make_iface(void) {
     mg_cu_blas_iface(&f);
     mg_cu_kernels_iface(&f);
     mg_cu_reduce_iface(&f);
+    mg_cu_nn_iface(&f);
+    mg_cu_attention_iface(&f);
     return f;
 }
 

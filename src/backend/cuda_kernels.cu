@@ -151,7 +151,6 @@ __device__ __forceinline__ float binary_apply(int op, float x, float y) {
     case MG_BINARY_ADD: return x + y;
     case MG_BINARY_SUB: return x - y;
     case MG_BINARY_MUL: return x * y;
-    case MG_BINARY_DIV: return x / y;
     case MG_BINARY_RELU_BACKWARD: return y > 0.0f ? x : 0.0f;
     case MG_BINARY_GELU_BACKWARD: return x * gelu_grad(y);
     default: return 0.0f;
@@ -235,12 +234,10 @@ __global__ void k_unary(int op, const float *xd, float alpha, float *od, int64_t
     FOR_EACH(i, n) {
         float x = xd[i], y;
         switch (op) {
-        case MG_UNARY_RELU: y = x > 0.0f ? x : 0.0f; break;
+        case MG_UNARY_RELU: y = x > 0.0f || x != x ? x : 0.0f; break; /* NaN stays NaN */
         case MG_UNARY_GELU: y = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))); break;
         case MG_UNARY_SCALE: y = alpha * x; break;
-        case MG_UNARY_EXP: y = expf(x); break;
         case MG_UNARY_LOG: y = logf(x); break;
-        case MG_UNARY_SQUARE: y = x * x; break;
         default: y = 0.0f; break;
         }
         od[i] = y;

@@ -1,12 +1,12 @@
 /* cuda_reduce.cu: the CUDA backend's reductions: sum and max over any set of
- * dims (sums in double, NaN wins max), sum of squares, log_softmax and
- * cross-entropy with its backward (bad labels counted, their rows get 0).
+ * dims (sums in double, NaN wins max), sum of squares, and the device scratch
+ * the kernels of this backend keep their partial sums in.
  *
  * Deterministic: the split of the work depends only on the shapes and the
  * device, partials are combined in a fixed order, no atomics, so a run repeats
  * bitwise. Calls that return a value to the host wait for the stream.
  *
- * Exports: mg_cu_reduce_iface (cuda_internal.h). */
+ * Exports: mg_cu_reduce_iface, mg_cu_scratch, mg_cu_sum_to_host (cuda_internal.h). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 /* ---- scratch -------------------------------------------------------------------- */
 
 /* double scratch of at least n entries (grows rarely: a new size syncs the device) */
-static double *partial_scratch(int64_t n) {
+double *mg_cu_scratch(int64_t n) {
     size_t want = (size_t)(n > 0 ? n : 1);
     if (mg_cu.partial_cap < want) {
         if (mg_cu.partial) cudaFree(mg_cu.partial);
@@ -40,27 +40,6 @@ static bool read_back(const double *dev, int n) {
 }
 
 /* ---- reductions ----------------------------------------------------------------- */
-
-/* sum, or max where NaN wins (as in torch and cpu.c) */
-__device__ __forceinline__ double combine(bool max, double acc, double v) {
-    if (!max) return acc + v;
-    return (v > acc || v != v) ? v : acc;
-}
-
-/* Reduces `acc` over the block (THREADS threads) in a fixed tree; the result is
- * valid in thread 0. */
-__device__ double block_combine(bool max, double acc) {
-    __shared__ double sh[THREADS];
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] = combine(max, sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads(); /* sh is reused by the next call */
-    return r;
-}
 
 __device__ __forceinline__ int64_t unravel_offset(int64_t idx, int nd, const dims8 &size,
                                                   const dims8 &stride) {
@@ -187,7 +166,7 @@ static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
     if (splits < 1) splits = 1;
     int64_t chunk = ceil_div(p.red, splits);
     double *partial = NULL;
-    if (splits > 1 && !(partial = partial_scratch(p.kept * splits))) return;
+    if (splits > 1 && !(partial = mg_cu_scratch(p.kept * splits))) return;
     if (inner_reduced) {
         int64_t tasks = p.kept * splits;
         unsigned blocks = (unsigned)(tasks < 65535 * 16 ? tasks : 65535 * 16);
@@ -229,171 +208,29 @@ __global__ void k_sum_partials(const double *partial, int64_t n, double *result)
     if (threadIdx.x == 0) result[0] = acc;
 }
 
+/* The n partials at scratch + 1 summed into scratch[0] and handed to the host. */
+double mg_cu_sum_to_host(int64_t n) {
+    double *scratch = mg_cu_scratch(n + 1);
+    if (!scratch) return 0.0;
+    k_sum_partials<<<1, THREADS, 0, mg_cu.stream>>>(scratch + 1, n, scratch);
+    if (!LAUNCHED("sum kernel") || !read_back(scratch, 1)) return 0.0;
+    return mg_cu.pinned[0];
+}
+
 static double cuda_sum_squares(void *ctx, const mg_tensor *x) {
     (void)ctx;
     int64_t n = x->numel;
     if (n <= 0) return 0.0;
     unsigned blocks = grid_for(ceil_div(n, 4)); /* a few elements a thread */
-    double *partial = partial_scratch((int64_t)blocks + 1);
+    double *partial = mg_cu_scratch((int64_t)blocks + 1);
     if (!partial) return 0.0;
     k_sum_squares<<<blocks, THREADS, 0, mg_cu.stream>>>(x->data, n, partial + 1);
     if (!LAUNCHED("sum_squares kernel")) return 0.0;
-    k_sum_partials<<<1, THREADS, 0, mg_cu.stream>>>(partial + 1, blocks, partial);
-    if (!LAUNCHED("sum_squares kernel") || !read_back(partial, 1)) return 0.0;
-    return mg_cu.pinned[0];
-}
-
-/* ---- softmax and cross-entropy -------------------------------------------------- */
-
-__device__ __forceinline__ float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* max and log(sum(exp(x - max))) of one row of c, by one warp (every lane gets them) */
-__device__ void row_logsumexp(const float *x, int64_t c, int lane, float *m_out, float *lse_out) {
-    float m = -INFINITY;
-    for (int64_t j = lane; j < c; j += 32) m = max_nan(m, x[j]);
-    m = warp_max(m);
-    double s = 0;
-    for (int64_t j = lane; j < c; j += 32) s += expf(x[j] - m);
-    s = warp_sum(s);
-    *m_out = m;
-    *lse_out = (float)log(s);
-}
-
-/* class index of a label, or -1 when it is not an integer in [0, c) */
-__device__ __forceinline__ int64_t label_class(float label, int64_t c) {
-    if (!(label >= 0.0f) || label >= (float)c || label != floorf(label)) return -1;
-    return (int64_t)label;
-}
-
-#define WARP_ID ((int64_t)(blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5)
-#define WARPS ((int64_t)gridDim.x * blockDim.x >> 5)
-
-__global__ void k_log_softmax(const float *x, float *out, int64_t rows, int64_t c) {
-    int lane = threadIdx.x & 31;
-    for (int64_t r = WARP_ID; r < rows; r += WARPS) {
-        const float *xr = x + r * c;
-        float m, lse;
-        row_logsumexp(xr, c, lane, &m, &lse);
-        for (int64_t j = lane; j < c; j += 32) out[r * c + j] = xr[j] - m - lse;
-    }
-}
-
-static unsigned row_blocks(int64_t rows) { return grid_for(rows * 32); } /* a warp a row */
-
-static void cuda_log_softmax(void *ctx, const mg_tensor *x, mg_tensor *out) {
-    (void)ctx;
-    int64_t c = x->ndim ? x->shape[x->ndim - 1] : 1;
-    if (c == 0 || x->numel == 0) return;
-    int64_t rows = x->numel / c;
-    k_log_softmax<<<row_blocks(rows), THREADS, 0, mg_cu.stream>>>(x->data, out->data, rows, c);
-    LAUNCHED("log_softmax kernel");
-}
-
-/* Each warp sums -log_softmax[label] over its rows and counts the bad labels:
- * partial[2w] = loss, partial[2w + 1] = bad rows (lane 0 writes). */
-__global__ void k_cross_entropy(const float *x, const float *labels, int64_t rows, int64_t c,
-                                double *partial) {
-    int lane = threadIdx.x & 31;
-    double loss = 0, bad = 0;
-    for (int64_t r = WARP_ID; r < rows; r += WARPS) {
-        int64_t y = label_class(labels[r], c);
-        if (y < 0) {
-            bad += 1;
-            continue;
-        }
-        const float *xr = x + r * c;
-        float m, lse;
-        row_logsumexp(xr, c, lane, &m, &lse);
-        loss -= (double)(xr[y] - m - lse);
-    }
-    if (lane == 0) {
-        partial[2 * WARP_ID] = loss;
-        partial[2 * WARP_ID + 1] = bad;
-    }
-}
-
-/* result = (loss, bad) summed over the warps in a fixed order; out = scale * loss */
-__global__ void k_cross_entropy_finish(const double *partial, int64_t warps, float scale,
-                                       float *out, double *result) {
-    double loss = 0, bad = 0;
-    for (int64_t i = threadIdx.x; i < warps; i += blockDim.x) {
-        loss += partial[2 * i];
-        bad += partial[2 * i + 1];
-    }
-    loss = block_combine(false, loss);
-    bad = block_combine(false, bad);
-    if (threadIdx.x == 0) {
-        out[0] = (float)(scale * loss);
-        result[0] = bad;
-    }
-}
-
-static int64_t cuda_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
-                                  float scale, mg_tensor *out) {
-    (void)ctx;
-    int64_t c = logits->ndim ? logits->shape[logits->ndim - 1] : 1;
-    int64_t rows = c ? logits->numel / c : labels->numel;
-    unsigned blocks = row_blocks(rows > 0 ? rows : 1);
-    int64_t warps = (int64_t)blocks * THREADS / 32;
-    double *partial = partial_scratch(2 * warps + 1);
-    if (!partial) return 0;
-    k_cross_entropy<<<blocks, THREADS, 0, mg_cu.stream>>>(logits->data, labels->data, rows, c,
-                                                         partial + 1);
-    if (!LAUNCHED("cross_entropy kernel")) return 0;
-    k_cross_entropy_finish<<<1, THREADS, 0, mg_cu.stream>>>(partial + 1, warps, scale, out->data,
-                                                          partial);
-    if (!LAUNCHED("cross_entropy kernel") || !read_back(partial, 1)) return 0;
-    return (int64_t)mg_cu.pinned[0];
-}
-
-/* dlogits = scale * (softmax(logits) - onehot(labels)); rows with a bad label get 0 */
-__global__ void k_cross_entropy_backward(const float *x, const float *labels, int64_t rows,
-                                         int64_t c, float scale, float *g) {
-    int lane = threadIdx.x & 31;
-    for (int64_t r = WARP_ID; r < rows; r += WARPS) {
-        const float *xr = x + r * c;
-        float *gr = g + r * c;
-        int64_t y = label_class(labels[r], c);
-        if (y < 0) {
-            for (int64_t j = lane; j < c; j += 32) gr[j] = 0.0f;
-            continue;
-        }
-        float m, lse;
-        row_logsumexp(xr, c, lane, &m, &lse);
-        for (int64_t j = lane; j < c; j += 32) {
-            float v = scale * expf(xr[j] - m - lse);
-            if (j == y) v -= scale;
-            gr[j] = v;
-        }
-    }
-}
-
-static void cuda_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
-                                        float scale, mg_tensor *dlogits) {
-    (void)ctx;
-    int64_t c = logits->ndim ? logits->shape[logits->ndim - 1] : 1;
-    if (c == 0 || logits->numel == 0) return;
-    int64_t rows = logits->numel / c;
-    k_cross_entropy_backward<<<row_blocks(rows), THREADS, 0, mg_cu.stream>>>(
-        logits->data, labels->data, rows, c, scale, dlogits->data);
-    LAUNCHED("cross_entropy_backward kernel");
+    return mg_cu_sum_to_host(blocks);
 }
 
 void mg_cu_reduce_iface(struct mg_backend_iface *f) {
     f->reduce_sum = cuda_reduce_sum;
     f->reduce_max = cuda_reduce_max;
     f->sum_squares = cuda_sum_squares;
-    f->log_softmax = cuda_log_softmax;
-    f->cross_entropy = cuda_cross_entropy;
-    f->cross_entropy_backward = cuda_cross_entropy_backward;
 }

@@ -19,7 +19,8 @@ static const mg_bench_kind kinds[] = {
     {"comm", mg_cli_bench_comm, "collective bandwidth on each mesh dimension, by message size"},
     {"linear", mg_cli_bench_linear, "mg_linear forward + backward GFLOP/s next to raw cblas_sgemm"},
     {"step", mg_cli_bench_step, "an MLP training step (ReLU, MSE, SGD) on any mesh and plan"},
-    {"ops", mg_cli_bench_ops, "per-op dispatch overhead on tiny tensors, next to MPI latency"},
+    {"ops", mg_cli_bench_ops, "per-op dispatch overhead next to MPI latency; attention, layer "
+                              "norm and softmax kernels next to sgemm and a copy"},
 };
 enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
 

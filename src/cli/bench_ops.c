@@ -11,7 +11,8 @@
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
  *           finished each part).
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
- *           to a 8-byte control all-reduce on the same ranks.
+ *           to a 8-byte control all-reduce on the same ranks; then the
+ *           network kernels against their references (bench_nn.c).
  * Exports mg_cli_bench_linear, mg_cli_bench_step, mg_cli_bench_ops (cli.h). */
 #include <cblas.h>
 #include <getopt.h>
@@ -414,10 +415,13 @@ int mg_cli_bench_ops(int argc, char **argv) {
                (long long)iters);
         for (int i = 0; i < nrows; i++) printf("  %-28s %8.2f us/op\n", rows[i].name, rows[i].us);
         printf("  %-28s %8.2f us\n", "all-reduce of 8 bytes", mpi_us);
-        printf("{\"bench\":\"ops\",\"ranks\":%d,\"add_us\":%.3f,\"add_recorded_us\":%.3f,"
-               "\"linear_recorded_us\":%.3f,\"mpi_allreduce_us\":%.3f}\n",
-               world, rows[0].us, rows[1].us, rows[2].us, mpi_us);
     }
+    char kernels[512] = "";
+    if (mg_cli_bench_nn(kernels, sizeof kernels) != MG_OK) return 1;
+    if (mg_rank() == 0)
+        printf("{\"bench\":\"ops\",\"ranks\":%d,\"add_us\":%.3f,\"add_recorded_us\":%.3f,"
+               "\"linear_recorded_us\":%.3f,\"mpi_allreduce_us\":%.3f%s}\n",
+               world, rows[0].us, rows[1].us, rows[2].us, mpi_us, kernels);
     mg_dtensor_free(a), mg_dtensor_free(w);
     mg_mesh_free(mesh);
     return 0;

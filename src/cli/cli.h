@@ -7,6 +7,8 @@
 #ifndef MG_CLI_H
 #define MG_CLI_H
 
+#include <stddef.h>
+
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
 int mg_cli_data(int argc, char **argv);       /* src/cli/data.c */
@@ -21,5 +23,8 @@ int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 
 /* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
 double mg_cli_clock(void);
+/* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
+ * prints them and appends its JSON fields, starting with a comma, to json) */
+int mg_cli_bench_nn(char *json, size_t len);
 
 #endif

@@ -70,6 +70,8 @@ void mg_comm_unregister(mg_comm *comm) {
 }
 
 void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]) {
+    if (!mg_arg_given(out, "mg_comm_stats_get", "out (an array of MG_COLL_COUNT mg_comm_stats)"))
+        return;
     mg_context *c = mg_ctx();
     for (int k = 0; k < MG_COLL_COUNT; k++) out[k] = c->retired[k];
     for (int i = 0; i < c->n_comms; i++)

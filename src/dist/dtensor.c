@@ -5,10 +5,13 @@
  * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
  * autograd node, lives with the ops.) Shards live on the current device
  * (mg_set_device): mg_distribute and mg_from_local copy the caller's tensor there,
- * mg_full_tensor hands back host memory. */
+ * mg_full_tensor hands back host memory. Both constructors are collective: they
+ * check that every rank passed the same global shape and placements. */
 #include "dist/dtensor.h"
 
+#include <limits.h>
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "dist/mesh.h"
 #include "dist/reducer.h"
 #include "dist/redistribute.h"
+#include "dist/watchdog.h"
 #include "rng.h"
 #include "status.h"
 
@@ -128,14 +132,113 @@ int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *w
                     who, ma, a->spec.mesh->id, mb, b->spec.mesh->id, da, db);
 }
 
+/* ---- every rank passes the same global shape and placements ----------------------
+ * mg_distribute and mg_from_local take a spec from each rank; ranks that passed
+ * different ones would die later, in the first collective (MPI_ERR_TRUNCATE) or
+ * in the watchdog. One all-reduce settles it: the max and min of a hash of each
+ * rank's spec, and the first rank that refused its own arguments. Only when the
+ * hashes differ are the specs gathered, to name the ranks. */
+
+#define SPEC_WORDS (1 + MG_MAX_DIMS + 2 * MG_MAX_MESH_DIMS)
+
+/* the global shape and placements as integers (0 after the mesh's dims) */
+static void spec_words(const mg_spec *s, long long *w) {
+    memset(w, 0, SPEC_WORDS * sizeof *w);
+    w[0] = s->ndim;
+    for (int d = 0; d < s->ndim; d++) w[1 + d] = s->shape[d];
+    for (int m = 0; m < s->mesh->ndim; m++) {
+        w[1 + MG_MAX_DIMS + 2 * m] = 1 + (long long)s->p[m].kind;
+        w[2 + MG_MAX_DIMS + 2 * m] = s->p[m].kind == MG_PLACE_SHARD ? s->p[m].dim : 0;
+    }
+}
+
+static char *words_text(char *buf, size_t len, const long long *w) {
+    int64_t shape[MG_MAX_DIMS];
+    mg_placement p[MG_MAX_MESH_DIMS];
+    int nd = (int)w[0], nm = 0;
+    for (int d = 0; d < nd && d < MG_MAX_DIMS; d++) shape[d] = w[1 + d];
+    while (nm < MG_MAX_MESH_DIMS && w[1 + MG_MAX_DIMS + 2 * nm]) {
+        p[nm] = (mg_placement){(mg_place_kind)(w[1 + MG_MAX_DIMS + 2 * nm] - 1),
+                               (int)w[2 + MG_MAX_DIMS + 2 * nm]};
+        nm++;
+    }
+    char a[160], b[96];
+    snprintf(buf, len, "%s %s", mg_shape_format(a, sizeof a, nd, shape),
+             mg_placements_format(b, sizeof b, p, nm));
+    return buf;
+}
+
+/* The ranks whose words differ from rank 0's, named in the message. */
+static int name_differing_ranks(const long long *w, const char *who) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    long long *all = malloc((size_t)size * SPEC_WORDS * sizeof *all);
+    if (!all) return mg_error(MG_ENOMEM, "%s: the ranks passed different specs", who);
+    mg_watchdog_begin_comm(who, MPI_COMM_WORLD);
+    int err =
+        MPI_Allgather(w, SPEC_WORDS, MPI_LONG_LONG, all, SPEC_WORDS, MPI_LONG_LONG, MPI_COMM_WORLD);
+    mg_watchdog_end();
+    char ranks[160] = "", mine[256], other[256];
+    int first = -1, n = 0;
+    size_t used = 0;
+    for (int r = 1; err == MPI_SUCCESS && r < size; r++) {
+        if (!memcmp(all + (size_t)r * SPEC_WORDS, all, SPEC_WORDS * sizeof *all)) continue;
+        if (first < 0) first = r;
+        n++;
+        used += snprintf(ranks + used, sizeof ranks > used ? sizeof ranks - used : 0, "%s%d",
+                         n > 1 ? ", " : "", r);
+    }
+    if (first > 0) {
+        words_text(mine, sizeof mine, all);
+        words_text(other, sizeof other, all + (size_t)first * SPEC_WORDS);
+    }
+    free(all);
+    if (err != MPI_SUCCESS || first < 0)
+        return mg_error(MG_ECOMM, "%s: the ranks passed different global shapes or placements",
+                        who);
+    return mg_error(MG_EPLACEMENT,
+                    "%s: the ranks passed different global shapes or placements: rank 0 %s, but "
+                    "rank%s %s other ones (rank %d: %s); every rank must pass the same global "
+                    "shape and placements (only the data may differ)",
+                    who, mine, n > 1 ? "s" : "", ranks, first, other);
+}
+
+/* Collective over the world. rc: this rank's own verdict on its arguments (its
+ * message already set when not MG_OK). MG_OK when every rank passed the same
+ * spec s; else an error naming the ranks. */
+static int agree_on_spec(int rc, const mg_spec *s, const char *who) {
+    int initialized = 0, finalized = 0, rank = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized) return rc;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    long long w[SPEC_WORDS] = {0};
+    if (rc == MG_OK) spec_words(s, w);
+    unsigned long long h = 1469598103934665603ull; /* FNV-1a over the words */
+    for (size_t i = 0; i < sizeof w; i++)
+        h = (h ^ ((const unsigned char *)w)[i]) * 1099511628211ull;
+    unsigned long long mine[3] = {h, ~h, rc != MG_OK ? ULLONG_MAX - (unsigned)rank : 0}, all[3];
+    mg_watchdog_begin_comm(who, MPI_COMM_WORLD);
+    int err = MPI_Allreduce(mine, all, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    mg_watchdog_end();
+    if (err != MPI_SUCCESS) return mg_error(MG_ECOMM, "%s: agreeing on the arguments failed", who);
+    if (rc != MG_OK) return rc;
+    if (all[2])
+        return mg_error(MG_EINVAL, "%s: rank %llu refused its arguments (its message says why)",
+                        who, ULLONG_MAX - all[2]);
+    if (all[0] == h && ~all[1] == h) return MG_OK; /* max == min: all equal */
+    return name_differing_ranks(w, who);
+}
+
 /* ---- public ----------------------------------------------------------------- */
 
 mg_dtensor *mg_distribute(const mg_mesh *mesh, const mg_tensor *full, const mg_placement *p,
                           int n) {
     const char *who = "mg_distribute";
-    if (!full) return mg_error_null(MG_EINVAL, "%s: the full tensor is NULL", who);
     mg_spec spec;
-    if (mg_spec_make(&spec, mesh, p, n, full->ndim, full->shape, who) != MG_OK) return NULL;
+    int rc = full ? mg_spec_make(&spec, mesh, p, n, full->ndim, full->shape, who)
+                  : mg_error(MG_EINVAL, "%s: the full tensor is NULL", who);
+    if (agree_on_spec(rc, &spec, who) != MG_OK) return NULL;
     int64_t shape[MG_MAX_DIMS], off[MG_MAX_DIMS], zero[MG_MAX_DIMS] = {0};
     mg_spec_local(&spec, NULL, shape, off);
     mg_tensor *local = mg_tensor_alloc(NULL, spec.ndim, shape); /* on the current device */
@@ -164,7 +267,8 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
                           int ndim, const int64_t *global_shape) {
     const char *who = "mg_from_local";
     mg_spec spec;
-    if (mg_spec_make(&spec, mesh, p, n, ndim, global_shape, who) != MG_OK) return NULL;
+    int rc = mg_spec_make(&spec, mesh, p, n, ndim, global_shape, who);
+    if (agree_on_spec(rc, &spec, who) != MG_OK) return NULL;
     /* The local tensor is this rank's own: agree, so no rank goes on alone. */
     int64_t want[MG_MAX_DIMS];
     mg_spec_local(&spec, NULL, want, NULL);
@@ -187,7 +291,7 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
                  mg_spec_format(s, sizeof s, &spec), mg_shape_format(b, sizeof b, ndim, want));
     }
     int where = -1;
-    int rc = mg_status_agree_rank(mine, &where);
+    rc = mg_status_agree_rank(mine, &where);
     if (rc != MG_OK) {
         if (mine == MG_OK && (rc == MG_ESHAPE || rc == MG_EINVAL))
             mg_error(rc,
@@ -216,11 +320,19 @@ mg_tensor *mg_full_tensor(const mg_dtensor *t) {
     return mg_tensor_to_device(NULL, out, MG_DEVICE_CPU);
 }
 
-const mg_tensor *mg_local(const mg_dtensor *t) { return t ? t->local : NULL; }
-const mg_mesh *mg_dtensor_mesh(const mg_dtensor *t) { return t ? t->spec.mesh : NULL; }
-int mg_dtensor_ndim(const mg_dtensor *t) { return t ? t->spec.ndim : -1; }
-const int64_t *mg_dtensor_shape(const mg_dtensor *t) { return t ? t->spec.shape : NULL; }
-const mg_placement *mg_dtensor_placements(const mg_dtensor *t) { return t ? t->spec.p : NULL; }
+/* the getters: NULL (or -1) and a message for a NULL tensor */
+#define GIVEN(t, who) mg_arg_given(t, who, "the tensor")
+const mg_tensor *mg_local(const mg_dtensor *t) { return GIVEN(t, "mg_local") ? t->local : NULL; }
+const mg_mesh *mg_dtensor_mesh(const mg_dtensor *t) {
+    return GIVEN(t, "mg_dtensor_mesh") ? t->spec.mesh : NULL;
+}
+int mg_dtensor_ndim(const mg_dtensor *t) { return GIVEN(t, "mg_dtensor_ndim") ? t->spec.ndim : -1; }
+const int64_t *mg_dtensor_shape(const mg_dtensor *t) {
+    return GIVEN(t, "mg_dtensor_shape") ? t->spec.shape : NULL;
+}
+const mg_placement *mg_dtensor_placements(const mg_dtensor *t) {
+    return GIVEN(t, "mg_dtensor_placements") ? t->spec.p : NULL;
+}
 
 /* "[0:1, 0:40, 0:10]" */
 static int block_text(char *buf, size_t len, const mg_spec *s, const int *coord) {

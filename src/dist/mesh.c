@@ -207,6 +207,13 @@ void mg_mesh_free(mg_mesh *m) {
     free(m);
 }
 
-int mg_mesh_ndim(const mg_mesh *m) { return m ? m->ndim : 0; }
-const int *mg_mesh_shape(const mg_mesh *m) { return m ? m->shape : NULL; }
-const int *mg_mesh_coord(const mg_mesh *m) { return m ? m->coord : NULL; }
+/* the getters: 0 or NULL and a message for a NULL mesh */
+int mg_mesh_ndim(const mg_mesh *m) {
+    return mg_arg_given(m, "mg_mesh_ndim", "the mesh") ? m->ndim : 0;
+}
+const int *mg_mesh_shape(const mg_mesh *m) {
+    return mg_arg_given(m, "mg_mesh_shape", "the mesh") ? m->shape : NULL;
+}
+const int *mg_mesh_coord(const mg_mesh *m) {
+    return mg_arg_given(m, "mg_mesh_coord", "the mesh") ? m->coord : NULL;
+}

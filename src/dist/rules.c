@@ -319,14 +319,20 @@ void mg_rules_reshape(const mg_spec *in, int out_ndim, const int64_t *out_shape,
 
 /* ---- losses ------------------------------------------------------------------------ */
 
-void mg_rules_batch_loss(mg_candidates *c, int n_inputs, bool out_is_partial_scalar) {
+void mg_rules_cross_entropy(mg_candidates *c, int logits_ndim) {
     c->n = 0;
     add(c);
-    mg_dim_strategy *s = add(c);
-    s->in[0] = S(0);
-    s->in[1] = S(0);
-    for (int i = 2; i < n_inputs; i++) s->in[i] = R;
-    s->out = out_is_partial_scalar ? P : S(0);
+    for (int d = 0; d + 1 < logits_ndim; d++) { /* rows */
+        mg_dim_strategy *s = add(c);
+        if (!s) return;
+        s->in[0] = S(d);
+        s->in[1] = S(d);
+        s->out = P;
+    }
+    mg_dim_strategy *s = add(c); /* loss parallel */
+    if (!s) return;
+    s->in[0] = S(logits_ndim - 1);
+    s->out = R;
 }
 
 void mg_rules_elementwise_loss(mg_candidates *c, int ndim) {
@@ -338,5 +344,76 @@ void mg_rules_elementwise_loss(mg_candidates *c, int ndim) {
         s->in[0] = S(d);
         s->in[1] = S(d);
         s->out = P;
+    }
+}
+
+/* ---- transformer ops ------------------------------------------------------------- */
+
+/* all Replicate, then input 0 sharded on each of its ndim dims, the output alike */
+static void shards_pass(mg_candidates *c, int ndim) {
+    c->n = 0;
+    add(c);
+    for (int d = 0; d < ndim; d++) {
+        mg_dim_strategy *s = add(c);
+        if (!s) return;
+        s->in[0] = S(d);
+        s->out = S(d);
+    }
+}
+
+void mg_rules_softmax(mg_candidates *c, int ndim) { shards_pass(c, ndim); }
+
+void mg_rules_layer_norm(mg_candidates *c, int ndim) {
+    shards_pass(c, ndim); /* every shard of x passes, weight and bias Replicate ... */
+    if (ndim > 0 && c->n == ndim + 1) {
+        mg_dim_strategy *last = &c->c[ndim]; /* ... but along a sharded C */
+        last->in[1] = last->in[2] = S(0);
+    }
+}
+
+void mg_rules_embedding(mg_candidates *c, int ids_ndim) {
+    shards_pass(c, ids_ndim);    /* a shard of the ids, the table Replicate */
+    mg_dim_strategy *s = add(c); /* vocab parallel */
+    s->in[1] = S(0);
+    s->out = P;
+    s = add(c);
+    s->in[1] = S(1);
+    s->out = S(ids_ndim);
+    s = add(c);
+    s->in[1] = P;
+    s->out = P;
+}
+
+void mg_rules_attention(mg_candidates *c) {
+    c->n = 0;
+    add(c);
+    for (int d = 0; d < 2; d++) { /* batch, heads */
+        mg_dim_strategy *s = add(c);
+        s->in[0] = s->in[1] = s->in[2] = S(d);
+        s->out = S(d);
+    }
+    mg_dim_strategy *s = add(c); /* sequence parallel */
+    s->in[0] = S(2);
+    s->out = S(2);
+    s = add(c);
+    s->in[2] = P;
+    s->out = P;
+    s = add(c);
+    s->in[2] = S(3);
+    s->out = S(3);
+}
+
+void mg_rules_narrow(mg_candidates *c, int n_inputs, int ndim, int dim) {
+    c->n = 0;
+    add(c);
+    mg_dim_strategy *s = add(c);
+    for (int i = 0; i < n_inputs; i++) s->in[i] = P;
+    s->out = P;
+    for (int d = 0; d < ndim; d++) {
+        if (d == dim) continue;
+        s = add(c);
+        if (!s) return;
+        for (int i = 0; i < n_inputs; i++) s->in[i] = S(d);
+        s->out = S(d);
     }
 }

@@ -10,7 +10,11 @@
  *
  * Exports the candidate generators for each family of ops:
  *   contraction (linear, matmul and their gradients, einsum-style labels),
- *   pointwise (broadcasting), reduction, permute, expand, reshape, losses. */
+ *   pointwise (broadcasting), reduction, permute, expand, reshape, losses,
+ *   and the transformer ops: softmax, layer norm, embedding, attention,
+ *   narrow / cat. A candidate may shard a dim the op reduces over (softmax,
+ *   layer norm, loss-parallel cross-entropy): the op then sums its small
+ *   per-row statistics over the mesh dims that shard it, never the tensor. */
 #ifndef MG_RULES_H
 #define MG_RULES_H
 
@@ -81,13 +85,41 @@ void mg_rules_expand(mg_candidates *c, int in_ndim, const int64_t *in_shape, int
 void mg_rules_reshape(const mg_spec *in, int out_ndim, const int64_t *out_shape,
                       mg_placement *keep_out, bool *ok);
 
-/* Class-dim losses: logits (B, C) + labels (B) [+ more batch-aligned inputs]:
- * all Replicate, or batch dim sharded on every input with a Partial (loss) or
- * Shard(0) (gradient) output. */
-void mg_rules_batch_loss(mg_candidates *c, int n_inputs, bool out_is_partial_scalar);
+/* Cross-entropy: logits (..., V) of logits_ndim dims, labels (...): all
+ * Replicate; a row dim sharded on both -> Partial (the loss is a mean over the
+ * global rows); logits sharded on V with labels Replicate -> Replicate (loss
+ * parallel: the op sums the rows' max, sum of exponentials and target logit
+ * over the mesh dims that shard V; the logits are never gathered). */
+void mg_rules_cross_entropy(mg_candidates *c, int logits_ndim);
 
 /* Element-wise loss over two same-shape inputs, reduced to a scalar (mse):
  * all Replicate -> Replicate, both Shard(d) -> Partial. */
 void mg_rules_elementwise_loss(mg_candidates *c, int ndim);
+
+/* Softmax over the last dim of an ndim tensor: every shard passes, the last dim's
+ * too (the op sums the rows' statistics across); no Partial (not linear). */
+void mg_rules_softmax(mg_candidates *c, int ndim);
+
+/* Layer norm of x (..., C) with weight and bias (C): a shard of a row dim passes
+ * (weight and bias Replicate); x sharded on C takes weight and bias sharded alike
+ * (the op sums Partial statistics over that mesh dim); no Partial. */
+void mg_rules_layer_norm(mg_candidates *c, int ndim);
+
+/* Embedding: ids (...) of ids_ndim dims, table (V, C) -> (..., C). A shard of the
+ * ids passes to the output (table Replicate); table S(0) with ids Replicate ->
+ * Partial (vocab parallel: each rank looks up the ids in its rows); table S(1) ->
+ * output sharded on its last dim; a Partial table -> Partial. Ids are indices:
+ * never Partial. */
+void mg_rules_embedding(mg_candidates *c, int ids_ndim);
+
+/* Attention, q, k, v (B, H, T, D): a batch or head shard on all three passes;
+ * q sharded on T with k, v Replicate -> output sharded on T (sequence parallel:
+ * k and v gathered along T only); with q, k Replicate, v Partial -> Partial and
+ * v sharded on D -> output sharded on D (attention is linear in v). */
+void mg_rules_attention(mg_candidates *c);
+
+/* Narrow or cat along `dim` (n inputs of ndim dims): all Replicate, all sharded on
+ * one same other dim, or all Partial pass through; a shard of `dim` is undone. */
+void mg_rules_narrow(mg_candidates *c, int n_inputs, int ndim, int dim);
 
 #endif

@@ -32,8 +32,15 @@ const char *const mg_op_names[MG_OP_COUNT] = {
     [MG_OP_GELU] = "gelu",
     [MG_OP_CROSS_ENTROPY] = "cross_entropy",
     [MG_OP_MSE] = "mse_loss",
+    [MG_OP_SOFTMAX] = "softmax",
+    [MG_OP_LOG_SOFTMAX] = "log_softmax",
+    [MG_OP_LAYER_NORM] = "layer_norm",
+    [MG_OP_EMBEDDING] = "embedding",
+    [MG_OP_ATTENTION] = "attention",
+    [MG_OP_NARROW] = "narrow",
+    [MG_OP_CAT] = "cat",
 };
-static_assert(MG_OP_COUNT == 15, "mg_op changed: name the new op in mg_op_names");
+static_assert(MG_OP_COUNT == 22, "mg_op changed: name the new op in mg_op_names");
 
 int mg_ops_dim(const char *who, int dim, int ndim) {
     int d = dim < 0 ? dim + ndim : dim;

@@ -1,7 +1,7 @@
 /* ops.h: inside the ops layer. The op enum (one entry per recorded op, with its
  * name table kept in step by a static_assert), the internal ops the VJPs use
- * (gradients of linear/matmul, relu/gelu/cross-entropy backward, sum_to), and
- * the shared dispatch helpers of src/ops*.c.
+ * (gradients of linear/matmul, relu/gelu/cross-entropy backward, sum_to, and
+ * those of the transformer ops), and the shared dispatch helpers of src/ops*.c.
  *
  * Every op: validate global shapes and meshes -> dist/rules picks target specs
  * -> inputs redistributed (recorded, so backward runs the mirror) -> local kernel
@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "context.h"
+#include "dist/comm.h"
 #include "dist/dtensor.h"
 #include "dist/rules.h"
 
@@ -32,6 +33,13 @@ typedef enum {
     MG_OP_GELU,
     MG_OP_CROSS_ENTROPY,
     MG_OP_MSE,
+    MG_OP_SOFTMAX,
+    MG_OP_LOG_SOFTMAX,
+    MG_OP_LAYER_NORM,
+    MG_OP_EMBEDDING,
+    MG_OP_ATTENTION,
+    MG_OP_NARROW,
+    MG_OP_CAT,
     MG_OP_COUNT
 } mg_op;
 
@@ -52,9 +60,29 @@ mg_dtensor *mg_op_matmul_grad_a(const mg_dtensor *dc, const mg_dtensor *b);
 mg_dtensor *mg_op_matmul_grad_b(const mg_dtensor *a, const mg_dtensor *dc, int b_ndim);
 mg_dtensor *mg_op_relu_backward(const mg_dtensor *dy, const mg_dtensor *x);
 mg_dtensor *mg_op_gelu_backward(const mg_dtensor *dy, const mg_dtensor *x);
-/* dloss (0-d) -> dlogits (B, C) = dloss / B * (softmax(logits) - onehot(labels)) */
+/* The gradients of the transformer ops, at the placements the forward used
+ * (ops_nn.c, ops_vocab.c, ops_attention.c, ops_shape.c). `out` is the forward's
+ * output (what it saved for backward is on its node, out->node->saved), g its gradient. */
+/* dx of y = softmax(x) or log_softmax(x) over the last dim */
+mg_dtensor *mg_op_softmax_backward(const mg_dtensor *out, const mg_dtensor *g, bool as_log);
+/* dx, dw, db of layer norm (NULL where not asked for) */
+int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
+                              const mg_dtensor *out, const mg_dtensor *g, bool want[3],
+                              mg_dtensor **grads);
+/* dtable of out = embedding(ids, table) */
+mg_dtensor *mg_op_embedding_backward(const mg_dtensor *ids, const mg_dtensor *table,
+                                     const mg_dtensor *out, const mg_dtensor *g);
+/* dlogits = dloss / N * (softmax(logits) - onehot(labels)) */
 mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dtensor *labels,
-                                         const mg_dtensor *dloss);
+                                         const mg_dtensor *out, const mg_dtensor *dloss);
+/* dq, dk, dv of attention (all three) */
+int mg_op_attention_backward(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                             const mg_dtensor *out, const mg_dtensor *g, bool causal,
+                             mg_dtensor **grads);
+/* g placed at [start, start + g's size) of `dim` in zeros of the global shape
+ * (ndim, shape): the gradient of a narrow */
+mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *shape, int dim,
+                                  int64_t start);
 /* Sums g (a broadcast of `shape`) back to `shape`: the gradient of a broadcast. */
 mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape);
 /* sum over dims, times `scale` (mean = sum * 1/n) */
@@ -90,5 +118,17 @@ bool mg_ops_copy_released(const mg_dtensor *t);
 void mg_ops_step_end(void);
 /* normalizes a possibly negative dim; -1 and a message naming `who` when out of range */
 int mg_ops_dim(const char *who, int dim, int ndim);
+
+/* ---- helpers of the ops that reduce over a dim that may be sharded (ops_nn.c) --- */
+
+/* The mesh dims (bit m: mesh dim m, of size > 1) whose placement shards dim d. */
+unsigned mg_ops_shard_mask(const mg_spec *spec, int d);
+/* buf (n floats, host or device) summed (or max-ed) over the mesh dims in mask,
+ * one all-reduce per dim. Every rank of those dims holds the same n. */
+int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n, mg_reduce_op op);
+/* g brought to spec, Partial made Replicate: the gradient of an output of spec. */
+mg_dtensor *mg_ops_grad_at(const mg_dtensor *g, const mg_spec *spec);
+/* A temporary local tensor (step arena) on the device of t. */
+mg_tensor *mg_ops_temp(int ndim, const int64_t *shape);
 
 #endif

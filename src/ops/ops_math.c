@@ -1,7 +1,7 @@
 /* ops_math.c: pointwise ops with broadcasting (mg_add, mg_sub, mg_mul,
  * mg_scale, mg_relu, mg_gelu and the relu/gelu backward), reductions (mg_sum,
- * mg_sum_dims, mg_mean, mg_mean_dims, sum_to) and losses (mg_cross_entropy,
- * mg_mse_loss and the cross-entropy backward). */
+ * mg_sum_dims, mg_mean, mg_mean_dims, sum_to) and mg_mse_loss. (Cross-entropy
+ * is in ops_vocab.c.) */
 #include <math.h>
 #include <string.h>
 
@@ -196,6 +196,9 @@ mg_dtensor *mg_mean(const mg_dtensor *x) {
 
 mg_dtensor *mg_mean_dims(const mg_dtensor *x, int n, const int *dims, int keepdim) {
     if (!x) return mg_error_null(MG_EINVAL, "mg_mean_dims: input is NULL");
+    if (n < 0 || (n > 0 && !dims)) /* before inverse_count reads dims */
+        return mg_error_null(MG_EINVAL, "mg_mean_dims: bad dims list (%d dims, list %s)", n,
+                             dims ? "given" : "NULL");
     return mg_op_sum_scaled(x, n, dims, keepdim, inverse_count(x, n, dims, false), "mg_mean_dims");
 }
 
@@ -212,62 +215,6 @@ mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape) {
 }
 
 /* ---- losses ---------------------------------------------------------------------- */
-
-mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels) {
-    const char *who = "mg_cross_entropy";
-    const mg_dtensor *xs[2] = {logits, labels};
-    if (!logits || !labels) return mg_error_null(MG_EINVAL, "%s: input is NULL", who);
-    if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
-    char a[96], b[96];
-    if (logits->spec.ndim != 2 || labels->spec.ndim != 1 ||
-        labels->spec.shape[0] != logits->spec.shape[0])
-        return mg_error_null(MG_ESHAPE,
-                             "%s: logits %s and labels %s do not fit: want logits (B, C) and "
-                             "labels (B)",
-                             who, mg_shape_format(a, sizeof a, logits->spec.ndim, logits->spec.shape),
-                             mg_shape_format(b, sizeof b, labels->spec.ndim, labels->spec.shape));
-    int64_t batch = logits->spec.shape[0];
-    mg_candidates c;
-    mg_rules_batch_loss(&c, 2, true);
-    mg_dtensor *in[2];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 2, xs, 0, NULL, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
-    if (!y) return NULL;
-    mg_backend *be = backend(y);
-    float scale = batch > 0 ? 1.0f / (float)batch : 0.0f;
-    int64_t bad = be->iface->cross_entropy(be->context, in[0]->local, in[1]->local, scale, y->local);
-    /* labels are local: agree on their validity so no rank goes on alone */
-    float bad_f = (float)bad;
-    if (mg_comm_all_reduce(logits->spec.mesh->world, &bad_f, 1, MG_REDUCE_MAX) != MG_OK) return NULL;
-    if (bad_f > 0)
-        return mg_error_null(MG_EINVAL,
-                             "%s: labels must be class indices in 0..%lld; %g rows on some rank "
-                             "are outside",
-                             who, (long long)logits->spec.shape[1] - 1, bad_f);
-    mg_ops_record(MG_OP_CROSS_ENTROPY, 2, in, y);
-    return y;
-}
-
-mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dtensor *labels,
-                                         const mg_dtensor *dloss) {
-    const char *who = "cross_entropy_backward";
-    const mg_dtensor *xs[3] = {logits, labels, dloss};
-    mg_candidates c;
-    mg_rules_batch_loss(&c, 3, false);
-    mg_dtensor *in[3];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 3, xs, 2, logits->spec.shape, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
-    if (!y) return NULL;
-    float g = 0;
-    mg_backend *be = backend(y);
-    be->iface->to_host(be->context, &g, in[2]->local->data, 1);
-    int64_t batch = logits->spec.shape[0];
-    be->iface->cross_entropy_backward(be->context, in[0]->local, in[1]->local,
-                                      batch > 0 ? g / (float)batch : 0.0f, y->local);
-    return y;
-}
 
 mg_dtensor *mg_mse_loss(const mg_dtensor *pred, const mg_dtensor *target) {
     const char *who = "mg_mse_loss";

@@ -1,5 +1,6 @@
 /* ops_shape.c: layout ops on distributed tensors: mg_permute, mg_transpose,
- * mg_expand, mg_reshape, mg_view. Every size argument is GLOBAL; the local
+ * mg_expand, mg_reshape, mg_view, mg_narrow, mg_cat (and the gradient of a
+ * narrow). Every size argument is GLOBAL; the local
  * sizes the kernel gets come from the output spec (mg_spec_local), never from
  * an input's local shape. */
 #include <string.h>
@@ -203,4 +204,134 @@ mg_dtensor *mg_reshape(const mg_dtensor *x, int ndim, const int64_t *global_shap
 
 mg_dtensor *mg_view(const mg_dtensor *x, int ndim, const int64_t *global_shape) {
     return reshape_impl("mg_view", x, ndim, global_shape, true);
+}
+
+/* ---- narrow and cat --------------------------------------------------------------
+ * Along a dim that is not sharded both are local block copies; a shard of that
+ * dim is undone first (mg_rules_narrow), the inputs of cat brought to one
+ * placement. A tape node holds at most MG_NODE_MAX_INPUTS inputs, so a cat of
+ * more is a tree of cats of that many. */
+
+/* dst[dst_off + i] = src[src_off + i] for i in src's (narrow: dst's) local box */
+static void copy_along(const mg_tensor *src, int64_t src_start, mg_tensor *dst, int64_t dst_start,
+                       int dim, const int64_t *extent) {
+    int64_t so[MG_MAX_DIMS] = {0}, dof[MG_MAX_DIMS] = {0};
+    so[dim] = src_start;
+    dof[dim] = dst_start;
+    if (mg_shape_numel(src->ndim, extent) == 0) return;
+    mg_backend *be = mg_backend_of(dst);
+    be->iface->copy_block(be->context, src, so, dst, dof, extent);
+}
+
+static mg_dtensor *narrow_dim(const char *who, const mg_dtensor *x, int *dim) {
+    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
+    if (x->spec.ndim == 0) return mg_error_null(MG_ESHAPE, "%s: x is 0-d; it has no dim", who);
+    *dim = mg_ops_dim(who, *dim, x->spec.ndim);
+    return *dim < 0 ? NULL : (mg_dtensor *)x;
+}
+
+mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t length) {
+    const char *who = "mg_narrow";
+    if (!narrow_dim(who, x, &dim)) return NULL;
+    int64_t size = x->spec.shape[dim];
+    if (start < 0 || length < 0 || start > size - length)
+        return mg_error_null(
+            MG_EINVAL, "%s: [%lld, %lld + %lld) is not inside dim %d of size %lld (global)", who,
+            (long long)start, (long long)start, (long long)length, dim, (long long)size);
+    int nd = x->spec.ndim;
+    int64_t out_shape[MG_MAX_DIMS];
+    memcpy(out_shape, x->spec.shape, sizeof out_shape);
+    out_shape[dim] = length;
+    mg_candidates c;
+    mg_rules_narrow(&c, 1, nd, dim);
+    mg_dtensor *in;
+    mg_spec out_spec;
+    if (mg_ops_prepare(who, &c, 1, &x, nd, out_shape, &in, &out_spec) != MG_OK) return NULL;
+    mg_dtensor *y = mg_ops_output(&out_spec);
+    if (!y) return NULL;
+    copy_along(in->local, start, y->local, 0, dim, y->local->shape);
+    mg_node *node = mg_ops_record(MG_OP_NARROW, 1, &in, y);
+    if (node) {
+        node->iargs[0] = dim;
+        node->n_iargs = 1;
+        node->shape[0] = start; /* where the gradient goes back */
+    }
+    return y;
+}
+
+mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *shape, int dim,
+                                  int64_t start) {
+    mg_candidates c;
+    mg_rules_narrow(&c, 1, ndim, dim);
+    mg_dtensor *in;
+    mg_spec out_spec;
+    if (mg_ops_prepare("narrow_backward", &c, 1, &g, ndim, shape, &in, &out_spec) != MG_OK)
+        return NULL;
+    mg_dtensor *y = mg_ops_output(&out_spec);
+    if (!y) return NULL;
+    mg_backend *be = mg_backend_of(y->local);
+    be->iface->fill(be->context, y->local, 0.0f);
+    copy_along(in->local, 0, y->local, start, dim, in->local->shape);
+    return y;
+}
+
+/* one node: n <= MG_NODE_MAX_INPUTS inputs */
+static mg_dtensor *cat_node(const char *who, int n, const mg_dtensor *const *xs, int dim) {
+    const mg_spec *first = &xs[0]->spec;
+    int nd = first->ndim;
+    int64_t out_shape[MG_MAX_DIMS];
+    memcpy(out_shape, first->shape, sizeof out_shape);
+    out_shape[dim] = 0;
+    for (int i = 0; i < n; i++) out_shape[dim] += xs[i]->spec.shape[dim];
+    mg_candidates c;
+    mg_rules_narrow(&c, n, nd, dim);
+    mg_dtensor *in[MG_NODE_MAX_INPUTS];
+    mg_spec out_spec;
+    if (mg_ops_prepare(who, &c, n, xs, nd, out_shape, in, &out_spec) != MG_OK) return NULL;
+    mg_dtensor *y = mg_ops_output(&out_spec);
+    if (!y) return NULL;
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        copy_along(in[i]->local, 0, y->local, at, dim, in[i]->local->shape);
+        at += in[i]->local->shape[dim];
+    }
+    mg_node *node = mg_ops_record(MG_OP_CAT, n, in, y);
+    if (node) {
+        node->iargs[0] = dim;
+        node->n_iargs = 1;
+    }
+    return y;
+}
+
+mg_dtensor *mg_cat(int n, const mg_dtensor *const *xs, int dim) {
+    const char *who = "mg_cat";
+    if (n < 1 || !xs) return mg_error_null(MG_EINVAL, "%s: no tensors to join (n = %d)", who, n);
+    for (int i = 0; i < n; i++)
+        if (!xs[i]) return mg_error_null(MG_EINVAL, "%s: tensor %d is NULL", who, i);
+    if (mg_ops_check_inputs(who, n, xs) != MG_OK || !narrow_dim(who, xs[0], &dim)) return NULL;
+    const mg_spec *a = &xs[0]->spec;
+    for (int i = 1; i < n; i++) {
+        const mg_spec *b = &xs[i]->spec;
+        bool fits = b->ndim == a->ndim;
+        for (int d = 0; fits && d < a->ndim; d++) fits = d == dim || a->shape[d] == b->shape[d];
+        if (!fits) {
+            char s0[96], s1[96];
+            return mg_error_null(MG_ESHAPE,
+                                 "%s: tensor %d %s does not fit tensor 0 %s: the sizes must be "
+                                 "equal except on dim %d",
+                                 who, i, mg_shape_format(s1, sizeof s1, b->ndim, b->shape),
+                                 mg_shape_format(s0, sizeof s0, a->ndim, a->shape), dim);
+        }
+    }
+    if (n <= MG_NODE_MAX_INPUTS) return cat_node(who, n, xs, dim);
+    /* a tree: groups of MG_NODE_MAX_INPUTS joined, then the groups */
+    int ng = (n + MG_NODE_MAX_INPUTS - 1) / MG_NODE_MAX_INPUTS;
+    mg_dtensor **parts = mg_arena_alloc(mg_step_arena(), (size_t)ng * sizeof *parts);
+    if (!parts) return NULL;
+    for (int g = 0; g < ng; g++) {
+        int first = g * MG_NODE_MAX_INPUTS,
+            k = n - first < MG_NODE_MAX_INPUTS ? n - first : MG_NODE_MAX_INPUTS;
+        if (!(parts[g] = cat_node(who, k, xs + first, dim))) return NULL;
+    }
+    return mg_cat(ng, (const mg_dtensor *const *)parts, dim);
 }

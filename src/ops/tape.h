@@ -32,6 +32,9 @@ typedef struct mg_node {
     int ndim;               /* a global shape (the input's, for reshape/expand) */
     int64_t shape[MG_MAX_DIMS];
     mg_placement placements[MG_MAX_MESH_DIMS]; /* redistribute: the source placements */
+    /* what the op keeps for its backward besides inputs and output (attention's
+     * row log-sum-exp, layer norm's mean and rstd, ...); step arena */
+    struct mg_tensor *saved;
     bool freed;             /* its graph was consumed by a backward */
     int64_t walk;           /* the backward that reached it last (autograd/backward.c) */
     unsigned want_mask;     /* the inputs mg_vjp is asked for (bit i: input i) */

@@ -1,0 +1,113 @@
+/* cpu_internal.h: what the files of the CPU backend share. cpu.c holds the
+ * vtable and the general kernels; cpu_nn.c the row kernels of the network ops
+ * (softmax, layer norm, embedding, cross-entropy); cpu_attention.c the fused
+ * attention. The vtable takes the kernels of the other two files from here.
+ *
+ * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm, mg_cpu_exp (a vectorizable expf for softmax
+ * arguments) and the kernel functions of cpu_nn.c and cpu_attention.c (their
+ * contracts are those of the vtable entries in backend.h). */
+#ifndef MG_BACKEND_CPU_INTERNAL_H
+#define MG_BACKEND_CPU_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+#define PAR_MIN 32768 /* elements below which loops stay on one thread */
+#define CHUNK 8192    /* elements per parallel work item of flat loops */
+
+/* The row and attention kernels are built twice, for x86-64-v3 (AVX2, FMA)
+ * and for the baseline the library targets, and the loader picks the one the
+ * CPU can run (GCC's target_clones): their exp and sums take a third of the
+ * time in 8 lanes. v4 (AVX-512) is left out so valgrind can still run them.
+ * Elsewhere (another CPU or compiler) there is one plain version. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define MG_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef MG_CPU_CLONES
+#define MG_CPU_CLONES
+#endif
+/* for the small loops a cloned kernel calls: GCC does not inline them into a
+ * clone on its own, and out of line they run the baseline code */
+#if defined(__GNUC__)
+#define MG_CPU_INLINE static inline __attribute__((always_inline))
+#else
+#define MG_CPU_INLINE static inline
+#endif
+
+/* exp(x) within 2 ulp for x <= 88, written in plain float and int arithmetic so
+ * that a loop of it vectorizes (glibc's expf is a call per element, which made
+ * the softmax and attention loops several times slower). What softmax-style code
+ * feeds it is x - max <= 0: at or below -87.3 (and -inf) it gives 0, NaN stays NaN.
+ * The range reduction and polynomial are Cephes's expf: x = n ln2 + r with
+ * |r| <= ln2 / 2, exp(r) by a degree-7 polynomial, 2^n put into the exponent bits. */
+static inline float mg_cpu_exp(float x) {
+    const float lo = -87.33654f, hi = 88.0f;
+    float xc = x > lo ? x : lo; /* -inf and NaN -> lo: every lane computes a number */
+    xc = xc < hi ? xc : hi;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (xc * 1.44269504088896341f + magic) - magic;
+    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float e = x > lo ? p * scale : 0.0f;
+    return x == x ? e : x; /* NaN stays NaN */
+}
+
+/* cpu.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, as the gemm entry;
+ * empty sizes are fine (k = 0 gives C = beta C). */
+void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                 float *c, int64_t ldc);
+
+/* cpu_nn.c */
+void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max, const mg_tensor *sum,
+                    bool log, mg_tensor *out);
+void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max, mg_tensor *sum);
+void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
+                             const mg_tensor *dot, bool log, mg_tensor *dx);
+void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool log,
+                        mg_tensor *dot);
+void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
+                       float eps, const mg_tensor *moments, int64_t n, mg_tensor *stats,
+                       mg_tensor *y);
+void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
+                               mg_tensor *out);
+void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                const mg_tensor *dy, const mg_tensor *stats, const mg_tensor *sums,
+                                int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db);
+void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                     const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums);
+int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table, int64_t v0,
+                         int64_t v, mg_tensor *out);
+void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
+                               mg_tensor *dtable);
+int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                             float scale, mg_tensor *out);
+int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                  const mg_tensor *max, int64_t v0, int64_t v, mg_tensor *sums);
+void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *lse, int64_t v0, int64_t v, float scale,
+                                   mg_tensor *dlogits);
+
+/* cpu_attention.c */
+void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
+                      float scale, bool causal, int64_t q0, int64_t k0, mg_tensor *o,
+                      mg_tensor *lse);
+void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k,
+                               const mg_tensor *v, const mg_tensor *o, const mg_tensor *lse,
+                               const mg_tensor *dout, float scale, bool causal, int64_t q0,
+                               int64_t k0, mg_tensor *dq, mg_tensor *dk, mg_tensor *dv);
+
+#endif

@@ -1,0 +1,398 @@
+/* cpu_nn.c: the CPU row kernels of the network ops: softmax and log_softmax
+ * with their backward, layer norm (statistics of whole or split rows) with its
+ * backward, embedding lookup and scatter-add, cross-entropy (whole rows, and a
+ * shard of the classes). x (R, C) is R rows of the last dim; a row is handled
+ * in one piece while it sits in cache, so each kernel reads its inputs from
+ * memory once. A row's sums are float sums of blocks of SUM_BLOCK terms (which
+ * vectorize) added up in double; the column sums of the layer norm weight
+ * gradients add rows in order in float, as PyTorch does.
+ * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h). */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu_internal.h"
+
+static int64_t last_dim(const mg_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+static int64_t rows_of(const mg_tensor *t) {
+    int64_t c = last_dim(t);
+    return c ? t->numel / c : 0;
+}
+
+/* acc (a double) += the sum of TERM over j < n (TERM an expression of j):
+ * blocks of SUM_BLOCK terms summed in float, in vector lanes, then added in
+ * double, so long rows keep their precision and the loop still vectorizes */
+#define SUM_BLOCK 256
+#define BLOCK_SUM(acc, j, n, TERM)                                                                 \
+    for (int64_t j##_0 = 0; j##_0 < (n); j##_0 += SUM_BLOCK) {                                     \
+        int64_t j##_1 = j##_0 + SUM_BLOCK < (n) ? j##_0 + SUM_BLOCK : (n);                         \
+        float part_ = 0;                                                                           \
+        _Pragma("omp simd reduction(+ : part_)") for (int64_t j = j##_0; j < j##_1; j++) part_ +=  \
+            (TERM);                                                                                \
+        acc += part_;                                                                              \
+    }
+
+MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* out[j] = exp(x[j] - m); returns their sum */
+MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float *restrict out) {
+    double s = 0;
+    BLOCK_SUM(s, j, c, out[j] = mg_cpu_exp(x[j] - m))
+    return s;
+}
+
+/* ---- softmax ------------------------------------------------------------------- */
+
+MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max,
+                                  const mg_tensor *sum, bool as_log, mg_tensor *out) {
+    (void)ctx;
+    int64_t c = last_dim(x), rows = rows_of(x);
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict xr = x->data + r * c;
+        float *restrict o = out->data + r * c;
+        float m = max ? max->data[r] : row_max(xr, c);
+        double s = sum ? sum->data[r] : exp_row(xr, c, m, o);
+        if (as_log) { /* (x - m) first: exact where x and m are close */
+            float ls = (float)log(s);
+            for (int64_t j = 0; j < c; j++) o[j] = (xr[j] - m) - ls;
+        } else if (sum) {
+            float inv = (float)(1.0 / s);
+            for (int64_t j = 0; j < c; j++) o[j] = mg_cpu_exp(xr[j] - m) * inv;
+        } else {
+            float inv = (float)(1.0 / s);
+            for (int64_t j = 0; j < c; j++) o[j] *= inv;
+        }
+    }
+}
+
+MG_CPU_CLONES void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max,
+                                      mg_tensor *sum) {
+    (void)ctx;
+    int64_t c = last_dim(x), rows = sum->numel;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict xr = x->data + r * c;
+        float m = max->data[r];
+        double s = 0;
+        BLOCK_SUM(s, j, c, mg_cpu_exp(xr[j] - m))
+        sum->data[r] = (float)s;
+    }
+}
+
+MG_CPU_INLINE double dot_row(const float *restrict y, const float *restrict dy, int64_t c,
+                             bool as_log) {
+    double s = 0;
+    if (as_log)
+        BLOCK_SUM(s, j, c, dy[j])
+    else
+        BLOCK_SUM(s, j, c, dy[j] * y[j])
+    return s;
+}
+
+MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy,
+                                      bool as_log, mg_tensor *dot) {
+    (void)ctx;
+    int64_t c = last_dim(y), rows = dot->numel;
+#pragma omp parallel for if (y->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        dot->data[r] = (float)dot_row(y->data + r * c, dy->data + r * c, c, as_log);
+}
+
+MG_CPU_CLONES void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
+                                           const mg_tensor *dot, bool as_log, mg_tensor *dx) {
+    (void)ctx;
+    int64_t c = last_dim(y), rows = rows_of(y);
+#pragma omp parallel for if (y->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict yr = y->data + r * c, *restrict g = dy->data + r * c;
+        float *restrict o = dx->data + r * c;
+        float d = dot ? dot->data[r] : (float)dot_row(yr, g, c, as_log);
+        if (as_log)
+            for (int64_t j = 0; j < c; j++) o[j] = g[j] - mg_cpu_exp(yr[j]) * d;
+        else
+            for (int64_t j = 0; j < c; j++) o[j] = yr[j] * (g[j] - d);
+    }
+}
+
+/* ---- layer norm ------------------------------------------------------------------ */
+
+MG_CPU_INLINE double row_sum(const float *restrict x, int64_t c) {
+    double s = 0;
+    BLOCK_SUM(s, j, c, x[j])
+    return s;
+}
+
+MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean) {
+    double s = 0;
+    BLOCK_SUM(s, j, c, (x[j] - mean) * (x[j] - mean))
+    return s;
+}
+
+MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                     const mg_tensor *b, float eps, const mg_tensor *moments,
+                                     int64_t n, mg_tensor *stats, mg_tensor *y) {
+    (void)ctx;
+    int64_t c = last_dim(x), rows = stats->numel / 2;
+    const float *restrict wd = w ? w->data : NULL, *restrict bd = b ? b->data : NULL;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict xr = x->data + r * c;
+        float *restrict yr = y->data + r * c;
+        float mean, rstd;
+        if (moments) {
+            mean = moments->data[r];
+            rstd = (float)(1.0 / sqrt(moments->data[rows + r] / (double)n + eps));
+        } else {
+            mean = c ? (float)(row_sum(xr, c) / c) : 0.0f;
+            rstd = (float)(1.0 / sqrt((c ? row_squares(xr, c, mean) / c : 0.0) + eps));
+        }
+        stats->data[r] = mean;
+        stats->data[rows + r] = rstd;
+        if (wd && bd)
+            for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd * wd[j] + bd[j];
+        else if (wd)
+            for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd * wd[j];
+        else if (bd)
+            for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd + bd[j];
+        else
+            for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd;
+    }
+}
+
+MG_CPU_CLONES void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
+                                             mg_tensor *out) {
+    (void)ctx;
+    int64_t c = last_dim(x), rows = out->numel;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x->data + r * c;
+        out->data[r] = (float)(mean ? row_squares(xr, c, mean->data[r]) : row_sum(xr, c));
+    }
+}
+
+/* (sum_j g, sum_j g xhat) of one row, g = dy w (dy where w is NULL): float
+ * sums of SUM_BLOCK terms added in double, as BLOCK_SUM, two at once */
+MG_CPU_INLINE void backward_row_sums(const float *restrict xr, const float *restrict g,
+                                     const float *restrict wd, int64_t c, float mean, float rstd,
+                                     double *a_out, double *b_out) {
+    double a = 0, b = 0;
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        float pa = 0, pb = 0;
+        if (wd) {
+#pragma omp simd reduction(+ : pa, pb)
+            for (int64_t j = j0; j < j1; j++) {
+                float gj = g[j] * wd[j];
+                pa += gj;
+                pb += gj * ((xr[j] - mean) * rstd);
+            }
+        } else {
+#pragma omp simd reduction(+ : pa, pb)
+            for (int64_t j = j0; j < j1; j++) {
+                pa += g[j];
+                pb += g[j] * ((xr[j] - mean) * rstd);
+            }
+        }
+        a += pa;
+        b += pb;
+    }
+    *a_out = a;
+    *b_out = b;
+}
+
+MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x,
+                                                   const mg_tensor *w, const mg_tensor *dy,
+                                                   const mg_tensor *stats, mg_tensor *sums) {
+    (void)ctx;
+    int64_t c = last_dim(x), rows = stats->numel / 2;
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        double a, b;
+        backward_row_sums(x->data + r * c, dy->data + r * c, w ? w->data : NULL, c, stats->data[r],
+                          stats->data[rows + r], &a, &b);
+        sums->data[r] = (float)a;
+        sums->data[rows + r] = (float)b;
+    }
+}
+
+/* dx of one row from its sums a = sum g, b = sum g xhat over n columns */
+MG_CPU_INLINE void backward_row_dx(const float *restrict xr, const float *restrict g,
+                                   const float *restrict wd, int64_t c, float mean, float rstd,
+                                   double a, double b, int64_t n, float *restrict dxr) {
+    float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
+    if (wd)
+        for (int64_t j = 0; j < c; j++)
+            dxr[j] = rstd * (g[j] * wd[j] - ma - (xr[j] - mean) * rstd * mb);
+    else
+        for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] - ma - (xr[j] - mean) * rstd * mb);
+}
+
+MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                              const mg_tensor *dy, const mg_tensor *stats,
+                                              const mg_tensor *sums, int64_t n, mg_tensor *dx,
+                                              mg_tensor *dw, mg_tensor *db) {
+    (void)ctx;
+    int64_t c = last_dim(x), rows = stats->numel / 2;
+    const float *wd = w ? w->data : NULL;
+    if (dw) memset(dw->data, 0, (size_t)dw->numel * sizeof(float));
+    if (db) memset(db->data, 0, (size_t)db->numel * sizeof(float));
+    /* the weight gradients add rows in order: one thread then (the row's values
+     * are in cache for both) */
+    bool columns = dw || db;
+#pragma omp parallel for if (!columns && x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict xr = x->data + r * c, *restrict g = dy->data + r * c;
+        float mean = stats->data[r], rstd = stats->data[rows + r];
+        if (dx) {
+            double a, b;
+            if (sums) {
+                a = sums->data[r];
+                b = sums->data[rows + r];
+            } else {
+                backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b);
+            }
+            backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
+        }
+        float *restrict dwd = dw ? dw->data : NULL, *restrict dbd = db ? db->data : NULL;
+        if (dw && db) {
+            for (int64_t j = 0; j < c; j++) {
+                dwd[j] += g[j] * ((xr[j] - mean) * rstd);
+                dbd[j] += g[j];
+            }
+        } else if (dw) {
+            for (int64_t j = 0; j < c; j++) dwd[j] += g[j] * ((xr[j] - mean) * rstd);
+        } else if (db) {
+            for (int64_t j = 0; j < c; j++) dbd[j] += g[j];
+        }
+    }
+}
+
+/* ---- embedding ------------------------------------------------------------------- */
+
+/* row index of an id, or -1 when it is not an integer in [0, v) */
+static inline int64_t index_of(float id, int64_t v) {
+    if (!(id >= 0.0f) || id >= (float)v || id != floorf(id)) return -1;
+    return (int64_t)id;
+}
+
+int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table, int64_t v0,
+                         int64_t v, mg_tensor *out) {
+    (void)ctx;
+    int64_t c = last_dim(out), vl = c ? table->numel / c : table->shape[0], bad = 0;
+#pragma omp parallel for if (out->numel > PAR_MIN) reduction(+ : bad) schedule(static)
+    for (int64_t i = 0; i < ids->numel; i++) {
+        int64_t row = index_of(ids->data[i], v);
+        float *o = out->data + i * c;
+        bad += row < 0;
+        if (row >= v0 && row < v0 + vl)
+            memcpy(o, table->data + (row - v0) * c, (size_t)c * sizeof(float));
+        else
+            memset(o, 0, (size_t)c * sizeof(float));
+    }
+    return bad;
+}
+
+void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
+                               mg_tensor *dtable) {
+    (void)ctx;
+    int64_t c = last_dim(dtable), vl = dtable->ndim ? dtable->shape[0] : 0;
+    memset(dtable->data, 0, (size_t)dtable->numel * sizeof(float));
+    for (int64_t i = 0; i < ids->numel; i++) { /* in order: the sums repeat bitwise */
+        int64_t row = index_of(ids->data[i], v0 + vl);
+        if (row < v0) continue;
+        float *restrict t = dtable->data + (row - v0) * c;
+        const float *restrict g = dout->data + i * c;
+        for (int64_t j = 0; j < c; j++) t[j] += g[j];
+    }
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------ */
+
+/* max and log(sum(exp(x - max))) of one row of C */
+static void row_logsumexp(const float *x, int64_t c, float *max_out, float *lse_out) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < c; j++)
+        if (x[j] > m || x[j] != x[j]) m = x[j]; /* NaN wins, as in torch */
+    double s = 0;
+    for (int64_t j = 0; j < c; j++) s += expf(x[j] - m);
+    *max_out = m;
+    *lse_out = (float)log(s);
+}
+
+int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                             float scale, mg_tensor *out) {
+    (void)ctx;
+    int64_t c = last_dim(logits);
+    int64_t rows = c ? logits->numel / c : labels->numel;
+    const float *xd = logits->data, *ld = labels->data;
+    double loss = 0;
+    int64_t bad = 0;
+#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : loss, bad) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = index_of(ld[r], c);
+        if (y < 0) {
+            bad++;
+            continue;
+        }
+        float m, lse;
+        row_logsumexp(xd + r * c, c, &m, &lse);
+        loss -= (double)(xd[r * c + y] - m - lse);
+    }
+    out->data[0] = (float)(scale * loss);
+    return bad;
+}
+
+MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits,
+                                                const mg_tensor *labels, const mg_tensor *max,
+                                                int64_t v0, int64_t v, mg_tensor *sums) {
+    (void)ctx;
+    int64_t c = last_dim(logits), rows = labels->numel, bad = 0;
+#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : bad) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict xr = logits->data + r * c;
+        int64_t y = index_of(labels->data[r], v);
+        float m = max->data[r];
+        double s = 0;
+        BLOCK_SUM(s, j, c, mg_cpu_exp(xr[j] - m))
+        sums->data[r] = (float)s;
+        sums->data[rows + r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
+        bad += y < 0;
+    }
+    return bad;
+}
+
+void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *lse, int64_t v0, int64_t v, float scale,
+                                   mg_tensor *dlogits) {
+    (void)ctx;
+    int64_t c = last_dim(logits);
+    if (c == 0 || logits->numel == 0) return;
+    int64_t rows = logits->numel / c;
+    const float *xd = logits->data, *ld = labels->data;
+    float *gd = dlogits->data;
+#pragma omp parallel for if (logits->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = xd + r * c;
+        float *g = gd + r * c;
+        int64_t y = index_of(ld[r], v);
+        if (y < 0) {
+            for (int64_t j = 0; j < c; j++) g[j] = 0.0f;
+            continue;
+        }
+        if (lse) { /* a shard of the classes, the row's log-sum-exp given */
+            float l = lse->data[r];
+            for (int64_t j = 0; j < c; j++) g[j] = scale * mg_cpu_exp(x[j] - l);
+            if (y >= v0 && y < v0 + c) g[y - v0] -= scale;
+            continue;
+        }
+        float m, l;
+        row_logsumexp(x, c, &m, &l);
+        for (int64_t j = 0; j < c; j++) g[j] = scale * expf(x[j] - m - l);
+        g[y] -= scale;
+    }
+}

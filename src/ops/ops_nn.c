@@ -1,0 +1,257 @@
+/* ops_nn.c: softmax, log_softmax and layer norm on distributed tensors, their
+ * gradients, and the helpers the transformer ops share.
+ *
+ * Both normalize over a dim that may be sharded (the rule, mg_rules_softmax /
+ * mg_rules_layer_norm, lets every shard pass). Then each rank computes its
+ * part of the per-row statistics and the ranks sum those (R floats per step,
+ * one all-reduce per sharding mesh dim), never x:
+ *   softmax     row max (all-reduce max), sum of exp(x - max) (all-reduce sum);
+ *               backward: the row sum of dy y (or of dy) (all-reduce sum)
+ *   layer norm  row sum (-> mean), sum of squared deviations (-> rstd);
+ *               backward: the row sums of g and g xhat, in one all-reduce
+ * Layer norm keeps (mean, rstd) for backward on its node (node->saved).
+ * Softmax over another dim than the last is a permute to the end and back. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "dist/mesh.h"
+#include "ops/ops.h"
+#include "ops/tape.h"
+#include "status.h"
+
+static mg_backend *backend(const mg_tensor *t) { return mg_backend_of(t); }
+
+/* ---- shared helpers ------------------------------------------------------------- */
+
+unsigned mg_ops_shard_mask(const mg_spec *spec, int d) {
+    unsigned mask = 0;
+    for (int m = 0; m < spec->mesh->ndim; m++)
+        if (spec->p[m].kind == MG_PLACE_SHARD && spec->p[m].dim == d && spec->mesh->shape[m] > 1)
+            mask |= 1u << m;
+    return mask;
+}
+
+int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n, mg_reduce_op op) {
+    for (int m = 0; m < mesh->ndim; m++) {
+        if (!(mask >> m & 1u)) continue;
+        int rc = mg_comm_all_reduce(mesh->dim_comm[m], buf, n, op);
+        if (rc != MG_OK) return rc;
+    }
+    return MG_OK;
+}
+
+mg_dtensor *mg_ops_grad_at(const mg_dtensor *g, const mg_spec *spec) {
+    mg_spec target = *spec;
+    for (int m = 0; m < spec->mesh->ndim; m++)
+        if (target.p[m].kind == MG_PLACE_PARTIAL) target.p[m] = MG_REPLICATE;
+    return mg_op_redistribute(g, &target);
+}
+
+mg_tensor *mg_ops_temp(int ndim, const int64_t *shape) {
+    return mg_tensor_alloc(mg_step_arena(), ndim, shape);
+}
+
+/* local rows of x: the product of every dim but the last */
+static int64_t local_rows(const mg_tensor *x) {
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < x->ndim; d++) rows *= x->shape[d];
+    return rows;
+}
+
+/* ---- softmax -------------------------------------------------------------------- */
+
+/* y = softmax(x) over the last dim, the rows' statistics summed over the mesh
+ * dims that shard it */
+static int softmax_local(const mg_dtensor *x, mg_dtensor *y, bool as_log) {
+    mg_backend *be = backend(y->local);
+    int nd = x->spec.ndim;
+    unsigned mask = nd ? mg_ops_shard_mask(&x->spec, nd - 1) : 0;
+    if (!mask) {
+        be->iface->softmax(be->context, x->local, NULL, NULL, as_log, y->local);
+        return MG_OK;
+    }
+    int64_t rows = local_rows(x->local), kept[MG_MAX_DIMS];
+    memcpy(kept, x->local->shape, sizeof kept);
+    kept[nd - 1] = 1;
+    mg_tensor *max = mg_ops_temp(nd, kept), *sum = mg_ops_temp(1, &rows);
+    if (!max || !sum) return mg_last_code();
+    be->iface->reduce_max(be->context, x->local, max);
+    int rc = mg_ops_reduce_over(x->spec.mesh, mask, max->data, rows, MG_REDUCE_MAX);
+    if (rc != MG_OK) return rc;
+    be->iface->softmax_sum(be->context, x->local, max, sum);
+    if ((rc = mg_ops_reduce_over(x->spec.mesh, mask, sum->data, rows, MG_REDUCE_SUM)) != MG_OK)
+        return rc;
+    be->iface->softmax(be->context, x->local, max, sum, as_log, y->local);
+    return MG_OK;
+}
+
+static mg_dtensor *softmax_op(const char *who, const mg_dtensor *x, int dim, bool as_log) {
+    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
+    int nd = x->spec.ndim;
+    if (nd == 0 && dim != 0 && dim != -1) /* a 0-d tensor is one row of one, as in torch */
+        return mg_error_null(MG_EINVAL, "%s: dim %d is out of range for a 0-d tensor (use 0 or -1)",
+                             who, dim);
+    int d = nd ? mg_ops_dim(who, dim, nd) : 0;
+    if (d < 0) return NULL;
+    if (nd && d != nd - 1) { /* dim d to the end, and back after */
+        int perm[MG_MAX_DIMS], back[MG_MAX_DIMS], k = 0;
+        for (int i = 0; i < nd; i++)
+            if (i != d) perm[k++] = i;
+        perm[nd - 1] = d;
+        for (int i = 0; i < nd; i++) back[perm[i]] = i;
+        mg_dtensor *t = mg_permute(x, perm);
+        if (t) t = softmax_op(who, t, -1, as_log);
+        return t ? mg_permute(t, back) : NULL;
+    }
+    mg_candidates c;
+    mg_rules_softmax(&c, nd);
+    mg_dtensor *in;
+    mg_spec out_spec;
+    if (mg_ops_prepare(who, &c, 1, &x, nd, x->spec.shape, &in, &out_spec) != MG_OK) return NULL;
+    mg_dtensor *y = mg_ops_output(&out_spec);
+    if (!y || softmax_local(in, y, as_log) != MG_OK) return NULL;
+    mg_ops_record(as_log ? MG_OP_LOG_SOFTMAX : MG_OP_SOFTMAX, 1, &in, y);
+    return y;
+}
+
+mg_dtensor *mg_softmax(const mg_dtensor *x, int dim) {
+    return softmax_op("mg_softmax", x, dim, false);
+}
+mg_dtensor *mg_log_softmax(const mg_dtensor *x, int dim) {
+    return softmax_op("mg_log_softmax", x, dim, true);
+}
+
+mg_dtensor *mg_op_softmax_backward(const mg_dtensor *out, const mg_dtensor *g, bool as_log) {
+    mg_dtensor *dy = mg_ops_grad_at(g, &out->spec), *dx = mg_ops_output(&out->spec);
+    if (!dy || !dx) return NULL;
+    mg_backend *be = backend(dx->local);
+    int nd = out->spec.ndim;
+    unsigned mask = nd ? mg_ops_shard_mask(&out->spec, nd - 1) : 0;
+    mg_tensor *dot = NULL;
+    if (mask) {
+        int64_t rows = local_rows(out->local);
+        if (!(dot = mg_ops_temp(1, &rows))) return NULL;
+        be->iface->softmax_dot(be->context, out->local, dy->local, as_log, dot);
+        if (mg_ops_reduce_over(out->spec.mesh, mask, dot->data, rows, MG_REDUCE_SUM) != MG_OK)
+            return NULL;
+    }
+    be->iface->softmax_backward(be->context, out->local, dy->local, dot, as_log, dx->local);
+    return dx;
+}
+
+/* ---- layer norm ----------------------------------------------------------------- */
+
+/* y and its (mean, rstd); the statistics of rows split over the mesh dims in
+ * mask are the sums of the ranks' parts */
+static int layer_norm_local(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
+                            float eps, mg_dtensor *y, mg_tensor *stats) {
+    mg_backend *be = backend(y->local);
+    int nd = x->spec.ndim;
+    int64_t n = x->spec.shape[nd - 1], rows = local_rows(x->local), two = 2 * rows;
+    unsigned mask = mg_ops_shard_mask(&x->spec, nd - 1);
+    const mg_tensor *wl = w ? w->local : NULL, *bl = b ? b->local : NULL;
+    if (!mask) {
+        be->iface->layer_norm(be->context, x->local, wl, bl, eps, NULL, n, stats, y->local);
+        return MG_OK;
+    }
+    mg_arena *arena = mg_step_arena();
+    mg_tensor *moments = mg_ops_temp(1, &two);
+    mg_tensor *mean = moments ? mg_tensor_slice(arena, moments, 0, rows) : NULL;
+    mg_tensor *squares = moments ? mg_tensor_slice(arena, moments, rows, rows) : NULL;
+    if (!mean || !squares) return mg_last_code();
+    be->iface->layer_norm_moments(be->context, x->local, NULL, mean);
+    int rc = mg_ops_reduce_over(x->spec.mesh, mask, mean->data, rows, MG_REDUCE_SUM);
+    if (rc != MG_OK) return rc;
+    be->iface->unary(be->context, MG_UNARY_SCALE, mean, n ? 1.0f / (float)n : 0.0f, mean);
+    be->iface->layer_norm_moments(be->context, x->local, mean, squares);
+    if ((rc = mg_ops_reduce_over(x->spec.mesh, mask, squares->data, rows, MG_REDUCE_SUM)) != MG_OK)
+        return rc;
+    be->iface->layer_norm(be->context, x->local, wl, bl, eps, moments, n, stats, y->local);
+    return MG_OK;
+}
+
+static int check_affine(const char *who, const mg_dtensor *x, const mg_dtensor *p,
+                        const char *name) {
+    int64_t c = x->spec.shape[x->spec.ndim - 1];
+    if (!p || (p->spec.ndim == 1 && p->spec.shape[0] == c)) return MG_OK;
+    char a[96], b[96];
+    return mg_error(MG_ESHAPE, "%s: %s %s does not fit x %s: want (%lld), x's last dim", who, name,
+                    mg_shape_format(a, sizeof a, p->spec.ndim, p->spec.shape),
+                    mg_shape_format(b, sizeof b, x->spec.ndim, x->spec.shape), (long long)c);
+}
+
+mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const mg_dtensor *bias,
+                          float eps) {
+    const char *who = "mg_layer_norm";
+    const mg_dtensor *xs[3] = {x, weight, bias};
+    if (!x) return mg_error_null(MG_EINVAL, "%s: x is NULL", who);
+    if (mg_ops_check_inputs(who, 3, xs) != MG_OK) return NULL;
+    if (x->spec.ndim < 1)
+        return mg_error_null(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", who);
+    if (check_affine(who, x, weight, "weight") != MG_OK ||
+        check_affine(who, x, bias, "bias") != MG_OK)
+        return NULL;
+    if (!(eps >= 0.0f) || isinf(eps))
+        return mg_error_null(MG_EINVAL, "%s: eps is %g; it must be a finite number >= 0", who, eps);
+    int nd = x->spec.ndim;
+    mg_candidates c;
+    mg_rules_layer_norm(&c, nd);
+    mg_dtensor *in[3];
+    mg_spec out_spec;
+    if (mg_ops_prepare(who, &c, 3, xs, nd, x->spec.shape, in, &out_spec) != MG_OK) return NULL;
+    mg_dtensor *y = mg_ops_output(&out_spec);
+    if (!y) return NULL;
+    int64_t two = 2 * local_rows(y->local);
+    mg_tensor *stats = mg_ops_temp(1, &two); /* (mean, rstd) of every row */
+    if (!stats || layer_norm_local(in[0], in[1], in[2], eps, y, stats) != MG_OK) return NULL;
+    mg_node *node = mg_ops_record(MG_OP_LAYER_NORM, 3, in, y);
+    if (node) {
+        node->farg = eps;
+        node->saved = stats;
+    }
+    return y;
+}
+
+/* The spec of the gradient of weight or bias p: p's own, Partial on the mesh
+ * dims where x's rows are sharded (each rank summed its rows). */
+static mg_spec affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p) {
+    mg_spec s = p->spec;
+    for (int m = 0; m < s.mesh->ndim; m++) {
+        mg_placement xp = x->spec.p[m];
+        if (xp.kind == MG_PLACE_SHARD && xp.dim != x->spec.ndim - 1) s.p[m] = MG_PARTIAL_SUM;
+    }
+    return s;
+}
+
+int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
+                              const mg_dtensor *out, const mg_dtensor *g, bool want[3],
+                              mg_dtensor **grads) {
+    mg_dtensor *dy = mg_ops_grad_at(g, &out->spec);
+    if (!dy) return mg_last_code();
+    mg_spec ws, bs;
+    if (want[1]) ws = affine_grad_spec(x, w);
+    if (want[2]) bs = affine_grad_spec(x, b);
+    mg_dtensor *dx = want[0] ? mg_ops_output(&x->spec) : NULL;
+    mg_dtensor *dw = want[1] ? mg_ops_output(&ws) : NULL, *db = want[2] ? mg_ops_output(&bs) : NULL;
+    if ((want[0] && !dx) || (want[1] && !dw) || (want[2] && !db)) return mg_last_code();
+    mg_backend *be = backend(dy->local);
+    int nd = x->spec.ndim;
+    int64_t n = x->spec.shape[nd - 1], rows = local_rows(x->local), two = 2 * rows;
+    unsigned mask = mg_ops_shard_mask(&x->spec, nd - 1);
+    mg_tensor *sums = NULL;
+    const mg_tensor *wl = w ? w->local : NULL;
+    if (mask && dx) { /* the row sums of g and g xhat over the whole row */
+        if (!(sums = mg_ops_temp(1, &two))) return mg_last_code();
+        be->iface->layer_norm_backward_sums(be->context, x->local, wl, dy->local, out->node->saved, sums);
+        int rc = mg_ops_reduce_over(x->spec.mesh, mask, sums->data, two, MG_REDUCE_SUM);
+        if (rc != MG_OK) return rc;
+    }
+    be->iface->layer_norm_backward(be->context, x->local, wl, dy->local, out->node->saved, sums, n,
+                                   dx ? dx->local : NULL, dw ? dw->local : NULL,
+                                   db ? db->local : NULL);
+    grads[0] = dx;
+    grads[1] = dw;
+    grads[2] = db;
+    return MG_OK;
+}

@@ -1,0 +1,503 @@
+/* test_nn_kernels.c: the CPU kernels of the network ops (cpu_nn.c,
+ * cpu_attention.c) against plain reference loops in double: softmax and
+ * log_softmax, layer norm, embedding, cross-entropy over a shard of the
+ * classes, fused attention (causal on global positions, tiles crossed, empty
+ * sides), each forward and backward. Where a kernel takes statistics summed
+ * over a split row, the row is split in two here, the halves' statistics are
+ * combined as the op does across ranks, and the result must equal the whole
+ * row's. Also mg_cpu_exp against exp. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu_internal.h"
+#include "kernel_testutil.h"
+
+static mg_tensor *vec(int64_t n) { return junk(1, &n); }
+static mg_tensor *mat(int64_t r, int64_t c) { return junk(2, (int64_t[]){r, c}); }
+
+static void expect_close_d(const float *got, const double *want, int64_t n, double tol,
+                           const char *what) {
+    double big = 1e-30;
+    for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * fmax(big, 1.0),
+                      "%s[%lld]: got %.9g want %.9g", what, (long long)i, got[i], want[i]);
+}
+
+static void expect_same(const mg_tensor *a, const mg_tensor *b, double tol, const char *what) {
+    char msg[256];
+    ck_assert_int_eq(a->numel, b->numel);
+    ck_assert_msg(mg_test_close(a->data, b->data, a->numel, tol, tol, msg, sizeof msg), "%s: %s",
+                  what, msg);
+}
+
+/* columns [c0, c0 + n) of x (R, C) as a new (R, n) tensor */
+static mg_tensor *columns(const mg_tensor *x, int64_t c0, int64_t n) {
+    int64_t rows = x->shape[0], c = x->shape[1];
+    mg_tensor *t = mat(rows, n);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(t->data + r * n, x->data + r * c + c0, n * sizeof(float));
+    return t;
+}
+
+/* elements [c0, c0 + n) of a vector (NULL stays NULL) */
+static mg_tensor *slice(const mg_tensor *x, int64_t c0, int64_t n) {
+    if (!x) return NULL;
+    mg_tensor *t = vec(n);
+    memcpy(t->data, x->data + c0, n * sizeof(float));
+    return t;
+}
+
+static void put_columns(mg_tensor *x, const mg_tensor *part, int64_t c0) {
+    int64_t rows = x->shape[0], c = x->shape[1], n = part->shape[1];
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(x->data + r * c + c0, part->data + r * n, n * sizeof(float));
+}
+
+START_TEST(test_exp) {
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -100.0f + 188.0f * (float)i / 200000.0f;
+        double want = exp((double)x), got = mg_cpu_exp(x);
+        if (want < 1e-36) { /* at the bottom of the float range: 0 or the true value */
+            ck_assert_msg(fabs(got - want) < 2e-38, "exp(%g) = %g, want %g", x, got, want);
+            continue;
+        }
+        worst = fmax(worst, fabs(got - want) / want);
+    }
+    ck_assert_msg(worst < 3e-7, "worst relative error %g", worst);
+    ck_assert(mg_cpu_exp(-INFINITY) == 0.0f);
+    ck_assert(mg_cpu_exp(0.0f) == 1.0f);
+    ck_assert(isnan(mg_cpu_exp(NAN)));
+}
+END_TEST
+
+/* ---- softmax ------------------------------------------------------------------- */
+
+static void softmax_ref(const float *x, int64_t rows, int64_t c, bool as_log, double *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < c; j++) m = fmax(m, x[r * c + j]);
+        for (int64_t j = 0; j < c; j++) s += exp(x[r * c + j] - m);
+        for (int64_t j = 0; j < c; j++)
+            out[r * c + j] = as_log ? x[r * c + j] - m - log(s) : exp(x[r * c + j] - m) / s;
+    }
+}
+
+/* the two halves' statistics combined as the op does: max of maxes, sums
+ * rescaled to it and added */
+static void split_stats(const mg_tensor *x, int64_t half, mg_tensor *m, mg_tensor *s) {
+    int64_t rows = x->shape[0], c = x->shape[1];
+    mg_tensor *a = columns(x, 0, half), *b = columns(x, half, c - half);
+    mg_tensor *ma = mat(rows, 1), *mb = mat(rows, 1), *sa = vec(rows), *sb = vec(rows);
+    BE->reduce_max(CTX, a, ma);
+    BE->reduce_max(CTX, b, mb);
+    for (int64_t r = 0; r < rows; r++) m->data[r] = fmaxf(ma->data[r], mb->data[r]);
+    BE->softmax_sum(CTX, a, m, sa);
+    BE->softmax_sum(CTX, b, m, sb);
+    for (int64_t r = 0; r < rows; r++) s->data[r] = sa->data[r] + sb->data[r];
+    mg_tensor *all[] = {a, b, ma, mb, sa, sb};
+    for (int i = 0; i < 6; i++) mg_tensor_free(all[i]);
+}
+
+START_TEST(test_softmax) {
+    static const int64_t shapes[][2] = {{5, 7}, {3, 1}, {0, 4}, {4, 0}, {40, 300}, {200, 1000}};
+    for (int s = 0; s < 6; s++)
+        for (int as_log = 0; as_log < 2; as_log++) {
+            int64_t rows = shapes[s][0], c = shapes[s][1];
+            mg_tensor *x = rnd(2, shapes[s], 10 + s), *out = junk(2, shapes[s]);
+            for (int64_t i = 0; i < x->numel; i++)
+                x->data[i] = 6 * x->data[i] + (s == 0 ? 1000.0f : 0.0f);
+            double *want = malloc((x->numel + 1) * sizeof *want);
+            softmax_ref(x->data, rows, c, as_log, want);
+            BE->softmax(CTX, x, NULL, NULL, as_log, out);
+            expect_close_d(out->data, want, x->numel, 1e-6, as_log ? "log_softmax" : "softmax");
+            if (c >= 2) { /* the row split in two: the same result from the combined stats */
+                int64_t half = c / 2;
+                mg_tensor *m = vec(rows), *sum = vec(rows), *whole = junk(2, shapes[s]);
+                split_stats(x, half, m, sum);
+                for (int part = 0; part < 2; part++) {
+                    int64_t c0 = part ? half : 0, n = part ? c - half : half;
+                    mg_tensor *xp = columns(x, c0, n), *op = mat(rows, n);
+                    BE->softmax(CTX, xp, m, sum, as_log, op);
+                    put_columns(whole, op, c0);
+                    mg_tensor_free(xp);
+                    mg_tensor_free(op);
+                }
+                expect_close_d(whole->data, want, x->numel, 1e-6, "softmax of a split row");
+                mg_tensor_free(m), mg_tensor_free(sum), mg_tensor_free(whole);
+            }
+            free(want);
+            mg_tensor_free(x);
+            mg_tensor_free(out);
+        }
+}
+END_TEST
+
+START_TEST(test_softmax_backward) {
+    static const int64_t shapes[][2] = {{6, 9}, {0, 3}, {3, 0}, {64, 700}};
+    for (int s = 0; s < 4; s++)
+        for (int as_log = 0; as_log < 2; as_log++) {
+            int64_t rows = shapes[s][0], c = shapes[s][1];
+            mg_tensor *x = rnd(2, shapes[s], 20 + s), *y = junk(2, shapes[s]);
+            mg_tensor *dy = rnd(2, shapes[s], 30 + s), *dx = junk(2, shapes[s]);
+            BE->softmax(CTX, x, NULL, NULL, as_log, y);
+            BE->softmax_backward(CTX, y, dy, NULL, as_log, dx);
+            double *want = malloc((x->numel + 1) * sizeof *want);
+            for (int64_t r = 0; r < rows; r++) {
+                double dot = 0;
+                for (int64_t j = 0; j < c; j++)
+                    dot += as_log ? dy->data[r * c + j]
+                                  : (double)dy->data[r * c + j] * y->data[r * c + j];
+                for (int64_t j = 0; j < c; j++) {
+                    double yy = y->data[r * c + j], g = dy->data[r * c + j];
+                    want[r * c + j] = as_log ? g - exp(yy) * dot : yy * (g - dot);
+                }
+            }
+            expect_close_d(dx->data, want, x->numel, 1e-6, "softmax_backward");
+            if (c >= 2) { /* split rows: dots of the halves added */
+                int64_t half = c / 2;
+                mg_tensor *ya = columns(y, 0, half), *yb = columns(y, half, c - half);
+                mg_tensor *ga = columns(dy, 0, half), *gb = columns(dy, half, c - half);
+                mg_tensor *da = vec(rows), *db = vec(rows), *oa = mat(rows, half),
+                          *ob = mat(rows, c - half);
+                BE->softmax_dot(CTX, ya, ga, as_log, da);
+                BE->softmax_dot(CTX, yb, gb, as_log, db);
+                for (int64_t r = 0; r < rows; r++) da->data[r] += db->data[r];
+                BE->softmax_backward(CTX, ya, ga, da, as_log, oa);
+                BE->softmax_backward(CTX, yb, gb, da, as_log, ob);
+                mg_tensor *whole = junk(2, shapes[s]);
+                put_columns(whole, oa, 0);
+                put_columns(whole, ob, half);
+                expect_close_d(whole->data, want, x->numel, 1e-6, "softmax_backward, split row");
+                mg_tensor *all[] = {ya, yb, ga, gb, da, db, oa, ob, whole};
+                for (int i = 0; i < 9; i++) mg_tensor_free(all[i]);
+            }
+            free(want);
+            mg_tensor *all[] = {x, y, dy, dx};
+            for (int i = 0; i < 4; i++) mg_tensor_free(all[i]);
+        }
+}
+END_TEST
+
+/* ---- layer norm ------------------------------------------------------------------ */
+
+typedef struct {
+    double *y, *dx, *dw, *db;
+} ln_ref;
+
+static ln_ref layer_norm_ref(const mg_tensor *x, const float *w, const float *b,
+                             const mg_tensor *dy, float eps) {
+    int64_t rows = x->shape[0], c = x->shape[1];
+    ln_ref r = {calloc(x->numel + 1, 8), calloc(x->numel + 1, 8), calloc(c + 1, 8),
+                calloc(c + 1, 8)};
+    for (int64_t i = 0; i < rows; i++) {
+        const float *xr = x->data + i * c, *g = dy->data + i * c;
+        double mean = 0, var = 0, a = 0, bb = 0;
+        for (int64_t j = 0; j < c; j++) mean += xr[j] / (double)c;
+        for (int64_t j = 0; j < c; j++) var += (xr[j] - mean) * (xr[j] - mean) / c;
+        double rstd = 1 / sqrt(var + eps);
+        for (int64_t j = 0; j < c; j++) {
+            double xh = (xr[j] - mean) * rstd, gw = g[j] * (w ? w[j] : 1.0);
+            r.y[i * c + j] = xh * (w ? w[j] : 1.0) + (b ? b[j] : 0.0);
+            a += gw;
+            bb += gw * xh;
+            r.dw[j] += g[j] * xh;
+            r.db[j] += g[j];
+        }
+        for (int64_t j = 0; j < c; j++) {
+            double xh = (xr[j] - mean) * rstd, gw = g[j] * (w ? w[j] : 1.0);
+            r.dx[i * c + j] = rstd * (gw - a / c - xh * bb / c);
+        }
+    }
+    return r;
+}
+
+static void layer_norm_case(int64_t rows, int64_t c, int affine, float offset) {
+    int64_t shape[2] = {rows, c};
+    mg_tensor *x = rnd(2, shape, 40 + rows), *dy = rnd(2, shape, 41), *y = junk(2, shape);
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] = 3 * x->data[i] + offset;
+    mg_tensor *w = affine & 1 ? rnd(1, &c, 42) : NULL, *b = affine & 2 ? rnd(1, &c, 43) : NULL;
+    mg_tensor *stats = vec(2 * rows), *dx = junk(2, shape), *dw = vec(c), *db = vec(c);
+    const float eps = 1e-5f;
+    ln_ref ref = layer_norm_ref(x, w ? w->data : NULL, b ? b->data : NULL, dy, eps);
+    BE->layer_norm(CTX, x, w, b, eps, NULL, c, stats, y);
+    expect_close_d(y->data, ref.y, x->numel, 2e-5, "layer_norm");
+    BE->layer_norm_backward(CTX, x, w, dy, stats, NULL, c, dx, w ? dw : NULL, b ? db : NULL);
+    expect_close_d(dx->data, ref.dx, x->numel, 2e-5, "layer_norm dx");
+    if (w) expect_close_d(dw->data, ref.dw, c, 2e-5, "layer_norm dw");
+    if (b) expect_close_d(db->data, ref.db, c, 2e-5, "layer_norm db");
+    if (c >= 2) { /* rows split in two: moments and backward sums added across the halves */
+        int64_t half = c / 2, n[2] = {half, c - half}, c0[2] = {0, half};
+        mg_tensor *part[2], *mom = vec(2 * rows), *tmp = vec(rows), *sums = vec(2 * rows);
+        mg_tensor *mean = vec(rows);
+        for (int h = 0; h < 2; h++) part[h] = columns(x, c0[h], n[h]);
+        memset(mom->data, 0, 2 * rows * sizeof(float));
+        for (int h = 0; h < 2; h++) { /* the sums of the halves, then the squared deviations */
+            BE->layer_norm_moments(CTX, part[h], NULL, tmp);
+            for (int64_t r = 0; r < rows; r++) mom->data[r] += tmp->data[r];
+        }
+        for (int64_t r = 0; r < rows; r++) mean->data[r] = mom->data[r] /= (float)c;
+        for (int h = 0; h < 2; h++) {
+            BE->layer_norm_moments(CTX, part[h], mean, tmp);
+            for (int64_t r = 0; r < rows; r++) mom->data[rows + r] += tmp->data[r];
+        }
+        mg_tensor *whole = junk(2, shape), *wdx = junk(2, shape), *st = vec(2 * rows);
+        memset(sums->data, 0, 2 * rows * sizeof(float));
+        for (int h = 0; h < 2; h++) { /* forward, and the backward sums of each half */
+            mg_tensor *wp = slice(w, c0[h], n[h]), *bp = slice(b, c0[h], n[h]);
+            mg_tensor *yp = mat(rows, n[h]), *gp = columns(dy, c0[h], n[h]), *s2 = vec(2 * rows);
+            BE->layer_norm(CTX, part[h], wp, bp, eps, mom, c, st, yp);
+            put_columns(whole, yp, c0[h]);
+            BE->layer_norm_backward_sums(CTX, part[h], wp, gp, st, s2);
+            for (int64_t r = 0; r < 2 * rows; r++) sums->data[r] += s2->data[r];
+            mg_tensor *all[] = {wp, bp, yp, gp, s2};
+            for (int i = 0; i < 5; i++) mg_tensor_free(all[i]);
+        }
+        expect_close_d(whole->data, ref.y, x->numel, 2e-5, "layer_norm of split rows");
+        for (int h = 0; h < 2; h++) {
+            mg_tensor *wp = slice(w, c0[h], n[h]), *gp = columns(dy, c0[h], n[h]);
+            mg_tensor *dp = mat(rows, n[h]);
+            BE->layer_norm_backward(CTX, part[h], wp, gp, st, sums, c, dp, NULL, NULL);
+            put_columns(wdx, dp, c0[h]);
+            mg_tensor_free(wp), mg_tensor_free(gp), mg_tensor_free(dp);
+        }
+        expect_close_d(wdx->data, ref.dx, x->numel, 2e-5, "layer_norm dx of split rows");
+        mg_tensor *all[] = {part[0], part[1], mom, tmp, sums, mean, whole, wdx, st};
+        for (int i = 0; i < 9; i++) mg_tensor_free(all[i]);
+    }
+    free(ref.y), free(ref.dx), free(ref.dw), free(ref.db);
+    mg_tensor *all[] = {x, dy, y, w, b, stats, dx, dw, db};
+    for (int i = 0; i < 9; i++) mg_tensor_free(all[i]);
+}
+
+START_TEST(test_layer_norm) {
+    for (int affine = 0; affine < 4; affine++) {
+        layer_norm_case(5, 8, affine, 0.0f);
+        layer_norm_case(3, 33, affine, 50.0f); /* a large mean: two passes keep the variance */
+    }
+    layer_norm_case(0, 6, 3, 0.0f);
+    layer_norm_case(300, 256, 3, 1.0f);
+    /* no columns: y and dx are empty, dw and db zeros of length 0 */
+    layer_norm_case(4, 0, 0, 0.0f);
+}
+END_TEST
+
+/* ---- embedding ---------------------------------------------------------------------- */
+
+START_TEST(test_embedding) {
+    const int64_t v = 7, c = 5, n = 9;
+    mg_tensor *table = rnd(2, (int64_t[]){v, c}, 50), *ids = vec(n),
+              *dout = rnd(2, (int64_t[]){n, c}, 51);
+    const float id_values[9] = {3, 0, 6, 3, 3, 1, 6, 2, 5}; /* repeats accumulate */
+    memcpy(ids->data, id_values, sizeof id_values);
+    /* the whole table, then two shards [0, 4) and [4, 7) whose lookups add up */
+    for (int shards = 1; shards <= 2; shards++) {
+        mg_tensor *sum = mat(n, c), *dtable = mat(v, c);
+        memset(sum->data, 0, n * c * sizeof(float));
+        for (int s = 0; s < shards; s++) {
+            int64_t v0 = shards == 1 ? 0 : s * 4, vl = shards == 1 ? v : (s ? 3 : 4);
+            mg_tensor *part = mat(vl, c), *out = mat(n, c), *dpart = mat(vl, c);
+            memcpy(part->data, table->data + v0 * c, vl * c * sizeof(float));
+            ck_assert_int_eq(BE->embedding(CTX, ids, part, v0, v, out), 0);
+            for (int64_t e = 0; e < n * c; e++) sum->data[e] += out->data[e];
+            BE->embedding_backward(CTX, ids, dout, v0, dpart);
+            memcpy(dtable->data + v0 * c, dpart->data, vl * c * sizeof(float));
+            mg_tensor_free(part), mg_tensor_free(out), mg_tensor_free(dpart);
+        }
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < c; j++)
+                ck_assert_float_eq(sum->data[i * c + j],
+                                   table->data[(int64_t)id_values[i] * c + j]);
+        for (int64_t r = 0; r < v; r++)
+            for (int64_t j = 0; j < c; j++) {
+                float want = 0; /* rows added in id order, as the kernel does */
+                for (int64_t i = 0; i < n; i++)
+                    if (id_values[i] == r) want += dout->data[i * c + j];
+                ck_assert_float_eq(dtable->data[r * c + j], want);
+            }
+        mg_tensor_free(sum), mg_tensor_free(dtable);
+    }
+    /* bad ids are counted and give zero rows */
+    const float bad[9] = {-1, 7, 2.5f, NAN, 0, 0, 0, 0, 0};
+    memcpy(ids->data, bad, sizeof bad);
+    mg_tensor *out = mat(n, c);
+    ck_assert_int_eq(BE->embedding(CTX, ids, table, 0, v, out), 4);
+    for (int64_t e = 0; e < 4 * c; e++) ck_assert_float_eq(out->data[e], 0.0f);
+    mg_tensor *empty = vec(0), *eout = mat(0, c);
+    ck_assert_int_eq(BE->embedding(CTX, empty, table, 0, v, eout), 0);
+    mg_tensor *all[] = {table, ids, dout, out, empty, eout};
+    for (int i = 0; i < 6; i++) mg_tensor_free(all[i]);
+}
+END_TEST
+
+/* ---- cross-entropy over a shard of the classes ---------------------------------------- */
+
+START_TEST(test_cross_entropy_sharded) {
+    const int64_t n = 6, v = 9, half = 4;
+    mg_tensor *x = rnd(2, (int64_t[]){n, v}, 60), *labels = vec(n), *whole = junk(0, NULL);
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] *= 5;
+    const float lab[6] = {0, 8, 3, 4, 4, 7};
+    memcpy(labels->data, lab, sizeof lab);
+    float scale = 1.0f / n;
+    ck_assert_int_eq(BE->cross_entropy(CTX, x, labels, scale, whole), 0);
+    mg_tensor *g = junk(2, (int64_t[]){n, v});
+    BE->cross_entropy_backward(CTX, x, labels, NULL, 0, v, scale, g);
+    /* two shards: max combined, then the sums added; loss = mean of lse - target */
+    mg_tensor *m = vec(n), *sum = vec(n);
+    split_stats(x, half, m, sum);
+    mg_tensor *sums = vec(2 * n), *acc = vec(2 * n), *lse = vec(n);
+    memset(acc->data, 0, 2 * n * sizeof(float));
+    mg_tensor *part[2] = {columns(x, 0, half), columns(x, half, v - half)};
+    for (int s = 0; s < 2; s++) {
+        ck_assert_int_eq(BE->cross_entropy_sums(CTX, part[s], labels, m, s ? half : 0, v, sums), 0);
+        for (int64_t r = 0; r < 2 * n; r++) acc->data[r] += sums->data[r];
+    }
+    double loss = 0;
+    for (int64_t r = 0; r < n; r++) {
+        ck_assert(fabsf(acc->data[r] - sum->data[r]) <= 1e-5f * sum->data[r]);
+        ck_assert_float_eq(acc->data[n + r], x->data[r * v + (int64_t)lab[r]]);
+        lse->data[r] = m->data[r] + logf(acc->data[r]);
+        loss += (lse->data[r] - acc->data[n + r]) * scale;
+    }
+    ck_assert_msg(fabs(loss - whole->data[0]) < 1e-5, "sharded loss %g, whole %g", loss,
+                  whole->data[0]);
+    mg_tensor *gs = junk(2, (int64_t[]){n, v});
+    for (int s = 0; s < 2; s++) {
+        int64_t c0 = s ? half : 0, w = s ? v - half : half;
+        mg_tensor *gp = mat(n, w);
+        BE->cross_entropy_backward(CTX, part[s], labels, lse, c0, v, scale, gp);
+        put_columns(gs, gp, c0);
+        mg_tensor_free(gp);
+    }
+    expect_same(gs, g, 1e-5, "dlogits of two shards");
+    /* a bad label is counted by the sums kernel too */
+    labels->data[2] = 9;
+    ck_assert_int_eq(BE->cross_entropy_sums(CTX, part[0], labels, m, 0, v, sums), 1);
+    mg_tensor *all[] = {x, labels, whole, g, m, sum, sums, acc, lse, part[0], part[1], gs};
+    for (int i = 0; i < 12; i++) mg_tensor_free(all[i]);
+}
+END_TEST
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t b, h, tq, tk, d, dv, q0, k0;
+    bool causal;
+} att_case;
+
+/* plain attention in double: o, lse, and the gradients from dout */
+static void attention_ref(const att_case *a, const float *q, const float *k, const float *v,
+                          const float *dout, double *o, double *lse, double *dq, double *dk,
+                          double *dv) {
+    double scale = a->d ? 1.0 / sqrt((double)a->d) : 1.0;
+    int64_t slices = a->b * a->h;
+    double *p = malloc((a->tk + 1) * sizeof *p), *dp = malloc((a->tk + 1) * sizeof *dp);
+    memset(dq, 0, (slices * a->tq * a->d + 1) * sizeof *dq);
+    memset(dk, 0, (slices * a->tk * a->d + 1) * sizeof *dk);
+    memset(dv, 0, (slices * a->tk * a->dv + 1) * sizeof *dv);
+    for (int64_t z = 0; z < slices; z++)
+        for (int64_t i = 0; i < a->tq; i++) {
+            const float *qi = q + (z * a->tq + i) * a->d, *gi = dout + (z * a->tq + i) * a->dv;
+            double m = -INFINITY, s = 0;
+            int64_t n = 0;
+            for (int64_t j = 0; j < a->tk; j++) {
+                if (a->causal && a->k0 + j > a->q0 + i) break;
+                double dot = 0;
+                for (int64_t e = 0; e < a->d; e++)
+                    dot += (double)qi[e] * k[(z * a->tk + j) * a->d + e];
+                p[j] = dot * scale;
+                m = fmax(m, p[j]);
+                n = j + 1;
+            }
+            for (int64_t j = 0; j < n; j++) s += exp(p[j] - m);
+            double *oi = o + (z * a->tq + i) * a->dv, dsum = 0;
+            lse[z * a->tq + i] = n ? m + log(s) : -INFINITY;
+            for (int64_t e = 0; e < a->dv; e++) oi[e] = 0;
+            for (int64_t j = 0; j < n; j++) {
+                p[j] = exp(p[j] - m) / s;
+                dp[j] = 0;
+                for (int64_t e = 0; e < a->dv; e++) {
+                    double vv = v[(z * a->tk + j) * a->dv + e];
+                    oi[e] += p[j] * vv;
+                    dp[j] += gi[e] * vv;
+                    dv[(z * a->tk + j) * a->dv + e] += p[j] * gi[e];
+                }
+                dsum += p[j] * dp[j];
+            }
+            for (int64_t j = 0; j < n; j++) {
+                double ds = p[j] * (dp[j] - dsum) * scale;
+                for (int64_t e = 0; e < a->d; e++) {
+                    dq[(z * a->tq + i) * a->d + e] += ds * k[(z * a->tk + j) * a->d + e];
+                    dk[(z * a->tk + j) * a->d + e] += ds * qi[e];
+                }
+            }
+        }
+    free(p);
+    free(dp);
+}
+
+static void attention_case(const att_case *a) {
+    int64_t qs[4] = {a->b, a->h, a->tq, a->d}, ks[4] = {a->b, a->h, a->tk, a->d};
+    int64_t vs[4] = {a->b, a->h, a->tk, a->dv}, os[4] = {a->b, a->h, a->tq, a->dv};
+    int64_t ls[3] = {a->b, a->h, a->tq};
+    mg_tensor *q = rnd(4, qs, 70), *k = rnd(4, ks, 71), *v = rnd(4, vs, 72), *g = rnd(4, os, 73);
+    for (int64_t i = 0; i < q->numel; i++) q->data[i] *= 3; /* peaked softmax rows */
+    mg_tensor *o = junk(4, os), *lse = junk(3, ls), *dq = junk(4, qs), *dk = junk(4, ks),
+              *dv = junk(4, vs);
+    double *ro = malloc((o->numel + 1) * 8), *rl = malloc((lse->numel + 1) * 8);
+    double *rq = malloc((q->numel + 1) * 8), *rk = malloc((k->numel + 1) * 8),
+           *rv = malloc((v->numel + 1) * 8);
+    attention_ref(a, q->data, k->data, v->data, g->data, ro, rl, rq, rk, rv);
+    float scale = a->d ? 1.0f / sqrtf((float)a->d) : 1.0f;
+    BE->attention(CTX, q, k, v, scale, a->causal, a->q0, a->k0, o, lse);
+    BE->attention_backward(CTX, q, k, v, o, lse, g, scale, a->causal, a->q0, a->k0, dq, dk, dv);
+    char what[160];
+    snprintf(what, sizeof what,
+             "attention b%lld h%lld tq%lld tk%lld d%lld dv%lld q0 %lld k0 %lld%s", (long long)a->b,
+             (long long)a->h, (long long)a->tq, (long long)a->tk, (long long)a->d, (long long)a->dv,
+             (long long)a->q0, (long long)a->k0, a->causal ? " causal" : "");
+    expect_close_d(o->data, ro, o->numel, 2e-5, what);
+    for (int64_t i = 0; i < lse->numel; i++)
+        ck_assert_msg(isinf(rl[i]) ? isinf(lse->data[i]) && lse->data[i] < 0
+                                   : fabs(lse->data[i] - rl[i]) < 2e-5 * fmax(1, fabs(rl[i])),
+                      "%s: lse[%lld] %g want %g", what, (long long)i, lse->data[i], rl[i]);
+    expect_close_d(dq->data, rq, dq->numel, 5e-5, "attention dq");
+    expect_close_d(dk->data, rk, dk->numel, 5e-5, "attention dk");
+    expect_close_d(dv->data, rv, dv->numel, 5e-5, "attention dv");
+    free(ro), free(rl), free(rq), free(rk), free(rv);
+    mg_tensor *all[] = {q, k, v, g, o, lse, dq, dk, dv};
+    for (int i = 0; i < 9; i++) mg_tensor_free(all[i]);
+}
+
+START_TEST(test_attention) {
+    static const att_case cases[] = {
+        {2, 2, 5, 5, 4, 4, 0, 0, false},      {2, 2, 5, 5, 4, 4, 0, 0, true},
+        {1, 3, 130, 130, 8, 8, 0, 0, true},   /* tiles of 64 crossed, partial last tile */
+        {1, 1, 130, 200, 16, 8, 0, 0, false}, /* Tq != Tk, Dv != D */
+        {1, 2, 40, 100, 8, 8, 60, 0, true},   /* a slice of the queries against all keys */
+        {1, 1, 70, 70, 4, 4, 0, 20, true},    /* keys start later: early rows see nothing */
+        {2, 1, 0, 7, 4, 4, 0, 0, true},       /* no queries */
+        {1, 2, 6, 0, 4, 4, 0, 0, false},      /* no keys: o = 0, lse = -inf */
+        {1, 1, 3, 3, 0, 5, 0, 0, true},       /* D = 0: uniform weights */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attention_case(&cases[i]);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("nn_kernels");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_exp);
+    tcase_add_test(tc, test_softmax);
+    tcase_add_test(tc, test_softmax_backward);
+    tcase_add_test(tc, test_layer_norm);
+    tcase_add_test(tc, test_embedding);
+    tcase_add_test(tc, test_cross_entropy_sharded);
+    tcase_add_test(tc, test_attention);
+    suite_add_tcase(s, tc);
+    return mg_test_run(s);
+}
