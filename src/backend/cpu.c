@@ -256,6 +256,10 @@ static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_
                        mg_tensor *out) {
     (void)ctx;
     if (out->numel == 0) return;
+    if (op == MG_BINARY_GELU_BACKWARD && a->numel == out->numel && b->numel == out->numel) {
+        mg_cpu_gelu_backward(a->data, b->data, out->data, out->numel); /* cpu_nn.c: vectorized */
+        return;
+    }
     int64_t sa_full[MG_MAX_DIMS], sb_full[MG_MAX_DIMS];
     broadcast_strides(a, out, sa_full);
     broadcast_strides(b, out, sb_full);
@@ -319,7 +323,7 @@ static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha
     int64_t n = out->numel;
     switch (op) {
         UNARY_CASE(MG_UNARY_RELU, x > 0.0f || x != x ? x : 0.0f) /* NaN stays NaN */
-        UNARY_CASE(MG_UNARY_GELU, 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))))
+    case MG_UNARY_GELU: mg_cpu_gelu(xd, od, n); break; /* cpu_nn.c: vectorized */
         UNARY_CASE(MG_UNARY_SCALE, alpha * x)
         UNARY_CASE(MG_UNARY_LOG, logf(x))
     default:

@@ -1,6 +1,6 @@
 /* cpu_internal.h: what the files of the CPU backend share. cpu.c holds the
  * vtable and the general kernels; cpu_nn.c the row kernels of the network ops
- * (softmax, layer norm, embedding, cross-entropy); cpu_attention.c the fused
+ * (softmax, layer norm, embedding, cross-entropy, GELU); cpu_attention.c the fused
  * attention. The vtable takes the kernels of the other two files from here.
  *
  * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm, mg_cpu_exp (a vectorizable expf for softmax
@@ -100,6 +100,10 @@ int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_t
 void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                                    const mg_tensor *lse, int64_t v0, int64_t v, float scale,
                                    mg_tensor *dlogits);
+
+/* GELU (tanh approximation) of n contiguous floats, and dx = dy gelu'(x) */
+void mg_cpu_gelu(const float *x, float *out, int64_t n);
+void mg_cpu_gelu_backward(const float *dy, const float *x, float *dx, int64_t n);
 
 /* cpu_attention.c */
 void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,

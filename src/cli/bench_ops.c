@@ -5,7 +5,8 @@
  *           --device cuda, on the GPU next to raw cuBLAS (--tf32: TF32 math).
  *           --dtype bf16: bf16 GEMM inputs (backend.h); the raw GEMMs are then
  *           the backend's, which round the fp32 inputs first, as mg_linear does.
- *   step    an MLP training step (ReLU, MSE, SGD with momentum) on any mesh and plan: the
+ *   step    an MLP training step (ReLU, MSE, SGD with momentum) on any mesh and plan
+ *           (--model gpt: the GPT's step, bench_gpt.c): the
  *           median step time after warm-up, and of its forward, backward and
  *           optimizer parts (each the slowest rank's), GFLOP/s and the largest
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
@@ -43,12 +44,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double mg_cli_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static double peak_rss_mb_max(mg_comm *world) {
+double mg_cli_peak_rss_mb(mg_comm *world) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double all = ru.ru_maxrss / 1024.0;
@@ -92,7 +93,7 @@ static const char *gemm_math(int device) {
     return device == MG_DEVICE_CUDA && mg_backend_cuda_tf32() ? "tf32" : "fp32";
 }
 
-static int parse_i64(const char *s, int64_t *out) {
+int mg_cli_parse_count(const char *s, int64_t *out) {
     char *end;
     long long v = strtoll(s, &end, 10);
     if (*s == '\0' || *end != '\0' || v <= 0) return -1;
@@ -127,7 +128,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 0;
         }
-        if (!dst || parse_i64(optarg, dst)) return usage_error("linear", usage);
+        if (!dst || mg_cli_parse_count(optarg, dst)) return usage_error("linear", usage);
     }
     if (optind < argc) return usage_error("linear", usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
@@ -192,7 +193,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
                              : mg_backend_cuda_tf32() ? "raw cuBLAS (tf32) x3"
                                                       : "raw cublasSgemm x3")
                           : bf16 ? "raw sgemm (bf16 in) x3" : "raw cblas_sgemm x3";
-    double mg_s = median(t_mg, (int)iters), blas_s = median(t_blas, (int)iters);
+    double mg_s = mg_cli_median(t_mg, (int)iters), blas_s = mg_cli_median(t_blas, (int)iters);
     double mg_gf = flops / mg_s * 1e-9, blas_gf = flops / blas_s * 1e-9;
     if (mg_rank() == 0) {
         printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  (median of "
@@ -223,13 +224,16 @@ static int parse_layers(const char *s, int64_t *out, int max) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == max || parse_i64(tok, &out[n])) return -1;
+        if (n == max || mg_cli_parse_count(tok, &out[n])) return -1;
         n++;
     }
     return n >= 2 ? n : -1;
 }
 
 int mg_cli_bench_step(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++) /* the GPT's step: bench_gpt.c */
+        if (strcmp(argv[i], "--model") == 0 && strcmp(argv[i + 1], "gpt") == 0)
+            return mg_cli_bench_step_gpt(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
                         "[--dtype fp32|bf16]";
@@ -247,9 +251,9 @@ int mg_cli_bench_step(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'b': bad = parse_i64(optarg, &batch); break;
-        case 's': bad = parse_i64(optarg, &steps); break;
-        case 't': bad = parse_i64(optarg, &threads); break;
+        case 'b': bad = mg_cli_parse_count(optarg, &batch); break;
+        case 's': bad = mg_cli_parse_count(optarg, &steps); break;
+        case 't': bad = mg_cli_parse_count(optarg, &threads); break;
         case 'l': bad = (nl = parse_layers(optarg, layers, MAX_WIDTHS)) < 0; break;
         case 'm': snprintf(mesh_text, sizeof mesh_text, "%s", optarg); break;
         case 'p': snprintf(plan_text, sizeof plan_text, "%s", optarg); break;
@@ -334,9 +338,9 @@ int mg_cli_bench_step(int argc, char **argv) {
     }
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
-    double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max(mesh->world);
-    double fwd_ms = median(fwd, (int)steps) * 1e3, bwd_ms = median(bwd, (int)steps) * 1e3,
-           opt_ms = median(upd, (int)steps) * 1e3;
+    double ms = mg_cli_median(times, (int)steps) * 1e3, rss = mg_cli_peak_rss_mb(mesh->world);
+    double fwd_ms = mg_cli_median(fwd, (int)steps) * 1e3, bwd_ms = mg_cli_median(bwd, (int)steps) * 1e3,
+           opt_ms = mg_cli_median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
      * the sizes of the gather arena (one op's gathered weights) and the scratch
      * arena (one gradient on its way) */
@@ -377,7 +381,7 @@ int mg_cli_bench_step(int argc, char **argv) {
 
 int mg_cli_bench_ops(int argc, char **argv) {
     int64_t iters = 20000;
-    if (argc > 1 && (strcmp(argv[1], "--iters") != 0 || argc < 3 || parse_i64(argv[2], &iters)))
+    if (argc > 1 && (strcmp(argv[1], "--iters") != 0 || argc < 3 || mg_cli_parse_count(argv[2], &iters)))
         return usage_error("ops", "ops [--iters N]");
     int world = mg_world_size();
     mg_mesh *mesh = mg_mesh_new(1, &world);

@@ -8,6 +8,7 @@
 #define MG_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
@@ -19,10 +20,19 @@ int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
 int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
+int mg_cli_bench_step_gpt(int argc, char **argv); /* src/cli/bench_gpt.c: bench step --model gpt */
+int mg_cli_generate(int argc, char **argv);     /* src/cli/generate.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 
 /* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
 double mg_cli_clock(void);
+/* src/cli/bench_ops.c, for the benchmarks: the median of v (sorted in place);
+ * the largest peak RSS of the ranks of `world` in MB (collective); a count
+ * > 0 from text (0 ok, -1 not one). */
+struct mg_comm;
+double mg_cli_median(double *v, int n);
+double mg_cli_peak_rss_mb(struct mg_comm *world);
+int mg_cli_parse_count(const char *s, int64_t *out);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);

@@ -170,6 +170,19 @@ static int open_metrics(trainer *tr) {
     return mg_status_agree(st);
 }
 
+/* After the model: the optimizer, the schedule, where the run saves, metrics. */
+static int setup_training(trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
+    tr->opt.beta1 = (float)c->betas[0];
+    tr->opt.beta2 = (float)c->betas[1];
+    int rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
+    if (rc != MG_OK) return rc;
+    tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps, c->lr_min};
+    if ((rc = mg_train_prepare_save(tr)) != MG_OK) return rc;
+    return open_metrics(tr);
+}
+
 static int setup(trainer *tr) {
     mg_train_config *c = &tr->cfg;
     int rc = mg_train_config_check(c);
@@ -200,17 +213,24 @@ static int setup(trainer *tr) {
     if (rc == MG_OK) rc = mg_plan_check(&tr->plan, tr->mesh, c->batch);
     if (rc != MG_OK) return rc;
 
+    if (!c->data[0])
+        snprintf(c->data, sizeof c->data, "%s",
+                 c->model == MG_MODEL_GPT ? "data/mobydick.h5" : "data/digits.h5");
     /* rank 0 finds the data file; every rank uses its answer */
     char path[MG_PATH_MAX + 1];
     path[0] = (char)resolve_data_path(c->data, path + 1, sizeof path - 1);
     if ((rc = mg_comm_broadcast_bytes(world, path, sizeof path, 0)) != MG_OK) return rc;
     if (!path[0])
         return mg_error(MG_EIO, "data file '%s' not found (looked in the current directory and in the "
-                                "directory of the meshgrad program): run make to build data/digits.h5, "
-                                "or give --data PATH", c->data);
+                                "directory of the meshgrad program): run make to build data/digits.h5 "
+                                "and data/mobydick.h5, or give --data PATH", c->data);
     snprintf(c->data, sizeof c->data, "%s", path + 1);
     /* nothing is opened for writing before this */
     if ((rc = mg_train_check_paths(tr)) != MG_OK) return rc;
+    if (c->model == MG_MODEL_GPT) {
+        if ((rc = mg_train_text_setup(tr)) != MG_OK) return rc;
+        return setup_training(tr);
+    }
     tr->train = mg_dataset_open(c->data, "train", world);
     if (!tr->train) return mg_last_code();
     if (mg_dataset_sample_ndim(tr->train) != 2)
@@ -229,11 +249,6 @@ static int setup(trainer *tr) {
                        c->channels, classes, (uint64_t)c->seed);
     if (rc != MG_OK) return rc;
     tr->have_model = 1;
-    mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
-    rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
-    if (rc != MG_OK) return rc;
-    tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps};
-
     rc = mg_loader_init(&tr->train_loader, tr->train, c->batch, (uint64_t)c->seed);
     if (rc != MG_OK) return rc;
     tr->have_train_loader = 1;
@@ -255,9 +270,7 @@ static int setup(trainer *tr) {
     if (tr->test && rc == MG_OK)
         rc = mg_spec_make(&tr->test_y_spec, tr->mesh, bp, ndim, 1, ys, "test labels");
     if (rc != MG_OK) return rc;
-
-    if ((rc = mg_train_prepare_save(tr)) != MG_OK) return rc;
-    return open_metrics(tr);
+    return setup_training(tr);
 }
 
 static void teardown(trainer *tr) {
@@ -268,6 +281,9 @@ static void teardown(trainer *tr) {
     if (tr->have_test_loader) mg_loader_free(&tr->test_loader);
     if (tr->train) mg_dataset_close(tr->train);
     if (tr->test) mg_dataset_close(tr->test);
+    mg_tokens_close(tr->tokens);
+    mg_tokens_close(tr->val);
+    free(tr->starts);
     if (tr->mesh) mg_mesh_free(tr->mesh);
 }
 
@@ -293,9 +309,26 @@ static int metrics_failed(trainer *tr, int64_t failed) {
                     tr->rank == 0 ? strerror(tr->metrics_errno) : "(rank 0 says why)");
 }
 
+/* Collective. The GPT's val_loss (train_text.c), printed and in the metrics. */
+static int evaluate_text(trainer *tr, int64_t step) {
+    double val_loss = 0;
+    int rc = mg_train_text_evaluate(tr, &val_loss);
+    if (rc != MG_OK) return rc;
+    if (tr->rank == 0) {
+        printf("eval %lld | val_loss %.6f\n", (long long)step, val_loss);
+        fflush(stdout);
+    }
+    if (isfinite(val_loss))
+        metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
+    else
+        metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
+    return MG_OK;
+}
+
 /* Collective. Loss and accuracy on the whole test split, without autograd;
  * nothing without a test split. */
 static int evaluate(trainer *tr, int64_t step) {
+    if (tr->cfg.model == MG_MODEL_GPT) return evaluate_text(tr, step);
     if (!tr->test) return MG_OK;
     int prev = mg_set_grad_enabled(0);
     int rc = mg_loader_seek(&tr->test_loader, 0, 0);
@@ -355,20 +388,40 @@ static int first_nonfinite_grad(const mg_param_table *t) {
     return -1;
 }
 
+/* Forward and backward of micro-batch `micro` of step `step` (the GPT's
+ * --grad-accum N: the loss scaled by 1/N, the gradients summed across ranks
+ * only after the last); *loss_out gets its (scaled) loss. */
+static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out) {
+    int64_t n = tr->cfg.grad_accum;
+    mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    int rc = tr->cfg.model == MG_MODEL_GPT
+                 ? mg_train_text_batch(tr, step, micro, &x, &y)
+                 : mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, &x, &y, mg_step_arena());
+    if (rc == MG_OK) logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
+    if (logits) loss = mg_cross_entropy(logits, y);
+    if (loss && n > 1) loss = mg_scale(loss, 1.0f / (float)n);
+    if (rc == MG_OK && !loss) rc = mg_last_code();
+    if (n > 1) mg_set_grad_sync(micro == n - 1);
+    if (rc == MG_OK) rc = mg_backward(loss);
+    if (n > 1) mg_set_grad_sync(1);
+    if (rc == MG_OK) rc = scalar_value(loss, loss_out);
+    return rc;
+}
+
 /* One step: batch, forward, loss, backward, the agreement (agreed[]), then the
  * update only when the loss and every gradient are finite. *loss_out gets the
  * loss of the batch and *norm_out the gradient norm before clipping (0 when not
  * clipping). */
-static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out,
+static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, double *norm_out,
                       int64_t agreed[AGREE_N]) {
     mg_param_table *params = &tr->model.params;
-    mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
-    int rc = mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, &x, &y, mg_step_arena());
-    if (rc == MG_OK) logits = mg_model_forward(&tr->model, x); // logits: (B, K)
-    if (logits) loss = mg_cross_entropy(logits, y);
-    if (rc == MG_OK && !loss) rc = mg_last_code();
-    if (rc == MG_OK) rc = mg_backward(loss);
-    if (rc == MG_OK) rc = scalar_value(loss, loss_out);
+    int rc = MG_OK;
+    *loss_out = 0;
+    for (int64_t m = 0; rc == MG_OK && m < tr->cfg.grad_accum; m++) {
+        double part = 0;
+        rc = micro_step(tr, step, m, &part);
+        *loss_out += part;
+    }
     if (rc == MG_OK) {
         mg_params_collect_grads(params);
         int bad = first_nonfinite_grad(params);
@@ -431,15 +484,26 @@ static void print_start(trainer *tr, uint64_t checksum) {
         char mb[64], pb[64];
         mg_mesh_format(mb, sizeof mb, tr->mesh);
         mg_plan_format(pb, sizeof pb, &tr->plan);
-        printf("meshgrad train: %s (hidden %lld, %lld parameters) on mesh %s [%s], %s lr %g (%s), "
+        char shape[96];
+        if (c->model == MG_MODEL_GPT)
+            snprintf(shape, sizeof shape, "layers %lld, heads %lld, embd %lld, ctx %lld",
+                     (long long)c->layers, (long long)c->heads, (long long)c->embd, (long long)c->ctx);
+        else
+            snprintf(shape, sizeof shape, "hidden %lld", (long long)c->hidden);
+        printf("meshgrad train: %s (%s, %lld parameters) on mesh %s [%s], %s lr %g (%s), "
                "batch %lld, %lld steps\n",
-               mg_model_kind_name(c->model), (long long)c->hidden,
-               (long long)mg_params_numel(&tr->model.params), mb, pb,
-               mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
+               mg_model_kind_name(c->model), shape, (long long)mg_params_numel(&tr->model.params),
+               mb, pb, mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
                (long long)c->batch, (long long)c->steps);
-        printf("data %s: %lld train rows, %lld test rows; param checksum %016llx\n", c->data,
-               (long long)mg_dataset_rows(tr->train),
-               (long long)(tr->test ? mg_dataset_rows(tr->test) : 0), (unsigned long long)checksum);
+        if (c->model == MG_MODEL_GPT)
+            printf("data %s: %lld train tokens, %lld val tokens (vocabulary %d); param checksum "
+                   "%016llx\n", c->data, (long long)mg_tokens_count(tr->tokens),
+                   (long long)mg_tokens_count(tr->val), mg_tokens_vocab(tr->tokens),
+                   (unsigned long long)checksum);
+        else
+            printf("data %s: %lld train rows, %lld test rows; param checksum %016llx\n", c->data,
+                   (long long)mg_dataset_rows(tr->train),
+                   (long long)(tr->test ? mg_dataset_rows(tr->test) : 0), (unsigned long long)checksum);
         if (tr->resume_note[0]) printf("%s\n", tr->resume_note);
         fflush(stdout);
     }
@@ -498,7 +562,7 @@ static int run(trainer *tr) {
         double t0 = mg_cli_clock();
         double lr = mg_lr_at(&tr->sched, s), loss = 0, norm = 0;
         int64_t agreed[AGREE_N] = {0};
-        rc = train_step(tr, lr, &loss, &norm, agreed);
+        rc = train_step(tr, s, lr, &loss, &norm, agreed);
         if (rc != MG_OK) return rc;
         if ((rc = metrics_failed(tr, agreed[AGREE_METRICS])) != MG_OK) return rc;
         double t1 = mg_cli_clock();

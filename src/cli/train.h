@@ -1,9 +1,12 @@
-/* train.h: what the two files of `meshgrad train` share. train.c builds the
- * run and drives the loop; train_ckpt.c checks where the run may write before
- * step 1, saves it, and resumes it. The trainer holds the run: configuration,
- * mesh, plan, data, model, optimizer, metrics file, where it saves.
+/* train.h: what the files of `meshgrad train` share. train.c builds the run
+ * and drives the loop; train_text.c is the GPT's side of it (token data,
+ * micro-batches, the validation loss); train_ckpt.c checks where the run may
+ * write before step 1, saves it, and resumes it. The trainer holds the run:
+ * configuration, mesh, plan, data, model, optimizer, metrics file, where it
+ * saves.
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
- * mg_train_resume. */
+ * mg_train_resume, mg_train_text_setup, mg_train_text_batch,
+ * mg_train_text_evaluate. */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
@@ -14,6 +17,7 @@
 #include "dist/mesh.h"
 #include "io/data.h"
 #include "io/files.h"
+#include "io/tokens.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
@@ -23,6 +27,8 @@ typedef struct {
     mg_mesh *mesh;
     mg_plan plan;
     mg_dataset *train, *test; /* test: NULL when the data set has no test split */
+    mg_tokens *tokens, *val;  /* --model gpt: the train and val splits (instead) */
+    int64_t *starts;          /* gpt: window starts (room for a step's and for all of /val) */
     mg_loader train_loader, test_loader;
     int have_train_loader, have_test_loader;
     mg_model model;
@@ -58,5 +64,16 @@ int mg_train_save(trainer *tr, int64_t step, char *where, size_t len);
 /* Collective. --resume: loads the checkpoint into the current mesh and plan
  * and moves the loader to where the saved run stood. */
 int mg_train_resume(trainer *tr);
+
+/* Collective (--model gpt). Opens the token splits of c->data, checks them
+ * against --ctx (and the plan against the micro-batch), builds the GPT and its
+ * batch specs. */
+int mg_train_text_setup(trainer *tr);
+/* Collective. Micro-batch `micro` of step `step`: rows [micro b, (micro + 1) b)
+ * (b = batch / grad-accum) of the step's windows; ids x and targets y (b, T). */
+int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y);
+/* Collective. The mean loss over every non-overlapping T-window of /val,
+ * without autograd. */
+int mg_train_text_evaluate(trainer *tr, double *val_loss);
 
 #endif

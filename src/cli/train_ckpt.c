@@ -173,6 +173,14 @@ int mg_train_resume(trainer *tr) {
         return mg_error(MG_EINVAL, "checkpoint %s is at step %lld, past --steps %lld (the total "
                         "length of the run): give --steps %lld or more", path,
                         (long long)saved.step, (long long)c->steps, (long long)saved.step);
+    tr->start_step = saved.step;
+    snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
+    if (c->model == MG_MODEL_GPT) { /* windows come from (seed, step): nothing to seek */
+        snprintf(tr->resume_note, sizeof tr->resume_note,
+                 "resumed from %s: step %lld of %lld (saved on mesh %s [%s])", path,
+                 (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel);
+        return MG_OK;
+    }
     /* the loader stood at batch `cursor` of its epoch: at most the epoch's batches */
     int64_t rows = mg_dataset_rows(tr->train);
     int64_t per_epoch = saved.batch >= 1 && saved.batch <= rows ? rows / saved.batch : 0;
@@ -183,8 +191,6 @@ int mg_train_resume(trainer *tr) {
                         (long long)per_epoch, c->data, (long long)saved.batch);
     st = mg_loader_seek(&tr->train_loader, saved.data_epoch, saved.data_cursor);
     if (st != MG_OK) return st;
-    tr->start_step = saved.step;
-    snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
     snprintf(tr->resume_note, sizeof tr->resume_note,
              "resumed from %s: step %lld of %lld (saved on mesh %s [%s]), data epoch %lld batch %lld",
              path, (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel,

@@ -16,7 +16,8 @@
 #include "status.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_MODEL, OPT_OPTIM, OPT_SCHEDULE, OPT_MESH,
-               OPT_PLAN, OPT_FLAG /* on/off; --key alone means on */ } opt_type;
+               OPT_PLAN, OPT_FLAG /* on/off; --key alone means on */,
+               OPT_BETAS /* two numbers in [0, 1): "0.9,0.95" */ } opt_type;
 
 typedef struct {
     const char *key;
@@ -31,19 +32,26 @@ typedef struct {
 
 static const option_def options[] = {
     {"mesh", OPT_MESH, F(mesh), 0, "SHAPE", "device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)"},
-    {"parallel", OPT_PLAN, F(parallel), 0, "PLANS", "one plan per mesh dim: dp, tp, fsdp (e.g. dp,tp)"},
-    {"model", OPT_MODEL, F(model), 0, "NAME", "mlp | permute-mlp"},
-    {"hidden", OPT_INT, F(hidden), 1, "H", "hidden width"},
+    {"parallel", OPT_PLAN, F(parallel), 0, "PLANS", "one plan per mesh dim: dp, tp, fsdp, sp, tp+sp (e.g. dp,tp)"},
+    {"model", OPT_MODEL, F(model), 0, "NAME", "mlp | permute-mlp | gpt"},
+    {"hidden", OPT_INT, F(hidden), 1, "H", "mlp: hidden width"},
     {"channels", OPT_INT, F(channels), 1, "C", "permute-mlp: features per image column"},
-    {"data", OPT_STRING, F(data), 0, "FILE", "HDF5 data set (see below for where it is looked for)"},
+    {"layers", OPT_INT, F(layers), 1, "L", "gpt: transformer blocks"},
+    {"heads", OPT_INT, F(heads), 1, "H", "gpt: attention heads (divides embd)"},
+    {"embd", OPT_INT, F(embd), 1, "C", "gpt: embedding width"},
+    {"ctx", OPT_INT, F(ctx), 1, "T", "gpt: context length (tokens per window)"},
+    {"data", OPT_STRING, F(data), 0, "FILE", "HDF5 data set (default data/digits.h5; gpt: data/mobydick.h5)"},
     {"steps", OPT_INT, F(steps), 1, "N", "optimizer steps in all"},
     {"batch", OPT_INT, F(batch), 1, "B", "global batch size"},
     {"lr", OPT_FLOAT, F(lr), 0, "LR", "peak learning rate"},
     {"optimizer", OPT_OPTIM, F(optimizer), 0, "NAME", "sgd | adamw"},
     {"momentum", OPT_FLOAT, F(momentum), 0, "M", "SGD momentum"},
     {"weight-decay", OPT_FLOAT, F(weight_decay), 0, "WD", "weight decay (default: sgd 0, adamw 0.01)"},
+    {"betas", OPT_BETAS, F(betas), 0, "B1,B2", "AdamW's betas"},
     {"schedule", OPT_SCHEDULE, F(schedule), 0, "NAME", "constant | cosine"},
     {"warmup", OPT_INT, F(warmup), 0, "N", "steps of linear LR warmup"},
+    {"lr-min", OPT_FLOAT, F(lr_min), 0, "LR", "where the cosine schedule ends"},
+    {"grad-accum", OPT_INT, F(grad_accum), 1, "N", "gpt: micro-batches per step (batch / N rows each)"},
     {"clip", OPT_FLOAT, F(clip), 0, "NORM", "clip gradients to this global norm (0 = off)"},
     {"seed", OPT_INT, F(seed), 0, "S", "seed of the initial parameters and the data order"},
     {"eval-every", OPT_INT, F(eval_every), 0, "N", "evaluate every N steps (0 = only at the end)"},
@@ -69,7 +77,13 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->model = MG_MODEL_MLP;
     c->hidden = 128;
     c->channels = 16;
-    snprintf(c->data, sizeof c->data, "data/digits.h5");
+    c->layers = 4;
+    c->heads = 4;
+    c->embd = 128;
+    c->ctx = 64;
+    c->betas[0] = 0.9;
+    c->betas[1] = 0.999;
+    c->grad_accum = 1;
     c->steps = 2000;
     c->batch = 64;
     c->lr = 1e-3;
@@ -161,6 +175,23 @@ int mg_train_config_set(mg_train_config *c, const char *key, const char *value, 
             return mg_error(MG_EINVAL, "%s: %s is on or off (1/0, yes/no, true/false), got '%s'",
                             where, o->key, value);
         return MG_OK;
+    case OPT_BETAS: {
+        double b[2];
+        char *mid = NULL;
+        errno = 0;
+        b[0] = strtod(value, &mid);
+        int bad = errno || mid == value || *mid != ',';
+        if (!bad) {
+            b[1] = strtod(mid + 1, &end);
+            bad = errno || end == mid + 1 || *end != '\0';
+        }
+        for (int i = 0; !bad && i < 2; i++) bad = !(b[i] >= 0 && b[i] < 1);
+        if (bad)
+            return mg_error(MG_EINVAL, "%s: %s wants two numbers in [0, 1) as B1,B2 (e.g. 0.9,0.95), "
+                            "got '%s'", where, o->key, value);
+        memcpy(field, b, sizeof b);
+        return MG_OK;
+    }
     case OPT_MODEL: rc = mg_model_kind_parse(value, field); break;
     case OPT_OPTIM: rc = mg_optim_kind_parse(value, field); break;
     case OPT_SCHEDULE: rc = mg_schedule_kind_parse(value, field); break;
@@ -305,8 +336,18 @@ int mg_train_config_check(const mg_train_config *c) {
     if (c->lr <= 0) return mg_error(MG_EINVAL, "lr must be > 0, got %g", c->lr);
     if (c->momentum >= 1) return mg_error(MG_EINVAL, "momentum must be in [0, 1), got %g", c->momentum);
     if (c->optimizer == MG_OPTIM_ADAMW && c->momentum != 0)
-        return mg_error(MG_EINVAL, "momentum %g is an SGD setting; AdamW uses betas 0.9/0.999 (drop "
+        return mg_error(MG_EINVAL, "momentum %g is an SGD setting; AdamW uses --betas (drop "
                                    "momentum or use --optimizer sgd)", c->momentum);
+    if (c->lr_min > c->lr)
+        return mg_error(MG_EINVAL, "lr-min %g is above lr %g: the cosine schedule goes from lr down "
+                        "to lr-min", c->lr_min, c->lr);
+    if (c->grad_accum > 1 && c->model != MG_MODEL_GPT)
+        return mg_error(MG_EINVAL, "grad-accum %lld applies to --model gpt (the image models take "
+                        "one batch per step)", (long long)c->grad_accum);
+    if (c->batch % c->grad_accum != 0)
+        return mg_error(MG_EINVAL, "grad-accum %lld does not divide batch %lld: each micro-batch "
+                        "takes batch / grad-accum windows (e.g. --batch 32 --grad-accum 4)",
+                        (long long)c->grad_accum, (long long)c->batch);
     if (!c->save[0] && c->save_every > 0)
         return mg_error(MG_EINVAL, "save-every %lld needs a place to save: give --save FILE or --save DIR/",
                         (long long)c->save_every);
@@ -330,6 +371,11 @@ static const struct {
 } flag_of[] = {
     {"model", "--model"},
     {"model.hidden", "--hidden"},
+    {"model.layers", "--layers"},
+    {"model.heads", "--heads"},
+    {"model.embd", "--embd"},
+    {"model.ctx", "--ctx"},
+    {"model.vocab", "the data set gives"},
     {"model.channels", "--channels"},
     {"model.classes", "the data set gives"},
     {"model.input", "the data set gives"},
@@ -341,8 +387,11 @@ static const struct {
     {"schedule.lr", "--lr"},
     {"schedule.warmup", "--warmup"},
     {"schedule.total_steps", "--steps"},
+    {"schedule.lr_min", "--lr-min"},
     {"optimizer.momentum", "--momentum"},
     {"optimizer.weight_decay", "--weight-decay"},
+    {"optimizer.beta1", "--betas"},
+    {"optimizer.beta2", "--betas"},
     {"clip", "--clip"},
 };
 
@@ -362,6 +411,9 @@ static void format_value(const option_def *o, const mg_train_config *c, char *bu
     case OPT_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)field); break;
     case OPT_FLAG: snprintf(buf, len, "%s", *(const int64_t *)field ? "on" : "off"); break;
     case OPT_FLOAT: snprintf(buf, len, "%g", *(const double *)field); break;
+    case OPT_BETAS:
+        snprintf(buf, len, "%g,%g", ((const double *)field)[0], ((const double *)field)[1]);
+        break;
     case OPT_MODEL: snprintf(buf, len, "%s", mg_model_kind_name(*(const mg_model_kind *)field)); break;
     case OPT_OPTIM: snprintf(buf, len, "%s", mg_optim_kind_name(*(const mg_optim_kind *)field)); break;
     case OPT_SCHEDULE:
@@ -391,7 +443,10 @@ void mg_train_config_usage(FILE *out) {
     fprintf(out, "  %-21s %s\n\n", "--help", "this text");
     fprintf(out, "A relative --data path is looked for in the current directory first, then\n"
                  "in the directory of the meshgrad program (its build directory), so\n"
-                 "'data/digits.h5' finds build/data/digits.h5 when run as build/meshgrad.\n\n"
+                 "'data/digits.h5' finds build/data/digits.h5 when run as build/meshgrad.\n"
+                 "--model gpt trains on a token data set (meshgrad data text2h5): windows of\n"
+                 "ctx + 1 tokens drawn by (seed, step); val_loss is the mean over every\n"
+                 "non-overlapping ctx-window of /val. The recipe: data/mobydick.conf.\n\n"
                  "Checkpoints (docs/CHECKPOINTS.md): --save FILE rewrites FILE atomically at\n"
                  "every --save-every steps and at the end; --save DIR/ writes DIR/ckpt-<step>.h5\n"
                  "(keeping the newest --keep). --resume PATH continues a run bit for bit on the\n"

@@ -30,14 +30,18 @@ typedef struct {
     char parallel[64];         /* "dp", "dp,tp" */
     mg_model_kind model;
     int64_t hidden, channels;
-    char data[MG_PATH_MAX];
+    int64_t layers, heads, embd, ctx; /* gpt */
+    char data[MG_PATH_MAX];    /* "" = data/digits.h5, or data/mobydick.h5 for gpt */
     int64_t steps, batch;
     double lr;
     mg_optim_kind optimizer;
     double momentum;
     double weight_decay;       /* < 0: the optimizer's default */
+    double betas[2];           /* AdamW's beta1, beta2 */
     mg_schedule_kind schedule;
     int64_t warmup;
+    double lr_min;             /* where a cosine schedule ends */
+    int64_t grad_accum;        /* micro-batches per step (gpt) */
     double clip;               /* 0 = no clipping */
     int64_t seed;
     int64_t eval_every;        /* 0 = only at the end */

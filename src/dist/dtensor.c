@@ -1,6 +1,6 @@
 /* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
  * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
- * mg_dtensor_fill_uniform / mg_dtensor_same_mesh and the public calls
+ * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh and the public calls
  * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
  * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
  * autograd node, lives with the ops.) Shards live on the current device
@@ -75,8 +75,11 @@ static bool holds_partial_value(const mg_spec *s) {
     return true;
 }
 
-int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float lo, float hi) {
-    if (!t) return mg_error(MG_EINVAL, "mg_dtensor_fill_uniform: NULL tensor");
+/* Fills t with Philox draws by global element index: uniform in [lo, hi), or
+ * (normal) mean lo plus std hi times a standard normal. */
+static int fill_random(mg_dtensor *t, uint64_t seed, uint64_t stream, bool normal, float lo,
+                       float hi, const char *who) {
+    if (!t) return mg_error(MG_EINVAL, "%s: NULL tensor", who);
     mg_tensor *l = t->local;
     if (l->numel == 0) return MG_OK;
     mg_backend *be = mg_backend_of(l);
@@ -87,7 +90,7 @@ int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float
     float *host = l->data;
     if (l->device != MG_DEVICE_CPU) {
         host = malloc((size_t)l->numel * sizeof(float));
-        if (!host) return mg_error(MG_ENOMEM, "mg_dtensor_fill_uniform: out of memory");
+        if (!host) return mg_error(MG_ENOMEM, "%s: out of memory", who);
     }
     int nd = t->spec.ndim;
     int64_t off[MG_MAX_DIMS], gstride[MG_MAX_DIMS];
@@ -100,10 +103,15 @@ int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float
         uint64_t first = 0;
         for (int d = 0; d < nd; d++) first += (uint64_t)((off[d] + idx[d]) * gstride[d]);
         float *out = host + r * row;
-        mg_rng_uniform(seed, stream, first, row, out);
-        for (int64_t j = 0; j < row; j++) {
-            float v = lo + span * out[j];
-            out[j] = v < hi ? v : nextafterf(hi, lo);
+        if (normal) {
+            mg_rng_normal(seed, stream, first, row, out);
+            for (int64_t j = 0; j < row; j++) out[j] = lo + hi * out[j];
+        } else {
+            mg_rng_uniform(seed, stream, first, row, out);
+            for (int64_t j = 0; j < row; j++) {
+                float v = lo + span * out[j];
+                out[j] = v < hi ? v : nextafterf(hi, lo);
+            }
         }
         for (int d = nd - 2; d >= 0; d--) { /* next row */
             if (++idx[d] < l->shape[d]) break;
@@ -115,6 +123,14 @@ int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float
         free(host);
     }
     return MG_OK;
+}
+
+int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float lo, float hi) {
+    return fill_random(t, seed, stream, false, lo, hi, "mg_dtensor_fill_uniform");
+}
+
+int mg_dtensor_fill_normal(mg_dtensor *t, uint64_t seed, uint64_t stream, float mean, float std) {
+    return fill_random(t, seed, stream, true, mean, std, "mg_dtensor_fill_normal");
 }
 
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who) {

@@ -35,6 +35,8 @@ mg_dtensor *mg_dtensor_zeros(const mg_spec *spec, mg_arena *arena);
  * holds: uniform in [lo, hi) from Philox(seed, stream). Same global tensor on
  * every mesh. Partial placements hold the value on coordinate 0, zeros elsewhere. */
 int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float lo, float hi);
+/* The same with mean + std * N(0, 1) (Box-Muller on Philox, rng.h). */
+int mg_dtensor_fill_normal(mg_dtensor *t, uint64_t seed, uint64_t stream, float mean, float std);
 
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);

@@ -1,4 +1,4 @@
-/* model.c: Linear, the MLP and the permute-MLP (see model.h). */
+/* model.c: Linear, the MLP and the permute-MLP, and the GPT's entry (see model.h). */
 #include "nn/model.h"
 
 #include <math.h>
@@ -9,11 +9,11 @@
 #include "dist/mesh.h"
 #include "status.h"
 
-static const char *const model_names[] = {"mlp", "permute-mlp"};
+static const char *const model_names[] = {"mlp", "permute-mlp", "gpt"};
 
 int mg_model_kind_parse(const char *text, mg_model_kind *kind) {
-    int k = mg_name_find(text, model_names, 2);
-    if (k < 0) return mg_error(MG_EINVAL, "unknown model '%s'; use mlp or permute-mlp", text);
+    int k = mg_name_find(text, model_names, 3);
+    if (k < 0) return mg_error(MG_EINVAL, "unknown model '%s'; use mlp, permute-mlp or gpt", text);
     *kind = (mg_model_kind)k;
     return MG_OK;
 }
@@ -52,6 +52,14 @@ int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, cons
                   int64_t rows, int64_t cols, int64_t hidden, int64_t channels, int64_t classes,
                   uint64_t seed) {
     memset(model, 0, sizeof *model);
+    if (kind == MG_MODEL_GPT)
+        return mg_error(MG_EINVAL, "model gpt takes token data: build it with mg_model_init_gpt");
+    if (mg_plan_has_sequence(plan)) {
+        char pb[64];
+        return mg_error(MG_EINVAL, "parallel plan '%s' splits a sequence, but model %s has none: "
+                        "use dp, tp or fsdp (sp and tp+sp are for --model gpt)",
+                        mg_plan_format(pb, sizeof pb, plan), model_names[kind]);
+    }
     if (hidden < 1 || channels < 1 || classes < 1 || rows < 1 || cols < 1)
         return mg_error(MG_EINVAL, "model: hidden (%lld), channels (%lld) and classes (%lld) must be >= 1",
                         (long long)hidden, (long long)channels, (long long)classes);
@@ -82,10 +90,24 @@ int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, cons
     return rc;
 }
 
-void mg_model_free(mg_model *model) { mg_params_free(&model->params); }
+int mg_model_init_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
+                      const mg_gpt_config *cfg, uint64_t seed) {
+    memset(model, 0, sizeof *model);
+    model->kind = MG_MODEL_GPT;
+    model->classes = cfg->vocab;
+    int rc = mg_gpt_init(&model->gpt, &model->params, mesh, plan, cfg, seed);
+    if (rc != MG_OK) mg_params_free(&model->params);
+    return rc;
+}
+
+void mg_model_free(mg_model *model) {
+    if (model->kind == MG_MODEL_GPT) mg_gpt_free(&model->gpt);
+    mg_params_free(&model->params);
+}
 
 mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x) {
     mg_param_table *t = &model->params;
+    if (model->kind == MG_MODEL_GPT) return mg_gpt_forward(&model->gpt, t, x); // logits: (B, T, V)
     const int64_t B = mg_dtensor_shape(x)[0];
     const int64_t R = model->sample_shape[0], C = model->sample_shape[1];
     mg_dtensor *h;

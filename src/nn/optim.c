@@ -129,5 +129,5 @@ double mg_lr_at(const mg_lr_schedule *s, int64_t step) {
     if (span <= 0) return s->lr;
     double progress = (double)(step - s->warmup) / (double)span;
     if (progress > 1) progress = 1;
-    return s->lr * 0.5 * (1.0 + cos(M_PI * progress));
+    return s->lr_min + (s->lr - s->lr_min) * 0.5 * (1.0 + cos(M_PI * progress));
 }

@@ -11,7 +11,8 @@
  *
  * LR schedules, for 0-based step s of `total`: a linear warmup
  * lr * (s + 1) / warmup for s < warmup, then constant (lr), or cosine
- * lr * 0.5 * (1 + cos(pi * (s - warmup) / (total - warmup))).
+ * from lr down to lr_min (0 unless given):
+ * lr_min + (lr - lr_min) * 0.5 * (1 + cos(pi * (s - warmup) / (total - warmup))).
  *
  * Exports: mg_optimizer_add_state, mg_optimizer_step, mg_grad_norm,
  * mg_clip_grad_norm, mg_lr_schedule, mg_lr_at (and optim_update.h). */
@@ -45,6 +46,7 @@ typedef struct {
     double lr;      /* peak learning rate */
     int64_t warmup; /* steps of linear warmup */
     int64_t total;  /* steps of the whole run */
+    double lr_min;  /* where the cosine ends */
 } mg_lr_schedule;
 
 int mg_schedule_kind_parse(const char *text, mg_schedule_kind *kind);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "backend/backend.h"
 #include "dist/mesh.h"
 #include "dist/reducer.h"
 #include "ops/ops.h"
@@ -14,6 +15,21 @@
 int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
                   const int64_t *shape, const mg_placement *store, const mg_placement *use,
                   uint64_t seed, float lo, float hi) {
+    return mg_params_add_init(t, mesh, name, ndim, shape, store, use, seed,
+                              (mg_param_init){MG_INIT_UNIFORM, lo, hi});
+}
+
+static int param_fill(mg_dtensor *v, uint64_t seed, uint64_t stream, mg_param_init init) {
+    if (init.kind == MG_INIT_NORMAL) return mg_dtensor_fill_normal(v, seed, stream, init.a, init.b);
+    if (init.kind == MG_INIT_UNIFORM) return mg_dtensor_fill_uniform(v, seed, stream, init.a, init.b);
+    mg_backend *be = mg_backend_of(v->local); /* constant: the value on every rank */
+    be->iface->fill(be->context, v->local, init.a);
+    return MG_OK;
+}
+
+int mg_params_add_init(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
+                       const int64_t *shape, const mg_placement *store, const mg_placement *use,
+                       uint64_t seed, mg_param_init init) {
     if (strlen(name) >= MG_PARAM_NAME_MAX)
         return mg_error(MG_EINVAL, "parameter name '%s' is longer than %d characters", name,
                         MG_PARAM_NAME_MAX - 1);
@@ -32,7 +48,7 @@ int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int 
     snprintf(p->name, sizeof p->name, "%s", name);
     p->value = mg_dtensor_zeros(&spec, NULL);
     if (!p->value) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    rc = mg_dtensor_fill_uniform(p->value, seed, (uint64_t)t->n, lo, hi);
+    rc = param_fill(p->value, seed, (uint64_t)t->n, init);
     if (rc == MG_OK) rc = mg_set_requires_grad(p->value, 1);
     if (rc != MG_OK) {
         mg_dtensor_free(p->value);

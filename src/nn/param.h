@@ -4,7 +4,8 @@
  * Replicate first), its gradient for the current step, and the optimizer state
  * tensors, which always have the parameter's own spec (sharded like it).
  *
- * Exports: mg_param, mg_param_table, mg_params_add, mg_params_free,
+ * Exports: mg_param, mg_param_table, mg_param_init, mg_params_add,
+ * mg_params_add_init, mg_params_free,
  * mg_params_use (the tensor the forward pass should use), mg_params_collect_grads,
  * mg_param_grad_in_parts,
  * mg_params_zero_grads, mg_params_checksum (FNV-1a 64 over every full tensor). */
@@ -46,6 +47,18 @@ typedef struct {
 int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
                   const int64_t *shape, const mg_placement *store, const mg_placement *use,
                   uint64_t seed, float lo, float hi);
+/* How a parameter starts: U(a, b), N(a, b^2) (mean a, standard deviation b),
+ * or the constant a. Draws come from Philox(seed, stream = the index in the
+ * table) by global element index. */
+typedef enum { MG_INIT_UNIFORM = 0, MG_INIT_NORMAL, MG_INIT_CONSTANT } mg_init_kind;
+typedef struct {
+    mg_init_kind kind;
+    float a, b;
+} mg_param_init;
+/* mg_params_add with any of those. */
+int mg_params_add_init(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
+                       const int64_t *shape, const mg_placement *store, const mg_placement *use,
+                       uint64_t seed, mg_param_init init);
 void mg_params_free(mg_param_table *t);
 
 /* The tensor the forward pass uses for parameter i: the value itself, or (FSDP)

@@ -7,7 +7,8 @@
 #include "dist/mesh.h"
 #include "status.h"
 
-static const char *const plan_names[] = {"dp", "tp", "fsdp"};
+static const char *const plan_names[] = {"dp", "tp", "fsdp", "sp", "tp+sp"};
+#define NPLANS ((int)(sizeof plan_names / sizeof plan_names[0]))
 
 int mg_plan_parse(const char *text, mg_plan *plan) {
     memset(plan, 0, sizeof *plan);
@@ -18,12 +19,12 @@ int mg_plan_parse(const char *text, mg_plan *plan) {
             return mg_error(MG_EINVAL, "parallel plan '%s' has more than %d entries (one per mesh dim)",
                             text, MG_MAX_MESH_DIMS);
         int kind = -1;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < NPLANS; k++)
             if (len == strlen(plan_names[k]) && strncmp(s, plan_names[k], len) == 0) kind = k;
         if (kind < 0)
             return mg_error(MG_EINVAL,
-                            "parallel plan '%s': unknown entry '%.*s'; use dp, tp or fsdp, one per mesh "
-                            "dim separated by commas (e.g. dp,tp)",
+                            "parallel plan '%s': unknown entry '%.*s'; use dp, tp, fsdp, sp or tp+sp, "
+                            "one per mesh dim separated by commas (e.g. dp,tp)",
                             text, (int)len, s);
         plan->kind[plan->ndim++] = (mg_plan_kind)kind;
         if (s[len] == '\0') break;
@@ -82,8 +83,10 @@ void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_pl
     for (int d = 0; d < plan->ndim; d++) {
         mg_placement ws = MG_REPLICATE, wu = MG_REPLICATE, bs = MG_REPLICATE, bu = MG_REPLICATE;
         switch (plan->kind[d]) {
-        case MG_PLAN_DP: break;
+        case MG_PLAN_DP:
+        case MG_PLAN_SP: break;
         case MG_PLAN_TP:
+        case MG_PLAN_TP_SP:
             /* column-parallel: outputs split; row-parallel: inputs split, output Partial */
             ws = wu = column ? MG_SHARD(0) : MG_SHARD(1);
             bs = bu = column ? MG_SHARD(0) : MG_REPLICATE;
@@ -101,5 +104,61 @@ void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_pl
 
 void mg_plan_batch(const mg_plan *plan, mg_placement *p) {
     for (int d = 0; d < plan->ndim; d++)
-        p[d] = is_data_parallel(plan->kind[d]) ? MG_SHARD(0) : MG_REPLICATE;
+        p[d] = is_data_parallel(plan->kind[d])     ? MG_SHARD(0)
+               : plan->kind[d] == MG_PLAN_SP ? MG_SHARD(1)
+                                                   : MG_REPLICATE;
+}
+
+int mg_plan_has_sequence(const mg_plan *plan) {
+    for (int d = 0; d < plan->ndim; d++)
+        if (plan->kind[d] == MG_PLAN_SP || plan->kind[d] == MG_PLAN_TP_SP) return 1;
+    return 0;
+}
+
+static int degree_of(const mg_plan *plan, const mg_mesh *mesh, mg_plan_kind a, mg_plan_kind b) {
+    int degree = 1;
+    for (int d = 0; d < plan->ndim && d < mesh->ndim; d++)
+        if (plan->kind[d] == a || plan->kind[d] == b) degree *= mesh->shape[d];
+    return degree;
+}
+
+int mg_plan_tensor_degree(const mg_plan *plan, const mg_mesh *mesh) {
+    return degree_of(plan, mesh, MG_PLAN_TP, MG_PLAN_TP_SP);
+}
+
+int mg_plan_sequence_degree(const mg_plan *plan, const mg_mesh *mesh) {
+    return degree_of(plan, mesh, MG_PLAN_SP, MG_PLAN_TP_SP);
+}
+
+void mg_plan_gpt_param(const mg_plan *plan, mg_gpt_role role, mg_placement *store,
+                       mg_placement *use) {
+    for (int d = 0; d < plan->ndim; d++) {
+        mg_placement s = MG_REPLICATE, u = MG_REPLICATE;
+        switch (plan->kind[d]) {
+        case MG_PLAN_DP:
+        case MG_PLAN_SP: break;
+        case MG_PLAN_FSDP: s = MG_SHARD(0); break; /* gathered to Replicate for use */
+        case MG_PLAN_TP:
+        case MG_PLAN_TP_SP:
+            s = u = role == MG_GPT_EMBEDDING || role == MG_GPT_COLUMN ? MG_SHARD(0)
+                    : role == MG_GPT_ROW                            ? MG_SHARD(1)
+                                                                    : MG_REPLICATE;
+            break;
+        }
+        if (store) store[d] = s;
+        if (use) use[d] = u;
+    }
+}
+
+void mg_plan_residual(const mg_plan *plan, mg_placement *p) {
+    for (int d = 0; d < plan->ndim; d++)
+        p[d] = is_data_parallel(plan->kind[d]) ? MG_SHARD(0)
+               : plan->kind[d] == MG_PLAN_TP   ? MG_REPLICATE
+                                               : MG_SHARD(1);
+}
+
+void mg_plan_region_input(const mg_plan *plan, mg_placement *p) {
+    mg_plan_residual(plan, p);
+    for (int d = 0; d < plan->ndim; d++)
+        if (plan->kind[d] == MG_PLAN_TP_SP) p[d] = MG_REPLICATE;
 }

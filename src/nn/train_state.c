@@ -82,11 +82,21 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
     attr_int(l, "data.batch", st->batch);
     attr_set(l, "data.file", "%s", st->data_file ? st->data_file : "");
     attr_set(l, "model", "%s", mg_model_kind_name(model->kind));
-    attr_int(l, "model.hidden", model->hidden);
-    attr_int(l, "model.channels", model->channels);
-    attr_int(l, "model.classes", model->classes);
-    attr_set(l, "model.input", "%lldx%lld", (long long)model->sample_shape[0],
-             (long long)model->sample_shape[1]);
+    if (model->kind == MG_MODEL_GPT) {
+        const mg_gpt_config *g = &model->gpt.cfg;
+        attr_int(l, "model.layers", g->layers);
+        attr_int(l, "model.heads", g->heads);
+        attr_int(l, "model.embd", g->embd);
+        attr_int(l, "model.ctx", g->ctx);
+        attr_int(l, "model.vocab", g->vocab);
+        attr_set(l, "model.qkv_rows", "per head: (heads, 3, embd / heads), q k v of a head together");
+    } else {
+        attr_int(l, "model.hidden", model->hidden);
+        attr_int(l, "model.channels", model->channels);
+        attr_int(l, "model.classes", model->classes);
+        attr_set(l, "model.input", "%lldx%lld", (long long)model->sample_shape[0],
+                 (long long)model->sample_shape[1]);
+    }
     attr_set(l, "optimizer", "%s", mg_optim_kind_name(opt->kind));
     state_names(opt, buf, sizeof buf);
     attr_set(l, "optimizer.state", "%s", buf);
@@ -101,6 +111,7 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
     attr_double(l, "schedule.lr", st->schedule.lr);
     attr_int(l, "schedule.warmup", st->schedule.warmup);
     attr_int(l, "schedule.total_steps", st->schedule.total);
+    attr_double(l, "schedule.lr_min", st->schedule.lr_min);
     const mg_mesh *mesh = model_mesh(model);
     attr_set(l, "mesh", "%s", mg_mesh_format(buf, sizeof buf, mesh));
     attr_set(l, "parallel", "%s", mg_plan_format(buf, sizeof buf, plan));
@@ -176,25 +187,37 @@ int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *o
 typedef struct {
     const char *key;
     int must_match;
+    int models; /* the models it belongs to: bit (1 << kind) */
 } setting;
 
+#define MLPS ((1 << MG_MODEL_MLP) | (1 << MG_MODEL_PERMUTE_MLP))
+#define GPT (1 << MG_MODEL_GPT)
+#define ALL (MLPS | GPT)
 static const setting settings[] = {
-    {"model", 1},
-    {"model.hidden", 1},
-    {"model.channels", 1},
-    {"model.classes", 1},
-    {"model.input", 1},
-    {"optimizer", 1},
-    {"optimizer.state", 1},
-    {"seed", 0},
-    {"data.batch", 0},
-    {"schedule", 0},
-    {"schedule.lr", 0},
-    {"schedule.warmup", 0},
-    {"schedule.total_steps", 0},
-    {"optimizer.momentum", 0},
-    {"optimizer.weight_decay", 0},
-    {"clip", 0},
+    {"model", 1, ALL},
+    {"model.hidden", 1, MLPS},
+    {"model.channels", 1, 1 << MG_MODEL_PERMUTE_MLP},
+    {"model.classes", 1, MLPS},
+    {"model.input", 1, MLPS},
+    {"model.layers", 1, GPT},
+    {"model.heads", 1, GPT},
+    {"model.embd", 1, GPT},
+    {"model.ctx", 1, GPT},
+    {"model.vocab", 1, GPT},
+    {"optimizer", 1, ALL},
+    {"optimizer.state", 1, ALL},
+    {"seed", 0, ALL},
+    {"data.batch", 0, ALL},
+    {"schedule", 0, ALL},
+    {"schedule.lr", 0, ALL},
+    {"schedule.warmup", 0, ALL},
+    {"schedule.total_steps", 0, ALL},
+    {"schedule.lr_min", 0, ALL},
+    {"optimizer.beta1", 0, ALL},
+    {"optimizer.beta2", 0, ALL},
+    {"optimizer.momentum", 0, ALL},
+    {"optimizer.weight_decay", 0, ALL},
+    {"clip", 0, ALL},
 };
 
 /* A count attribute, parsed exactly: decimal digits only, no overflow. */
@@ -226,8 +249,8 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
                             mg_train_state_on_diff on_diff, void *ctx) {
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
         const setting *s = &settings[i];
-        if (strcmp(s->key, "model.channels") == 0 && model->kind != MG_MODEL_PERMUTE_MLP) continue;
-        if (strcmp(s->key, "schedule.total_steps") == 0 &&
+        if (!(s->models & (1 << model->kind))) continue;
+        if ((strcmp(s->key, "schedule.total_steps") == 0 || strcmp(s->key, "schedule.lr_min") == 0) &&
             strcmp(mg_ckpt_attr_get(cur->a, cur->n, "schedule"), "cosine") != 0)
             continue; /* a constant schedule does not depend on the length of the run */
         const char *want = mg_ckpt_attr_get(cur->a, cur->n, s->key);
@@ -306,6 +329,8 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
             mg_schedule_kind_parse(v, &saved->schedule.kind);
         if ((v = mg_ckpt_attr_get(file, nfile, "schedule.lr"))) saved->schedule.lr = strtod(v, NULL);
         if ((v = mg_ckpt_attr_get(file, nfile, "clip"))) saved->clip = strtod(v, NULL);
+        if ((v = mg_ckpt_attr_get(file, nfile, "schedule.lr_min")))
+            saved->schedule.lr_min = strtod(v, NULL);
         saved->schedule.warmup = warmup;
         saved->schedule.total = total;
         v = mg_ckpt_attr_get(file, nfile, "mesh");

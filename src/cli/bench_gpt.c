@@ -1,0 +1,165 @@
+/* bench_gpt.c: `meshgrad bench step --model gpt`: the GPT's training step
+ * (gpt.h; forward, cross-entropy, backward, clipping at global norm 1, AdamW:
+ * the recipe of data/mobydick.conf) on any mesh and plan, on fixed token ids
+ * drawn by Philox (no data file). It prints the median step time after
+ * warm-up and of its forward, backward and optimizer parts (each the slowest
+ * rank's), GFLOP/s (6 N per token for the N weights the GEMMs touch, plus
+ * attention's 12 L T C per token, causal halved), the largest rank's peak RSS,
+ * and as its last line the same JSON object as the MLP's step.
+ * Exports mg_cli_bench_step_gpt (cli.h). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/device.h"
+#include "cli/cli.h"
+#include "context.h"
+#include "dist/comm.h"
+#include "dist/mesh.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "rng.h"
+#include "status.h"
+
+typedef struct {
+    mg_gpt_config g;
+    int64_t batch, steps, threads;
+    double lr;
+    char mesh[64], plan[64];
+} bench_options;
+
+static int parse(int argc, char **argv, bench_options *o) {
+    const char *usage = "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
+                        "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR]";
+    static const struct option opts[] = {
+        {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
+        {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
+        {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
+        {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, 1e-3, "", "dp"};
+    int c, bad = 0;
+    opterr = 0;
+    while (!bad && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'M': bad = strcmp(optarg, "gpt") != 0; break;
+        case 'L': bad = mg_cli_parse_count(optarg, &o->g.layers); break;
+        case 'H': bad = mg_cli_parse_count(optarg, &o->g.heads); break;
+        case 'C': bad = mg_cli_parse_count(optarg, &o->g.embd); break;
+        case 'T': bad = mg_cli_parse_count(optarg, &o->g.ctx); break;
+        case 'V': bad = mg_cli_parse_count(optarg, &o->g.vocab); break;
+        case 'b': bad = mg_cli_parse_count(optarg, &o->batch); break;
+        case 's': bad = mg_cli_parse_count(optarg, &o->steps); break;
+        case 't': bad = mg_cli_parse_count(optarg, &o->threads); break;
+        case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
+        case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
+        case 'r': o->lr = atof(optarg); bad = !(o->lr > 0); break;
+        case 'h':
+            if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
+            return 1;
+        default: bad = 1;
+        }
+    }
+    if (!bad && optind == argc) return 0;
+    if (mg_rank() == 0) fprintf(stderr, "usage: meshgrad bench %s\n", usage);
+    mg_error(MG_EINVAL, "bench step --model gpt: bad arguments (see the usage above)");
+    return 2;
+}
+
+/* ids (B, T) at the plan's batch placements: Philox draws below V */
+static mg_dtensor *token_ids(const mg_mesh *mesh, const mg_plan *plan, int64_t B, int64_t T,
+                             int64_t V, uint64_t stream) {
+    mg_tensor *f = mg_tensor_new(2, (int64_t[]){B, T});
+    if (!f) return NULL;
+    for (int64_t i = 0; i < B * T; i++)
+        mg_tensor_data(f)[i] = (float)(mg_rng_bits_at(7, stream, (uint64_t)i) % (uint32_t)V);
+    mg_placement bp[MG_MAX_MESH_DIMS];
+    mg_plan_batch(plan, bp);
+    mg_dtensor *d = mg_distribute(mesh, f, bp, mesh->ndim);
+    mg_tensor_free(f);
+    return d;
+}
+
+int mg_cli_bench_step_gpt(int argc, char **argv) {
+    bench_options o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (o.threads) mg_backend_cpu_set_threads((int)o.threads);
+    int world = mg_world_size(), shape[MG_MAX_MESH_DIMS] = {world}, nd = 1;
+    if (o.mesh[0] && (nd = mg_mesh_parse(o.mesh, shape)) < 0) return 2;
+    mg_mesh *mesh = mg_mesh_new(nd, shape);
+    mg_plan plan;
+    if (!mesh || mg_plan_parse(o.plan, &plan) != MG_OK || mg_plan_check(&plan, mesh, o.batch) != MG_OK)
+        return 1;
+    mg_model model;
+    if (mg_model_init_gpt(&model, mesh, &plan, &o.g, 1) != MG_OK) return 1;
+    mg_param_table *params = &model.params;
+    mg_optimizer opt;
+    mg_optimizer_init(&opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
+    opt.beta2 = 0.95f;
+    if (mg_optimizer_add_state(&opt, params) != MG_OK) return 1;
+    const int64_t B = o.batch, T = o.g.ctx;
+    mg_dtensor *x = token_ids(mesh, &plan, B, T, o.g.vocab, 1);
+    mg_dtensor *y = x ? token_ids(mesh, &plan, B, T, o.g.vocab, 2) : NULL;
+    if (!y) return 1;
+    const int warmup = 2;
+    int64_t steps = o.steps;
+    double *times = calloc((size_t)(4 * steps), sizeof(double));
+    if (!times) return 1;
+    for (int64_t s = -warmup; s < steps; s++) {
+        if (mg_comm_barrier(mesh->world) != MG_OK) return 1;
+        double t0 = mg_cli_clock();
+        mg_dtensor *logits = mg_model_forward(&model, x); // logits: (B, T, V)
+        mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
+        if (mg_device_synchronize() != MG_OK) return 1;
+        double t1 = mg_cli_clock();
+        if (!loss || mg_backward(loss) != MG_OK) return 1;
+        mg_params_collect_grads(params);
+        if (mg_device_synchronize() != MG_OK) return 1;
+        double t2 = mg_cli_clock();
+        if (mg_clip_grad_norm(params, 1.0, NULL) != MG_OK ||
+            mg_optimizer_step(&opt, params, (float)o.lr) != MG_OK)
+            return 1;
+        mg_params_zero_grads(params);
+        mg_step_end();
+        if (mg_device_synchronize() != MG_OK) return 1;
+        double t3 = mg_cli_clock(), slowest[4] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2};
+        if (mg_comm_all_reduce_f64(mesh->world, slowest, 4, MG_CONTROL_MAX) != MG_OK) return 1;
+        if (s >= 0)
+            for (int k = 0; k < 4; k++) times[k * steps + s] = slowest[k];
+    }
+    const int64_t C = o.g.embd, L = o.g.layers, V = o.g.vocab;
+    double weights = (double)L * 12 * C * C + (double)V * C; /* the GEMMs': blocks and the head */
+    double flops = (6 * weights + 6.0 * L * T * C) * (double)(B * T); /* attention causal: half of 12 */
+    double ms = mg_cli_median(times, (int)steps) * 1e3, rss = mg_cli_peak_rss_mb(mesh->world);
+    double fwd = mg_cli_median(times + steps, (int)steps) * 1e3,
+           bwd = mg_cli_median(times + 2 * steps, (int)steps) * 1e3,
+           upd = mg_cli_median(times + 3 * steps, (int)steps) * 1e3;
+    double arena = (double)mg_arena_peak(mg_step_arena()) / 1048576.0;
+    if (mg_comm_all_reduce_f64(mesh->world, &arena, 1, MG_CONTROL_MAX) != MG_OK) return 1;
+    if (mg_rank() == 0) {
+        char mt[32], pt[32];
+        mg_mesh_format(mt, sizeof mt, mesh);
+        mg_plan_format(pt, sizeof pt, &plan);
+        printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
+               "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
+               "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o.g.heads,
+               (long long)C, (long long)V, (long long)mg_params_numel(params), world, mt, pt,
+               mg_backend_cpu_threads(), (long long)steps, warmup);
+        printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
+               ms, flops / (ms * 1e-3) * 1e-9, rss, arena);
+        printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest rank)\n",
+               fwd, bwd, upd);
+        printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
+               "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
+               "\"arena_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,\"device\":\"cpu\"}\n",
+               world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, arena,
+               fwd, bwd, upd);
+    }
+    free(times);
+    mg_dtensor_free(x), mg_dtensor_free(y);
+    mg_model_free(&model);
+    mg_mesh_free(mesh);
+    return 0;
+}

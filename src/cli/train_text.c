@@ -1,0 +1,117 @@
+/* train_text.c: the GPT's side of `meshgrad train` (see train.h): the token
+ * splits of the data set, the windows of each step and micro-batch, and the
+ * validation loss.
+ *
+ * A step's B windows of T + 1 tokens start where Philox(seed, step, row) puts
+ * them (io/tokens.h), so every mesh, every resume and every --grad-accum sees
+ * the same rows; micro-batch m of N takes rows [m B/N, (m + 1) B/N). The
+ * validation loss is the mean loss over every non-overlapping T-window of
+ * /val, in chunks of about B windows (each chunk's mean weighted by its
+ * windows), the same on every mesh up to float reassociation.
+ * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_evaluate
+ * (train.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/train.h"
+#include "context.h"
+#include "status.h"
+
+/* A split of at least T + 1 tokens, with the train split's vocabulary. */
+static int check_split(trainer *tr, const mg_tokens *t, const char *split) {
+    const mg_train_config *c = &tr->cfg;
+    if (mg_tokens_count(t) < c->ctx + 1)
+        return mg_error(MG_EINVAL, "%s: the %s split holds %lld tokens, fewer than --ctx + 1 = %lld "
+                        "(a window is ctx + 1 tokens): use a longer text or a smaller --ctx",
+                        c->data, split, (long long)mg_tokens_count(t), (long long)c->ctx + 1);
+    if (mg_tokens_vocab(t) != mg_tokens_vocab(tr->tokens))
+        return mg_error(MG_EFORMAT, "%s: the val split's vocabulary (%d) is not the train split's "
+                        "(%d)", c->data, mg_tokens_vocab(t), mg_tokens_vocab(tr->tokens));
+    return MG_OK;
+}
+
+static int batch_spec(trainer *tr, int64_t rows, mg_spec *s, const char *what) {
+    mg_placement bp[MG_MAX_MESH_DIMS];
+    mg_plan_batch(&tr->plan, bp);
+    return mg_spec_make(s, tr->mesh, bp, tr->mesh->ndim, 2, (int64_t[]){rows, tr->cfg.ctx}, what);
+}
+
+int mg_train_text_setup(trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    mg_comm *world = tr->mesh->world;
+    int64_t micro = c->batch / c->grad_accum;
+    int degree = mg_plan_data_degree(&tr->plan, tr->mesh);
+    if (micro < degree)
+        return mg_error(MG_EINVAL, "a micro-batch of %lld windows (batch %lld / grad-accum %lld) is "
+                        "smaller than the data-parallel degree %d: every data-parallel rank needs a "
+                        "row (use a smaller --grad-accum)", (long long)micro, (long long)c->batch,
+                        (long long)c->grad_accum, degree);
+    if (!(tr->tokens = mg_tokens_open(c->data, "train", world))) return mg_last_code();
+    int rc = check_split(tr, tr->tokens, "train");
+    if (rc == MG_OK && !(tr->val = mg_tokens_open(c->data, "val", world))) rc = mg_last_code();
+    if (rc == MG_OK) rc = check_split(tr, tr->val, "val");
+    if (rc == MG_OK && mg_tokens_eval_windows(tr->val, c->ctx) < degree)
+        rc = mg_error(MG_EINVAL, "%s: the val split holds %lld windows of --ctx %lld tokens, fewer "
+                      "than the data-parallel degree %d", c->data,
+                      (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx, degree);
+    if (rc != MG_OK) return rc;
+    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
+    if (!(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
+        return mg_error(MG_ENOMEM, "train: out of memory for %lld windows", (long long)c->batch);
+    mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
+    rc = mg_model_init_gpt(&tr->model, tr->mesh, &tr->plan, &g, (uint64_t)c->seed);
+    if (rc != MG_OK) return rc;
+    tr->have_model = 1;
+    rc = batch_spec(tr, micro, &tr->x_spec, "train ids");
+    if (rc == MG_OK) rc = batch_spec(tr, micro, &tr->y_spec, "train targets");
+    return rc;
+}
+
+int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y) {
+    const mg_train_config *c = &tr->cfg;
+    int64_t b = c->batch / c->grad_accum;
+    if (micro == 0) mg_tokens_train_starts(tr->tokens, (uint64_t)c->seed, step, c->batch, c->ctx, tr->starts);
+    return mg_tokens_batch(tr->tokens, tr->starts + micro * b, b, c->ctx, &tr->x_spec, &tr->y_spec,
+                           x, y, mg_step_arena());
+}
+
+/* The loss of `n` windows from window `first` of /val (a mean over n T). */
+static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
+    mg_spec xs, ys;
+    int rc = batch_spec(tr, n, &xs, "val ids");
+    if (rc == MG_OK) rc = batch_spec(tr, n, &ys, "val targets");
+    if (rc != MG_OK) return rc;
+    mg_tokens_eval_starts(first, n, tr->cfg.ctx, tr->starts);
+    mg_dtensor *x, *y, *l = NULL;
+    rc = mg_tokens_batch(tr->val, tr->starts, n, tr->cfg.ctx, &xs, &ys, &x, &y, mg_step_arena());
+    if (rc != MG_OK) return rc;
+    mg_dtensor *logits = mg_model_forward(&tr->model, x); // logits: (n, T, V)
+    if (logits) l = mg_cross_entropy(logits, y);
+    mg_tensor *full = l ? mg_full_tensor(l) : NULL;
+    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    *loss = full->data[0];
+    mg_tensor_free(full);
+    return MG_OK;
+}
+
+int mg_train_text_evaluate(trainer *tr, double *val_loss) {
+    const mg_train_config *c = &tr->cfg;
+    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = c->batch;
+    int degree = mg_plan_data_degree(&tr->plan, tr->mesh);
+    int64_t chunks = (windows + chunk - 1) / chunk;
+    if (windows / chunks < degree) chunks = windows / degree; /* every chunk >= degree */
+    int prev = mg_set_grad_enabled(0);
+    double sum = 0;
+    int rc = MG_OK;
+    for (int64_t k = 0, first = 0; rc == MG_OK && k < chunks; k++) {
+        int64_t n = windows / chunks + (k < windows % chunks); /* sizes differ by one at most */
+        double loss = 0;
+        rc = chunk_loss(tr, first, n, &loss);
+        sum += loss * (double)n;
+        first += n;
+        mg_step_end();
+    }
+    mg_set_grad_enabled(prev);
+    *val_loss = sum / (double)windows;
+    return rc;
+}

@@ -1,0 +1,102 @@
+/* gpt.h: GPT-2 (Radford et al. 2019; karpathy/llm.c's train_gpt2.c) on
+ * distributed tensors, as a list of blocks with a forward each:
+ *
+ *   ids (B, T) -> wte[ids] + wpe[0:T]                      x: (B, T, C)
+ *   L blocks:  x = x + proj(attention(qkv(ln1(x))))      causal, H heads of D = C / H
+ *              x = x + fc2(gelu(fc(ln2(x))))              GELU (tanh), width 4C
+ *   ln_f(x) wte^T                                          logits: (B, T, V), head tied to wte
+ *
+ * Parameters (names as in checkpoints, "h.<l>." prefixed per block):
+ *   wte (V, C), wpe (T, C), h.l.ln1.weight/.bias (C), h.l.attn.qkv.weight (3C, C)
+ *   and .bias (3C), h.l.attn.proj.weight (C, C) and .bias (C), h.l.ln2.weight/.bias,
+ *   h.l.mlp.fc.weight (4C, C) and .bias (4C), h.l.mlp.fc2.weight (C, 4C) and .bias
+ *   (C), ln_f.weight/.bias (C).
+ * The rows of the qkv weight (and bias) are ordered per head, (H, 3, D): head h's
+ * q, k and v rows lie together, rows [h 3D, (h + 1) 3D). So a split of the rows
+ * over tensor-parallel ranks (column parallel, Shard(0)) is a split of the
+ * heads, and the output (B, T, 3C) reshaped to (B, T, H, 3, D) and narrowed on
+ * the "3" dim gives q, k and v with no data moved between ranks. (GPT-2's own
+ * checkpoints order them (3, H, D); converting one permutes those rows.)
+ *
+ * Init (GPT-2's): every weight and both embeddings N(0, 0.02), the two residual
+ * projections (attn.proj, mlp.fc2) N(0, 0.02 / sqrt(2 L)); biases 0; layer norm
+ * weights 1 and biases 0. Drawn by Philox from (seed, the parameter's index) by
+ * global element index: every mesh starts bitwise equal.
+ *
+ * Placements come from the plan (plan.h): each parameter's by its role; the
+ * residual stream is brought to mg_plan_residual between blocks and the input
+ * of each tensor-parallel region to mg_plan_region_input (on Megatron's tp
+ * that is one all-reduce after each row-parallel layer; with tp+sp a
+ * reduce-scatter there and an all-gather before each column-parallel layer).
+ * Everything else the ops' sharding rules decide.
+ *
+ * Generation: a KV cache (mg_gpt_cache) holds each block's k and v (1, H, T, D)
+ * with the heads' placements; mg_gpt_forward_cached runs a prompt of n tokens
+ * from position 0 (filling the cache) or one token at position pos against the
+ * cache (O(T) per token instead of a rerun of the prefix).
+ *
+ * Exports: mg_gpt_config, mg_gpt_block, mg_gpt, mg_gpt_check, mg_gpt_init,
+ * mg_gpt_free, mg_gpt_embed, mg_gpt_block_forward, mg_gpt_head, mg_gpt_forward,
+ * mg_gpt_param_count, mg_gpt_cache, mg_gpt_cache_init, mg_gpt_cache_free,
+ * mg_gpt_forward_cached. */
+#ifndef MG_NN_GPT_H
+#define MG_NN_GPT_H
+
+#include <stdint.h>
+
+#include "nn/param.h"
+#include "nn/plan.h"
+
+typedef struct {
+    int64_t layers, heads, embd, ctx, vocab; /* L, H, C, T (the longest sequence), V */
+} mg_gpt_config;
+
+typedef struct { /* indices in the parameter table */
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b;
+} mg_gpt_block;
+
+typedef struct {
+    mg_gpt_config cfg;
+    int wte, wpe, lnf_w, lnf_b;
+    mg_gpt_block *block; /* cfg.layers of them */
+    mg_placement residual[MG_MAX_MESH_DIMS], region_in[MG_MAX_MESH_DIMS];
+    int mesh_ndim;
+} mg_gpt;
+
+/* Refuses, with one line naming the fix: sizes < 1, heads not dividing embd,
+ * a tensor-parallel degree that does not divide the heads (or 4C, or whose
+ * vocabulary shards would be empty), a sequence-parallel degree above ctx.
+ * Metadata only: every rank decides the same. */
+int mg_gpt_check(const mg_gpt_config *cfg, const mg_plan *plan, const mg_mesh *mesh);
+/* Checks, then adds the parameters to t (placements from the plan). */
+int mg_gpt_init(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan,
+                const mg_gpt_config *cfg, uint64_t seed);
+void mg_gpt_free(mg_gpt *g);
+/* GPT-2's count, the tied head counted once: V C + T C + L (12 C^2 + 13 C) + 2 C. */
+int64_t mg_gpt_param_count(const mg_gpt_config *cfg);
+
+/* x (B, n, C) = wte[ids] + wpe[pos : pos + n] from ids (B, n), at the residual's
+ * placements. */
+mg_dtensor *mg_gpt_embed(mg_gpt *g, mg_param_table *t, const mg_dtensor *ids, int64_t pos);
+/* Block l: x (B, T, C) -> x (B, T, C), causal over the T positions. */
+mg_dtensor *mg_gpt_block_forward(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *x);
+/* logits (B, T, V) = ln_f(x) wte^T (vocab-sharded under tp: loss parallel). */
+mg_dtensor *mg_gpt_head(mg_gpt *g, mg_param_table *t, const mg_dtensor *x);
+/* logits (B, T, V) from ids (B, T), T <= ctx: embed, every block, head. */
+mg_dtensor *mg_gpt_forward(mg_gpt *g, mg_param_table *t, const mg_dtensor *ids);
+
+typedef struct {
+    mg_dtensor **k, **v; /* per block: (1, H, ctx, D), heads placed as the qkv rows */
+    int64_t len;         /* positions held */
+} mg_gpt_cache;
+
+int mg_gpt_cache_init(mg_gpt_cache *c, const mg_gpt *g, const mg_mesh *mesh, const mg_plan *plan);
+void mg_gpt_cache_free(mg_gpt_cache *c, const mg_gpt *g);
+/* Without autograd. ids (1, n): with pos 0, a prompt of n <= ctx tokens (the
+ * cache is refilled); else n == 1 and pos == c->len < ctx, the next token.
+ * Returns the logits (1, 1, V) of the last position; the cache then holds
+ * pos + n positions. */
+mg_dtensor *mg_gpt_forward_cached(mg_gpt *g, mg_param_table *t, mg_gpt_cache *c,
+                                  const mg_dtensor *ids, int64_t pos);
+
+#endif
