@@ -218,6 +218,16 @@ mg_dtensor *mg_op_param_copy(const mg_dtensor *param, const mg_spec *target) {
     return add_copy(y, (mg_dtensor *)param, !view) == MG_OK ? y : NULL;
 }
 
+int mg_ops_hold(int n, const mg_dtensor *const *xs) {
+    release_except(xs, n); /* copies the earlier ops used, not this one */
+    for (int i = 0; i < n; i++) {
+        mg_param_copy_entry *e = xs[i] ? copy_entry(xs[i]) : NULL;
+        int rc = e && !e->held ? regather(e) : MG_OK;
+        if (rc != MG_OK) return rc;
+    }
+    return MG_OK;
+}
+
 int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_dtensor *const *xs,
                    int out_ndim, const int64_t *out_shape, mg_dtensor **xs_out, mg_spec *out_spec) {
     const mg_spec *specs[MG_RULE_MAX_INPUTS] = {0};
@@ -225,11 +235,7 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
     for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
     int rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());
-    release_except(xs, n); /* copies the earlier ops used, not this one */
-    for (int i = 0; i < n; i++) {
-        mg_param_copy_entry *e = xs[i] ? copy_entry(xs[i]) : NULL;
-        if (e && !e->held && (rc = regather(e)) != MG_OK) return rc;
-    }
+    if ((rc = mg_ops_hold(n, xs)) != MG_OK) return rc;
     for (int i = 0; i < n; i++) {
         xs_out[i] = NULL;
         if (!xs[i]) continue;

@@ -109,6 +109,11 @@ struct mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dte
  * Recorded like mg_op_redistribute. The plans (nn/param.c) use it for fsdp's
  * gathers; ops use it for parameters they are handed directly. */
 mg_dtensor *mg_op_param_copy(const mg_dtensor *param, const mg_spec *target);
+/* The parameter copies among xs (n of them, NULL entries skipped) gathered
+ * again where they were given back, and the other copies given back: what an
+ * op does before it reads its inputs (mg_ops_prepare does it; a gradient that
+ * reads a parameter copy's data outside mg_ops_prepare calls it first). */
+int mg_ops_hold(int n, const mg_dtensor *const *xs);
 /* The parameter behind a parameter copy of this step, or NULL: backward sends
  * a copy's gradient to its parameter. */
 mg_dtensor *mg_ops_param_of(const mg_dtensor *t);

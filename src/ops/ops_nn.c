@@ -227,6 +227,9 @@ static mg_spec affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p) {
 int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
                               const mg_dtensor *out, const mg_dtensor *g, bool want[3],
                               mg_dtensor **grads) {
+    const mg_dtensor *weight[1] = {w}; /* a parameter copy given back since the forward */
+    int rc = mg_ops_hold(1, weight);
+    if (rc != MG_OK) return rc;
     mg_dtensor *dy = mg_ops_grad_at(g, &out->spec);
     if (!dy) return mg_last_code();
     mg_spec ws, bs;
@@ -244,8 +247,8 @@ int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg
     if (mask && dx) { /* the row sums of g and g xhat over the whole row */
         if (!(sums = mg_ops_temp(1, &two))) return mg_last_code();
         be->iface->layer_norm_backward_sums(be->context, x->local, wl, dy->local, out->node->saved, sums);
-        int rc = mg_ops_reduce_over(x->spec.mesh, mask, sums->data, two, MG_REDUCE_SUM);
-        if (rc != MG_OK) return rc;
+        if ((rc = mg_ops_reduce_over(x->spec.mesh, mask, sums->data, two, MG_REDUCE_SUM)) != MG_OK)
+            return rc;
     }
     be->iface->layer_norm_backward(be->context, x->local, wl, dy->local, out->node->saved, sums, n,
                                    dx ? dx->local : NULL, dw ? dw->local : NULL,
