@@ -156,12 +156,16 @@ static mg_dtensor *contribution_value(mg_leaf_grad *lg, void *dest, size_t bytes
 
 static int backward_node(mg_node *node, mg_dtensor *g, int nuses) {
     unsigned leaves = 0, others = 0;
+    int calls = 0; /* VJP calls: one for the others, one per leaf */
     for (int i = 0; i < node->n_inputs; i++) {
         mg_dtensor *in = node->inputs[i];
         if (!in || !mg_tape_wants_grad(in)) continue;
-        if (leaf_of(in)) leaves |= 1u << i;
-        else others |= 1u << i;
+        if (leaf_of(in)) leaves |= 1u << i, calls++;
+        else calls += !others, others |= 1u << i;
     }
+    /* a gradient several calls sum the same way is summed once (a layer norm's
+     * x, weight and bias: one all-reduce of a Partial gradient, not three) */
+    if (calls > 1 && !(g = mg_vjp_grad_in(node, g))) return mg_last_code();
     int rc = MG_OK;
     if (others) {
         mg_dtensor *grads[MG_NODE_MAX_INPUTS];

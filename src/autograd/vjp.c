@@ -4,7 +4,8 @@
  * Partial weight gradient, a Shard(0) weight gathered for use gets its gradient
  * reduce-scattered by the mirror of that redistribute, and so on.
  *
- * Exports mg_vjp(node, grad_out, grads_in): grads_in[i] receives the gradient of
+ * Exports mg_vjp(node, grad_out, grads_in), mg_vjp_rows, mg_vjp_grad_in;
+ * mg_vjp: grads_in[i] receives the gradient of
  * node->inputs[i] (global shape of that input, any placement), or NULL when that
  * input wants none. The table is kept in step with the op enum by a
  * static_assert. */
@@ -244,4 +245,16 @@ int mg_vjp(mg_node *node, mg_dtensor *grad_out, unsigned mask, mg_dtensor **grad
     if (node->op < 0 || node->op >= MG_OP_COUNT || !vjp_table[node->op])
         return mg_error(MG_ESTATE, "backward: no VJP for op %d", node->op);
     return vjp_table[node->op](node, grad_out, grads_in);
+}
+
+mg_dtensor *mg_vjp_grad_in(const mg_node *node, mg_dtensor *g) {
+    switch (node->op) {
+    case MG_OP_LAYER_NORM:
+    case MG_OP_SOFTMAX:
+    case MG_OP_LOG_SOFTMAX:
+    case MG_OP_EMBEDDING:
+    case MG_OP_ATTENTION:
+    case MG_OP_CROSS_ENTROPY: return mg_ops_grad_at(g, &node->output->spec);
+    default: return g;
+    }
 }

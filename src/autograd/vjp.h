@@ -13,4 +13,11 @@ int mg_vjp(mg_node *node, mg_dtensor *grad_out, unsigned mask, mg_dtensor **grad
 bool mg_vjp_rows(const mg_node *node, mg_dtensor *grad_out, int i, const mg_dtensor **a,
                  const mg_dtensor **b);
 
+/* The gradient of node's output as its VJP reads it when that is the same for
+ * every input: the ops whose VJP takes the gradient at the output's placements
+ * with Partial made Replicate (layer norm, softmax, embedding, attention,
+ * cross-entropy) get it summed here, once, rather than once per input that
+ * wants a gradient; others get g back. NULL with a message on failure. */
+mg_dtensor *mg_vjp_grad_in(const mg_node *node, mg_dtensor *g);
+
 #endif

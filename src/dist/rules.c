@@ -34,8 +34,10 @@ double mg_rules_dim_cost(const mg_spec *s, int m, mg_placement to) {
         if (s->p[j].kind == MG_PLACE_SHARD) bytes /= s->mesh->shape[j];
     double f = (double)(k - 1) / k;
     if (from.kind == MG_PLACE_SHARD) {
-        if (to.kind == MG_PLACE_SHARD) return f * bytes;  /* all-to-all */
-        return (k - 1) * bytes;                            /* all-gather (then zero) */
+        if (to.kind == MG_PLACE_SHARD) return f * bytes; /* all-to-all */
+        if (to.kind == MG_PLACE_PARTIAL) /* all-gather, zero; and the sum it joins is owed */
+            return 2 * (k - 1) * bytes;               /* (a reduce-scatter of k blocks) */
+        return (k - 1) * bytes;                        /* all-gather */
     }
     /* from Partial */
     if (to.kind == MG_PLACE_SHARD) return f * bytes; /* reduce-scatter */

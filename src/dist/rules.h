@@ -36,7 +36,9 @@ typedef struct {
 } mg_candidates;
 
 /* Bytes moved (estimate, global metadata only) to change mesh dim m of spec s
- * to placement `to`, everything else unchanged. */
+ * to placement `to`, everything else unchanged. Shard -> Partial counts the
+ * sum it makes owed as well (a reduce-scatter), so an op sums a Partial input
+ * into a shard rather than gathering a shard into a Partial sum. */
 double mg_rules_dim_cost(const mg_spec *s, int m, mg_placement to);
 
 /* inputs[i] may be NULL (an absent optional input, e.g. no bias): its target is

@@ -227,8 +227,9 @@ static mg_spec affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p) {
 int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
                               const mg_dtensor *out, const mg_dtensor *g, bool want[3],
                               mg_dtensor **grads) {
-    const mg_dtensor *weight[1] = {w}; /* a parameter copy given back since the forward */
-    int rc = mg_ops_hold(1, weight);
+    /* x and w may be parameter copies given back since the forward: both are read */
+    const mg_dtensor *held[2] = {x, w};
+    int rc = mg_ops_hold(2, held);
     if (rc != MG_OK) return rc;
     mg_dtensor *dy = mg_ops_grad_at(g, &out->spec);
     if (!dy) return mg_last_code();
