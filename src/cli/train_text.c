@@ -6,8 +6,8 @@
  * them (io/tokens.h), so every mesh, every resume and every --grad-accum sees
  * the same rows; micro-batch m of N takes rows [m B/N, (m + 1) B/N). The
  * validation loss is the mean loss over every non-overlapping T-window of
- * /val, in chunks of about B windows (each chunk's mean weighted by its
- * windows), the same on every mesh up to float reassociation.
+ * /val, in chunks of about 4M logits or B windows if more (each chunk's
+ * mean weighted by its windows), the same on every mesh up to float reassociation.
  * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_evaluate
  * (train.h). */
 #include <stdlib.h>
@@ -96,7 +96,11 @@ static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
 
 int mg_train_text_evaluate(trainer *tr, double *val_loss) {
     const mg_train_config *c = &tr->cfg;
-    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = c->batch;
+    /* chunks of about 4M logits (16 MB), at least a batch: few forwards, so few
+     * collectives, and memory bounded whatever the split's length */
+    int64_t widest = mg_tokens_vocab(tr->val) > 4 * c->embd ? mg_tokens_vocab(tr->val) : 4 * c->embd;
+    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = (4 << 20) / (c->ctx * widest);
+    if (chunk < c->batch) chunk = c->batch;
     int degree = mg_plan_data_degree(&tr->plan, tr->mesh);
     int64_t chunks = (windows + chunk - 1) / chunk;
     if (windows / chunks < degree) chunks = windows / degree; /* every chunk >= degree */
