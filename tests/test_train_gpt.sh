@@ -1,0 +1,123 @@
+#!/bin/sh
+# test_train_gpt.sh: `meshgrad train --model gpt` on data/mobydick.h5, a tiny
+# GPT (2 layers, 4 heads, width 16, context 16) for a few steps of AdamW with
+# warmup, cosine decay and clipping.
+# - mesh invariance: 2 dp, 2 tp, 2 sp, 2 tp+sp, 2 fsdp, 2x2 dp,tp and 2x2
+#   fsdp,tp start from the 1-rank run's parameters bit for bit (the
+#   param_checksum line) and every step's loss and the final val_loss are within
+#   1e-4 (relative) of the 1-rank run's.
+# - --grad-accum 4 (1 rank) and 2 (2 ranks dp): every loss within 1e-6 of the
+#   one-batch run's.
+# - checkpoints: saved and resumed on 2 ranks dp, the losses and the final
+#   checkpoint are bitwise those of the uninterrupted run; a 2-rank tp
+#   checkpoint resumed on 2 ranks dp, and a 2-rank dp one on 2x2 dp,tp, follow
+#   the uninterrupted run within 1e-5.
+# - refusals, one "meshgrad: error:" line and a non-zero exit each: an MLP
+#   checkpoint with --model gpt and the reverse, a text data set shorter than
+#   ctx + 1 tokens, --heads not dividing --embd, a tensor-parallel degree that
+#   cannot split the heads.
+. "$(dirname "$0")/check.sh"
+program_test_env train-gpt
+text=$top/data/mobydick.h5
+STEPS=12
+
+gpt="--model gpt --data $text --layers 2 --heads 4 --embd 16 --ctx 16 --batch 8 --seed 3 \
+--threads 1 --log-every 0 --eval-every 0 --optimizer adamw --lr 3e-3 --betas 0.9,0.95 \
+--weight-decay 0.1 --schedule cosine --warmup 3 --lr-min 1e-4 --clip 1.0 --steps $STEPS"
+
+# train TAG NP ARGS...: output in $tmp/TAG.out, metrics in $tmp/TAG.jsonl; 0 on success
+train() {
+    tag=$1 np=$2
+    shift 2
+    if "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $gpt --metrics "$tmp/$tag.jsonl" "$@" \
+        >"$tmp/$tag.out" 2>&1; then
+        return 0
+    fi
+    fail "$tag: run failed"
+    sed 's/^/  | /' "$tmp/$tag.out"
+    return 1
+}
+
+checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$tmp/$1.jsonl"; }
+# "step loss" per step, and the last val_loss as step "val"
+losses() {
+    sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"
+    sed -n 's/.*"val_loss":\([^,}]*\).*/val \1/p' "$tmp/$1.jsonl" | tail -n 1
+}
+
+# close GOT REF RTOL N: GOT has N lines (steps and val), each within RTOL of REF's
+close() {
+    losses "$2" >"$tmp/ref.txt"
+    losses "$1" >"$tmp/got.txt"
+    awk -v rtol="$3" -v want="$4" '
+        NR == FNR { ref[$1] = $2; next }
+        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
+          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
+          if (rel > worst) { worst = rel; at = $1 } }
+        END { printf "%d losses, worst relative difference %.2e (at %s)", n, worst, at == "" ? "-" : at;
+              exit !(n == want && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
+}
+
+# ---- mesh invariance ----------------------------------------------------------------
+if train ref 1 && [ -n "$(checksum ref)" ] && [ "$(losses ref | wc -l)" -eq $((STEPS + 1)) ]; then
+    pass "1 rank: the reference, checksum $(checksum ref), val_loss $(losses ref | tail -n 1)"
+fi
+for run in 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp; do
+    IFS=: read -r np mesh plan <<EOF
+$run
+EOF
+    tag=mesh-$mesh-$plan
+    train "$tag" "$np" --mesh "$mesh" --parallel "$plan" || continue
+    if [ "$(checksum "$tag")" != "$(checksum ref)" ]; then
+        fail "$mesh [$plan]: param_checksum $(checksum "$tag"), 1-rank run $(checksum ref)"
+        continue
+    fi
+    check_output "$mesh [$plan]: same init, the 1-rank losses within 1e-4" close "$tag" ref 1e-4 $((STEPS + 1))
+done
+
+# ---- gradient accumulation ------------------------------------------------------------
+train accum4 1 --grad-accum 4 &&
+    check_output "--grad-accum 4: the one-batch losses within 1e-6" close accum4 ref 1e-6 $((STEPS + 1))
+train accum2-dp 2 --mesh 2 --parallel dp --grad-accum 2 &&
+    check_output "2 ranks dp, --grad-accum 2: the one-batch losses within 1e-6" \
+        close accum2-dp mesh-2-dp 1e-6 $((STEPS + 1))
+
+# ---- checkpoints --------------------------------------------------------------------------
+ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
+half=$((STEPS / 2))
+if train dp-full 2 --mesh 2 --parallel dp --save "$tmp/dp/" --save-every $half &&
+    train dp-resumed 2 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/dp" $half)" \
+        --save "$tmp/dp-resumed.h5"; then
+    losses dp-full | tail -n $((half + 1)) >"$tmp/want.txt"
+    losses dp-resumed >"$tmp/got.txt"
+    check "2 ranks dp, resumed at $half: the same loss text at every step and val" \
+        cmp -s "$tmp/want.txt" "$tmp/got.txt"
+    check_output "2 ranks dp, resumed: the final checkpoint is bitwise the uninterrupted run's" \
+        "$tool" compare "$(ckpt "$tmp/dp" $STEPS)" "$tmp/dp-resumed.h5"
+fi
+if train tp-full 2 --mesh 2 --parallel tp --save "$tmp/tp/" --save-every $half &&
+    train tp-on-dp 2 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/tp" $half)"; then
+    check_output "2 tp -> 2 dp: the losses within 1e-5" close tp-on-dp tp-full 1e-5 $((half + 1))
+fi
+if train dp-on-2x2 4 --mesh 2x2 --parallel dp,tp --resume "$(ckpt "$tmp/dp" $half)"; then
+    check_output "2 dp -> 2x2 dp,tp: the losses within 1e-5" close dp-on-2x2 dp-full 1e-5 $((half + 1))
+fi
+
+# ---- refusals -------------------------------------------------------------------------------
+"$TIMEOUT" 60 "$prog" train --model mlp --data "$data" --hidden 8 --batch 8 --steps 2 --log-every 0 \
+    --save "$tmp/mlp.h5" >"$tmp/mlp.out" 2>&1 || fail "the MLP run for a checkpoint failed"
+check_refused "an MLP checkpoint with --model gpt" 1 "saved with model = mlp but --model is gpt" \
+    "$prog" train $gpt --resume "$tmp/mlp.h5"
+check_refused "a GPT checkpoint with --model mlp" 1 "saved with model = gpt but --model is mlp" \
+    "$prog" train --model mlp --data "$data" --hidden 8 --batch 8 --steps 20 --resume "$(ckpt "$tmp/dp" $half)"
+awk 'BEGIN { for (i = 0; i < 10; i++) printf "a short text, line %d\n", i }' >"$tmp/short.txt"
+"$TIMEOUT" 60 "$prog" data text2h5 "$tmp/short.txt" "$tmp/short.h5" >/dev/null 2>&1 ||
+    fail "text2h5 of a short text failed"
+check_refused "a text shorter than ctx + 1 tokens" 1 "val split holds [0-9]+ tokens, fewer than --ctx \+ 1 = 65" \
+    "$prog" train $gpt --data "$tmp/short.h5" --ctx 64
+check_refused "--heads 3 with --embd 16" 1 "--heads 3 does not divide --embd 16" \
+    "$prog" train $gpt --heads 3
+check_refused "tp 2 with 3 heads" 2 "tensor-parallel degree 2 cannot split 3 heads" \
+    "$prog" train $gpt --heads 3 --embd 18 --mesh 2 --parallel tp
+
+check_summary
