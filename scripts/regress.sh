@@ -10,7 +10,7 @@
 #
 # usage: scripts/regress.sh [--quick] [--hostfile FILE] [--launcher mpirun|srun]
 #                           [--build DIR] [--out DIR]
-#   --quick          60 steps, a subset (each plan once per model): minutes
+#   --quick          60 steps (the GPT 40), a subset (each plan once per model): minutes
 #   --hostfile FILE  give mpirun this hostfile; ranks are spread over its hosts
 #   --launcher L     mpirun (default; root-safe, --oversubscribe) or srun
 #   --build DIR      the build directory with meshgrad and data/digits.h5
@@ -55,7 +55,9 @@ build=$(cd "$build" && pwd)
 prog=$build/meshgrad
 data=$build/data/digits.h5
 [ -x "$prog" ] || { echo "regress.sh: $prog is missing: build first (scripts/setup.sh or make -C $build)" >&2; exit 2; }
-[ -r "$data" ] || { echo "regress.sh: $data is missing: run make in $build" >&2; exit 2; }
+for f in "$data" "$build/data/mobydick.h5"; do
+    [ -r "$f" ] || { echo "regress.sh: $f is missing: run make in $build" >&2; exit 2; }
+done
 [ -n "$out" ] || out=runs/regress-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out/runs" "$out/curves" "$out/ckpt" || exit 2
 out=$(cd "$out" && pwd)
@@ -81,6 +83,12 @@ pmlp_model=permute-mlp
 # with momentum carries that 5e-4 on (1e-1 by step 200); seeds 12, 13 and 14
 # agree to 2e-6 for 200 steps
 pmlp_flags="--model permute-mlp --hidden 20 --channels 6 --optimizer sgd --lr 0.05 --momentum 0.9 --clip 2.0 --seed 12"
+# the GPT: the recipe's model (data/mobydick.conf), 100 steps (40 with --quick)
+gpt_model=gpt
+gpt_flags="--model gpt --data $build/data/mobydick.h5 --layers 4 --heads 4 --embd 128 --ctx 64 --batch 32 \
+--optimizer adamw --lr 1e-3 --betas 0.9,0.95 --weight-decay 0.1 --schedule cosine --warmup 10 --lr-min 1e-4 \
+--clip 1.0"
+if [ $quick -eq 1 ]; then gpt_steps=40; else gpt_steps=100; fi
 kill_model=mlp
 kill_flags="--model mlp --hidden 256 --optimizer adamw --lr 1e-3 --schedule constant"
 
@@ -108,11 +116,16 @@ launch() {
     fi
 }
 
+# steps_of MODEL-KEY: that model's steps (the GPT's differ: KEY_steps)
+steps_of() { eval "echo \${${1}_steps:-$STEPS}"; }
+
 # train NAME NP MESH PLAN MODEL-KEY EXTRA...: one run; sets rc and secs
 train() {
     name=$1 np=$2 mesh=$3 plan=$4 key=$5
     shift 5
     eval "flags=\$${key}_flags"
+    eval "ksteps_=\${${key}_steps:-}"
+    [ -z "$ksteps_" ] || flags="$flags --steps $ksteps_"
     f=$out/runs/$(safe "$name")
     t0=$(now)
     # shellcheck disable=SC2086
@@ -206,9 +219,16 @@ else
 fi
 # resume legs: MODEL-KEY:FROM-MESH:FROM-PLAN:TO-MESH:TO-PLAN
 if [ $quick -eq 1 ]; then
-    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp"
+    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp gpt:2:tp:2:dp"
 else
     legs="mlp:2:dp:2x2:dp,tp mlp:2x2:dp,tp:1:dp mlp:4:fsdp:2:tp pmlp:2:tp:4:fsdp pmlp:1x2:dp,tp:2x1:dp,tp"
+    legs="$legs gpt:2:tp:2:dp gpt:2:dp:2x2:dp,tp"
+fi
+# the GPT's mesh x plan pairs (issue 16)
+if [ $quick -eq 1 ]; then
+    gpt_matrix="2:dp 2:tp 2:sp 2x2:fsdp,tp"
+else
+    gpt_matrix="2:dp 2:tp 2:sp 2:tp+sp 2:fsdp 2x2:dp,tp 2x2:fsdp,tp"
 fi
 # ckpt_steps DIR: the steps of the complete checkpoints DIR/ckpt-<step>.h5, sorted
 ckpt_steps() {
@@ -227,30 +247,34 @@ ranks_of() { echo "$1" | awk -F x '{ n = 1; for (i = 1; i <= NF; i++) n *= $i; p
 save_flags() {
     [ $has_ckpt -eq 1 ] || return 0
     for leg in $legs; do
-        case $leg in "$2:$3:$4:"*) echo "--save $out/ckpt/$(safe "$1")/ --save-every $MID" ;; esac
+        case $leg in "$2:$3:$4:"*) echo "--save $out/ckpt/$(safe "$1")/ --save-every $(($(steps_of "$2") / 2))" ;; esac
     done
 }
 
-for key in mlp pmlp; do
+for key in mlp pmlp gpt; do
     eval "model=\$${key}_model"
     echo "== $model"
     ref=$key-1-dp
     train "$ref" 1 1 dp "$key" $(save_flags "$ref" "$key" 1 dp)
-    judge "$ref" 1 1 dp "$key" "$ref" 1 "$STEPS" "the reference"
-    for mp in $matrix; do
+    judge "$ref" 1 1 dp "$key" "$ref" 1 "$(steps_of "$key")" "the reference"
+    pairs=$matrix
+    [ $key = gpt ] && pairs=$gpt_matrix
+    for mp in $pairs; do
         mesh=${mp%%:*} plan=${mp#*:}
         name=$key-$mesh-$plan
         train "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" $(save_flags "$name" "$key" "$mesh" "$plan")
-        judge "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" "$ref" 1 "$STEPS"
+        judge "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" "$ref" 1 "$(steps_of "$key")"
     done
 done
 
 # ---- 2. save on one mesh, resume on another --------------------------------------
-echo "== checkpoint at step $MID on one mesh, resume on another to step $STEPS"
+echo "== checkpoint half way on one mesh, resume on another"
 for leg in $legs; do
     IFS=: read -r key fmesh fplan tmesh tplan <<EOF
 $leg
 EOF
+    last=$(steps_of "$key")
+    MID=$((last / 2))
     eval "model=\$${key}_model"
     from=$key-$fmesh-$fplan
     name="$from>$tmesh-$tplan"
@@ -268,7 +292,7 @@ EOF
         continue
     fi
     train "$name" "$(ranks_of "$tmesh")" "$tmesh" "$tplan" "$key" --resume "$ck"
-    judge "$name" "$(ranks_of "$tmesh")" "$tmesh" "$tplan" "$key" "$key-1-dp" $((MID + 1)) "$STEPS" "resumed at $MID from $fmesh [$fplan]"
+    judge "$name" "$(ranks_of "$tmesh")" "$tmesh" "$tplan" "$key" "$key-1-dp" $((MID + 1)) "$last" "resumed at $MID from $fmesh [$fplan]"
 done
 
 # ---- 3. kill a rank mid-run, resume from the last checkpoint ----------------------
@@ -379,7 +403,7 @@ png=$out/losses.png
 plotted=0
 if command -v gnuplot >/dev/null 2>&1; then
     models='' keys='' vars="out='$png'; heading='meshgrad regress.sh: $STEPS steps, launcher $launcher$([ -n "$hostfile" ] && echo ', hostfile')'"
-    for key in mlp pmlp kill; do
+    for key in mlp pmlp gpt kill; do
         [ $key = kill ] && ref=kill-ref || ref=$key-1-dp
         [ -s "$out/curves/$ref.dat" ] || continue
         files="$out/curves/$ref.dat" titles="$ref(reference)"
