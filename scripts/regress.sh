@@ -8,9 +8,11 @@
 # (gnuplot) and every run's log and metrics under the output directory, and
 # exits non-zero when any run fails or diverges. See docs/REGRESSION.md.
 #
-# usage: scripts/regress.sh [--quick] [--hostfile FILE] [--launcher mpirun|srun]
-#                           [--build DIR] [--out DIR]
+# usage: scripts/regress.sh [--quick] [--models LIST] [--hostfile FILE]
+#                           [--launcher mpirun|srun] [--build DIR] [--out DIR]
 #   --quick          60 steps (the GPT 40), a subset (each plan once per model): minutes
+#   --models LIST    the models to run, of "mlp pmlp gpt" (default all; the kill
+#                    leg runs with mlp)
 #   --hostfile FILE  give mpirun this hostfile; ranks are spread over its hosts
 #   --launcher L     mpirun (default; root-safe, --oversubscribe) or srun
 #   --build DIR      the build directory with meshgrad and data/digits.h5
@@ -23,11 +25,13 @@ set -u
 
 usage() { awk 'NR >= 11 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0"; }
 
-quick=0 hostfile='' launcher=mpirun build=./build out=''
+quick=0 hostfile='' launcher=mpirun build=./build out='' models='mlp pmlp gpt'
 need() { [ $# -ge 2 ] || { echo "regress.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1 ;;
+    --models) need "$@"; models=$(echo "$2" | tr ',' ' '); shift ;;
+    --models=*) models=$(echo "${1#*=}" | tr ',' ' ') ;;
     --hostfile) need "$@"; hostfile=$2; shift ;;
     --hostfile=*) hostfile=${1#*=} ;;
     --launcher) need "$@"; launcher=$2; shift ;;
@@ -40,6 +44,12 @@ while [ $# -gt 0 ]; do
     *) echo "regress.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
     shift
+done
+for m in $models; do
+    case $m in
+    mlp | pmlp | gpt) ;;
+    *) echo "regress.sh: --models takes mlp, pmlp and gpt, not '$m'" >&2; exit 2 ;;
+    esac
 done
 case $launcher in
 mpirun | srun) ;;
@@ -251,7 +261,8 @@ save_flags() {
     done
 }
 
-for key in mlp pmlp gpt; do
+has_model() { case " $models " in *" $1 "*) return 0 ;; esac; return 1; }
+for key in $models; do
     eval "model=\$${key}_model"
     echo "== $model"
     ref=$key-1-dp
@@ -273,6 +284,7 @@ for leg in $legs; do
     IFS=: read -r key fmesh fplan tmesh tplan <<EOF
 $leg
 EOF
+    has_model "$key" || continue
     last=$(steps_of "$key")
     MID=$((last / 2))
     eval "model=\$${key}_model"
@@ -344,7 +356,9 @@ kill_run() {
 }
 
 echo "== kill a rank mid-run (SIGKILL), resume from the last checkpoint"
-if [ $has_ckpt -eq 0 ]; then
+if ! has_model mlp; then
+    echo "  (not run: --models has no mlp)"
+elif [ $has_ckpt -eq 0 ]; then
     record kill - - - "$kill_model" - - 0 SKIP "meshgrad train has no --save/--resume yet"
     echo "  SKIP: meshgrad train has no --save/--resume"
 elif [ "$launcher" = srun ]; then
