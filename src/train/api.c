@@ -5,6 +5,7 @@
 
 #include "dist/comm.h"
 #include "dist/dtensor.h"
+#include "dist/mesh.h"
 #include "io/h5util.h"
 #include "status.h"
 
@@ -12,6 +13,14 @@ uint64_t mg_api_hash(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull; /* FNV-1a 64 prime */
     return h;
+}
+
+uint64_t mg_api_hash_tensor(uint64_t h, const char *name, const mg_dtensor *t) {
+    const mg_spec *s = &t->spec;
+    h = mg_api_hash(h, name, strlen(name) + 1);
+    h = mg_api_hash(h, &s->ndim, sizeof s->ndim);
+    h = mg_api_hash(h, s->shape, (size_t)s->ndim * sizeof *s->shape);
+    return mg_api_hash(h, s->p, (size_t)s->mesh->ndim * sizeof *s->p);
 }
 
 int mg_api_agree(int rc, uint64_t hash, const char *who, const char *what) {

@@ -8,7 +8,7 @@
  * with the entries and attributes nn/train_state.h writes; the loader is
  * io/tokens.h's.
  *
- * Exports: struct mg_optim, mg_api_hash, mg_api_agree, mg_api_name_check,
+ * Exports: struct mg_optim, mg_api_hash, mg_api_hash_tensor, mg_api_agree, mg_api_name_check,
  * mg_api_tensor_check. */
 #ifndef MG_TRAIN_API_H
 #define MG_TRAIN_API_H
@@ -27,6 +27,8 @@ struct mg_optim {
 #define MG_API_HASH_START 0xcbf29ce484222325ull /* FNV-1a 64 offset basis */
 /* FNV-1a 64 of n bytes, continuing from h. */
 uint64_t mg_api_hash(uint64_t h, const void *p, size_t n);
+/* The same of a name and a tensor's global shape and placements. */
+uint64_t mg_api_hash_tensor(uint64_t h, const char *name, const mg_dtensor *t);
 /* Collective over the world. rc: this rank's verdict on its arguments (its
  * message set when not MG_OK); hash: a digest of them. MG_OK when every rank
  * said MG_OK with the same digest; else every rank returns one error: the

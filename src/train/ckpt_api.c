@@ -165,16 +165,10 @@ static int build_entries(const mg_ckpt *ck, mg_ckpt_entry **out, int *n, char **
     return MG_OK;
 }
 
-/* A digest of the entries' names and global shapes (and placements). */
-static uint64_t entries_hash(const mg_ckpt_entry *e, int n, int placements) {
+/* A digest of the entries' names, global shapes and placements. */
+static uint64_t entries_hash(const mg_ckpt_entry *e, int n) {
     uint64_t h = MG_API_HASH_START;
-    for (int i = 0; i < n; i++) {
-        const mg_spec *s = &e[i].tensor->spec;
-        h = mg_api_hash(h, e[i].name, strlen(e[i].name) + 1);
-        h = mg_api_hash(h, &s->ndim, sizeof s->ndim);
-        h = mg_api_hash(h, s->shape, (size_t)s->ndim * sizeof *s->shape);
-        if (placements) h = mg_api_hash(h, s->p, (size_t)s->mesh->ndim * sizeof *s->p);
-    }
+    for (int i = 0; i < n; i++) h = mg_api_hash_tensor(h, e[i].name, e[i].tensor);
     return h;
 }
 
@@ -238,23 +232,27 @@ static void build_attrs(const mg_ckpt *ck, attr_out *l) {
         if (!is_reserved(ck->attrs[i].key)) put(l, ck->attrs[i].key, ck->attrs[i].value);
 }
 
-/* The checkpoint and the path are given and it holds a tensor. */
-static int check_ckpt(const char *who, const mg_ckpt *ck, const char *path) {
+/* Of a save or load: the checkpoint and the path are given, it holds a
+ * tensor, and its entries (build_entries). */
+static int begin(const char *who, const mg_ckpt *ck, const char *path, mg_ckpt_entry **e, int *n,
+                 char **names) {
+    *e = NULL;
+    *names = NULL;
+    *n = 0;
     if (!ck) return mg_error(MG_EINVAL, "%s: the checkpoint is NULL", who);
     if (!path) return mg_error(MG_EINVAL, "%s: the path is NULL", who);
     if (ck->n == 0)
         return mg_error(MG_EINVAL, "%s: the checkpoint holds no tensor: mg_ckpt_add them first",
                         who);
-    return MG_OK;
+    return build_entries(ck, e, n, names);
 }
 
 int mg_ckpt_save(mg_ckpt *ck, const char *path) {
     const char *who = "mg_ckpt_save";
-    mg_ckpt_entry *e = NULL;
-    char *names = NULL;
-    int n = 0, rc = check_ckpt(who, ck, path);
+    mg_ckpt_entry *e;
+    char *names;
+    int n, rc = begin(who, ck, path, &e, &n, &names);
     attr_out l = {NULL, 0, 0};
-    if (rc == MG_OK) rc = build_entries(ck, &e, &n, &names);
     if (rc == MG_OK) {
         l.cap = 16 + ck->n + ck->nattrs;
         if (!(l.a = calloc((size_t)l.cap, sizeof *l.a)))
@@ -263,7 +261,7 @@ int mg_ckpt_save(mg_ckpt *ck, const char *path) {
     uint64_t h = 0;
     if (rc == MG_OK) {
         build_attrs(ck, &l);
-        h = entries_hash(e, n, 1);
+        h = entries_hash(e, n);
         for (int i = 0; i < l.n; i++) h = mg_api_hash(h, &l.a[i], sizeof l.a[i]);
         h = mg_api_hash(h, path, strlen(path));
     }
@@ -365,11 +363,10 @@ static int match_file(const char *path, const mg_ckpt *ck, const mg_ckpt_entry *
 
 int mg_ckpt_load(mg_ckpt *ck, const char *path) {
     const char *who = "mg_ckpt_load";
-    mg_ckpt_entry *e = NULL;
-    char *names = NULL;
-    int n = 0, rc = check_ckpt(who, ck, path);
-    if (rc == MG_OK) rc = build_entries(ck, &e, &n, &names);
-    uint64_t h = rc == MG_OK ? mg_api_hash(entries_hash(e, n, 1), path, strlen(path)) : 0;
+    mg_ckpt_entry *e;
+    char *names;
+    int n, rc = begin(who, ck, path, &e, &n, &names);
+    uint64_t h = rc == MG_OK ? mg_api_hash(entries_hash(e, n), path, strlen(path)) : 0;
     if ((rc = mg_api_agree(rc, h, who, "tensors, placements or path")) != MG_OK) {
         free(e);
         free(names);

@@ -44,13 +44,7 @@ static int check_params(const char *who, int n, mg_dtensor *const *params,
 static uint64_t params_hash(int n, mg_dtensor *const *params, const char *const *names,
                             const float *settings, int nsettings) {
     uint64_t h = mg_api_hash(MG_API_HASH_START, settings, (size_t)nsettings * sizeof *settings);
-    for (int i = 0; i < n; i++) {
-        const mg_spec *s = &params[i]->spec;
-        h = mg_api_hash(h, names[i], strlen(names[i]) + 1);
-        h = mg_api_hash(h, &s->ndim, sizeof s->ndim);
-        h = mg_api_hash(h, s->shape, (size_t)s->ndim * sizeof *s->shape);
-        h = mg_api_hash(h, s->p, (size_t)s->mesh->ndim * sizeof *s->p);
-    }
+    for (int i = 0; i < n; i++) h = mg_api_hash_tensor(h, names[i], params[i]);
     return h;
 }
 
