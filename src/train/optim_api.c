@@ -124,19 +124,22 @@ mg_optim *mg_optim_new_adamw(int n, mg_dtensor *const *params, const char *const
     return optim_new(who, &cfg, rc, n, params, names);
 }
 
-/* Collective: o given, x finite and in [lo, inf) (or > 0), the same on every rank. */
-static int check_call(const char *who, const mg_optim *o, const char *what, double x, int positive) {
-    int rc = MG_OK;
-    if (!o)
+/* Collective: o given, the number x (named `what`; NULL: none) finite and
+ * >= 0 (> 0 when positive), the same on every rank; rc: the caller's own
+ * verdict on its other arguments. */
+static int check_call(int rc, const char *who, const mg_optim *o, const char *what, double x,
+                      int positive) {
+    if (rc == MG_OK && !o)
         rc = mg_error(MG_EINVAL, "%s: the optimizer is NULL", who);
-    else if (!isfinite(x) || x < 0 || (positive && x == 0))
+    else if (rc == MG_OK && what && (!isfinite(x) || x < 0 || (positive && x == 0)))
         rc = mg_error(MG_EINVAL, "%s: %s is %g; give a finite number %s 0", who, what, x,
                       positive ? ">" : ">=");
-    return mg_api_agree(rc, mg_api_hash(MG_API_HASH_START, &x, sizeof x), who, what);
+    return mg_api_agree(rc, mg_api_hash(MG_API_HASH_START, &x, sizeof x), who,
+                        what ? what : "the call");
 }
 
 int mg_optim_step(mg_optim *o, float lr) {
-    int rc = check_call("mg_optim_step", o, "the learning rate", lr, 0);
+    int rc = check_call(MG_OK, "mg_optim_step", o, "the learning rate", lr, 0);
     if (rc != MG_OK) return rc;
     mg_params_collect_grads(&o->params);
     return mg_optimizer_step(&o->opt, &o->params, lr);
@@ -148,15 +151,14 @@ int mg_optim_zero_grad(mg_optim *o) {
 }
 
 int mg_optim_grad_norm(mg_optim *o, double *norm) {
-    int rc = check_call("mg_optim_grad_norm", o, "nothing", 0, 0);
-    if (rc == MG_OK && !norm) rc = mg_error(MG_EINVAL, "mg_optim_grad_norm: norm is NULL");
-    if (rc != MG_OK) return rc;
+    int rc = norm ? MG_OK : mg_error(MG_EINVAL, "mg_optim_grad_norm: norm is NULL");
+    if ((rc = check_call(rc, "mg_optim_grad_norm", o, NULL, 0, 0)) != MG_OK) return rc;
     mg_params_collect_grads(&o->params);
     return mg_grad_norm(&o->params, norm);
 }
 
 int mg_optim_clip_grads(mg_optim *o, double max_norm, double *norm) {
-    int rc = check_call("mg_optim_clip_grads", o, "max_norm", max_norm, 1);
+    int rc = check_call(MG_OK, "mg_optim_clip_grads", o, "max_norm", max_norm, 1);
     if (rc != MG_OK) return rc;
     mg_params_collect_grads(&o->params);
     return mg_clip_grad_norm(&o->params, max_norm, norm);
