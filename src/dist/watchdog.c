@@ -185,8 +185,9 @@ static void *watch(void *arg) {
         fputs(report, stderr);
         fflush(stderr);
         mg_flight_dump("watchdog timeout"); /* what this rank did last, before the end */
-        /* the other waiting ranks time out about now too: let their lines out */
-        sleep_s(w->timeout_s < 1.0 ? w->timeout_s : 1.0);
+        /* the other waiting ranks time out about now too (each within a poll):
+         * let their lines and dumps out */
+        sleep_s(poll + (w->timeout_s < 1.0 ? w->timeout_s : 1.0));
         MPI_Abort(MPI_COMM_WORLD, 1);
         _exit(1);
     }
