@@ -15,6 +15,8 @@
  * as one process (no mpirun needed: the link is then a copy within it) or
  * under mpirun (the link is then measured between ranks 0 and 1); every rank
  * plans the same and rank 0 prints.
+ * With --estimate it estimates a step of `meshgrad train` instead
+ * (plan_estimate.c).
  * Exports mg_cli_plan (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
@@ -299,6 +301,8 @@ static int run(plan_job *j) {
 }
 
 int mg_cli_plan(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--estimate") == 0) return mg_cli_plan_estimate(argc, argv);
     plan_job *j = calloc(1, sizeof *j);
     if (!j) {
         mg_error(MG_ENOMEM, "plan: out of memory");
