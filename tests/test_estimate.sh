@@ -7,7 +7,8 @@
 # be within 10% of train's own figures (its "memory" and "comm_per_step"
 # metrics line: arena high-water marks plus parameter, gradient, optimizer
 # and buffer bytes; mg_comm_stats over the steps after the first). Prints
-# both side by side.
+# both side by side. A pipeline plan's estimate (plan --estimate with pp) is
+# checked for the bytes its ranks send.
 . "$(dirname "$0")/check.sh"
 program_test_env estimate
 TOL=10
@@ -68,6 +69,16 @@ pm="--model permute-mlp --hidden 40 --channels 6 --batch 50 --optimizer sgd --mo
 case_ 2 2 tp $pm
 case_ 4 2x2 fsdp,tp $pm
 case_ 4 4 dp --hidden 4096 --batch 32
+
+# a pipeline plan: each pipeline rank's memory and the activations it sends
+# (8 micro-batches of 32 rows of 1024 floats cross each stage boundary, each
+# way: 1 MiB a boundary and direction)
+"$prog" plan --estimate --mesh 4 --parallel pp --layers 1024,1024,1024,1024,1024 \
+    --microbatches 8 --batch 256 --flops 100 --bandwidth 5 --latency 5 >"$tmp/out" 2>&1
+check "pp: a line per pipeline rank: exit $?" test "$(grep -c '^  rank [0-3]: memory' "$tmp/out")" -eq 4
+check "... the end stages send one boundary's activations or gradients, 1 MiB in 8 transfers" \
+    sh -c "grep -q '^  rank 0: .*send 1048576 B in 8 transfers' $tmp/out && grep -q '^  rank 3: .*send 1048576 B in 8 transfers' $tmp/out"
+check "... the middle ones both, 2 MiB in 16" grep -q '^  rank 1: .*send 2097152 B in 16 transfers' "$tmp/out"
 
 # bad input: one message, exit 2
 "$prog" plan --estimate --mesh 2x2 --parallel dp >"$tmp/out" 2>&1

@@ -8,13 +8,21 @@
  * for the digits) and --nodes N (the ranks' nodes: data-parallel ranks on one
  * node share memory). The mesh defaults to one dim of all ranks of mpirun
  * (or 1). One process is enough. A last line gives the figures as JSON.
- * Exports mg_cli_plan_estimate (cli.h). */
+ * A pipeline plan (pp in --parallel) is planned by plan.c, which then asks
+ * mg_plan_estimate_pipeline for each pipeline rank's memory (its stages'
+ * parameters, gradients and optimizer state, and the peak of saved
+ * activations the schedule's simulation found) and bytes sent per step (the
+ * stage boundaries' activations forward and gradients back, per
+ * micro-batch; the data-parallel sum of its stages' gradients).
+ * Exports mg_cli_plan_estimate (cli.h), mg_plan_estimate_pipeline
+ * (plan_show.h). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/plan_show.h"
 #include "cli/train_config.h"
 #include "dist/mesh.h"
 #include "nn/estimate.h"
@@ -145,4 +153,30 @@ int mg_cli_plan_estimate(int argc, char **argv) {
         print(&o, &ec, &e, mesh);
     }
     return 0;
+}
+
+void mg_plan_estimate_pipeline(FILE *out, const mg_plan_report *r, int states) {
+    const mg_pp_schedule *s = r->schedule;
+    const mg_pp_stage_costs *c = r->costs;
+    int dp = r->dp > 1 ? r->dp : 1, M = s->microbatches;
+    fprintf(out, "\nestimate per pipeline rank (optimizer state: %d per parameter; bytes sent per "
+                 "step):\n", states);
+    for (int rk = 0; rk < s->ranks; rk++) {
+        double params = 0, sent = 0, sends = 0;
+        for (int st = rk; st < s->stages; st += s->ranks) {
+            params += c->param_bytes[st];
+            for (int mb = 0; mb < M; mb++) { /* activations forward, gradients back */
+                double rows = (double)c->rows[mb];
+                if (st + 1 < s->stages) sent += c->act_bytes[st] * rows, sends++;
+                if (st > 0) sent += c->act_bytes[st - 1] * rows, sends++;
+            }
+        }
+        double reduce = dp > 1 ? 2.0 * (dp - 1) / dp * params : 0;
+        double total = params * (2 + states) + r->sim->peak_bytes[rk];
+        fprintf(out, "  rank %d: memory %.2f MiB (parameters %.2f, gradients %.2f, optimizer %.2f, "
+                     "activations %.2f); send %.0f B in %.0f transfers%s",
+                rk, total / MIB, params / MIB, params / MIB, states * params / MIB,
+                r->sim->peak_bytes[rk] / MIB, sent, sends, dp > 1 ? "" : "\n");
+        if (dp > 1) fprintf(out, ", all_reduce %.0f B (the stage's gradients over dp %d)\n", reduce, dp);
+    }
 }
