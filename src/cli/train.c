@@ -372,10 +372,12 @@ static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out
     mg_param_table *params = &tr->model.params;
     mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
     double t_data = mg_cli_clock();
+    int64_t comm_ns = mg_flight_wait_ns(); /* the loader's own collectives are data wait */
     mg_trace_begin(MG_TRACE_PHASE, "data", 0);
     int rc = mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, &x, &y, mg_step_arena());
     mg_trace_end();
     *data_s = mg_cli_clock() - t_data;
+    tr->window.comm_ns0 += mg_flight_wait_ns() - comm_ns;
     mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
     if (rc == MG_OK) logits = mg_model_forward(&tr->model, x); // logits: (B, K)
     if (logits) loss = mg_cross_entropy(logits, y);

@@ -152,11 +152,14 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
     if (nsteps > 0) {
         printf("comm per step (steps %lld-%lld, the largest rank's):", (long long)w->first_step + 1,
                (long long)last_step);
+        const char *sep = " ";
         for (int k = 0; k < MG_COLL_COUNT; k++)
-            if (per_step[MG_COLL_COUNT + k] > 0)
-                printf(" %s %.0f B in %.1f calls%s", mg_coll_name((mg_coll_kind)k), per_step[k],
-                       per_step[MG_COLL_COUNT + k], k + 1 < MG_COLL_COUNT ? "," : "");
-        printf("\n");
+            if (per_step[MG_COLL_COUNT + k] > 0) {
+                printf("%s%s %.0f B in %.1f calls", sep, mg_coll_name((mg_coll_kind)k), per_step[k],
+                       per_step[MG_COLL_COUNT + k]);
+                sep = ", ";
+            }
+        printf("%s\n", sep[0] == ' ' ? " none" : "");
     }
     fflush(stdout);
     char *line = json;

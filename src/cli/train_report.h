@@ -28,7 +28,8 @@ typedef struct {
     /* this rank, summed over the steps since the last progress line */
     double step_s, data_s, comm_s;
     int64_t steps;
-    /* the step in progress */
+    /* the step in progress: its start, and the flight recorder's wait then
+     * (moved on by the time the data loader's collectives took: data wait) */
     double t0;
     int64_t comm_ns0;
     double last_step_s; /* the step before, which the agreement carries */
