@@ -1,16 +1,19 @@
-/* train.h: what the two files of `meshgrad train` share. train.c builds the
+/* train.h: what the files of `meshgrad train` share. train.c builds the
  * run and drives the loop; train_ckpt.c checks where the run may write before
  * step 1, saves it, and resumes it. The trainer holds the run: configuration,
  * mesh, plan, data, model, optimizer, metrics file, where it saves.
+ * train_report.c reports on the run (train_report.h).
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
- * mg_train_resume. */
+ * mg_train_resume, mg_train_report_end. */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
 #include <signal.h>
 #include <stdio.h>
 
+#include "cli/observe.h"
 #include "cli/train_config.h"
+#include "cli/train_report.h"
 #include "dist/mesh.h"
 #include "io/data.h"
 #include "io/files.h"
@@ -41,6 +44,8 @@ typedef struct {
     char resume_note[MG_PATH_MAX + 256]; /* printed under the banner */
     int handled[3];              /* stop_signals[i] has our handler */
     struct sigaction old_signals[3];
+    mg_timeline timeline;        /* --trace (observe.h) */
+    mg_train_window window;      /* the progress line's figures (train_report.h) */
 } trainer;
 
 /* Collective, before anything is opened for writing: --save and --metrics
@@ -58,5 +63,9 @@ int mg_train_save(trainer *tr, int64_t step, char *where, size_t len);
 /* Collective. --resume: loads the checkpoint into the current mesh and plan
  * and moves the loader to where the saved run stood. */
 int mg_train_resume(trainer *tr);
+/* Collective, after the last step (train_report.c): rank 0 prints the peak
+ * memory of the largest rank and the bytes per step of each collective, and
+ * gets them as a metrics line in json ("" elsewhere). */
+int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len);
 
 #endif
