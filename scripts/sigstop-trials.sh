@@ -6,7 +6,9 @@
 # phases of a step: the data loader's read, the backward's all-reduces, the
 # per-step agreement...), rank 1 gets SIGSTOP. A trial passes when the job
 # ends within 20 s of the stop, non-zero, a "meshgrad: error:" line names
-# rank 1 as not answering, and no line blames rank 0 (the one that waited).
+# rank 1 as not answering, no line blames rank 0 (the one that waited), and
+# `meshgrad trace analyze` of the flight recorder's dumps says rank 1 is
+# behind (rank 0 dumps when its watchdog fires; a stopped rank cannot).
 # Prints one line a trial and, last, "K of N SIGSTOP trials ended in <= 20 s
 # naming the stopped rank"; exits 0 when K = N.
 # Environment: MESHGRAD (default build/meshgrad), DATA (build/data/digits.h5),
@@ -36,10 +38,10 @@ rank_pid() {
 passed=0
 t=1
 while [ "$t" -le "$trials" ]; do
-    out=$tmp/out.$t metrics=$tmp/m.$t.jsonl
+    out=$tmp/out.$t metrics=$tmp/m.$t.jsonl flight=$tmp/flight.$t
     MG_COLLECTIVE_TIMEOUT=$TIMEOUT_S "$MPIRUN" -np 2 "$MESHGRAD" train --data "$DATA" \
         --hidden 1024 --batch 256 --steps 1000000 --log-every 0 --threads 1 \
-        --metrics "$metrics" >"$out" 2>&1 &
+        --metrics "$metrics" --flight-dir "$flight" >"$out" 2>&1 &
     job=$!
     i=0 # until it trains (at most 60 s)
     while [ "$i" -lt 600 ] && ! grep -q '"loss"' "$metrics" 2>/dev/null; do
@@ -67,14 +69,17 @@ while [ "$t" -le "$trials" ]; do
     steps=$(grep -c '"loss"' "$metrics" 2>/dev/null)
     names=$(grep "meshgrad: error:" "$out" | grep -c "rank(s) 1 are not answering")
     blames=$(grep "meshgrad: error:" "$out" | grep -c "rank(s) 0 are not answering\|rank 1 waits")
+    analysis=$("$MESHGRAD" trace analyze "$flight" 2>&1 | tail -n 1)
     verdict=FAILED
     if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$names" -ge 1 ] && [ "$blames" -eq 0 ] &&
+        printf '%s\n' "$analysis" | grep -q "^Rank 1 is behind: it left no dump" &&
         awk -v s="$secs" -v l="$LIMIT_S" 'BEGIN { exit !(s <= l) }'; then
         verdict=ok
         passed=$((passed + 1))
     fi
     echo "trial $t: $verdict: rank 1 (pid ${victim:-?}) stopped after $steps steps; the job ended" \
         "${secs}s later, exit $rc; $(grep 'meshgrad: error:' "$out" | head -n 1)"
+    echo "  analyze: $analysis"
     [ "$verdict" = ok ] || sed 's/^/  | /' "$out" | grep -v '^  | *$' | head -n 20
     t=$((t + 1))
 done

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "trace.h"
 
 /* The only process-wide variable of the library besides the per-thread error
  * (status.c): the public API takes no context, so the process holds one. */
@@ -15,6 +16,7 @@ static mg_context context;
 mg_context *mg_ctx(void) { return &context; }
 
 void mg_context_reset(void) {
+    mg_trace_free();
     for (int d = 0; d < MG_DEVICE_KINDS; d++) {
         mg_arena_free(context.step[d]);
         mg_arena_free(context.gather[d]);

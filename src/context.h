@@ -3,7 +3,8 @@
  * member it owns and names below, instead of in file-scope variables: the
  * arenas and device memory (this layer), the device choice and CPU threads
  * (backend/), the comm registry, the gradient reducer and the watchdog (dist/),
- * the tape and the parameter copies (ops/).
+ * the tape and the parameter copies (ops/), the timeline of --trace (this
+ * layer, trace.h).
  *
  * The public API (meshgrad.h) takes no context argument, so a process has one:
  * mg_ctx() returns it. Members of layers above this one are forward-declared
@@ -29,6 +30,10 @@ struct mg_node;
 struct mg_comm;
 struct mg_reducer;
 struct mg_watchdog;
+struct mg_flight;
+struct mg_comm_info;
+struct mg_trace;
+struct mg_backend_iface;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
@@ -59,10 +64,18 @@ struct mg_context {
      * parameter's gradient on its way to the reducer, autograd/backward.c) */
     mg_arena *step[MG_DEVICE_KINDS], *gather[MG_DEVICE_KINDS], *scratch[MG_DEVICE_KINDS];
 
+    /* ---- src/: the timeline of --trace (trace.c) ---- */
+    int tracing;            /* recording now: the one test every trace hook makes */
+    struct mg_trace *trace; /* the events, kept after recording stops until freed */
+
     /* ---- backend/ ---- */
     int device;      /* where new tensors live (MG_DEVICE_*) */
     int cpu_threads; /* of the CPU kernels; 0 until first set */
     int gemm_bf16;   /* backend.c: GEMM inputs rounded to bf16, sums in fp32 */
+    /* trace_kernels.c: while tracing, the traced backend's own iface, and the
+     * decorated copy that took its place */
+    const struct mg_backend_iface *kernels_untraced;
+    struct mg_backend_iface *kernels_traced;
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
@@ -74,6 +87,10 @@ struct mg_context {
     mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */
     struct mg_reducer *reducer;           /* reducer.c */
     struct mg_watchdog *watchdog;         /* watchdog.c */
+    struct mg_flight *flight;             /* flight.c: the flight recorder */
+    int comm_keyval;                      /* comm_info.c: the MPI attribute key + 1 (0: none) */
+    struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
+    int n_comm_info;                      /* table, never moved: signal handlers read it) */
     mg_staging staging[MG_DEVICE_KINDS][2]; /* redistribute.c: per device, two buffers */
 
     /* ---- autograd/ (backward.c; memory kept between steps) ---- */

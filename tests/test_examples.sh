@@ -1,9 +1,15 @@
 #!/bin/sh
 # test_examples.sh: the example programs, as users run them.
 # 1. examples/seed_permute_linear (built by make check) at 1, 2 and 4 ranks.
-# 2. make install into a scratch prefix, then compile the example with
+# 2. make install into a scratch prefix, then compile each example with
 #    `mpicc prog.c $(pkg-config --cflags --libs meshgrad)` against the installed
-#    header and library only, and run it on 2 ranks.
+#    headers (meshgrad.h, meshgrad_train.h) and library only, and run it on 2
+#    ranks.
+# 3. examples/train_gpt so built, a tiny GPT on data/mobydick.h5 for a few
+#    steps (two micro-batches a step): its loss falls, the losses and
+#    validation losses of 2 ranks are those of 1 rank within 1e-4 relative at
+#    every step, its checkpoint passes `meshgrad ckpt info`, and resumed on 1 rank it gives the 2-rank run's last validation
+#    loss again (within 1e-4).
 # Prints a Check-style summary line.
 set -u
 top_builddir=${top_builddir:-.}
@@ -15,6 +21,61 @@ if "$SHELL" "$top_srcdir/tests/mpi-run.sh" "$top_builddir/examples/seed_permute_
 else
     fail "seed example"
 fi
+
+# The tiny GPT on 1 and 2 ranks, then resumed on 1 rank from the 2-rank checkpoint.
+train_gpt_runs() {
+    data="$top_builddir/data/mobydick.h5"
+    if [ ! -f "$data" ]; then
+        fail "no $data (make builds it)"
+        return
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+    tiny="-d $data -L 2 -H 2 -C 32 -T 32 -B 8 -A 2 -n 12 -l 3e-3 -w 2 -m 3e-4 -e 6 -V 16"
+    for np in 1 2; do
+        # shellcheck disable=SC2086
+        if ! timeout 120 mpirun -np "$np" "$scratch/train_gpt" $tiny -o "$scratch/gpt$np.h5" \
+            >"$scratch/gpt$np.log" 2>&1; then
+            cat "$scratch/gpt$np.log"
+            fail "train_gpt on $np rank(s)"
+            return
+        fi
+    done
+    pass "train_gpt ran 12 steps on 1 and on 2 ranks"
+    falls=$(grep '^step ' "$scratch/gpt2.log" | sed 's/|/ /g' | awk '
+        NR == 1 { first = $4 } { last = $4 }
+        END { print first " -> " last; exit !(NR == 12 && last < 0.9 * first) }') &&
+        pass "the loss falls on 2 ranks: $falls" || fail "the loss does not fall on 2 ranks: $falls"
+    grep -E '^(step|val loss)' "$scratch/gpt1.log" | sed 's/.*loss \([^ ]*\).*/\1/' >"$scratch/l1"
+    grep -E '^(step|val loss)' "$scratch/gpt2.log" | sed 's/.*loss \([^ ]*\).*/\1/' >"$scratch/l2"
+    if [ "$(wc -l <"$scratch/l1")" -eq 14 ] && paste "$scratch/l1" "$scratch/l2" | awk '
+        { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) { print "line " NR ": " $1 " vs " $2; bad = 1 } }
+        END { exit bad }'; then
+        pass "2 ranks give the 1-rank losses within 1e-4 (12 steps, 2 validation losses)"
+    else
+        paste "$scratch/l1" "$scratch/l2"
+        fail "the 2-rank losses differ from the 1-rank ones"
+    fi
+    if "$top_builddir/meshgrad" ckpt info "$scratch/gpt2.h5" >"$scratch/info" 2>&1 &&
+        grep -q 'checksums: all 84 datasets verify' "$scratch/info" &&
+        grep -q '^  model = gpt L2 H2 C32 T32 V256' "$scratch/info"; then
+        pass "meshgrad ckpt info reads the checkpoint: $(grep checksums "$scratch/info")"
+    else
+        cat "$scratch/info"
+        fail "meshgrad ckpt info of the train_gpt checkpoint"
+    fi
+    # shellcheck disable=SC2086
+    timeout 120 mpirun -np 1 "$scratch/train_gpt" $tiny -r "$scratch/gpt2.h5" >"$scratch/resume.log" 2>&1
+    want=$(grep '^val loss' "$scratch/gpt2.log" | tail -n 1 | cut -d' ' -f3)
+    got=$(grep '^val loss' "$scratch/resume.log" | tail -n 1 | cut -d' ' -f3)
+    if grep -q 'resumed from .* at step 12' "$scratch/resume.log" &&
+        awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * b) }'; then
+        pass "resumed on 1 rank from the 2-rank checkpoint: val loss $got (2 ranks: $want)"
+    else
+        cat "$scratch/resume.log"
+        fail "resuming train_gpt on 1 rank: val loss '$got', want $want"
+    fi
+}
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/meshgrad-install.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
@@ -36,6 +97,15 @@ if make -s -C "$top_builddir" install prefix="$scratch/prefix" >"$scratch/instal
     else
         cat "$scratch/pc.err" "$scratch/cc.err"
         fail "compiling against the installed header"
+    fi
+    if [ -n "$flags" ] &&
+        mpicc -O2 -Wall -Wextra -Werror "$top_srcdir/examples/train_gpt.c" $flags -lm \
+            -Wl,-rpath,"$scratch/prefix/lib" -o "$scratch/train_gpt" 2>"$scratch/cc.err"; then
+        pass "mpicc -Wall -Wextra -Werror train_gpt.c against the installed headers"
+        train_gpt_runs
+    else
+        cat "$scratch/cc.err"
+        fail "compiling train_gpt.c against the installed headers"
     fi
 else
     tail -20 "$scratch/install.log"

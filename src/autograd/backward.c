@@ -28,6 +28,7 @@
 #include "ops/ops.h"
 #include "ops/tape.h"
 #include "status.h"
+#include "trace.h"
 
 /* The leaf behind input t: t itself (a leaf that requires grad), or the
  * parameter of a parameter copy; NULL for anything else. */
@@ -223,7 +224,9 @@ int mg_backward(mg_dtensor *loss) {
         node->freed = true;
         mg_dtensor *g = node->output->grad;
         if (rc != MG_OK || !g) continue;
+        mg_trace_begin(MG_TRACE_BACKWARD, mg_op_names[node->op], node->seq); /* --trace */
         rc = backward_node(node, g, nuses);
+        mg_trace_end();
         mg_arena_reset(mg_scratch_arena());
         if (rc == MG_OK) rc = mg_reducer_poll();
     }

@@ -31,20 +31,22 @@ static void usage(FILE *out) {
     fprintf(out, "\n`meshgrad bench KIND --help` lists a benchmark's options.\n");
 }
 
-static const char *kind_names(void) {
-    static char names[256];
+/* "linear, step, ..." into names (len bytes); returns names */
+static const char *kind_names(char *names, size_t len) {
     names[0] = '\0';
     for (int i = 0; i < N_KINDS; i++) {
-        if (i) strncat(names, ", ", sizeof names - strlen(names) - 1);
-        strncat(names, kinds[i].name, sizeof names - strlen(names) - 1);
+        if (i) strncat(names, ", ", len - strlen(names) - 1);
+        strncat(names, kinds[i].name, len - strlen(names) - 1);
     }
     return names;
 }
 
 int mg_cli_bench(int argc, char **argv) {
+    char names[256];
     if (argc < 2) {
         usage(stderr);
-        mg_error(MG_EINVAL, "bench needs a benchmark kind (one of: %s)", kind_names());
+        mg_error(MG_EINVAL, "bench needs a benchmark kind (one of: %s)",
+                 kind_names(names, sizeof names));
         return 2;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -58,6 +60,7 @@ int mg_cli_bench(int argc, char **argv) {
         }
     }
     usage(stderr);
-    mg_error(MG_EINVAL, "unknown benchmark kind '%s' (one of: %s)", argv[1], kind_names());
+    mg_error(MG_EINVAL, "unknown benchmark kind '%s' (one of: %s)", argv[1],
+             kind_names(names, sizeof names));
     return 2;
 }

@@ -10,7 +10,9 @@
  *           median step time after warm-up, and of its forward, backward and
  *           optimizer parts (each the slowest rank's), GFLOP/s and the largest
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
- *           finished each part).
+ *           finished each part). --trace FILE writes the timeline of the
+ *           measured steps --trace-steps A:B (observe.h); --flight-dir DIR
+ *           is where the flight recorder's dumps go.
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
  *           to a 8-byte control all-reduce on the same ranks; then the
  *           network kernels against their references (bench_nn.c).
@@ -28,14 +30,15 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "cli/observe.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "nn/optim.h"
 #include "nn/param.h"
 #include "nn/plan.h"
-#include "context.h"
 #include "status.h"
+#include "trace.h"
 
 static double now(void) { return mg_cli_clock(); }
 
@@ -236,7 +239,8 @@ int mg_cli_bench_step(int argc, char **argv) {
             return mg_cli_bench_step_gpt(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
-                        "[--dtype fp32|bf16]";
+                        "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]";
+    const char *trace = "", *trace_steps = "", *flight_dir = "meshgrad-flight";
     int device = MG_DEVICE_CPU, tf32 = 0, bf16 = 0;
     int64_t batch = 256, steps = 10, threads = 0, layers[MAX_WIDTHS];
     int nl = parse_layers("1024,4096,1024", layers, MAX_WIDTHS);
@@ -245,7 +249,8 @@ int mg_cli_bench_step(int argc, char **argv) {
     static const struct option opts[] = {
         {"batch", 1, 0, 'b'}, {"layers", 1, 0, 'l'},   {"steps", 1, 0, 's'}, {"threads", 1, 0, 't'},
         {"mesh", 1, 0, 'm'},  {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},    {"help", 0, 0, 'h'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {0, 0, 0, 0}};
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"trace", 1, 0, 'T'},
+        {"trace-steps", 1, 0, 'S'}, {"flight-dir", 1, 0, 'F'}, {0, 0, 0, 0}};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -261,6 +266,9 @@ int mg_cli_bench_step(int argc, char **argv) {
         case 'd': bad = parse_device(optarg, &device); break;
         case 'f': tf32 = 1; break;
         case 'y': bad = parse_dtype(optarg, &bf16); break;
+        case 'T': trace = optarg; break;
+        case 'S': trace_steps = optarg; break;
+        case 'F': flight_dir = optarg; break;
         case 'h':
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 0;
@@ -275,7 +283,10 @@ int mg_cli_bench_step(int argc, char **argv) {
     if (mesh_text[0] && (nd = mg_mesh_parse(mesh_text, shape)) < 0) return 2;
     mg_mesh *mesh = mg_mesh_new(nd, shape);
     mg_plan plan;
-    if (!mesh || mg_plan_parse(plan_text, &plan) != MG_OK || mg_plan_check(&plan, mesh, batch) != MG_OK)
+    mg_timeline timeline;
+    if (!mesh || mg_plan_parse(plan_text, &plan) != MG_OK || mg_plan_check(&plan, mesh, batch) != MG_OK ||
+        mg_observe_flight(flight_dir) != MG_OK ||
+        mg_timeline_prepare(&timeline, trace, trace_steps, 1, steps, mesh->world) != MG_OK)
         return 1;
     /* parameters: Linear(l[i], l[i+1]) for each layer, placed by the plan */
     mg_param_table params = {0};
@@ -312,7 +323,10 @@ int mg_cli_bench_step(int argc, char **argv) {
     double *times = calloc((size_t)(4 * steps), sizeof(double));
     double *fwd = times + steps, *bwd = times + 2 * steps, *upd = times + 3 * steps;
     for (int64_t s = -warmup; s < steps; s++) {
+        if (s >= 0 && mg_timeline_step_begin(&timeline, s + 1, mesh->world) != MG_OK) return 1;
         if (mg_comm_barrier(mesh->world) != MG_OK) return 1;
+        mg_trace_begin(MG_TRACE_STEP, "step", s + 1);
+        mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
         double t0 = now();
         mg_dtensor *h = x;
         for (int i = 0; i + 1 < nl; i++) {
@@ -323,19 +337,27 @@ int mg_cli_bench_step(int argc, char **argv) {
         mg_dtensor *loss = mg_mse_loss(h, target);
         if (mg_device_synchronize() != MG_OK) return 1;
         double t1 = now();
+        mg_trace_end();
+        mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
         if (!loss || mg_backward(loss) != MG_OK) return 1;
         mg_params_collect_grads(&params);
         if (mg_device_synchronize() != MG_OK) return 1;
         double t2 = now();
+        mg_trace_end();
+        mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
         if (mg_optimizer_step(&opt, &params, (float)lr) != MG_OK) return 1;
         mg_params_zero_grads(&params);
         mg_step_end();
         if (mg_device_synchronize() != MG_OK) return 1;
         double t3 = now(), slowest[4] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2};
+        mg_trace_end();
+        mg_trace_end();
+        if (s >= 0 && mg_timeline_step_end(&timeline, s + 1, mesh->world) != MG_OK) return 1;
         if (mg_comm_all_reduce_f64(mesh->world, slowest, 4, MG_CONTROL_MAX) != MG_OK) return 1;
         if (s >= 0)
             for (int k = 0; k < 4; k++) times[k * steps + s] = slowest[k];
     }
+    if (mg_timeline_finish(&timeline, mesh->world) != MG_OK) return 1;
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
     double ms = mg_cli_median(times, (int)steps) * 1e3, rss = mg_cli_peak_rss_mb(mesh->world);

@@ -57,16 +57,21 @@ static int64_t parse_count(const char *s) {
  * 1 MiB writes and an fsync, or a negative value when the file cannot be made
  * (it must not exist: it is removed afterwards). */
 static double disk_mbps(const char *path, int64_t mb) {
-    static char block[1 << 20];
+    char *block = calloc(1, (size_t)1 << 20);
+    if (!block) return -1;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
-    if (fd < 0) return -1;
+    if (fd < 0) {
+        free(block);
+        return -1;
+    }
     double t0 = mg_cli_clock();
     int bad = 0;
-    for (int64_t i = 0; i < mb && !bad; i++) bad = write(fd, block, sizeof block) != sizeof block;
+    for (int64_t i = 0; i < mb && !bad; i++) bad = write(fd, block, (size_t)1 << 20) != (1 << 20);
     bad |= fsync(fd) != 0;
     double t = mg_cli_clock() - t0;
     close(fd);
     unlink(path);
+    free(block);
     return bad ? -1 : (double)mb * (1 << 20) / 1e6 / t;
 }
 

@@ -23,6 +23,8 @@ int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 int mg_cli_bench_step_gpt(int argc, char **argv); /* src/cli/bench_gpt.c: bench step --model gpt */
 int mg_cli_generate(int argc, char **argv);     /* src/cli/generate.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
+int mg_cli_plan_estimate(int argc, char **argv); /* src/cli/plan_estimate.c: plan --estimate */
+int mg_cli_trace(int argc, char **argv);        /* src/cli/trace.c: analyze DIR */
 
 /* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
 double mg_cli_clock(void);

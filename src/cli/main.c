@@ -32,6 +32,7 @@ static const mg_command commands[] = {
     {"data", mg_cli_data, "make and inspect HDF5 data sets"},
     {"bench", mg_cli_bench, "measure collectives, kernels and training steps"},
     {"plan", mg_cli_plan, "plan a pipeline-parallel step: stages, timeline, step time, memory"},
+    {"trace", mg_cli_trace, "analyze the flight recorder's dumps of a job (trace analyze DIR)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -15,6 +15,9 @@
  * as one process (no mpirun needed: the link is then a copy within it) or
  * under mpirun (the link is then measured between ranks 0 and 1); every rank
  * plans the same and rank 0 prints.
+ * With --estimate and no pp in --parallel it estimates a step of `meshgrad
+ * train` instead (plan_estimate.c); with pp, the plan adds each pipeline
+ * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
@@ -45,6 +48,7 @@ typedef struct {
     const char *trace;
     double gflops, gbps, latency_us; /* 0: measure */
     int threads;
+    int estimate; /* --estimate: each rank's memory and bytes per step too */
 } plan_opts;
 
 static const char usage_text[] =
@@ -52,7 +56,9 @@ static const char usage_text[] =
     "       [--microbatches M | --microbatch-rows R1,R2,...] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1]\n"
     "       [--virtual-stages V] [--pp-layers N1,N2,...] [--trace FILE] [--flops GFLOPS]\n"
-    "       [--bandwidth GB/s] [--latency us] [--threads T]";
+    "       [--bandwidth GB/s] [--latency us] [--threads T] [--estimate]\n"
+    "  plan --estimate [train's flags: --config FILE --mesh M --parallel P --model\n"
+    "       --hidden --batch --optimizer ...] [--input RxC] [--classes K] [--nodes N]";
 
 /* Comma-separated integers >= lo into out (at most MAX_LIST); count or -1. */
 static int parse_list(const char *text, int64_t *out, int64_t lo) {
@@ -89,7 +95,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         {"microbatch-rows", 1, 0, 'R'}, {"pp-schedule", 1, 0, 's'}, {"virtual-stages", 1, 0, 'v'},
         {"pp-layers", 1, 0, 'L'},     {"trace", 1, 0, 't'},         {"flops", 1, 0, 'F'},
         {"bandwidth", 1, 0, 'W'},     {"latency", 1, 0, 'a'},       {"threads", 1, 0, 'T'},
-        {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+        {"help", 0, 0, 'h'},          {"estimate", 0, 0, 'e'},      {0, 0, 0, 0}};
     int c, rc = MG_OK;
     int64_t list[MAX_LIST], one[1];
     opterr = 0;
@@ -138,6 +144,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             if (parse_list(optarg, one, 1) != 1) rc = bad_value("--threads", optarg, "a count >= 1");
             o->threads = (int)one[0];
             break;
+        case 'e': o->estimate = 1; break;
         case 'h': return 1;
         default:
             rc = mg_error(MG_EINVAL, "plan: unknown option or missing value '%s'",
@@ -287,6 +294,7 @@ static int run(plan_job *j) {
                                  .parallel = o->parallel, .calibration = how, .dp = j->dp,
                                  .widths = o->widths, .nwidths = o->nwidths};
         mg_plan_print(stdout, &report);
+        if (o->estimate) mg_plan_estimate_pipeline(stdout, &report, 1 /* SGD with momentum */);
         if (o->trace) rc = mg_plan_write_trace(o->trace, &report);
         if (rc == MG_OK && o->trace)
             printf("trace: %s (chrome://tracing or ui.perfetto.dev)\n", o->trace);
@@ -298,7 +306,20 @@ static int run(plan_job *j) {
     return rc;
 }
 
+/* --estimate without pp in --parallel: a step of meshgrad train (plan_estimate.c). */
+static int train_estimate(int argc, char **argv) {
+    int estimate = 0, pp = 0;
+    for (int i = 1; i < argc; i++) {
+        estimate |= strcmp(argv[i], "--estimate") == 0;
+        if (i + 1 < argc && strcmp(argv[i], "--parallel") == 0)
+            for (const char *p = argv[i + 1]; (p = strstr(p, "pp")); p += 2)
+                pp |= (p == argv[i + 1] || p[-1] == ',') && (p[2] == '\0' || p[2] == ',');
+    }
+    return estimate && !pp;
+}
+
 int mg_cli_plan(int argc, char **argv) {
+    if (train_estimate(argc, argv)) return mg_cli_plan_estimate(argc, argv);
     plan_job *j = calloc(1, sizeof *j);
     if (!j) {
         mg_error(MG_ENOMEM, "plan: out of memory");

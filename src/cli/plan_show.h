@@ -3,7 +3,8 @@
  * time, peak activation memory per stage) and the Chrome-trace JSON of the
  * timeline (one process per rank; F, B, W spans on a compute thread,
  * transfers on a second one, a flow arrow from each send to its receive).
- * Exports mg_plan_report, mg_plan_print, mg_plan_write_trace. */
+ * Exports mg_plan_report, mg_plan_print, mg_plan_write_trace,
+ * mg_plan_estimate_pipeline (plan_estimate.c). */
 #ifndef MG_CLI_PLAN_SHOW_H
 #define MG_CLI_PLAN_SHOW_H
 
@@ -32,5 +33,8 @@ void mg_plan_print(FILE *out, const mg_plan_report *r);
 /* Writes the timeline to `path`, which must be absent or a trace this
  * program wrote (anything else is left alone: MG_EIO with a message). */
 int mg_plan_write_trace(const char *path, const mg_plan_report *r);
+/* plan --estimate of a pipeline plan (plan_estimate.c): each pipeline rank's
+ * memory and bytes sent per step, `states` optimizer states a parameter. */
+void mg_plan_estimate_pipeline(FILE *out, const mg_plan_report *r, int states);
 
 #endif

@@ -13,8 +13,12 @@
  * ends the process at once), a non-finite loss or gradient (the run stops
  * before the update, naming the step and the first parameter whose gradient
  * is not finite; with --on-nonfinite skip the step is skipped and counted),
- * and a failed write of the metrics file (the run stops, naming the reason).
- * Checkpoints, and where the run may write: train_ckpt.c (train.h).
+ * and a failed write of the metrics file (the run stops, naming the reason);
+ * the same all-reduce carries each rank's previous step time, so every step
+ * names its slowest rank (train_report.h).
+ * Checkpoints, and where the run may write: train_ckpt.c (train.h). The
+ * progress line's figures and the end-of-run report: train_report.c. The
+ * flight recorder's directory and --trace: observe.h.
  * Errors are left in mg_last_error() for main.c to print once.
  * Exports: mg_cli_train (cli.h). */
 #include <errno.h>
@@ -32,8 +36,10 @@
 #include "cli/train.h"
 #include "context.h"
 #include "dist/comm.h"
+#include "dist/flight.h"
 #include "dist/reducer.h"
 #include "status.h"
+#include "trace.h"
 
 static const int stop_signals[3] = {SIGTERM, SIGINT, SIGUSR1};
 static volatile sig_atomic_t stop_requested = 0; /* the signal number */
@@ -208,6 +214,8 @@ static int setup(trainer *tr) {
     tr->mesh = mg_mesh_new(ndim, shape);
     if (!tr->mesh) return mg_last_code();
     mg_comm *world = tr->mesh->world;
+    if ((rc = mg_observe_flight(c->flight_dir)) != MG_OK) return rc;
+    if ((rc = mg_window_init(&tr->window, world->size)) != MG_OK) return rc;
 
     rc = mg_plan_parse(c->parallel, &tr->plan);
     if (rc == MG_OK) rc = mg_plan_check(&tr->plan, tr->mesh, c->batch);
@@ -275,6 +283,7 @@ static int setup(trainer *tr) {
 
 static void teardown(trainer *tr) {
     restore_signals(tr);
+    mg_window_free(&tr->window);
     if (tr->metrics) fclose(tr->metrics);
     if (tr->have_model) mg_model_free(&tr->model);
     if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
@@ -378,7 +387,7 @@ static int evaluate(trainer *tr, int64_t step) {
 }
 
 /* What the ranks agree on after each backward (one all-reduce MAX). */
-enum { AGREE_SIGNAL, AGREE_BAD_GRAD, AGREE_BAD_LOSS, AGREE_METRICS, AGREE_N };
+enum { AGREE_SIGNAL, AGREE_BAD_GRAD, AGREE_BAD_LOSS, AGREE_METRICS, AGREE_SLOWEST, AGREE_N };
 
 /* This rank's first parameter whose gradient (the part this rank holds) is not
  * finite, or -1. */
@@ -390,19 +399,30 @@ static int first_nonfinite_grad(const mg_param_table *t) {
 
 /* Forward and backward of micro-batch `micro` of step `step` (the GPT's
  * --grad-accum N: the loss scaled by 1/N, the gradients summed across ranks
- * only after the last); *loss_out gets its (scaled) loss. */
-static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out) {
+ * only after the last); *loss_out gets its (scaled) loss, *data_s adds the
+ * time spent waiting for the batch. */
+static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out, double *data_s) {
     int64_t n = tr->cfg.grad_accum;
     mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    double t_data = mg_cli_clock();
+    int64_t comm_ns = mg_flight_wait_ns(); /* the loader's own collectives are data wait */
+    mg_trace_begin(MG_TRACE_PHASE, "data", 0);
     int rc = tr->cfg.model == MG_MODEL_GPT
                  ? mg_train_text_batch(tr, step, micro, &x, &y)
                  : mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, &x, &y, mg_step_arena());
+    mg_trace_end();
+    *data_s += mg_cli_clock() - t_data;
+    tr->window.comm_ns0 += mg_flight_wait_ns() - comm_ns;
+    mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
     if (rc == MG_OK) logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
     if (logits) loss = mg_cross_entropy(logits, y);
     if (loss && n > 1) loss = mg_scale(loss, 1.0f / (float)n);
+    mg_trace_end();
     if (rc == MG_OK && !loss) rc = mg_last_code();
     if (n > 1) mg_set_grad_sync(micro == n - 1);
+    mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
     if (rc == MG_OK) rc = mg_backward(loss);
+    mg_trace_end();
     if (n > 1) mg_set_grad_sync(1);
     if (rc == MG_OK) rc = scalar_value(loss, loss_out);
     return rc;
@@ -410,16 +430,17 @@ static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out
 
 /* One step: batch, forward, loss, backward, the agreement (agreed[]), then the
  * update only when the loss and every gradient are finite. *loss_out gets the
- * loss of the batch and *norm_out the gradient norm before clipping (0 when not
- * clipping). */
+ * loss of the batch, *norm_out the gradient norm before clipping (0 when not
+ * clipping) and *data_s the time spent waiting for the batch. */
 static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, double *norm_out,
-                      int64_t agreed[AGREE_N]) {
+                      int64_t agreed[AGREE_N], double *data_s) {
     mg_param_table *params = &tr->model.params;
     int rc = MG_OK;
     *loss_out = 0;
+    *data_s = 0;
     for (int64_t m = 0; rc == MG_OK && m < tr->cfg.grad_accum; m++) {
         double part = 0;
-        rc = micro_step(tr, step, m, &part);
+        rc = micro_step(tr, step, m, &part, data_s);
         *loss_out += part;
     }
     if (rc == MG_OK) {
@@ -429,14 +450,18 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
         agreed[AGREE_BAD_GRAD] = bad >= 0 ? params->n - bad : 0; /* MAX: the first bad one */
         agreed[AGREE_BAD_LOSS] = !isfinite(*loss_out);
         agreed[AGREE_METRICS] = tr->metrics_errno != 0;
+        agreed[AGREE_SLOWEST] = mg_window_slowest_pack(&tr->window, tr->rank);
         rc = mg_comm_all_reduce_i64(tr->mesh->world, agreed, AGREE_N, MG_CONTROL_MAX);
+        mg_window_slowest_add(&tr->window, agreed[AGREE_SLOWEST]);
     }
     int update = rc == MG_OK && !agreed[AGREE_BAD_GRAD] && !agreed[AGREE_BAD_LOSS];
+    mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
     if (update && tr->cfg.clip > 0) rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);
     if (update && rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
     if (rc == MG_OK) rc = mg_params_zero_grads(params);
     if (rc == MG_OK) rc = mg_device_synchronize(); /* a device error surfaces here */
     mg_step_end();
+    mg_trace_end();
     return rc;
 }
 
@@ -520,7 +545,7 @@ static void print_start(trainer *tr, uint64_t checksum) {
 
 /* Rank 0: the metrics line of a step, and every log_every steps a progress line. */
 static void report_step(trainer *tr, int64_t step, double loss, double lr, double norm, double ms,
-                        double now, double start, double *window_start, int64_t *window_steps) {
+                        double now, double start) {
     mg_train_config *c = &tr->cfg;
     if (c->clip > 0)
         metrics_line(tr, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
@@ -531,16 +556,13 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
                      "%.6g}\n", (long long)step, loss, lr, ms, ms > 0 ? c->batch * 1e3 / ms : 0.0);
     if (tr->rank != 0 || c->log_every <= 0 || (step % c->log_every != 0 && step != c->steps))
         return;
-    double wms = (now - *window_start) * 1e3 / (double)*window_steps;
-    char eta[32];
+    char eta[32], window[256];
     format_duration(eta, sizeof eta,
                     (double)(c->steps - step) * (now - start) / (double)(step - tr->start_step));
-    printf("step %lld/%lld | loss %.9f | lr %.3e | %.2f ms/step | %.0f samples/s | ETA %s\n",
-           (long long)step, (long long)c->steps, loss, lr, wms,
-           wms > 0 ? c->batch * 1e3 / wms : 0.0, eta);
+    mg_window_format(&tr->window, window, sizeof window, c->batch, "samples");
+    printf("step %lld/%lld | loss %.9f | lr %.3e | %s | ETA %s\n", (long long)step,
+           (long long)c->steps, loss, lr, window, eta);
     fflush(stdout);
-    *window_start = now;
-    *window_steps = 0;
 }
 
 static int run(trainer *tr) {
@@ -553,28 +575,37 @@ static int run(trainer *tr) {
     rc = mg_params_checksum(&tr->model.params, &checksum);
     if (rc != MG_OK) return rc;
     print_start(tr, checksum);
+    mg_comm *world = tr->mesh->world;
+    rc = mg_timeline_prepare(&tr->timeline, c->trace, c->trace_steps, tr->start_step + 1, c->steps,
+                             world);
+    if (rc != MG_OK) return rc;
 
     install_signals(tr);
-    char where[MG_PATH_MAX + 32];
-    double start = mg_cli_clock(), window_start = start;
-    int64_t window_steps = 0;
+    char where[MG_PATH_MAX + 32], json[2048];
+    double start = mg_cli_clock();
     for (int64_t s = tr->start_step; s < c->steps; s++) {
-        double t0 = mg_cli_clock();
+        int64_t step = s + 1;
+        if ((rc = mg_timeline_step_begin(&tr->timeline, step, world)) != MG_OK) return rc;
+        mg_flight_set_step(step);
+        mg_window_step_begin(&tr->window);
+        mg_trace_begin(MG_TRACE_STEP, "step", step);
+        double t0 = mg_cli_clock(), data_s = 0;
         double lr = mg_lr_at(&tr->sched, s), loss = 0, norm = 0;
         int64_t agreed[AGREE_N] = {0};
-        rc = train_step(tr, s, lr, &loss, &norm, agreed);
+        rc = train_step(tr, s, lr, &loss, &norm, agreed, &data_s);
+        mg_trace_end();
         if (rc != MG_OK) return rc;
         if ((rc = metrics_failed(tr, agreed[AGREE_METRICS])) != MG_OK) return rc;
         double t1 = mg_cli_clock();
-        int64_t step = s + 1;
-        window_steps++;
+        mg_window_step_end(&tr->window, step, data_s);
         if (agreed[AGREE_BAD_GRAD] || agreed[AGREE_BAD_LOSS]) {
             if ((rc = nonfinite_step(tr, step, loss, agreed)) != MG_OK) return rc;
         } else {
-            report_step(tr, step, loss, lr, norm, (t1 - t0) * 1e3, t1, start, &window_start,
-                        &window_steps);
+            report_step(tr, step, loss, lr, norm, (t1 - t0) * 1e3, t1, start);
         }
+        if ((rc = mg_timeline_step_end(&tr->timeline, step, world)) != MG_OK) return rc;
         if (agreed[AGREE_SIGNAL]) { /* every rank stops after the same step */
+            if ((rc = mg_timeline_finish(&tr->timeline, world)) != MG_OK) return rc;
             rc = mg_train_save(tr, step, where, sizeof where);
             if (rc != MG_OK) return rc;
             if (tr->rank == 0) {
@@ -596,6 +627,10 @@ static int run(trainer *tr) {
     }
     double seconds = mg_cli_clock() - start;
     int64_t ran = c->steps - tr->start_step;
+    if ((rc = mg_timeline_finish(&tr->timeline, world)) != MG_OK ||
+        (rc = mg_train_report_end(tr, c->steps, json, sizeof json)) != MG_OK)
+        return rc;
+    if (json[0]) metrics_line(tr, "%s", json);
     if (c->save[0]) { /* also after 0 steps: a resumed checkpoint re-saved on this mesh */
         rc = mg_train_save(tr, c->steps, where, sizeof where);
         if (rc != MG_OK) return rc;

@@ -1,19 +1,21 @@
 /* train.h: what the files of `meshgrad train` share. train.c builds the run
  * and drives the loop; train_text.c is the GPT's side of it (token data,
  * micro-batches, the validation loss); train_ckpt.c checks where the run may
- * write before step 1, saves it, and resumes it. The trainer holds the run:
- * configuration, mesh, plan, data, model, optimizer, metrics file, where it
- * saves.
+ * write before step 1, saves it, and resumes it; train_report.c reports on the
+ * run (train_report.h). The trainer holds the run: configuration, mesh, plan,
+ * data, model, optimizer, metrics file, where it saves.
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
- * mg_train_resume, mg_train_text_setup, mg_train_text_batch,
- * mg_train_text_evaluate. */
+ * mg_train_resume, mg_train_report_end, mg_train_text_setup,
+ * mg_train_text_batch, mg_train_text_evaluate. */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
 #include <signal.h>
 #include <stdio.h>
 
+#include "cli/observe.h"
 #include "cli/train_config.h"
+#include "cli/train_report.h"
 #include "dist/mesh.h"
 #include "io/data.h"
 #include "io/files.h"
@@ -47,6 +49,8 @@ typedef struct {
     char resume_note[MG_PATH_MAX + 256]; /* printed under the banner */
     int handled[3];              /* stop_signals[i] has our handler */
     struct sigaction old_signals[3];
+    mg_timeline timeline;        /* --trace (observe.h) */
+    mg_train_window window;      /* the progress line's figures (train_report.h) */
 } trainer;
 
 /* Collective, before anything is opened for writing: --save and --metrics
@@ -64,6 +68,10 @@ int mg_train_save(trainer *tr, int64_t step, char *where, size_t len);
 /* Collective. --resume: loads the checkpoint into the current mesh and plan
  * and moves the loader to where the saved run stood. */
 int mg_train_resume(trainer *tr);
+/* Collective, after the last step (train_report.c): rank 0 prints the peak
+ * memory of the largest rank and the bytes per step of each collective, and
+ * gets them as a metrics line in json ("" elsewhere). */
+int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len);
 
 /* Collective (--model gpt). Opens the token splits of c->data, checks them
  * against --ctx (and the plan against the micro-batch), builds the GPT and its

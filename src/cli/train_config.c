@@ -67,6 +67,9 @@ static const option_def options[] = {
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
     {"dtype", OPT_STRING, F(dtype), 0, "NAME", "fp32 | bf16: bf16 GEMM inputs, fp32 sums, weights and state"},
     {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
+    {"flight-dir", OPT_STRING, F(flight_dir), 0, "DIR", "flight recorder dumps: DIR/rank-<r>.json"},
+    {"trace", OPT_STRING, F(trace), 0, "FILE", "write a Chrome-trace timeline of all ranks here"},
+    {"trace-steps", OPT_STRING, F(trace_steps), 0, "A:B", "the steps --trace records (default 2:4)"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
@@ -98,6 +101,7 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->threads = 0;
     c->log_every = 100;
     snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->flight_dir, sizeof c->flight_dir, "meshgrad-flight");
     snprintf(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
     snprintf(c->dtype, sizeof c->dtype, "fp32");
 }
@@ -455,6 +459,13 @@ void mg_train_config_usage(FILE *out) {
                  "to ./%s) and exit 0. A save replaces only a meshgrad\n"
                  "checkpoint and deletes only older ckpt-<step>.h5; a failed save stops the run\n"
                  "(exit 1) with the previous checkpoint intact. A step whose loss or gradient is\n"
-                 "not finite stops the run before the update (--on-nonfinite skip: skipped).\n",
+                 "not finite stops the run before the update (--on-nonfinite skip: skipped).\n\n"
+                 "Seeing inside (docs/OBSERVE.md): every rank keeps its last collectives in a\n"
+                 "flight recorder, written to --flight-dir/rank-<r>.json on a collective\n"
+                 "timeout, a crash, or kill -USR2 (the run goes on); `meshgrad trace analyze\n"
+                 "DIR` says which rank is behind. --trace FILE writes the timeline of steps\n"
+                 "--trace-steps A:B of every rank (Perfetto). The progress line splits a step\n"
+                 "into compute, communication wait and data wait and names the slowest rank;\n"
+                 "the run ends with its peak memory and bytes moved per step.\n",
             MG_TRAIN_PREEMPT_PATH);
 }

@@ -1,8 +1,8 @@
 /* comm.c: what every communicator shares, whatever the iface: the counting
- * wrappers (mg_comm_all_reduce ... mg_comm_barrier count calls and bytes, then
- * dispatch under the collective watchdog, watchdog.h), the registry that sums
- * counters across communicators, the MG_COMM_DEBUG table, and status agreement
- * over the world.
+ * wrappers (mg_comm_all_reduce ... mg_comm_barrier count calls and bytes,
+ * record the call in the flight recorder (flight.h), then dispatch under the
+ * collective watchdog, watchdog.h), the registry that sums counters across
+ * communicators, the MG_COMM_DEBUG table, and status agreement over the world.
  * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank), and the
  * public mg_comm_stats_get / mg_comm_stats_reset / mg_coll_name. */
 #include "dist/comm.h"
@@ -13,6 +13,8 @@
 
 #include "array.h"
 #include "context.h"
+#include "dist/comm_info.h"
+#include "dist/flight.h"
 #include "dist/watchdog.h"
 #include "tensor.h"
 #include "status.h"
@@ -50,6 +52,9 @@ void mg_comm_register(mg_comm *comm) {
     if (!comm) return;
     for (int i = 0; i < c->n_comms; i++)
         if (c->comms[i] == comm) return;
+    /* described now, while every member makes it: the flight recorder's
+     * ordinal of a communicator is then the same on all of them */
+    mg_comm_info_of(comm->mpi);
     if (mg_array_grow((void **)&c->comms, &c->cap_comms, c->n_comms + 1, sizeof *c->comms,
                       "comm registry") != MG_OK)
         return; /* counters of this comm are then not summed; nothing else breaks */
@@ -110,16 +115,20 @@ void mg_comm_free(mg_comm *c) {
     free(c);
 }
 
-/* ---- the calls: count, arm the watchdog, dispatch, disarm -------------------- */
+/* ---- the calls: count, record, arm the watchdog, dispatch, disarm ------------ */
 
-static void count(mg_comm *c, mg_coll_kind kind, int64_t n, int root) {
+/* Returns the flight record, or MG_FLIGHT_SKIP: the test hook skips the call. */
+static int64_t count(mg_comm *c, mg_coll_kind kind, int64_t n, int root) {
     c->stats[kind].calls++;
     c->stats[kind].bytes += mg_coll_bytes(kind, c->size, c->rank, n, root);
-    mg_watchdog_begin_comm(coll_names[kind], c->mpi);
+    int64_t f = mg_flight_post(c->mpi, coll_names[kind], 4 * n, MG_FLIGHT_FLOAT32, -1, 0, true);
+    if (f != MG_FLIGHT_SKIP) mg_watchdog_begin_comm(coll_names[kind], c->mpi);
+    return f;
 }
 
-static int watched(int status) { /* the collective returned: disarm */
+static int watched(int64_t f, int status) { /* the collective returned: disarm */
     mg_watchdog_end();
+    mg_flight_done(f);
     return status;
 }
 
@@ -131,8 +140,9 @@ int mg_comm_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     if (n < 0) return bad_count("all_reduce", n);
     if (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG && op != MG_REDUCE_MAX)
         return mg_error(MG_EINVAL, "all_reduce: unknown reduce op %d", (int)op);
-    count(c, MG_COLL_ALL_REDUCE, n, 0);
-    return watched(c->iface->all_reduce(c, buf, n, op));
+    int64_t f = count(c, MG_COLL_ALL_REDUCE, n, 0);
+    if (f == MG_FLIGHT_SKIP) return MG_OK;
+    return watched(f, c->iface->all_reduce(c, buf, n, op));
 }
 
 int mg_comm_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req) {
@@ -140,34 +150,45 @@ int mg_comm_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req)
     req->mpi = MPI_REQUEST_NULL;
     req->state = NULL;
     req->shm = 0;
+    req->flight = -1;
     if (n < 0) return bad_count("iall_reduce", n);
+    if (!c->iface->iall_reduce) { /* blocking, under the watchdog */
+        int64_t f = count(c, MG_COLL_ALL_REDUCE, n, 0);
+        if (f == MG_FLIGHT_SKIP) return MG_OK;
+        return watched(f, c->iface->all_reduce(c, buf, n, MG_REDUCE_SUM));
+    }
     c->stats[MG_COLL_ALL_REDUCE].calls++;
     c->stats[MG_COLL_ALL_REDUCE].bytes += mg_coll_bytes(MG_COLL_ALL_REDUCE, c->size, c->rank, n, 0);
-    if (!c->iface->iall_reduce) { /* blocking, under the watchdog */
-        mg_watchdog_begin_comm(coll_names[MG_COLL_ALL_REDUCE], c->mpi);
-        return watched(c->iface->all_reduce(c, buf, n, MG_REDUCE_SUM));
-    }
+    req->flight = mg_flight_post(c->mpi, coll_names[MG_COLL_ALL_REDUCE], 4 * n, MG_FLIGHT_FLOAT32,
+                                 -1, 0, false);
+    if (req->flight == MG_FLIGHT_SKIP) return MG_OK;
     req->done = 0;
-    return c->iface->iall_reduce(c, buf, n, req);
+    int rc = c->iface->iall_reduce(c, buf, n, req);
+    if (req->done || rc != MG_OK) mg_flight_done(req->flight);
+    return rc;
 }
 
 int mg_comm_test(mg_comm *c, mg_comm_request *req) {
     if (req->done) return MG_OK;
-    return c->iface->test(c, req);
+    int rc = c->iface->test(c, req);
+    if (req->done || rc != MG_OK) mg_flight_done(req->flight);
+    return rc;
 }
 
 int mg_comm_wait(mg_comm *c, mg_comm_request *req) {
     if (req->done) return MG_OK;
+    mg_flight_wait_begin(req->flight);
     mg_watchdog_begin_comm(coll_names[MG_COLL_ALL_REDUCE], c->mpi);
-    return watched(c->iface->wait(c, req));
+    return watched(req->flight, c->iface->wait(c, req));
 }
 
 static float *alloc_shared(mg_comm *c, int64_t n, bool one) {
     mg_clear_error();
     if (!c->iface->alloc_shared || n <= 0) return NULL;
+    int64_t f = mg_flight_post(c->mpi, "alloc_shared", 4 * n, MG_FLIGHT_FLOAT32, -1, 0, true);
     mg_watchdog_begin_comm("alloc_shared", c->mpi); /* collective: a missing rank is reported */
     float *p = c->iface->alloc_shared(c, n, one);
-    mg_watchdog_end();
+    watched(f, MG_OK);
     return p;
 }
 
@@ -187,9 +208,10 @@ int mg_comm_share_tensor(mg_comm *c, mg_tensor *t, bool one) {
 float *mg_comm_shared_scratch(mg_comm *c, int64_t n) {
     mg_clear_error();
     if (!c->iface->shared_scratch || n <= 0) return NULL;
+    int64_t f = mg_flight_post(c->mpi, "shared_scratch", 4 * n, MG_FLIGHT_FLOAT32, -1, 0, true);
     mg_watchdog_begin_comm("shared_scratch", c->mpi);
     float *p = c->iface->shared_scratch(c, n);
-    mg_watchdog_end();
+    watched(f, MG_OK);
     return p;
 }
 
@@ -200,20 +222,23 @@ float *mg_comm_shared_peer(mg_comm *c, const float *p, int64_t n, int rank) {
 
 int mg_comm_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
     if (n < 0) return bad_count("all_gather", n);
-    count(c, MG_COLL_ALL_GATHER, n, 0);
-    return watched(c->iface->all_gather(c, send, n, recv));
+    int64_t f = count(c, MG_COLL_ALL_GATHER, n, 0);
+    if (f == MG_FLIGHT_SKIP) return MG_OK;
+    return watched(f, c->iface->all_gather(c, send, n, recv));
 }
 
 int mg_comm_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
     if (n < 0) return bad_count("reduce_scatter", n);
-    count(c, MG_COLL_REDUCE_SCATTER, n, 0);
-    return watched(c->iface->reduce_scatter(c, send, recv, n));
+    int64_t f = count(c, MG_COLL_REDUCE_SCATTER, n, 0);
+    if (f == MG_FLIGHT_SKIP) return MG_OK;
+    return watched(f, c->iface->reduce_scatter(c, send, recv, n));
 }
 
 int mg_comm_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv) {
     if (n < 0) return bad_count("all_to_all", n);
-    count(c, MG_COLL_ALL_TO_ALL, n, 0);
-    return watched(c->iface->all_to_all(c, send, n, recv));
+    int64_t f = count(c, MG_COLL_ALL_TO_ALL, n, 0);
+    if (f == MG_FLIGHT_SKIP) return MG_OK;
+    return watched(f, c->iface->all_to_all(c, send, n, recv));
 }
 
 int mg_comm_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
@@ -221,13 +246,15 @@ int mg_comm_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
     if (root < 0 || root >= c->size)
         return mg_error(MG_EINVAL, "broadcast: root %d is not a rank of a communicator of %d", root,
                         c->size);
-    count(c, MG_COLL_BROADCAST, n, root);
-    return watched(c->iface->broadcast(c, buf, n, root));
+    int64_t f = count(c, MG_COLL_BROADCAST, n, root);
+    if (f == MG_FLIGHT_SKIP) return MG_OK;
+    return watched(f, c->iface->broadcast(c, buf, n, root));
 }
 
 int mg_comm_barrier(mg_comm *c) {
-    count(c, MG_COLL_BARRIER, 0, 0);
-    return watched(c->iface->barrier(c));
+    int64_t f = count(c, MG_COLL_BARRIER, 0, 0);
+    if (f == MG_FLIGHT_SKIP) return MG_OK;
+    return watched(f, c->iface->barrier(c));
 }
 
 /* ---- agreement -------------------------------------------------------------- */
@@ -245,9 +272,11 @@ int mg_status_agree_rank(int status, int *first_rank) {
     struct {
         int status, rank;
     } mine = {status, rank}, all = {status, rank};
+    int64_t f = mg_flight_post(MPI_COMM_WORLD, "status_agree", 8, MG_FLIGHT_STATUS, -1, 0, true);
+    if (f == MG_FLIGHT_SKIP) return status;
     mg_watchdog_begin_comm("status_agree", MPI_COMM_WORLD);
     int err = MPI_Allreduce(&mine, &all, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
-    mg_watchdog_end();
+    watched(f, MG_OK);
     if (err != MPI_SUCCESS) {
         char s[MPI_MAX_ERROR_STRING];
         int len = 0;

@@ -47,6 +47,7 @@ typedef struct {
     int shm;     /* MPI: state is a shm op */
     int64_t id;  /* MPI shm: which sum of that op's slot (a later one may reuse it) */
     int done;    /* completed (or never needed a message) */
+    int64_t flight; /* its flight record (flight.h) */
 } mg_comm_request;
 
 struct mg_comm_iface {
@@ -183,6 +184,7 @@ struct mg_p2p_request {
     int peer, send;       /* the other rank; 1 for a send */
     int64_t n;
     int done;
+    int64_t flight;       /* its flight record (flight.h) */
 };
 
 int mg_comm_isend(mg_comm *, const float *buf, int64_t n, int peer, mg_p2p_request *req);
@@ -219,6 +221,12 @@ int mg_comm_all_reduce_f64(mg_comm *, double *buf, int n, mg_control_op op);
  * caller must then end the job (mg_comm_abort): the operation is left in
  * flight. Ranks may pass different wait_s. */
 int mg_comm_agree_max(mg_comm *, int64_t *vals, int n, double wait_s);
+/* Gathers n bytes (at most 1 GiB) from every rank at root: on root, *out gets
+ * the parts one after the other in rank order (malloc'd; free it) and
+ * counts[r] (c->size entries) the length of rank r's; elsewhere *out is NULL.
+ * At most 2 GiB in all. Counted as an all_gather of the bytes this rank sends. */
+int mg_comm_gather_bytes(mg_comm *, const void *buf, int64_t n, int root, char **out,
+                         int64_t *counts);
 /* Ends the whole job with this exit code (MPI_Abort); does not return. */
 _Noreturn void mg_comm_abort(mg_comm *, int code);
 

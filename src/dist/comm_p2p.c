@@ -1,7 +1,8 @@
 /* comm_p2p.c: point-to-point sends and receives on a communicator, for
  * pipeline parallelism (see the end of comm.h): the counting wrappers
- * (mg_comm_isend ... mg_comm_p2p_group_end: check, count, dispatch; a wait is
- * watched by the collective watchdog, naming the peer) and the MPI iface's
+ * (mg_comm_isend ... mg_comm_p2p_group_end: check, count, record in the
+ * flight recorder, dispatch; a wait is watched by the collective watchdog,
+ * naming the peer) and the MPI iface's
  * entries (MPI_Isend / MPI_Irecv with one tag, split into pieces above the
  * MPI count limit, in order).
  * Exports: mg_comm_isend, mg_comm_irecv, mg_comm_p2p_test, mg_comm_p2p_wait,
@@ -12,6 +13,8 @@
 #include <string.h>
 
 #include "dist/comm.h"
+#include "dist/comm_info.h"
+#include "dist/flight.h"
 #include "dist/watchdog.h"
 #include "status.h"
 
@@ -34,6 +37,7 @@ static int post(mg_comm *c, float *buf, int64_t n, int peer, int send, mg_p2p_re
     req->send = send;
     req->n = n;
     req->done = 1;
+    req->flight = -1;
     const char *what = send ? "send" : "recv";
     if (n < 0) return mg_error(MG_EINVAL, "%s: count %lld is negative", what, (long long)n);
     if (peer < 0 || peer >= c->size)
@@ -45,9 +49,13 @@ static int post(mg_comm *c, float *buf, int64_t n, int peer, int send, mg_p2p_re
     mg_coll_kind kind = send ? MG_COLL_SEND : MG_COLL_RECV;
     c->stats[kind].calls++;
     c->stats[kind].bytes += mg_coll_bytes(kind, c->size, c->rank, n, peer);
+    req->flight = mg_flight_post(c->mpi, what, 4 * n, MG_FLIGHT_FLOAT32, peer, send, false);
     req->done = 0;
     int rc = send ? c->iface->isend(c, buf, n, peer, req) : c->iface->irecv(c, buf, n, peer, req);
-    if (rc != MG_OK) req->done = 1;
+    if (rc != MG_OK) {
+        req->done = 1;
+        mg_flight_done(req->flight);
+    }
     return rc;
 }
 
@@ -63,39 +71,29 @@ int mg_comm_p2p_test(mg_comm *c, mg_p2p_request *req) {
     if (req->done) return MG_OK;
     int rc = c->iface->p2p_test(c, req);
     if (rc != MG_OK) req->done = 1;
+    if (req->done) mg_flight_done(req->flight);
     return rc;
 }
 
 /* The watchdog names this rank and the peer (world ranks) and the mesh dim,
- * read from the name mesh.c gives its communicators. */
+ * from the communicator's record. */
 static void watch(mg_comm *c, const char *op, int peer, int ranks[2]) {
-    if (mg_watchdog_timeout() <= 0) return;
-    MPI_Group group, world;
-    int local[2] = {c->rank, peer};
-    ranks[0] = ranks[1] = -1;
-    if (MPI_Comm_group(c->mpi, &group) == MPI_SUCCESS) {
-        if (MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
-            MPI_Group_translate_ranks(group, 2, local, world, ranks);
-            MPI_Group_free(&world);
-        }
-        MPI_Group_free(&group);
-    }
-    char name[MPI_MAX_OBJECT_NAME];
-    int len = 0, dim = MG_WATCHDOG_UNKNOWN_DIM;
-    name[0] = '\0';
-    MPI_Comm_get_name(c->mpi, name, &len);
-    if (sscanf(name, "meshgrad mesh dim %d", &dim) != 1)
-        dim = strcmp(name, "meshgrad mesh") == 0 ? MG_WATCHDOG_WHOLE_MESH : MG_WATCHDOG_UNKNOWN_DIM;
-    mg_watchdog_begin(op, dim, ranks, peer == c->rank ? 1 : 2);
+    const mg_comm_info *info = mg_comm_info_of(c->mpi);
+    ranks[0] = info ? info->ranks[c->rank] : -1;
+    ranks[1] = info ? info->ranks[peer] : -1;
+    mg_watchdog_begin(op, info ? info->mesh_dim : MG_WATCHDOG_UNKNOWN_DIM, ranks,
+                      peer == c->rank ? 1 : 2);
 }
 
 int mg_comm_p2p_wait(mg_comm *c, mg_p2p_request *req) {
     if (req->done) return MG_OK;
     int ranks[2];
+    mg_flight_wait_begin(req->flight);
     watch(c, req->send ? "send" : "recv", req->peer, ranks);
     int rc = c->iface->p2p_wait(c, req);
     mg_watchdog_end();
     req->done = 1;
+    mg_flight_done(req->flight);
     return rc;
 }
 

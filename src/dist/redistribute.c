@@ -28,7 +28,10 @@
  * mg_redistribute_cost walks the same plan on coordinate 0 (the largest block)
  * with mg_coll_bytes, so it needs only global metadata.
  *
- * Exports: mg_redistribute_local, mg_redistribute_cost, mg_redistribute_is_noop. */
+ * mg_redistribute_moves lists that plan's collectives (the step estimate of
+ * nn/estimate.h counts them).
+ * Exports: mg_redistribute_local, mg_redistribute_cost, mg_redistribute_moves,
+ * mg_redistribute_is_noop. */
 #include "dist/redistribute.h"
 
 #include <stdlib.h>
@@ -45,7 +48,7 @@ typedef struct {
     mg_placement from, to;
 } step;
 
-#define MAX_STEPS (3 * MG_MAX_MESH_DIMS)
+#define MAX_STEPS MG_REDISTRIBUTE_MAX_MOVES
 
 static bool is_shard_of(mg_placement p, int d) { return p.kind == MG_PLACE_SHARD && p.dim == d; }
 
@@ -478,14 +481,50 @@ int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const 
     return MG_OK;
 }
 
-double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst) {
+/* The floats of the two staging buffers a step uses (0: none), by the
+ * executor's own tests (step_gather, step_reduce_scatter, step_all_to_all). */
+static void staging_needs(const mg_spec *cs, const mg_spec *ns, const step *s, int k,
+                          int64_t stage[2]) {
+    int64_t B[MG_MAX_DIMS], N[MG_MAX_DIMS], Bp[MG_MAX_DIMS];
+    mg_spec_local(cs, NULL, B, NULL);
+    mg_spec_local(ns, NULL, N, NULL);
+    memcpy(Bp, B, sizeof B);
+    mg_place_kind a = s->from.kind, b = s->to.kind;
+    int nd = cs->ndim;
+    if (a == MG_PLACE_SHARD && b == MG_PLACE_REPLICATE) {
+        int d = s->from.dim;
+        int64_t c = ceil_div(N[d], k);
+        Bp[d] = c;
+        int64_t vol = mg_shape_numel(nd, Bp);
+        if (B[d] != c) stage[0] = vol;
+        if (prod(B, 0, d) != 1) stage[1] = k * vol;
+    } else if (a == MG_PLACE_PARTIAL && b == MG_PLACE_SHARD) {
+        int d = s->to.dim;
+        int64_t P = B[d], c = ceil_div(P, k);
+        Bp[d] = c;
+        int64_t vol = mg_shape_numel(nd, Bp);
+        bool outer = prod(B, 0, d) == 1;
+        if (!(outer && P == k * c)) stage[0] = k * vol;
+        if (!(outer || N[d] == c)) stage[1] = vol;
+    } else if (a == MG_PLACE_SHARD && b == MG_PLACE_SHARD) {
+        int d1 = s->from.dim, d2 = s->to.dim;
+        int64_t c1 = ceil_div(N[d1], k), P2 = B[d2], c2 = ceil_div(P2, k);
+        Bp[d1] = c1;
+        Bp[d2] = c2;
+        int64_t vol = mg_shape_numel(nd, Bp);
+        if (!(prod(B, 0, d2) == 1 && P2 == k * c2 && B[d1] == c1)) stage[0] = k * vol;
+        if (!(prod(N, 0, d1) == 1 && N[d2] == c2)) stage[1] = k * vol;
+    }
+}
+
+int mg_redistribute_moves(const mg_spec *src, const mg_spec *dst, mg_redistribute_move *moves,
+                          int max) {
     if (check_pair(src, dst) != MG_OK) return -1;
     const mg_mesh *m = src->mesh;
     int zero[MG_MAX_MESH_DIMS] = {0};
     step steps[MAX_STEPS];
-    int n = plan(src, dst, steps);
+    int n = plan(src, dst, steps), count = 0;
     mg_spec cur = *src, next;
-    double bytes = 0;
     for (int i = 0; i < n; i++) {
         const step *s = &steps[i];
         int k = m->shape[s->dim];
@@ -495,20 +534,44 @@ double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst) {
         mg_spec_local(&cur, zero, B, NULL);
         mg_spec_local(&next, zero, N, NULL);
         mg_place_kind a = s->from.kind, b = s->to.kind;
+        mg_coll_kind kind = MG_COLL_COUNT; /* a slice, or R -> P: no collective */
+        int64_t out = mg_shape_numel(next.ndim, N), whole = mg_shape_numel(cur.ndim, B);
+        int64_t stage[2] = {0, 0};
+        staging_needs(&cur, &next, s, k, stage);
         if (a == MG_PLACE_SHARD && b == MG_PLACE_REPLICATE) {
             B[s->from.dim] = ceil_div(N[s->from.dim], k);
-            bytes += mg_coll_bytes(MG_COLL_ALL_GATHER, k, 0, mg_shape_numel(cur.ndim, B), 0);
+            kind = MG_COLL_ALL_GATHER;
+            out = k * mg_shape_numel(cur.ndim, B);
         } else if (a == MG_PLACE_PARTIAL && b == MG_PLACE_REPLICATE) {
-            bytes += mg_coll_bytes(MG_COLL_ALL_REDUCE, k, 0, mg_shape_numel(cur.ndim, B), 0);
+            kind = MG_COLL_ALL_REDUCE;
+            out = whole;
         } else if (a == MG_PLACE_PARTIAL && b == MG_PLACE_SHARD) {
             B[s->to.dim] = ceil_div(B[s->to.dim], k);
-            bytes += mg_coll_bytes(MG_COLL_REDUCE_SCATTER, k, 0, mg_shape_numel(cur.ndim, B), 0);
+            kind = MG_COLL_REDUCE_SCATTER;
+            out = mg_shape_numel(cur.ndim, B);
         } else if (a == MG_PLACE_SHARD && b == MG_PLACE_SHARD) {
             B[s->from.dim] = ceil_div(N[s->from.dim], k);
             B[s->to.dim] = ceil_div(B[s->to.dim], k);
-            bytes += mg_coll_bytes(MG_COLL_ALL_TO_ALL, k, 0, mg_shape_numel(cur.ndim, B), 0);
+            kind = MG_COLL_ALL_TO_ALL;
+            out = k * mg_shape_numel(cur.ndim, B);
+        } else if (b == MG_PLACE_PARTIAL) {
+            out = whole;
         }
+        if (count < max)
+            moves[count++] = (mg_redistribute_move){kind, s->dim, k, mg_shape_numel(cur.ndim, B), out,
+                                                    {stage[0], stage[1]}};
         cur = next;
     }
+    return count;
+}
+
+double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst) {
+    mg_redistribute_move moves[MG_REDISTRIBUTE_MAX_MOVES];
+    int n = mg_redistribute_moves(src, dst, moves, MG_REDISTRIBUTE_MAX_MOVES);
+    if (n < 0) return -1;
+    double bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (moves[i].kind != MG_COLL_COUNT)
+            bytes += mg_coll_bytes(moves[i].kind, moves[i].size, 0, moves[i].n, 0);
     return bytes;
 }

@@ -9,6 +9,7 @@
 #define MG_REDISTRIBUTE_H
 
 #include "arena.h"
+#include "dist/comm.h"
 #include "dist/placement.h"
 #include "tensor.h"
 
@@ -22,6 +23,25 @@ int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const 
  * communication is needed). Used by dist/rules to pick strategies; depends only
  * on global metadata, so every rank gets the same number. */
 double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst);
+
+/* One step of going from src to dst as mg_redistribute_local makes it on
+ * coordinate 0 (the largest block): its collective (MG_COLL_COUNT for a local
+ * slice or R -> P, which need none), the mesh dim, that dim's size, the count
+ * of floats the comm call takes (comm.h: the block of an all-gather,
+ * reduce-scatter or all-to-all; the buffer of an all-reduce), the floats of
+ * the buffer the step's result is made in, and of the two staging buffers it
+ * needs (padding, packing: 0 when none). */
+typedef struct {
+    mg_coll_kind kind;
+    int dim, size;
+    int64_t n, out;
+    int64_t staging[2];
+} mg_redistribute_move;
+#define MG_REDISTRIBUTE_MAX_MOVES (3 * MG_MAX_MESH_DIMS)
+/* The steps of src -> dst (at most max); how many, or -1 when the specs do
+ * not fit together. Global metadata only. */
+int mg_redistribute_moves(const mg_spec *src, const mg_spec *dst, mg_redistribute_move *moves,
+                          int max);
 
 /* True when going from src to dst moves no data on this rank's shard: the specs
  * differ only on mesh dims of size 1 (or not at all), so the local block is the

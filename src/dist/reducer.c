@@ -97,6 +97,11 @@ int mg_set_grad_sync(int on) {
     return was;
 }
 
+size_t mg_reducer_buffer_bytes(void) {
+    struct mg_reducer *r = mg_ctx()->reducer;
+    return r ? (size_t)r->buckets.n_packs * (size_t)MG_GRAD_BUCKET_FLOATS * sizeof(float) : 0;
+}
+
 int mg_grad_sync(void) {
     struct mg_reducer *r = mg_ctx()->reducer;
     return !r || !r->no_sync;

@@ -31,7 +31,8 @@
  *
  * Exports: mg_grad_form, mg_leaf_grad, mg_reducer_add, mg_reducer_poll,
  * mg_reducer_backward_end, mg_reducer_grad, mg_reducer_zero, mg_reducer_defer,
- * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_forget, mg_reducer_step_end, mg_reducer_free, and
+ * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_forget, mg_reducer_step_end, mg_reducer_free,
+ * mg_reducer_buffer_bytes, and
  * the public mg_set_grad_sync / mg_grad_sync. */
 #ifndef MG_DIST_REDUCER_H
 #define MG_DIST_REDUCER_H
@@ -87,5 +88,8 @@ void mg_reducer_forget(const mg_dtensor *leaf);
 /* The step ends: leaves that lived in the step arena are gone. */
 void mg_reducer_step_end(void);
 void mg_reducer_free(void);
+/* Bytes of the packing buffers its buckets keep between steps (the memory
+ * report of `meshgrad train`). */
+size_t mg_reducer_buffer_bytes(void);
 
 #endif

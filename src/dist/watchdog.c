@@ -5,10 +5,11 @@
  * quarter of a shorter timeout); when the collective in progress has run past
  * the timeout (not counting time the process spent stopped) it prints the
  * report, gives the other waiting ranks a moment to print theirs, and calls
- * MPI_Abort on MPI_COMM_WORLD (then _exit, should that return).
+ * MPI_Abort on MPI_COMM_WORLD (then _exit, should that return); before the
+ * pause it has the flight recorder write its dump (flight.h).
  * mg_watchdog_free stops the thread.
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
- * mg_watchdog_timeout, mg_watchdog_free. */
+ * mg_watchdog_timeout, mg_watchdog_current, mg_watchdog_free. */
 #include "dist/watchdog.h"
 
 #include <errno.h>
@@ -20,6 +21,8 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "dist/comm_info.h"
+#include "dist/flight.h"
 
 #define DEFAULT_TIMEOUT 300.0
 #define MAX_REPORT 4096 /* the report line */
@@ -41,7 +44,6 @@ struct mg_watchdog {
     const int *ranks;
     int nranks;
     double start;
-    int keyval; /* the MPI attribute caching what a communicator is */
 };
 
 static double read_timeout(void) {
@@ -71,7 +73,6 @@ static struct mg_watchdog *watchdog(void) {
     w->timeout_s = read_timeout();
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->wake, NULL);
-    w->keyval = MPI_KEYVAL_INVALID;
     return c->watchdog = w;
 }
 
@@ -90,9 +91,6 @@ void mg_watchdog_free(void) {
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->thread, NULL);
     }
-    int finalized = 1;
-    MPI_Finalized(&finalized);
-    if (w->keyval != MPI_KEYVAL_INVALID && !finalized) MPI_Comm_free_keyval(&w->keyval);
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
     free(w);
@@ -186,8 +184,10 @@ static void *watch(void *arg) {
         pthread_mutex_unlock(&w->lock);
         fputs(report, stderr);
         fflush(stderr);
-        /* the other waiting ranks time out about now too: let their lines out */
-        sleep_s(w->timeout_s < 1.0 ? w->timeout_s : 1.0);
+        mg_flight_dump("watchdog timeout"); /* what this rank did last, before the end */
+        /* the other waiting ranks time out about now too (each within a poll):
+         * let their lines and dumps out */
+        sleep_s(poll + (w->timeout_s < 1.0 ? w->timeout_s : 1.0));
         MPI_Abort(MPI_COMM_WORLD, 1);
         _exit(1);
     }
@@ -225,75 +225,23 @@ void mg_watchdog_end(void) {
     pthread_mutex_unlock(&w->lock);
 }
 
-/* ---- what a communicator is: cached on it as an attribute ---- */
-
-typedef struct {
-    int mesh_dim;
-    int nranks;
-    int ranks[]; /* world ranks of the members, in communicator order */
-} comm_info;
-
-static int free_info(MPI_Comm comm, int key, void *value, void *extra) {
-    (void)comm, (void)key, (void)extra;
-    free(value);
-    return MPI_SUCCESS;
-}
-
-static comm_info *describe(MPI_Comm comm) {
-    int size = 0;
-    MPI_Comm_size(comm, &size);
-    comm_info *info = malloc(sizeof *info + (size_t)size * sizeof(int));
-    if (!info) return NULL;
-    info->nranks = size;
-    MPI_Group group, world;
-    MPI_Comm_group(comm, &group);
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    int *local = malloc((size_t)size * sizeof(int));
-    if (local) {
-        for (int i = 0; i < size; i++) local[i] = i;
-        MPI_Group_translate_ranks(group, size, local, world, info->ranks);
-        free(local);
-    } else {
-        for (int i = 0; i < size; i++) info->ranks[i] = i;
-    }
-    MPI_Group_free(&group);
-    MPI_Group_free(&world);
-
-    char name[MPI_MAX_OBJECT_NAME];
-    int len = 0, dim;
-    name[0] = '\0';
-    MPI_Comm_get_name(comm, name, &len);
-    int world_size = 0, cmp = MPI_UNEQUAL;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    MPI_Comm_compare(comm, MPI_COMM_WORLD, &cmp);
-    if (sscanf(name, "meshgrad mesh dim %d", &dim) == 1 && dim >= 0)
-        info->mesh_dim = dim;
-    else if (strcmp(name, "meshgrad mesh") == 0 || cmp == MPI_IDENT)
-        info->mesh_dim = MG_WATCHDOG_WHOLE_MESH;
-    else
-        info->mesh_dim = MG_WATCHDOG_UNKNOWN_DIM;
-    return info;
-}
-
 void mg_watchdog_begin_comm(const char *op, MPI_Comm comm) {
     struct mg_watchdog *w = watchdog();
     if (!w || w->timeout_s <= 0) return;
-    comm_info *info = NULL;
-    int found = 0;
-    if (w->keyval == MPI_KEYVAL_INVALID)
-        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_info, &w->keyval, NULL);
-    if (w->keyval != MPI_KEYVAL_INVALID) {
-        MPI_Comm_get_attr(comm, w->keyval, &info, &found);
-        if (!found || !info) {
-            info = describe(comm);
-            if (info && MPI_Comm_set_attr(comm, w->keyval, info) != MPI_SUCCESS) {
-                free(info);
-                info = NULL;
-            }
-        }
-    }
+    const mg_comm_info *info = mg_comm_info_of(comm);
     if (info)
         mg_watchdog_begin(op, info->mesh_dim, info->ranks, info->nranks);
     else /* out of memory: not watched, but begin/end stay paired */
         mg_watchdog_begin(op, MG_WATCHDOG_UNKNOWN_DIM, NULL, 0);
+}
+
+const char *mg_watchdog_current(int *mesh_dim, double *since, const int **ranks, int *nranks) {
+    const struct mg_watchdog *w = mg_ctx()->watchdog;
+    if (!w || w->depth <= 0) return NULL;
+    const char *op = w->op;
+    *mesh_dim = w->dim;
+    *since = w->start;
+    *ranks = w->ranks;
+    *nranks = w->ranks ? w->nranks : 0;
+    return op;
 }

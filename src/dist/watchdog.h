@@ -15,17 +15,19 @@
  * one every line names and none prints.
  *
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
- * mg_watchdog_timeout, mg_watchdog_free. */
+ * mg_watchdog_timeout, mg_watchdog_current, mg_watchdog_free. */
 #ifndef MG_WATCHDOG_H
 #define MG_WATCHDOG_H
 
 #include <mpi.h>
 
+#include "dist/comm_info.h"
+
 /* mesh_dim: the mesh dimension the collective runs along; MG_WATCHDOG_WHOLE_MESH
  * for a collective over every rank of a mesh or the world, MG_WATCHDOG_UNKNOWN_DIM
  * for any other communicator. */
-#define MG_WATCHDOG_WHOLE_MESH (-1)
-#define MG_WATCHDOG_UNKNOWN_DIM (-2)
+#define MG_WATCHDOG_WHOLE_MESH MG_COMM_WHOLE_MESH
+#define MG_WATCHDOG_UNKNOWN_DIM MG_COMM_UNKNOWN_DIM
 
 /* The timeout in seconds (MG_COLLECTIVE_TIMEOUT, parsed on the first call);
  * 0 when the watchdog is disabled. */
@@ -42,11 +44,15 @@ void mg_watchdog_begin(const char *op, int mesh_dim, const int *ranks, int nrank
 void mg_watchdog_end(void);
 
 /* mg_watchdog_begin for a collective over `comm`: the mesh dim and the world
- * ranks are worked out once per communicator and cached on it (an MPI
- * attribute, freed with the communicator). The mesh dim comes from the name
- * mesh.c gives its communicators ("meshgrad mesh dim <d>", "meshgrad mesh");
- * MPI_COMM_WORLD is the whole mesh. Does nothing when the watchdog is
- * disabled or the communicator has one rank (nothing to wait for). */
+ * ranks come from the communicator's record (comm_info.h). Does nothing when
+ * the watchdog is disabled or the communicator has one rank (nothing to wait
+ * for). */
 void mg_watchdog_begin_comm(const char *op, MPI_Comm comm);
+
+/* The operation in progress (the outermost), its mesh dim, since when
+ * (seconds, monotonic clock) and its members (world ranks); NULL when none.
+ * Reads without the lock: a signal handler calls it (flight.c), and may see
+ * the one before or after. */
+const char *mg_watchdog_current(int *mesh_dim, double *since, const int **ranks, int *nranks);
 
 #endif

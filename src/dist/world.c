@@ -17,8 +17,11 @@
 #include <string.h>
 
 #include "backend/device.h"
+#include "backend/trace_kernels.h"
 #include "context.h"
 #include "dist/comm.h"
+#include "dist/comm_info.h"
+#include "dist/flight.h"
 #include "dist/redistribute.h"
 #include "dist/reducer.h"
 #include "dist/watchdog.h"
@@ -60,7 +63,10 @@ void mg_finalize(void) {
     int we_started_mpi = mg_ctx()->started_mpi;
     mg_comm_free(mg_ctx()->world);
     mg_reducer_free();
+    mg_backend_trace_kernels(false); /* a trace the program left recording */
     mg_watchdog_free();
+    mg_flight_free();
+    mg_comm_info_free();
     mg_redistribute_release();
     mg_context_reset();
     if (we_started_mpi) MPI_Finalize();

@@ -62,6 +62,13 @@ int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
 int mg_checkpoint_load(const char *path, mg_ckpt_entry *entries, int n, mg_ckpt_attr *attrs_out,
                        int max_attrs, int *nattrs_out);
 
+/* Collective. Calls each(ctx, name) for every dataset of the checkpoint at
+ * path, named by its path without the leading '/' ("params/fc1.weight"), in
+ * name order; a status other than MG_OK from `each` stops the walk and is
+ * returned (agreed: every rank walks the same file). A file of more than
+ * 65536 links is refused (MG_EFORMAT). */
+int mg_checkpoint_list(const char *path, int (*each)(void *ctx, const char *name), void *ctx);
+
 /* Reads only the attributes (collective). */
 int mg_checkpoint_read_attrs(const char *path, mg_ckpt_attr *attrs_out, int max_attrs,
                              int *nattrs_out);

@@ -1,5 +1,6 @@
 /* checkpoint_load.c: loading checkpoints with parallel HDF5 (see
- * checkpoint.h). Exports mg_checkpoint_load, mg_checkpoint_read_attrs.
+ * checkpoint.h). Exports mg_checkpoint_load, mg_checkpoint_read_attrs,
+ * mg_checkpoint_list.
  *
  * Every rank opens the file, checks the format, and checks each dataset
  * before any data moves (type, global shape, layout and checksum filter,
@@ -179,6 +180,50 @@ int mg_checkpoint_read_attrs(const char *path, mg_ckpt_attr *attrs_out, int max_
     hid_t file;
     if ((st = open_checkpoint(path, comm, &file)) != MG_OK) return st;
     st = read_attrs_open(file, path, attrs_out, max_attrs, nattrs_out);
+    close_checkpoint(comm, file);
+    return mg_io_agree(comm, st);
+}
+
+/* ---- the datasets of a checkpoint -------------------------------------------- */
+
+#define LIST_MAX_LINKS 65536
+
+typedef struct {
+    int (*each)(void *ctx, const char *name);
+    void *ctx;
+    int links, st;
+} list_walk;
+
+static herr_t list_link(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    list_walk *w = data;
+    if (++w->links > LIST_MAX_LINKS) return 1;
+    if (info->type != H5L_TYPE_HARD) return 0; /* soft and external links are not followed */
+    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+    if (obj < 0) return 0;
+    int dataset = H5Iget_type(obj) == H5I_DATASET;
+    H5Oclose(obj);
+    if (dataset) w->st = w->each(w->ctx, name);
+    return w->st != MG_OK;
+}
+
+int mg_checkpoint_list(const char *path, int (*each)(void *ctx, const char *name), void *ctx) {
+    int st = mg_path_check(path, "checkpoint", 0);
+    if (st == MG_OK && !each) st = mg_error(MG_EINVAL, "checkpoint %s: no function to call", path);
+    if (st != MG_OK) return st;
+    mg_comm *comm = mg_comm_world();
+    if (!comm) return mg_last_code();
+    hid_t file;
+    if ((st = open_checkpoint(path, comm, &file)) != MG_OK) return st;
+    list_walk w = {each, ctx, 0, MG_OK};
+    herr_t r = H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, list_link, &w);
+    if (w.st != MG_OK)
+        st = w.st;
+    else if (w.links > LIST_MAX_LINKS)
+        st = mg_error(MG_EFORMAT, "checkpoint %s holds more than %d links: it is not a meshgrad "
+                      "checkpoint", path, LIST_MAX_LINKS);
+    else if (r < 0)
+        st = mg_error(MG_EFORMAT, "checkpoint %s: listing its datasets failed: the file is "
+                      "damaged", path);
     close_checkpoint(comm, file);
     return mg_io_agree(comm, st);
 }

@@ -15,6 +15,7 @@
 #include "dist/redistribute.h"
 #include "ops/tape.h"
 #include "status.h"
+#include "trace.h"
 
 const char *const mg_op_names[MG_OP_COUNT] = {
     [MG_OP_REDISTRIBUTE] = "redistribute",
@@ -77,6 +78,7 @@ mg_dtensor *mg_ops_output(const mg_spec *spec) {
 }
 
 mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *out) {
+    if (op != MG_OP_REDISTRIBUTE) mg_trace_op_end(); /* --trace: the op's span ends */
     if (!mg_grad_enabled()) return NULL;
     bool want = false;
     for (int i = 0; i < n; i++) want |= mg_tape_wants_grad(inputs[i]);
@@ -232,6 +234,7 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
                    int out_ndim, const int64_t *out_shape, mg_dtensor **xs_out, mg_spec *out_spec) {
     const mg_spec *specs[MG_RULE_MAX_INPUTS] = {0};
     mg_spec targets[MG_RULE_MAX_INPUTS];
+    mg_trace_op_begin(who); /* --trace: the op's span starts */
     for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
     int rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());

@@ -1,0 +1,717 @@
+/* trace.c: `meshgrad trace analyze DIR`: reads the flight recorder's dumps
+ * (DIR/rank-<r>.json, dist/flight.h) and says in one paragraph what the job
+ * was doing: a collective mismatch (ranks that entered different ops, sizes
+ * or types at one sequence number of one communicator), which rank is behind
+ * (one that the others wait for and that waits for nobody: not in a
+ * collective, stuck elsewhere, or gone without a dump, as a stopped or killed
+ * rank is), on which op and sequence number, and what each waiting rank waits
+ * in. Communicators are matched across dumps by name, members and ordinal.
+ * Exports mg_cli_trace (cli.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/json.h"
+#include "status.h"
+
+#define MAX_RANKS 4096
+#define MAX_COMMS 1024
+
+typedef struct {
+    const char *name;
+    int dim, nranks, ordinal;
+    int *ranks; /* world ranks (points into a dump's tree: copied) */
+    char desc[160];
+} comm_t;
+
+typedef struct {
+    int comm; /* global comm index */
+    int64_t seq, bytes, step, post, start, end;
+    const char *op, *dtype, *state;
+    int peer; /* world rank, -1 for a collective */
+    int io;   /* the watchdog's operation in progress, not a flight record
+               * (HDF5's collective I/O): no sequence number */
+} entry_t;
+
+typedef struct {
+    mg_json *root;
+    int rank;
+    const char *reason;
+    int64_t now, step;
+    int *comm_of;            /* local comm index -> global */
+    int ncomm;
+    const mg_json **comm_js; /* the local comm objects */
+    entry_t *e;
+    int n;
+    int waiting;             /* index of the entry it blocks in, -1 */
+} dump_t;
+
+typedef struct {
+    dump_t *d[MAX_RANKS]; /* by world rank; NULL: no dump */
+    int world;
+    comm_t comms[MAX_COMMS];
+    int ncomms;
+} job_t;
+
+static const char usage_text[] =
+    "usage: meshgrad trace analyze DIR\n\n"
+    "Reads the flight recorder's dumps DIR/rank-<r>.json (written on a collective\n"
+    "timeout, a fatal signal, or kill -USR2 of a rank; --flight-dir of train and\n"
+    "bench, default meshgrad-flight/) and says which rank is behind, on which op\n"
+    "and sequence number, what the others wait in, and any collective mismatch.\n";
+
+/* ---- reading -------------------------------------------------------------------- */
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *more = realloc(buf, cap *= 2);
+        if (!more) free(buf);
+        buf = more;
+    }
+    if (ferror(f)) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static void describe(comm_t *c) {
+    char list[96];
+    size_t k = 0;
+    list[0] = '\0';
+    for (int i = 0; i < c->nranks && k + 16 < sizeof list; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", i ? "," : "", c->ranks[i]);
+    if (k + 16 >= sizeof list) snprintf(list + k, sizeof list - k, ",...");
+    if (c->dim >= 0)
+        snprintf(c->desc, sizeof c->desc, "mesh dim %d (ranks %s)", c->dim, list);
+    else if (strcmp(c->name, "MPI_COMM_WORLD") == 0)
+        snprintf(c->desc, sizeof c->desc, "the world (ranks %s)", list);
+    else if (c->dim == -1)
+        snprintf(c->desc, sizeof c->desc, "the whole mesh (ranks %s)", list);
+    else
+        snprintf(c->desc, sizeof c->desc, "communicator '%s' (ranks %s)", c->name, list);
+    if (c->ordinal > 0) {
+        size_t n = strlen(c->desc);
+        snprintf(c->desc + n, sizeof c->desc - n, " #%d", c->ordinal + 1);
+    }
+}
+
+/* The global index of a dump's comm object: the same name, members and ordinal. */
+static int global_comm(job_t *job, const mg_json *c) {
+    const mg_json *ranks = mg_json_get(c, "ranks");
+    const char *name = mg_json_str(c, "name", "?");
+    int n = ranks && ranks->type == MG_JSON_ARRAY ? ranks->n : 0;
+    int ordinal = (int)mg_json_int(c, "ordinal", 0);
+    for (int g = 0; g < job->ncomms; g++) {
+        comm_t *k = &job->comms[g];
+        if (k->nranks != n || k->ordinal != ordinal || strcmp(k->name, name) != 0) continue;
+        int i = 0;
+        for (const mg_json *r = ranks->child; r && r->integer == k->ranks[i]; r = r->next) i++;
+        if (i == n) return g;
+    }
+    if (job->ncomms == MAX_COMMS) return -1;
+    comm_t *k = &job->comms[job->ncomms];
+    k->ranks = malloc((size_t)(n + 1) * sizeof(int));
+    if (!k->ranks) return -1;
+    k->name = name;
+    k->dim = (int)mg_json_int(c, "dim", -2);
+    k->nranks = n;
+    k->ordinal = ordinal;
+    int i = 0;
+    for (const mg_json *r = ranks ? ranks->child : NULL; r; r = r->next) k->ranks[i++] = (int)r->integer;
+    describe(k);
+    return job->ncomms++;
+}
+
+/* The comm of an operation the flight recorder does not see (the dump's
+ * "waiting_in"): named after the operation, with ordinal -1 so that no
+ * recorded comm matches it. */
+static int io_comm(job_t *job, const mg_json *w) {
+    const mg_json *ranks = mg_json_get(w, "ranks");
+    const char *op = mg_json_str(w, "op", "?");
+    int n = ranks && ranks->type == MG_JSON_ARRAY ? ranks->n : 0;
+    for (int g = 0; g < job->ncomms; g++) {
+        comm_t *k = &job->comms[g];
+        if (k->ordinal != -1 || k->nranks != n || strcmp(k->name, op) != 0) continue;
+        int i = 0;
+        for (const mg_json *r = ranks->child; r && r->integer == k->ranks[i]; r = r->next) i++;
+        if (i == n) return g;
+    }
+    if (job->ncomms == MAX_COMMS || n == 0) return -1;
+    comm_t *k = &job->comms[job->ncomms];
+    if (!(k->ranks = malloc((size_t)n * sizeof(int)))) return -1;
+    k->name = op;
+    k->dim = (int)mg_json_int(w, "dim", -2);
+    k->nranks = n;
+    k->ordinal = 0; /* for the description */
+    int i = 0;
+    for (const mg_json *r = ranks->child; r; r = r->next) k->ranks[i++] = (int)r->integer;
+    describe(k);
+    k->ordinal = -1;
+    return job->ncomms++;
+}
+
+static int load(job_t *job, const char *dir, const char *file) {
+    char path[4096], err[200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    size_t len = 0;
+    char *text = slurp(path, &len);
+    if (!text) return mg_error(MG_EIO, "trace analyze: cannot read %s: %s", path, strerror(errno));
+    mg_json *root = mg_json_parse(text, len, err, sizeof err);
+    free(text);
+    if (!root || mg_json_int(root, "meshgrad_flight", 0) != 1) {
+        mg_json_free(root);
+        return mg_error(MG_EFORMAT, "trace analyze: %s is not a flight recorder dump%s%s", path,
+                        root ? "" : ": ", root ? "" : err);
+    }
+    int rank = (int)mg_json_int(root, "rank", -1);
+    if (rank < 0 || rank >= MAX_RANKS || job->d[rank]) {
+        mg_json_free(root);
+        return mg_error(MG_EFORMAT, "trace analyze: %s: rank %d is out of range or given twice",
+                        path, rank);
+    }
+    dump_t *d = calloc(1, sizeof *d);
+    const mg_json *comms = mg_json_get(root, "comms"), *entries = mg_json_get(root, "entries");
+    int nc = comms && comms->type == MG_JSON_ARRAY ? comms->n : 0;
+    int ne = entries && entries->type == MG_JSON_ARRAY ? entries->n : 0;
+    if (d) {
+        d->comm_of = calloc((size_t)nc + 1, sizeof *d->comm_of);
+        d->comm_js = calloc((size_t)nc + 1, sizeof *d->comm_js);
+        d->e = calloc((size_t)ne + 1, sizeof *d->e);
+    }
+    if (!d || !d->comm_of || !d->comm_js || !d->e) {
+        if (d) free(d->comm_of), free(d->comm_js), free(d->e);
+        free(d);
+        mg_json_free(root);
+        return mg_error(MG_ENOMEM, "trace analyze: out of memory");
+    }
+    d->root = root;
+    d->rank = rank;
+    d->reason = mg_json_str(root, "reason", "?");
+    d->now = mg_json_int(root, "now_ns", 0);
+    d->step = mg_json_int(root, "step", -1);
+    d->ncomm = nc;
+    d->waiting = -1;
+    int i = 0;
+    for (const mg_json *c = comms ? comms->child : NULL; c; c = c->next, i++) {
+        d->comm_js[i] = c;
+        d->comm_of[i] = global_comm(job, c);
+    }
+    for (const mg_json *x = entries ? entries->child : NULL; x; x = x->next) {
+        int local = (int)mg_json_int(x, "comm", -1);
+        entry_t *e = &d->e[d->n];
+        e->comm = local >= 0 && local < nc ? d->comm_of[local] : -1;
+        e->seq = mg_json_int(x, "seq", 0);
+        e->bytes = mg_json_int(x, "bytes", 0);
+        e->step = mg_json_int(x, "step", -1);
+        e->post = mg_json_int(x, "post_ns", 0);
+        e->start = mg_json_int(x, "start_ns", 0);
+        e->end = mg_json_int(x, "end_ns", 0);
+        e->op = mg_json_str(x, "op", "?");
+        e->dtype = mg_json_str(x, "dtype", "?");
+        e->state = mg_json_str(x, "state", "?");
+        e->peer = (int)mg_json_int(x, "peer", -1);
+        if (e->comm < 0) continue; /* a comm this dump does not describe */
+        if (strcmp(e->state, "started") == 0) d->waiting = d->n; /* the newest one blocking */
+        d->n++;
+    }
+    const mg_json *w = mg_json_get(root, "waiting_in");
+    int g = w && d->waiting < 0 ? io_comm(job, w) : -1;
+    if (g >= 0) { /* blocked in something the recorder does not see */
+        entry_t *e = &d->e[d->n];
+        *e = (entry_t){.comm = g, .step = d->step, .start = mg_json_int(w, "since_ns", d->now),
+                       .op = job->comms[g].name, .dtype = "-", .state = "started", .peer = -1,
+                       .io = 1};
+        d->waiting = d->n++;
+    }
+    job->d[rank] = d;
+    int world = (int)mg_json_int(root, "world", 0);
+    if (world > job->world) job->world = world < MAX_RANKS ? world : MAX_RANKS;
+    if (rank + 1 > job->world) job->world = rank + 1;
+    return MG_OK;
+}
+
+/* ---- what each rank has done on a comm -------------------------------------------- */
+
+/* The dump's comm object for global comm g, or NULL (it never used it). */
+static const mg_json *comm_js(const dump_t *d, int g) {
+    for (int i = 0; i < d->ncomm; i++)
+        if (d->comm_of[i] == g) return d->comm_js[i];
+    return NULL;
+}
+
+/* Collectives rank d posted on g (0 when it never used g). */
+static int64_t posted(const dump_t *d, int g) { return mg_json_int(comm_js(d, g), "seq", 0); }
+
+/* Transfers d made on g to (way "sends") or from ("recvs") world rank `other`. */
+static int64_t transfers(const job_t *job, const dump_t *d, int g, const char *way, int other) {
+    const mg_json *a = mg_json_get(comm_js(d, g), way);
+    const comm_t *c = &job->comms[g];
+    int i = 0;
+    for (const mg_json *v = a ? a->child : NULL; v; v = v->next, i++)
+        if (i < c->nranks && c->ranks[i] == other) return v->integer;
+    return 0;
+}
+
+static const entry_t *find_seq(const dump_t *d, int g, int64_t seq) {
+    for (int i = d->n - 1; i >= 0; i--)
+        if (d->e[i].comm == g && d->e[i].peer < 0 && !d->e[i].io && d->e[i].seq == seq)
+            return &d->e[i];
+    return NULL;
+}
+
+/* "all_reduce #42 on mesh dim 0 (ranks 0,1)" or "recv #3 from rank 2 on ..." */
+static void what(char *buf, size_t len, const job_t *job, const entry_t *e) {
+    if (e->io)
+        snprintf(buf, len, "%s on %s", e->op, job->comms[e->comm].desc);
+    else if (e->peer >= 0)
+        snprintf(buf, len, "%s #%lld %s rank %d on %s", e->op, (long long)e->seq,
+                 strcmp(e->op, "send") == 0 ? "to" : "from", e->peer, job->comms[e->comm].desc);
+    else
+        snprintf(buf, len, "%s #%lld on %s", e->op, (long long)e->seq, job->comms[e->comm].desc);
+}
+
+/* The ranks that waiting entry e of rank w waits for: blockers[r] = 1. */
+static void blockers_of(const job_t *job, int w, const entry_t *e, char *blockers) {
+    const comm_t *c = &job->comms[e->comm];
+    if (e->io) { /* members not in it too (no sequence numbers to say more) */
+        for (int i = 0; i < c->nranks; i++) {
+            int m = c->ranks[i];
+            if (m == w || m < 0 || m >= job->world) continue;
+            const dump_t *d = job->d[m];
+            if (!d || d->waiting < 0 || !d->e[d->waiting].io || d->e[d->waiting].comm != e->comm)
+                blockers[m] = 1;
+        }
+        return;
+    }
+    if (e->peer >= 0) { /* a transfer: the peer has not made its side yet */
+        const dump_t *p = e->peer < job->world ? job->d[e->peer] : NULL;
+        int send = strcmp(e->op, "send") == 0;
+        if (e->peer != w &&
+            (!p || transfers(job, p, e->comm, send ? "recvs" : "sends", w) < e->seq))
+            blockers[e->peer] = 1;
+        return;
+    }
+    for (int i = 0; i < c->nranks; i++) {
+        int m = c->ranks[i];
+        if (m == w || m < 0 || m >= job->world) continue;
+        const dump_t *d = job->d[m];
+        if (!d || posted(d, e->comm) < e->seq) blockers[m] = 1;
+    }
+}
+
+/* ---- the paragraph ---------------------------------------------------------------- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} para;
+
+static void say(para *p, const char *fmt, ...) MG_PRINTF(2, 3);
+static void say(para *p, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if ((size_t)k >= sizeof buf) k = (int)sizeof buf - 1;
+    if (p->n + (size_t)k + 1 > p->cap) {
+        size_t cap = 2 * p->cap + (size_t)k + 256;
+        char *s = realloc(p->s, cap);
+        if (!s) return;
+        p->s = s;
+        p->cap = cap;
+    }
+    memcpy(p->s + p->n, buf, (size_t)k + 1);
+    p->n += (size_t)k;
+}
+
+/* "0,2,3" of the ranks whose flag is set; returns how many. */
+static int list_ranks(char *buf, size_t len, const char *flags, int n) {
+    int k = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < n; r++) {
+        if (!flags[r]) continue;
+        if (used + 16 < len) used += (size_t)snprintf(buf + used, len - used, "%s%d", k ? "," : "", r);
+        k++;
+    }
+    return k;
+}
+
+static int same_call(const entry_t *a, const entry_t *b) {
+    return strcmp(a->op, b->op) == 0 && a->bytes == b->bytes && strcmp(a->dtype, b->dtype) == 0;
+}
+
+/* The lowest sequence number of comm g at which its members' collectives
+ * differ in op, size or type (-1: none). */
+static int64_t first_mismatch(const job_t *job, int g) {
+    const comm_t *c = &job->comms[g];
+    int64_t first = -1;
+    for (int i = 0; i < c->nranks; i++) {
+        const dump_t *d = c->ranks[i] < job->world ? job->d[c->ranks[i]] : NULL;
+        for (int k = 0; d && k < d->n; k++) {
+            const entry_t *e = &d->e[k];
+            if (e->comm != g || e->peer >= 0 || e->io || (first >= 0 && e->seq >= first)) continue;
+            for (int j = i + 1; j < c->nranks; j++) {
+                const dump_t *o = c->ranks[j] < job->world ? job->d[c->ranks[j]] : NULL;
+                const entry_t *f = o ? find_seq(o, g, e->seq) : NULL;
+                if (f && !same_call(e, f)) {
+                    first = e->seq;
+                    break;
+                }
+            }
+        }
+    }
+    return first;
+}
+
+/* Every mismatch, one sentence each: the members grouped by what they entered
+ * at that sequence number, the smaller group (the odd ones out) first. */
+static int mismatches(const job_t *job, para *p) {
+    int found = 0;
+    char *group = calloc((size_t)job->world + 1, 1), list[256];
+    for (int g = 0; group && g < job->ncomms; g++) {
+        int64_t seq = first_mismatch(job, g);
+        if (seq < 0) continue;
+        found++;
+        const comm_t *c = &job->comms[g];
+        const entry_t *kinds[8];
+        int counts[8], nk = 0;
+        for (int i = 0; i < c->nranks; i++) { /* the different calls, and how many made each */
+            const dump_t *d = c->ranks[i] < job->world ? job->d[c->ranks[i]] : NULL;
+            const entry_t *e = d ? find_seq(d, g, seq) : NULL;
+            if (!e) continue;
+            int k = 0;
+            while (k < nk && !same_call(kinds[k], e)) k++;
+            if (k == nk && nk == 8) continue;
+            if (k == nk) counts[nk] = 0, kinds[nk++] = e;
+            counts[k]++;
+        }
+        say(p, "Collective mismatch on %s at sequence number %lld:", c->desc, (long long)seq);
+        for (int pass = 0; pass < nk; pass++) { /* fewest first */
+            int k = 0;
+            for (int j = 1; j < nk; j++)
+                if (counts[j] >= 0 && (counts[k] < 0 || counts[j] < counts[k])) k = j;
+            memset(group, 0, (size_t)job->world);
+            for (int i = 0; i < c->nranks; i++) {
+                const dump_t *d = c->ranks[i] < job->world ? job->d[c->ranks[i]] : NULL;
+                const entry_t *e = d ? find_seq(d, g, seq) : NULL;
+                if (e && same_call(e, kinds[k])) group[c->ranks[i]] = 1;
+            }
+            int n = list_ranks(list, sizeof list, group, job->world);
+            say(p, "%s rank%s %s entered %s (%lld bytes of %s, step %lld)",
+                pass == 0 ? "" : pass == 1 ? " where" : " and", n == 1 ? "" : "s", list,
+                kinds[k]->op, (long long)kinds[k]->bytes, kinds[k]->dtype,
+                (long long)kinds[k]->step);
+            counts[k] = -1;
+        }
+        say(p, ". ");
+    }
+    free(group);
+    return found;
+}
+
+/* Where rank r stands, for "Rank r is behind: ...". */
+static void state_of(const job_t *job, int r, char *buf, size_t len) {
+    const dump_t *d = job->d[r];
+    char op[256];
+    if (!d) {
+        snprintf(buf, len, "it left no dump (a stopped, killed or hung process cannot write one)");
+        return;
+    }
+    if (d->waiting >= 0) {
+        const entry_t *e = &d->e[d->waiting];
+        what(op, sizeof op, job, e);
+        snprintf(buf, len, "it waits in %s (step %lld, for %.1f s)", op, (long long)e->step,
+                 (double)(d->now - e->start) * 1e-9);
+        return;
+    }
+    const mg_json *w = mg_json_get(d->root, "waiting_in");
+    if (w) {
+        snprintf(buf, len, "it is in %s, not a collective of the comm layer (step %lld, for %.1f s)",
+                 mg_json_str(w, "op", "?"), (long long)d->step,
+                 (double)(d->now - mg_json_int(w, "since_ns", d->now)) * 1e-9);
+        return;
+    }
+    if (d->n == 0) {
+        snprintf(buf, len, "it has made no collective yet (step %lld)", (long long)d->step);
+        return;
+    }
+    const entry_t *last = &d->e[d->n - 1];
+    what(op, sizeof op, job, last);
+    snprintf(buf, len, "it is in no collective (computing, or blocked elsewhere) at step %lld; its "
+                       "last was %s (%s, %.1f s before its dump)",
+             (long long)d->step, op, last->state,
+             (double)(d->now - (last->end ? last->end : last->post)) * 1e-9);
+}
+
+/* Two waiting ranks wait in one collective or transfer (of one step). */
+static int same_wait(const entry_t *a, const entry_t *b) {
+    return a->comm == b->comm && a->seq == b->seq && a->peer == b->peer && a->step == b->step &&
+           same_call(a, b);
+}
+
+/* "Ranks 0,1,3 wait for it in ..." for the ranks that wait for m (flags
+ * blk[w * W + m]), those waiting in one thing together. */
+static void waiters(const job_t *job, para *p, const char *blk, int m) {
+    int W = job->world;
+    char *done = calloc((unsigned)W, 1), *group = calloc((unsigned)W, 1), op[256], list[256];
+    for (int w = 0; done && group && w < W; w++) {
+        if (!blk[(size_t)w * W + m] || done[w]) continue;
+        const entry_t *e = &job->d[w]->e[job->d[w]->waiting];
+        double longest = 0;
+        memset(group, 0, (unsigned)W);
+        for (int v = w; v < W; v++) {
+            if (!blk[(size_t)v * W + m] || done[v]) continue;
+            const dump_t *d = job->d[v];
+            if (!same_wait(&d->e[d->waiting], e)) continue;
+            done[v] = group[v] = 1;
+            double s = (double)(d->now - d->e[d->waiting].start) * 1e-9;
+            longest = s > longest ? s : longest;
+        }
+        int n = list_ranks(list, sizeof list, group, W);
+        what(op, sizeof op, job, e);
+        say(p, "Rank%s %s wait%s for it in %s (", n == 1 ? "" : "s", list, n == 1 ? "s" : "", op);
+        if (!e->io) say(p, "%lld bytes of %s, ", (long long)e->bytes, e->dtype);
+        say(p, "step %lld, for %.1f s)", (long long)e->step, longest);
+        if (e->peer < 0 && !e->io && job->d[m])
+            say(p, ", where rank %d has posted %lld", m, (long long)posted(job->d[m], e->comm));
+        say(p, ". ");
+    }
+    free(done);
+    free(group);
+}
+
+/* The largest step of the things the ranks waiting for m wait in. */
+static int64_t waited_step(const job_t *job, const char *blk, int m) {
+    int64_t most = -1;
+    for (int w = 0; w < job->world; w++)
+        if (blk[(size_t)w * job->world + m]) {
+            const dump_t *d = job->d[w];
+            if (d->e[d->waiting].step > most) most = d->e[d->waiting].step;
+        }
+    return most;
+}
+
+/* The paragraph about ranks blocked in collectives: who is behind (waited for,
+ * waiting for nobody), who is out of step (waited for by the most ranks in a
+ * circle of waits: it skipped or reordered a collective), and what every
+ * waiting rank waits in. Returns how many ranks wait. */
+static int waits(const job_t *job, para *p, char *blk) {
+    int W = job->world, nwait = 0;
+    for (int w = 0; w < W; w++) {
+        const dump_t *d = job->d[w];
+        if (!d || d->waiting < 0) continue;
+        nwait++;
+        blockers_of(job, w, &d->e[d->waiting], blk + (size_t)w * W);
+    }
+    char buf[512], op[256];
+    size_t nw = (unsigned)W;
+    int *waited = calloc(nw, sizeof *waited), *blocked = calloc(nw, sizeof *blocked);
+    char *said = calloc(nw, 1);
+    if (!waited || !blocked || !said) {
+        free(waited), free(blocked), free(said);
+        return nwait;
+    }
+    for (int w = 0; w < W; w++)
+        for (int m = 0; m < W; m++)
+            if (blk[(size_t)w * W + m]) waited[m]++, blocked[w]++;
+    int behind = 0;
+    for (int m = 0; m < W; m++) { /* waited for, waiting for nobody */
+        if (!waited[m] || blocked[m]) continue;
+        behind++;
+        state_of(job, m, buf, sizeof buf);
+        int64_t theirs = waited_step(job, blk, m);
+        if (job->d[m] && theirs >= 0 && job->d[m]->step > theirs)
+            say(p, "Rank %d is out of step with the others: it is at step %lld, past step %lld of "
+                   "the collective they wait in, which it has not entered: it skipped a "
+                   "collective or took them in another order (a collective mismatch); now %s. ",
+                m, (long long)job->d[m]->step, (long long)theirs, buf);
+        else
+            say(p, "Rank %d is behind: %s. ", m, buf);
+        waiters(job, p, blk, m);
+        for (int w = 0; w < W; w++) said[w] |= blk[(size_t)w * W + m];
+    }
+    if (!behind) { /* a circle: the rank the most wait for went its own way */
+        int best = -1;
+        for (int m = 0; m < W; m++) {
+            if (!waited[m]) continue;
+            int64_t step = job->d[m] && job->d[m]->waiting >= 0 ? job->d[m]->e[job->d[m]->waiting].step : -1;
+            int64_t best_step = best >= 0 ? job->d[best]->e[job->d[best]->waiting].step : -1;
+            if (best < 0 || waited[m] > waited[best] || (waited[m] == waited[best] && step > best_step))
+                best = m;
+        }
+        int unique = best >= 0;
+        for (int m = 0; m < W && best >= 0; m++)
+            if (m != best && waited[m] == waited[best] && job->d[m] && job->d[m]->waiting >= 0 &&
+                job->d[m]->e[job->d[m]->waiting].step == job->d[best]->e[job->d[best]->waiting].step)
+                unique = 0;
+        if (unique) {
+            what(op, sizeof op, job, &job->d[best]->e[job->d[best]->waiting]);
+            say(p, "Rank %d is out of step with the others: it went on to %s (step %lld), which "
+                   "they have not reached, without entering the collective they wait in: it "
+                   "skipped a collective or took them in another order (a collective mismatch). ",
+                best, op, (long long)job->d[best]->e[job->d[best]->waiting].step);
+            waiters(job, p, blk, best);
+            said[best] = 1;
+            for (int w = 0; w < W; w++) said[w] |= blk[(size_t)w * W + best];
+        } else if (best >= 0) {
+            for (int m = 0; m < W; m++) buf[m < (int)sizeof buf ? m : 0] = blocked[m] > 0;
+            list_ranks(op, sizeof op, buf, W < (int)sizeof buf ? W : (int)sizeof buf);
+            say(p, "Ranks %s wait for one another, each in a collective another has not entered: "
+                   "one of them skipped a collective or took them in another order (a collective "
+                   "mismatch; with more ranks, the odd one out is named). ", op);
+        }
+    }
+    for (int w = 0; w < W; w++) { /* the rest: waiting for ranks that wait */
+        const dump_t *d = job->d[w];
+        if (!d || d->waiting < 0 || said[w] || !blocked[w]) continue;
+        said[w] = 1;
+        what(op, sizeof op, job, &d->e[d->waiting]);
+        list_ranks(buf, sizeof buf, blk + (size_t)w * W, W);
+        say(p, "Rank %d waits in %s (step %lld) for rank%s %s. ", w, op,
+            (long long)d->e[d->waiting].step, strchr(buf, ',') ? "s" : "", buf);
+    }
+    for (int w = 0; w < W; w++) { /* in a collective every member has reached */
+        const dump_t *d = job->d[w];
+        if (!d || d->waiting < 0 || said[w]) continue;
+        const entry_t *e = &d->e[d->waiting];
+        const comm_t *c = &job->comms[e->comm];
+        char *group = blk + (size_t)w * W; /* no blockers: its row is free to use */
+        int together = e->peer < 0;
+        for (int i = 0; i < c->nranks; i++) {
+            int m = c->ranks[i];
+            const dump_t *o = m >= 0 && m < W ? job->d[m] : NULL;
+            int in = o && o->waiting >= 0 && !said[m] && same_wait(&o->e[o->waiting], e);
+            if (in) group[m] = 1;
+            together &= in;
+        }
+        for (int m = 0; m < W; m++) said[m] |= group[m];
+        int n = list_ranks(buf, sizeof buf, group, W);
+        what(op, sizeof op, job, e);
+        if (together)
+            say(p, "Ranks %s are all in %s (step %lld): it was in progress when the dumps were "
+                   "taken; nobody is behind there. ", buf, op, (long long)e->step);
+        else
+            say(p, "Rank%s %s wait%s in %s (step %lld), which every member has reached%s. ",
+                n == 1 ? "" : "s", buf, n == 1 ? "s" : "", op, (long long)e->step,
+                e->peer < 0 && first_mismatch(job, e->comm) >= 0 ? ", some with another call "
+                                                                   "(the mismatch above)" : "");
+    }
+    free(waited), free(blocked), free(said);
+    return nwait;
+}
+
+static int analyze(job_t *job, const char *dir) {
+    para p = {0};
+    int W = job->world, have = 0;
+    char *blk = calloc((size_t)W * (size_t)W + 1, 1);
+    if (!blk) return mg_error(MG_ENOMEM, "trace analyze: out of memory");
+    say(&p, "%s: dumps of rank", dir);
+    for (int r = 0, first = 1; r < W; r++)
+        if (job->d[r]) {
+            say(&p, "%s %d", first ? "" : ",", r);
+            first = 0;
+            have++;
+        }
+    say(&p, " of %d", W);
+    if (have < W) {
+        say(&p, " (none of rank");
+        for (int r = 0, first = 1; r < W; r++)
+            if (!job->d[r]) {
+                say(&p, "%s %d", first ? "" : ",", r);
+                first = 0;
+            }
+        say(&p, ")");
+    }
+    for (int r = 0; r < W; r++)
+        if (job->d[r]) {
+            say(&p, ", written on %s", job->d[r]->reason);
+            break;
+        }
+    say(&p, ".\n");
+    int nm = mismatches(job, &p), nw = waits(job, &p, blk);
+    if (!nm && !nw) {
+        say(&p, "No rank is blocked in a collective or a transfer: ");
+        char buf[512];
+        for (int r = 0; r < W; r++) {
+            state_of(job, r, buf, sizeof buf);
+            say(&p, "rank %d: %s%s", r, buf, r + 1 < W ? "; " : ".");
+        }
+    }
+    printf("%s\n", p.s ? p.s : "");
+    free(p.s);
+    free(blk);
+    return MG_OK;
+}
+
+static void job_free(job_t *job) {
+    for (int r = 0; r < MAX_RANKS; r++) {
+        dump_t *d = job->d[r];
+        if (!d) continue;
+        mg_json_free(d->root);
+        free(d->comm_of);
+        free(d->comm_js);
+        free(d->e);
+        free(d);
+    }
+    for (int g = 0; g < job->ncomms; g++) free(job->comms[g].ranks);
+    free(job);
+}
+
+static int trace_analyze(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return mg_error(MG_EIO, "trace analyze: cannot open the directory '%s': %s (give the "
+                                "--flight-dir of the run, default meshgrad-flight)",
+                        dir, strerror(errno));
+    job_t *job = calloc(1, sizeof *job);
+    int rc = job ? MG_OK : mg_error(MG_ENOMEM, "trace analyze: out of memory"), found = 0;
+    struct dirent *de;
+    while (rc == MG_OK && (de = readdir(dp))) {
+        int r;
+        char tail[8];
+        if (sscanf(de->d_name, "rank-%d.jso%1[n]", &r, tail) != 2) continue;
+        char want[64];
+        snprintf(want, sizeof want, "rank-%d.json", r);
+        if (strcmp(want, de->d_name) != 0) continue;
+        rc = load(job, dir, de->d_name);
+        found++;
+    }
+    closedir(dp);
+    if (rc == MG_OK && !found)
+        rc = mg_error(MG_EINVAL, "trace analyze: '%s' holds no flight recorder dump (rank-<r>.json): "
+                                 "dumps are written on a collective timeout, a fatal signal, or "
+                                 "kill -USR2 of a rank", dir);
+    if (rc == MG_OK) rc = analyze(job, dir);
+    if (job) job_free(job);
+    return rc;
+}
+
+int mg_cli_trace(int argc, char **argv) {
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        if (mg_rank() == 0) printf("%s", usage_text);
+        return 0;
+    }
+    if (argc != 3 || strcmp(argv[1], "analyze") != 0) {
+        if (mg_rank() == 0) fprintf(stderr, "%s", usage_text);
+        mg_error(MG_EINVAL, "trace: give 'analyze DIR'");
+        return 2;
+    }
+    if (mg_rank() != 0) return 0; /* one reader is enough */
+    return trace_analyze(argv[2]) == MG_OK ? 0 : 1;
+}

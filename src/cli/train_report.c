@@ -1,0 +1,179 @@
+/* train_report.c: the progress line's figures and the end-of-run report of
+ * memory and communication (see train_report.h, train.h).
+ * Exports: mg_window_init, mg_window_free, mg_window_step_begin,
+ * mg_window_step_end, mg_window_slowest_pack, mg_window_slowest_add,
+ * mg_window_format, mg_train_memory_total, mg_train_report_end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/train.h"
+#include "context.h"
+#include "dist/flight.h"
+#include "dist/reducer.h"
+#include "status.h"
+
+#define RANK_BITS 20 /* the agreement's value: step time in microseconds, then the rank */
+
+int mg_window_init(mg_train_window *w, int world) {
+    memset(w, 0, sizeof *w);
+    w->world = world;
+    w->slow_steps = calloc((size_t)world, sizeof *w->slow_steps);
+    w->slow_s = calloc((size_t)world, sizeof *w->slow_s);
+    if (!w->slow_steps || !w->slow_s) {
+        mg_window_free(w);
+        return mg_error(MG_ENOMEM, "train: out of memory");
+    }
+    return MG_OK;
+}
+
+void mg_window_free(mg_train_window *w) {
+    free(w->slow_steps);
+    free(w->slow_s);
+    w->slow_steps = NULL;
+    w->slow_s = NULL;
+}
+
+void mg_window_step_begin(mg_train_window *w) {
+    w->t0 = mg_cli_clock();
+    w->comm_ns0 = mg_flight_wait_ns();
+}
+
+void mg_window_step_end(mg_train_window *w, int64_t step, double data_s) {
+    double s = mg_cli_clock() - w->t0;
+    w->step_s += s;
+    w->data_s += data_s;
+    w->comm_s += (double)(mg_flight_wait_ns() - w->comm_ns0) * 1e-9;
+    w->steps++;
+    w->last_step_s = s;
+    if (!w->first_step) { /* the figures per step count from the end of the first */
+        mg_comm_stats_get(w->at_first);
+        w->first_step = step;
+    }
+}
+
+int64_t mg_window_slowest_pack(const mg_train_window *w, int rank) {
+    int64_t us = (int64_t)(w->last_step_s * 1e6);
+    if (us > ((int64_t)1 << 40)) us = (int64_t)1 << 40;
+    return us << RANK_BITS | (rank & ((1 << RANK_BITS) - 1));
+}
+
+void mg_window_slowest_add(mg_train_window *w, int64_t agreed) {
+    int rank = (int)(agreed & ((1 << RANK_BITS) - 1));
+    double s = (double)(agreed >> RANK_BITS) * 1e-6;
+    if (s <= 0 || rank >= w->world) return; /* the first step has no step before it */
+    w->slow_steps[rank]++;
+    w->slow_s[rank] += s;
+}
+
+void mg_window_format(mg_train_window *w, char *buf, size_t len, int64_t batch, const char *unit) {
+    double n = w->steps > 0 ? (double)w->steps : 1;
+    double ms = w->step_s * 1e3 / n, data = w->data_s * 1e3 / n, comm = w->comm_s * 1e3 / n;
+    double compute = ms - data - comm > 0 ? ms - data - comm : 0;
+    int k = snprintf(buf, len, "%.2f ms/step (compute %.2f, comm %.2f, data %.2f) | %.0f %s/s", ms,
+                     compute, comm, data, ms > 0 ? (double)batch * 1e3 / ms : 0.0, unit);
+    int slow = -1;
+    for (int r = 0; r < w->world; r++)
+        if (w->slow_steps[r] > 0 && (slow < 0 || w->slow_steps[r] > w->slow_steps[slow])) slow = r;
+    if (slow >= 0 && k > 0 && (size_t)k < len)
+        snprintf(buf + k, len - (size_t)k, " | slowest rank %d (%.2f ms)", slow,
+                 w->slow_s[slow] * 1e3 / w->slow_steps[slow]);
+    w->step_s = w->data_s = w->comm_s = 0;
+    w->steps = 0;
+    memset(w->slow_steps, 0, (size_t)w->world * sizeof *w->slow_steps);
+    memset(w->slow_s, 0, (size_t)w->world * sizeof *w->slow_s);
+}
+
+double mg_train_memory_total(const mg_train_memory *m) {
+    return m->params + m->grads + m->optim + m->activations + m->gathered + m->scratch + m->buffers;
+}
+
+/* ---- the end of the run ----------------------------------------------------------- */
+
+/* This rank's memory now. A value or state kept once per node (nn/optim_shard.h)
+ * counts its share, 1/k of it, on each of the k ranks that map it. */
+static void measure(const trainer *tr, mg_train_memory *m) {
+    memset(m, 0, sizeof *m);
+    const mg_param_table *t = &tr->model.params;
+    for (int i = 0; i < t->n; i++) {
+        const mg_param *p = &t->p[i];
+        double share = 1;
+        if (p->one_copy && p->shard_dim >= 0)
+            share = 1.0 / p->value->spec.mesh->dim_comm[p->shard_dim]->size;
+        m->params += 4.0 * (double)p->value->local->numel * share;
+        if (p->value->grad) m->grads += 4.0 * (double)p->value->grad->local->numel;
+        for (int s = 0; s < MG_PARAM_STATE_MAX; s++)
+            if (p->state[s]) m->optim += 4.0 * (double)p->state[s]->local->numel * share;
+    }
+    m->activations = (double)mg_arena_peak(mg_step_arena());
+    m->gathered = (double)mg_arena_peak(mg_gather_arena());
+    m->scratch = (double)mg_arena_peak(mg_scratch_arena());
+    m->buffers = (double)mg_reducer_buffer_bytes();
+    const mg_context *c = mg_ctx();
+    for (int d = 0; d < MG_DEVICE_KINDS; d++)
+        for (int k = 0; k < 2; k++) m->buffers += (double)c->staging[d][k].bytes;
+}
+
+#define MIB (1024.0 * 1024.0)
+
+int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) {
+    json[0] = '\0';
+    mg_comm *world = tr->mesh->world;
+    mg_train_window *w = &tr->window;
+    /* bytes and calls per step and collective, the largest rank's */
+    double per_step[2 * MG_COLL_COUNT] = {0};
+    int64_t nsteps = w->first_step ? last_step - w->first_step : 0;
+    if (nsteps > 0) {
+        mg_comm_stats now[MG_COLL_COUNT];
+        mg_comm_stats_get(now);
+        for (int k = 0; k < MG_COLL_COUNT; k++) {
+            per_step[k] = (double)(now[k].bytes - w->at_first[k].bytes) / (double)nsteps;
+            per_step[MG_COLL_COUNT + k] = (double)(now[k].calls - w->at_first[k].calls) / (double)nsteps;
+        }
+    }
+    /* the memory of the largest rank: which one, then its parts */
+    mg_train_memory m;
+    measure(tr, &m);
+    double most = mg_train_memory_total(&m);
+    int64_t who = INT64_MAX;
+    int rc = mg_comm_all_reduce_f64(world, per_step, 2 * MG_COLL_COUNT, MG_CONTROL_MAX);
+    if (rc == MG_OK) rc = mg_comm_all_reduce_f64(world, &most, 1, MG_CONTROL_MAX);
+    if (rc == MG_OK) {
+        who = mg_train_memory_total(&m) >= most ? tr->rank : INT64_MAX;
+        rc = mg_comm_all_reduce_i64(world, &who, 1, MG_CONTROL_MIN);
+    }
+    if (rc == MG_OK) rc = mg_comm_broadcast_bytes(world, &m, sizeof m, (int)who);
+    if (rc != MG_OK || tr->rank != 0) return rc;
+    printf("memory: peak %.2f MiB on rank %lld: parameters %.2f, gradients %.2f, optimizer %.2f, "
+           "activations %.2f, gathered %.2f, gradient scratch %.2f, buffers %.2f (MiB)\n",
+           mg_train_memory_total(&m) / MIB, (long long)who, m.params / MIB, m.grads / MIB,
+           m.optim / MIB, m.activations / MIB, m.gathered / MIB, m.scratch / MIB, m.buffers / MIB);
+    if (nsteps > 0) {
+        printf("comm per step (steps %lld-%lld, the largest rank's):", (long long)w->first_step + 1,
+               (long long)last_step);
+        const char *sep = " ";
+        for (int k = 0; k < MG_COLL_COUNT; k++)
+            if (per_step[MG_COLL_COUNT + k] > 0) {
+                printf("%s%s %.0f B in %.1f calls", sep, mg_coll_name((mg_coll_kind)k), per_step[k],
+                       per_step[MG_COLL_COUNT + k]);
+                sep = ", ";
+            }
+        printf("%s\n", sep[0] == ' ' ? " none" : "");
+    }
+    fflush(stdout);
+    char *line = json;
+    size_t size = len;
+    int n = snprintf(line, size,
+                     "{\"step\":%lld,\"memory\":{\"rank\":%lld,\"peak\":%.0f,\"params\":%.0f,"
+                     "\"grads\":%.0f,\"optim\":%.0f,\"activations\":%.0f,\"gathered\":%.0f,"
+                     "\"scratch\":%.0f,\"buffers\":%.0f},\"comm_per_step\":{",
+                     (long long)last_step, (long long)who, mg_train_memory_total(&m), m.params,
+                     m.grads, m.optim, m.activations, m.gathered, m.scratch, m.buffers);
+    for (int k = 0; k < MG_COLL_COUNT && n > 0 && (size_t)n < size; k++)
+        n += snprintf(line + n, size - (size_t)n, "%s\"%s\":{\"bytes\":%.1f,\"calls\":%.2f}",
+                      k ? "," : "", mg_coll_name((mg_coll_kind)k), per_step[k],
+                      per_step[MG_COLL_COUNT + k]);
+    if (n > 0 && (size_t)n < size) snprintf(line + n, size - (size_t)n, "}}\n");
+    return MG_OK;
+}

@@ -1,0 +1,120 @@
+/* comm_info.c: the record of what a communicator is, cached on it (see
+ * comm_info.h). State: the context's attribute key (`comm_keyval`) and table
+ * of records (`comm_info`, `n_comm_info`).
+ * Exports: mg_comm_info_of, mg_comm_info_free. */
+#include "dist/comm_info.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context.h"
+
+static void record_free(mg_comm_info *info) {
+    if (!info) return;
+    free(info->ranks);
+    free(info->p2p);
+    free(info);
+}
+
+/* A record in the table lives until mg_finalize; one beyond it goes with its
+ * communicator. */
+static int attr_delete(MPI_Comm comm, int key, void *value, void *extra) {
+    (void)comm, (void)key, (void)extra;
+    mg_comm_info *info = value;
+    if (info && info->index < 0) record_free(info);
+    return MPI_SUCCESS;
+}
+
+static int same_members(const mg_comm_info *a, const mg_comm_info *b) {
+    if (a->nranks != b->nranks || strcmp(a->name, b->name) != 0) return 0;
+    return memcmp(a->ranks, b->ranks, (size_t)a->nranks * sizeof(int)) == 0;
+}
+
+static mg_comm_info *describe(MPI_Comm comm) {
+    mg_comm_info *info = calloc(1, sizeof *info);
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    if (!info) return NULL;
+    info->ranks = malloc((size_t)size * sizeof(int));
+    info->p2p = calloc(2 * (size_t)size, sizeof(int64_t));
+    int *local = malloc((size_t)size * sizeof(int));
+    if (!info->ranks || !info->p2p || !local) {
+        free(local);
+        record_free(info);
+        return NULL;
+    }
+    info->nranks = size;
+    MPI_Comm_rank(comm, &info->rank);
+    MPI_Group group, world;
+    MPI_Comm_group(comm, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    for (int i = 0; i < size; i++) local[i] = i;
+    MPI_Group_translate_ranks(group, size, local, world, info->ranks);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    free(local);
+
+    char name[MPI_MAX_OBJECT_NAME];
+    int len = 0, dim, cmp = MPI_UNEQUAL;
+    name[0] = '\0';
+    MPI_Comm_get_name(comm, name, &len);
+    snprintf(info->name, sizeof info->name, "%s", name[0] ? name : "comm");
+    MPI_Comm_compare(comm, MPI_COMM_WORLD, &cmp);
+    if (sscanf(name, "meshgrad mesh dim %d", &dim) == 1 && dim >= 0)
+        info->mesh_dim = dim;
+    else if (strcmp(name, "meshgrad mesh") == 0 || cmp == MPI_IDENT)
+        info->mesh_dim = MG_COMM_WHOLE_MESH;
+    else
+        info->mesh_dim = MG_COMM_UNKNOWN_DIM;
+    return info;
+}
+
+/* Into the table when there is room (ordinal counted over it). */
+static void enter(mg_context *c, mg_comm_info *info) {
+    info->index = -1;
+    if (!c->comm_info) c->comm_info = calloc(MG_COMM_INFO_MAX, sizeof *c->comm_info);
+    for (int i = 0; c->comm_info && i < c->n_comm_info; i++)
+        info->ordinal += same_members(c->comm_info[i], info);
+    if (!c->comm_info || c->n_comm_info == MG_COMM_INFO_MAX) return;
+    info->index = c->n_comm_info;
+    c->comm_info[c->n_comm_info] = info;
+    __atomic_store_n(&c->n_comm_info, c->n_comm_info + 1, __ATOMIC_RELEASE);
+}
+
+mg_comm_info *mg_comm_info_of(MPI_Comm comm) {
+    mg_context *c = mg_ctx();
+    if (c->comm_keyval == 0) {
+        int key = MPI_KEYVAL_INVALID;
+        if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, attr_delete, &key, NULL) != MPI_SUCCESS)
+            return NULL;
+        c->comm_keyval = key + 1;
+    }
+    mg_comm_info *info = NULL;
+    int found = 0;
+    MPI_Comm_get_attr(comm, c->comm_keyval - 1, &info, &found);
+    if (found && info) return info;
+    info = describe(comm);
+    if (!info) return NULL;
+    enter(c, info);
+    if (MPI_Comm_set_attr(comm, c->comm_keyval - 1, info) != MPI_SUCCESS && info->index < 0) {
+        record_free(info);
+        return NULL;
+    }
+    return info;
+}
+
+void mg_comm_info_free(void) {
+    mg_context *c = mg_ctx();
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (c->comm_keyval && !finalized) {
+        int key = c->comm_keyval - 1;
+        MPI_Comm_free_keyval(&key);
+    }
+    c->comm_keyval = 0;
+    for (int i = 0; i < c->n_comm_info; i++) record_free(c->comm_info[i]);
+    free(c->comm_info);
+    c->comm_info = NULL;
+    c->n_comm_info = 0;
+}

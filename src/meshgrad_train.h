@@ -1,0 +1,144 @@
+/* meshgrad_train.h: the training API of meshgrad, for C programs that build
+ * their own model from the ops of meshgrad.h (installed beside it).
+ *
+ * Exports opaque handles and their calls:
+ *   mg_optim         SGD or AdamW over a list of named distributed tensors,
+ *                    clipping of their gradients by global norm
+ *   mg_schedule      learning-rate schedules: constant, cosine, with warmup
+ *   mg_ckpt          checkpoints: named tensors + optimizer state + step +
+ *                    attributes, in the file format of `meshgrad train`
+ *                    (read by `meshgrad ckpt info`)
+ *   mg_token_loader  windows of a token data set (`meshgrad data text2h5`)
+ *
+ * These are the same optimizers, clipping, checkpoints and loader that
+ * `meshgrad train` uses (a data-parallel parameter whose ranks share a node
+ * gets the same split update, docs/CHECKPOINTS.md's guarantees hold for every
+ * save). As in meshgrad.h, shapes are GLOBAL, fallible calls return a status
+ * (0 ok, negative MG_E*) or NULL and mg_last_error() says what was wrong and
+ * what to do, and a call marked "Collective" must be made by every rank with
+ * the same arguments (where they differ, every rank gets the same error). */
+#ifndef MESHGRAD_TRAIN_H
+#define MESHGRAD_TRAIN_H
+
+#include <stdint.h>
+
+#include "meshgrad.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- optimizers ----------------------------------------------------------- */
+typedef struct mg_optim mg_optim;
+
+/* Collective. An optimizer over n parameters: tensors made by mg_distribute or
+ * mg_from_local that require grad (Shard or Replicate), each named once
+ * (letters, digits, '_', '.', '-'; up to 63 characters, not starting with
+ * '.'): the names of its state in checkpoints. Make it before the first
+ * backward; the tensors must outlive it. Its state tensors (zeros) have each
+ * parameter's placements.
+ * SGD as PyTorch's: g += weight_decay p; buf = g at the first step, else
+ * momentum buf + g; p -= lr buf (no buffer when momentum is 0). */
+mg_optim *mg_optim_new_sgd(int n, mg_dtensor *const *params, const char *const *names,
+                           float momentum, float weight_decay);
+/* AdamW as PyTorch's: p -= lr weight_decay p, then the bias-corrected Adam
+ * step with eps added to sqrt(v_hat) (PyTorch's defaults: betas 0.9, 0.999,
+ * eps 1e-8, weight_decay 0.01). */
+mg_optim *mg_optim_new_adamw(int n, mg_dtensor *const *params, const char *const *names,
+                             float beta1, float beta2, float eps, float weight_decay);
+/* Collective. One update of every parameter that has a gradient (mg_grad; a
+ * parameter the loss did not reach is left as it is), learning rate lr. */
+int mg_optim_step(mg_optim *, float lr);
+/* Zeroes every parameter's gradient (mg_zero_grad): call after each step,
+ * or gradients add up across steps. */
+int mg_optim_zero_grad(mg_optim *);
+/* Collective. The L2 norm of all the parameters' gradients together (a
+ * replicated gradient counted once). */
+int mg_optim_grad_norm(mg_optim *, double *norm);
+/* Collective. Clips by global norm (torch.nn.utils.clip_grad_norm_): when the
+ * norm exceeds max_norm, every gradient is scaled by max_norm / (norm + 1e-6).
+ * *norm (may be NULL) gets the norm before clipping. */
+int mg_optim_clip_grads(mg_optim *, double max_norm, double *norm);
+void mg_optim_free(mg_optim *); /* frees its state; the parameters are the caller's */
+
+/* ---- learning-rate schedules ----------------------------------------------- */
+typedef struct mg_schedule mg_schedule;
+
+/* For 0-based step s: lr (s + 1) / warmup while s < warmup (none when warmup
+ * is 0), then constant: lr. */
+mg_schedule *mg_schedule_new_constant(double lr, int64_t warmup);
+/* The same warmup, then lr_min + (lr - lr_min) 0.5 (1 + cos(pi p)) with
+ * p = (s - warmup) / (total - warmup), and lr_min from step `total` on. */
+mg_schedule *mg_schedule_new_cosine(double lr, double lr_min, int64_t warmup, int64_t total);
+/* The learning rate of 0-based step `step`; NAN (with a message) when the
+ * schedule is NULL or the step negative. */
+double mg_schedule_lr(const mg_schedule *, int64_t step);
+void mg_schedule_free(mg_schedule *);
+
+/* ---- checkpoints ------------------------------------------------------------ */
+typedef struct mg_ckpt mg_ckpt;
+
+/* A list of what a checkpoint holds, saved and loaded together: named
+ * tensors (as /params/<name>), an optimizer's state (/optim/<name>/<state>,
+ * PyTorch's state names), the step, and text attributes. One HDF5 file of
+ * global arrays: it loads on any mesh and any placements. */
+mg_ckpt *mg_ckpt_new(void);
+/* A tensor made by mg_distribute or mg_from_local, under a name as the
+ * optimizer's. It is read at each save and written at each load. */
+int mg_ckpt_add(mg_ckpt *, const char *name, mg_dtensor *tensor);
+/* The optimizer whose state is saved and loaded too (NULL: none). */
+int mg_ckpt_set_optim(mg_ckpt *, mg_optim *);
+int mg_ckpt_set_step(mg_ckpt *, int64_t step); /* optimizer steps taken, >= 0 */
+int64_t mg_ckpt_step(const mg_ckpt *);         /* set, or loaded; -1 when NULL */
+/* A text attribute (key up to 63 characters, value up to 1023), set or
+ * replaced. The keys meshgrad writes are refused: format, version, step,
+ * mesh, meshgrad.version, optimizer, optimizer.*, placements.*. */
+int mg_ckpt_set_attr(mg_ckpt *, const char *key, const char *value);
+/* An attribute set, or read by the last load (any of the file's, also
+ * "step", "mesh", "optimizer"...); NULL when there is none. */
+const char *mg_ckpt_get_attr(const mg_ckpt *, const char *key);
+/* Collective. Writes the checkpoint to path (the step, the optimizer's kind,
+ * settings and step, the mesh and placements now, meshgrad's version, and
+ * the attributes). The file is written under a temporary name and renamed
+ * when complete; it replaces `path` only when that is absent or a meshgrad
+ * checkpoint; any failure on any rank ends the save on all of them with one
+ * message, nothing else changed (docs/CHECKPOINTS.md). */
+int mg_ckpt_save(mg_ckpt *, const char *path);
+/* Collective. Reads path into the tensors (each rank its block, under the
+ * tensors' placements now), the optimizer's state and step, the step and the
+ * attributes. Refused before any tensor changes: a file whose tensors are
+ * not exactly the names given (a checkpoint of another model), a shape that
+ * differs, an optimizer of another kind or without state in the file. A
+ * file that fails its checksums or holds a non-finite value is refused too,
+ * but tensors read before that one hold the file's values. */
+int mg_ckpt_load(mg_ckpt *, const char *path);
+void mg_ckpt_free(mg_ckpt *);
+
+/* ---- token data sets --------------------------------------------------------- */
+typedef struct mg_token_loader mg_token_loader;
+
+/* Collective. Opens split "train" or "val" of a token data set (made by
+ * `meshgrad data text2h5`) for batches on `mesh`; every token is checked to
+ * be inside the vocabulary. */
+mg_token_loader *mg_token_loader_open(const mg_mesh *mesh, const char *path, const char *split);
+int64_t mg_token_loader_count(const mg_token_loader *); /* tokens in the split; -1 when NULL */
+int mg_token_loader_vocab(const mg_token_loader *);     /* vocabulary size; -1 when NULL */
+/* Collective. The training batch of `step`: B windows of T + 1 tokens whose
+ * starts are drawn by Philox from (seed, step, row), the same on every mesh
+ * and every run; x (B, T) holds tokens [start, start + T) as floats and
+ * y (B, T) the next ones, both with placements p (n = the mesh's dims; e.g.
+ * Shard(0) for data parallel). They live until mg_step_end(). */
+int mg_token_loader_batch(mg_token_loader *, uint64_t seed, int64_t step, int64_t B, int64_t T,
+                          const mg_placement *p, int n, mg_dtensor **x, mg_dtensor **y);
+/* The non-overlapping evaluation windows of the split: floor((count - 1) / T). */
+int64_t mg_token_loader_eval_windows(const mg_token_loader *, int64_t T);
+/* Collective. Evaluation windows first .. first + B - 1 (window k starts at
+ * token k T) as x and y, like mg_token_loader_batch. */
+int mg_token_loader_eval_batch(mg_token_loader *, int64_t first, int64_t B, int64_t T,
+                               const mg_placement *p, int n, mg_dtensor **x, mg_dtensor **y);
+void mg_token_loader_close(mg_token_loader *);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

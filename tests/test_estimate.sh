@@ -1,0 +1,88 @@
+#!/bin/sh
+# test_estimate.sh: `meshgrad plan --estimate` against what `meshgrad train`
+# measures (issue 19): for the MLP on 1, 2 and 4 ranks under every plan (dp,
+# tp, fsdp on 1-D meshes; dp,tp, fsdp,tp, tp,dp, tp,fsdp on 2x2), and the
+# permute-MLP (SGD with momentum, clipping) on a few, the estimated peak
+# memory of the largest rank and the bytes of every collective per step must
+# be within 10% of train's own figures (its "memory" and "comm_per_step"
+# metrics line: arena high-water marks plus parameter, gradient, optimizer
+# and buffer bytes; mg_comm_stats over the steps after the first). Prints
+# both side by side. A pipeline plan's estimate (plan --estimate with pp) is
+# checked for the bytes its ranks send.
+. "$(dirname "$0")/check.sh"
+program_test_env estimate
+TOL=10
+common="--data $data --steps 5 --log-every 0 --threads 1"
+
+# field FILE KEY: the number after "KEY": in the file's memory/estimate line
+field() { sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$1" | head -n 1; }
+# bytes FILE COLLECTIVE: its bytes per step
+bytes() { sed -n "s/.*\"$2\":{\"bytes\":\([0-9.]*\).*/\1/p" "$1" | head -n 1; }
+# within A B: B is within TOL% of A (both 0 counts)
+within() { awk -v a="$1" -v b="$2" -v t="$TOL" 'BEGIN { d = b - a; if (d < 0) d = -d;
+    exit !(a == b || (a > 0 && d <= t / 100 * a)) }'; }
+
+# case NP MESH PLAN [FLAGS...]
+case_() {
+    np=$1 mesh=$2 plan=$3
+    shift 3
+    tag="$np ranks, mesh $mesh, $plan${*:+, $*}"
+    rm -f "$tmp/m.jsonl"
+    if ! "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $common --mesh "$mesh" \
+        --parallel "$plan" --metrics "$tmp/m.jsonl" "$@" >"$tmp/out" 2>&1; then
+        fail "$tag: train failed"
+        sed 's/^/  | /' "$tmp/out"
+        return
+    fi
+    if ! "$prog" plan --estimate $common --mesh "$mesh" --parallel "$plan" "$@" >"$tmp/est" 2>&1; then
+        fail "$tag: plan --estimate failed"
+        sed 's/^/  | /' "$tmp/est"
+        return
+    fi
+    grep '"memory"' "$tmp/m.jsonl" >"$tmp/measured"
+    tail -n 1 "$tmp/est" >"$tmp/estimated"
+    m=$(field "$tmp/measured" peak) e=$(field "$tmp/estimated" peak)
+    line="memory $m vs $e B"
+    ok=0
+    within "$m" "$e" || ok=1
+    for k in all_reduce all_gather reduce_scatter all_to_all broadcast send; do
+        mb=$(bytes "$tmp/measured" $k) eb=$(bytes "$tmp/estimated" $k)
+        [ "$mb" = 0.0 ] && [ "$eb" = 0.0 ] && continue
+        line="$line; $k $mb vs $eb"
+        within "$mb" "$eb" || ok=1
+    done
+    if [ "$ok" -eq 0 ]; then
+        pass "$tag: measured vs estimated: $line"
+    else
+        fail "$tag: measured vs estimated (tolerance $TOL%): $line"
+        sed 's/^/  | /' "$tmp/est"
+    fi
+}
+
+case_ 1 1 dp
+for p in dp tp fsdp; do
+    case_ 2 2 $p
+    case_ 4 4 $p
+done
+for p in dp,tp fsdp,tp tp,dp tp,fsdp; do case_ 4 2x2 $p; done
+pm="--model permute-mlp --hidden 40 --channels 6 --batch 50 --optimizer sgd --momentum 0.9 --clip 1"
+case_ 2 2 tp $pm
+case_ 4 2x2 fsdp,tp $pm
+case_ 4 4 dp --hidden 4096 --batch 32
+
+# a pipeline plan: each pipeline rank's memory and the activations it sends
+# (8 micro-batches of 32 rows of 1024 floats cross each stage boundary, each
+# way: 1 MiB a boundary and direction)
+"$prog" plan --estimate --mesh 4 --parallel pp --layers 1024,1024,1024,1024,1024 \
+    --microbatches 8 --batch 256 --flops 100 --bandwidth 5 --latency 5 >"$tmp/out" 2>&1
+check "pp: a line per pipeline rank: exit $?" test "$(grep -c '^  rank [0-3]: memory' "$tmp/out")" -eq 4
+check "... the end stages send one boundary's activations or gradients, 1 MiB in 8 transfers" \
+    sh -c "grep -q '^  rank 0: .*send 1048576 B in 8 transfers' $tmp/out && grep -q '^  rank 3: .*send 1048576 B in 8 transfers' $tmp/out"
+check "... the middle ones both, 2 MiB in 16" grep -q '^  rank 1: .*send 2097152 B in 16 transfers' "$tmp/out"
+
+# bad input: one message, exit 2
+"$prog" plan --estimate --mesh 2x2 --parallel dp >"$tmp/out" 2>&1
+check "a plan count that is not the mesh's: exit $?" grep -q "meshgrad: error: estimate: 1 plans for a 2-d mesh" "$tmp/out"
+"$prog" plan --estimate --input 8y8 >"$tmp/out" 2>&1
+check "a bad --input: exit $?" grep -q "meshgrad: error: plan --estimate: --input '8y8' is not RxC" "$tmp/out"
+check_summary

@@ -1,0 +1,323 @@
+/* test_train_api_ckpt.c (MPI): checkpoints of the training API
+ * (meshgrad_train.h, mg_ckpt):
+ * - save -> load on the same mesh: tensors, optimizer state and step, and
+ *   the attributes come back, so one more step after the load has the same
+ *   bits as the run that never stopped (AdamW and SGD with momentum);
+ * - on another mesh and placements (a 2-D mesh, Shard(1), Replicate): the
+ *   tensors bitwise, and the optimizer state too (saved again there, loaded
+ *   on the first mesh, then the same next step);
+ * - the file is what `meshgrad ckpt info` reads (every checksum verifies)
+ *   and holds the entries and attributes of `meshgrad train`'s checkpoints;
+ * - refusals, each changing nothing: a checkpoint of another model (a tensor
+ *   more, a tensor less, another shape), an optimizer of another kind or
+ *   none, a file that is no checkpoint, reserved and bad keys, NULLs, ranks
+ *   that disagree. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint.h"
+#include "meshgrad.h"
+#include "meshgrad_train.h"
+#include "testutil.h"
+
+static int world;
+static const char *path = "test_train_api_ckpt.h5", *path2 = "test_train_api_ckpt2.h5";
+
+enum { NP = 3 };
+static const char *const names[NP] = {"emb", "fc.weight", "fc.bias"};
+static const int64_t shapes[NP][2] = {{12, 5}, {7, 5}, {7}};
+
+typedef struct {
+    mg_mesh *mesh;
+    mg_dtensor *p[NP];
+    mg_optim *opt;
+} run;
+
+/* The parameters on a 1-D mesh of the world ([S(0)], [R], [S(0)]), or on a
+ * 2-D one ([R, S(1)], [S(0), R], [R, R]); values from seed (zeros if 0), and
+ * an AdamW (kind 1) or SGD with momentum (kind 0) over them. */
+static void run_make(run *r, int two_d, uint64_t seed, int kind) {
+    int shape2[2] = {1, world};
+    r->mesh = two_d ? mg_mesh_new(2, shape2) : mg_mesh_new(1, &world);
+    mg_placement one[NP][2] = {{MG_SHARD(0)}, {MG_REPLICATE}, {MG_SHARD(0)}};
+    mg_placement two[NP][2] = {{MG_REPLICATE, MG_SHARD(1)},
+                               {MG_SHARD(0), MG_REPLICATE},
+                               {MG_REPLICATE, MG_REPLICATE}};
+    for (int i = 0; i < NP; i++) {
+        mg_tensor *t = mg_tensor_new(shapes[i][1] ? 2 : 1, shapes[i]);
+        if (seed) mg_test_fill(mg_tensor_data(t), mg_tensor_numel(t), seed + (uint64_t)i);
+        r->p[i] = mg_distribute(r->mesh, t, two_d ? two[i] : one[i], two_d ? 2 : 1);
+        mg_tensor_free(t);
+        mg_assert_all(r->p[i] && mg_set_requires_grad(r->p[i], 1) == MG_OK, "%s", mg_last_error());
+    }
+    r->opt = kind ? mg_optim_new_adamw(NP, r->p, names, 0.9f, 0.95f, 1e-8f, 0.1f)
+                  : mg_optim_new_sgd(NP, r->p, names, 0.9f, 0.01f);
+    mg_assert_all(r->opt != NULL, "%s", mg_last_error());
+}
+
+static void run_free(run *r) {
+    mg_optim_free(r->opt);
+    for (int i = 0; i < NP; i++) mg_dtensor_free(r->p[i]);
+    mg_mesh_free(r->mesh);
+}
+
+/* One training step k: loss = sum(linear(emb, fc.weight, fc.bias) * c_k). */
+static void step(run *r, int k) {
+    mg_tensor *c = mg_tensor_new(2, (int64_t[]){12, 7});
+    mg_test_fill(mg_tensor_data(c), 84, 500 + (uint64_t)k);
+    mg_placement rep[2] = {MG_REPLICATE, MG_REPLICATE};
+    mg_dtensor *cd = mg_distribute(r->mesh, c, rep, mg_mesh_ndim(r->mesh));
+    mg_tensor_free(c);
+    mg_dtensor *loss = mg_sum(mg_mul(mg_linear(r->p[0], r->p[1], r->p[2]), cd));
+    mg_assert_all(loss && mg_backward(loss) == MG_OK, "%s", mg_last_error());
+    mg_assert_all(mg_optim_step(r->opt, 0.05f) == MG_OK && mg_optim_zero_grad(r->opt) == MG_OK,
+                  "%s", mg_last_error());
+    mg_step_end();
+    mg_dtensor_free(cd);
+}
+
+static mg_ckpt *ckpt_of(run *r, int with_optim) {
+    mg_ckpt *ck = mg_ckpt_new();
+    for (int i = 0; i < NP; i++)
+        mg_assert_all(mg_ckpt_add(ck, names[i], r->p[i]) == MG_OK, "%s", mg_last_error());
+    if (with_optim) mg_assert_all(mg_ckpt_set_optim(ck, r->opt) == MG_OK, "%s", mg_last_error());
+    return ck;
+}
+
+/* Every parameter of a and b has the same bits. */
+static int same_params(run *a, run *b) {
+    int same = 1;
+    for (int i = 0; i < NP; i++) {
+        mg_tensor *x = mg_full_tensor(a->p[i]), *y = mg_full_tensor(b->p[i]);
+        same &= x && y && !memcmp(mg_tensor_data(x), mg_tensor_data(y),
+                                  (size_t)mg_tensor_numel(x) * sizeof(float));
+        mg_tensor_free(x);
+        mg_tensor_free(y);
+    }
+    return same;
+}
+
+static void save_at(run *r, int64_t at, const char *to) {
+    mg_ckpt *ck = ckpt_of(r, 1);
+    mg_assert_all(mg_ckpt_set_step(ck, at) == MG_OK && mg_ckpt_set_attr(ck, "model", "tiny") == MG_OK &&
+                      mg_ckpt_set_attr(ck, "note", "saved by the test") == MG_OK,
+                  "%s", mg_last_error());
+    mg_assert_all(mg_ckpt_save(ck, to) == MG_OK, "save %s: %s", to, mg_last_error());
+    mg_ckpt_free(ck);
+}
+
+static void round_trip(int kind) {
+    run a, b;
+    run_make(&a, 0, 1, kind);
+    step(&a, 0);
+    step(&a, 1);
+    save_at(&a, 2, path);
+    if (mg_rank() == 0) { /* `meshgrad ckpt info` reads it; every checksum verifies */
+        FILE *out = fopen("/dev/null", "w");
+        int rc = mg_checkpoint_info(path, out);
+        fclose(out);
+        ck_assert_msg(rc == MG_OK, "ckpt info: %s", mg_last_error());
+    }
+    mg_ckpt_attr attrs[64];
+    int nattrs = 0;
+    mg_assert_all(mg_checkpoint_read_attrs(path, attrs, 64, &nattrs) == MG_OK, "%s", mg_last_error());
+    const char *want[][2] = {{"step", "2"}, {"optimizer", kind ? "adamw" : "sgd"},
+                             {"optimizer.state", kind ? "exp_avg,exp_avg_sq" : "momentum_buffer"},
+                             {"optimizer.step", "2"}, {"mesh", NULL}, {"placements.emb", NULL},
+                             {"meshgrad.version", NULL}, {"model", "tiny"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *v = mg_ckpt_attr_get(attrs, nattrs, want[i][0]);
+        mg_assert_all(v && (!want[i][1] || !strcmp(v, want[i][1])), "attribute %s is %s",
+                      want[i][0], v ? v : "missing");
+    }
+
+    /* the same mesh: one more step after the load has the bits of the run that went on */
+    run_make(&b, 0, 0, kind);
+    mg_ckpt *ck = ckpt_of(&b, 1);
+    mg_assert_all(mg_ckpt_load(ck, path) == MG_OK, "load: %s", mg_last_error());
+    mg_assert_all(mg_ckpt_step(ck) == 2 && !strcmp(mg_ckpt_get_attr(ck, "note"), "saved by the test")
+                      && !strcmp(mg_ckpt_get_attr(ck, "mesh"), mg_ckpt_attr_get(attrs, nattrs, "mesh")),
+                  "step %lld, attributes", (long long)mg_ckpt_step(ck));
+    mg_assert_all(same_params(&a, &b), "loaded parameters differ from the saved ones");
+    step(&a, 2);
+    step(&b, 2);
+    mg_assert_all(same_params(&a, &b), "the step after a load differs from the uninterrupted one");
+    mg_ckpt_free(ck);
+    run_free(&b);
+
+    /* another mesh and placements, and back through a save made there */
+    run c, d;
+    run_make(&c, 1, 0, kind);
+    ck = ckpt_of(&c, 1);
+    mg_assert_all(mg_ckpt_load(ck, path) == MG_OK, "load on 1x%d: %s", world, mg_last_error());
+    mg_assert_all(mg_ckpt_save(ck, path2) == MG_OK, "save on 1x%d: %s", world, mg_last_error());
+    mg_ckpt_free(ck);
+    run_make(&d, 0, 0, kind);
+    ck = ckpt_of(&d, 1);
+    mg_assert_all(mg_ckpt_load(ck, path2) == MG_OK && mg_ckpt_step(ck) == 2 &&
+                      !strcmp(mg_ckpt_get_attr(ck, "note"), "saved by the test"),
+                  "load of the 1x%d save: %s", world, mg_last_error());
+    for (int i = 0; i < NP; i++) {
+        mg_tensor *x = mg_full_tensor(c.p[i]), *y = mg_full_tensor(d.p[i]);
+        mg_assert_all(!memcmp(mg_tensor_data(x), mg_tensor_data(y), (size_t)mg_tensor_numel(x) * 4),
+                      "%s on the 2-D mesh differs", names[i]);
+        mg_tensor_free(x);
+        mg_tensor_free(y);
+    }
+    step(&d, 2);
+    mg_assert_all(same_params(&a, &d), "the step after a trip through another mesh differs");
+    mg_ckpt_free(ck);
+    run_free(&c);
+    run_free(&d);
+    run_free(&a);
+}
+
+START_TEST(round_trip_adamw) { round_trip(1); }
+END_TEST
+
+START_TEST(round_trip_sgd) { round_trip(0); }
+END_TEST
+
+/* ---- refusals --------------------------------------------------------------------------- */
+
+#define REFUSED(failed, says)                                                                  \
+    mg_assert_all((failed) && strstr(mg_last_error(), says), "%s: got \"%s\", want \"%s\"", \
+                  #failed, mg_last_error(), says)
+
+/* A checkpoint of tensors `which` (bits) of r, with r's optimizer or none. */
+static mg_ckpt *some_of(run *r, unsigned which, int with_optim) {
+    mg_ckpt *ck = mg_ckpt_new();
+    for (int i = 0; i < NP; i++)
+        if (which >> i & 1) mg_ckpt_add(ck, names[i], r->p[i]);
+    if (with_optim) mg_ckpt_set_optim(ck, r->opt);
+    return ck;
+}
+
+START_TEST(refusals_change_nothing) {
+    run a, b;
+    run_make(&a, 0, 1, 1);
+    step(&a, 0);
+    save_at(&a, 1, path);
+    run_make(&b, 0, 9, 1);
+    run keep;
+    run_make(&keep, 0, 9, 1); /* what b holds */
+
+    mg_ckpt *ck = some_of(&b, 3, 0); /* emb and fc.weight: the file has fc.bias too */
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK, "holds /params/fc.bias, which is not among the 2");
+    mg_ckpt_free(ck);
+    mg_tensor *t7 = mg_tensor_new(1, shapes[2]);
+    mg_dtensor *extra = mg_distribute(b.mesh, t7, (mg_placement[]){MG_REPLICATE}, 1);
+    mg_tensor_free(t7);
+    ck = some_of(&b, 7, 0);
+    mg_ckpt_add(ck, "head", extra); /* a tensor the file does not have */
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK, "has no /params/head");
+    mg_ckpt_free(ck);
+    mg_dtensor_free(extra);
+    ck = mg_ckpt_new(); /* another shape under a name of the file */
+    mg_dtensor *wide = NULL;
+    {
+        mg_tensor *t = mg_tensor_new(2, (int64_t[]){12, 6});
+        wide = mg_distribute(b.mesh, t, (mg_placement[]){MG_REPLICATE}, 1);
+        mg_tensor_free(t);
+    }
+    mg_ckpt_add(ck, "emb", wide);
+    mg_ckpt_add(ck, "fc.weight", b.p[1]);
+    mg_ckpt_add(ck, "fc.bias", b.p[2]);
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK, "has shape (12, 5) but the tensor loaded into it has "
+                                             "global shape (12, 6)");
+    mg_ckpt_free(ck);
+    mg_dtensor_free(wide);
+
+    run s;
+    run_make(&s, 0, 9, 0); /* SGD with momentum: another optimizer */
+    ck = some_of(&s, 7, 1);
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK, "it holds the state of adamw, but the optimizer is sgd");
+    mg_ckpt_free(ck);
+    run_free(&s);
+    ck = some_of(&a, 7, 0); /* saved without an optimizer, loaded with one */
+    mg_assert_all(mg_ckpt_set_step(ck, 1) == MG_OK && mg_ckpt_save(ck, path2) == MG_OK, "%s",
+                  mg_last_error());
+    mg_ckpt_free(ck);
+    ck = some_of(&b, 7, 1);
+    REFUSED(mg_ckpt_load(ck, path2) != MG_OK, "it was saved without one");
+    mg_ckpt_free(ck);
+    if (mg_rank() == 0) { /* a file that is no checkpoint */
+        FILE *f = fopen("test_train_api_ckpt.txt", "w");
+        fputs("not a checkpoint\n", f);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    ck = some_of(&b, 7, 1);
+    mg_assert_all(mg_ckpt_load(ck, "test_train_api_ckpt.txt") != MG_OK &&
+                      strstr(mg_last_error(), "test_train_api_ckpt.txt"),
+                  "a text file: %s", mg_last_error());
+    REFUSED(mg_ckpt_save(ck, "test_train_api_ckpt.txt") != MG_OK, "test_train_api_ckpt.txt");
+    REFUSED(mg_ckpt_load(ck, "no-such-dir/x.h5") != MG_OK, "no-such-dir/x.h5");
+    mg_assert_all(same_params(&b, &keep), "a refused load changed the tensors");
+    /* the optimizer state is untouched too: the same next step as an untouched run */
+    step(&b, 5);
+    step(&keep, 5);
+    mg_assert_all(same_params(&b, &keep), "a refused load changed the optimizer");
+    /* without the optimizer, the tensors of a file with one load */
+    mg_ckpt_free(ck);
+    ck = some_of(&b, 7, 0);
+    mg_assert_all(mg_ckpt_load(ck, path) == MG_OK && mg_ckpt_step(ck) == 1, "%s", mg_last_error());
+    mg_ckpt_free(ck);
+
+    /* the arguments */
+    ck = mg_ckpt_new();
+    REFUSED(mg_ckpt_add(NULL, "x", b.p[0]) != MG_OK, "NULL");
+    REFUSED(mg_ckpt_add(ck, NULL, b.p[0]) != MG_OK, "NULL");
+    REFUSED(mg_ckpt_add(ck, "a/b", b.p[0]) != MG_OK, "\"a/b\" is not valid");
+    REFUSED(mg_ckpt_add(ck, ".x", b.p[0]) != MG_OK, "not starting with '.'");
+    REFUSED(mg_ckpt_add(ck, "x", NULL) != MG_OK, "the tensor of \"x\" is NULL");
+    REFUSED(mg_ckpt_add(ck, "x", mg_scale(b.p[0], 2)) != MG_OK, "the result of an op");
+    mg_step_end();
+    REFUSED(mg_ckpt_save(ck, path2) != MG_OK, "holds no tensor");
+    REFUSED(mg_ckpt_add(ck, "x", b.p[0]) == MG_OK && mg_ckpt_add(ck, "x", b.p[1]) != MG_OK,
+            "added twice");
+    REFUSED(mg_ckpt_set_attr(ck, "step", "3") != MG_OK, "written by mg_ckpt_save itself");
+    REFUSED(mg_ckpt_set_attr(ck, "optimizer.lr", "3") != MG_OK, "written by mg_ckpt_save");
+    REFUSED(mg_ckpt_set_attr(ck, "placements.x", "3") != MG_OK, "written by mg_ckpt_save");
+    REFUSED(mg_ckpt_set_attr(ck, "a key", "3") != MG_OK, "\"a key\" is not valid");
+    REFUSED(mg_ckpt_set_attr(ck, "k", NULL) != MG_OK, "the value of \"k\" is NULL");
+    char big[1100];
+    memset(big, 'v', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    REFUSED(mg_ckpt_set_attr(ck, "k", big) != MG_OK, "at most 1023 fit");
+    REFUSED(mg_ckpt_set_step(ck, -1) != MG_OK, "negative");
+    REFUSED(!mg_ckpt_get_attr(ck, "nothing"), "no attribute \"nothing\"");
+    REFUSED(mg_ckpt_save(ck, NULL) != MG_OK, "the path is NULL");
+    REFUSED(mg_ckpt_load(NULL, path) != MG_OK, "the checkpoint is NULL");
+    if (world > 1) { /* an attribute that differs on one rank: no file, one message */
+        mg_ckpt_set_attr(ck, "host", mg_rank() == 1 ? "b" : "a");
+        REFUSED(mg_ckpt_save(ck, "test_train_api_ckpt3.h5") != MG_OK, "the ranks disagree");
+        FILE *f = fopen("test_train_api_ckpt3.h5", "r");
+        mg_assert_all(!f, "a refused save wrote its file");
+        if (f) fclose(f);
+    }
+    mg_ckpt_free(ck);
+    run_free(&a);
+    run_free(&b);
+    run_free(&keep);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    mg_init(&argc, &argv);
+    world = mg_world_size();
+    Suite *s = suite_create("train_api_ckpt");
+    TCase *tc = tcase_create("train_api_ckpt");
+    tcase_add_test(tc, round_trip_adamw);
+    tcase_add_test(tc, round_trip_sgd);
+    tcase_add_test(tc, refusals_change_nothing);
+    suite_add_tcase(s, tc);
+    int rc = mg_test_run_mpi(s);
+    if (mg_rank() == 0) {
+        remove(path);
+        remove(path2);
+        remove("test_train_api_ckpt.txt");
+    }
+    mg_finalize();
+    return rc;
+}
