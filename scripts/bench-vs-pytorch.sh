@@ -14,6 +14,11 @@
 # parameters plus momentum), where parameters and optimizer state dominate; a
 # second row shows the wide 1024-8192-8192-1024 model, whose one 8192x8192
 # layer (268 MB) must be gathered whole, for reference.
+# The GPT rows: the recipe's training step (data/mobydick.conf: 4 layers, 4
+# heads, C 128, T 64, batch 32, AdamW, clipping; `meshgrad bench step --model
+# gpt`) against scripts/gpt-pytorch.py at 1 thread, and on 2 ranks dp and 2
+# ranks tp against 1 rank; each measured as three adjacent pairs, the middle
+# of the pairwise ratios given.
 #
 #   scripts/bench-vs-pytorch.sh [--build DIR] [--steps N]
 # Prints a table and, as its last line, one JSON object.
@@ -25,7 +30,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --build) build=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "bench-vs-pytorch.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -118,6 +123,20 @@ w1=$(run 1 1 bench step --steps 3 --batch 8 --layers $wide)
 w4=$(run 4 1 bench step --steps 3 --batch 8 --layers $wide --parallel fsdp)
 t1=$(OPENBLAS_NUM_THREADS=1 torch_ms 1)
 t2=$(OPENBLAS_NUM_THREADS=2 torch_ms 2)
+# the GPT: three rounds of (1 rank, PyTorch, 2 ranks dp, 2 ranks tp), ratios per round
+gpt="bench step --model gpt --steps $steps"
+ga=() gt=() gd=() gp=() rgt=() rgd=() rgp=()
+for i in 1 2 3; do
+    ga+=("$(run 1 1 $gpt | field ms_per_step)")
+    gt+=("$(OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/scripts/gpt-pytorch.py" step --threads 1 \
+        --steps "$steps" 2>/dev/null)")
+    gd+=("$(run 2 1 $gpt --parallel dp | field ms_per_step)")
+    gp+=("$(run 2 1 $gpt --parallel tp | field ms_per_step)")
+    rgt+=("$(div "${ga[-1]}" "${gt[-1]}")") rgd+=("$(div "${gd[-1]}" "${ga[-1]}")")
+    rgp+=("$(div "${gp[-1]}" "${ga[-1]}")")
+done
+g11=$(mid "${ga[@]}") gtorch=$(mid "${gt[@]}") g21dp=$(mid "${gd[@]}") g21tp=$(mid "${gp[@]}")
+gt_ratio=$(mid "${rgt[@]}") gdp_ratio=$(mid "${rgd[@]}") gtp_ratio=$(mid "${rgp[@]}")
 rss1=$(echo "$f1" | field peak_rss_mb); rss4=$(echo "$f4" | field peak_rss_mb)
 wrss1=$(echo "$w1" | field peak_rss_mb); wrss4=$(echo "$w4" | field peak_rss_mb)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
@@ -133,11 +152,16 @@ printf '%-52s %12s %12s %8s %s\n' "MLP step ms, 2 ranks x 1 thread dp (ref: 1x1)
 printf '%-52s %12s %12s %8s %s\n' "2 x half batch, independent, at once (ref: 1x1)" "${ms_h:-n/a}" "$ms11" "$( [ -n "$h_ratio" ] && printf '%.2f' "$h_ratio" || echo n/a)" "(floor)"
 printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp, deep (ref: 1 rank)" "$rss4" "$rss1" "$(ratio "$rss4" "$rss1")" "<= 0.40"
 printf '%-52s %12s %12s %8s %s\n' "peak RSS MB/rank, 4 ranks fsdp, wide (ref: 1 rank)" "$wrss4" "$wrss1" "$(ratio "$wrss4" "$wrss1")" "(info)"
+printf '%-52s %12s %12s %8s %s\n' "GPT step ms, 1 rank x 1 thread (ref: PyTorch)" "$g11" "${gtorch:-absent}" "${gt_ratio:-n/a}" "<= 0.80"
+printf '%-52s %12s %12s %8s %s\n' "GPT step ms, 2 ranks x 1 thread dp (ref: 1x1)" "$g21dp" "$g11" "${gdp_ratio:-n/a}" "<= 0.60"
+printf '%-52s %12s %12s %8s %s\n' "GPT step ms, 2 ranks x 1 thread tp (ref: 1x1)" "$g21tp" "$g11" "${gtp_ratio:-n/a}" "<= 0.75"
+echo "(GPT rounds: 1x1 ${ga[*]} ms; PyTorch ${gt[*]} ms; 2 dp ${gd[*]} ms; 2 tp ${gp[*]} ms)"
 echo "(1x1 runs: ${a[*]} ms; 2x1 dp runs, each right after one: ${b[*]} ms; dp ratio: the middle of the pairs' ${r[*]})"
 echo "(floor: the slower of two independent batch-128 runs at once, after each pair: ${h[*]} ms)"
 echo "(1x1 middle run: $p11; 2x1 dp middle run: $p21)"
 echo "(scratch arena on 4 ranks: deep $(echo "$f4" | field scratch_mb) MB, wide $(echo "$w4" | field scratch_mb) MB)"
 [ -z "$t1" ] && echo "(PyTorch not found: apt-get install python3-torch for the reference column)"
-printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"dp_ratio":%s,"dp_floor_ratio":%s,"fsdp_rss_ratio":%s,"fsdp_wide_rss_ratio":%s}\n' \
+printf '{"bench":"vs-pytorch","linear_ratio_1t":%s,"step_ms_1x1":%s,"torch_ms_1t":%s,"step_ms_1x2":%s,"torch_ms_2t":%s,"step_ms_2x1_dp":%s,"dp_ratio":%s,"dp_floor_ratio":%s,"fsdp_rss_ratio":%s,"fsdp_wide_rss_ratio":%s,"gpt_ms_1x1":%s,"gpt_torch_ms_1t":%s,"gpt_torch_ratio":%s,"gpt_dp_ratio":%s,"gpt_tp_ratio":%s}\n' \
     "$(echo "$lin" | field ratio)" "$ms11" "${t1:-null}" "$ms12" "${t2:-null}" "$ms21" "${dp_ratio:-null}" "${h_ratio:-null}" \
-    "$(ratio "$rss4" "$rss1" | sed 's#n/a#null#')" "$(ratio "$wrss4" "$wrss1" | sed 's#n/a#null#')"
+    "$(ratio "$rss4" "$rss1" | sed 's#n/a#null#')" "$(ratio "$wrss4" "$wrss1" | sed 's#n/a#null#')" \
+    "${g11:-null}" "${gtorch:-null}" "${gt_ratio:-null}" "${gdp_ratio:-null}" "${gtp_ratio:-null}"
