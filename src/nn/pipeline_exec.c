@@ -139,12 +139,17 @@ static int acquire(mg_pp_exec *e, slot *sl) {
         if (!sl->arena) return mg_last_code();
         e->all[e->nall++] = sl->arena;
     }
+    return MG_OK;
+}
+
+/* A (micro-batch, stage) is live from its forward until its backward (W for
+ * a split one) is done: the verifier's count (pipeline_verify.h). */
+static void count_live(mg_pp_exec *e, const slot *sl, int delta) {
     int c = sl->stage / e->s->ranks;
-    e->live++;
-    e->stage_live[c]++;
+    e->live += delta;
+    e->stage_live[c] += delta;
     if (e->live > e->st.peak_live) e->st.peak_live = e->live;
     if (e->stage_live[c] > e->stage_peak_live[c]) e->stage_peak_live[c] = e->stage_live[c];
-    return MG_OK;
 }
 
 /* The bytes held now, into the high-water marks. */
@@ -171,9 +176,6 @@ static void try_release(mg_pp_exec *e, slot *sl) {
     mg_arena_reset(sl->arena);
     e->pool[e->npool++] = sl->arena;
     sl->arena = NULL;
-    int c = sl->stage / e->s->ranks;
-    e->live--;
-    e->stage_live[c]--;
 }
 
 /* ---- transfers ----------------------------------------------------------------------- */
@@ -285,7 +287,30 @@ static int progress(mg_pp_exec *e) {
     return rc;
 }
 
+/* Waits for the header of pending receive i and posts its data's receive. */
+static int take_header(mg_pp_exec *e, int i) {
+    xfer *x = e->recvs[i];
+    slot *sl = e->recv_slot[i];
+    e->recvs[i] = e->recvs[--e->nrecvs];
+    e->recv_slot[i] = e->recv_slot[e->nrecvs];
+    int rc = mg_comm_p2p_wait(e->pp, &x->head);
+    return rc == MG_OK ? post_data(e, sl, x, x == &sl->recv_act ? KIND_ACT : KIND_GRAD,
+                                   x->head.peer)
+                       : rc;
+}
+
+/* A receive's header. Messages from one peer meet the receives in the order
+ * both sides post them (one tag): a header's receive is posted only after the
+ * data's receive of the transfer before it from that peer, so it cannot meet
+ * that data. (Waiting here for an earlier header is no more than the
+ * rendezvous model the schedule was proven under waits for.) */
 static int post_recv(mg_pp_exec *e, slot *sl, xfer *x, int peer) {
+    for (int i = 0; i < e->nrecvs; i++)
+        if (e->recvs[i]->head.peer == peer) {
+            int rc = take_header(e, i);
+            if (rc != MG_OK) return rc;
+            break; /* at most one per peer is pending */
+        }
     memset(x, 0, sizeof *x);
     x->head_posted = 1;
     e->recvs[e->nrecvs] = x;
@@ -298,7 +323,8 @@ static int post_send(mg_pp_exec *e, slot *sl, xfer *x, int kind, const mg_dtenso
         return mg_error(MG_ESTATE, "pipeline: rank %d has no %s of micro-batch %d, stage %d to "
                                    "send", e->rank, kind_name(kind), sl->mb, sl->stage);
     memset(x, 0, sizeof *x);
-    header_make(x->words, kind, sl->mb, sl->stage, &t->spec);
+    /* the header names the stage that receives it */
+    header_make(x->words, kind, sl->mb, sl->stage + (kind == KIND_ACT ? 1 : -1), &t->spec);
     x->head_posted = 1;
     if (sl->sends_open++ == 0) e->sending[e->nsending++] = sl;
     int rc = mg_comm_isend(e->pp, x->words, HEADER_WORDS, peer, &x->head);
@@ -311,17 +337,13 @@ static int finish_recv(mg_pp_exec *e, slot *sl, xfer *x, int kind) {
     if (!x->head_posted)
         return mg_error(MG_ESTATE, "pipeline: rank %d computes micro-batch %d, stage %d before "
                                    "receiving its %s", e->rank, sl->mb, sl->stage, kind_name(kind));
-    int rc = MG_OK;
-    if (!x->data_posted) {
-        if ((rc = mg_comm_p2p_wait(e->pp, &x->head)) != MG_OK) return rc;
-        for (int i = 0; i < e->nrecvs; i++)
-            if (e->recvs[i] == x) {
-                e->recvs[i] = e->recvs[--e->nrecvs];
-                e->recv_slot[i] = e->recv_slot[e->nrecvs];
-                break;
-            }
-        if ((rc = post_data(e, sl, x, kind, x->head.peer)) != MG_OK) return rc;
-    }
+    (void)sl, (void)kind;
+    for (int i = 0; i < e->nrecvs; i++)
+        if (e->recvs[i] == x) {
+            int rc = take_header(e, i);
+            if (rc != MG_OK) return rc;
+            break;
+        }
     return mg_comm_p2p_wait(e->pp, &x->data);
 }
 
@@ -368,6 +390,7 @@ static int forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, slot *sl) {
     sl->y = fns->forward(fns->ctx, s, sl->mb, x);
     mg_arena_redirect_data(step, was);
     if (!sl->y) return mg_last_code() ? mg_last_code() : MG_ESTATE;
+    count_live(e, sl, 1);
     double loss = 0;
     if (s == e->S - 1 && (rc = scalar(sl->y, &loss)) == MG_OK) e->st.loss += loss;
     return rc;
@@ -412,7 +435,10 @@ static int backward(mg_pp_exec *e, slot *sl, int split) {
         sl->borrowed = NULL;
     }
     if (split != 2 && s > 0 && rank_of(e, s - 1) != e->rank) sl->grad_to_send = 1;
-    if (split != 1) sl->backward_done = 1;
+    if (split != 1) {
+        sl->backward_done = 1;
+        count_live(e, sl, -1);
+    }
     measure(e);
     try_release(e, sl);
     return MG_OK;

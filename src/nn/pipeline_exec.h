@@ -34,7 +34,9 @@
  * is done and its sends have completed: activations live exactly as long as
  * the schedule keeps them. Tensor headers and graph nodes stay in the step
  * arena (a few hundred bytes an op) until mg_step_end. The stats give the
- * high-water of tensor data held, per rank and per stage.
+ * high-water of tensor data held (inputs received early and gradients still
+ * being sent included), per rank and per stage, and the most micro-batches
+ * between forward and backward at once.
  *
  * Exports: mg_pp_stage_fns, mg_pp_exec_stats, mg_pp_exec, mg_pp_exec_new,
  * mg_pp_exec_step, mg_pp_exec_free. */
@@ -62,7 +64,8 @@ typedef struct {
     double busy_s;        /* this rank: time in F, B, Bi and W */
     double loss;          /* ranks of the last stage: the sum of the micro-batches' losses */
     size_t peak_bytes;    /* most tensor data of micro-batches held at once */
-    int peak_live;        /* most (micro-batch, stage) pairs held at once */
+    int peak_live;        /* most (micro-batch, stage) pairs between their forward and
+                           * the end of their backward at once (the verifier's count) */
     size_t mb_bytes;      /* most tensor data one (micro-batch, stage) held */
     /* per stage this rank holds (stage rank + c * ranks, c < virtual_stages) */
     const size_t *stage_peak_bytes;
