@@ -32,10 +32,8 @@
 static const int64_t widths[NW] = {10, 12, 9, 12, 8, 11, 7, 9, 6}; /* 8 layers */
 
 typedef struct {
-    mg_model *model;
-    const mg_pipeline *p;      /* NULL: the reference */
-    const mg_mesh *mesh;       /* the stage mesh */
-    const mg_plan *plan;
+    mg_model *model;           /* a stage's, or the whole model (the reference) */
+    const mg_pipeline *p;
     const float *x, *target;   /* (BATCH, w0), (BATCH, wN) */
     const int64_t *rows;
     int64_t *starts;
@@ -43,13 +41,7 @@ typedef struct {
 
 /* Rows [a, a + r) of a (BATCH, w) array on the stage mesh, batch-sharded. */
 static mg_dtensor *rows_of(const job *j, const float *data, int64_t w, int mb) {
-    mg_placement bp[MG_MAX_MESH_DIMS];
-    mg_plan_batch(j->plan, bp);
-    int64_t r = j->rows[mb];
-    mg_tensor *t = mg_tensor_from_data(2, (int64_t[]){r, w}, data + j->starts[mb] * w);
-    mg_dtensor *d = mg_distribute(j->mesh, t, bp, j->mesh->ndim);
-    mg_tensor_free(t);
-    return d;
+    return mg_pipeline_rows(j->p, data, j->starts[mb], 2, (int64_t[]){j->rows[mb], w});
 }
 
 /* The loss of micro-batch mb: its share (rows / batch) of the batch's mean. */
@@ -165,10 +157,9 @@ static int run_config(const config *c, char *msg, size_t len) {
     mg_test_fill(target, BATCH * widths[NW - 1], 42);
     int64_t starts[MG_PP_LIST_MAX];
     for (int i = 0, a = 0; i < p.microbatches; a += (int)p.rows[i], i++) starts[i] = a;
-    job pj = {&stage, &p, p.stage_mesh, &p.stage_plan, x, target, p.rows, starts};
+    job pj = {&stage, &p, x, target, p.rows, starts};
     job rj = pj;
     rj.model = &ref;
-    rj.p = NULL;
     mg_pp_exec *e = rc == MG_OK ? mg_pp_exec_new(&p.schedule, p.rank, p.comm, p.stage_mesh) : NULL;
     mg_pp_stage_fns fns = {&pj, stage_forward, stage_reduce};
     mg_pp_exec_stats st;

@@ -7,6 +7,9 @@
  * (FNV-1a 64 of every initial parameter) proves the initial parameters are
  * bitwise equal on every mesh.
  *
+ * With pp in the plan, the model, the step, evaluation and the checksum are
+ * train_pp.c's (a pipeline of stages); the rest is the same.
+ *
  * Checkpoints (nn/train_state.h, docs/CHECKPOINTS.md): --save FILE or DIR/ at
  * every --save-every steps and at the end; --resume PATH loads a checkpoint into
  * the current mesh and plan, seeks the loader and continues at the next step
@@ -31,6 +34,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "cli/train_pp.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
@@ -52,6 +56,7 @@ typedef struct {
     int have_train_loader, have_test_loader;
     mg_model model;
     int have_model;
+    mg_train_pp *pp; /* pp in the plan: the pipeline (train_pp.h) */
     mg_optimizer opt;
     mg_lr_schedule sched;
     mg_spec x_spec, y_spec, test_x_spec, test_y_spec;
@@ -263,8 +268,12 @@ static int setup(trainer *tr) {
     int classes = mg_dataset_num_classes(tr->train);
     if (mg_dataset_num_classes(tr->test) > classes) classes = mg_dataset_num_classes(tr->test);
 
-    rc = mg_model_init(&tr->model, c->model, tr->mesh, &tr->plan, sample[0], sample[1], c->hidden,
-                       c->channels, classes, (uint64_t)c->seed);
+    mg_model_config mc = {.kind = c->model, .rows = sample[0], .cols = sample[1],
+                          .hidden = c->hidden, .channels = c->channels, .classes = classes,
+                          .depth = (int)c->depth, .seed = (uint64_t)c->seed};
+    rc = mg_plan_pp_dim(&tr->plan) >= 0
+             ? mg_train_pp_new(&tr->pp, c, tr->mesh, &tr->plan, &mc, ntest, &tr->model)
+             : mg_model_build(&tr->model, &mc, tr->mesh, &tr->plan, NULL);
     if (rc != MG_OK) return rc;
     tr->have_model = 1;
     mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
@@ -281,6 +290,7 @@ static int setup(trainer *tr) {
 
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&tr->plan, bp);
+    for (int d = 0; tr->pp && d < ndim; d++) bp[d] = MG_REPLICATE; /* micro-batches cut later */
     int64_t xs[3] = {c->batch, sample[0], sample[1]}, ys[1] = {c->batch};
     rc = mg_spec_make(&tr->x_spec, tr->mesh, bp, ndim, 3, xs, "train inputs");
     if (rc == MG_OK) rc = mg_spec_make(&tr->y_spec, tr->mesh, bp, ndim, 1, ys, "train labels");
@@ -307,6 +317,7 @@ static void teardown(trainer *tr) {
     restore_signals(tr);
     if (tr->metrics) fclose(tr->metrics);
     if (tr->have_model) mg_model_free(&tr->model);
+    mg_train_pp_free(tr->pp);
     if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
     if (tr->have_test_loader) mg_loader_free(&tr->test_loader);
     if (tr->train) mg_dataset_close(tr->train);
@@ -322,16 +333,20 @@ static int evaluate(trainer *tr, int64_t step) {
     if (rc == MG_OK)
         rc = mg_loader_next(&tr->test_loader, &tr->test_x_spec, &tr->test_y_spec, &x, &y,
                             mg_step_arena());
-    if (rc == MG_OK) logits = mg_model_forward(&tr->model, x);
-    if (logits) loss = mg_cross_entropy(logits, y);
-    if (rc == MG_OK && !loss) rc = mg_last_code();
     double test_loss = 0;
     int64_t correct = 0, n = 0;
-    if (rc == MG_OK) rc = scalar_value(loss, &test_loss);
+    if (rc == MG_OK && tr->pp) {
+        rc = mg_train_pp_evaluate(tr->pp, x, y, &test_loss, &correct);
+        n = mg_dtensor_shape(y)[0];
+    }
+    if (rc == MG_OK && !tr->pp) logits = mg_model_forward(&tr->model, x);
+    if (logits) loss = mg_cross_entropy(logits, y);
+    if (rc == MG_OK && !tr->pp && !loss) rc = mg_last_code();
+    if (rc == MG_OK && !tr->pp) rc = scalar_value(loss, &test_loss);
     mg_tensor *lf = NULL, *yf = NULL;
-    if (rc == MG_OK && !(lf = mg_full_tensor(logits))) rc = mg_last_code();
-    if (rc == MG_OK && !(yf = mg_full_tensor(y))) rc = mg_last_code();
-    if (rc == MG_OK) {
+    if (rc == MG_OK && !tr->pp && !(lf = mg_full_tensor(logits))) rc = mg_last_code();
+    if (rc == MG_OK && !tr->pp && !(yf = mg_full_tensor(y))) rc = mg_last_code();
+    if (rc == MG_OK && !tr->pp) {
         // lf: (N, K) logits, yf: (N) labels
         n = lf->shape[0];
         int64_t K = lf->shape[1];
@@ -366,6 +381,12 @@ static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out
     mg_param_table *params = &tr->model.params;
     mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
     int rc = mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, &x, &y, mg_step_arena());
+    if (rc == MG_OK && tr->pp) {
+        rc = mg_train_pp_step(tr->pp, x, y, &tr->opt, lr, tr->cfg.clip, loss_out, norm_out);
+        if (rc == MG_OK) rc = mg_device_synchronize();
+        mg_step_end();
+        return rc;
+    }
     if (rc == MG_OK) logits = mg_model_forward(&tr->model, x); // logits: (B, K)
     if (logits) loss = mg_cross_entropy(logits, y);
     if (rc == MG_OK && !loss) rc = mg_last_code();
@@ -458,7 +479,8 @@ static int run(trainer *tr) {
     if (c->resume[0] && (rc = resume(tr)) != MG_OK) return rc;
 
     uint64_t checksum = 0;
-    rc = mg_params_checksum(&tr->model.params, &checksum);
+    rc = tr->pp ? mg_train_pp_checksum(tr->pp, &checksum)
+                : mg_params_checksum(&tr->model.params, &checksum);
     if (rc != MG_OK) return rc;
     if (tr->rank == 0) {
         char mb[64], pb[64];
@@ -467,7 +489,7 @@ static int run(trainer *tr) {
         printf("meshgrad train: %s (hidden %lld, %lld parameters) on mesh %s [%s], %s lr %g (%s), "
                "batch %lld, %lld steps\n",
                mg_model_kind_name(c->model), (long long)c->hidden,
-               (long long)mg_params_numel(&tr->model.params), mb, pb,
+               (long long)mg_model_numel(&tr->model), mb, pb,
                mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
                (long long)c->batch, (long long)c->steps);
         printf("data %s: %lld train rows, %lld test rows; param checksum %016llx\n", c->data,

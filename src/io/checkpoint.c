@@ -59,9 +59,10 @@ static int check_entries(const char *path, const mg_ckpt_entry *entries, int n) 
     for (int i = 0; i < n; i++) {
         int st = check_name(entries[i].name);
         if (st != MG_OK) return st;
-        if (!entries[i].tensor)
-            return mg_error(MG_EINVAL, "checkpoint %s: entry \"%s\" has no tensor", path,
-                            entries[i].name);
+        if (!entries[i].tensor && (entries[i].ndim < 0 || entries[i].ndim > MG_MAX_DIMS ||
+                                   (entries[i].ndim > 0 && !entries[i].shape)))
+            return mg_error(MG_EINVAL, "checkpoint %s: entry \"%s\" has no tensor and no "
+                            "global shape", path, entries[i].name);
         for (int j = 0; j < i; j++)
             if (strcmp(entries[i].name, entries[j].name) == 0)
                 return mg_error(MG_EINVAL, "checkpoint %s: entry \"%s\" is given twice", path,
@@ -176,25 +177,26 @@ static int check_attrs(const char *path, const mg_ckpt_attr *attrs, int nattrs) 
 
 /* Creates the dataset of one entry and writes this rank's block (collective). */
 static int save_entry(hid_t file, const char *tmp, const mg_ckpt_entry *e, hid_t dxpl) {
-    const mg_spec *spec = &e->tensor->spec;
-    mg_spec wspec = replicate_partial(spec);
+    const mg_spec *spec = e->tensor ? &e->tensor->spec : NULL;
+    mg_spec wspec = spec ? replicate_partial(spec) : (mg_spec){0};
     mg_tensor *reduced = NULL;
     int st = MG_OK;
-    if (mg_spec_has_partial(spec)) {
+    if (spec && mg_spec_has_partial(spec)) {
         st = mg_redistribute_local(spec, e->tensor->local, &wspec, &reduced, NULL);
         if ((st = mg_io_agree(MPI_COMM_WORLD, st)) != MG_OK) return st;
     }
-    const mg_tensor *local = reduced ? reduced : e->tensor->local;
-    int ndim = spec->ndim;
-    int64_t numel = mg_shape_numel(ndim, spec->shape);
+    const mg_tensor *local = reduced ? reduced : spec ? e->tensor->local : NULL;
+    int ndim = spec ? spec->ndim : e->ndim;
+    const int64_t *shape = spec ? spec->shape : e->shape;
+    int64_t numel = mg_shape_numel(ndim, shape);
     hsize_t dims[MG_MAX_DIMS], chunk[MG_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)spec->shape[i];
+    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
     hid_t space = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     if (ndim > 0 && numel > 0) {
-        mg_ckpt_chunk_dims(ndim, spec->shape, chunk);
+        mg_ckpt_chunk_dims(ndim, shape, chunk);
         H5Pset_chunk(dcpl, ndim, chunk);
         H5Pset_fletcher32(dcpl);
     }
@@ -205,9 +207,12 @@ static int save_entry(hid_t file, const char *tmp, const mg_ckpt_entry *e, hid_t
         st = mg_error(MG_EIO, "checkpoint %s: cannot create dataset /%s: %s", tmp, e->name,
                       he.innermost);
     } else if (numel > 0) {
-        int64_t lshape[MG_MAX_DIMS], off[MG_MAX_DIMS];
-        mg_spec_local(&wspec, NULL, lshape, off);
-        float *staged, *data = host_data(local, &staged, 1), dummy = 0;
+        int64_t lshape[MG_MAX_DIMS] = {0}, off[MG_MAX_DIMS] = {0};
+        float *staged = NULL, *data = NULL, dummy = 0;
+        if (local) { /* a rank that holds the entry writes its block */
+            mg_spec_local(&wspec, NULL, lshape, off);
+            data = host_data(local, &staged, 1);
+        }
         hid_t mspace = select_block(space, ndim, lshape, off, data && is_writer(&wspec));
         if (H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, data ? data : &dummy) < 0) {
             mg_h5_err he;
@@ -215,7 +220,7 @@ static int save_entry(hid_t file, const char *tmp, const mg_ckpt_entry *e, hid_t
             st = mg_error(MG_EIO, "checkpoint %s: writing dataset /%s failed: %s", tmp, e->name,
                           he.innermost);
         }
-        if (!data) st = mg_error(MG_ENOMEM, "checkpoint: out of memory staging /%s", e->name);
+        if (local && !data) st = mg_error(MG_ENOMEM, "checkpoint: out of memory staging /%s", e->name);
         free(staged);
         H5Sclose(mspace);
     }
@@ -434,9 +439,10 @@ static int read_attrs_open(hid_t file, const char *path, mg_ckpt_attr *attrs_out
 
 /* The dataset of entry e exists with type float32 and e's global shape. */
 static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
-    const mg_spec *s = &e->tensor->spec;
+    int want_ndim = e->tensor ? e->tensor->spec.ndim : e->ndim;
+    const int64_t *want_shape = e->tensor ? e->tensor->spec.shape : e->shape;
     char want[160], have[160], tname[32];
-    mg_shape_format(want, sizeof want, s->ndim, s->shape);
+    mg_shape_format(want, sizeof want, want_ndim, want_shape);
     if (!mg_h5_exists(file, e->name))
         return mg_error(MG_EFORMAT, "checkpoint %s has no dataset /%s (expected shape %s)", path,
                         e->name, want);
@@ -451,7 +457,7 @@ static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
     if (!mg_h5_is_float32(type))
         st = mg_error(MG_EFORMAT, "checkpoint %s: dataset /%s is %s, expected float32", path,
                       e->name, mg_h5_type_name(type, tname, sizeof tname));
-    else if (ndim < 0 || ndim > MG_MAX_DIMS || !mg_shape_equal(ndim, shape, s->ndim, s->shape))
+    else if (ndim < 0 || ndim > MG_MAX_DIMS || !mg_shape_equal(ndim, shape, want_ndim, want_shape))
         st = mg_error(MG_EFORMAT,
                       "checkpoint %s: dataset /%s has shape %s but the tensor "
                       "loaded into it has global shape %s",
@@ -464,7 +470,23 @@ static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
 }
 
 /* Reads this rank's block of one entry (collective). */
+/* An entry other ranks hold: its part of the collective read, selecting nothing. */
+static int load_nothing(hid_t file, const char *path, const mg_ckpt_entry *e, hid_t dxpl) {
+    if (mg_shape_numel(e->ndim, e->shape) == 0) return MG_OK;
+    float dummy = 0;
+    hid_t d = H5Dopen2(file, e->name, H5P_DEFAULT), space = H5Dget_space(d);
+    hid_t mspace = select_block(space, e->ndim, NULL, NULL, 0);
+    int st = H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, &dummy) < 0
+                 ? mg_error(MG_EIO, "checkpoint %s: reading dataset /%s failed", path, e->name)
+                 : MG_OK;
+    H5Sclose(mspace);
+    H5Sclose(space);
+    H5Dclose(d);
+    return st;
+}
+
 static int load_entry(hid_t file, const char *path, mg_ckpt_entry *e, hid_t dxpl) {
+    if (!e->tensor) return load_nothing(file, path, e, dxpl);
     const mg_spec *spec = &e->tensor->spec;
     mg_tensor *local = e->tensor->local;
     mg_spec rspec = replicate_partial(spec);

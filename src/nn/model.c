@@ -164,6 +164,12 @@ mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info) {
     return idx >= 0 ? &model->params.p[idx] : NULL;
 }
 
+int64_t mg_model_numel(const mg_model *model) {
+    int64_t n = 0;
+    for (int i = 0; i < model->nlayers; i++) n += (model->layer[i].in + 1) * model->layer[i].out;
+    return n;
+}
+
 int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out) {
     int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
     for (int i = 0; i < model->nlayers; i++) {

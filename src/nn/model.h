@@ -24,7 +24,7 @@
  * Exports: mg_linear_module, mg_model, mg_model_kind, mg_model_kind_parse,
  * mg_model_config, mg_model_build, mg_model_init, mg_model_free,
  * mg_model_forward, mg_model_forward_layers, mg_linear_module_forward,
- * mg_model_param, mg_model_param_info, mg_model_layer_costs. */
+ * mg_model_param, mg_model_param_info, mg_model_numel, mg_model_layer_costs. */
 #ifndef MG_NN_MODEL_H
 #define MG_NN_MODEL_H
 
@@ -104,6 +104,8 @@ mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const 
 /* Parameter k of the whole model: its description into *info (may be NULL),
  * and its entry here, or NULL when another pipeline stage holds it. */
 mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info);
+/* Elements of every parameter of the whole model. */
+int64_t mg_model_numel(const mg_model *model);
 /* Each layer's costs per row (sample), for the stage balancer. */
 int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out);
 

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "context.h"
+#include "dist/dtensor.h"
 #include "dist/mesh.h"
 #include "dist/pipeline_verify.h"
 #include "status.h"
@@ -108,6 +111,24 @@ bool mg_pipeline_holds(const mg_pipeline *p, int layer) {
     for (int s = p->rank; s < p->split.stages; s += p->ranks)
         if (layer >= p->split.first[s] && layer < p->split.first[s + 1]) return true;
     return false;
+}
+
+mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t start, int ndim,
+                             const int64_t *shape) {
+    mg_placement bp[MG_MAX_MESH_DIMS];
+    mg_plan_batch(&p->stage_plan, bp);
+    mg_spec spec;
+    if (mg_spec_make(&spec, p->stage_mesh, bp, p->stage_mesh->ndim, ndim, shape, "micro-batch") !=
+        MG_OK)
+        return NULL;
+    int64_t local[MG_MAX_DIMS], off[MG_MAX_DIMS];
+    mg_spec_local(&spec, NULL, local, off);
+    mg_tensor *t = mg_tensor_alloc(mg_step_arena(), ndim, local);
+    if (!t) return NULL;
+    int64_t row = t->numel / (local[0] > 0 ? local[0] : 1);
+    mg_backend *be = mg_backend_of(t);
+    if (t->numel > 0) be->iface->from_host(be->context, t->data, data + (start + off[0]) * row, t->numel);
+    return mg_dtensor_make(&spec, t, mg_step_arena());
 }
 
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n) {

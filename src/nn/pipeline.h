@@ -26,7 +26,8 @@
  *
  * Exports: mg_pp_options, mg_pipeline, mg_pp_options_defaults,
  * mg_pp_int_list, mg_pipeline_make, mg_pipeline_free, mg_pipeline_holds,
- * mg_pipeline_stage_first, mg_pipeline_sum, mg_pipeline_checksum. */
+ * mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
+ * mg_pipeline_checksum. */
 #ifndef MG_NN_PIPELINE_H
 #define MG_NN_PIPELINE_H
 
@@ -77,6 +78,13 @@ void mg_pipeline_free(mg_pipeline *p);
 bool mg_pipeline_holds(const mg_pipeline *p, int layer);
 /* The first layer of stage s (s == stages: the layer count). */
 static inline int mg_pipeline_stage_first(const mg_pipeline *p, int s) { return p->split.first[s]; }
+/* Rows [start, start + shape[0]) of a host array of rows of shape[1..ndim)
+ * floats, as a tensor of global shape `shape` on the stage mesh, split over
+ * its data-parallel dims as the batch is (mg_plan_batch): each rank copies
+ * its own rows. Header and data from the step arena (redirected: the
+ * executor's micro-batch arena). NULL with a message on failure. */
+mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t start, int ndim,
+                             const int64_t *shape);
 /* Collective over the pp dim: v[0..n) summed over the pipeline ranks (in
  * doubles: the loss of the last stage, squared norms of every stage). */
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n);

@@ -53,6 +53,7 @@ struct mg_pp_exec {
     slot **sending; /* slots with sends in flight */
     int nsending;
     int live;
+    int forward_only; /* mg_pp_exec_forward */
     int *last_mb; /* per stage held: the micro-batch of its last backward in the list */
     size_t *stage_bytes, *stage_peak_bytes;
     int *stage_live, *stage_peak_live;
@@ -449,6 +450,9 @@ static int backward(mg_pp_exec *e, slot *sl, int split) {
 static int run_action(mg_pp_exec *e, const mg_pp_stage_fns *fns, const mg_pp_action *a) {
     slot *sl = a->mb >= 0 ? slot_of(e, a->mb, a->stage) : NULL;
     int rc;
+    if (e->forward_only && a->op != MG_PP_FORWARD && a->op != MG_PP_SEND_ACT &&
+        a->op != MG_PP_RECV_ACT)
+        return MG_OK;
     switch (a->op) {
     case MG_PP_RECV_ACT: return post_recv(e, sl, &sl->recv_act, a->peer);
     case MG_PP_RECV_GRAD: return post_recv(e, sl, &sl->recv_grad, a->peer);
@@ -471,7 +475,19 @@ static int run_action(mg_pp_exec *e, const mg_pp_stage_fns *fns, const mg_pp_act
 
 static int is_compute(int op) { return op <= MG_PP_BACKWARD_WEIGHT; }
 
+static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out);
+
 int mg_pp_exec_step(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out) {
+    e->forward_only = 0;
+    return run(e, fns, out);
+}
+
+int mg_pp_exec_forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out) {
+    e->forward_only = 1;
+    return run(e, fns, out);
+}
+
+static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out) {
     const mg_pp_action *list = e->s->actions[e->rank];
     int n = e->s->len[e->rank], rc = MG_OK;
     for (int i = 0; i < e->M * e->v; i++) {
@@ -524,7 +540,7 @@ int mg_pp_exec_step(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats 
                                  "consumed", e->rank, e->nrecvs);
     for (int i = 0; i < e->M * e->v; i++) {
         slot *sl = &e->slots[i];
-        if (rc == MG_OK && sl->arena && !sl->backward_done)
+        if (rc == MG_OK && sl->arena && !sl->backward_done && !e->forward_only)
             rc = mg_error(MG_ESTATE, "pipeline: micro-batch %d of stage %d had no backward",
                           sl->mb, sl->stage);
         sl->backward_done = 1;

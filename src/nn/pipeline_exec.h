@@ -39,7 +39,7 @@
  * between forward and backward at once.
  *
  * Exports: mg_pp_stage_fns, mg_pp_exec_stats, mg_pp_exec, mg_pp_exec_new,
- * mg_pp_exec_step, mg_pp_exec_free. */
+ * mg_pp_exec_step, mg_pp_exec_forward, mg_pp_exec_free. */
 #ifndef MG_NN_PIPELINE_EXEC_H
 #define MG_NN_PIPELINE_EXEC_H
 
@@ -86,6 +86,10 @@ mg_pp_exec *mg_pp_exec_new(const mg_pp_schedule *s, int rank, mg_comm *pp,
  * the caller's mg_step_end. Collective over the pipeline (and, inside the
  * callbacks, over each stage's mesh). */
 int mg_pp_exec_step(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *st);
+/* The forwards alone (evaluation, without grad): F and the activations'
+ * transfers of the list; every backward, gradient transfer and reduce-grad
+ * is skipped. */
+int mg_pp_exec_forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *st);
 void mg_pp_exec_free(mg_pp_exec *e);
 
 #endif

@@ -54,6 +54,12 @@ static const option_def options[] = {
     {"resume", OPT_STRING, F(resume), 0, "PATH", "checkpoint to resume, or a directory: its newest one"},
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
     {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
+    {"depth", OPT_INT, F(depth), 0, "N", "linear layers (0: mlp 2, permute-mlp 3)"},
+    {"pp-schedule", OPT_STRING, F(pp_schedule), 0, "NAME", "pipeline (pp): gpipe | 1f1b | interleaved-1f1b | zb-h1"},
+    {"microbatches", OPT_INT, F(microbatches), 0, "M", "pipeline: micro-batches per step (0: 8)"},
+    {"microbatch-rows", OPT_STRING, F(microbatch_rows), 0, "R1,R2,..", "pipeline: rows of each micro-batch"},
+    {"virtual-stages", OPT_INT, F(virtual_stages), 1, "V", "pipeline: stages per rank (interleaved-1f1b)"},
+    {"pp-layers", OPT_STRING, F(pp_layers), 0, "N1,N2,..", "pipeline: layers per stage (default: balanced)"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
@@ -79,6 +85,8 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->threads = 0;
     c->log_every = 100;
     snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->pp_schedule, sizeof c->pp_schedule, "1f1b");
+    c->virtual_stages = 1;
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
