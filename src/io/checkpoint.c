@@ -474,8 +474,9 @@ static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
 static int load_nothing(hid_t file, const char *path, const mg_ckpt_entry *e, hid_t dxpl) {
     if (mg_shape_numel(e->ndim, e->shape) == 0) return MG_OK;
     float dummy = 0;
+    int64_t none[MG_MAX_DIMS] = {0};
     hid_t d = H5Dopen2(file, e->name, H5P_DEFAULT), space = H5Dget_space(d);
-    hid_t mspace = select_block(space, e->ndim, NULL, NULL, 0);
+    hid_t mspace = select_block(space, e->ndim, none, none, 0);
     int st = H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, &dummy) < 0
                  ? mg_error(MG_EIO, "checkpoint %s: reading dataset /%s failed", path, e->name)
                  : MG_OK;
