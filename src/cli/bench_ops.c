@@ -7,7 +7,7 @@
  *           median step time after warm-up, and of its forward, backward and
  *           optimizer parts (each the slowest rank's), GFLOP/s and the largest
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
- *           finished each part).
+ *           finished each part). With pp in --parallel: bench_pp.c.
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
  *           to a 4-byte MPI_Allreduce on the same ranks.
  * Exports mg_cli_bench_linear, mg_cli_bench_step, mg_cli_bench_ops (cli.h). */
@@ -209,7 +209,20 @@ static int parse_layers(const char *s, int64_t *out, int max) {
     return n >= 2 ? n : -1;
 }
 
+/* --parallel names pp: the pipeline's benchmark (bench_pp.c) takes the flags. */
+static int wants_pipeline(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *v = strncmp(argv[i], "--parallel=", 11) == 0 ? argv[i] + 11
+                        : strcmp(argv[i], "--parallel") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                           : NULL;
+        mg_plan plan;
+        if (v && mg_plan_parse(v, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0) return 1;
+    }
+    return 0;
+}
+
 int mg_cli_bench_step(int argc, char **argv) {
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32]";
     int device = MG_DEVICE_CPU, tf32 = 0;

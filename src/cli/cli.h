@@ -14,6 +14,7 @@ int mg_cli_bench(int argc, char **argv);        /* src/cli/bench.c: comm | linea
 int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
 int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
+int mg_cli_bench_step_pp(int argc, char **argv); /* src/cli/bench_pp.c: step with pp */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 

@@ -54,8 +54,9 @@ struct mg_pp_exec {
     int nsending;
     int live;
     int forward_only; /* mg_pp_exec_forward */
+    double compute_t0; /* when the running compute's inputs were in (its wait excluded) */
     int *last_mb; /* per stage held: the micro-batch of its last backward in the list */
-    size_t *stage_bytes, *stage_peak_bytes;
+    size_t *stage_bytes, *stage_peak_bytes, *stage_mb_bytes;
     int *stage_live, *stage_peak_live;
     double *start, *end, t0;
     mg_pp_exec_stats st;
@@ -87,13 +88,14 @@ mg_pp_exec *mg_pp_exec_new(const mg_pp_schedule *s, int rank, mg_comm *pp,
     e->sending = calloc(nslots, sizeof *e->sending);
     e->stage_bytes = calloc((size_t)e->v, sizeof *e->stage_bytes);
     e->stage_peak_bytes = calloc((size_t)e->v, sizeof *e->stage_peak_bytes);
+    e->stage_mb_bytes = calloc((size_t)e->v, sizeof *e->stage_mb_bytes);
     e->stage_live = calloc((size_t)e->v, sizeof *e->stage_live);
     e->stage_peak_live = calloc((size_t)e->v, sizeof *e->stage_peak_live);
     e->last_mb = calloc((size_t)e->v, sizeof *e->last_mb);
     e->start = calloc(n + 1, sizeof *e->start);
     e->end = calloc(n + 1, sizeof *e->end);
     if (!e->slots || !e->pool || !e->all || !e->recvs || !e->recv_slot || !e->sending ||
-        !e->stage_bytes || !e->stage_peak_bytes || !e->stage_live || !e->stage_peak_live ||
+        !e->stage_bytes || !e->stage_peak_bytes || !e->stage_mb_bytes || !e->stage_live || !e->stage_peak_live ||
         !e->last_mb || !e->start || !e->end) {
         mg_pp_exec_free(e);
         return mg_error_null(MG_ENOMEM, "pipeline executor: out of memory for %d micro-batches",
@@ -118,6 +120,7 @@ void mg_pp_exec_free(mg_pp_exec *e) {
     free(e->sending);
     free(e->stage_bytes);
     free(e->stage_peak_bytes);
+    free(e->stage_mb_bytes);
     free(e->stage_live);
     free(e->stage_peak_live);
     free(e->last_mb);
@@ -386,12 +389,15 @@ static int forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, slot *sl) {
         x = sl->recv_act.t;
     }
     if ((rc = acquire(e, sl)) != MG_OK) return rc;
+    e->compute_t0 = MPI_Wtime();
     mg_arena *step = mg_step_arena(), *was = mg_arena_redirect_data(step, sl->arena);
     sl->x = x;
     sl->y = fns->forward(fns->ctx, s, sl->mb, x);
     mg_arena_redirect_data(step, was);
     if (!sl->y) return mg_last_code() ? mg_last_code() : MG_ESTATE;
     count_live(e, sl, 1);
+    size_t b = mg_arena_data_used(sl->arena), *fwd = &e->stage_mb_bytes[s / e->s->ranks];
+    if (b > *fwd) *fwd = b;
     double loss = 0;
     if (s == e->S - 1 && (rc = scalar(sl->y, &loss)) == MG_OK) e->st.loss += loss;
     return rc;
@@ -415,6 +421,7 @@ static int backward(mg_pp_exec *e, slot *sl, int split) {
         }
     }
     /* the data-parallel sums of a stage's weights: once, in its last backward */
+    e->compute_t0 = MPI_Wtime();
     int was_sync = mg_set_grad_sync(split == 1 || last_mb);
     mg_arena *step = mg_step_arena(), *was = mg_arena_redirect_data(step, sl->arena);
     if (split == 0) {
@@ -499,6 +506,7 @@ static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out)
     memset(&e->st, 0, sizeof e->st);
     memset(e->stage_peak_bytes, 0, (size_t)e->v * sizeof *e->stage_peak_bytes);
     memset(e->stage_peak_live, 0, (size_t)e->v * sizeof *e->stage_peak_live);
+    memset(e->stage_mb_bytes, 0, (size_t)e->v * sizeof *e->stage_mb_bytes);
     memset(e->stage_live, 0, (size_t)e->v * sizeof *e->stage_live);
     e->nrecvs = e->nsending = e->live = 0;
     e->t0 = MPI_Wtime();
@@ -514,8 +522,9 @@ static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out)
             int g = mg_comm_p2p_group_end(e->pp);
             if (rc == MG_OK) rc = g;
         } else {
-            e->start[i] = MPI_Wtime() - e->t0;
+            e->compute_t0 = MPI_Wtime();
             rc = run_action(e, fns, &list[i]);
+            e->start[i] = e->compute_t0 - e->t0; /* a compute: after its receive was in */
             e->end[i] = MPI_Wtime() - e->t0;
             if (is_compute(list[i].op)) e->st.busy_s += e->end[i] - e->start[i];
             i++;
@@ -550,6 +559,7 @@ static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out)
     e->st.step_s = MPI_Wtime() - e->t0;
     e->st.stage_peak_bytes = e->stage_peak_bytes;
     e->st.stage_peak_live = e->stage_peak_live;
+    e->st.stage_mb_bytes = e->stage_mb_bytes;
     e->st.start = e->start;
     e->st.end = e->end;
     e->st.nactions = n;

@@ -61,16 +61,20 @@ typedef struct {
 
 typedef struct {
     double step_s;        /* this rank: from its first action to its last send done */
-    double busy_s;        /* this rank: time in F, B, Bi and W */
+    double busy_s;        /* this rank: time in F, B, Bi and W (not waiting for their inputs) */
     double loss;          /* ranks of the last stage: the sum of the micro-batches' losses */
     size_t peak_bytes;    /* most tensor data of micro-batches held at once */
     int peak_live;        /* most (micro-batch, stage) pairs between their forward and
                            * the end of their backward at once (the verifier's count) */
-    size_t mb_bytes;      /* most tensor data one (micro-batch, stage) held */
+    size_t mb_bytes;      /* most tensor data one (micro-batch, stage) held (its backward's
+                           * temporaries too) */
     /* per stage this rank holds (stage rank + c * ranks, c < virtual_stages) */
     const size_t *stage_peak_bytes;
     const int *stage_peak_live;
-    const double *start, *end; /* per action of the list: seconds from the step's start */
+    const size_t *stage_mb_bytes; /* the most one micro-batch of the stage held after
+                                   * its forward (its input and activations) */
+    const double *start, *end; /* per action of the list: seconds from the step's start
+                                * (a compute's start: when its inputs were in) */
     int nactions;
 } mg_pp_exec_stats;
 
