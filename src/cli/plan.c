@@ -159,9 +159,9 @@ static int parse_mesh(const plan_opts *o, int *pp, int *dp) {
     for (char *t = strtok_r(text, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
         int *dim = strcmp(t, "pp") == 0 ? &pp_dim : strcmp(t, "dp") == 0 ? &dp_dim : NULL;
         if (!dim)
-            return mg_error(MG_EINVAL, "plan: --parallel '%s': plan models pp and dp so far (tp "
-                                       "and fsdp with pp come with the pipeline executor)",
-                            o->parallel);
+            return mg_error(MG_EINVAL, "plan: --parallel '%s': plan models pp and dp so far (pp "
+                                       "with tp or fsdp trains and benchmarks, but its cost is not "
+                                       "modelled yet)", o->parallel);
         if (*dim >= 0 || n >= ndim) break;
         *dim = n;
     }
