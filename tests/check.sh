@@ -19,6 +19,12 @@
 #                         30 s and prints PATTERN (grep -E) in exactly one
 #                         "meshgrad: error:" line; its output is shown on a
 #                         failure (needs $MPIRUN, $TIMEOUT and a $tmp folder)
+#   metrics_losses FILE   "STEP LOSS" for every step of a --metrics file (as written)
+#   metrics_checksum FILE the first param_checksum of a --metrics file
+#   losses_close GOT REF STEPS RTOL
+#                         the --metrics file GOT has STEPS steps, each loss within RTOL
+#                         (relative) of the same step's in REF; prints "N steps, worst
+#                         relative difference D at step S"
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
 #                         returns non-zero when a check failed: end a script with it
@@ -81,6 +87,26 @@ check_refused() {
         return 0
     fi
     sed 's/^/  | /' "$tmp/refused.out"
+}
+
+metrics_losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,}]*\)[,}].*/\1 \2/p' "$1"; }
+metrics_checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1" | head -n 1; }
+
+losses_close() {
+    metrics_losses "$2" | awk -v rtol="$4" -v steps="$3" -v got="$1" '
+        { ref[$1] = $2 }
+        END {
+            while ((getline line < got) > 0) {
+                if (line !~ /"step":[0-9]+,"loss":/) continue
+                s = line; sub(/.*"step":/, "", s); l = s; s = s + 0
+                sub(/^[0-9]+,"loss":/, "", l); sub(/[,}].*/, "", l)
+                n++; d = l - ref[s]; if (d < 0) d = -d; r = ref[s] < 0 ? -ref[s] : ref[s]
+                rel = d / (r > 1e-30 ? r : 1e-30); if (!(s in ref)) rel = 1e30
+                if (rel > worst) { worst = rel; at = s }
+            }
+            printf "%d steps, worst relative difference %.2e at step %d", n, worst, at
+            exit !(n == steps && worst <= rtol)
+        }'
 }
 
 check_summary() {

@@ -33,21 +33,11 @@ train() {
         --metrics "$tmp/$1.jsonl" >"$tmp/$1.out" 2>&1
 }
 
-checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1"; }
-losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
+checksum() { metrics_checksum "$1"; }
+losses() { metrics_losses "$1"; }
 
 # compare TAG REF: prints the worst relative loss difference; 0 when all within RTOL
-compare() {
-    losses "$tmp/$2.jsonl" >"$tmp/ref.txt"
-    losses "$tmp/$1.jsonl" >"$tmp/got.txt"
-    awk -v rtol="$RTOL" -v steps="$STEPS" '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d steps, worst relative difference %.2e at step %d", n, worst, at;
-              exit !(n == steps && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
+compare() { losses_close "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$STEPS" "$RTOL"; }
 
 # case TAG NP MESH PLAN MODEL REF
 case_() {

@@ -42,21 +42,10 @@ train() {
         >"$tmp/$tag.out" 2>&1
 }
 
-checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1" | head -n 1; }
-losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"; }
-
+checksum() { metrics_checksum "$1"; }
+losses() { metrics_losses "$tmp/$1.jsonl"; }
 # close TAG REF STEPS RTOL: STEPS steps, each loss within RTOL of REF's; prints the worst
-close() {
-    losses "$2" >"$tmp/ref.txt"
-    losses "$1" >"$tmp/got.txt"
-    awk -v rtol="$4" -v steps="$3" '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d steps, worst relative difference %.2e at step %d", n, worst, at;
-              exit !(n == steps && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
+close() { losses_close "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" "$4"; }
 
 # invariant TAG NP REF ARGS...: starts from REF's parameters and follows its losses
 invariant() {

@@ -44,7 +44,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double mg_cli_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -172,7 +172,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
         if (dev[i]) gpu->iface->free(gpu->context, dev[i]);
     const char *raw = gpu ? (mg_backend_cuda_tf32() ? "raw cuBLAS (tf32) x3" : "raw cublasSgemm x3")
                           : "raw cblas_sgemm x3";
-    double mg_s = median(t_mg, (int)iters), blas_s = median(t_blas, (int)iters);
+    double mg_s = mg_cli_median(t_mg, (int)iters), blas_s = mg_cli_median(t_blas, (int)iters);
     double mg_gf = flops / mg_s * 1e-9, blas_gf = flops / blas_s * 1e-9;
     if (mg_rank() == 0) {
         printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  (median of %lld)\n",
@@ -325,9 +325,9 @@ int mg_cli_bench_step(int argc, char **argv) {
     }
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
-    double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max();
-    double fwd_ms = median(fwd, (int)steps) * 1e3, bwd_ms = median(bwd, (int)steps) * 1e3,
-           opt_ms = median(upd, (int)steps) * 1e3;
+    double ms = mg_cli_median(times, (int)steps) * 1e3, rss = peak_rss_mb_max();
+    double fwd_ms = mg_cli_median(fwd, (int)steps) * 1e3, bwd_ms = mg_cli_median(bwd, (int)steps) * 1e3,
+           opt_ms = mg_cli_median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
      * the sizes of the gather arena (one op's gathered weights) and the scratch
      * arena (one gradient on its way) */

@@ -144,16 +144,6 @@ static int stage_reduce(void *ctx, int stage) {
     return MG_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Everything the benchmark holds (large: on the heap). */
 typedef struct {
     opts o;
@@ -273,8 +263,8 @@ static int report(bench *b) {
     if (rc == MG_OK) rc = mg_pp_simulate(&p->schedule, NULL, MG_PP_P2P_ASYNC, &unit);
     if (rc == MG_OK) rc = mg_pp_simulate(&p->schedule, &costs.cost, MG_PP_P2P_ASYNC, &sim);
     int n = (int)o->steps;
-    double ms = median(b->times, n) * 1e3, pipe_ms = median(b->times + n, n) * 1e3;
-    double bubble = median(b->times + 2 * n, n), pred_ms = sim.step_time * 1e3;
+    double ms = mg_cli_median(b->times, n) * 1e3, pipe_ms = mg_cli_median(b->times + n, n) * 1e3;
+    double bubble = mg_cli_median(b->times + 2 * n, n), pred_ms = sim.step_time * 1e3;
     if (rc == MG_OK && mg_rank() == 0) {
         char mt[32], pt[64];
         mg_mesh_format(mt, sizeof mt, b->mesh);

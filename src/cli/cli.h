@@ -17,5 +17,7 @@ int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
 int mg_cli_bench_step_pp(int argc, char **argv); /* src/cli/bench_pp.c: step with pp */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
+/* The median of v[0..n) (sorts v), for the benchmarks (src/cli/bench_ops.c). */
+double mg_cli_median(double *v, int n);
 
 #endif

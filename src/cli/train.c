@@ -145,23 +145,6 @@ static void format_duration(char *buf, size_t len, double seconds) {
         snprintf(buf, len, "%ld:%02ld", s / 60, s % 60);
 }
 
-/* Collective. The value of a 0-d dtensor: read in place when it is
- * replicated (no allocation in the steady-state step), else mg_full_tensor. */
-static int scalar_value(const mg_dtensor *t, double *out) {
-    if (mg_spec_is_replicate(&t->spec) && t->local->numel == 1) {
-        float v;
-        mg_backend *be = mg_backend_of(t->local);
-        be->iface->to_host(be->context, &v, t->local->data, 1);
-        *out = v;
-        return MG_OK;
-    }
-    mg_tensor *full = mg_full_tensor(t);
-    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    *out = full->data[0];
-    mg_tensor_free(full);
-    return MG_OK;
-}
-
 /* The directory part of a file path ("." when none). */
 static void parent_dir(const char *path, char *dir, size_t len) {
     snprintf(dir, len, "%s", path);
@@ -342,7 +325,7 @@ static int evaluate(trainer *tr, int64_t step) {
     if (rc == MG_OK && !tr->pp) logits = mg_model_forward(&tr->model, x);
     if (logits) loss = mg_cross_entropy(logits, y);
     if (rc == MG_OK && !tr->pp && !loss) rc = mg_last_code();
-    if (rc == MG_OK && !tr->pp) rc = scalar_value(loss, &test_loss);
+    if (rc == MG_OK && !tr->pp) rc = mg_dtensor_item(loss, &test_loss);
     mg_tensor *lf = NULL, *yf = NULL;
     if (rc == MG_OK && !tr->pp && !(lf = mg_full_tensor(logits))) rc = mg_last_code();
     if (rc == MG_OK && !tr->pp && !(yf = mg_full_tensor(y))) rc = mg_last_code();
@@ -391,7 +374,7 @@ static int train_step(trainer *tr, double lr, double *loss_out, double *norm_out
     if (logits) loss = mg_cross_entropy(logits, y);
     if (rc == MG_OK && !loss) rc = mg_last_code();
     if (rc == MG_OK) rc = mg_backward(loss);
-    if (rc == MG_OK) rc = scalar_value(loss, loss_out);
+    if (rc == MG_OK) rc = mg_dtensor_item(loss, loss_out);
     if (rc == MG_OK) {
         mg_params_collect_grads(params);
         if (tr->cfg.clip > 0) rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);

@@ -362,22 +362,6 @@ static mg_dtensor *leaf_view(const mg_dtensor *t) {
     return x;
 }
 
-/* The value of a 0-d tensor (collective over its mesh when not replicated). */
-static int scalar(const mg_dtensor *t, double *out) {
-    if (mg_spec_is_replicate(&t->spec) && t->local->numel == 1) {
-        float v;
-        mg_backend *be = mg_backend_of(t->local);
-        be->iface->to_host(be->context, &v, t->local->data, 1);
-        *out = v;
-        return MG_OK;
-    }
-    mg_tensor *full = mg_full_tensor(t);
-    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    *out = full->data[0];
-    mg_tensor_free(full);
-    return MG_OK;
-}
-
 static int forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, slot *sl) {
     int s = sl->stage, rc = MG_OK;
     mg_dtensor *x = NULL;
@@ -399,7 +383,7 @@ static int forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, slot *sl) {
     size_t b = mg_arena_data_used(sl->arena), *fwd = &e->stage_mb_bytes[s / e->s->ranks];
     if (b > *fwd) *fwd = b;
     double loss = 0;
-    if (s == e->S - 1 && (rc = scalar(sl->y, &loss)) == MG_OK) e->st.loss += loss;
+    if (s == e->S - 1 && (rc = mg_dtensor_item(sl->y, &loss)) == MG_OK) e->st.loss += loss;
     return rc;
 }
 
