@@ -8,7 +8,7 @@
 #     the middle of the pairwise ratios (target <= 0.65).
 #  2. bubbles: MLPs whose stages are equal and whose backward costs twice the
 #     forward (a small first layer, then 2048-wide ones: 4 of them for 2 ranks,
-#     8 for 4), batch 256 in M=8: gpipe, 1f1b, interleaved-1f1b (v=2) and
+#     8 for 4; interleaved cut one a stage), batch 256 in M=8: gpipe, 1f1b, interleaved-1f1b (v=2) and
 #     zb-h1, on 2 and 4 ranks; measured bubble against the verifier's
 #     (unit time) and the plan's (with these costs), measured pipeline time
 #     against the predicted one, and the micro-batches each stage held.
@@ -62,14 +62,19 @@ echo
 echo "== 2. bubbles, M=8, batch 256 (measured / verifier's at unit time / plan's with these costs)"
 printf '%-5s %-18s %9s %9s %9s %11s %11s %7s  %s\n' ranks schedule measured verifier plan \
     "pipe ms" "pred. ms" ratio "peak live mbs per stage"
-w2=64,2048,2048,2048,2048 w4=64,2048,2048,2048,2048,2048,2048,2048,2048
+# a first layer of 64 inputs (no input gradient: cheap), then 2048-wide layers: two per
+# stage on `ranks` stages, one per stage on 2 x ranks (interleaved: the small one rides
+# with the first)
+w2=64,2048,2048,2048,2048,2048 w4=64,2048,2048,2048,2048,2048,2048,2048,2048,2048
+v2=2,1,1,1 v4=2,1,1,1,1,1,1,1
 for np in 2 4; do
-    eval "w=\$w$np"
+    eval "w=\$w$np vl=\$v$np"
     for s in gpipe 1f1b interleaved-1f1b zb-h1; do
-        v=1 label=$s
-        [ "$s" = interleaved-1f1b ] && v=2 label="$s v=2"
+        v=1 label=$s cut=
+        [ "$s" = interleaved-1f1b ] && v=2 label="$s v=2" cut="--pp-layers $vl"
+        # shellcheck disable=SC2086
         line=$(run "$np" --mesh "$np" --parallel pp --microbatches 8 --layers "$w" --pp-schedule "$s" \
-            --virtual-stages "$v")
+            --virtual-stages "$v" $cut)
         printf '%-5s %-18s %9s %9s %9s %11s %11s %7s  %s\n' "$np" "$label" \
             "$(echo "$line" | field bubble)" "$(echo "$line" | field unit_bubble)" \
             "$(echo "$line" | field predicted_bubble)" "$(echo "$line" | field pipeline_ms)" \

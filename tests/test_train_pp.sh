@@ -13,6 +13,8 @@
 #   checkpoint; resumed on 1 rank (no pp), and a 1-rank run's resumed on
 #   pp,dp 2x2, every loss within 1e-5 of the uninterrupted run; a 1-rank
 #   checkpoint loaded and saved again on pp=4 holds bitwise the same arrays.
+# - bench step --parallel pp runs and prints its measured and predicted times;
+#   1f1b holds 2 and 1 micro-batches on its 2 stages, gpipe all 4.
 # - bad input: more stages than layers, fewer micro-batches than 1f1b needs,
 #   virtual stages that do not divide the layers, --pp-layers that do not sum
 #   to the layers, --microbatch-rows that do not sum to the batch: one
@@ -137,5 +139,20 @@ expect "--microbatch-rows that do not sum to the batch" 2 \
     "--microbatch-rows sums to 30 rows but the batch has 64" $ok --parallel pp --microbatch-rows 10,20
 expect "an unknown pipeline schedule" 2 "unknown pipeline schedule 'zb-v'" \
     $ok --parallel pp --pp-schedule zb-v
+
+# ---- bench step --parallel pp: runs, and says what it measured beside the plan -------
+bench_pp() {
+    "$TIMEOUT" -k 5 60 "$MPIRUN" -np 2 "$prog" bench step --parallel pp --layers 16,32,32,8 \
+        --batch 32 --microbatches 4 --steps 2 --threads 1 --flops 10 --bandwidth 1 --latency 5 \
+        --pp-schedule "$1" >"$tmp/bench-$1.out" 2>&1 &&
+        grep -q "measured .* ms/step: pipeline" "$tmp/bench-$1.out" &&
+        grep -q "predicted .* ms pipeline" "$tmp/bench-$1.out" &&
+        live=$(sed -n 's/.*"peak_live":\[\([0-9,]*\)\].*/\1/p' "$tmp/bench-$1.out") &&
+        [ "$live" = "$2" ] && echo "peak live micro-batches per stage $live" && return 0
+    cat "$tmp/bench-$1.out"
+    return 1
+}
+check_output "bench step --parallel pp (1f1b): measured beside predicted, 2 then 1 live" bench_pp 1f1b 2,1
+check_output "bench step --parallel pp (gpipe): all 4 micro-batches live on each stage" bench_pp gpipe 4,4
 
 check_summary

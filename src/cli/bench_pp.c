@@ -56,6 +56,12 @@ static int number(const char *flag, const char *text, double lo, double *out) {
     return MG_OK;
 }
 
+/* One count >= 1 (a list of one). */
+static int count(const char *flag, const char *text, int64_t *out) {
+    int n = mg_pp_int_list(flag, text, out, 1, 1);
+    return n == 1 ? MG_OK : n;
+}
+
 /* MG_OK, 1 for --help, or an error. */
 static int parse(opts *o, int argc, char **argv) {
     static const struct option table[] = {
@@ -66,17 +72,18 @@ static int parse(opts *o, int argc, char **argv) {
         {"flops", 1, 0, 'F'},        {"bandwidth", 1, 0, 'W'},      {"latency", 1, 0, 'a'},
         {"help", 0, 0, 'h'},         {0, 0, 0, 0}};
     int c, rc = MG_OK, n;
-    int64_t one[1], list[MG_PP_LIST_MAX];
+    int64_t one[1] = {1}, list[MG_PP_LIST_MAX];
     opterr = 0;
     optind = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", table, NULL)) != -1) {
         switch (c) {
-        case 'b': rc = mg_pp_int_list("--batch", optarg, &o->batch, 1, 1) == 1 ? MG_OK : mg_last_code(); break;
-        case 's': rc = mg_pp_int_list("--steps", optarg, &o->steps, 1, 1) == 1 ? MG_OK : mg_last_code(); break;
-        case 't': rc = mg_pp_int_list("--threads", optarg, &o->threads, 1, 1) == 1 ? MG_OK : mg_last_code(); break;
+        case 'b': rc = count("--batch", optarg, &o->batch); break;
+        case 's': rc = count("--steps", optarg, &o->steps); break;
+        case 't': rc = count("--threads", optarg, &o->threads); break;
         case 'l':
             n = mg_pp_int_list("--layers", optarg, o->widths, MAX_WIDTHS, 1);
-            if (n >= 0 && n < 2) n = mg_error(MG_EINVAL, "bench step: --layers needs two widths or more");
+            if (n >= 0 && n < 2)
+                n = mg_error(MG_EINVAL, "bench step: --layers needs two widths or more");
             if (n < 0) rc = n;
             else o->nwidths = n;
             break;
@@ -84,16 +91,17 @@ static int parse(opts *o, int argc, char **argv) {
         case 'p': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
         case 'r': rc = number("--lr", optarg, 0, &o->lr); break;
         case 'M':
-            rc = mg_pp_int_list("--microbatches", optarg, one, 1, 1) == 1 ? MG_OK : mg_last_code();
+            rc = count("--microbatches", optarg, one);
             o->pp.microbatches = (int)one[0];
             break;
         case 'R':
-            if ((n = mg_pp_int_list("--microbatch-rows", optarg, o->pp.rows, MG_PP_LIST_MAX, 1)) < 0) rc = n;
+            n = mg_pp_int_list("--microbatch-rows", optarg, o->pp.rows, MG_PP_LIST_MAX, 1);
+            if (n < 0) rc = n;
             else o->pp.nrows = n;
             break;
         case 'S': rc = mg_pp_kind_parse(optarg, &o->pp.kind); break;
         case 'v':
-            rc = mg_pp_int_list("--virtual-stages", optarg, one, 1, 1) == 1 ? MG_OK : mg_last_code();
+            rc = count("--virtual-stages", optarg, one);
             o->pp.virtual_stages = (int)one[0];
             break;
         case 'L':
@@ -105,7 +113,9 @@ static int parse(opts *o, int argc, char **argv) {
         case 'W': rc = number("--bandwidth", optarg, 1e-9, &o->gbps); break;
         case 'a': rc = number("--latency", optarg, 1e-9, &o->latency_us); break;
         case 'h': return 1;
-        default: rc = mg_error(MG_EINVAL, "bench step: unknown option or missing value '%s'", argv[optind - 1]);
+        default:
+            rc = mg_error(MG_EINVAL, "bench step: unknown option or missing value '%s'",
+                          argv[optind - 1]);
         }
     }
     if (rc == MG_OK && optind < argc)

@@ -24,10 +24,14 @@ int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, in
     while (*p) {
         char *end;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < lo || n == max || (*end && *end != ',') || (*end && !end[1]))
+        if (end == p || v < lo || n == max || (*end && *end != ',') || (*end && !end[1])) {
+            if (max == 1)
+                return mg_error(MG_EINVAL, "%s '%s' is not a count >= %lld", flag, text,
+                                (long long)lo);
             return mg_error(MG_EINVAL, "%s '%s' is not a list of at most %d counts >= %lld "
                                        "separated by commas (e.g. 3,3,2)", flag, text, max,
                             (long long)lo);
+        }
         out[n++] = v;
         p = *end ? end + 1 : end;
     }

@@ -95,8 +95,8 @@ mg_pp_exec *mg_pp_exec_new(const mg_pp_schedule *s, int rank, mg_comm *pp,
     e->start = calloc(n + 1, sizeof *e->start);
     e->end = calloc(n + 1, sizeof *e->end);
     if (!e->slots || !e->pool || !e->all || !e->recvs || !e->recv_slot || !e->sending ||
-        !e->stage_bytes || !e->stage_peak_bytes || !e->stage_mb_bytes || !e->stage_live || !e->stage_peak_live ||
-        !e->last_mb || !e->start || !e->end) {
+        !e->stage_bytes || !e->stage_peak_bytes || !e->stage_mb_bytes || !e->stage_live ||
+        !e->stage_peak_live || !e->last_mb || !e->start || !e->end) {
         mg_pp_exec_free(e);
         return mg_error_null(MG_ENOMEM, "pipeline executor: out of memory for %d micro-batches",
                              e->M);
