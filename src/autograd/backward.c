@@ -184,7 +184,10 @@ static int hand_over(mg_dtensor *leaf, mg_node *node, mg_dtensor *g, int i, bool
     if (!g) return mg_reducer_add(leaf, NULL, last);
     contribution c = {.base = {.value = node ? contribution_value : seed_value},
                       .node = node, .g = g, .i = i};
-    if (!node || !mg_vjp_rows(node, g, i, &c.base.rows_a, &c.base.rows_b))
+    /* the factors as they are now: not a parameter copy given back since the
+     * forward (its data is gone until an op gathers it again; value() does) */
+    if (!node || !mg_vjp_rows(node, g, i, &c.base.rows_a, &c.base.rows_b) ||
+        mg_ops_copy_released(c.base.rows_a) || mg_ops_copy_released(c.base.rows_b))
         c.base.rows_a = c.base.rows_b = NULL;
     return mg_reducer_add(leaf, &c.base, last);
 }
