@@ -25,6 +25,9 @@
 #                         the --metrics file GOT has STEPS steps, each loss within RTOL
 #                         (relative) of the same step's in REF; prints "N steps, worst
 #                         relative difference D at step S"
+#   check_invariant TAG GOT REF STEPS RTOL SECONDS
+#                         one check: the --metrics file GOT starts from REF's parameters
+#                         (the same param_checksum) and follows its losses (losses_close)
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
 #                         returns non-zero when a check failed: end a script with it
@@ -107,6 +110,17 @@ losses_close() {
             printf "%d steps, worst relative difference %.2e at step %d", n, worst, at
             exit !(n == steps && worst <= rtol)
         }'
+}
+
+check_invariant() {
+    _inv_c=$(metrics_checksum "$2") _inv_r=$(metrics_checksum "$3")
+    if [ -z "$_inv_c" ] || [ "$_inv_c" != "$_inv_r" ]; then
+        fail "$1: param_checksum $_inv_c, the reference's $_inv_r"
+    elif _inv_msg=$(losses_close "$2" "$3" "$4" "$5"); then
+        pass "$(printf '%-30s checksum %s | %s | %ss' "$1" "$_inv_c" "$_inv_msg" "$6")"
+    else
+        fail "$1: $_inv_msg"
+    fi
 }
 
 check_summary() {

@@ -36,9 +36,6 @@ train() {
 checksum() { metrics_checksum "$1"; }
 losses() { metrics_losses "$1"; }
 
-# compare TAG REF: prints the worst relative loss difference; 0 when all within RTOL
-compare() { losses_close "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$STEPS" "$RTOL"; }
-
 # case TAG NP MESH PLAN MODEL REF
 case_() {
     tag=$1
@@ -48,17 +45,7 @@ case_() {
         sed 's/^/  | /' "$tmp/$tag.out"
         return
     fi
-    secs=$(($(date +%s) - start))
-    c=$(checksum "$tmp/$tag.jsonl") r=$(checksum "$tmp/$6.jsonl")
-    if [ -z "$c" ] || [ "$c" != "$r" ]; then
-        fail "$tag: param_checksum $c, 1-rank run $r"
-        return
-    fi
-    if msg=$(compare "$tag" "$6"); then
-        pass "$(printf '%-24s checksum %s | %s | %ss' "$tag" "$c" "$msg" "$secs")"
-    else
-        fail "$tag: $msg"
-    fi
+    check_invariant "$tag" "$tmp/$tag.jsonl" "$tmp/$6.jsonl" "$STEPS" "$RTOL" $(($(date +%s) - start))
 }
 
 # the references

@@ -59,15 +59,7 @@ invariant() {
         sed 's/^/  | /' "$tmp/$tag.out"
         return
     fi
-    secs=$(($(date +%s) - start))
-    c=$(checksum "$tmp/$tag.jsonl") r=$(checksum "$tmp/$ref.jsonl")
-    if [ -z "$c" ] || [ "$c" != "$r" ]; then
-        fail "$tag: param_checksum $c, 1-rank run $r"
-    elif msg=$(close "$tag" "$ref" $STEPS 1e-4); then
-        pass "$(printf '%-30s checksum %s | %s | %ss' "$tag" "$c" "$msg" "$secs")"
-    else
-        fail "$tag: $msg"
-    fi
+    check_invariant "$tag" "$tmp/$tag.jsonl" "$tmp/$ref.jsonl" $STEPS 1e-4 $(($(date +%s) - start))
 }
 
 # ---- the references ------------------------------------------------------------
