@@ -81,6 +81,9 @@ pmlp_model=permute-mlp
 # with momentum carries that 5e-4 on (1e-1 by step 200); seeds 12, 13 and 14
 # agree to 2e-6 for 200 steps
 pmlp_flags="--model permute-mlp --hidden 20 --channels 6 --optimizer sgd --lr 0.05 --momentum 0.9 --clip 2.0 --seed 12"
+# the pipeline runs (--parallel with pp): the mlp with 4 layers, 4 micro-batches
+ppmlp_model=mlp-depth4
+ppmlp_flags="--model mlp --depth 4 --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0 --microbatches 4"
 kill_model=mlp
 kill_flags="--model mlp --hidden 256 --optimizer adamw --lr 1e-3 --schedule constant"
 
@@ -201,14 +204,17 @@ start_all=$(now)
 if [ $quick -eq 1 ]; then
     # mesh:plan pairs; each plan once per model
     matrix="2:dp 2:tp 4:fsdp 2x2:dp,tp"
+    ppmlp_matrix="2:pp 2x2:pp,dp"
 else
     matrix="1:tp 1:fsdp 2:dp 2:tp 2:fsdp 4:dp 4:tp 4:fsdp 1x2:dp,tp 2x1:dp,tp 2x2:dp,tp"
+    ppmlp_matrix="2:pp 4:pp 2x2:pp,dp 2x2:pp,tp 2x2:pp,fsdp 2x2x2:pp,dp,tp"
 fi
 # resume legs: MODEL-KEY:FROM-MESH:FROM-PLAN:TO-MESH:TO-PLAN
 if [ $quick -eq 1 ]; then
-    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp"
+    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp ppmlp:2:pp:1:dp"
 else
-    legs="mlp:2:dp:2x2:dp,tp mlp:2x2:dp,tp:1:dp mlp:4:fsdp:2:tp pmlp:2:tp:4:fsdp pmlp:1x2:dp,tp:2x1:dp,tp"
+    legs="mlp:2:dp:2x2:dp,tp mlp:2x2:dp,tp:1:dp mlp:4:fsdp:2:tp pmlp:2:tp:4:fsdp pmlp:1x2:dp,tp:2x1:dp,tp
+          ppmlp:2:pp:2x2:dp,tp ppmlp:1:dp:2x2:pp,dp ppmlp:2x2:pp,tp:4:pp"
 fi
 # ckpt_steps DIR: the steps of the complete checkpoints DIR/ckpt-<step>.h5, sorted
 ckpt_steps() {
@@ -231,13 +237,13 @@ save_flags() {
     done
 }
 
-for key in mlp pmlp; do
-    eval "model=\$${key}_model"
+for key in mlp pmlp ppmlp; do
+    eval "model=\$${key}_model keymatrix=\${${key}_matrix:-\$matrix}"
     echo "== $model"
     ref=$key-1-dp
     train "$ref" 1 1 dp "$key" $(save_flags "$ref" "$key" 1 dp)
     judge "$ref" 1 1 dp "$key" "$ref" 1 "$STEPS" "the reference"
-    for mp in $matrix; do
+    for mp in $keymatrix; do
         mesh=${mp%%:*} plan=${mp#*:}
         name=$key-$mesh-$plan
         train "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" $(save_flags "$name" "$key" "$mesh" "$plan")

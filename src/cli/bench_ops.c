@@ -11,7 +11,7 @@
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
  *           finished each part). --trace FILE writes the timeline of the
  *           measured steps --trace-steps A:B (observe.h); --flight-dir DIR
- *           is where the flight recorder's dumps go.
+ *           is where the flight recorder's dumps go. With pp in --parallel: bench_pp.c.
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
  *           to a 8-byte control all-reduce on the same ranks; then the
  *           network kernels against their references (bench_nn.c).
@@ -46,7 +46,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double mg_cli_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -195,7 +195,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
                              : mg_backend_cuda_tf32() ? "raw cuBLAS (tf32) x3"
                                                       : "raw cublasSgemm x3")
                           : bf16 ? "raw sgemm (bf16 in) x3" : "raw cblas_sgemm x3";
-    double mg_s = median(t_mg, (int)iters), blas_s = median(t_blas, (int)iters);
+    double mg_s = mg_cli_median(t_mg, (int)iters), blas_s = mg_cli_median(t_blas, (int)iters);
     double mg_gf = flops / mg_s * 1e-9, blas_gf = flops / blas_s * 1e-9;
     if (mg_rank() == 0) {
         printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  (median of "
@@ -232,7 +232,20 @@ static int parse_layers(const char *s, int64_t *out, int max) {
     return n >= 2 ? n : -1;
 }
 
+/* --parallel names pp: the pipeline's benchmark (bench_pp.c) takes the flags. */
+static int wants_pipeline(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *v = strncmp(argv[i], "--parallel=", 11) == 0 ? argv[i] + 11
+                        : strcmp(argv[i], "--parallel") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                           : NULL;
+        mg_plan plan;
+        if (v && mg_plan_parse(v, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0) return 1;
+    }
+    return 0;
+}
+
 int mg_cli_bench_step(int argc, char **argv) {
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
                         "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]";
@@ -356,9 +369,9 @@ int mg_cli_bench_step(int argc, char **argv) {
     if (mg_timeline_finish(&timeline, mesh->world) != MG_OK) return 1;
     double flops = 0;
     for (int i = 0; i + 1 < nl; i++) flops += 3 * 2.0 * (double)batch * layers[i] * layers[i + 1];
-    double ms = median(times, (int)steps) * 1e3, rss = peak_rss_mb_max(mesh->world);
-    double fwd_ms = median(fwd, (int)steps) * 1e3, bwd_ms = median(bwd, (int)steps) * 1e3,
-           opt_ms = median(upd, (int)steps) * 1e3;
+    double ms = mg_cli_median(times, (int)steps) * 1e3, rss = peak_rss_mb_max(mesh->world);
+    double fwd_ms = mg_cli_median(fwd, (int)steps) * 1e3, bwd_ms = mg_cli_median(bwd, (int)steps) * 1e3,
+           opt_ms = mg_cli_median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
      * the sizes of the gather arena (one op's gathered weights) and the scratch
      * arena (one gradient on its way) */

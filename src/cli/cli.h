@@ -18,6 +18,7 @@ int mg_cli_bench(int argc, char **argv);        /* src/cli/bench.c: comm | linea
 int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
 int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
+int mg_cli_bench_step_pp(int argc, char **argv); /* src/cli/bench_pp.c: step with pp */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 int mg_cli_plan_estimate(int argc, char **argv); /* src/cli/plan_estimate.c: plan --estimate */
@@ -28,5 +29,7 @@ double mg_cli_clock(void);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);
+/* The median of v[0..n) (sorts v), for the benchmarks (src/cli/bench_ops.c). */
+double mg_cli_median(double *v, int n);
 
 #endif

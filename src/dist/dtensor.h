@@ -36,6 +36,9 @@ mg_dtensor *mg_dtensor_zeros(const mg_spec *spec, mg_arena *arena);
  * every mesh. Partial placements hold the value on coordinate 0, zeros elsewhere. */
 int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float lo, float hi);
 
+/* The value of a 0-d tensor (a loss): read in place when it is replicated (no
+ * allocation), else collective over its mesh (mg_full_tensor). */
+int mg_dtensor_item(const mg_dtensor *t, double *out);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
 

@@ -7,7 +7,7 @@
 #include "dist/mesh.h"
 #include "status.h"
 
-static const char *const plan_names[] = {"dp", "tp", "fsdp"};
+static const char *const plan_names[] = {"dp", "tp", "fsdp", "pp"};
 
 int mg_plan_parse(const char *text, mg_plan *plan) {
     memset(plan, 0, sizeof *plan);
@@ -18,12 +18,12 @@ int mg_plan_parse(const char *text, mg_plan *plan) {
             return mg_error(MG_EINVAL, "parallel plan '%s' has more than %d entries (one per mesh dim)",
                             text, MG_MAX_MESH_DIMS);
         int kind = -1;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             if (len == strlen(plan_names[k]) && strncmp(s, plan_names[k], len) == 0) kind = k;
         if (kind < 0)
             return mg_error(MG_EINVAL,
-                            "parallel plan '%s': unknown entry '%.*s'; use dp, tp or fsdp, one per mesh "
-                            "dim separated by commas (e.g. dp,tp)",
+                            "parallel plan '%s': unknown entry '%.*s'; use dp, tp, fsdp or pp, one per "
+                            "mesh dim separated by commas (e.g. dp,tp)",
                             text, (int)len, s);
         plan->kind[plan->ndim++] = (mg_plan_kind)kind;
         if (s[len] == '\0') break;
@@ -67,6 +67,12 @@ int mg_plan_check(const mg_plan *plan, const mg_mesh *mesh, int64_t batch) {
                         "parallel plan '%s' on mesh %s splits the batch over %d mesh dims; at most one "
                         "dim may be dp or fsdp (use tp for the others, or a 1-D mesh)",
                         pb, mb, data_dims);
+    int pp_dims = 0;
+    for (int d = 0; d < plan->ndim; d++) pp_dims += plan->kind[d] == MG_PLAN_PP;
+    if (pp_dims > 1)
+        return mg_error(MG_EINVAL,
+                        "parallel plan '%s' on mesh %s has %d pp dims; a pipeline runs along one "
+                        "mesh dim (e.g. --mesh 2x2 --parallel pp,dp)", pb, mb, pp_dims);
     int degree = mg_plan_data_degree(plan, mesh);
     if (batch < degree)
         return mg_error(MG_EINVAL,
@@ -91,6 +97,7 @@ void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_pl
         case MG_PLAN_FSDP:
             ws = bs = MG_SHARD(0); /* stored sharded, gathered to Replicate for use */
             break;
+        case MG_PLAN_PP: break; /* a stage's parameters live on its own ranks' mesh */
         }
         if (w_store) w_store[d] = ws;
         if (w_use) w_use[d] = wu;
@@ -102,4 +109,18 @@ void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_pl
 void mg_plan_batch(const mg_plan *plan, mg_placement *p) {
     for (int d = 0; d < plan->ndim; d++)
         p[d] = is_data_parallel(plan->kind[d]) ? MG_SHARD(0) : MG_REPLICATE;
+}
+
+int mg_plan_pp_dim(const mg_plan *plan) {
+    for (int d = 0; d < plan->ndim; d++)
+        if (plan->kind[d] == MG_PLAN_PP) return d;
+    return -1;
+}
+
+mg_plan mg_plan_without(const mg_plan *plan, int dim) {
+    mg_plan out = {0};
+    for (int d = 0; d < plan->ndim; d++)
+        if (d != dim) out.kind[out.ndim++] = plan->kind[d];
+    if (out.ndim == 0) out = (mg_plan){.ndim = 1, .kind = {MG_PLAN_DP}};
+    return out;
 }

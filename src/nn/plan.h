@@ -6,11 +6,16 @@
  *   fsdp  parameters (and their optimizer state) stored Shard(0); each is
  *         redistributed to Replicate on that dim before use, so autograd
  *         reduce-scatters its gradient; the batch Shard(0).
+ *   pp    pipeline parallel (nn/pipeline.h): the model's layers cut into
+ *         contiguous stages along that mesh dim; a stage's parameters exist
+ *         only on its ranks, on the mesh of the other dims (mg_mesh_sub) under
+ *         the plans of the others (mg_plan_without). At most one pp dim.
  * "dp,tp" on a 2-D mesh: dim 0 data parallel, dim 1 tensor parallel.
  *
  * Exports: mg_plan, mg_plan_parse, mg_plan_check, mg_plan_format,
  * mg_plan_linear (placements of one linear layer's weight and bias),
- * mg_plan_batch (placements of the batch dim), mg_plan_data_degree. */
+ * mg_plan_batch (placements of the batch dim), mg_plan_data_degree,
+ * mg_plan_pp_dim, mg_plan_without. */
 #ifndef MG_NN_PLAN_H
 #define MG_NN_PLAN_H
 
@@ -19,7 +24,7 @@
 
 #include "meshgrad.h"
 
-typedef enum { MG_PLAN_DP = 0, MG_PLAN_TP, MG_PLAN_FSDP } mg_plan_kind;
+typedef enum { MG_PLAN_DP = 0, MG_PLAN_TP, MG_PLAN_FSDP, MG_PLAN_PP } mg_plan_kind;
 
 typedef struct {
     int ndim; /* number of plans = mesh dims */
@@ -44,7 +49,12 @@ int mg_plan_data_degree(const mg_plan *plan, const mg_mesh *mesh);
 void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_placement *w_use,
                     mg_placement *b_store, mg_placement *b_use);
 /* Placements of a batch-major tensor (inputs, labels): Shard(0) on dp/fsdp
- * dims, Replicate on tp dims. */
+ * dims, Replicate on tp and pp dims. */
 void mg_plan_batch(const mg_plan *plan, mg_placement *p);
+/* The pp dim, or -1. */
+int mg_plan_pp_dim(const mg_plan *plan);
+/* The plan without dim `dim` (a stage's plan on mg_mesh_sub's mesh; "dp" on
+ * its one dim of 1 rank when `dim` was the only one). */
+mg_plan mg_plan_without(const mg_plan *plan, int dim);
 
 #endif
