@@ -11,7 +11,7 @@
 # usage: scripts/regress.sh [--quick] [--models LIST] [--hostfile FILE]
 #                           [--launcher mpirun|srun] [--build DIR] [--out DIR]
 #   --quick          60 steps (the GPT 40), a subset (each plan once per model): minutes
-#   --models LIST    the models to run, of "mlp pmlp gpt" (default all; the kill
+#   --models LIST    the models to run, of "mlp pmlp ppmlp gpt" (default all; the kill
 #                    leg runs with mlp)
 #   --hostfile FILE  give mpirun this hostfile; ranks are spread over its hosts
 #   --launcher L     mpirun (default; root-safe, --oversubscribe) or srun
@@ -25,7 +25,7 @@ set -u
 
 usage() { awk 'NR >= 11 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0"; }
 
-quick=0 hostfile='' launcher=mpirun build=./build out='' models='mlp pmlp gpt'
+quick=0 hostfile='' launcher=mpirun build=./build out='' models='mlp pmlp ppmlp gpt'
 need() { [ $# -ge 2 ] || { echo "regress.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -47,8 +47,8 @@ while [ $# -gt 0 ]; do
 done
 for m in $models; do
     case $m in
-    mlp | pmlp | gpt) ;;
-    *) echo "regress.sh: --models takes mlp, pmlp and gpt, not '$m'" >&2; exit 2 ;;
+    mlp | pmlp | ppmlp | gpt) ;;
+    *) echo "regress.sh: --models takes mlp, pmlp, ppmlp and gpt, not '$m'" >&2; exit 2 ;;
     esac
 done
 case $launcher in
@@ -99,6 +99,9 @@ gpt_flags="--model gpt --data $build/data/mobydick.h5 --layers 4 --heads 4 --emb
 --optimizer adamw --lr 1e-3 --betas 0.9,0.95 --weight-decay 0.1 --schedule cosine --warmup 10 --lr-min 1e-4 \
 --clip 1.0"
 if [ $quick -eq 1 ]; then gpt_steps=40; else gpt_steps=100; fi
+# the pipeline runs (--parallel with pp): the mlp with 4 layers, 4 micro-batches
+ppmlp_model=mlp-depth4
+ppmlp_flags="--model mlp --depth 4 --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0 --microbatches 4"
 kill_model=mlp
 kill_flags="--model mlp --hidden 256 --optimizer adamw --lr 1e-3 --schedule constant"
 
@@ -224,15 +227,17 @@ start_all=$(now)
 if [ $quick -eq 1 ]; then
     # mesh:plan pairs; each plan once per model
     matrix="2:dp 2:tp 4:fsdp 2x2:dp,tp"
+    ppmlp_matrix="2:pp 2x2:pp,dp"
 else
     matrix="1:tp 1:fsdp 2:dp 2:tp 2:fsdp 4:dp 4:tp 4:fsdp 1x2:dp,tp 2x1:dp,tp 2x2:dp,tp"
+    ppmlp_matrix="2:pp 4:pp 2x2:pp,dp 2x2:pp,tp 2x2:pp,fsdp 2x2x2:pp,dp,tp"
 fi
 # resume legs: MODEL-KEY:FROM-MESH:FROM-PLAN:TO-MESH:TO-PLAN
 if [ $quick -eq 1 ]; then
-    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp gpt:2:tp:2:dp"
+    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp ppmlp:2:pp:1:dp gpt:2:tp:2:dp"
 else
-    legs="mlp:2:dp:2x2:dp,tp mlp:2x2:dp,tp:1:dp mlp:4:fsdp:2:tp pmlp:2:tp:4:fsdp pmlp:1x2:dp,tp:2x1:dp,tp"
-    legs="$legs gpt:2:tp:2:dp gpt:2:dp:2x2:dp,tp"
+    legs="mlp:2:dp:2x2:dp,tp mlp:2x2:dp,tp:1:dp mlp:4:fsdp:2:tp pmlp:2:tp:4:fsdp pmlp:1x2:dp,tp:2x1:dp,tp
+          ppmlp:2:pp:2x2:dp,tp ppmlp:1:dp:2x2:pp,dp ppmlp:2x2:pp,tp:4:pp gpt:2:tp:2:dp gpt:2:dp:2x2:dp,tp"
 fi
 # the GPT's mesh x plan pairs (issue 16)
 if [ $quick -eq 1 ]; then
@@ -263,14 +268,12 @@ save_flags() {
 
 has_model() { case " $models " in *" $1 "*) return 0 ;; esac; return 1; }
 for key in $models; do
-    eval "model=\$${key}_model"
+    eval "model=\$${key}_model keymatrix=\${${key}_matrix:-\$matrix}"
     echo "== $model"
     ref=$key-1-dp
     train "$ref" 1 1 dp "$key" $(save_flags "$ref" "$key" 1 dp)
     judge "$ref" 1 1 dp "$key" "$ref" 1 "$(steps_of "$key")" "the reference"
-    pairs=$matrix
-    [ $key = gpt ] && pairs=$gpt_matrix
-    for mp in $pairs; do
+    for mp in $keymatrix; do
         mesh=${mp%%:*} plan=${mp#*:}
         name=$key-$mesh-$plan
         train "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" $(save_flags "$name" "$key" "$mesh" "$plan")
@@ -417,7 +420,7 @@ png=$out/losses.png
 plotted=0
 if command -v gnuplot >/dev/null 2>&1; then
     models='' keys='' vars="out='$png'; heading='meshgrad regress.sh: $STEPS steps, launcher $launcher$([ -n "$hostfile" ] && echo ', hostfile')'"
-    for key in mlp pmlp gpt kill; do
+    for key in mlp pmlp ppmlp gpt kill; do
         [ $key = kill ] && ref=kill-ref || ref=$key-1-dp
         [ -s "$out/curves/$ref.dat" ] || continue
         files="$out/curves/$ref.dat" titles="$ref(reference)"

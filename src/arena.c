@@ -181,3 +181,4 @@ size_t mg_arena_used(const mg_arena *a) { return a->used; }
 size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }
 size_t mg_arena_peak(const mg_arena *a) { return a->peak; }
 int mg_arena_grow_count(const mg_arena *a) { return a->grow_count; }
+size_t mg_arena_data_used(const mg_arena *a) { return a->data ? a->data->used : a->used; }

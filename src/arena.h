@@ -19,6 +19,9 @@ size_t mg_arena_used(const mg_arena *);     /* bytes handed out since the last r
 size_t mg_arena_capacity(const mg_arena *); /* bytes held in all blocks */
 size_t mg_arena_peak(const mg_arena *);     /* most bytes used in one step */
 int mg_arena_grow_count(const mg_arena *);  /* how many times a new block was malloc'd */
+/* Bytes of tensor data handed out since the last reset: from the device
+ * blocks of a device arena (mg_arena_new_device), else mg_arena_used. */
+size_t mg_arena_data_used(const mg_arena *);
 
 /* Memory of one device, as its backend provides it (the CPU's is the heap):
  * what an arena for device tensors and the tensor constructors need. copy and

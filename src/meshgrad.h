@@ -121,6 +121,12 @@ int mg_set_requires_grad(mg_dtensor *, int on);
  * optimizer step adds the ranks' parts as it updates, nn/optim_shard.h) keeps
  * only this rank's part until then. */
 int mg_backward(mg_dtensor *scalar_loss);
+/* The same walk from an output of any shape, seeded with `grad`, the gradient
+ * of the loss with respect to `out` (out's global shape; brought to out's
+ * placements, Replicate where out is Partial), as if out fed a loss whose backward reached it: a pipeline
+ * stage's backward from the gradient the next stage sent (torch.autograd.
+ * backward(out, grad)). grad NULL: out must be 0-d, as for mg_backward. */
+int mg_backward_with(mg_dtensor *out, const mg_dtensor *grad);
 /* The gradient; NULL until backward reached it. For a parameter whose sum was
  * left to its optimizer, the first call after a backward takes the sum (or
  * gathers the rows each rank holds of it) and is then collective: every rank

@@ -24,6 +24,15 @@
 #                         thread; sets top (the build directory, absolute), prog,
 #                         tool (tests/train_ckpt_tool), data (data/digits.h5) and a
 #                         fresh directory $tmp, removed at exit
+#   metrics_losses FILE   "STEP LOSS" for every step of a --metrics file (as written)
+#   metrics_checksum FILE the first param_checksum of a --metrics file
+#   losses_close GOT REF STEPS RTOL
+#                         the --metrics file GOT has STEPS steps, each loss within RTOL
+#                         (relative) of the same step's in REF; prints "N steps, worst
+#                         relative difference D at step S"
+#   check_invariant TAG GOT REF STEPS RTOL SECONDS
+#                         one check: the --metrics file GOT starts from REF's parameters
+#                         (the same param_checksum) and follows its losses (losses_close)
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
 #                         returns non-zero when a check failed: end a script with it
@@ -96,6 +105,37 @@ program_test_env() {
     prog=$top/meshgrad tool=$top/tests/train_ckpt_tool data=$top/data/digits.h5
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-$1.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
+}
+
+metrics_losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,}]*\)[,}].*/\1 \2/p' "$1"; }
+metrics_checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1" | head -n 1; }
+
+losses_close() {
+    metrics_losses "$2" | awk -v rtol="$4" -v steps="$3" -v got="$1" '
+        { ref[$1] = $2 }
+        END {
+            while ((getline line < got) > 0) {
+                if (line !~ /"step":[0-9]+,"loss":/) continue
+                s = line; sub(/.*"step":/, "", s); l = s; s = s + 0
+                sub(/^[0-9]+,"loss":/, "", l); sub(/[,}].*/, "", l)
+                n++; d = l - ref[s]; if (d < 0) d = -d; r = ref[s] < 0 ? -ref[s] : ref[s]
+                rel = d / (r > 1e-30 ? r : 1e-30); if (!(s in ref)) rel = 1e30
+                if (rel > worst) { worst = rel; at = s }
+            }
+            printf "%d steps, worst relative difference %.2e at step %d", n, worst, at
+            exit !(n == steps && worst <= rtol)
+        }'
+}
+
+check_invariant() {
+    _inv_c=$(metrics_checksum "$2") _inv_r=$(metrics_checksum "$3")
+    if [ -z "$_inv_c" ] || [ "$_inv_c" != "$_inv_r" ]; then
+        fail "$1: param_checksum $_inv_c, the reference's $_inv_r"
+    elif _inv_msg=$(losses_close "$2" "$3" "$4" "$5"); then
+        pass "$(printf '%-30s checksum %s | %s | %ss' "$1" "$_inv_c" "$_inv_msg" "$6")"
+    else
+        fail "$1: $_inv_msg"
+    fi
 }
 
 check_summary() {

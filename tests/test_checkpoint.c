@@ -307,7 +307,7 @@ START_TEST(test_attrs) {
         snprintf(many[i].key, sizeof many[i].key, "key%02d", MANY - i);
         memset(many[i].value, 'a' + i % 26, 1000);
     }
-    mg_ckpt_entry e = {"params/x", zeros_like(m1, &SMALL[0], p)};
+    mg_ckpt_entry e = {.name = "params/x", .tensor = zeros_like(m1, &SMALL[0], p)};
     mg_assert_all(mg_checkpoint_save(path, &e, 1, many, MANY) == MG_OK, "save: %s",
                   mg_last_error());
     mg_assert_all(mg_checkpoint_load(path, &e, 1, back, MANY + 1, &n) == MG_OK && n == MANY,
@@ -446,7 +446,7 @@ START_TEST(test_bad_files) {
     path = tmp_path("shape.h5");
     mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
     tdef other = {"params/fc1.weight", 2, {7, 6}};
-    mg_ckpt_entry e = {other.name, zeros_like(m1, &other, p)};
+    mg_ckpt_entry e = {.name = other.name, .tensor = zeros_like(m1, &other, p)};
     int st = mg_checkpoint_load(path, &e, 1, NULL, 0, NULL);
     mg_assert_all(st == MG_EFORMAT &&
                       strstr(mg_last_error(), "shape.h5: dataset /params/fc1.weight "

@@ -250,8 +250,10 @@ START_TEST(test_plan_parse_and_check) {
     ck_assert_int_eq(plan.ndim, 2);
     ck_assert_int_eq(plan.kind[0], MG_PLAN_FSDP);
     ck_assert_int_eq(plan.kind[1], MG_PLAN_TP);
-    ck_assert_int_eq(mg_plan_parse("dp,pp", &plan), MG_EINVAL);
-    ck_assert_ptr_nonnull(strstr(mg_last_error(), "'pp'"));
+    ck_assert_int_eq(mg_plan_parse("dp,cp", &plan), MG_EINVAL);
+    ck_assert_ptr_nonnull(strstr(mg_last_error(), "'cp'"));
+    ck_assert_int_eq(mg_plan_parse("pp,dp", &plan), MG_OK);
+    ck_assert_int_eq(mg_plan_pp_dim(&plan), 0);
     ck_assert_int_eq(mg_plan_parse("", &plan), MG_EINVAL);
     ck_assert_int_eq(mg_plan_parse("dp,", &plan), MG_EINVAL);
 
@@ -447,7 +449,7 @@ START_TEST(test_config_flags) {
         {"--steps", "0", "--steps: steps must be >= 1, got 0"},
         {"--lr", "-1", "--lr: lr must be >= 0, got -1"},
         {"--mesh", "2xz", "--mesh: mesh '2xz'"},
-        {"--parallel", "dp,pp", "unknown entry 'pp'"},
+        {"--parallel", "dp,cp", "unknown entry 'cp'"},
         {"--clip", "nan", "--clip: clip wants a number, got 'nan'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -61,7 +61,7 @@ train() {
 }
 
 # "step loss" of every step (metrics, %.9g), and the printed "step N/M | loss X" lines
-losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"; }
+losses() { metrics_losses "$tmp/$1.jsonl"; }
 printed() { sed -n 's/^\(step [0-9]*\/[0-9]* | loss [^|]*\)|.*/\1/p' "$tmp/$1.out"; }
 
 # same_losses GOT REF: every step of GOT has the same loss text as REF
@@ -79,17 +79,7 @@ same_losses() {
 }
 
 # close_losses GOT REF STEPS: GOT has STEPS steps, each within RTOL of REF's
-close_losses() {
-    losses "$2" >"$tmp/ref.txt"
-    losses "$1" >"$tmp/got.txt"
-    awk -v rtol="$RTOL" -v steps="$3" '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d steps, max relative loss difference %.2e (step %d)", n, worst, at;
-              exit !(n == steps && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
+close_losses() { losses_close "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" "$RTOL"; }
 
 ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
 

@@ -45,7 +45,7 @@ expect "batch smaller than the dp degree" 4 "global batch 3 is smaller than the 
 expect "unknown flag" 2 "unknown option '--frobnicate'" $ok --frobnicate 3
 expect "unknown model" 2 "unknown model 'resnet'" $ok --model resnet
 expect "unknown optimizer" 2 "unknown optimizer 'lion'" $ok --optimizer lion
-expect "unknown plan" 2 "unknown entry 'pp'" $ok --parallel pp
+expect "unknown plan" 2 "unknown entry 'cp'" $ok --parallel cp
 printf 'steps = 10\n# a comment\nbatch 64\n' >"$tmp/noeq.conf"
 expect "config line without '='" 2 "noeq\.conf:3: expected 'key = value'" --config "$tmp/noeq.conf"
 

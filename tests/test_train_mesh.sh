@@ -33,21 +33,8 @@ train() {
         --metrics "$tmp/$1.jsonl" >"$tmp/$1.out" 2>&1
 }
 
-checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1"; }
-losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
-
-# compare TAG REF: prints the worst relative loss difference; 0 when all within RTOL
-compare() {
-    losses "$tmp/$2.jsonl" >"$tmp/ref.txt"
-    losses "$tmp/$1.jsonl" >"$tmp/got.txt"
-    awk -v rtol="$RTOL" -v steps="$STEPS" '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d steps, worst relative difference %.2e at step %d", n, worst, at;
-              exit !(n == steps && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
+checksum() { metrics_checksum "$1"; }
+losses() { metrics_losses "$1"; }
 
 # case TAG NP MESH PLAN MODEL REF
 case_() {
@@ -58,17 +45,7 @@ case_() {
         sed 's/^/  | /' "$tmp/$tag.out"
         return
     fi
-    secs=$(($(date +%s) - start))
-    c=$(checksum "$tmp/$tag.jsonl") r=$(checksum "$tmp/$6.jsonl")
-    if [ -z "$c" ] || [ "$c" != "$r" ]; then
-        fail "$tag: param_checksum $c, 1-rank run $r"
-        return
-    fi
-    if msg=$(compare "$tag" "$6"); then
-        pass "$(printf '%-24s checksum %s | %s | %ss' "$tag" "$c" "$msg" "$secs")"
-    else
-        fail "$tag: $msg"
-    fi
+    check_invariant "$tag" "$tmp/$tag.jsonl" "$tmp/$6.jsonl" "$STEPS" "$RTOL" $(($(date +%s) - start))
 }
 
 # the references

@@ -1,5 +1,6 @@
 /* backward.c: the backward engine and the gradient calls of meshgrad.h:
- * mg_backward, mg_grad, mg_zero_grad, mg_set_requires_grad, mg_step_end.
+ * mg_backward, mg_backward_with, mg_grad, mg_zero_grad, mg_set_requires_grad,
+ * mg_step_end; and zero-bubble's split backward (backward.h).
  *
  * mg_backward(loss) walks the loss's own graph: the nodes reachable from the
  * loss through their inputs (a parameter copy counts as its parameter, ops.h),
@@ -16,11 +17,19 @@
  *     told which contribution is the leaf's last in this graph;
  *  3. the scratch arena is reset and the reducer polled.
  * What happens to a leaf's gradient after that is the reducer's business; it
- * has finished its sums when mg_backward returns. */
+ * has finished its sums when mg_backward returns.
+ *
+ * mg_backward_with(out, grad) is the same walk from a tensor of any shape,
+ * seeded with a given gradient (a pipeline stage's output). The split backward
+ * (mg_backward_input) makes step 2 wait, for every leaf but the ones it is
+ * told to serve now: their contributions (node, output gradient, which input,
+ * last or not) are kept in the order met, and mg_backward_weight hands them to
+ * the reducer later, in that order, exactly as step 2 would have. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "array.h"
+#include "autograd/backward.h"
 #include "autograd/vjp.h"
 #include "backend/backend.h"
 #include "context.h"
@@ -155,7 +164,52 @@ static mg_dtensor *contribution_value(mg_leaf_grad *lg, void *dest, size_t bytes
     return grads[c->i];
 }
 
-static int backward_node(mg_node *node, mg_dtensor *g, int nuses) {
+/* A leaf contribution kept for mg_backward_weight. */
+struct mg_backward_item {
+    mg_node *node;
+    mg_dtensor *g, *leaf; /* g NULL: the leaf's contributions ended without one */
+    int i;
+    bool last;
+};
+
+/* The seed of a leaf root: its gradient is the seed itself. */
+static mg_dtensor *seed_value(mg_leaf_grad *lg, void *dest, size_t bytes) {
+    (void)dest, (void)bytes;
+    return ((contribution *)lg)->g;
+}
+
+/* Hands one contribution to the reducer: input i of `node`, whose output
+ * gradient is g (node NULL: g is the seed of a leaf root; g NULL with `last`:
+ * none came). */
+static int hand_over(mg_dtensor *leaf, mg_node *node, mg_dtensor *g, int i, bool last) {
+    if (!g) return mg_reducer_add(leaf, NULL, last);
+    contribution c = {.base = {.value = node ? contribution_value : seed_value},
+                      .node = node, .g = g, .i = i};
+    /* the factors as they are now: not a parameter copy given back since the
+     * forward (its data is gone until an op gathers it again; value() does) */
+    if (!node || !mg_vjp_rows(node, g, i, &c.base.rows_a, &c.base.rows_b) ||
+        mg_ops_copy_released(c.base.rows_a) || mg_ops_copy_released(c.base.rows_b))
+        c.base.rows_a = c.base.rows_b = NULL;
+    return mg_reducer_add(leaf, &c.base, last);
+}
+
+/* A leaf served now: every leaf, unless a split backward names the ones. */
+static bool serve_now(const mg_backward_weights *w, const mg_dtensor *leaf) {
+    if (!w) return true;
+    for (int k = 0; k < w->n_now; k++)
+        if (w->now[k] == leaf) return true;
+    return false;
+}
+
+static int keep_for_later(mg_backward_weights *w, mg_dtensor *leaf, mg_node *node, mg_dtensor *g,
+                          int i, bool last) {
+    if (w->n == w->cap)
+        return mg_error(MG_ESTATE, "backward: more leaf contributions than the graph counted");
+    w->items[w->n++] = (struct mg_backward_item){node, g, leaf, i, last};
+    return MG_OK;
+}
+
+static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_weights *w) {
     unsigned leaves = 0, others = 0;
     int calls = 0; /* VJP calls: one for the others, one per leaf */
     for (int i = 0; i < node->n_inputs; i++) {
@@ -177,66 +231,132 @@ static int backward_node(mg_node *node, mg_dtensor *g, int nuses) {
     for (int i = 0; i < node->n_inputs && rc == MG_OK; i++) {
         if (!(leaves >> i & 1u)) continue;
         mg_dtensor *leaf = leaf_of(node->inputs[i]);
-        contribution c = {.base = {.value = contribution_value}, .node = node, .g = g, .i = i};
-        if (!mg_vjp_rows(node, g, i, &c.base.rows_a, &c.base.rows_b))
-            c.base.rows_a = c.base.rows_b = NULL;
-        rc = mg_reducer_add(leaf, &c.base, take_use(leaf, nuses) == 0);
+        bool last = take_use(leaf, nuses) == 0;
+        rc = serve_now(w, leaf) ? hand_over(leaf, node, g, i, last)
+                                : keep_for_later(w, leaf, node, g, i, last);
     }
     return rc;
 }
 
 /* ---- the calls ------------------------------------------------------------------- */
 
-/* The seed of a leaf loss: d loss / d loss = 1. */
-static mg_dtensor *seed_value(mg_leaf_grad *lg, void *dest, size_t bytes) {
-    (void)dest, (void)bytes;
-    return ((contribution *)lg)->g;
-}
-
-int mg_backward(mg_dtensor *loss) {
-    if (!loss) return mg_error(MG_EINVAL, "mg_backward: loss is NULL");
-    if (loss->spec.ndim != 0) {
-        char s[96];
-        return mg_error(MG_ESHAPE,
-                        "mg_backward: the loss has shape %s; backward needs a scalar (0-d): "
-                        "reduce it first with mg_sum or mg_mean",
-                        mg_shape_format(s, sizeof s, loss->spec.ndim, loss->spec.shape));
-    }
-    if (!loss->node && !loss->requires_grad)
-        return mg_error(MG_ESTATE,
-                        "mg_backward: the loss does not depend on any tensor that requires grad "
-                        "(call mg_set_requires_grad on the parameters, and keep grad enabled "
-                        "during the forward pass)");
+/* The walk from `root`, seeded with `seed` (root's spec). w: NULL, or a split
+ * backward's list (backward.h). */
+static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
     int n = 0, nuses = 0;
-    int rc = loss->node ? collect(loss->node, &n, &nuses) : MG_OK;
+    int rc = root->node ? collect(root->node, &n, &nuses) : MG_OK;
     if (rc != MG_OK) return rc; /* refused: nothing changed */
-    int was = mg_set_grad_enabled(0);
-    mg_dtensor *seed = mg_op_scalar(loss->spec.mesh, 1.0f);
-    if (!seed) rc = mg_last_code();
-    if (rc == MG_OK && !loss->node) {
-        contribution c = {.base = {.value = seed_value}, .g = seed};
-        rc = mg_reducer_add(loss, &c.base, true);
-    }
     mg_context *c = mg_ctx();
-    if (rc == MG_OK && loss->node) loss->grad = seed;
+    if (w) { /* room for every contribution to be kept */
+        int total = 0;
+        for (int i = 0; i < nuses; i++) total += c->uses[i].remaining;
+        w->n = 0;
+        w->cap = total + nuses + 1;
+        w->items = mg_arena_alloc(mg_step_arena(), (size_t)w->cap * sizeof *w->items);
+        if (!w->items) return mg_last_code();
+    }
+    int was = mg_set_grad_enabled(0);
+    if (!root->node) {
+        rc = serve_now(w, root) ? hand_over(root, NULL, seed, 0, true)
+                                : keep_for_later(w, root, NULL, seed, 0, true);
+    } else {
+        root->grad = seed;
+    }
     for (int k = 0; k < n; k++) {
         mg_node *node = c->graph[k];
         node->freed = true;
         mg_dtensor *g = node->output->grad;
         if (rc != MG_OK || !g) continue;
         mg_trace_begin(MG_TRACE_BACKWARD, mg_op_names[node->op], node->seq); /* --trace */
-        rc = backward_node(node, g, nuses);
+        rc = backward_node(node, g, nuses, w);
         mg_trace_end();
         mg_arena_reset(mg_scratch_arena());
         if (rc == MG_OK) rc = mg_reducer_poll();
     }
     /* leaves whose last use got no gradient: their contributions are complete */
-    for (int i = 0; i < nuses && rc == MG_OK; i++)
-        if (c->uses[i].remaining > 0) rc = mg_reducer_add(c->uses[i].leaf, NULL, true);
+    for (int i = 0; i < nuses && rc == MG_OK; i++) {
+        if (c->uses[i].remaining <= 0) continue;
+        mg_dtensor *leaf = c->uses[i].leaf;
+        rc = serve_now(w, leaf) ? hand_over(leaf, NULL, NULL, 0, true)
+                                : keep_for_later(w, leaf, NULL, NULL, 0, true);
+    }
     int sums = mg_reducer_backward_end(); /* also after a failure: nothing left in flight */
     if (rc == MG_OK) rc = sums;
     mg_set_grad_enabled(was);
     return rc;
+}
+
+/* The seed: 1 for a 0-d root without `grad`, else grad at root's spec
+ * (Partial made Replicate, as every gradient of a Partial value). */
+static mg_dtensor *make_seed(mg_dtensor *root, const mg_dtensor *grad, const char *who) {
+    if (!root) return mg_error_null(MG_EINVAL, "%s: the output is NULL", who);
+    if (!root->node && !root->requires_grad)
+        return mg_error_null(MG_ESTATE,
+                             "%s: the output does not depend on any tensor that requires grad "
+                             "(call mg_set_requires_grad on the parameters, and keep grad "
+                             "enabled during the forward pass)", who);
+    char a[96], b[96];
+    if (!grad) {
+        if (root->spec.ndim != 0)
+            return mg_error_null(MG_ESHAPE, "%s: the output has shape %s; backward without a "
+                                 "gradient needs a scalar (0-d): reduce it first with mg_sum or "
+                                 "mg_mean, or give the gradient (mg_backward_with)", who,
+                                 mg_shape_format(a, sizeof a, root->spec.ndim, root->spec.shape));
+        int was = mg_set_grad_enabled(0);
+        mg_dtensor *one = mg_op_scalar(root->spec.mesh, 1.0f);
+        mg_set_grad_enabled(was);
+        return one;
+    }
+    if (!mg_shape_equal(root->spec.ndim, root->spec.shape, grad->spec.ndim, grad->spec.shape))
+        return mg_error_null(MG_ESHAPE, "%s: a gradient of shape %s for an output of shape %s: "
+                             "give one of the output's shape", who,
+                             mg_shape_format(a, sizeof a, grad->spec.ndim, grad->spec.shape),
+                             mg_shape_format(b, sizeof b, root->spec.ndim, root->spec.shape));
+    if (grad->spec.mesh != root->spec.mesh)
+        return mg_error_null(MG_EINVAL, "%s: the gradient lives on another mesh than the output",
+                             who);
+    mg_spec at = root->spec; /* the gradient of a Partial value is Replicate */
+    for (int m = 0; m < mg_mesh_ndim(at.mesh); m++)
+        if (at.p[m].kind == MG_PLACE_PARTIAL) at.p[m] = MG_REPLICATE;
+    int was = mg_set_grad_enabled(0);
+    mg_dtensor *seed = mg_op_redistribute(grad, &at);
+    mg_set_grad_enabled(was);
+    return seed;
+}
+
+int mg_backward(mg_dtensor *loss) {
+    if (loss && loss->spec.ndim != 0) {
+        char s[96];
+        return mg_error(MG_ESHAPE,
+                        "mg_backward: the loss has shape %s; backward needs a scalar (0-d): "
+                        "reduce it first with mg_sum or mg_mean",
+                        mg_shape_format(s, sizeof s, loss->spec.ndim, loss->spec.shape));
+    }
+    return mg_backward_with(loss, NULL);
+}
+
+int mg_backward_with(mg_dtensor *out, const mg_dtensor *grad) {
+    mg_dtensor *seed = make_seed(out, grad, "mg_backward");
+    return seed ? walk(out, seed, NULL) : mg_last_code();
+}
+
+int mg_backward_input(mg_dtensor *out, const mg_dtensor *grad, mg_backward_weights *w) {
+    mg_dtensor *seed = make_seed(out, grad, "mg_backward_input");
+    return seed ? walk(out, seed, w) : mg_last_code();
+}
+
+int mg_backward_weight(mg_backward_weights *w) {
+    int was = mg_set_grad_enabled(0), rc = MG_OK;
+    for (int k = 0; k < w->n && rc == MG_OK; k++) {
+        struct mg_backward_item *it = &w->items[k];
+        rc = hand_over(it->leaf, it->node, it->g, it->i, it->last);
+        mg_arena_reset(mg_scratch_arena());
+        if (rc == MG_OK) rc = mg_reducer_poll();
+    }
+    w->n = 0;
+    int sums = mg_reducer_backward_end();
+    mg_set_grad_enabled(was);
+    return rc == MG_OK ? sums : rc;
 }
 
 mg_dtensor *mg_grad(const mg_dtensor *t) {

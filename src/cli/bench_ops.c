@@ -12,7 +12,7 @@
  *           rank's peak RSS (--device cuda: on the GPUs, timed after the device
  *           finished each part). --trace FILE writes the timeline of the
  *           measured steps --trace-steps A:B (observe.h); --flight-dir DIR
- *           is where the flight recorder's dumps go.
+ *           is where the flight recorder's dumps go. With pp in --parallel: bench_pp.c.
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
  *           to a 8-byte control all-reduce on the same ranks; then the
  *           network kernels against their references (bench_nn.c).
@@ -233,7 +233,20 @@ static int parse_layers(const char *s, int64_t *out, int max) {
     return n >= 2 ? n : -1;
 }
 
+/* --parallel names pp: the pipeline's benchmark (bench_pp.c) takes the flags. */
+static int wants_pipeline(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *v = strncmp(argv[i], "--parallel=", 11) == 0 ? argv[i] + 11
+                        : strcmp(argv[i], "--parallel") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                           : NULL;
+        mg_plan plan;
+        if (v && mg_plan_parse(v, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0) return 1;
+    }
+    return 0;
+}
+
 int mg_cli_bench_step(int argc, char **argv) {
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     for (int i = 1; i + 1 < argc; i++) /* the GPT's step: bench_gpt.c */
         if (strcmp(argv[i], "--model") == 0 && strcmp(argv[i + 1], "gpt") == 0)
             return mg_cli_bench_step_gpt(argc, argv);

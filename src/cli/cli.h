@@ -19,6 +19,7 @@ int mg_cli_bench(int argc, char **argv);        /* src/cli/bench.c: comm | linea
 int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
 int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
+int mg_cli_bench_step_pp(int argc, char **argv); /* src/cli/bench_pp.c: step with pp */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
 int mg_cli_bench_step_gpt(int argc, char **argv); /* src/cli/bench_gpt.c: bench step --model gpt */
 int mg_cli_generate(int argc, char **argv);     /* src/cli/generate.c */
@@ -38,5 +39,7 @@ int mg_cli_parse_count(const char *s, int64_t *out);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);
+/* The median of v[0..n) (sorts v), for the benchmarks (src/cli/bench_ops.c). */
+double mg_cli_median(double *v, int n);
 
 #endif

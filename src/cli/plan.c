@@ -166,9 +166,9 @@ static int parse_mesh(const plan_opts *o, int *pp, int *dp) {
     for (char *t = strtok_r(text, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
         int *dim = strcmp(t, "pp") == 0 ? &pp_dim : strcmp(t, "dp") == 0 ? &dp_dim : NULL;
         if (!dim)
-            return mg_error(MG_EINVAL, "plan: --parallel '%s': plan models pp and dp so far (tp "
-                                       "and fsdp with pp come with the pipeline executor)",
-                            o->parallel);
+            return mg_error(MG_EINVAL, "plan: --parallel '%s': plan models pp and dp so far (pp "
+                                       "with tp or fsdp trains and benchmarks, but its cost is not "
+                                       "modelled yet)", o->parallel);
         if (*dim >= 0 || n >= ndim) break;
         *dim = n;
     }
@@ -205,6 +205,11 @@ static int microbatch_rows(plan_opts *o, int64_t *rows, int dp) {
 /* The FLOP rate and the link: from the flags, or measured. */
 static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int64_t rows,
                      mg_pp_machine *m, char *how, size_t len) {
+    return mg_plan_calibrate(o->gflops, o->gbps, o->latency_us, layers, n, rows, m, how, len);
+}
+
+int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_layer_cost *layers,
+                      int n, int64_t rows, mg_pp_machine *m, char *how, size_t len) {
     int world = mg_world_size(), rc = MG_OK;
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return mg_last_code();
@@ -213,19 +218,19 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
     for (int i = 0; i < n; i++)
         if (layers[i].gemm_in * layers[i].gemm_out > big->gemm_in * big->gemm_out) big = &layers[i];
     for (int i = 0; i < n; i++) most = layers[i].out_floats > most ? layers[i].out_floats : most;
-    if (o->gflops > 0) m->flops = o->gflops * 1e9;
+    if (gflops > 0) m->flops = gflops * 1e9;
     else rc = mg_pp_measure_flops(mesh->world, rows, big->gemm_in, big->gemm_out, &m->flops);
     double lat = 0, bw = 0;
-    if (rc == MG_OK && (o->gbps <= 0 || o->latency_us <= 0))
+    if (rc == MG_OK && (gbps <= 0 || latency_us <= 0))
         rc = mg_pp_measure_link(mesh->world, (int64_t)(most * (double)rows), &lat, &bw);
-    m->latency = o->latency_us > 0 ? o->latency_us * 1e-6 : lat;
-    m->bandwidth = o->gbps > 0 ? o->gbps * 1e9 : bw;
+    m->latency = latency_us > 0 ? latency_us * 1e-6 : lat;
+    m->bandwidth = gbps > 0 ? gbps * 1e9 : bw;
     snprintf(how, len,
              "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s), link %.2f GB/s + %.1f us (%s)",
-             m->flops * 1e-9, o->gflops > 0 ? "given" : "measured", (long long)rows,
+             m->flops * 1e-9, gflops > 0 ? "given" : "measured", (long long)rows,
              (long long)big->gemm_in, (long long)big->gemm_out, mg_backend_cpu_threads(),
              mg_backend_cpu_threads() == 1 ? "" : "s", m->bandwidth * 1e-9, m->latency * 1e6,
-             o->gbps > 0 && o->latency_us > 0 ? "given"
+             gbps > 0 && latency_us > 0 ? "given"
              : world > 1 ? "measured between ranks 0 and 1"
                          : "measured as a copy within this process; run under mpirun -np 2 to "
                            "measure a link");

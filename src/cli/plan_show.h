@@ -4,7 +4,7 @@
  * timeline (one process per rank; F, B, W spans on a compute thread,
  * transfers on a second one, a flow arrow from each send to its receive).
  * Exports mg_plan_report, mg_plan_print, mg_plan_write_trace,
- * mg_plan_estimate_pipeline (plan_estimate.c). */
+ * mg_plan_calibrate (plan.c), mg_plan_estimate_pipeline (plan_estimate.c). */
 #ifndef MG_CLI_PLAN_SHOW_H
 #define MG_CLI_PLAN_SHOW_H
 
@@ -30,6 +30,12 @@ typedef struct {
 } mg_plan_report;
 
 void mg_plan_print(FILE *out, const mg_plan_report *r);
+/* (plan.c) Collective over the world. The FLOP rate (of the largest layer's
+ * products over `rows` rows) and the link (a transfer of the largest output),
+ * measured here, or given (gflops GFLOP/s, gbps GB/s, latency_us; 0:
+ * measure); `how` gets a line saying which and how. */
+int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_layer_cost *layers,
+                      int n, int64_t rows, mg_pp_machine *m, char *how, size_t len);
 /* Writes the timeline to `path`, which must be absent or a trace this
  * program wrote (anything else is left alone: MG_EIO with a message). */
 int mg_plan_write_trace(const char *path, const mg_plan_report *r);

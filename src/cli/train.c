@@ -34,6 +34,7 @@
 #include "backend/device.h"
 #include "cli/cli.h"
 #include "cli/train.h"
+#include "cli/train_pp.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/flight.h"
@@ -113,23 +114,6 @@ static void format_duration(char *buf, size_t len, double seconds) {
         snprintf(buf, len, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
     else
         snprintf(buf, len, "%ld:%02ld", s / 60, s % 60);
-}
-
-/* Collective. The value of a 0-d dtensor: read in place when it is
- * replicated (no allocation in the steady-state step), else mg_full_tensor. */
-static int scalar_value(const mg_dtensor *t, double *out) {
-    if (mg_spec_is_replicate(&t->spec) && t->local->numel == 1) {
-        float v;
-        mg_backend *be = mg_backend_of(t->local);
-        be->iface->to_host(be->context, &v, t->local->data, 1);
-        *out = v;
-        return MG_OK;
-    }
-    mg_tensor *full = mg_full_tensor(t);
-    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    *out = full->data[0];
-    mg_tensor_free(full);
-    return MG_OK;
 }
 
 /* Opens the test split when the data set has one (else a warning: nothing
@@ -253,14 +237,18 @@ static int setup(trainer *tr) {
     if (tr->test && mg_dataset_num_classes(tr->test) > classes)
         classes = mg_dataset_num_classes(tr->test);
 
-    rc = mg_model_init(&tr->model, c->model, tr->mesh, &tr->plan, sample[0], sample[1], c->hidden,
-                       c->channels, classes, (uint64_t)c->seed);
+    int64_t ntest = tr->test ? mg_dataset_rows(tr->test) : 0;
+    mg_model_config mc = {.kind = c->model, .rows = sample[0], .cols = sample[1],
+                          .hidden = c->hidden, .channels = c->channels, .classes = classes,
+                          .depth = (int)c->depth, .seed = (uint64_t)c->seed};
+    rc = mg_plan_pp_dim(&tr->plan) >= 0
+             ? mg_train_pp_new(&tr->pp, c, tr->mesh, &tr->plan, &mc, ntest, &tr->model)
+             : mg_model_build(&tr->model, &mc, tr->mesh, &tr->plan, NULL);
     if (rc != MG_OK) return rc;
     tr->have_model = 1;
     rc = mg_loader_init(&tr->train_loader, tr->train, c->batch, (uint64_t)c->seed);
     if (rc != MG_OK) return rc;
     tr->have_train_loader = 1;
-    int64_t ntest = tr->test ? mg_dataset_rows(tr->test) : 0;
     if (tr->test) {
         rc = mg_loader_init(&tr->test_loader, tr->test, ntest, (uint64_t)c->seed);
         if (rc != MG_OK) return rc;
@@ -269,6 +257,7 @@ static int setup(trainer *tr) {
 
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&tr->plan, bp);
+    for (int d = 0; tr->pp && d < ndim; d++) bp[d] = MG_REPLICATE; /* micro-batches cut later */
     int64_t xs[3] = {c->batch, sample[0], sample[1]}, ys[1] = {c->batch};
     rc = mg_spec_make(&tr->x_spec, tr->mesh, bp, ndim, 3, xs, "train inputs");
     if (rc == MG_OK) rc = mg_spec_make(&tr->y_spec, tr->mesh, bp, ndim, 1, ys, "train labels");
@@ -286,6 +275,7 @@ static void teardown(trainer *tr) {
     mg_window_free(&tr->window);
     if (tr->metrics) fclose(tr->metrics);
     if (tr->have_model) mg_model_free(&tr->model);
+    mg_train_pp_free(tr->pp);
     if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
     if (tr->have_test_loader) mg_loader_free(&tr->test_loader);
     if (tr->train) mg_dataset_close(tr->train);
@@ -318,6 +308,34 @@ static int metrics_failed(trainer *tr, int64_t failed) {
                     tr->rank == 0 ? strerror(tr->metrics_errno) : "(rank 0 says why)");
 }
 
+/* Collective, without autograd: the loss and the correct predictions of the
+ * model (the pipeline's with pp) on x (N, rows, cols), y (N). */
+static int eval_batch(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss_out,
+                      int64_t *correct) {
+    if (tr->pp) return mg_train_pp_evaluate(tr->pp, x, y, loss_out, correct);
+    mg_dtensor *logits = mg_model_forward(&tr->model, x);
+    mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
+    if (!loss) return mg_last_code();
+    int rc = mg_dtensor_item(loss, loss_out);
+    mg_tensor *lf = NULL, *yf = NULL;
+    if (rc == MG_OK && !(lf = mg_full_tensor(logits))) rc = mg_last_code();
+    if (rc == MG_OK && !(yf = mg_full_tensor(y))) rc = mg_last_code();
+    if (rc == MG_OK) {
+        // lf: (N, K) logits, yf: (N) labels
+        int64_t n = lf->shape[0], K = lf->shape[1];
+        for (int64_t i = 0; i < n; i++) {
+            const float *row = lf->data + i * K;
+            int64_t best = 0;
+            for (int64_t k = 1; k < K; k++)
+                if (row[k] > row[best]) best = k;
+            *correct += (float)best == yf->data[i];
+        }
+    }
+    mg_tensor_free(lf);
+    mg_tensor_free(yf);
+    return rc;
+}
+
 /* Collective. The GPT's val_loss (train_text.c), printed and in the metrics. */
 static int evaluate_text(trainer *tr, int64_t step) {
     double val_loss = 0;
@@ -341,33 +359,14 @@ static int evaluate(trainer *tr, int64_t step) {
     if (!tr->test) return MG_OK;
     int prev = mg_set_grad_enabled(0);
     int rc = mg_loader_seek(&tr->test_loader, 0, 0);
-    mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    mg_dtensor *x = NULL, *y = NULL;
     if (rc == MG_OK)
         rc = mg_loader_next(&tr->test_loader, &tr->test_x_spec, &tr->test_y_spec, &x, &y,
                             mg_step_arena());
-    if (rc == MG_OK) logits = mg_model_forward(&tr->model, x);
-    if (logits) loss = mg_cross_entropy(logits, y);
-    if (rc == MG_OK && !loss) rc = mg_last_code();
     double test_loss = 0;
     int64_t correct = 0, n = 0;
-    if (rc == MG_OK) rc = scalar_value(loss, &test_loss);
-    mg_tensor *lf = NULL, *yf = NULL;
-    if (rc == MG_OK && !(lf = mg_full_tensor(logits))) rc = mg_last_code();
-    if (rc == MG_OK && !(yf = mg_full_tensor(y))) rc = mg_last_code();
-    if (rc == MG_OK) {
-        // lf: (N, K) logits, yf: (N) labels
-        n = lf->shape[0];
-        int64_t K = lf->shape[1];
-        for (int64_t i = 0; i < n; i++) {
-            const float *row = lf->data + i * K;
-            int64_t best = 0;
-            for (int64_t k = 1; k < K; k++)
-                if (row[k] > row[best]) best = k;
-            correct += (float)best == yf->data[i];
-        }
-    }
-    mg_tensor_free(lf);
-    mg_tensor_free(yf);
+    if (rc == MG_OK) rc = eval_batch(tr, x, y, &test_loss, &correct);
+    if (rc == MG_OK) n = mg_dtensor_shape(y)[0];
     mg_step_end();
     mg_set_grad_enabled(prev);
     if (rc != MG_OK) return rc;
@@ -397,13 +396,13 @@ static int first_nonfinite_grad(const mg_param_table *t) {
     return -1;
 }
 
-/* Forward and backward of micro-batch `micro` of step `step` (the GPT's
- * --grad-accum N: the loss scaled by 1/N, the gradients summed across ranks
- * only after the last); *loss_out gets its (scaled) loss, *data_s adds the
- * time spent waiting for the batch. */
+/* Forward and backward of micro-batch `micro` of step `step` (the pipeline's
+ * schedule with pp; the GPT's --grad-accum N: the loss scaled by 1/N, the
+ * gradients summed across ranks only after the last); *loss_out gets its
+ * (scaled) loss, *data_s adds the time spent waiting for the batch. */
 static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out, double *data_s) {
     int64_t n = tr->cfg.grad_accum;
-    mg_dtensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    mg_dtensor *x = NULL, *y = NULL;
     double t_data = mg_cli_clock();
     int64_t comm_ns = mg_flight_wait_ns(); /* the loader's own collectives are data wait */
     mg_trace_begin(MG_TRACE_PHASE, "data", 0);
@@ -413,25 +412,33 @@ static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out
     mg_trace_end();
     *data_s += mg_cli_clock() - t_data;
     tr->window.comm_ns0 += mg_flight_wait_ns() - comm_ns;
+    if (rc != MG_OK) return rc;
+    if (tr->pp) { /* the pipeline's schedule: forward and backward */
+        mg_trace_begin(MG_TRACE_PHASE, "pipeline", 0);
+        rc = mg_train_pp_step(tr->pp, x, y, loss_out);
+        mg_trace_end();
+        return rc;
+    }
     mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
-    if (rc == MG_OK) logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
-    if (logits) loss = mg_cross_entropy(logits, y);
+    mg_dtensor *logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
+    mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
     if (loss && n > 1) loss = mg_scale(loss, 1.0f / (float)n);
     mg_trace_end();
-    if (rc == MG_OK && !loss) rc = mg_last_code();
+    if (!loss) return mg_last_code();
     if (n > 1) mg_set_grad_sync(micro == n - 1);
     mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
-    if (rc == MG_OK) rc = mg_backward(loss);
+    rc = mg_backward(loss);
     mg_trace_end();
     if (n > 1) mg_set_grad_sync(1);
-    if (rc == MG_OK) rc = scalar_value(loss, loss_out);
+    if (rc == MG_OK) rc = mg_dtensor_item(loss, loss_out);
     return rc;
 }
 
-/* One step: batch, forward, loss, backward, the agreement (agreed[]), then the
- * update only when the loss and every gradient are finite. *loss_out gets the
- * loss of the batch, *norm_out the gradient norm before clipping (0 when not
- * clipping) and *data_s the time spent waiting for the batch. */
+/* One step: its micro-batches (one, but for the GPT's --grad-accum), the
+ * agreement (agreed[]), then the update only when the loss and every gradient
+ * are finite. *loss_out gets the loss of the batch, *norm_out the gradient norm
+ * before clipping (0 when not clipping) and *data_s the time spent waiting for
+ * the batch. */
 static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, double *norm_out,
                       int64_t agreed[AGREE_N], double *data_s) {
     mg_param_table *params = &tr->model.params;
@@ -443,11 +450,12 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
         rc = micro_step(tr, step, m, &part, data_s);
         *loss_out += part;
     }
+    if (rc == MG_OK && !tr->pp) mg_params_collect_grads(params);
     if (rc == MG_OK) {
-        mg_params_collect_grads(params);
         int bad = first_nonfinite_grad(params);
         agreed[AGREE_SIGNAL] = stop_requested;
-        agreed[AGREE_BAD_GRAD] = bad >= 0 ? params->n - bad : 0; /* MAX: the first bad one */
+        /* MAX: the first bad one (with pp each rank holds its stages' table: a flag) */
+        agreed[AGREE_BAD_GRAD] = bad < 0 ? 0 : tr->pp ? 1 : params->n - bad;
         agreed[AGREE_BAD_LOSS] = !isfinite(*loss_out);
         agreed[AGREE_METRICS] = tr->metrics_errno != 0;
         agreed[AGREE_SLOWEST] = mg_window_slowest_pack(&tr->window, tr->rank);
@@ -456,8 +464,10 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
     }
     int update = rc == MG_OK && !agreed[AGREE_BAD_GRAD] && !agreed[AGREE_BAD_LOSS];
     mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
-    if (update && tr->cfg.clip > 0) rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);
-    if (update && rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
+    if (update && tr->pp) rc = mg_train_pp_update(tr->pp, &tr->opt, lr, tr->cfg.clip, norm_out);
+    if (update && !tr->pp && tr->cfg.clip > 0)
+        rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);
+    if (update && !tr->pp && rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
     if (rc == MG_OK) rc = mg_params_zero_grads(params);
     if (rc == MG_OK) rc = mg_device_synchronize(); /* a device error surfaces here */
     mg_step_end();
@@ -470,8 +480,11 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
 static int nonfinite_step(trainer *tr, int64_t step, double loss, const int64_t *agreed) {
     const mg_param_table *t = &tr->model.params;
     char what[256];
-    int g = agreed[AGREE_BAD_GRAD] ? t->n - (int)agreed[AGREE_BAD_GRAD] : -1;
-    if (g >= 0)
+    int g = agreed[AGREE_BAD_GRAD] && !tr->pp ? t->n - (int)agreed[AGREE_BAD_GRAD] : -1;
+    if (agreed[AGREE_BAD_GRAD] && tr->pp)
+        snprintf(what, sizeof what, "the loss is %g and a gradient of some pipeline stage is "
+                 "not finite", loss);
+    else if (g >= 0)
         snprintf(what, sizeof what, "the loss is %g and the gradient of %s is not finite (the "
                  "first such parameter)", loss, t->p[g].name);
     else
@@ -517,8 +530,8 @@ static void print_start(trainer *tr, uint64_t checksum) {
             snprintf(shape, sizeof shape, "hidden %lld", (long long)c->hidden);
         printf("meshgrad train: %s (%s, %lld parameters) on mesh %s [%s], %s lr %g (%s), "
                "batch %lld, %lld steps\n",
-               mg_model_kind_name(c->model), shape, (long long)mg_params_numel(&tr->model.params),
-               mb, pb, mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
+               mg_model_kind_name(c->model), shape, (long long)mg_model_numel(&tr->model), mb, pb,
+               mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
                (long long)c->batch, (long long)c->steps);
         if (c->model == MG_MODEL_GPT)
             printf("data %s: %lld train tokens, %lld val tokens (vocabulary %d); param checksum "
@@ -572,7 +585,8 @@ static int run(trainer *tr) {
     if (c->resume[0] && (rc = mg_train_resume(tr)) != MG_OK) return rc;
 
     uint64_t checksum = 0;
-    rc = mg_params_checksum(&tr->model.params, &checksum);
+    rc = tr->pp ? mg_train_pp_checksum(tr->pp, &checksum)
+                : mg_params_checksum(&tr->model.params, &checksum);
     if (rc != MG_OK) return rc;
     print_start(tr, checksum);
     mg_comm *world = tr->mesh->world;

@@ -33,8 +33,9 @@ typedef struct {
     int64_t *starts;          /* gpt: window starts (room for a step's and for all of /val) */
     mg_loader train_loader, test_loader;
     int have_train_loader, have_test_loader;
-    mg_model model;
+    mg_model model; /* with pp: only the layers of this rank's stages */
     int have_model;
+    struct mg_train_pp *pp; /* pp in the plan: the pipeline (train_pp.h) */
     mg_optimizer opt;
     mg_lr_schedule sched;
     mg_spec x_spec, y_spec, test_x_spec, test_y_spec;

@@ -70,6 +70,12 @@ static const option_def options[] = {
     {"flight-dir", OPT_STRING, F(flight_dir), 0, "DIR", "flight recorder dumps: DIR/rank-<r>.json"},
     {"trace", OPT_STRING, F(trace), 0, "FILE", "write a Chrome-trace timeline of all ranks here"},
     {"trace-steps", OPT_STRING, F(trace_steps), 0, "A:B", "the steps --trace records (default 2:4)"},
+    {"depth", OPT_INT, F(depth), 0, "N", "linear layers (0: mlp 2, permute-mlp 3)"},
+    {"pp-schedule", OPT_STRING, F(pp_schedule), 0, "NAME", "pipeline (pp): gpipe | 1f1b | interleaved-1f1b | zb-h1"},
+    {"microbatches", OPT_INT, F(microbatches), 0, "M", "pipeline: micro-batches per step (0: 8)"},
+    {"microbatch-rows", OPT_STRING, F(microbatch_rows), 0, "R1,R2,..", "pipeline: rows of each micro-batch"},
+    {"virtual-stages", OPT_INT, F(virtual_stages), 1, "V", "pipeline: stages per rank (interleaved-1f1b)"},
+    {"pp-layers", OPT_STRING, F(pp_layers), 0, "N1,N2,..", "pipeline: layers per stage (default: balanced)"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
@@ -104,6 +110,8 @@ void mg_train_config_defaults(mg_train_config *c) {
     snprintf(c->flight_dir, sizeof c->flight_dir, "meshgrad-flight");
     snprintf(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
     snprintf(c->dtype, sizeof c->dtype, "fp32");
+    snprintf(c->pp_schedule, sizeof c->pp_schedule, "1f1b");
+    c->virtual_stages = 1;
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
@@ -381,6 +389,7 @@ static const struct {
     {"model.ctx", "--ctx"},
     {"model.vocab", "the data set gives"},
     {"model.channels", "--channels"},
+    {"model.depth", "--depth"},
     {"model.classes", "the data set gives"},
     {"model.input", "the data set gives"},
     {"optimizer", "--optimizer"},

@@ -61,6 +61,13 @@ typedef struct {
     char flight_dir[MG_PATH_MAX]; /* where the flight recorder's dumps go ("" none) */
     char trace[MG_PATH_MAX];   /* --trace FILE: the timeline ("" none) */
     char trace_steps[32];      /* "A:B": the steps it records ("" the default) */
+    int64_t depth;             /* linear layers of the model (0: 2, permute-mlp 3) */
+    /* pipeline (--parallel with pp; nn/pipeline.h), as given: cli/train_pp.c parses */
+    char pp_schedule[32];      /* gpipe | 1f1b | interleaved-1f1b | zb-h1 */
+    int64_t microbatches;      /* 0: 8, or as many as --microbatch-rows lists */
+    char microbatch_rows[1024]; /* "32,32,16" or "" */
+    int64_t virtual_stages;
+    char pp_layers[1024];      /* layers per stage "3,3,2", or "" (balanced) */
     int help;
 } mg_train_config;
 

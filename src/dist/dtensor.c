@@ -1,6 +1,6 @@
 /* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
  * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
- * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh and the public calls
+ * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_item and the public calls
  * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
  * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
  * autograd node, lives with the ops.) Shards live on the current device
@@ -334,6 +334,21 @@ mg_tensor *mg_full_tensor(const mg_dtensor *t) {
     if (mg_redistribute_local(&t->spec, t->local, &all, &out, NULL) != MG_OK) return NULL;
     /* the caller gets host memory, wherever the shards live */
     return mg_tensor_to_device(NULL, out, MG_DEVICE_CPU);
+}
+
+int mg_dtensor_item(const mg_dtensor *t, double *out) {
+    if (mg_spec_is_replicate(&t->spec) && t->local->numel == 1) { /* read in place */
+        float v;
+        mg_backend *be = mg_backend_of(t->local);
+        be->iface->to_host(be->context, &v, t->local->data, 1);
+        *out = v;
+        return MG_OK;
+    }
+    mg_tensor *full = mg_full_tensor(t);
+    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    *out = full->data[0];
+    mg_tensor_free(full);
+    return MG_OK;
 }
 
 /* the getters: NULL (or -1) and a message for a NULL tensor */

@@ -38,6 +38,9 @@ int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float
 /* The same with mean + std * N(0, 1) (Box-Muller on Philox, rng.h). */
 int mg_dtensor_fill_normal(mg_dtensor *t, uint64_t seed, uint64_t stream, float mean, float std);
 
+/* The value of a 0-d tensor (a loss): read in place when it is replicated (no
+ * allocation), else collective over its mesh (mg_full_tensor). */
+int mg_dtensor_item(const mg_dtensor *t, double *out);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
 

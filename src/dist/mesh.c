@@ -4,8 +4,10 @@
  * registered mg_comm, plus one for the whole mesh. The comms are MPI ones, or
  * NCCL ones when the device is a GPU (mg_set_device), made in the same order on
  * every rank (dims 0.., then the whole mesh).
+ * A submesh (mg_mesh_sub) is made the same way over the ranks that share one
+ * coordinate of a dim (MPI_Cart_sub of the mesh, then MPI_Cart_create).
  * Exports: mg_mesh_new/free/ndim/shape/coord (public), mg_mesh_format,
- * mg_mesh_rank_of, mg_mesh_parse. */
+ * mg_mesh_rank_of, mg_mesh_parse, mg_mesh_sub. */
 #include "config.h"
 
 #include "dist/mesh.h"
@@ -117,6 +119,8 @@ static int mpi_error(const char *what, int err) {
     return mg_error(MG_ECOMM, "mg_mesh_new: %s failed: %s", what, s);
 }
 
+static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape);
+
 mg_mesh *mg_mesh_new(int ndim, const int *shape) {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -146,25 +150,35 @@ mg_mesh *mg_mesh_new(int ndim, const int *shape) {
                              text, (long long)ranks, world, world, hint);
     }
 
-    mg_mesh *m = calloc(1, sizeof *m);
-    if (!m) return mg_error_null(MG_ENOMEM, "mg_mesh_new: out of memory");
-    m->ndim = ndim;
-    m->cart = MPI_COMM_NULL;
-    for (int i = 0; i < MG_MAX_MESH_DIMS; i++) m->dim_mpi[i] = MPI_COMM_NULL;
     int dims[MG_MAX_MESH_DIMS], periods[MG_MAX_MESH_DIMS] = {0};
-    for (int i = 0; i < ndim; i++) dims[i] = m->shape[i] = shape[i];
-
-    int err = MPI_Cart_create(MPI_COMM_WORLD, ndim, dims, periods, 0, &m->cart);
+    for (int i = 0; i < ndim; i++) dims[i] = shape[i];
+    MPI_Comm cart = MPI_COMM_NULL;
+    int err = MPI_Cart_create(MPI_COMM_WORLD, ndim, dims, periods, 0, &cart);
     if (err != MPI_SUCCESS) {
         mpi_error("MPI_Cart_create", err);
-        goto fail;
+        return NULL;
     }
+    return mesh_on(cart, ndim, shape);
+}
+
+/* The mesh over the Cartesian communicator `cart` (taken over, freed on
+ * failure): its coordinates, one comm per dim and one for the whole. */
+static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape) {
+    mg_mesh *m = calloc(1, sizeof *m);
+    if (!m) {
+        MPI_Comm_free(&cart);
+        return mg_error_null(MG_ENOMEM, "mg_mesh_new: out of memory");
+    }
+    m->ndim = ndim;
+    m->cart = cart;
+    for (int i = 0; i < MG_MAX_MESH_DIMS; i++) m->dim_mpi[i] = MPI_COMM_NULL;
+    for (int i = 0; i < ndim; i++) m->shape[i] = shape[i];
     MPI_Comm_set_errhandler(m->cart, MPI_ERRORS_RETURN);
     /* names show in MPI's and the watchdog's messages */
     MPI_Comm_set_name(m->cart, "meshgrad mesh");
     MPI_Comm_rank(m->cart, &m->rank);
     MPI_Comm_size(m->cart, &m->size);
-    err = MPI_Cart_coords(m->cart, m->rank, ndim, m->coord);
+    int err = MPI_Cart_coords(m->cart, m->rank, ndim, m->coord);
     if (err != MPI_SUCCESS) {
         mpi_error("MPI_Cart_coords", err);
         goto fail;
@@ -192,6 +206,31 @@ mg_mesh *mg_mesh_new(int ndim, const int *shape) {
 fail:
     mg_mesh_free(m);
     return NULL;
+}
+
+mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim) {
+    if (!m || dim < 0 || dim >= m->ndim)
+        return mg_error_null(MG_EINVAL, "mg_mesh_sub: dim %d is not a dim of the mesh", dim);
+    int remain[MG_MAX_MESH_DIMS] = {0}, shape[MG_MAX_MESH_DIMS] = {1}, n = 0;
+    for (int i = 0; i < m->ndim; i++)
+        if (i != dim) {
+            remain[i] = 1;
+            shape[n++] = m->shape[i];
+        }
+    MPI_Comm group = MPI_COMM_NULL, cart = MPI_COMM_NULL;
+    int err = MPI_Cart_sub(m->cart, remain, &group);
+    if (err != MPI_SUCCESS) {
+        mpi_error("MPI_Cart_sub", err);
+        return NULL;
+    }
+    int ndim = n > 0 ? n : 1, periods[MG_MAX_MESH_DIMS] = {0};
+    err = MPI_Cart_create(group, ndim, shape, periods, 0, &cart);
+    MPI_Comm_free(&group);
+    if (err != MPI_SUCCESS) {
+        mpi_error("MPI_Cart_create", err);
+        return NULL;
+    }
+    return mesh_on(cart, ndim, shape);
 }
 
 void mg_mesh_free(mg_mesh *m) {

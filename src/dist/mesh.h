@@ -28,5 +28,10 @@ char *mg_mesh_format(char *buf, size_t len, const mg_mesh *mesh);
 int mg_mesh_rank_of(const mg_mesh *mesh, const int *coord);
 /* Parses "2", "1x2", "2x2" into shape; returns ndim or MG_EINVAL with a message. */
 int mg_mesh_parse(const char *text, int *shape);
+/* Collective over the mesh. The mesh without `dim`, over the ranks that share
+ * this rank's coordinate on it (a pipeline stage's ranks: the mesh of its
+ * other dims, in their order, with comms of its own; a 1-D mesh of 1 rank when
+ * `dim` was the only one). Freed with mg_mesh_free. */
+mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim);
 
 #endif

@@ -308,6 +308,17 @@ static int add_rows(struct mg_reducer *r, leaf_record *rec, const mg_leaf_grad *
     return 1;
 }
 
+/* A weight's contribution added in its GEMM (reducer_rows.h: mg_rows_add),
+ * when the buffer already holds a sum at the placements the local product
+ * has. 1: added; 0: not this way. */
+static int add_fused(struct mg_reducer *r, leaf_record *rec, const mg_leaf_grad *g) {
+    mg_dtensor *t = rec->leaf;
+    if (rec->form != MG_GRAD_FULL && rec->form != MG_GRAD_LOCAL) return 0;
+    if (mg_buckets_pending(&r->buckets, t->grad->local->data)) return 0; /* a sum in flight */
+    mg_spec at = rec->form == MG_GRAD_LOCAL ? local_spec(t, rec) : t->grad->spec;
+    return mg_rows_add(g->rows_a, g->rows_b, &at, t->grad->local);
+}
+
 int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
     struct mg_reducer *r = reducer();
     leaf_record *rec = r ? record(t) : NULL;
@@ -319,6 +330,7 @@ int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
         int done = add_rows(r, rec, g);
         if (done != 0) return done < 0 ? done : MG_OK;
     }
+    if (g && g->rows_a && add_fused(r, rec, g)) g = NULL; /* added already */
     if (g) {
         mg_tensor *buf = t->grad->local;
         size_t bytes = (size_t)(buf->numel > 0 ? buf->numel : 1) * sizeof(float);

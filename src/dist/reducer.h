@@ -53,7 +53,8 @@ typedef struct mg_leaf_grad {
     mg_dtensor *(*value)(struct mg_leaf_grad *g, void *dest, size_t dest_bytes);
     /* When the op's VJP has this form, the contribution is also the sum over
      * rows of a^T b (a (N, O), b (N, I): a linear's weight, a = dy, b = x), and
-     * the reducer may compute it from these instead; NULL otherwise. */
+     * the reducer may compute it from these instead (their data valid now);
+     * NULL otherwise. */
     const mg_dtensor *rows_a, *rows_b;
 } mg_leaf_grad;
 

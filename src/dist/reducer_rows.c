@@ -92,3 +92,40 @@ int mg_rows_gather(mg_dtensor *w, int dim) {
     int after = mg_comm_barrier(c); /* nobody writes its rows before all copied them */
     return rc == MG_OK ? after : rc;
 }
+
+/* On mesh dim m, the local product of dy and x is the block of `at` there. */
+static bool local_block(const mg_placement at, const mg_placement a, const mg_placement b, int nd) {
+    bool a_whole = a.kind == MG_PLACE_REPLICATE, b_whole = b.kind == MG_PLACE_REPLICATE;
+    bool a_last = a.kind == MG_PLACE_SHARD && a.dim == nd - 1;
+    bool b_last = b.kind == MG_PLACE_SHARD && b.dim == nd - 1;
+    switch (at.kind) {
+    case MG_PLACE_REPLICATE: return a_whole && b_whole;
+    case MG_PLACE_PARTIAL: /* each rank's rows: an addend of the sum */
+        return a.kind == MG_PLACE_SHARD && b.kind == MG_PLACE_SHARD && a.dim == b.dim &&
+               a.dim < nd - 1;
+    case MG_PLACE_SHARD: return at.dim == 0 ? a_last && b_whole : at.dim == 1 && a_whole && b_last;
+    }
+    return false;
+}
+
+int mg_rows_add(const mg_dtensor *dy, const mg_dtensor *x, const mg_spec *at, mg_tensor *buf) {
+    int nd = dy->spec.ndim;
+    if (nd < 2 || x->spec.ndim != nd || at->ndim != 2 || buf->ndim != 2 ||
+        dy->local->device != buf->device || x->local->device != buf->device ||
+        !mg_shape_equal(nd - 1, dy->spec.shape, nd - 1, x->spec.shape))
+        return 0;
+    const mg_mesh *mesh = at->mesh;
+    for (int m = 0; m < mesh->ndim; m++)
+        if (mesh->shape[m] > 1 && !local_block(at->p[m], dy->spec.p[m], x->spec.p[m], nd)) return 0;
+    const mg_tensor *a = dy->local, *b = x->local;
+    int64_t o = a->shape[nd - 1], in = b->shape[nd - 1];
+    int64_t rows = o > 0 ? a->numel / o : 0;
+    if (o != buf->shape[0] || in != buf->shape[1] || (in > 0 && rows != b->numel / in)) return 0;
+    if (o > 0 && in > 0 && rows > 0) {
+        mg_backend *be = mg_backend_of(buf);
+        // buf (O, I) += dy^T (O, rows) x (rows, I)
+        be->iface->gemm(be->context, true, false, o, in, rows, 1.0f, a->data, o, b->data, in, 1.0f,
+                        buf->data, in);
+    }
+    return 1;
+}

@@ -21,7 +21,15 @@
  * layer is enough: a rank can only overwrite a half after every rank passed
  * the barrier of the layer that followed its last use.
  *
- * Exports: mg_rows_slice, mg_rows_dim, mg_rows_compute, mg_rows_gather. */
+ * A gradient accumulated over micro-batches (or uses) has a cheaper way too:
+ * mg_rows_add adds this contribution's dy^T x to the buffer in the GEMM
+ * itself (beta 1; Megatron's gradient accumulation fusion), when the local
+ * product is exactly the buffer's local block, instead of computing it into
+ * scratch memory and adding that (a write and two reads of the whole weight's
+ * size more, per micro-batch).
+ *
+ * Exports: mg_rows_slice, mg_rows_dim, mg_rows_compute, mg_rows_gather,
+ * mg_rows_add. */
 #ifndef MG_DIST_REDUCER_ROWS_H
 #define MG_DIST_REDUCER_ROWS_H
 
@@ -42,5 +50,12 @@ int mg_rows_dim(const mg_dtensor *w, const mg_dtensor *dy, const mg_dtensor *x);
 int mg_rows_compute(const mg_dtensor *dy, const mg_dtensor *x, mg_dtensor *w, int dim, float beta);
 /* Collective over mesh dim `dim`: every rank's rows into every rank's buffer. */
 int mg_rows_gather(mg_dtensor *w, int dim);
+/* buf (O, I), the local block of a gradient of spec `at`, += dy^T x over the
+ * rows (dy (..., O), x (..., I): every dim but the last is rows), computed
+ * from the local blocks alone. 1: added; 0: the local product is not that
+ * block here (nothing done): on each mesh dim, `at` Replicate needs dy and x
+ * whole, Partial needs both split on the same row dim, Shard(0) dy split on
+ * its last dim and x whole, Shard(1) the reverse. Local, no communication. */
+int mg_rows_add(const mg_dtensor *dy, const mg_dtensor *x, const mg_spec *at, mg_tensor *buf);
 
 #endif

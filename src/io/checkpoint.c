@@ -72,9 +72,10 @@ int mg_ckpt_check_entries(const char *path, const mg_ckpt_entry *entries, int n)
     for (int i = 0; i < n; i++) {
         st = check_name(entries[i].name);
         if (st != MG_OK) return st;
-        if (!entries[i].tensor)
-            return mg_error(MG_EINVAL, "checkpoint %s: entry \"%s\" has no tensor", path,
-                            entries[i].name);
+        if (!entries[i].tensor && (entries[i].ndim < 0 || entries[i].ndim > MG_MAX_DIMS ||
+                                   (entries[i].ndim > 0 && !entries[i].shape)))
+            return mg_error(MG_EINVAL, "checkpoint %s: entry \"%s\" has no tensor and no "
+                            "global shape", path, entries[i].name);
         for (int j = 0; j < i; j++)
             if (strcmp(entries[i].name, entries[j].name) == 0)
                 return mg_error(MG_EINVAL, "checkpoint %s: entry \"%s\" is given twice", path,
@@ -86,6 +87,11 @@ int mg_ckpt_check_entries(const char *path, const mg_ckpt_entry *entries, int n)
 /* ---- blocks ------------------------------------------------------------------ */
 
 /* The spec with Partial placements replaced by Replicate. */
+const int64_t *mg_ckpt_entry_shape(const mg_ckpt_entry *e, int *ndim) {
+    *ndim = e->tensor ? e->tensor->spec.ndim : e->ndim;
+    return e->tensor ? e->tensor->spec.shape : e->shape;
+}
+
 mg_spec mg_ckpt_replicate_partial(const mg_spec *s) {
     mg_spec r = *s;
     for (int d = 0; d < s->mesh->ndim; d++)
@@ -174,25 +180,26 @@ static int check_attrs(const char *path, const mg_ckpt_attr *attrs, int nattrs) 
 /* Creates the dataset of one entry and writes this rank's block (collective). */
 static int save_entry(mg_comm *comm, hid_t file, const char *path, const mg_ckpt_entry *e,
                       hid_t dxpl) {
-    const mg_spec *spec = &e->tensor->spec;
-    mg_spec wspec = mg_ckpt_replicate_partial(spec);
+    const mg_spec *spec = e->tensor ? &e->tensor->spec : NULL; /* NULL: other ranks hold it */
+    mg_spec wspec = spec ? mg_ckpt_replicate_partial(spec) : (mg_spec){0};
     mg_tensor *reduced = NULL;
     int st = MG_OK;
-    if (mg_spec_has_partial(spec)) {
+    if (spec && mg_spec_has_partial(spec)) {
         st = mg_redistribute_local(spec, e->tensor->local, &wspec, &reduced, NULL);
         if ((st = mg_io_agree(comm, st)) != MG_OK) return st;
     }
-    const mg_tensor *local = reduced ? reduced : e->tensor->local;
-    int ndim = spec->ndim;
-    int64_t numel = mg_shape_numel(ndim, spec->shape);
+    const mg_tensor *local = reduced ? reduced : spec ? e->tensor->local : NULL;
+    int ndim;
+    const int64_t *shape = mg_ckpt_entry_shape(e, &ndim);
+    int64_t numel = mg_shape_numel(ndim, shape);
     hsize_t dims[MG_MAX_DIMS], chunk[MG_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)spec->shape[i];
+    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
     hid_t space = ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(ndim, dims, NULL);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     if (ndim > 0 && numel > 0) {
-        mg_ckpt_chunk_dims(ndim, spec->shape, chunk);
+        mg_ckpt_chunk_dims(ndim, shape, chunk);
         H5Pset_chunk(dcpl, ndim, chunk);
         H5Pset_fletcher32(dcpl);
     }
@@ -206,9 +213,12 @@ static int save_entry(mg_comm *comm, hid_t file, const char *path, const mg_ckpt
                       he.innermost);
     }
     if ((st = mg_io_agree(comm, st)) == MG_OK && numel > 0) {
-        int64_t lshape[MG_MAX_DIMS], off[MG_MAX_DIMS];
-        mg_spec_local(&wspec, NULL, lshape, off);
-        float *staged, *data = mg_ckpt_host_data(local, &staged, 1), dummy = 0;
+        int64_t lshape[MG_MAX_DIMS] = {0}, off[MG_MAX_DIMS] = {0};
+        float *staged = NULL, *data = NULL, dummy = 0;
+        if (local) { /* a rank that holds the entry writes its block */
+            mg_spec_local(&wspec, NULL, lshape, off);
+            data = mg_ckpt_host_data(local, &staged, 1);
+        }
         hid_t mspace = mg_ckpt_select_block(space, ndim, lshape, off, data && is_writer(&wspec));
         mg_watchdog_begin_comm("checkpoint write", comm->mpi);
         herr_t w = H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, data ? data : &dummy);
@@ -219,7 +229,8 @@ static int save_entry(mg_comm *comm, hid_t file, const char *path, const mg_ckpt
             st = mg_error(MG_EIO, "checkpoint %s: writing dataset /%s failed: %s", path, e->name,
                           he.innermost);
         }
-        if (!data) st = mg_error(MG_ENOMEM, "checkpoint: out of memory staging /%s", e->name);
+        if (local && !data)
+            st = mg_error(MG_ENOMEM, "checkpoint: out of memory staging /%s", e->name);
         free(staged);
         H5Sclose(mspace);
         st = mg_io_agree(comm, st);
@@ -240,14 +251,15 @@ static int64_t estimate_bytes(const mg_ckpt_entry *entries, int n, const mg_ckpt
                               int nattrs) {
     int64_t total = 16 << 10;
     for (int i = 0; i < n; i++) {
-        const mg_spec *s = &entries[i].tensor->spec;
-        int64_t numel = mg_shape_numel(s->ndim, s->shape), nchunks = 1;
+        int ndim;
+        const int64_t *shape = mg_ckpt_entry_shape(&entries[i], &ndim);
+        int64_t numel = mg_shape_numel(ndim, shape), nchunks = 1;
         total += 2048 + 4 * numel;
-        if (s->ndim == 0 || numel == 0) continue;
+        if (ndim == 0 || numel == 0) continue;
         hsize_t chunk[MG_MAX_DIMS];
-        mg_ckpt_chunk_dims(s->ndim, s->shape, chunk);
-        for (int d = 0; d < s->ndim; d++)
-            nchunks *= (s->shape[d] + (int64_t)chunk[d] - 1) / (int64_t)chunk[d];
+        mg_ckpt_chunk_dims(ndim, shape, chunk);
+        for (int d = 0; d < ndim; d++)
+            nchunks *= (shape[d] + (int64_t)chunk[d] - 1) / (int64_t)chunk[d];
         total += 48 * nchunks; /* checksum and index entry */
     }
     for (int i = 0; i < nattrs; i++)

@@ -34,7 +34,11 @@
 
 typedef struct {
     const char *name; /* dataset path inside the file, without the leading '/' */
-    mg_dtensor *tensor;
+    mg_dtensor *tensor; /* NULL: other ranks hold it (a pipeline stage's parameter) */
+    /* tensor NULL: its global shape; this rank makes its dataset with the
+     * others and writes or reads none of it */
+    int ndim;
+    const int64_t *shape;
 } mg_ckpt_entry;
 
 typedef struct {
@@ -42,7 +46,8 @@ typedef struct {
     char value[1024];
 } mg_ckpt_attr;
 
-/* Collective. Entries may be Shard or Replicate (Partial is reduced first).
+/* Collective. Entries may be Shard or Replicate (Partial is reduced first;
+ * an entry held only by some ranks must not be Partial where it is held).
  * Attribute keys "format" and "version" are reserved; names and keys must be
  * unique. Returns MG_OK once the file is complete under its final name. */
 int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,

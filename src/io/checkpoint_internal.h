@@ -19,6 +19,8 @@ typedef struct {
 int mg_ckpt_check_entries(const char *path, const mg_ckpt_entry *entries, int n);
 /* The spec with Partial placements replaced by Replicate. */
 mg_spec mg_ckpt_replicate_partial(const mg_spec *s);
+/* An entry's global shape: its tensor's, or the one it gives (tensor NULL). */
+const int64_t *mg_ckpt_entry_shape(const mg_ckpt_entry *e, int *ndim);
 /* Selects this rank's block (lshape at off) in fspace, or nothing when !take,
  * and returns the matching memory space. */
 hid_t mg_ckpt_select_block(hid_t fspace, int ndim, const int64_t *lshape, const int64_t *off,

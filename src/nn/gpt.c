@@ -30,6 +30,9 @@ int mg_gpt_check(const mg_gpt_config *c, const mg_plan *plan, const mg_mesh *mes
         return mg_error(MG_EINVAL, "gpt: --heads %lld does not divide --embd %lld: each head takes "
                         "embd / heads channels (e.g. --heads 4 --embd 128)", (long long)c->heads,
                         (long long)c->embd);
+    if (mg_plan_pp_dim(plan) >= 0)
+        return mg_error(MG_EINVAL, "gpt: pipeline parallelism (pp) runs the MLPs only so far: give "
+                        "the GPT dp, tp, sp, tp+sp or fsdp (e.g. --parallel dp,tp)");
     int tp = mg_plan_tensor_degree(plan, mesh), sp = mg_plan_sequence_degree(plan, mesh);
     if (c->heads % tp != 0)
         return mg_error(MG_EINVAL, "gpt: tensor-parallel degree %d cannot split %lld heads "

@@ -1,4 +1,5 @@
-/* model.c: Linear, the MLP and the permute-MLP, and the GPT's entry (see model.h). */
+/* model.c: Linear, the MLP and the permute-MLP, as lists of layers, and the
+ * GPT's entry (see model.h). */
 #include "nn/model.h"
 
 #include <math.h>
@@ -48,46 +49,80 @@ mg_dtensor *mg_linear_module_forward(mg_linear_module *m, mg_param_table *t, con
     return mg_linear(x, w, b);
 }
 
-int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, const mg_plan *plan,
-                  int64_t rows, int64_t cols, int64_t hidden, int64_t channels, int64_t classes,
-                  uint64_t seed) {
+/* Layer i's name: fc<i+1> (mlp), col then fc<i> (permute-mlp). */
+static void layer_name(const mg_model *m, int i, char *buf, size_t len) {
+    if (m->kind == MG_MODEL_PERMUTE_MLP) {
+        if (i == 0) snprintf(buf, len, "col");
+        else snprintf(buf, len, "fc%d", i);
+    } else {
+        snprintf(buf, len, "fc%d", i + 1);
+    }
+}
+
+int mg_model_build(mg_model *model, const mg_model_config *c, const mg_mesh *mesh,
+                   const mg_plan *plan, const unsigned char *held) {
     memset(model, 0, sizeof *model);
-    if (kind == MG_MODEL_GPT)
+    if (c->kind == MG_MODEL_GPT)
         return mg_error(MG_EINVAL, "model gpt takes token data: build it with mg_model_init_gpt");
     if (mg_plan_has_sequence(plan)) {
         char pb[64];
         return mg_error(MG_EINVAL, "parallel plan '%s' splits a sequence, but model %s has none: "
-                        "use dp, tp or fsdp (sp and tp+sp are for --model gpt)",
-                        mg_plan_format(pb, sizeof pb, plan), model_names[kind]);
+                        "use dp, tp, fsdp or pp (sp and tp+sp are for --model gpt)",
+                        mg_plan_format(pb, sizeof pb, plan), model_names[c->kind]);
     }
-    if (hidden < 1 || channels < 1 || classes < 1 || rows < 1 || cols < 1)
+    int pmlp = c->kind == MG_MODEL_PERMUTE_MLP, least = pmlp ? 3 : 2;
+    int depth = c->depth ? c->depth : least;
+    if (c->hidden < 1 || c->channels < 1 || c->classes < 1 || c->rows < 1 || c->cols < 1)
         return mg_error(MG_EINVAL, "model: hidden (%lld), channels (%lld) and classes (%lld) must be >= 1",
-                        (long long)hidden, (long long)channels, (long long)classes);
-    model->kind = kind;
-    model->sample_shape[0] = rows;
-    model->sample_shape[1] = cols;
-    model->hidden = hidden;
-    model->channels = channels;
-    model->classes = classes;
-    int rc;
+                        (long long)c->hidden, (long long)c->channels, (long long)c->classes);
+    if (depth < least || depth > MG_MODEL_MAX_LAYERS)
+        return mg_error(MG_EINVAL, "model: %s has %d to %d linear layers; --depth %d is out of "
+                                   "range", mg_model_kind_name(c->kind), least, MG_MODEL_MAX_LAYERS,
+                        depth);
+    model->kind = c->kind;
+    model->sample_shape[0] = c->rows;
+    model->sample_shape[1] = c->cols;
+    model->hidden = c->hidden;
+    model->channels = c->channels;
+    model->classes = c->classes;
+    model->nlayers = depth;
+    model->mesh = mesh;
+    model->plan = *plan;
+    for (int i = 0; i < depth; i++) { /* widths: in and out of every layer */
+        mg_linear_module *l = &model->layer[i];
+        l->weight = l->bias = -1;
+        if (!pmlp && c->widths) {
+            l->in = c->widths[i];
+            l->out = c->widths[i + 1];
+        } else {
+            l->in = i == 0 ? (pmlp ? c->rows : c->rows * c->cols)
+                    : i == 1 && pmlp ? c->cols * c->channels : c->hidden;
+            l->out = i == depth - 1 ? c->classes : i == 0 && pmlp ? c->channels : c->hidden;
+        }
+        if (l->in < 1 || l->out < 1)
+            return mg_error(MG_EINVAL, "model: layer %d is Linear(%lld, %lld): widths must be >= 1",
+                            i, (long long)l->in, (long long)l->out);
+    }
+    int rc = MG_OK;
     mg_param_table *t = &model->params;
-    if (kind == MG_MODEL_MLP) {
-        model->nlayers = 2;
-        rc = mg_linear_module_init(&model->layer[0], t, mesh, plan, 0, "fc1", rows * cols, hidden, seed);
-        if (rc == MG_OK)
-            rc = mg_linear_module_init(&model->layer[1], t, mesh, plan, 1, "fc2", hidden, classes, seed);
-    } else {
-        model->nlayers = 3;
-        /* the columns of x are the rows of x^T: Linear(rows, C) per column */
-        rc = mg_linear_module_init(&model->layer[0], t, mesh, plan, 0, "col", rows, channels, seed);
-        if (rc == MG_OK)
-            rc = mg_linear_module_init(&model->layer[1], t, mesh, plan, 1, "fc1", cols * channels,
-                                       hidden, seed);
-        if (rc == MG_OK)
-            rc = mg_linear_module_init(&model->layer[2], t, mesh, plan, 2, "fc2", hidden, classes, seed);
+    for (int i = 0; i < depth && rc == MG_OK; i++) {
+        if (held && !held[i]) continue;
+        char name[32];
+        layer_name(model, i, name, sizeof name);
+        mg_linear_module *l = &model->layer[i];
+        t->next_index = 2 * i; /* its parameters' place in the whole model */
+        rc = mg_linear_module_init(l, t, mesh, plan, i, name, l->in, l->out, c->seed);
     }
     if (rc != MG_OK) mg_model_free(model);
     return rc;
+}
+
+int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, const mg_plan *plan,
+                  int64_t rows, int64_t cols, int64_t hidden, int64_t channels, int64_t classes,
+                  uint64_t seed) {
+    mg_model_config c = {.kind = kind, .rows = rows, .cols = cols, .hidden = hidden,
+                         .channels = channels, .classes = classes, .seed = seed};
+    return mg_model_build(model, &c, mesh, plan, NULL);
 }
 
 int mg_model_init_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
@@ -95,6 +130,8 @@ int mg_model_init_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
     memset(model, 0, sizeof *model);
     model->kind = MG_MODEL_GPT;
     model->classes = cfg->vocab;
+    model->mesh = mesh;
+    model->plan = *plan;
     int rc = mg_gpt_init(&model->gpt, &model->params, mesh, plan, cfg, seed);
     if (rc != MG_OK) mg_params_free(&model->params);
     return rc;
@@ -105,28 +142,90 @@ void mg_model_free(mg_model *model) {
     mg_params_free(&model->params);
 }
 
-mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x) {
+mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const mg_dtensor *x) {
     mg_param_table *t = &model->params;
-    if (model->kind == MG_MODEL_GPT) return mg_gpt_forward(&model->gpt, t, x); // logits: (B, T, V)
-    const int64_t B = mg_dtensor_shape(x)[0];
     const int64_t R = model->sample_shape[0], C = model->sample_shape[1];
-    mg_dtensor *h;
-    if (model->kind == MG_MODEL_MLP) {
-        int64_t flat[2] = {B, R * C};
-        h = mg_reshape(x, 2, flat);                          // h: (B, R*C)
-        if (h) h = mg_linear_module_forward(&model->layer[0], t, h); // h: (B, H)
-        if (h) h = mg_relu(h);
-        if (h) h = mg_linear_module_forward(&model->layer[1], t, h); // logits: (B, K)
-        return h;
+    const int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
+    mg_dtensor *h = (mg_dtensor *)x;
+    for (int i = first; i < last && h; i++) {
+        mg_linear_module *l = &model->layer[i];
+        if (l->weight < 0)
+            return mg_error_null(MG_ESTATE, "model: layer %d is held by another pipeline stage", i);
+        const int64_t B = mg_dtensor_shape(h)[0];
+        if (i == 0 && pmlp) {
+            static const int perm[3] = {0, 2, 1};
+            h = mg_permute(h, perm);                       // h: (B, C, R) columns
+        } else if (i == 0 && mg_dtensor_ndim(h) == 3) {
+            h = mg_reshape(h, 2, (int64_t[]){B, R * C});   // h: (B, R*C)
+        }
+        if (h) h = mg_linear_module_forward(l, t, h);      // h: (B, out) or (B, C, Ch)
+        if (h && i + 1 < model->nlayers) h = mg_relu(h);
+        if (h && i == 0 && pmlp) h = mg_reshape(h, 2, (int64_t[]){B, C * model->channels});
     }
-    static const int perm[3] = {0, 2, 1};
-    int64_t flat[2] = {B, C * model->channels};
-    h = mg_permute(x, perm);                                     // h: (B, C, R) columns
-    if (h) h = mg_linear_module_forward(&model->layer[0], t, h); // h: (B, C, Ch)
-    if (h) h = mg_relu(h);
-    if (h) h = mg_reshape(h, 2, flat);                           // h: (B, C*Ch)
-    if (h) h = mg_linear_module_forward(&model->layer[1], t, h); // h: (B, H)
-    if (h) h = mg_relu(h);
-    if (h) h = mg_linear_module_forward(&model->layer[2], t, h); // logits: (B, K)
     return h;
+}
+
+mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x) {
+    if (model->kind == MG_MODEL_GPT) return mg_gpt_forward(&model->gpt, &model->params, x); // (B, T, V)
+    return mg_model_forward_layers(model, 0, model->nlayers, x);
+}
+
+int mg_model_param_count(const mg_model *model) {
+    return model->kind == MG_MODEL_GPT ? model->params.n : 2 * model->nlayers;
+}
+
+mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info) {
+    if (model->kind == MG_MODEL_GPT) { /* one table, every parameter held */
+        mg_param *p = &model->params.p[k];
+        if (info) {
+            memset(info, 0, sizeof *info);
+            snprintf(info->name, sizeof info->name, "%s", p->name);
+            info->ndim = p->value->spec.ndim;
+            for (int d = 0; d < info->ndim; d++) info->shape[d] = p->value->spec.shape[d];
+            info->mesh_ndim = p->value->spec.mesh->ndim;
+            for (int m = 0; m < info->mesh_ndim; m++) info->store[m] = p->value->spec.p[m];
+        }
+        return p;
+    }
+    int i = k / 2, bias = k % 2;
+    mg_linear_module *l = &model->layer[i];
+    if (info) {
+        memset(info, 0, sizeof *info);
+        char name[32];
+        layer_name(model, i, name, sizeof name);
+        snprintf(info->name, sizeof info->name, "%s.%s", name, bias ? "bias" : "weight");
+        info->ndim = bias ? 1 : 2;
+        info->shape[0] = l->out;
+        info->shape[1] = l->in;
+        info->mesh_ndim = model->plan.ndim;
+        if (bias) mg_plan_linear(&model->plan, i, NULL, NULL, info->store, NULL);
+        else mg_plan_linear(&model->plan, i, info->store, NULL, NULL, NULL);
+    }
+    int idx = bias ? l->bias : l->weight;
+    return idx >= 0 ? &model->params.p[idx] : NULL;
+}
+
+int64_t mg_model_numel(const mg_model *model) {
+    if (model->kind == MG_MODEL_GPT) return mg_gpt_param_count(&model->gpt.cfg);
+    int64_t n = 0;
+    for (int i = 0; i < model->nlayers; i++) n += (model->layer[i].in + 1) * model->layer[i].out;
+    return n;
+}
+
+int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out) {
+    int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
+    for (int i = 0; i < model->nlayers; i++) {
+        const mg_linear_module *l = &model->layer[i];
+        int rc = mg_layer_costs_mlp((int64_t[]){l->in, l->out}, 2, &out[i]);
+        if (rc != MG_OK) return rc;
+        layer_name(model, i, out[i].name, sizeof out[i].name);
+        double uses = i == 0 && pmlp ? (double)model->sample_shape[1] : 1.0; /* per column */
+        mg_layer_cost *c = &out[i];
+        c->forward_flops *= uses;
+        c->backward_input_flops = i == 0 ? 0 : 2.0 * (double)l->in * (double)l->out + (double)l->out;
+        c->backward_weight_flops *= uses;
+        c->out_floats *= uses;
+        c->saved_floats = uses * (double)(l->in + l->out);
+    }
+    return MG_OK;
 }

@@ -1,19 +1,33 @@
 /* model.h: modules. A Linear layer (weight (out, in), bias (out), PyTorch's
  * default init: both U(-1/sqrt(in), 1/sqrt(in)), drawn with Philox by global
- * element index, stream = the parameter's index in the table), and the two
- * models of `meshgrad train`:
+ * element index, stream = the parameter's index in the whole model), and the
+ * two models of `meshgrad train`, as lists of layers:
  *   mlp          x (B, 8, 8) -> reshape (B, 64) -> Linear(64, H) -> ReLU
- *                -> Linear(H, K)
+ *                [-> Linear(H, H) -> ReLU] x (depth - 2) -> Linear(H, K)
+ *                (layers fc1 .. fc<depth>; with `widths`, Linear(w0, w1) ->
+ *                ReLU -> ... on x (B, w0): the MLP of `meshgrad bench step`)
  *   permute-mlp  x (B, 8, 8) -> permute (0, 2, 1) -> one Linear(8, C) shared by
  *                the 8 columns -> ReLU -> reshape (B, 8C) -> Linear(8C, H)
- *                -> ReLU -> Linear(H, K)
- *   gpt          ids (B, T) -> logits (B, T, V): GPT-2 (gpt.h)
- * Placements come from a parallel plan (plan.h); the forward pass is written
- * in global shapes only.
+ *                -> ReLU [-> Linear(H, H) -> ReLU] x (depth - 3) -> Linear(H, K)
+ *                (layers col, fc1 .. fc<depth - 1>)
+ *   gpt          ids (B, T) -> logits (B, T, V): GPT-2 (gpt.h), a list of
+ *                blocks of its own; built by mg_model_init_gpt (no pipeline)
+ * Layer i is its Linear with what comes before it (layer 0: the reshape or
+ * permute of the input) and the ReLU after it (the last: none; the loss is
+ * the caller's). Layer i's weight and bias are parameters 2i and 2i + 1 of
+ * the whole model.
+ *
+ * A pipeline stage (nn/pipeline.h) builds only the layers it holds, on its
+ * ranks' mesh: model->layer[i].weight is -1 for a layer another stage holds,
+ * and mg_model_param describes every parameter of the whole model, held here
+ * or not (checkpoints write them all). Placements come from a parallel plan
+ * (plan.h); the forward pass is written in global shapes only.
  *
  * Exports: mg_linear_module, mg_model, mg_model_kind, mg_model_kind_parse,
- * mg_model_init, mg_model_init_gpt, mg_model_free, mg_model_forward,
- * mg_linear_module_forward. */
+ * mg_model_config, mg_model_build, mg_model_init, mg_model_init_gpt, mg_model_free,
+ * mg_model_forward, mg_model_forward_layers, mg_linear_module_forward,
+ * mg_model_param_count, mg_model_param, mg_model_param_info, mg_model_numel,
+ * mg_model_layer_costs. */
 #ifndef MG_NN_MODEL_H
 #define MG_NN_MODEL_H
 
@@ -21,6 +35,7 @@
 
 #include "nn/gpt.h"
 #include "nn/param.h"
+#include "nn/pipeline_cost.h"
 #include "nn/plan.h"
 
 typedef struct {
@@ -30,17 +45,37 @@ typedef struct {
 
 typedef enum { MG_MODEL_MLP = 0, MG_MODEL_PERMUTE_MLP, MG_MODEL_GPT } mg_model_kind;
 
-#define MG_MODEL_MAX_LAYERS 4
+#define MG_MODEL_MAX_LAYERS 64
+
+typedef struct {
+    mg_model_kind kind;
+    int64_t rows, cols;              /* a sample's shape: (8, 8) */
+    int64_t hidden, channels, classes;
+    int depth;                       /* linear layers; 0: 2 (mlp), 3 (permute-mlp) */
+    const int64_t *widths;           /* mlp: the widths (depth + 1 of them) instead */
+    uint64_t seed;
+} mg_model_config;
 
 typedef struct {
     mg_model_kind kind;
     int64_t sample_shape[2]; /* (8, 8) */
     int64_t hidden, channels, classes;
-    int nlayers;
-    mg_linear_module layer[MG_MODEL_MAX_LAYERS];
-    mg_gpt gpt; /* MG_MODEL_GPT */
-    mg_param_table params;
+    int nlayers;             /* the whole model's (its depth) */
+    mg_linear_module layer[MG_MODEL_MAX_LAYERS]; /* weight -1: held by another stage */
+    mg_param_table params;   /* the parameters of the layers held here */
+    const mg_mesh *mesh;     /* the whole mesh (a pipeline's, not its stage's) */
+    mg_plan plan;            /* the plan the layers are placed by (a stage's) */
+    mg_gpt gpt;              /* MG_MODEL_GPT: its blocks (no layer[]) */
 } mg_model;
+
+/* Parameter k of the whole model, described. */
+typedef struct {
+    char name[MG_PARAM_NAME_MAX];
+    int ndim;
+    int64_t shape[2];
+    mg_placement store[MG_MAX_MESH_DIMS]; /* as stored, on the plan's mesh */
+    int mesh_ndim;
+} mg_model_param_info;
 
 /* "mlp", "permute-mlp" or "gpt"; MG_EINVAL with a message otherwise. */
 int mg_model_kind_parse(const char *text, mg_model_kind *kind);
@@ -54,8 +89,14 @@ int mg_linear_module_init(mg_linear_module *m, mg_param_table *t, const mg_mesh 
 /* y (..., out) = x (..., in) W^T + b */
 mg_dtensor *mg_linear_module_forward(mg_linear_module *m, mg_param_table *t, const mg_dtensor *x);
 
-/* Builds the model's parameters on `mesh` with `plan`. Samples are (rows, cols)
- * images (8, 8 for digits); `channels` is used by permute-mlp only. */
+/* Builds the parameters of the layers `held` (NULL: all) on `mesh` with
+ * `plan`. Samples are (rows, cols) images (8, 8 for digits); `channels` is
+ * used by permute-mlp only. MG_EINVAL with a message for sizes below 1, a
+ * depth below the model's 2 (mlp) or 3 (permute-mlp) or above
+ * MG_MODEL_MAX_LAYERS. */
+int mg_model_build(mg_model *model, const mg_model_config *c, const mg_mesh *mesh,
+                   const mg_plan *plan, const unsigned char *held);
+/* mg_model_build of every layer, default depth. */
 int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, const mg_plan *plan,
                   int64_t rows, int64_t cols, int64_t hidden, int64_t channels, int64_t classes,
                   uint64_t seed);
@@ -66,5 +107,18 @@ void mg_model_free(mg_model *model);
 /* logits (B, K) from x (B, rows, cols), or for the GPT logits (B, T, V) from
  * ids (B, T); NULL with a message on failure. */
 mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x);
+/* Layers [first, last) (held here) of x: layer 0 takes x (B, rows, cols),
+ * layer i > 0 the output of layer i - 1; the last gives the logits. */
+mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const mg_dtensor *x);
+/* How many parameters the whole model has: 2 nlayers (MLPs), the table's (GPT). */
+int mg_model_param_count(const mg_model *model);
+/* Parameter k (< mg_model_param_count) of the whole model: its description
+ * into *info (may be NULL), and its entry here, or NULL when another pipeline
+ * stage holds it. */
+mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info);
+/* Elements of every parameter of the whole model. */
+int64_t mg_model_numel(const mg_model *model);
+/* Each layer's costs per row (sample), for the stage balancer. */
+int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out);
 
 #endif

@@ -100,15 +100,19 @@ int mg_clip_grad_norm(mg_param_table *t, double max_norm, double *norm_out) {
     int rc = mg_grad_norm(t, &norm);
     if (rc != MG_OK) return rc;
     if (norm_out) *norm_out = norm;
+    mg_clip_grads_to(t, max_norm, norm);
+    return MG_OK;
+}
+
+void mg_clip_grads_to(mg_param_table *t, double max_norm, double norm) {
     double coef = max_norm / (norm + 1e-6);
-    if (coef >= 1.0) return MG_OK;
+    if (coef >= 1.0) return;
     for (int i = 0; i < t->n; i++) {
         mg_param *p = &t->p[i];
         if (!p->grad) continue;
         mg_backend *be = mg_backend_of(p->grad->local);
         be->iface->unary(be->context, MG_UNARY_SCALE, p->grad->local, (float)coef, p->grad->local);
     }
-    return MG_OK;
 }
 
 static const char *const schedule_names[] = {"constant", "cosine"};

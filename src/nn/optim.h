@@ -15,7 +15,7 @@
  * lr_min + (lr - lr_min) * 0.5 * (1 + cos(pi * (s - warmup) / (total - warmup))).
  *
  * Exports: mg_optimizer_add_state, mg_optimizer_step, mg_grad_norm,
- * mg_clip_grad_norm, mg_lr_schedule, mg_lr_at (and optim_update.h). */
+ * mg_clip_grad_norm, mg_clip_grads_to, mg_lr_schedule, mg_lr_at (and optim_update.h). */
 #ifndef MG_NN_OPTIM_H
 #define MG_NN_OPTIM_H
 
@@ -38,6 +38,9 @@ int mg_grad_norm(mg_param_table *t, double *norm);
  * (torch.nn.utils.clip_grad_norm_). *norm_out (may be NULL) gets the norm
  * before clipping. */
 int mg_clip_grad_norm(mg_param_table *t, double max_norm, double *norm_out);
+/* The scaling of mg_clip_grad_norm for a norm found otherwise (a pipeline's:
+ * the stages' norms summed). */
+void mg_clip_grads_to(mg_param_table *t, double max_norm, double norm);
 
 typedef enum { MG_SCHEDULE_CONSTANT = 0, MG_SCHEDULE_COSINE } mg_schedule_kind;
 

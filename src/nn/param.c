@@ -48,7 +48,9 @@ int mg_params_add_init(mg_param_table *t, const mg_mesh *mesh, const char *name,
     snprintf(p->name, sizeof p->name, "%s", name);
     p->value = mg_dtensor_zeros(&spec, NULL);
     if (!p->value) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    rc = param_fill(p->value, seed, (uint64_t)t->n, init);
+    if (t->next_index < t->n) t->next_index = t->n;
+    p->index = t->next_index;
+    rc = param_fill(p->value, seed, (uint64_t)p->index, init);
     if (rc == MG_OK) rc = mg_set_requires_grad(p->value, 1);
     if (rc != MG_OK) {
         mg_dtensor_free(p->value);
@@ -60,6 +62,7 @@ int mg_params_add_init(mg_param_table *t, const mg_mesh *mesh, const char *name,
         if (!mg_placement_equal(spec.p[d], use_spec.p[d])) p->gather = 1;
         if (spec.p[d].kind == MG_PLACE_REPLICATE) p->replication *= mesh->shape[d];
     }
+    t->next_index++;
     return t->n++;
 }
 
@@ -105,9 +108,9 @@ int mg_params_zero_grads(mg_param_table *t) {
     return MG_OK;
 }
 
-int mg_params_checksum(mg_param_table *t, uint64_t *out) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
-    for (int i = 0; i < t->n; i++) {
+int mg_params_checksum_more(mg_param_table *t, int first, int n, uint64_t *out) {
+    uint64_t h = *out;
+    for (int i = first; i < first + n; i++) {
         mg_tensor *full = mg_full_tensor(t->p[i].value);
         if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
         const unsigned char *b = (const unsigned char *)full->data;
@@ -120,6 +123,11 @@ int mg_params_checksum(mg_param_table *t, uint64_t *out) {
     }
     *out = h;
     return MG_OK;
+}
+
+int mg_params_checksum(mg_param_table *t, uint64_t *out) {
+    *out = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    return mg_params_checksum_more(t, 0, t->n, out);
 }
 
 int64_t mg_params_numel(const mg_param_table *t) {

@@ -33,17 +33,22 @@ typedef struct {
                                              * update (optim_shard.h), or -1 */
     int one_copy;                           /* value and state are one copy per node, that
                                              * only the split step may update */
+    int index;                              /* its place in the whole model (the Philox
+                                             * stream of its initial values) */
 } mg_param;
 
 typedef struct {
     mg_param *p;
     int n, cap;
+    int next_index; /* the index of the next parameter added: n, unless a pipeline
+                     * stage holds only some of the model's parameters and sets it */
 } mg_param_table;
 
 /* Adds a parameter of global `shape`, stored with placements `store` and used
  * with placements `use` (n = mesh ndim each), initialized U(lo, hi) from
- * Philox(seed, stream = its index in the table). Returns its index or a
- * negative status with a message. */
+ * Philox(seed, stream = its index in the whole model: t->next_index, which is
+ * its index in the table unless set ahead). Returns its index in the table
+ * or a negative status with a message. */
 int mg_params_add(mg_param_table *t, const mg_mesh *mesh, const char *name, int ndim,
                   const int64_t *shape, const mg_placement *store, const mg_placement *use,
                   uint64_t seed, float lo, float hi);
@@ -78,6 +83,9 @@ int mg_params_zero_grads(mg_param_table *t);
 /* Collective. FNV-1a 64 of the bytes of every parameter's full tensor, in table
  * order: equal on every mesh when the initial parameters are bitwise equal. */
 int mg_params_checksum(mg_param_table *t, uint64_t *out);
+/* The same over parameters [first, first + n), continuing the hash *h
+ * (pipeline stages hash their parts in turn). */
+int mg_params_checksum_more(mg_param_table *t, int first, int n, uint64_t *h);
 /* Total number of elements of every parameter (global). */
 int64_t mg_params_numel(const mg_param_table *t);
 

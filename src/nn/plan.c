@@ -7,7 +7,8 @@
 #include "dist/mesh.h"
 #include "status.h"
 
-static const char *const plan_names[] = {"dp", "tp", "fsdp", "sp", "tp+sp"};
+/* in mg_plan_kind's order */
+static const char *const plan_names[] = {"dp", "tp", "fsdp", "pp", "sp", "tp+sp"};
 #define NPLANS ((int)(sizeof plan_names / sizeof plan_names[0]))
 
 int mg_plan_parse(const char *text, mg_plan *plan) {
@@ -23,8 +24,8 @@ int mg_plan_parse(const char *text, mg_plan *plan) {
             if (len == strlen(plan_names[k]) && strncmp(s, plan_names[k], len) == 0) kind = k;
         if (kind < 0)
             return mg_error(MG_EINVAL,
-                            "parallel plan '%s': unknown entry '%.*s'; use dp, tp, fsdp, sp or tp+sp, "
-                            "one per mesh dim separated by commas (e.g. dp,tp)",
+                            "parallel plan '%s': unknown entry '%.*s'; use dp, tp, fsdp, pp, sp or "
+                            "tp+sp, one per mesh dim separated by commas (e.g. dp,tp)",
                             text, (int)len, s);
         plan->kind[plan->ndim++] = (mg_plan_kind)kind;
         if (s[len] == '\0') break;
@@ -68,6 +69,12 @@ int mg_plan_check(const mg_plan *plan, const mg_mesh *mesh, int64_t batch) {
                         "parallel plan '%s' on mesh %s splits the batch over %d mesh dims; at most one "
                         "dim may be dp or fsdp (use tp for the others, or a 1-D mesh)",
                         pb, mb, data_dims);
+    int pp_dims = 0;
+    for (int d = 0; d < plan->ndim; d++) pp_dims += plan->kind[d] == MG_PLAN_PP;
+    if (pp_dims > 1)
+        return mg_error(MG_EINVAL,
+                        "parallel plan '%s' on mesh %s has %d pp dims; a pipeline runs along one "
+                        "mesh dim (e.g. --mesh 2x2 --parallel pp,dp)", pb, mb, pp_dims);
     int degree = mg_plan_data_degree(plan, mesh);
     if (batch < degree)
         return mg_error(MG_EINVAL,
@@ -94,6 +101,7 @@ void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_pl
         case MG_PLAN_FSDP:
             ws = bs = MG_SHARD(0); /* stored sharded, gathered to Replicate for use */
             break;
+        case MG_PLAN_PP: break; /* a stage's parameters live on its own ranks' mesh */
         }
         if (w_store) w_store[d] = ws;
         if (w_use) w_use[d] = wu;
@@ -136,6 +144,7 @@ void mg_plan_gpt_param(const mg_plan *plan, mg_gpt_role role, mg_placement *stor
         mg_placement s = MG_REPLICATE, u = MG_REPLICATE;
         switch (plan->kind[d]) {
         case MG_PLAN_DP:
+        case MG_PLAN_PP: /* the GPT refuses pp (gpt.c) */
         case MG_PLAN_SP: break;
         case MG_PLAN_FSDP: s = MG_SHARD(0); break; /* gathered to Replicate for use */
         case MG_PLAN_TP:
@@ -152,13 +161,27 @@ void mg_plan_gpt_param(const mg_plan *plan, mg_gpt_role role, mg_placement *stor
 
 void mg_plan_residual(const mg_plan *plan, mg_placement *p) {
     for (int d = 0; d < plan->ndim; d++)
-        p[d] = is_data_parallel(plan->kind[d]) ? MG_SHARD(0)
-               : plan->kind[d] == MG_PLAN_TP   ? MG_REPLICATE
-                                               : MG_SHARD(1);
+        p[d] = is_data_parallel(plan->kind[d])                              ? MG_SHARD(0)
+               : plan->kind[d] == MG_PLAN_SP || plan->kind[d] == MG_PLAN_TP_SP ? MG_SHARD(1)
+                                                                                : MG_REPLICATE;
 }
 
 void mg_plan_region_input(const mg_plan *plan, mg_placement *p) {
     mg_plan_residual(plan, p);
     for (int d = 0; d < plan->ndim; d++)
         if (plan->kind[d] == MG_PLAN_TP_SP) p[d] = MG_REPLICATE;
+}
+
+int mg_plan_pp_dim(const mg_plan *plan) {
+    for (int d = 0; d < plan->ndim; d++)
+        if (plan->kind[d] == MG_PLAN_PP) return d;
+    return -1;
+}
+
+mg_plan mg_plan_without(const mg_plan *plan, int dim) {
+    mg_plan out = {0};
+    for (int d = 0; d < plan->ndim; d++)
+        if (d != dim) out.kind[out.ndim++] = plan->kind[d];
+    if (out.ndim == 0) out = (mg_plan){.ndim = 1, .kind = {MG_PLAN_DP}};
+    return out;
 }

@@ -12,6 +12,10 @@
  *         dim: parameters as tp; the residual stream and the layer norms
  *         Shard(1) on T between the tensor-parallel regions, all-gathered on
  *         entry to a region and reduce-scattered on the way out.
+ *   pp    pipeline parallel (nn/pipeline.h; the MLPs only): the model's layers
+ *         cut into contiguous stages along that mesh dim; a stage's parameters
+ *         exist only on its ranks, on the mesh of the other dims (mg_mesh_sub)
+ *         under the plans of the others (mg_plan_without). At most one pp dim.
  * "dp,tp" on a 2-D mesh: dim 0 data parallel, dim 1 tensor parallel.
  *
  * The GPT (gpt.h) asks three more things of a plan: where each kind of its
@@ -23,7 +27,8 @@
  * mg_plan_linear (placements of one linear layer's weight and bias),
  * mg_plan_batch (placements of the batch dim), mg_plan_data_degree,
  * mg_plan_has_sequence, mg_plan_tensor_degree, mg_plan_sequence_degree,
- * mg_gpt_role, mg_plan_gpt_param, mg_plan_residual, mg_plan_region_input. */
+ * mg_gpt_role, mg_plan_gpt_param, mg_plan_residual, mg_plan_region_input,
+ * mg_plan_pp_dim, mg_plan_without. */
 #ifndef MG_NN_PLAN_H
 #define MG_NN_PLAN_H
 
@@ -32,7 +37,14 @@
 
 #include "meshgrad.h"
 
-typedef enum { MG_PLAN_DP = 0, MG_PLAN_TP, MG_PLAN_FSDP, MG_PLAN_SP, MG_PLAN_TP_SP } mg_plan_kind;
+typedef enum {
+    MG_PLAN_DP = 0,
+    MG_PLAN_TP,
+    MG_PLAN_FSDP,
+    MG_PLAN_PP,
+    MG_PLAN_SP,
+    MG_PLAN_TP_SP
+} mg_plan_kind;
 
 typedef struct {
     int ndim; /* number of plans = mesh dims */
@@ -57,8 +69,8 @@ int mg_plan_data_degree(const mg_plan *plan, const mg_mesh *mesh);
 void mg_plan_linear(const mg_plan *plan, int layer, mg_placement *w_store, mg_placement *w_use,
                     mg_placement *b_store, mg_placement *b_use);
 /* Placements of a batch-major tensor (inputs, labels, token ids (B, T)):
- * Shard(0) on dp/fsdp dims, Shard(1) on sp dims, Replicate on tp and tp+sp
- * dims (Megatron gives every tensor-parallel rank the whole sequence of ids). */
+ * Shard(0) on dp/fsdp dims, Shard(1) on sp dims, Replicate on tp, tp+sp and
+ * pp dims (Megatron gives every tensor-parallel rank the whole sequence of ids). */
 void mg_plan_batch(const mg_plan *plan, mg_placement *p);
 /* 1 when some mesh dim is sp or tp+sp (a plan only the GPT can run). */
 int mg_plan_has_sequence(const mg_plan *plan);
@@ -83,5 +95,10 @@ void mg_plan_residual(const mg_plan *plan, mg_placement *p);
 /* Placements of the input (B, T, C) of a tensor-parallel region (a column-
  * parallel linear): the residual's, but Replicate on tp+sp dims (gathered on T). */
 void mg_plan_region_input(const mg_plan *plan, mg_placement *p);
+/* The pp dim, or -1. */
+int mg_plan_pp_dim(const mg_plan *plan);
+/* The plan without dim `dim` (a stage's plan on mg_mesh_sub's mesh; "dp" on
+ * its one dim of 1 rank when `dim` was the only one). */
+mg_plan mg_plan_without(const mg_plan *plan, int dim);
 
 #endif

@@ -56,7 +56,10 @@ static void attr_int(attr_list *l, const char *key, int64_t v) {
     attr_set(l, key, "%lld", (long long)v);
 }
 
-static const mg_mesh *model_mesh(const mg_model *m) { return m->params.p[0].value->spec.mesh; }
+/* The whole mesh (a pipeline's, not a stage's). */
+static const mg_mesh *model_mesh(const mg_model *m) {
+    return m->mesh ? m->mesh : m->params.p[0].value->spec.mesh;
+}
 
 /* "exp_avg,exp_avg_sq", "momentum_buffer" or "none" */
 static void state_names(const mg_optimizer *opt, char *buf, size_t len) {
@@ -94,6 +97,7 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
         attr_int(l, "model.hidden", model->hidden);
         attr_int(l, "model.channels", model->channels);
         attr_int(l, "model.classes", model->classes);
+        attr_int(l, "model.depth", model->nlayers);
         attr_set(l, "model.input", "%lldx%lld", (long long)model->sample_shape[0],
                  (long long)model->sample_shape[1]);
     }
@@ -115,43 +119,52 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
     const mg_mesh *mesh = model_mesh(model);
     attr_set(l, "mesh", "%s", mg_mesh_format(buf, sizeof buf, mesh));
     attr_set(l, "parallel", "%s", mg_plan_format(buf, sizeof buf, plan));
-    for (int i = 0; i < model->params.n; i++) {
-        const mg_param *p = &model->params.p[i];
+    for (int k = 0; k < mg_model_param_count(model); k++) { /* every stage's, where a pipeline cuts it */
+        mg_model_param_info info;
+        mg_model_param((mg_model *)model, k, &info);
         char key[128];
-        snprintf(key, sizeof key, "placements.%s", p->name);
-        attr_set(l, key, "%s", mg_placements_format(buf, sizeof buf, p->value->spec.p, mesh->ndim));
+        snprintf(key, sizeof key, "placements.%s", info.name);
+        attr_set(l, key, "%s", mg_placements_format(buf, sizeof buf, info.store, info.mesh_ndim));
     }
     attr_set(l, "meshgrad.version", "%s", mg_version());
 }
 
-/* The entries params/<name> and optim/<name>/<state>; names in *names (free it). */
+/* The entries params/<name> and optim/<name>/<state> of every parameter of
+ * the whole model, in order (a pipeline stage's ranks hold some; the others
+ * take part in making them); names and shapes in *names (free it). */
 static int build_entries(mg_model *model, const mg_optimizer *opt, mg_ckpt_entry **out, int *n,
                          char **names) {
     enum { NAME = MG_PARAM_NAME_MAX + 32 };
-    mg_param_table *t = &model->params;
-    int nstate = mg_optimizer_state_count(opt), count = t->n * (1 + nstate);
+    _Static_assert(NAME % 8 == 0, "the shapes after the names must be aligned");
+    int nstate = mg_optimizer_state_count(opt), np = mg_model_param_count(model), count = np * (1 + nstate);
     mg_ckpt_entry *e = calloc((size_t)count, sizeof *e);
-    char *buf = calloc((size_t)count, NAME);
+    /* the names, then the shapes (NAME is a multiple of 8) */
+    char *buf = calloc(1, (size_t)count * NAME + (size_t)np * 2 * sizeof(int64_t));
     if (!e || !buf) {
         free(e);
         free(buf);
         return mg_error(MG_ENOMEM, "checkpoint: out of memory for %d entries", count);
     }
+    int64_t (*shapes)[2] = (int64_t(*)[2])(void *)(buf + (size_t)count * NAME);
     int k = 0;
-    for (int i = 0; i < t->n; i++) {
+    for (int i = 0; i < np; i++) {
+        mg_model_param_info info;
+        mg_param *p = mg_model_param(model, i, &info);
+        shapes[i][0] = info.shape[0];
+        shapes[i][1] = info.shape[1];
         char *name = buf + (size_t)k * NAME;
-        snprintf(name, NAME, "params/%s", t->p[i].name);
-        e[k++] = (mg_ckpt_entry){name, t->p[i].value};
+        snprintf(name, NAME, "params/%s", info.name);
+        e[k++] = (mg_ckpt_entry){name, p ? p->value : NULL, info.ndim, shapes[i]};
         for (int s = 0; s < nstate; s++) {
-            if (!t->p[i].state[s]) {
+            if (p && !p->state[s]) {
                 free(e);
                 free(buf);
-                return mg_error(MG_ESTATE, "checkpoint: %s has no optimizer state %s", t->p[i].name,
+                return mg_error(MG_ESTATE, "checkpoint: %s has no optimizer state %s", p->name,
                                 mg_optimizer_state_name(opt, s));
             }
             name = buf + (size_t)k * NAME;
-            snprintf(name, NAME, "optim/%s/%s", t->p[i].name, mg_optimizer_state_name(opt, s));
-            e[k++] = (mg_ckpt_entry){name, t->p[i].state[s]};
+            snprintf(name, NAME, "optim/%s/%s", info.name, mg_optimizer_state_name(opt, s));
+            e[k++] = (mg_ckpt_entry){name, p ? p->state[s] : NULL, info.ndim, shapes[i]};
         }
     }
     *out = e;
@@ -164,8 +177,8 @@ int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *o
                         const mg_plan *plan, const mg_train_state *st) {
     if (model->params.n == 0)
         return mg_error(MG_EINVAL, "checkpoint %s: the model has no parameters", path);
-    attr_list l = {calloc(64 + (size_t)model->params.n, sizeof(mg_ckpt_attr)), 0,
-                   64 + model->params.n};
+    attr_list l = {calloc(64 + (size_t)mg_model_param_count(model), sizeof(mg_ckpt_attr)), 0,
+                   64 + mg_model_param_count(model)};
     if (!l.a) return mg_error(MG_ENOMEM, "checkpoint: out of memory for attributes");
     build_attrs(&l, model, opt, plan, st);
     mg_ckpt_entry *e;
@@ -198,6 +211,7 @@ static const setting settings[] = {
     {"model.hidden", 1, MLPS},
     {"model.channels", 1, 1 << MG_MODEL_PERMUTE_MLP},
     {"model.classes", 1, MLPS},
+    {"model.depth", 1, MLPS},
     {"model.input", 1, MLPS},
     {"model.layers", 1, GPT},
     {"model.heads", 1, GPT},
@@ -255,6 +269,8 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
             continue; /* a constant schedule does not depend on the length of the run */
         const char *want = mg_ckpt_attr_get(cur->a, cur->n, s->key);
         const char *have = mg_ckpt_attr_get(file, nfile, s->key);
+        if (!have && strcmp(s->key, "model.depth") == 0) /* saved before --depth: the default */
+            have = model->kind == MG_MODEL_PERMUTE_MLP ? "3" : "2";
         if (!have) {
             if (s->must_match)
                 return mg_error(MG_EFORMAT, "checkpoint %s has no attribute \"%s\": it was not "
@@ -277,8 +293,8 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
     if (model->params.n == 0)
         return mg_error(MG_EINVAL, "checkpoint %s: the model has no parameters", path);
     mg_ckpt_attr *file = calloc(MAX_FILE_ATTRS, sizeof *file);
-    attr_list l = {calloc(64 + (size_t)model->params.n, sizeof(mg_ckpt_attr)), 0,
-                   64 + model->params.n};
+    attr_list l = {calloc(64 + (size_t)mg_model_param_count(model), sizeof(mg_ckpt_attr)), 0,
+                   64 + mg_model_param_count(model)};
     if (!file || !l.a) {
         free(file);
         free(l.a);

@@ -150,14 +150,14 @@ static int build_entries(const mg_ckpt *ck, mg_ckpt_entry **out, int *n, char **
     }
     for (int i = 0; i < ck->n; i++, k++) {
         snprintf(buf + (size_t)k * ENTRY_NAME, ENTRY_NAME, "params/%s", ck->names[i]);
-        e[k] = (mg_ckpt_entry){buf + (size_t)k * ENTRY_NAME, ck->tensors[i]};
+        e[k] = (mg_ckpt_entry){.name = buf + (size_t)k * ENTRY_NAME, .tensor = ck->tensors[i]};
     }
     for (int i = 0; o && i < o->params.n; i++)
         for (int s = 0; s < nstate; s++, k++) {
             const mg_param *p = &o->params.p[i];
             snprintf(buf + (size_t)k * ENTRY_NAME, ENTRY_NAME, "optim/%s/%s", p->name,
                      mg_optimizer_state_name(&o->opt, s));
-            e[k] = (mg_ckpt_entry){buf + (size_t)k * ENTRY_NAME, p->state[s]};
+            e[k] = (mg_ckpt_entry){.name = buf + (size_t)k * ENTRY_NAME, .tensor = p->state[s]};
         }
     *out = e;
     *n = count;

@@ -80,7 +80,7 @@ static mg_optim *optim_new(const char *who, const mg_optimizer *cfg, int rc, int
         return mg_error_null(MG_ENOMEM, "%s: out of memory for %d parameters", who, n);
     }
     o->opt = *cfg;
-    o->params = (mg_param_table){p, n, n};
+    o->params = (mg_param_table){.p = p, .n = n, .cap = n, .next_index = n};
     for (int i = 0; i < n; i++) param_init(&p[i], names[i], params[i]);
     if ((rc = mg_optimizer_add_state(&o->opt, &o->params)) != MG_OK) {
         mg_optim_free(o);

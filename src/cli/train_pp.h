@@ -1,0 +1,48 @@
+/* train_pp.h: `meshgrad train` with pp in its plan (--parallel pp, pp,dp,
+ * pp,tp, pp,fsdp, pp,dp,tp...). train.c keeps everything else (data,
+ * optimizer, checkpoints, signals, metrics); this part gives it:
+ *   - the model: only the layers this rank's stages hold, on its stage mesh
+ *     (nn/pipeline.h), their parameters numbered by their place in the whole
+ *     model (the same initial values as on any mesh);
+ *   - the step: the batch (loaded whole on every rank) cut into the
+ *     micro-batches, each one's loss its share of the batch's mean
+ *     (rows / batch), run by the executor (nn/pipeline_exec.h); the loss and
+ *     the gradient norm summed over the stages; clipping and the optimizer
+ *     step on each stage's parameters;
+ *   - evaluation: the test split in `ranks` micro-batches, forwards only;
+ *   - the parameter checksum of the whole model, stage after stage.
+ * Exports: mg_train_pp, mg_train_pp_new, mg_train_pp_step, mg_train_pp_update,
+ * mg_train_pp_evaluate, mg_train_pp_checksum, mg_train_pp_free. */
+#ifndef MG_CLI_TRAIN_PP_H
+#define MG_CLI_TRAIN_PP_H
+
+#include <stdint.h>
+
+#include "cli/train_config.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+
+typedef struct mg_train_pp mg_train_pp;
+
+/* Collective. Parses the pipeline flags of c, cuts the model of `mc` over the
+ * pp dim of `plan` on `mesh` and builds this rank's layers into *model.
+ * `test_rows`: the test split's rows (evaluation's micro-batches). */
+int mg_train_pp_new(mg_train_pp **out, const mg_train_config *c, const mg_mesh *mesh,
+                    const mg_plan *plan, const mg_model_config *mc, int64_t test_rows,
+                    mg_model *model);
+/* Forward and backward of the batch x (B, rows, cols), y (B), replicated on
+ * the whole mesh, over the schedule: *loss the batch's loss (the stages'
+ * shares summed); the gradients of this rank's stages are then complete. */
+int mg_train_pp_step(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss);
+/* The update after mg_train_pp_step: clipping by the norm over every stage
+ * (*norm, before clipping; 0 when clip is 0), then the optimizer step on this
+ * rank's parameters. The caller zeroes the gradients and ends the step. */
+int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip, double *norm);
+/* Loss and correct predictions on the test split x, y (replicated). */
+int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,
+                         int64_t *correct);
+/* FNV-1a 64 of every parameter of the whole model, in order (mg_params_checksum's). */
+int mg_train_pp_checksum(mg_train_pp *t, uint64_t *out);
+void mg_train_pp_free(mg_train_pp *t);
+
+#endif

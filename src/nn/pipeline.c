@@ -1,0 +1,181 @@
+/* pipeline.c: pp as a plan on a mesh dim (see pipeline.h). */
+#include "nn/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "context.h"
+#include "dist/dtensor.h"
+#include "dist/mesh.h"
+#include "dist/pipeline_verify.h"
+#include "status.h"
+
+void mg_pp_options_defaults(mg_pp_options *o) {
+    memset(o, 0, sizeof *o);
+    o->kind = MG_PP_1F1B;
+    o->virtual_stages = 1;
+}
+
+int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, int64_t lo) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < lo || n == max || (*end && *end != ',') || (*end && !end[1])) {
+            if (max == 1)
+                return mg_error(MG_EINVAL, "%s '%s' is not a count >= %lld", flag, text,
+                                (long long)lo);
+            return mg_error(MG_EINVAL, "%s '%s' is not a list of at most %d counts >= %lld "
+                                       "separated by commas (e.g. 3,3,2)", flag, text, max,
+                            (long long)lo);
+        }
+        out[n++] = v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0) return mg_error(MG_EINVAL, "%s is empty: give counts separated by commas", flag);
+    return n;
+}
+
+void mg_pipeline_free(mg_pipeline *p) {
+    if (!p) return;
+    mg_mesh_free(p->stage_mesh);
+    mg_pp_schedule_free(&p->schedule);
+    free(p->rows);
+    memset(p, 0, sizeof *p);
+}
+
+/* The rows of each micro-batch: the list given, or the batch split. */
+static int micro_rows(mg_pipeline *p, const mg_pp_options *o, int64_t batch) {
+    int m = o->nrows ? o->nrows : o->microbatches ? o->microbatches : 8;
+    if (o->nrows && o->microbatches && o->microbatches != o->nrows)
+        return mg_error(MG_EINVAL, "--microbatches %d but --microbatch-rows lists %d micro-batches: "
+                                   "give one of them", o->microbatches, o->nrows);
+    if (m > MG_PP_MAX_MICROBATCHES)
+        return mg_error(MG_EINVAL, "--microbatches %d: at most %d", m, MG_PP_MAX_MICROBATCHES);
+    p->microbatches = m;
+    p->rows = calloc((size_t)m, sizeof *p->rows);
+    if (!p->rows) return mg_error(MG_ENOMEM, "pipeline: out of memory");
+    if (o->nrows) {
+        int64_t sum = 0;
+        for (int i = 0; i < m; i++) sum += p->rows[i] = o->rows[i];
+        if (sum != batch)
+            return mg_error(MG_EINVAL, "--microbatch-rows sums to %lld rows but the batch has %lld: "
+                                       "the micro-batches must add up to the batch",
+                            (long long)sum, (long long)batch);
+    } else {
+        int rc = mg_pp_microbatch_rows(batch, m, p->rows);
+        if (rc != MG_OK) return rc;
+    }
+    for (int i = 0; i < m; i++)
+        if (p->rows[i] < p->data_degree)
+            return mg_error(MG_EINVAL, "micro-batch %d has %lld rows, fewer than the %d "
+                                       "data-parallel ranks that share it: use fewer micro-batches "
+                                       "or a larger batch", i, (long long)p->rows[i],
+                            p->data_degree);
+    return MG_OK;
+}
+
+int mg_pipeline_make(mg_pipeline *p, const mg_mesh *mesh, const mg_plan *plan,
+                     const mg_pp_options *o, const mg_layer_cost *layers, int nlayers,
+                     int64_t batch) {
+    memset(p, 0, sizeof *p);
+    p->dim = mg_plan_pp_dim(plan);
+    if (p->dim < 0 || plan->ndim != mesh->ndim)
+        return mg_error(MG_EINVAL, "pipeline: the plan has no pp entry for the mesh's dims");
+    p->mesh = mesh;
+    p->ranks = mesh->shape[p->dim];
+    p->rank = mesh->coord[p->dim];
+    p->comm = mesh->dim_comm[p->dim];
+    p->stage_plan = mg_plan_without(plan, p->dim);
+    p->data_degree = mg_plan_data_degree(plan, mesh);
+    int rc = micro_rows(p, o, batch);
+    if (rc == MG_OK)
+        rc = mg_pp_split_make(&p->split, layers, nlayers, p->ranks, o->virtual_stages,
+                              o->nlayers ? o->layers : NULL, o->nlayers);
+    if (rc == MG_OK)
+        rc = mg_pp_schedule_make(&p->schedule, o->kind, p->ranks, o->virtual_stages,
+                                 p->microbatches);
+    if (rc == MG_OK) rc = mg_pp_verify(&p->schedule, NULL, NULL);
+    if (rc != MG_OK) { /* decided from the flags alone: the same on every rank */
+        mg_pipeline_free(p);
+        return rc;
+    }
+    p->stage_mesh = mg_mesh_sub(mesh, p->dim);
+    if (!p->stage_mesh) {
+        rc = mg_last_code();
+        mg_pipeline_free(p);
+    }
+    return rc;
+}
+
+bool mg_pipeline_holds(const mg_pipeline *p, int layer) {
+    for (int s = p->rank; s < p->split.stages; s += p->ranks)
+        if (layer >= p->split.first[s] && layer < p->split.first[s + 1]) return true;
+    return false;
+}
+
+mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t start, int ndim,
+                             const int64_t *shape) {
+    mg_placement bp[MG_MAX_MESH_DIMS];
+    mg_plan_batch(&p->stage_plan, bp);
+    mg_spec spec;
+    if (mg_spec_make(&spec, p->stage_mesh, bp, p->stage_mesh->ndim, ndim, shape, "micro-batch") !=
+        MG_OK)
+        return NULL;
+    int64_t local[MG_MAX_DIMS], off[MG_MAX_DIMS];
+    mg_spec_local(&spec, NULL, local, off);
+    mg_tensor *t = mg_tensor_alloc(mg_step_arena(), ndim, local);
+    if (!t) return NULL;
+    int64_t row = t->numel / (local[0] > 0 ? local[0] : 1);
+    mg_backend *be = mg_backend_of(t);
+    if (t->numel > 0) be->iface->from_host(be->context, t->data, data + (start + off[0]) * row, t->numel);
+    return mg_dtensor_make(&spec, t, mg_step_arena());
+}
+
+int mg_pipeline_sum(const mg_pipeline *p, double *v, int n) {
+    float buf[2 * 16]; /* each double as hi + lo, so no precision is lost */
+    for (int k = 0; k < n; k += 16) {
+        int m = n - k < 16 ? n - k : 16;
+        for (int i = 0; i < m; i++) {
+            buf[2 * i] = (float)v[k + i];
+            buf[2 * i + 1] = (float)(v[k + i] - (double)buf[2 * i]);
+        }
+        int rc = mg_comm_all_reduce(p->comm, buf, 2 * m, MG_REDUCE_SUM);
+        if (rc != MG_OK) return rc;
+        for (int i = 0; i < m; i++) v[k + i] = (double)buf[2 * i] + (double)buf[2 * i + 1];
+    }
+    return MG_OK;
+}
+
+/* h as two floats' bits, to a pipeline rank or from one. */
+static int pass_hash(const mg_pipeline *p, uint64_t *h, int peer, int send) {
+    float w[2];
+    memcpy(w, h, sizeof w);
+    mg_p2p_request req;
+    int rc = send ? mg_comm_isend(p->comm, w, 2, peer, &req) : mg_comm_irecv(p->comm, w, 2, peer, &req);
+    if (rc == MG_OK) rc = mg_comm_p2p_wait(p->comm, &req);
+    if (!send) memcpy(h, w, sizeof w);
+    return rc;
+}
+
+int mg_pipeline_checksum(const mg_pipeline *p, int (*hash)(void *ctx, int stage, uint64_t *h),
+                         void *ctx, uint64_t *out) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    int S = p->split.stages, rc = MG_OK;
+    for (int s = 0; s < S && rc == MG_OK; s++) {
+        int owner = s % p->ranks, prev = (s + p->ranks - 1) % p->ranks;
+        if (owner != p->rank) continue;
+        if (s > 0 && prev != p->rank) rc = pass_hash(p, &h, prev, 0);
+        if (rc == MG_OK) rc = hash(ctx, s, &h);
+        if (rc == MG_OK && s + 1 < S && (s + 1) % p->ranks != p->rank)
+            rc = pass_hash(p, &h, (s + 1) % p->ranks, 1);
+    }
+    float w[2];
+    memcpy(w, &h, sizeof w);
+    if (rc == MG_OK) rc = mg_comm_broadcast(p->comm, w, 2, (S - 1) % p->ranks);
+    memcpy(out, w, sizeof w);
+    return rc;
+}

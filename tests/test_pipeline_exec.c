@@ -1,0 +1,347 @@
+/* test_pipeline_exec.c (MPI): the pipeline executor (nn/pipeline_exec.h)
+ * against the run it replaces. An MLP of 6 layers (the bench step's kind:
+ * Linear + ReLU, MSE) is cut into stages on every pp mesh the world allows
+ * (pp; pp,dp, pp,tp and pp,fsdp on 2x2; pp,dp,tp needs 8 ranks: the train
+ * test has it), and one step of every schedule (gpipe, 1f1b,
+ * interleaved-1f1b with 2 virtual stages, zb-h1) runs on micro-batches of
+ * different sizes (a torch.chunk split with a short last one, and a
+ * --microbatch-rows list). The reference is the same model, every layer, on
+ * the stage's own mesh, with gradient accumulation over the same
+ * micro-batches (sums off but for the last). Losses and every gradient this
+ * rank holds must be bitwise equal (the same kernels add in the same order:
+ * the boundary's activation and gradient only travel) and the peak number
+ * of micro-batches held per rank must be the verifier's (1f1b: at most the
+ * ranks; gpipe: M). Also: mg_backward_with against mg_backward of
+ * sum(y * g), and the split backward (Bi, then W) against one backward. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/backward.h"
+#include "dist/mesh.h"
+#include "dist/pipeline_verify.h"
+#include "nn/model.h"
+#include "nn/pipeline.h"
+#include "nn/pipeline_exec.h"
+#include "status.h"
+#include "testutil.h"
+
+#define BATCH 22
+#define NW 9
+static const int64_t widths[NW] = {10, 12, 9, 12, 8, 11, 7, 9, 6}; /* 8 layers */
+
+typedef struct {
+    mg_model *model;           /* a stage's, or the whole model (the reference) */
+    const mg_pipeline *p;
+    const float *x, *target;   /* (BATCH, w0), (BATCH, wN) */
+    const int64_t *rows;
+    int64_t *starts;
+} job;
+
+/* Rows [a, a + r) of a (BATCH, w) array on the stage mesh, batch-sharded. */
+static mg_dtensor *rows_of(const job *j, const float *data, int64_t w, int mb) {
+    return mg_pipeline_rows(j->p, data, j->starts[mb], 2, (int64_t[]){j->rows[mb], w});
+}
+
+/* The loss of micro-batch mb: its share (rows / batch) of the batch's mean. */
+static mg_dtensor *loss_of(const job *j, mg_dtensor *out, int mb) {
+    mg_dtensor *t = rows_of(j, j->target, widths[NW - 1], mb);
+    mg_dtensor *l = t ? mg_mse_loss(out, t) : NULL;
+    return l ? mg_scale(l, (float)j->rows[mb] / (float)BATCH) : NULL;
+}
+
+static mg_dtensor *stage_forward(void *ctx, int stage, int mb, mg_dtensor *x) {
+    job *j = ctx;
+    const mg_pipeline *p = j->p;
+    int first = mg_pipeline_stage_first(p, stage), last = mg_pipeline_stage_first(p, stage + 1);
+    mg_dtensor *in = stage == 0 ? rows_of(j, j->x, widths[0], mb) : x;
+    mg_dtensor *out = in ? mg_model_forward_layers(j->model, first, last, in) : NULL;
+    if (out && stage == p->split.stages - 1) out = loss_of(j, out, mb);
+    return out;
+}
+
+static int stage_reduce(void *ctx, int stage) {
+    (void)ctx, (void)stage;
+    return MG_OK;
+}
+
+/* The gradient accumulation the pipeline replaces: *loss gets the sum. */
+static int reference(job *j, int m, double *loss) {
+    *loss = 0;
+    for (int mb = 0; mb < m; mb++) {
+        mg_set_grad_sync(mb == m - 1);
+        mg_dtensor *x = rows_of(j, j->x, widths[0], mb);
+        mg_dtensor *out = x ? mg_model_forward(j->model, x) : NULL;
+        mg_dtensor *l = out ? loss_of(j, out, mb) : NULL;
+        if (!l || mg_backward(l) != MG_OK) return 0;
+        mg_tensor *v = mg_full_tensor(l);
+        *loss += mg_tensor_data(v)[0];
+        mg_tensor_free(v);
+    }
+    mg_set_grad_sync(1);
+    return 1;
+}
+
+/* Worst relative difference of two gradients (full tensors). */
+static double worst_of(const mg_dtensor *a, const mg_dtensor *b, int *bitwise) {
+    mg_tensor *x = mg_full_tensor(a), *y = mg_full_tensor(b);
+    double worst = 0;
+    for (int64_t i = 0; i < mg_tensor_numel(x); i++) {
+        float u = mg_tensor_data(x)[i], v = mg_tensor_data(y)[i];
+        if (u != v) *bitwise = 0;
+        double d = fabs((double)u - v) / (fabs((double)v) > 1e-6 ? fabs((double)v) : 1e-6);
+        if (d > worst) worst = d;
+    }
+    mg_tensor_free(x);
+    mg_tensor_free(y);
+    return worst;
+}
+
+/* One pp configuration: mesh shape, plan, schedule, v, M or a rows list. */
+typedef struct {
+    int ndim, shape[3];
+    const char *plan;
+    mg_pp_kind kind;
+    int v, m;
+    const int64_t *rows; /* NULL: the batch in m */
+    int nrows;
+    int uneven; /* --pp-layers: 3, 1, 2, 2, ... (the rest) */
+} config;
+
+static int run_config(const config *c, char *msg, size_t len) {
+    int ok = 1;
+    mg_mesh *mesh = mg_mesh_new(c->ndim, c->shape);
+    mg_plan plan;
+    mg_pp_options o;
+    mg_pp_options_defaults(&o);
+    o.kind = c->kind;
+    o.virtual_stages = c->v;
+    o.microbatches = c->rows ? 0 : c->m;
+    for (int i = 0; i < c->nrows; i++) o.rows[i] = c->rows[i];
+    o.nrows = c->nrows;
+    if (c->uneven) { /* 3, 1, then 2 each, the last taking what is left */
+        int S = c->v * (c->plan[0] == 'p' ? c->shape[0] : c->shape[1]), left = NW - 1;
+        for (int i = 0; i < S; i++) {
+            o.layers[i] = i == S - 1 ? left : i == 0 ? 3 : i == 1 ? 1 : 2;
+            left -= o.layers[i];
+        }
+        o.nlayers = S;
+    }
+    mg_model_config mc = {.kind = MG_MODEL_MLP, .rows = 1, .cols = widths[0], .hidden = 1,
+                          .channels = 1, .classes = widths[NW - 1], .depth = NW - 1,
+                          .widths = widths, .seed = 5};
+    mg_layer_cost costs[NW];
+    mg_model whole;
+    mg_pipeline p;
+    if (!mesh || mg_plan_parse(c->plan, &plan) != MG_OK) {
+        snprintf(msg, len, "%s: %s", c->plan, mg_last_error());
+        return 0;
+    }
+    /* the costs are the model's: build the model's shape once without parameters */
+    unsigned char none[NW] = {0}, held[NW] = {0};
+    if (mg_model_build(&whole, &mc, mesh, &plan, none) != MG_OK ||
+        mg_model_layer_costs(&whole, costs) != MG_OK ||
+        mg_pipeline_make(&p, mesh, &plan, &o, costs, NW - 1, BATCH) != MG_OK) {
+        snprintf(msg, len, "%s: %s", c->plan, mg_last_error());
+        mg_mesh_free(mesh);
+        return 0;
+    }
+    mg_model_free(&whole);
+    for (int i = 0; i < NW - 1; i++) held[i] = mg_pipeline_holds(&p, i);
+    mg_model stage, ref;
+    int rc = mg_model_build(&stage, &mc, p.stage_mesh, &p.stage_plan, held);
+    if (rc == MG_OK) rc = mg_model_build(&ref, &mc, p.stage_mesh, &p.stage_plan, NULL);
+    float x[BATCH * 10], target[BATCH * 6];
+    mg_test_fill(x, BATCH * widths[0], 41);
+    mg_test_fill(target, BATCH * widths[NW - 1], 42);
+    int64_t starts[MG_PP_LIST_MAX];
+    for (int i = 0, a = 0; i < p.microbatches; a += (int)p.rows[i], i++) starts[i] = a;
+    job pj = {&stage, &p, x, target, p.rows, starts};
+    job rj = pj;
+    rj.model = &ref;
+    mg_pp_exec *e = rc == MG_OK ? mg_pp_exec_new(&p.schedule, p.rank, p.comm, p.stage_mesh) : NULL;
+    mg_pp_stage_fns fns = {&pj, stage_forward, stage_reduce};
+    mg_pp_exec_stats st;
+    double ref_loss = 0;
+    if (!e || mg_pp_exec_step(e, &fns, &st) != MG_OK) {
+        snprintf(msg, len, "%s %s: %s", c->plan, mg_pp_kind_name(c->kind), mg_last_error());
+        ok = 0;
+    }
+    if (ok && !reference(&rj, p.microbatches, &ref_loss)) {
+        snprintf(msg, len, "reference: %s", mg_last_error());
+        ok = 0;
+    }
+    /* the loss reaches every pipeline rank; gradients compared where held */
+    double loss = st.loss;
+    if (ok && mg_pipeline_sum(&p, &loss, 1) != MG_OK) ok = 0;
+    int bitwise = ok && (float)loss == (float)ref_loss;
+    double worst = ok ? fabs(loss - ref_loss) / fabs(ref_loss) : 1;
+    for (int k = 0; ok && k < 2 * (NW - 1); k++) {
+        mg_param *pp = mg_model_param(&stage, k, NULL), *pr = mg_model_param(&ref, k, NULL);
+        if (!pp) continue;
+        mg_dtensor *ga = mg_grad(pp->value), *gb = mg_grad(pr->value);
+        if (!ga || !gb) {
+            snprintf(msg, len, "parameter %d has no gradient (%s)", k, mg_last_error());
+            ok = 0;
+            break;
+        }
+        double w = worst_of(ga, gb, &bitwise);
+        if (w > worst) worst = w;
+    }
+    /* memory: the micro-batches held at once, as the verifier counts them */
+    mg_pp_sim sim = {0};
+    if (ok && mg_pp_simulate(&p.schedule, NULL, MG_PP_P2P_ASYNC, &sim) == MG_OK) {
+        if (st.peak_live != sim.peak_live_rank[p.rank]) {
+            snprintf(msg, len, "%s %s rank %d: held %d micro-batches at once, the verifier says %d",
+                     c->plan, mg_pp_kind_name(c->kind), p.rank, st.peak_live,
+                     sim.peak_live_rank[p.rank]);
+            ok = 0;
+        }
+        mg_pp_sim_free(&sim);
+    }
+    ok = mg_test_agree(ok);
+    bitwise = mg_test_agree(bitwise);
+    double all = worst;
+    MPI_Allreduce(&worst, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (ok && mg_rank() == 0)
+        printf("  %-10s %-16s v=%d M=%d%s%s: loss %.9g, %s (worst relative %.2e)\n", c->plan,
+               mg_pp_kind_name(c->kind), c->v, p.microbatches, c->rows ? " (rows list)" : "",
+               c->uneven ? " (--pp-layers 3,1,2..)" : "", ref_loss,
+               bitwise ? "bitwise equal" : "NOT bitwise", all);
+    if (ok && !bitwise) {
+        snprintf(msg, len, "%s %s: losses or gradients differ from gradient accumulation "
+                           "(worst relative %.2e)", c->plan, mg_pp_kind_name(c->kind), all);
+        ok = 0;
+    }
+    mg_step_end();
+    mg_pp_exec_free(e);
+    mg_model_free(&stage);
+    mg_model_free(&ref);
+    mg_pipeline_free(&p);
+    mg_mesh_free(mesh);
+    return ok;
+}
+
+START_TEST(test_schedules_equal_accumulation) {
+    int w = mg_world_size();
+    static const int64_t rows[4] = {5, 7, 3, 7};
+    config meshes[4];
+    int nm = 0;
+    meshes[nm++] = (config){.ndim = 1, .shape = {w}, .plan = "pp"};
+    if (w == 4) {
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "fsdp,pp"};
+    }
+    if (w == 2) meshes[nm++] = (config){.ndim = 2, .shape = {2, 1}, .plan = "pp,dp"};
+    char msg[512] = "";
+    for (int i = 0; i < nm; i++)
+        for (int k = 0; k < MG_PP_KIND_COUNT; k++) {
+            config c = meshes[i];
+            c.kind = (mg_pp_kind)k;
+            c.v = k == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+            int pp = c.plan[0] == 'p' ? c.shape[0] : c.shape[1];
+            if (c.v * pp > NW - 1) continue; /* more stages than layers */
+            c.m = k == MG_PP_INTERLEAVED_1F1B ? 2 * pp : 4;
+            if (c.m < pp) c.m = pp;
+            mg_assert_all(run_config(&c, msg, sizeof msg), "%s", msg);
+            if (k == MG_PP_1F1B || k == MG_PP_ZB_H1) { /* and a rows list */
+                c.rows = rows;
+                c.nrows = 4;
+                mg_assert_all(run_config(&c, msg, sizeof msg), "%s", msg);
+            }
+            if (k == MG_PP_INTERLEAVED_1F1B && i == 0 && c.v * pp <= 5) { /* uneven stages */
+                c.uneven = 1;
+                mg_assert_all(run_config(&c, msg, sizeof msg), "%s", msg);
+            }
+        }
+}
+END_TEST
+
+/* y = relu(x W1^T + b1) W2^T + b2 on a batch-sharded x that requires grad. */
+static mg_dtensor *small_net(mg_dtensor *x, mg_dtensor **p) {
+    mg_dtensor *h = mg_relu(mg_linear(x, p[0], p[1]));
+    return mg_linear(h, p[2], p[3]);
+}
+
+START_TEST(test_backward_with_and_split) {
+    int w = mg_world_size();
+    mg_mesh *mesh = mg_mesh_new(1, &w);
+    static const int64_t shapes[4][2] = {{5, 6}, {5, 0}, {3, 5}, {3, 0}};
+    mg_dtensor *p[3][4], *x[3];
+    for (int r = 0; r < 3; r++) { /* three copies: reference, seeded, split */
+        for (int i = 0; i < 4; i++) {
+            int nd = shapes[i][1] ? 2 : 1;
+            mg_tensor *t = mg_tensor_new(nd, shapes[i]);
+            mg_test_fill(mg_tensor_data(t), mg_tensor_numel(t), 60 + (uint64_t)i);
+            p[r][i] = mg_distribute(mesh, t, (mg_placement[]){MG_REPLICATE}, 1);
+            mg_set_requires_grad(p[r][i], 1);
+            mg_tensor_free(t);
+        }
+        mg_tensor *t = mg_tensor_new(2, (int64_t[]){8, 6});
+        mg_test_fill(mg_tensor_data(t), 48, 70);
+        x[r] = mg_distribute(mesh, t, (mg_placement[]){MG_SHARD(0)}, 1);
+        mg_set_requires_grad(x[r], 1);
+        mg_tensor_free(t);
+    }
+    mg_tensor *gt = mg_tensor_new(2, (int64_t[]){8, 3});
+    mg_test_fill(mg_tensor_data(gt), 24, 71);
+    mg_dtensor *g = mg_distribute(mesh, gt, (mg_placement[]){MG_SHARD(0)}, 1);
+    /* reference: loss = sum(y * g) */
+    mg_dtensor *y0 = small_net(x[0], p[0]);
+    mg_assert_all(mg_backward(mg_sum(mg_mul(y0, g))) == MG_OK, "%s", mg_last_error());
+    /* seeded */
+    mg_dtensor *y1 = small_net(x[1], p[1]);
+    mg_assert_all(mg_backward_with(y1, g) == MG_OK, "%s", mg_last_error());
+    mg_assert_all(mg_backward_with(y1, g) != MG_OK && strstr(mg_last_error(), "freed"),
+                  "a second backward of one graph: %s", mg_last_error());
+    /* split: Bi gives x its gradient and no weight one; W the rest */
+    mg_dtensor *y2 = small_net(x[2], p[2]);
+    mg_dtensor *now[1] = {x[2]};
+    mg_backward_weights bw = {.now = now, .n_now = 1};
+    mg_assert_all(mg_backward_input(y2, g, &bw) == MG_OK, "%s", mg_last_error());
+    mg_assert_all(mg_grad(x[2]) != NULL, "Bi gave the input no gradient");
+    int none = 1;
+    for (int i = 0; i < 4; i++) none &= mg_grad(p[2][i]) == NULL;
+    mg_assert_all(none && bw.n == 4, "Bi reached the weights (%d kept)", bw.n);
+    mg_assert_all(mg_backward_weight(&bw) == MG_OK, "%s", mg_last_error());
+    int same = 1;
+    double worst = worst_of(mg_grad(x[1]), mg_grad(x[0]), &same);
+    for (int i = 0; i < 4; i++) {
+        double d = worst_of(mg_grad(p[1][i]), mg_grad(p[0][i]), &same);
+        worst = d > worst ? d : worst;
+    }
+    mg_assert_all(worst < 1e-6, "mg_backward_with differs from the backward of sum(y * g) by %.2e",
+                  worst);
+    int split_same = 1;
+    worst_of(mg_grad(x[2]), mg_grad(x[1]), &split_same);
+    for (int i = 0; i < 4; i++) worst_of(mg_grad(p[2][i]), mg_grad(p[1][i]), &split_same);
+    mg_assert_all(split_same, "Bi then W is not bitwise one backward");
+    /* a gradient of the wrong shape is refused */
+    mg_dtensor *y3 = small_net(x[1], p[1]);
+    mg_assert_all(mg_backward_with(y3, x[1]) != MG_OK && strstr(mg_last_error(), "(8, 6)"),
+                  "%s", mg_last_error());
+    mg_step_end();
+    mg_dtensor_free(g);
+    mg_tensor_free(gt);
+    for (int r = 0; r < 3; r++) {
+        mg_dtensor_free(x[r]);
+        for (int i = 0; i < 4; i++) mg_dtensor_free(p[r][i]);
+    }
+    mg_mesh_free(mesh);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+    mg_init(&argc, &argv);
+    Suite *s = suite_create("pipeline_exec");
+    TCase *c = tcase_create("pipeline_exec");
+    tcase_set_timeout(c, 0);
+    tcase_add_test(c, test_backward_with_and_split);
+    tcase_add_test(c, test_schedules_equal_accumulation);
+    suite_add_tcase(s, c);
+    int rc = mg_test_run_mpi(s);
+    mg_finalize();
+    return rc;
+}
