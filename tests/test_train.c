@@ -25,19 +25,19 @@ static int world;
 /* ---- schedules ------------------------------------------------------------ */
 
 START_TEST(test_schedule_constant_warmup) {
-    mg_lr_schedule s = {MG_SCHEDULE_CONSTANT, 0.1, 4, 100};
+    mg_lr_schedule s = {MG_SCHEDULE_CONSTANT, 0.1, 4, 100, 0};
     ck_assert_double_eq_tol(mg_lr_at(&s, 0), 0.025, 1e-12);
     ck_assert_double_eq_tol(mg_lr_at(&s, 1), 0.05, 1e-12);
     ck_assert_double_eq_tol(mg_lr_at(&s, 3), 0.1, 1e-12);
     ck_assert_double_eq_tol(mg_lr_at(&s, 4), 0.1, 1e-12);
     ck_assert_double_eq_tol(mg_lr_at(&s, 99), 0.1, 1e-12);
-    mg_lr_schedule none = {MG_SCHEDULE_CONSTANT, 0.3, 0, 10};
+    mg_lr_schedule none = {MG_SCHEDULE_CONSTANT, 0.3, 0, 10, 0};
     ck_assert_double_eq_tol(mg_lr_at(&none, 0), 0.3, 1e-12);
 }
 END_TEST
 
 START_TEST(test_schedule_cosine) {
-    mg_lr_schedule s = {MG_SCHEDULE_COSINE, 1.0, 10, 110};
+    mg_lr_schedule s = {MG_SCHEDULE_COSINE, 1.0, 10, 110, 0};
     ck_assert_double_eq_tol(mg_lr_at(&s, 0), 0.1, 1e-12);   /* warmup (s+1)/10 */
     ck_assert_double_eq_tol(mg_lr_at(&s, 9), 1.0, 1e-12);   /* end of warmup */
     ck_assert_double_eq_tol(mg_lr_at(&s, 10), 1.0, 1e-12);  /* cos(0) */
@@ -45,7 +45,7 @@ START_TEST(test_schedule_cosine) {
     ck_assert_double_eq_tol(mg_lr_at(&s, 35), 0.5 * (1 + cos(M_PI * 0.25)), 1e-12);
     ck_assert_double_eq_tol(mg_lr_at(&s, 110), 0.0, 1e-12); /* past the end: 0 */
     for (int64_t i = 11; i < 110; i++) ck_assert(mg_lr_at(&s, i) < mg_lr_at(&s, i - 1));
-    mg_lr_schedule c = {MG_SCHEDULE_COSINE, 2.0, 0, 4};
+    mg_lr_schedule c = {MG_SCHEDULE_COSINE, 2.0, 0, 4, 0};
     ck_assert_double_eq_tol(mg_lr_at(&c, 0), 2.0, 1e-12);
     ck_assert_double_eq_tol(mg_lr_at(&c, 2), 1.0, 1e-12);
 }
@@ -442,7 +442,7 @@ START_TEST(test_config_flags) {
 
     const char *bad[][3] = {
         {"--frobnicate", "3", "unknown option '--frobnicate'"},
-        {"--model", "resnet", "--model: unknown model 'resnet'; use mlp or permute-mlp"},
+        {"--model", "resnet", "--model: unknown model 'resnet'; use mlp, permute-mlp or gpt"},
         {"--optimizer", "lion", "--optimizer: unknown optimizer 'lion'; use sgd or adamw"},
         {"--schedule", "step", "--schedule: unknown schedule 'step'; use constant or cosine"},
         {"--steps", "1e3x", "--steps: steps wants an integer, got '1e3x'"},
