@@ -220,7 +220,7 @@ judge() {
 has_ckpt=0
 "$prog" train --help 2>/dev/null | grep -q -- "--resume" && has_ckpt=1
 
-echo "regress: $([ $quick -eq 1 ] && echo quick || echo full) run, $STEPS steps; launcher $launcher${hostfile:+ --hostfile $hostfile}; results in $out"
+echo "regress: $([ $quick -eq 1 ] && echo quick || echo full) run, $STEPS steps (gpt $gpt_steps), models $models; launcher $launcher${hostfile:+ --hostfile $hostfile}; results in $out"
 start_all=$(now)
 
 # ---- 1. the matrix: every mesh x plan that fits, both models --------------------
