@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "context.h"
 #include "dist/watchdog.h"
 #include "io/files.h"
 #include "status.h"
@@ -28,12 +29,12 @@ static void tune_malloc(void) {
 }
 
 void mg_h5_init(void) {
-    static int done = 0;
-    if (done) return;
+    mg_context *c = mg_ctx();
+    if (c->h5_started) return;
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     tune_malloc();
-    done = 1;
+    c->h5_started = 1;
 }
 
 hid_t mg_h5_fapl_mpio(const mg_comm *comm) {
