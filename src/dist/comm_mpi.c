@@ -48,11 +48,7 @@ void mg_comm_mpi_set_max_count(int64_t n) {
 int64_t mg_comm_mpi_max_count(void) { return max_count(); }
 
 static int mpi_failed(const mg_comm *c, const char *what, int err) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    s[0] = '\0';
-    MPI_Error_string(err, s, &len);
-    return mg_error(MG_ECOMM, "%s over %d ranks failed: %s", what, c->size, s);
+    return mg_mpi_failed(err, "%s over %d ranks failed", what, c->size);
 }
 
 /* A datatype of m floats whose extent is `stride` floats: one strided piece. */
@@ -344,11 +340,9 @@ mg_comm *mg_comm_mpi_new(MPI_Comm mpi) {
     if (err == MPI_SUCCESS) err = MPI_Comm_rank(mpi, &c->rank);
     if (err == MPI_SUCCESS) err = MPI_Comm_size(mpi, &c->size);
     if (err != MPI_SUCCESS) {
-        char s[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(err, s, &len);
         free(c);
-        return mg_error_null(MG_ECOMM, "mg_comm_mpi_new: %s", s);
+        mg_mpi_failed(err, "mg_comm_mpi_new");
+        return NULL;
     }
     mpi_ctx *x = calloc(1, sizeof *x);
     if (x) x->counts = calloc((size_t)c->size, sizeof(int));
