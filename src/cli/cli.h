@@ -24,6 +24,11 @@ void mg_cli_command_list(FILE *out, const mg_cli_command *table, int n, int widt
  * argv[1] with (argc - 1, argv + 1) and returns its exit code. --help or -h: rank 0
  * prints the line `usage` and the table (mg_cli_command_list), 0. No name or another
  * one: MG_EINVAL "CMD needs a subcommand: A, B or C (got X)", 2. */
+/* After getopt_long in `cmd` ("plan", "bench step", ...): the error for the flag it
+ * did not know or that lacks its value, and MG_OK when no argument is left over (else
+ * an error naming the first); both MG_EINVAL with "CMD: ..." (src/cli/command.c). */
+int mg_cli_bad_flag(const char *cmd, char **argv);
+int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv);
 int mg_cli_dispatch(const char *cmd, const char *usage, const mg_cli_command *table, int n,
                     int width, int argc, char **argv);
 

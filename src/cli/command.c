@@ -1,7 +1,10 @@
 /* command.c: tables of subcommands, shared by the program (main.c), `meshgrad
  * bench` (bench.c), `meshgrad ckpt` (ckpt.c) and `meshgrad data` (data.c): find
  * an entry by name, list the table, and run the one argv names.
- * Exports mg_cli_command_find, mg_cli_command_list, mg_cli_dispatch (cli.h). */
+ * Also the two errors of a command's getopt loop.
+ * Exports mg_cli_command_find, mg_cli_command_list, mg_cli_dispatch,
+ * mg_cli_bad_flag, mg_cli_no_arguments_left (cli.h). */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,4 +40,13 @@ int mg_cli_dispatch(const char *cmd, const char *usage, const mg_cli_command *ta
     mg_error(MG_EINVAL, "%s needs a subcommand: %s (got %s)", cmd, names,
              argc >= 2 ? argv[1] : "nothing");
     return 2;
+}
+
+int mg_cli_bad_flag(const char *cmd, char **argv) {
+    return mg_error(MG_EINVAL, "%s: unknown option or missing value '%s'", cmd, argv[optind - 1]);
+}
+
+int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv) {
+    if (optind >= argc) return MG_OK;
+    return mg_error(MG_EINVAL, "%s: unexpected argument '%s'", cmd, argv[optind]);
 }

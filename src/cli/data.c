@@ -346,15 +346,8 @@ static int info(int argc, char **argv) {
                    mg_dataset_num_classes(ds));
         mg_dataset_close(ds);
     }
-    if (mg_rank() == 0) {
-        hid_t f = H5Fopen(argv[1], H5F_ACC_RDONLY, H5P_DEFAULT);
-        char text[1024];
-        const char *keys[4] = {"source", "license", "split", "scale"};
-        for (int i = 0; f >= 0 && i < 4; i++)
-            if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
-                printf("%s: %s\n", keys[i], text);
-        if (f >= 0) H5Fclose(f);
-    }
+    const char *keys[4] = {"source", "license", "split", "scale"};
+    mg_cli_data_print_attrs(argv[1], keys, 4);
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* data.h: what the data set writers of `meshgrad data` (csv2h5 in data.c,
- * text2h5 in data_text.c) share. Exports mg_cli_data_write (data_text.c). */
+ * text2h5 in data_text.c) share. Exports mg_cli_data_write and
+ * mg_cli_data_print_attrs (data_text.c). */
 #ifndef MG_CLI_DATA_H
 #define MG_CLI_DATA_H
 
@@ -13,5 +14,9 @@
  * command in the messages. Returns MG_OK, or an error with nothing left behind. */
 int mg_cli_data_write(const char *cmd, const char *out, int (*fill)(hid_t file, const void *arg),
                       const void *arg);
+
+/* Rank 0 prints "KEY: VALUE" for each of the text attributes keys[0..n) that
+ * the file at path has (the info of a data set). */
+void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n);
 
 #endif

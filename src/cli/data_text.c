@@ -1,6 +1,7 @@
 /* data_text.c: `meshgrad data text2h5 IN.txt[.gz] OUT.h5` and the info of a
  * token data set. Exports mg_cli_text2h5, mg_cli_text_info (cli.h) and
- * mg_cli_data_write (data.h: the safe writing that csv2h5 shares).
+ * mg_cli_data_write and mg_cli_data_print_attrs (data.h: what `data csv2h5` and
+ * `data info` share with text2h5 and its info).
  *
  * text2h5 reads the bytes of a text file (gzip-compressed or not: zlib reads
  * both) and writes the token data set of io/tokens.h: the first
@@ -130,6 +131,16 @@ int mg_cli_data_write(const char *cmd, const char *out, int (*fill)(hid_t file, 
     return mg_tmp_commit(&tmp, out, exists);
 }
 
+void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n) {
+    if (mg_rank() != 0) return;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char text[1024];
+    for (int i = 0; f >= 0 && i < n; i++)
+        if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
+            printf("%s: %s\n", keys[i], text);
+    if (f >= 0) H5Fclose(f);
+}
+
 /* What text2h5 writes: its arguments and the bytes, the first n_train of them
  * the train split. */
 typedef struct {
@@ -257,14 +268,7 @@ int mg_cli_text_info(const char *path) {
                    mg_tokens_vocab(t));
         mg_tokens_close(t);
     }
-    if (mg_rank() == 0) {
-        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        char text[1024];
-        const char *keys[4] = {"vocab", "source", "license", "split"};
-        for (int i = 0; f >= 0 && i < 4; i++)
-            if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
-                printf("%s: %s\n", keys[i], text);
-        if (f >= 0) H5Fclose(f);
-    }
+    const char *keys[4] = {"vocab", "source", "license", "split"};
+    mg_cli_data_print_attrs(path, keys, 4);
     return 0;
 }
