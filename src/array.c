@@ -1,6 +1,7 @@
 /* array.c: growing arrays and finding names (see array.h). */
 #include "array.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,4 +22,17 @@ int mg_name_find(const char *text, const char *const *names, int n) {
     for (int i = 0; text && i < n; i++)
         if (strcmp(text, names[i]) == 0) return i;
     return -1;
+}
+
+int mg_name_parse(const char *text, const char *const *names, int n, const char *what, int *index) {
+    int k = mg_name_find(text, names, n);
+    if (k >= 0) {
+        *index = k;
+        return MG_OK;
+    }
+    char list[256] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                 i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    return mg_error(MG_EINVAL, "unknown %s '%s'; use %s", what, text ? text : "", list);
 }

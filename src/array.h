@@ -1,6 +1,6 @@
 /* array.h: two small helpers for plain C arrays that every layer uses: growing
  * one (its capacity doubles), and finding a name in a table of names.
- * Exports: mg_array_grow, mg_name_find. */
+ * Exports: mg_array_grow, mg_name_find, mg_name_parse. */
 #ifndef MG_ARRAY_H
 #define MG_ARRAY_H
 
@@ -12,5 +12,8 @@
 int mg_array_grow(void **items, int *cap, int need, size_t size, const char *what);
 /* The index of `text` in names[0..n), or -1. */
 int mg_name_find(const char *text, const char *const *names, int n);
+/* *index = the index of `text` in names[0..n) and MG_OK; else MG_EINVAL with the
+ * message "unknown WHAT 'TEXT'; use A, B or C" (*index untouched). */
+int mg_name_parse(const char *text, const char *const *names, int n, const char *what, int *index);
 
 #endif

@@ -9,8 +9,12 @@
 #include "status.h"
 #include "trace.h"
 
-/* The only process-wide variable of the library besides the per-thread error
- * (status.c): the public API takes no context, so the process holds one. */
+/* The public API takes no context, so the process holds one. The library's
+ * other process-wide variables, each for a reason given where it is: the
+ * per-thread error (status.c), the stop flag its signal handler sets
+ * (cli/train.c), the GPU backend's state and cuBLAS's entry points (one GPU
+ * and one library per process: backend/cuda.cu, cuda_blas.cu), and the two
+ * backend objects whose kernels --trace may swap (backend/cpu.c, cuda.cu). */
 static mg_context context;
 
 mg_context *mg_ctx(void) { return &context; }
@@ -22,6 +26,7 @@ void mg_context_reset(void) {
         mg_arena_free(context.gather[d]);
         mg_arena_free(context.scratch[d]);
     }
+    for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
     free(context.comms);
     free(context.copies);
     free(context.graph);

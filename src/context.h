@@ -72,10 +72,14 @@ struct mg_context {
     int device;      /* where new tensors live (MG_DEVICE_*) */
     int cpu_threads; /* of the CPU kernels; 0 until first set */
     int gemm_bf16;   /* backend.c: GEMM inputs rounded to bf16, sums in fp32 */
+    mg_staging bf16_rounded[2]; /* cpu_bf16.c: a GEMM's A and B rounded to bf16 (host) */
     /* trace_kernels.c: while tracing, the traced backend's own iface, and the
      * decorated copy that took its place */
     const struct mg_backend_iface *kernels_untraced;
     struct mg_backend_iface *kernels_traced;
+
+    /* ---- io/ ---- */
+    int h5_started; /* h5util.c: HDF5 opened, its error printing off */
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */

@@ -24,6 +24,9 @@
 #                         thread; sets top (the build directory, absolute), prog,
 #                         tool (tests/train_ckpt_tool), data (data/digits.h5) and a
 #                         fresh directory $tmp, removed at exit
+#   show_out_err          prints $tmp/out and $tmp/err, each line prefixed with the
+#                         file's name: a check_failed for scripts that keep the last
+#                         command's output there
 #   metrics_losses FILE   "STEP LOSS" for every step of a --metrics file (as written)
 #   metrics_checksum FILE the first param_checksum of a --metrics file
 #   losses_close GOT REF STEPS RTOL
@@ -105,6 +108,10 @@ program_test_env() {
     prog=$top/meshgrad tool=$top/tests/train_ckpt_tool data=$top/data/digits.h5
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-$1.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
+}
+
+show_out_err() {
+    for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
 }
 
 metrics_losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,}]*\)[,}].*/\1 \2/p' "$1"; }

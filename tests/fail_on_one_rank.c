@@ -44,10 +44,8 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     if (argc > 1) mode = argv[1];
     Suite *s = suite_create("fail_on_one_rank");
-    TCase *tc = tcase_create(mode);
-    tcase_add_test(tc, test_one_rank_goes_wrong);
-    tcase_add_test(tc, test_later_collective_still_runs);
-    suite_add_tcase(s, tc);
+    const TTest *tests[] = {test_one_rank_goes_wrong, test_later_collective_still_runs, NULL};
+    mg_test_case(s, mode, tests);
     int status = mg_test_run_mpi(s);
     MPI_Finalize();
     return status;

@@ -179,17 +179,9 @@ START_TEST(test_step_arena_singleton) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("arena");
-    TCase *tc = tcase_create("arena");
-    tcase_add_test(tc, test_alignment);
-    tcase_add_test(tc, test_accounting);
-    tcase_add_test(tc, test_bump_layout);
-    tcase_add_test(tc, test_reuse_without_growth);
-    tcase_add_test(tc, test_merge_after_overflow);
-    tcase_add_test(tc, test_single_large_alloc);
-    tcase_add_test(tc, test_impossible_alloc_refused);
-    tcase_add_test(tc, test_tensors_in_arena);
-    tcase_add_test(tc, test_step_arena_singleton);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {test_alignment, test_accounting, test_bump_layout,
+                            test_reuse_without_growth, test_merge_after_overflow,
+                            test_single_large_alloc, test_impossible_alloc_refused,
+                            test_tensors_in_arena, test_step_arena_singleton, NULL};
+    return mg_test_run(mg_test_suite("arena", tests));
 }

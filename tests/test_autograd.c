@@ -346,20 +346,12 @@ START_TEST(test_null_arguments) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
-    Suite *s = suite_create("autograd");
-    TCase *c = tcase_create("autograd");
-    tcase_add_test(c, test_seed_placements_refused);
-    tcase_add_test(c, test_expand_global_sizes);
-    tcase_add_test(c, test_data_parallel_linear_comm);
-    tcase_add_test(c, test_megatron_comm);
-    tcase_add_test(c, test_fsdp_gradient_reduce_scattered);
-    tcase_add_test(c, test_accumulate_and_zero);
-    tcase_add_test(c, test_clear_errors);
-    tcase_add_test(c, test_null_arguments);
-    suite_add_tcase(s, c);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+static Suite *make_suite(void) {
+    const TTest *tests[] = {test_seed_placements_refused, test_expand_global_sizes,
+                            test_data_parallel_linear_comm, test_megatron_comm,
+                            test_fsdp_gradient_reduce_scattered, test_accumulate_and_zero,
+                            test_clear_errors, test_null_arguments, NULL};
+    return mg_test_suite("autograd", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

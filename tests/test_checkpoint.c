@@ -24,17 +24,7 @@
 #include "status.h"
 #include "testutil.h"
 
-static char dir[256];
 static int rank, world;
-static void remove_tree(const char *path, int depth);
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
 typedef struct {
     const char *name;
@@ -181,7 +171,7 @@ START_TEST(test_roundtrip_across_meshes) {
     const mg_placement loads2[][2] = {{MG_SHARD(1), MG_SHARD(0)}, {MG_REPLICATE, MG_REPLICATE}};
     mg_mesh *m2 = mesh2d(0), *m2t = mesh2d(1), *m1 = mg_mesh_new(1, &world);
     mg_assert_all(m2 && m2t && m1, "meshes: %s", mg_last_error());
-    const char *path = tmp_path("ckpt-42.h5");
+    const char *path = mg_test_path("ckpt-42.h5");
     for (size_t s = 0; s < sizeof saves / sizeof saves[0]; s++) {
         int st = save_set(path, m2, saves[s], 0);
         mg_assert_all(st == MG_OK, "save %zu: %s", s, mg_last_error());
@@ -208,7 +198,7 @@ END_TEST
 START_TEST(test_file_layout) {
     mg_mesh *m2 = mesh2d(0);
     const mg_placement p[2] = {MG_SHARD(0), MG_REPLICATE};
-    const char *path = tmp_path("layout.h5");
+    const char *path = mg_test_path("layout.h5");
     mg_assert_all(save_set(path, m2, p, 1) == MG_OK, "save: %s", mg_last_error());
     int ok = 1;
     char why[256] = "";
@@ -291,7 +281,7 @@ END_TEST
 START_TEST(test_attrs) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
-    const char *path = tmp_path("attrs.h5");
+    const char *path = mg_test_path("attrs.h5");
     mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
     mg_ckpt_attr got[2];
     int n = 0;
@@ -371,7 +361,7 @@ static void corrupt_chunk(const char *path, const char *name, hsize_t idx) {
 START_TEST(test_corrupt) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
-    const char *path = tmp_path("corrupt.h5");
+    const char *path = mg_test_path("corrupt.h5");
     mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
     // chunk 1 (rows 1048..1099) is read only by the last rank under S(0)
     corrupt_chunk(path, "params/big", 1);
@@ -401,7 +391,7 @@ START_TEST(test_bad_files) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     // truncated
-    const char *path = tmp_path("truncated.h5");
+    const char *path = mg_test_path("truncated.h5");
     mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
     if (rank == 0) {
         struct stat sb;
@@ -411,7 +401,7 @@ START_TEST(test_bad_files) {
     MPI_Barrier(MPI_COMM_WORLD);
     expect_load_fails(path, "truncated.h5 is truncated", NULL);
     // not HDF5, missing, a directory
-    path = tmp_path("text.h5");
+    path = mg_test_path("text.h5");
     if (rank == 0) {
         FILE *f = fopen(path, "w");
         fputs("not a checkpoint\n", f);
@@ -419,11 +409,11 @@ START_TEST(test_bad_files) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     expect_load_fails(path, "text.h5 is not an HDF5 file", NULL);
-    expect_load_fails(tmp_path("missing.h5"), "cannot open checkpoint",
+    expect_load_fails(mg_test_path("missing.h5"), "cannot open checkpoint",
                       "No such file or directory");
-    expect_load_fails(dir, "is a directory", NULL);
+    expect_load_fails(mg_test_dir(), "is a directory", NULL);
     // wrong version, and an HDF5 file that is not a checkpoint
-    path = tmp_path("version.h5");
+    path = mg_test_path("version.h5");
     mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
     if (rank == 0) {
         hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
@@ -443,7 +433,7 @@ START_TEST(test_bad_files) {
     MPI_Barrier(MPI_COMM_WORLD);
     expect_load_fails(path, "version.h5 is an HDF5 file but not a meshgrad checkpoint", NULL);
     // a dataset of another shape, and a missing one
-    path = tmp_path("shape.h5");
+    path = mg_test_path("shape.h5");
     mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
     tdef other = {"params/fc1.weight", 2, {7, 6}};
     mg_ckpt_entry e = {.name = other.name, .tensor = zeros_like(m1, &other, p)};
@@ -461,19 +451,19 @@ START_TEST(test_bad_files) {
     mg_assert_all(st == MG_EFORMAT && strstr(mg_last_error(), "has no dataset /params/fc2.weight"),
                   "%s", mg_last_error());
     // save refusals
-    mg_assert_all(mg_checkpoint_save(tmp_path("nodir/x.h5"), &e, 1, NULL, 0) == MG_EIO &&
+    mg_assert_all(mg_checkpoint_save(mg_test_path("nodir/x.h5"), &e, 1, NULL, 0) == MG_EIO &&
                       strstr(mg_last_error(), "nodir does not exist"),
                   "%s", mg_last_error());
     mg_ckpt_attr reserved = {"format", "mine"};
-    mg_assert_all(mg_checkpoint_save(tmp_path("x.h5"), &e, 1, &reserved, 1) == MG_EINVAL &&
+    mg_assert_all(mg_checkpoint_save(mg_test_path("x.h5"), &e, 1, &reserved, 1) == MG_EINVAL &&
                       strstr(mg_last_error(), "\"format\" is reserved"),
                   "%s", mg_last_error());
     mg_ckpt_entry twice[2] = {e, e};
-    mg_assert_all(mg_checkpoint_save(tmp_path("x.h5"), twice, 2, NULL, 0) == MG_EINVAL &&
+    mg_assert_all(mg_checkpoint_save(mg_test_path("x.h5"), twice, 2, NULL, 0) == MG_EINVAL &&
                       strstr(mg_last_error(), "given twice"),
                   "%s", mg_last_error());
     e.name = "/abs";
-    mg_assert_all(mg_checkpoint_save(tmp_path("x.h5"), &e, 1, NULL, 0) == MG_EINVAL, "bad name");
+    mg_assert_all(mg_checkpoint_save(mg_test_path("x.h5"), &e, 1, NULL, 0) == MG_EINVAL, "bad name");
     mg_dtensor_free(e.tensor);
     mg_mesh_free(m1);
 }
@@ -501,7 +491,7 @@ START_TEST(test_resolve_prune) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     char sub[300];
-    snprintf(sub, sizeof sub, "%.250s/run", dir);
+    snprintf(sub, sizeof sub, "%.250s/run", mg_test_dir());
     if (rank == 0) mkdir(sub, 0755);
     MPI_Barrier(MPI_COMM_WORLD);
     char out[700], path[600];
@@ -546,50 +536,20 @@ START_TEST(test_resolve_prune) {
     mg_assert_all(files_are(sub, keep, 2, gone1, 2) && files_are(sub, keep + 3, 3, NULL, 0),
                   "prune 1 kept the wrong files");
     mg_assert_all(mg_checkpoint_prune(sub, 0, 12) == MG_EINVAL, "prune 0 accepted");
-    if (rank == 0) remove_tree(sub, 0);
+    if (rank == 0) mg_test_remove_tree(sub, 0);
     mg_mesh_free(m1);
 }
 END_TEST
 
-/* Removes the files in `path` (and in its subdirectories when depth > 0), then it. */
-static void remove_tree(const char *path, int depth) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    char sub[1024];
-    while (d && (e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(sub, sizeof sub, "%.500s/%.500s", path, e->d_name);
-        struct stat sb;
-        if (depth > 0 && stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
-            remove_tree(sub, depth - 1);
-        else
-            unlink(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
+static Suite *make_suite(void) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    mg_test_dir_make("ckpt");
+    const TTest *tests[] = {test_roundtrip_across_meshes, test_file_layout, test_attrs,
+                            test_corrupt, test_bad_files, test_resolve_prune, NULL};
+    return mg_test_suite("checkpoint", tests);
 }
 
 int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (rank == 0) {
-        snprintf(dir, sizeof dir, "/tmp/mg-test-ckpt-XXXXXX");
-        if (!mkdtemp(dir)) dir[0] = '\0';
-    }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    Suite *s = suite_create("checkpoint");
-    TCase *tc = tcase_create("checkpoint");
-    tcase_add_test(tc, test_roundtrip_across_meshes);
-    tcase_add_test(tc, test_file_layout);
-    tcase_add_test(tc, test_attrs);
-    tcase_add_test(tc, test_corrupt);
-    tcase_add_test(tc, test_bad_files);
-    tcase_add_test(tc, test_resolve_prune);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) remove_tree(dir, 1);
-    mg_finalize();
-    return rc;
+    return mg_test_main_mpi(&argc, &argv, make_suite, mg_test_dir_remove);
 }

@@ -2,31 +2,21 @@
 # test_cli.sh: the meshgrad program's command line: --help, --version, usage
 # errors (exit 2, usage on stderr) and a failing command under mpirun printing
 # "meshgrad: error: ..." exactly once. Prints a Check-style summary line.
-: "${top_builddir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-mg=$top_builddir/meshgrad
-tmp=${TMPDIR:-/tmp}/mg-test-cli.$$
-mkdir -p "$tmp" || exit 99
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env cli
 # a failed check shows the last run's stdout and stderr
-check_failed() {
-    for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
-}
+check_failed() { show_out_err; }
 
 # run ARGS...: runs meshgrad (no MPI launcher), sets rc, output in $tmp/out, $tmp/err
 run() {
-    "$TIMEOUT" 60 "$mg" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    "$TIMEOUT" 60 "$prog" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
     rc=$?
 }
 # mpirun_np N ARGS...: the same under mpirun
 run_np() {
     np=$1
     shift
-    "$TIMEOUT" -k 10 120 "$MPIRUN" -np "$np" "$mg" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    "$TIMEOUT" -k 10 120 "$MPIRUN" -np "$np" "$prog" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
     rc=$?
 }
 error_lines() { grep -c "meshgrad: error:" "$tmp/err"; }

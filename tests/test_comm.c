@@ -497,23 +497,13 @@ START_TEST(mpi_failure_is_ecomm) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
-    Suite *s = suite_create("comm");
-    TCase *tc = tcase_create("comm");
-    tcase_add_test(tc, collectives_match_naive);
-    tcase_add_test(tc, split_calls_match_naive);
-    tcase_add_test(tc, shared_sums_match_naive);
-    tcase_add_test(tc, shared_one_copy);
-    tcase_add_test(tc, iall_reduce_matches_naive);
-    tcase_add_test(tc, many_sums_in_flight);
-    tcase_add_test(tc, byte_counters);
-    tcase_add_test(tc, one_rank_comm_moves_nothing);
-    tcase_add_test(tc, status_agreement);
-    tcase_add_test(tc, mpi_failure_is_ecomm);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {collectives_match_naive, split_calls_match_naive,
+                            shared_sums_match_naive, shared_one_copy, iall_reduce_matches_naive,
+                            many_sums_in_flight, byte_counters, one_rank_comm_moves_nothing,
+                            status_agreement, mpi_failure_is_ecomm, NULL};
+    return mg_test_suite("comm", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -473,26 +473,15 @@ int main(int argc, char **argv) {
         mg_finalize();
         return 1;
     }
+    const TTest *tests[] = {test_backend_basics, test_gemm, test_gemm_tf32, test_gemm_bf16,
+                            test_permute, test_copy_block, test_copy_fill, test_unary, test_axpy,
+                            test_reduce, test_sum_squares, test_cross_entropy, test_sgd, test_adamw,
+                            NULL};
     Suite *s = suite_create("cuda");
-    TCase *k = tcase_create("kernels");
-    tcase_add_test(k, test_backend_basics);
-    tcase_add_test(k, test_gemm);
-    tcase_add_test(k, test_gemm_tf32);
-    tcase_add_test(k, test_gemm_bf16);
+    TCase *k = mg_test_case(s, "kernels", tests);
     tcase_add_loop_test(k, test_gemm_batched, 0, 2);
-    tcase_add_test(k, test_permute);
-    tcase_add_test(k, test_copy_block);
-    tcase_add_test(k, test_copy_fill);
     tcase_add_loop_test(k, test_binary, 0, MG_BINARY_COUNT);
-    tcase_add_test(k, test_unary);
-    tcase_add_test(k, test_axpy);
-    tcase_add_test(k, test_reduce);
-    tcase_add_test(k, test_sum_squares);
-    tcase_add_test(k, test_cross_entropy);
-    tcase_add_test(k, test_sgd);
-    tcase_add_test(k, test_adamw);
     nn_kernel_tests(k);
-    suite_add_tcase(s, k);
     int status = mg_test_run_mpi(s);
     print_table();
     mg_finalize();

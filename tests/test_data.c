@@ -29,16 +29,7 @@
 #include "status.h"
 #include "testutil.h"
 
-static char dir[256];
 static int rank, world;
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
 static float value_at(int64_t row, int64_t j) { return (float)row + (float)j / 64.0f; }
 static float label_at(int64_t row) { return (float)((row * 7 + 3) % 5); }
@@ -97,31 +88,8 @@ static void write_text(const char *path, const char *text) {
 static const int64_t SAMPLE[2] = {3, 4};
 enum { N = 37, SNUMEL = 12 };
 
-static void setup(void) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (rank == 0) {
-        snprintf(dir, sizeof dir, "/tmp/mg-test-data-XXXXXX");
-        if (!mkdtemp(dir)) dir[0] = '\0';
-    }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    write_set(tmp_path("good.h5"), "train", N, 2, SAMPLE, H5T_IEEE_F32LE, N, H5T_STD_I32LE);
-}
-
-static void teardown(void) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0 && dir[0]) {
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d)))
-            if (e->d_name[0] != '.') unlink(tmp_path(e->d_name));
-        if (d) closedir(d);
-        rmdir(dir);
-    }
-}
-
 START_TEST(test_open_metadata) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
+    mg_dataset *ds = mg_dataset_open(mg_test_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     mg_assert_all(mg_dataset_rows(ds) == N, "rows %lld", (long long)mg_dataset_rows(ds));
     mg_assert_all(mg_dataset_sample_ndim(ds) == 2 && mg_dataset_sample_shape(ds)[0] == 3 &&
@@ -134,7 +102,7 @@ END_TEST
 
 /* read_rows: each rank asks for different rows (unsorted, repeated, none) */
 START_TEST(test_read_rows) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
+    mg_dataset *ds = mg_dataset_open(mg_test_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     int64_t rows[8] = {36, 2, 2, 17, 0, 35, 18, 17};
     int64_t n = rank == 1 ? 0 : 8 - rank; /* rank 1 reads nothing */
@@ -244,7 +212,7 @@ static void check_layout(mg_dataset *ds, const layout *L, int64_t batch, mg_aren
 }
 
 START_TEST(test_loader_layouts) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
+    mg_dataset *ds = mg_dataset_open(mg_test_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     int half = world >= 2 ? world / 2 : 1, other = world >= 2 ? 2 : 1;
     layout layouts[] = {
@@ -284,7 +252,7 @@ START_TEST(test_loader_layouts) {
 END_TEST
 
 START_TEST(test_loader_errors) {
-    mg_dataset *ds = mg_dataset_open(tmp_path("good.h5"), "train", mg_comm_world());
+    mg_dataset *ds = mg_dataset_open(mg_test_path("good.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open failed: %s", mg_last_error());
     mg_loader L;
     mg_assert_all(mg_loader_init(&L, ds, 0, 1) == MG_EINVAL, "batch 0 accepted");
@@ -325,31 +293,31 @@ static void expect_refused(const char *path, const char *split, const char *want
 
 START_TEST(test_malformed) {
     int64_t s1[1] = {2};
-    write_set(tmp_path("nolabels.h5"), "train", 10, 1, s1, H5T_IEEE_F32LE, -1, H5T_STD_I32LE);
-    expect_refused(tmp_path("nolabels.h5"), "train",
+    write_set(mg_test_path("nolabels.h5"), "train", 10, 1, s1, H5T_IEEE_F32LE, -1, H5T_STD_I32LE);
+    expect_refused(mg_test_path("nolabels.h5"), "train",
                    "nolabels.h5: dataset /train/labels is missing", NULL);
-    write_set(tmp_path("noinputs.h5"), "train", -1, 1, s1, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
-    expect_refused(tmp_path("noinputs.h5"), "train", "dataset /train/inputs is missing", NULL);
-    expect_refused(tmp_path("good.h5"), "test", "good.h5: there is no group /test", NULL);
-    write_set(tmp_path("intinputs.h5"), "train", 10, 1, s1, H5T_STD_I32LE, 10, H5T_STD_I32LE);
-    expect_refused(tmp_path("intinputs.h5"), "train",
+    write_set(mg_test_path("noinputs.h5"), "train", -1, 1, s1, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
+    expect_refused(mg_test_path("noinputs.h5"), "train", "dataset /train/inputs is missing", NULL);
+    expect_refused(mg_test_path("good.h5"), "test", "good.h5: there is no group /test", NULL);
+    write_set(mg_test_path("intinputs.h5"), "train", 10, 1, s1, H5T_STD_I32LE, 10, H5T_STD_I32LE);
+    expect_refused(mg_test_path("intinputs.h5"), "train",
                    "dataset /train/inputs is int32, expected float32", NULL);
-    write_set(tmp_path("dblinputs.h5"), "train", 10, 1, s1, H5T_IEEE_F64LE, 10, H5T_STD_I32LE);
-    expect_refused(tmp_path("dblinputs.h5"), "train",
+    write_set(mg_test_path("dblinputs.h5"), "train", 10, 1, s1, H5T_IEEE_F64LE, 10, H5T_STD_I32LE);
+    expect_refused(mg_test_path("dblinputs.h5"), "train",
                    "dataset /train/inputs is float64, expected float32", NULL);
-    write_set(tmp_path("fltlabels.h5"), "train", 10, 1, s1, H5T_IEEE_F32LE, 10, H5T_IEEE_F32LE);
-    expect_refused(tmp_path("fltlabels.h5"), "train",
+    write_set(mg_test_path("fltlabels.h5"), "train", 10, 1, s1, H5T_IEEE_F32LE, 10, H5T_IEEE_F32LE);
+    expect_refused(mg_test_path("fltlabels.h5"), "train",
                    "dataset /train/labels is float32, expected int32", NULL);
-    write_set(tmp_path("rows.h5"), "train", 999, 1, s1, H5T_IEEE_F32LE, 1000, H5T_STD_I32LE);
-    expect_refused(tmp_path("rows.h5"), "train",
+    write_set(mg_test_path("rows.h5"), "train", 999, 1, s1, H5T_IEEE_F32LE, 1000, H5T_STD_I32LE);
+    expect_refused(mg_test_path("rows.h5"), "train",
                    "rows.h5: /train/labels has 1000 rows but /train/inputs has 999", NULL);
-    write_set(tmp_path("empty.h5"), "train", 0, 1, s1, H5T_IEEE_F32LE, 0, H5T_STD_I32LE);
-    expect_refused(tmp_path("empty.h5"), "train", "/train/inputs has no rows", NULL);
-    write_text(tmp_path("text.h5"), "0,1,2,3\n4,5,6,7\n");
-    expect_refused(tmp_path("text.h5"), "train", "text.h5 is not an HDF5 file", NULL);
-    expect_refused(tmp_path("missing.h5"), "train", "cannot open data set",
+    write_set(mg_test_path("empty.h5"), "train", 0, 1, s1, H5T_IEEE_F32LE, 0, H5T_STD_I32LE);
+    expect_refused(mg_test_path("empty.h5"), "train", "/train/inputs has no rows", NULL);
+    write_text(mg_test_path("text.h5"), "0,1,2,3\n4,5,6,7\n");
+    expect_refused(mg_test_path("text.h5"), "train", "text.h5 is not an HDF5 file", NULL);
+    expect_refused(mg_test_path("missing.h5"), "train", "cannot open data set",
                    "No such file or directory");
-    expect_refused(dir, "train", "it is a directory", NULL);
+    expect_refused(mg_test_dir(), "train", "it is a directory", NULL);
 }
 END_TEST
 
@@ -357,7 +325,7 @@ END_TEST
 static int leftover(const char *prefix) {
     int found = 0;
     if (rank == 0) {
-        DIR *d = opendir(dir);
+        DIR *d = opendir(mg_test_dir());
         struct dirent *e;
         while (d && (e = readdir(d)))
             if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) found = 1;
@@ -386,13 +354,13 @@ START_TEST(test_csv2h5) {
                  4 * (r + 3), 4 * (r + 4), 4 * (r + 5), r % 3);
         strcat(csv, line);
     }
-    write_text(tmp_path("good.csv"), csv);
-    int rc = run_csv2h5(tmp_path("good.csv"), tmp_path("csv.h5"), "2x3", "4");
+    write_text(mg_test_path("good.csv"), csv);
+    int rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("csv.h5"), "2x3", "4");
     mg_assert_all(rc == 0, "csv2h5: %s", mg_last_error());
     const char *splits[2] = {"train", "test"};
     int64_t want_rows[2] = {9, 4};
     for (int s = 0; s < 2; s++) {
-        mg_dataset *ds = mg_dataset_open(tmp_path("csv.h5"), splits[s], mg_comm_world());
+        mg_dataset *ds = mg_dataset_open(mg_test_path("csv.h5"), splits[s], mg_comm_world());
         mg_assert_all(ds && mg_dataset_rows(ds) == want_rows[s] &&
                           mg_dataset_sample_ndim(ds) == 2 && mg_dataset_sample_shape(ds)[0] == 2 &&
                           mg_dataset_sample_shape(ds)[1] == 3 && mg_dataset_num_classes(ds) == 3,
@@ -413,62 +381,62 @@ START_TEST(test_csv2h5) {
         mg_dataset_close(ds);
     }
     // bad input: the message names the line
-    write_text(tmp_path("nan.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,6,1\n1,2,x3,4,5,6,1\n");
-    rc = run_csv2h5(tmp_path("nan.csv"), tmp_path("bad.h5"), "2x3", "4");
+    write_text(mg_test_path("nan.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,6,1\n1,2,x3,4,5,6,1\n");
+    rc = run_csv2h5(mg_test_path("nan.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(),
                                                   "nan.csv:3: field 3 \"x3\" is not a number")),
                   "rc %d: %s", rc, mg_last_error());
-    write_text(tmp_path("cols.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,1\n");
-    rc = run_csv2h5(tmp_path("cols.csv"), tmp_path("bad.h5"), "2x3", "4");
+    write_text(mg_test_path("cols.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,1\n");
+    rc = run_csv2h5(mg_test_path("cols.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 ||
                       (rc == 1 && strstr(mg_last_error(), "cols.csv:2: 6 fields, expected 7")),
                   "rc %d: %s", rc, mg_last_error());
-    write_text(tmp_path("label.csv"), "1,2,3,4,5,6,0.5\n");
-    rc = run_csv2h5(tmp_path("label.csv"), tmp_path("bad.h5"), "2x3", "4");
+    write_text(mg_test_path("label.csv"), "1,2,3,4,5,6,0.5\n");
+    rc = run_csv2h5(mg_test_path("label.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "label.csv:1: the label")),
                   "rc %d: %s", rc, mg_last_error());
-    rc = run_csv2h5(tmp_path("absent.csv"), tmp_path("bad.h5"), "2x3", "4");
+    rc = run_csv2h5(mg_test_path("absent.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "cannot open") &&
                                 strstr(mg_last_error(), "absent.csv")),
                   "rc %d: %s", rc, mg_last_error());
-    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("bad.h5"), "2y3", "4");
+    rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("bad.h5"), "2y3", "4");
     mg_assert_all(rc == 2, "a bad --shape was accepted");
-    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("bad.h5"), "4294967296x4294967296x4", "4");
+    rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("bad.h5"), "4294967296x4294967296x4", "4");
     mg_assert_all(rc == 2 && strstr(mg_last_error(), "more than"), "an overflowing --shape: %d %s",
                   rc, mg_last_error());
-    mg_assert_all(access(tmp_path("bad.h5"), F_OK) != 0 && !leftover("bad.h5.tmp"),
+    mg_assert_all(access(mg_test_path("bad.h5"), F_OK) != 0 && !leftover("bad.h5.tmp"),
                   "a failed conversion left a file behind");
     // it never writes over its input, or over a file that is not a data set
-    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("good.csv"), "2x3", "4");
+    rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("good.csv"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "is the --in file")),
                   "--out equal to --in: rc %d: %s", rc, mg_last_error());
-    write_text(tmp_path("notes.txt"), "my notes\n");
-    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("notes.txt"), "2x3", "4");
+    write_text(mg_test_path("notes.txt"), "my notes\n");
+    rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("notes.txt"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "will not replace") &&
                                 strstr(mg_last_error(), "not a meshgrad data set")),
                   "--out over a text file: rc %d: %s", rc, mg_last_error());
     int intact = 1;
     if (rank == 0) {
-        FILE *f = fopen(tmp_path("good.csv"), "r");
+        FILE *f = fopen(mg_test_path("good.csv"), "r");
         char line[64] = "";
         intact = f && fgets(line, sizeof line, f) && strcmp(line, "0,4,8,12,16,20,0\n") == 0;
         if (f) fclose(f);
-        f = fopen(tmp_path("notes.txt"), "r");
+        f = fopen(mg_test_path("notes.txt"), "r");
         intact &= f && fgets(line, sizeof line, f) && strcmp(line, "my notes\n") == 0;
         if (f) fclose(f);
     }
     mg_assert_all(intact, "a refused conversion changed its input or the file at --out");
     // a data set may be made again over the one it made before
-    rc = run_csv2h5(tmp_path("good.csv"), tmp_path("csv.h5"), "2x3", "4");
+    rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("csv.h5"), "2x3", "4");
     mg_assert_all(rc == 0 && !leftover("csv.h5.tmp"), "csv2h5 again: %s", mg_last_error());
 }
 END_TEST
 
 /* A NaN in the inputs is refused when its row is read; so is a label past 2^24 - 1. */
 START_TEST(test_nonfinite) {
-    write_set(tmp_path("nan.h5"), "train", 10, 2, SAMPLE, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
+    write_set(mg_test_path("nan.h5"), "train", 10, 2, SAMPLE, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
     if (rank == 0) { /* inputs[3, 2, 2] = nan, labels[5] = 2^31 - 1 in another file */
-        hid_t f = H5Fopen(tmp_path("nan.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t f = H5Fopen(mg_test_path("nan.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
         hid_t d = H5Dopen2(f, "train/inputs", H5P_DEFAULT), fs = H5Dget_space(d);
         hsize_t start[3] = {3, 2, 2}, one[3] = {1, 1, 1};
         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL);
@@ -481,7 +449,7 @@ START_TEST(test_nonfinite) {
         H5Fclose(f);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    mg_dataset *ds = mg_dataset_open(tmp_path("nan.h5"), "train", mg_comm_world());
+    mg_dataset *ds = mg_dataset_open(mg_test_path("nan.h5"), "train", mg_comm_world());
     mg_assert_all(ds != NULL, "open: %s", mg_last_error());
     int64_t rows[3] = {1, 3, 7}, clean[2] = {0, 9};
     float x[3 * SNUMEL], y[3];
@@ -492,9 +460,9 @@ START_TEST(test_nonfinite) {
                                                             "non-finite value (nan at [2,2])"),
                   "a NaN row: %d %s", st, mg_last_error());
     mg_dataset_close(ds);
-    write_set(tmp_path("biglabel.h5"), "train", 10, 2, SAMPLE, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
+    write_set(mg_test_path("biglabel.h5"), "train", 10, 2, SAMPLE, H5T_IEEE_F32LE, 10, H5T_STD_I32LE);
     if (rank == 0) {
-        hid_t f = H5Fopen(tmp_path("biglabel.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t f = H5Fopen(mg_test_path("biglabel.h5"), H5F_ACC_RDWR, H5P_DEFAULT);
         hid_t d = H5Dopen2(f, "train/labels", H5P_DEFAULT), fs = H5Dget_space(d);
         hsize_t at = 5, one = 1;
         H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, NULL, &one, NULL);
@@ -507,27 +475,22 @@ START_TEST(test_nonfinite) {
         H5Fclose(f);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    expect_refused(tmp_path("biglabel.h5"), "train",
+    expect_refused(mg_test_path("biglabel.h5"), "train",
                    "/train/labels row 5 holds 2147483647; labels must be class indices 0..16777215",
                    NULL);
 }
 END_TEST
 
+static Suite *make_suite(void) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    mg_test_dir_make("data");
+    write_set(mg_test_path("good.h5"), "train", N, 2, SAMPLE, H5T_IEEE_F32LE, N, H5T_STD_I32LE);
+    const TTest *tests[] = {test_open_metadata, test_read_rows, test_loader_layouts,
+                            test_loader_errors, test_malformed, test_csv2h5, test_nonfinite, NULL};
+    return mg_test_suite("data", tests);
+}
+
 int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
-    setup();
-    Suite *s = suite_create("data");
-    TCase *tc = tcase_create("data");
-    tcase_add_test(tc, test_open_metadata);
-    tcase_add_test(tc, test_read_rows);
-    tcase_add_test(tc, test_loader_layouts);
-    tcase_add_test(tc, test_loader_errors);
-    tcase_add_test(tc, test_malformed);
-    tcase_add_test(tc, test_csv2h5);
-    tcase_add_test(tc, test_nonfinite);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    teardown();
-    mg_finalize();
-    return rc;
+    return mg_test_main_mpi(&argc, &argv, make_suite, mg_test_dir_remove);
 }

@@ -39,22 +39,17 @@ START_TEST(test_digits) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+static Suite *make_suite(void) {
     int64_t have = access(path, R_OK) == 0;
     mg_comm_all_reduce_i64(mg_comm_world(), &have, 1, MG_CONTROL_MIN);
     if (!have) {
         if (mg_rank() == 0)
             printf("test_digits: %s was not built here (make builds it from data/digits.csv.gz): "
-                   "skipping\n", path);
-        mg_finalize();
-        return 77;
+               "skipping\n", path);
+        return NULL; /* exit 77 */
     }
-    Suite *s = suite_create("digits");
-    TCase *tc = tcase_create("digits");
-    tcase_add_test(tc, test_digits);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {test_digits, NULL};
+    return mg_test_suite("digits", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

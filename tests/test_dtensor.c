@@ -371,24 +371,14 @@ START_TEST(describe_names_the_blocks) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
     me = mg_rank();
-    Suite *s = suite_create("dtensor");
-    TCase *tc = tcase_create("dtensor");
-    tcase_add_test(tc, distribute_gives_naive_blocks);
-    tcase_add_test(tc, negative_shard_dims_are_normalized);
-    tcase_add_test(tc, from_local_round_trip);
-    tcase_add_test(tc, distribute_refusals);
-    tcase_add_test(tc, from_local_wrong_shape);
-    tcase_add_test(tc, ranks_must_agree);
-    tcase_add_test(tc, mixed_meshes_refused);
-    tcase_add_test(tc, make_checks_the_block);
-    tcase_add_test(tc, fill_uniform_same_on_every_mesh);
-    tcase_add_test(tc, describe_names_the_blocks);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {distribute_gives_naive_blocks, negative_shard_dims_are_normalized,
+                            from_local_round_trip, distribute_refusals, from_local_wrong_shape,
+                            ranks_must_agree, mixed_meshes_refused, make_checks_the_block,
+                            fill_uniform_same_on_every_mesh, describe_names_the_blocks, NULL};
+    return mg_test_suite("dtensor", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

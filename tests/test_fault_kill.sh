@@ -5,16 +5,9 @@
 # naming "process rank R ... signal 9", and no rank is left behind blocked in
 # a collective with the dead peer. The rank's PID is found among mpirun's
 # descendants by the OMPI_COMM_WORLD_RANK in its environment.
-: "${top_builddir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-mg=$top_builddir/meshgrad
-data=$top_builddir/data/digits.h5
-out=${TMPDIR:-/tmp}/mg-fault-kill.$$
-trap 'rm -f "$out"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env fault-kill
+out=$tmp/out
 
 # descendants PID: every process below PID
 descendants() {
@@ -45,7 +38,7 @@ alive() {
 # kill_case NP MESH PLAN RANK
 kill_case() {
     np=$1 mesh=$2 plan=$3 victim=$4
-    "$TIMEOUT" -k 5 90 "$MPIRUN" -np "$np" "$mg" train --data "$data" --mesh "$mesh" --parallel "$plan" \
+    "$TIMEOUT" -k 5 90 "$MPIRUN" -np "$np" "$prog" train --data "$data" --mesh "$mesh" --parallel "$plan" \
         --model mlp --hidden 32 --steps 1000000 --batch 30 --log-every 20 --threads 1 >"$out" 2>&1 &
     job=$!
     i=0

@@ -155,17 +155,15 @@ START_TEST(test_two_dim_plans) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+static Suite *make_suite(void) {
     make_init();
     make_reference();
-    Suite *s = suite_create("gpt_block");
-    TCase *c = tcase_create("gpt_block");
-    tcase_add_test(c, test_one_dim_plans);
-    tcase_add_test(c, test_two_dim_plans);
-    suite_add_tcase(s, c);
-    int rc = mg_test_run_mpi(s);
-    for (int i = 0; i < NP; i++) free(init_values[i]), free(ref.grad[i]);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {test_one_dim_plans, test_two_dim_plans, NULL};
+    return mg_test_suite("gpt_block", tests);
 }
+
+static void teardown(void) {
+    for (int i = 0; i < NP; i++) free(init_values[i]), free(ref.grad[i]);
+}
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, teardown); }

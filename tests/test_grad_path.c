@@ -467,19 +467,14 @@ static void clean_step(void) {
     mg_set_grad_sync(1);
 }
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
+    /* fsdp_param_copies first: see the file comment */
+    const TTest *tests[] = {fsdp_param_copies, lazy_zero, small_gradients_packed, micro_batches,
+                            direct_sharded_parameter, NULL};
     Suite *s = suite_create("grad_path");
-    TCase *tc = tcase_create("grad_path");
-    tcase_add_checked_fixture(tc, clean_step, NULL);
-    tcase_add_test(tc, fsdp_param_copies); /* first: see the file comment */
-    tcase_add_test(tc, lazy_zero);
-    tcase_add_test(tc, small_gradients_packed);
-    tcase_add_test(tc, micro_batches);
-    tcase_add_test(tc, direct_sharded_parameter);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    tcase_add_checked_fixture(mg_test_case(s, "grad_path", tests), clean_step, NULL);
+    return s;
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -122,16 +122,12 @@ END_TEST
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    const TTest *tests[] = {test_agree_is_and_of_all_ranks, test_every_rank_sees_the_same_verdict,
+                            test_allreduce_matches_naive_sum, test_close_helper,
+                            test_fill_is_deterministic, test_runs_without_fork,
+                            test_runs_without_fork_check, NULL};
     Suite *s = suite_create("harness");
-    TCase *tc = tcase_create("mpi");
-    tcase_add_test(tc, test_agree_is_and_of_all_ranks);
-    tcase_add_test(tc, test_every_rank_sees_the_same_verdict);
-    tcase_add_test(tc, test_allreduce_matches_naive_sum);
-    tcase_add_test(tc, test_close_helper);
-    tcase_add_test(tc, test_fill_is_deterministic);
-    tcase_add_test(tc, test_runs_without_fork);
-    tcase_add_test(tc, test_runs_without_fork_check);
-    suite_add_tcase(s, tc);
+    mg_test_case(s, "mpi", tests);
     int status = mg_test_run_mpi(s);
     MPI_Finalize();
     return status;

@@ -849,36 +849,18 @@ START_TEST(test_threads) {
 END_TEST
 
 int main(void) {
+    const TTest *tests[] = {test_permute_3d, test_permute_4d_and_small, test_copy_block,
+                            test_copy_fill, test_binary_bias_large_scalar, test_binary_in_place,
+                            test_unary, test_relu_nan, test_axpy, test_activation_backward_fd,
+                            test_reduce_subsets, test_reduce_empty, test_reduce_max_nan,
+                            test_reduce_sum_accuracy, test_sum_squares, test_cross_entropy_value,
+                            test_cross_entropy_bad_labels, test_cross_entropy_backward_fd,
+                            test_cross_entropy_large, test_sgd, test_adamw, test_zero_size_kernels,
+                            test_names_and_backend, test_threads, NULL};
     Suite *s = suite_create("kernels");
-    TCase *tc = tcase_create("kernels");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = mg_test_case(s, "kernels", tests);
     tcase_add_loop_test(tc, test_gemm, 0, 4);
     tcase_add_loop_test(tc, test_gemm_batched, 0, 4);
-    tcase_add_test(tc, test_permute_3d);
-    tcase_add_test(tc, test_permute_4d_and_small);
-    tcase_add_test(tc, test_copy_block);
-    tcase_add_test(tc, test_copy_fill);
     tcase_add_loop_test(tc, test_binary_broadcast_patterns, 0, MG_BINARY_COUNT);
-    tcase_add_test(tc, test_binary_bias_large_scalar);
-    tcase_add_test(tc, test_binary_in_place);
-    tcase_add_test(tc, test_unary);
-    tcase_add_test(tc, test_relu_nan);
-    tcase_add_test(tc, test_axpy);
-    tcase_add_test(tc, test_activation_backward_fd);
-    tcase_add_test(tc, test_reduce_subsets);
-    tcase_add_test(tc, test_reduce_empty);
-    tcase_add_test(tc, test_reduce_max_nan);
-    tcase_add_test(tc, test_reduce_sum_accuracy);
-    tcase_add_test(tc, test_sum_squares);
-    tcase_add_test(tc, test_cross_entropy_value);
-    tcase_add_test(tc, test_cross_entropy_bad_labels);
-    tcase_add_test(tc, test_cross_entropy_backward_fd);
-    tcase_add_test(tc, test_cross_entropy_large);
-    tcase_add_test(tc, test_sgd);
-    tcase_add_test(tc, test_adamw);
-    tcase_add_test(tc, test_zero_size_kernels);
-    tcase_add_test(tc, test_names_and_backend);
-    tcase_add_test(tc, test_threads);
-    suite_add_tcase(s, tc);
     return mg_test_run(s);
 }

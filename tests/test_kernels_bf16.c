@@ -242,14 +242,9 @@ START_TEST(test_gemm_bf16_edges) {
 END_TEST
 
 int main(void) {
+    const TTest *tests[] = {test_round_cases, test_round_random, test_gemm_batched_bf16,
+                            test_gemm_bf16_edges, NULL};
     Suite *s = suite_create("kernels_bf16");
-    TCase *tc = tcase_create("bf16");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_round_cases);
-    tcase_add_test(tc, test_round_random);
-    tcase_add_loop_test(tc, test_gemm_bf16, 0, 2);
-    tcase_add_test(tc, test_gemm_batched_bf16);
-    tcase_add_test(tc, test_gemm_bf16_edges);
-    suite_add_tcase(s, tc);
+    tcase_add_loop_test(mg_test_case(s, "bf16", tests), test_gemm_bf16, 0, 2);
     return mg_test_run(s);
 }

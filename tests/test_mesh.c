@@ -145,18 +145,11 @@ START_TEST(init_rank_size) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
     me = mg_rank();
-    Suite *s = suite_create("mesh");
-    TCase *tc = tcase_create("mesh");
-    tcase_add_test(tc, every_mesh_fits);
-    tcase_add_test(tc, mesh_refusals);
-    tcase_add_test(tc, parse_and_format);
-    tcase_add_test(tc, init_rank_size);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {every_mesh_fits, mesh_refusals, parse_and_format, init_rank_size, NULL};
+    return mg_test_suite("mesh", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

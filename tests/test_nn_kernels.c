@@ -488,16 +488,7 @@ START_TEST(test_attention) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("nn_kernels");
-    TCase *tc = tcase_create("cpu");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_exp);
-    tcase_add_test(tc, test_softmax);
-    tcase_add_test(tc, test_softmax_backward);
-    tcase_add_test(tc, test_layer_norm);
-    tcase_add_test(tc, test_embedding);
-    tcase_add_test(tc, test_cross_entropy_sharded);
-    tcase_add_test(tc, test_attention);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {test_exp, test_softmax, test_softmax_backward, test_layer_norm,
+                            test_embedding, test_cross_entropy_sharded, test_attention, NULL};
+    return mg_test_run(mg_test_suite("nn_kernels", tests));
 }

@@ -292,19 +292,20 @@ START_TEST(test_distributed_matches_single) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+static Suite *make_suite(void) {
     Suite *s = suite_create("ops");
-    TCase *g = tcase_create("finite_differences");
+    const TTest *none[] = {NULL};
+    TCase *g = mg_test_case(s, "finite_differences", none);
     tcase_add_loop_test(g, test_finite_differences, 0, n_op_cases);
-    suite_add_tcase(s, g);
-    TCase *d = tcase_create("distributed");
+    TCase *d = mg_test_case(s, "distributed", none);
     tcase_add_loop_test(d, test_distributed_matches_single, 0, n_op_cases);
-    suite_add_tcase(s, d);
-    int rc = mg_test_run_mpi(s);
+    return s;
+}
+
+static void report(void) {
     if (mg_rank() == 0)
         printf("ops: %d placement assignments checked, %d sampled out (MG_TEST_ALL=1: all)\n",
                checked_assignments, sampled_out);
-    mg_finalize();
-    return rc;
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, report); }

@@ -592,22 +592,15 @@ END_TEST
 /* A test that failed part way (no-fork mode) leaves its tape behind: start clean. */
 static void clean_step(void) { mg_step_end(); }
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
+    const TTest *tests[] = {sgd_momentum, weight_used_twice, grad_before_and_after_step,
+                            accumulation, adamw, optimizer_switch, clip_grad_norm, NULL};
     Suite *s = suite_create("optim_shard");
-    TCase *tc = tcase_create("optim_shard");
+    TCase *tc = mg_test_case(s, "optim_shard", tests);
     tcase_add_checked_fixture(tc, clean_step, NULL);
-    tcase_add_test(tc, sgd_momentum);
-    tcase_add_test(tc, weight_used_twice);
-    tcase_add_test(tc, grad_before_and_after_step);
-    tcase_add_test(tc, accumulation);
-    tcase_add_test(tc, adamw);
-    tcase_add_test(tc, optimizer_switch);
-    tcase_add_test(tc, clip_grad_norm);
-    if (world == 4) tcase_add_test(tc, meshes_2d);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    if (world == 4) tcase_add_test(tc, meshes_2d); /* a 2x2 mesh */
+    return s;
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

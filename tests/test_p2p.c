@@ -179,16 +179,10 @@ START_TEST(refusals) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
-    Suite *s = suite_create("p2p");
-    TCase *tc = tcase_create("p2p");
-    tcase_add_test(tc, ring_exchange);
-    tcase_add_test(tc, messages_meet_in_order);
-    tcase_add_test(tc, refusals);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {ring_exchange, messages_meet_in_order, refusals, NULL};
+    return mg_test_suite("p2p", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -168,13 +168,7 @@ START_TEST(stage_costs) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("pipeline_cost");
-    TCase *tc = tcase_create("pipeline_cost");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, mlp_layer_costs);
-    tcase_add_test(tc, balance_is_optimal);
-    tcase_add_test(tc, tied_layers_and_counts);
-    tcase_add_test(tc, stage_costs);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {mlp_layer_costs, balance_is_optimal, tied_layers_and_counts,
+                            stage_costs, NULL};
+    return mg_test_run(mg_test_suite("pipeline_cost", tests));
 }

@@ -333,15 +333,9 @@ START_TEST(test_backward_with_and_split) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
-    Suite *s = suite_create("pipeline_exec");
-    TCase *c = tcase_create("pipeline_exec");
-    tcase_set_timeout(c, 0);
-    tcase_add_test(c, test_backward_with_and_split);
-    tcase_add_test(c, test_schedules_equal_accumulation);
-    suite_add_tcase(s, c);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+static Suite *make_suite(void) {
+    const TTest *tests[] = {test_backward_with_and_split, test_schedules_equal_accumulation, NULL};
+    return mg_test_suite("pipeline_exec", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

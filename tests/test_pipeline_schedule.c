@@ -341,17 +341,8 @@ START_TEST(microbatch_split) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("pipeline_schedule");
-    TCase *tc = tcase_create("pipeline_schedule");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, every_schedule_verifies);
-    tcase_add_test(tc, cost_gives_closed_forms);
-    tcase_add_test(tc, interleaved_v1_is_1f1b);
-    tcase_add_test(tc, mutations_are_caught);
-    tcase_add_test(tc, mutations_order);
-    tcase_add_test(tc, mutations_structure);
-    tcase_add_test(tc, refusals_and_names);
-    tcase_add_test(tc, microbatch_split);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {every_schedule_verifies, cost_gives_closed_forms,
+                            interleaved_v1_is_1f1b, mutations_are_caught, mutations_order,
+                            mutations_structure, refusals_and_names, microbatch_split, NULL};
+    return mg_test_run(mg_test_suite("pipeline_schedule", tests));
 }

@@ -227,14 +227,7 @@ START_TEST(format_and_compare) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("placement");
-    TCase *tc = tcase_create("placement");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, chunk_rule);
-    tcase_add_test(tc, local_blocks_match_brute_force);
-    tcase_add_test(tc, nested_shard_example);
-    tcase_add_test(tc, spec_refusals);
-    tcase_add_test(tc, format_and_compare);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {chunk_rule, local_blocks_match_brute_force, nested_shard_example,
+                            spec_refusals, format_and_compare, NULL};
+    return mg_test_run(mg_test_suite("placement", tests));
 }

@@ -8,24 +8,14 @@
 # every send, both ends) and leaves a file it did not write alone; bad input
 # gives one "meshgrad: error:" line and a non-zero exit each. Prints a
 # Check-style summary line.
-: "${top_builddir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-mg=$top_builddir/meshgrad
-tmp=${TMPDIR:-/tmp}/mg-test-plan.$$
-mkdir -p "$tmp" || exit 99
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
-check_failed() {
-    for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
-}
+program_test_env plan
+check_failed() { show_out_err; }
 
 # the machine, given: the plan is then the same on every machine
 given="--flops 100 --bandwidth 5 --latency 5"
 run() {
-    "$TIMEOUT" 60 "$mg" plan "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    "$TIMEOUT" 60 "$prog" plan "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
     rc=$?
 }
 # value LABEL: the number after "LABEL" in the output
@@ -99,7 +89,7 @@ check "one process measures the FLOP rate and a copy as its link: exit $rc" \
     grep -q "GFLOP/s (measured, sgemm .*(measured as a copy within this process" "$tmp/out"
 
 # under mpirun: the link is measured between ranks 0 and 1; rank 0 prints
-"$TIMEOUT" -k 10 120 "$MPIRUN" -np 2 "$mg" plan --mesh 2 --microbatches 4 >"$tmp/out" 2>"$tmp/err" </dev/null
+"$TIMEOUT" -k 10 120 "$MPIRUN" -np 2 "$prog" plan --mesh 2 --microbatches 4 >"$tmp/out" 2>"$tmp/err" </dev/null
 rc=$?
 check "under mpirun -np 2: exit 0, measuring the link between ranks" \
     grep -q "measured between ranks 0 and 1" "$tmp/out"

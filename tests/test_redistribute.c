@@ -373,19 +373,11 @@ START_TEST(split_collectives) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
-    Suite *s = suite_create("redistribute");
-    TCase *tc = tcase_create("redistribute");
-    tcase_add_test(tc, round_trip_all_pairs);
-    tcase_add_test(tc, round_trip_nd_meshes);
-    tcase_add_test(tc, bytes_match_cost);
-    tcase_add_test(tc, accounting_rules);
-    tcase_add_test(tc, arena_and_copy);
-    tcase_add_test(tc, split_collectives);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {round_trip_all_pairs, round_trip_nd_meshes, bytes_match_cost,
+                            accounting_rules, arena_and_copy, split_collectives, NULL};
+    return mg_test_suite("redistribute", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -190,21 +190,10 @@ START_TEST(test_permutation_small) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("rng");
-    TCase *tc = tcase_create("philox");
-    tcase_add_test(tc, test_kat_zero);
-    tcase_add_test(tc, test_kat_ones);
-    tcase_add_test(tc, test_kat_pi);
-    tcase_add_test(tc, test_addressing);
-    tcase_add_test(tc, test_unit_conversion);
-    tcase_add_test(tc, test_uniform_range_and_mean);
-    tcase_add_test(tc, test_normal_moments);
-    tcase_add_test(tc, test_normal_finite_many_streams);
-    tcase_add_test(tc, test_slices_match);
-    tcase_add_test(tc, test_streams_and_seeds_differ);
-    tcase_add_test(tc, test_permutation);
-    tcase_add_test(tc, test_permutation_reference);
-    tcase_add_test(tc, test_permutation_small);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {test_kat_zero, test_kat_ones, test_kat_pi, test_addressing,
+                            test_unit_conversion, test_uniform_range_and_mean, test_normal_moments,
+                            test_normal_finite_many_streams, test_slices_match,
+                            test_streams_and_seeds_differ, test_permutation,
+                            test_permutation_reference, test_permutation_small, NULL};
+    return mg_test_run(mg_test_suite("rng", tests));
 }

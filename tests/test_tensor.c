@@ -212,20 +212,10 @@ START_TEST(test_backend_of) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("tensor");
-    TCase *tc = tcase_create("tensor");
-    tcase_add_test(tc, test_new_is_zeros);
-    tcase_add_test(tc, test_from_data_copies);
-    tcase_add_test(tc, test_scalar_tensor);
-    tcase_add_test(tc, test_zero_size_tensor);
-    tcase_add_test(tc, test_view_shares_data);
-    tcase_add_test(tc, test_view_wrong_numel_refused);
-    tcase_add_test(tc, test_clone_is_deep);
-    tcase_add_test(tc, test_bad_shapes_refused);
-    tcase_add_test(tc, test_max_rank);
-    tcase_add_test(tc, test_shape_helpers);
-    tcase_add_test(tc, test_null_accessors);
-    tcase_add_test(tc, test_backend_of);
-    suite_add_tcase(s, tc);
-    return mg_test_run(s);
+    const TTest *tests[] = {test_new_is_zeros, test_from_data_copies, test_scalar_tensor,
+                            test_zero_size_tensor, test_view_shares_data,
+                            test_view_wrong_numel_refused, test_clone_is_deep,
+                            test_bad_shapes_refused, test_max_rank, test_shape_helpers,
+                            test_null_accessors, test_backend_of, NULL};
+    return mg_test_run(mg_test_suite("tensor", tests));
 }

@@ -199,23 +199,19 @@ START_TEST(refusals) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    if (mg_init(&argc, &argv) != MG_OK) return 1;
+static Suite *make_suite(void) {
     world = mg_world_size();
     make_text();
-    Suite *s = suite_create("tokens");
-    TCase *tc = tcase_create("tokens");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, splits_and_counts);
-    tcase_add_test(tc, training_batches);
-    tcase_add_test(tc, evaluation_windows);
-    tcase_add_test(tc, refusals);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
+    const TTest *tests[] = {splits_and_counts, training_batches, evaluation_windows, refusals,
+                            NULL};
+    return mg_test_suite("tokens", tests);
+}
+
+static void teardown(void) {
     if (mg_rank() == 0) {
         remove(path);
         remove("test_tokens.txt");
     }
-    mg_finalize();
-    return rc;
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, teardown); }

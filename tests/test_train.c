@@ -622,27 +622,14 @@ START_TEST(test_config_file) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+static Suite *make_suite(void) {
     world = mg_world_size();
-    Suite *s = suite_create("train");
-    TCase *tc = tcase_create("train");
-    tcase_add_test(tc, test_schedule_constant_warmup);
-    tcase_add_test(tc, test_schedule_cosine);
-    tcase_add_test(tc, test_optimizer_defaults);
-    tcase_add_test(tc, test_sgd_momentum);
-    tcase_add_test(tc, test_sgd_plain);
-    tcase_add_test(tc, test_adamw);
-    tcase_add_test(tc, test_clip_norm_sharded_vs_replicated);
-    tcase_add_test(tc, test_plan_parse_and_check);
-    tcase_add_test(tc, test_linear_init_bounds);
-    tcase_add_test(tc, test_mlp_forward);
-    tcase_add_test(tc, test_permute_mlp_forward);
-    tcase_add_test(tc, test_config_flags);
-    tcase_add_test(tc, test_config_file);
-    tcase_add_test(tc, test_train_state_reshard);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {test_schedule_constant_warmup, test_schedule_cosine,
+                            test_optimizer_defaults, test_sgd_momentum, test_sgd_plain, test_adamw,
+                            test_clip_norm_sharded_vs_replicated, test_plan_parse_and_check,
+                            test_linear_init_bounds, test_mlp_forward, test_permute_mlp_forward,
+                            test_config_flags, test_config_file, test_train_state_reshard, NULL};
+    return mg_test_suite("train", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -420,18 +420,12 @@ START_TEST(token_loader_windows) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+static Suite *make_suite(void) {
     world = mg_world_size();
-    Suite *s = suite_create("train_api");
-    TCase *tc = tcase_create("train_api");
-    tcase_add_test(tc, optimizers_match_the_library);
-    tcase_add_test(tc, clipping_matches_plain_loops);
-    tcase_add_test(tc, schedules_follow_their_formulas);
-    tcase_add_test(tc, optimizer_refusals);
-    tcase_add_test(tc, token_loader_windows);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {optimizers_match_the_library, clipping_matches_plain_loops,
+                            schedules_follow_their_formulas, optimizer_refusals,
+                            token_loader_windows, NULL};
+    return mg_test_suite("train_api", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

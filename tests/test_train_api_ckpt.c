@@ -303,21 +303,18 @@ START_TEST(refusals_change_nothing) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+static Suite *make_suite(void) {
     world = mg_world_size();
-    Suite *s = suite_create("train_api_ckpt");
-    TCase *tc = tcase_create("train_api_ckpt");
-    tcase_add_test(tc, round_trip_adamw);
-    tcase_add_test(tc, round_trip_sgd);
-    tcase_add_test(tc, refusals_change_nothing);
-    suite_add_tcase(s, tc);
-    int rc = mg_test_run_mpi(s);
+    const TTest *tests[] = {round_trip_adamw, round_trip_sgd, refusals_change_nothing, NULL};
+    return mg_test_suite("train_api_ckpt", tests);
+}
+
+static void teardown(void) {
     if (mg_rank() == 0) {
         remove(path);
         remove(path2);
         remove("test_train_api_ckpt.txt");
     }
-    mg_finalize();
-    return rc;
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, teardown); }

@@ -7,16 +7,9 @@
 # the 1-rank bf16 curve within 1e-4 over the first 100 steps (ranks sum in
 # another order: about 1e-7 measured; later a bf16 rounding that flips lets it
 # grow). The benchmarks take --dtype bf16, and a bad --dtype is refused.
-: "${top_builddir:=.}"
-: "${top_srcdir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
-prog=$top_builddir/meshgrad
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-bf16.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env train-bf16
+: "${top_srcdir:=.}"
 
 job="--config $top_srcdir/data/digits.conf --data $top_builddir/data/digits.h5 --steps 300
      --eval-every 0 --log-every 0 --threads 1"

@@ -25,18 +25,8 @@
 # - refusals: another model size, another optimizer, a missing file, a text
 #   file, a truncated file, a corrupt dataset: one clear "meshgrad: error:" line
 #   naming the file, non-zero exit, within 30 s.
-: "${top_builddir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
-top=$(cd "$top_builddir" && pwd) # absolute: one case runs in another directory
-prog=$top/meshgrad
-tool=$top/tests/train_ckpt_tool
-data=$top/data/digits.h5
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-ckpt.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env train-ckpt
 RTOL=1e-5
 
 common="--data $data --batch 32 --hidden 16 --seed 5 --threads 1 --log-every 10"

@@ -3,15 +3,9 @@
 # parallel MLP, AdamW) learns the digits: test accuracy >= 97% at the end and
 # the loss falls. It takes a few seconds on 2 idle cores; the time is printed,
 # and only a run past 120 s (a hang) fails on time.
-: "${top_builddir:=.}"
-: "${top_srcdir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-digits.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env train-digits
+: "${top_srcdir:=.}"
 
 start=$(date +%s)
 "$TIMEOUT" -k 5 120 "$MPIRUN" -np 2 "$top_builddir/meshgrad" train --config "$top_srcdir/data/digits.conf" \

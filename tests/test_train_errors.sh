@@ -11,18 +11,9 @@
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
 # --metrics file that cannot be written (/dev/full: the reason is given) and
 # a data set without a test split (trained, with a warning, nothing evaluated).
-: "${top_builddir:=.}"
-: "${top_srcdir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
-prog=$top_builddir/meshgrad
-tool=$top_builddir/tests/train_ckpt_tool
-data=$top_builddir/data/digits.h5
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-errors.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env train-errors
+: "${top_srcdir:=.}"
 
 # expect NAME NP PATTERN ARGS...: `meshgrad train ARGS...` is refused (check.sh)
 expect() { _n=$1 _np=$2 _p=$3; shift 3; check_refused "$_n" "$_np" "$_p" "$prog" train "$@"; }

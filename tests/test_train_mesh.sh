@@ -10,16 +10,8 @@
 # by about 1e-7; a ReLU input that lands within that of zero flips its
 # gradient, and a large learning rate can grow that to 1e-4 within 100 steps:
 # the settings below keep well clear of it.)
-: "${top_builddir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
-prog=$top_builddir/meshgrad
-data=$top_builddir/data/digits.h5
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-mesh.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env train-mesh
 STEPS=100
 RTOL=1e-4
 

@@ -19,17 +19,8 @@
 #   virtual stages that do not divide the layers, --pp-layers that do not sum
 #   to the layers, --microbatch-rows that do not sum to the batch: one
 #   "meshgrad: error:" line each, non-zero exit.
-: "${top_builddir:=.}"
-: "${MPIRUN:=mpirun}"
-: "${TIMEOUT:=timeout}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
-prog=$top_builddir/meshgrad
-tool=$top_builddir/tests/train_ckpt_tool
-data=$top_builddir/data/digits.h5
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-train-pp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/check.sh"
+program_test_env train-pp
 STEPS=100
 
 common="--data $data --batch 32 --seed 11 --log-every 0 --threads 1"

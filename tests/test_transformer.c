@@ -295,17 +295,11 @@ START_TEST(test_tied_embedding) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
-    Suite *s = suite_create("transformer");
-    TCase *c = tcase_create("transformer");
-    tcase_add_test(c, test_attention_block_comm);
-    tcase_add_test(c, test_vocab_parallel_embedding_comm);
-    tcase_add_test(c, test_loss_parallel_bytes);
-    tcase_add_test(c, test_sequence_parallel_attention);
-    tcase_add_test(c, test_tied_embedding);
-    suite_add_tcase(s, c);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+static Suite *make_suite(void) {
+    const TTest *tests[] = {test_attention_block_comm, test_vocab_parallel_embedding_comm,
+                            test_loss_parallel_bytes, test_sequence_parallel_attention,
+                            test_tied_embedding, NULL};
+    return mg_test_suite("transformer", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -7,17 +7,29 @@
  * - MPI suites: mg_test_agree(ok) all-reduces a verdict so every rank asserts the
  *   same thing (a failure on one rank never leaves the others waiting), and
  *   mg_test_run_mpi() runs a suite in no-fork mode on every rank and returns the
- *   exit status agreed by all ranks. Rank 0 prints the Check summary. */
+ *   exit status agreed by all ranks. Rank 0 prints the Check summary.
+ * - Building and running suites: mg_test_case adds a test case of a NULL-terminated
+ *   list of tests to a suite, mg_test_suite makes a suite of one such case, and
+ *   mg_test_main_mpi is the whole main of an MPI suite (init, setup, run, teardown,
+ *   finalize).
+ * - A scratch folder for an MPI suite's files: mg_test_dir_make(tag) makes
+ *   /tmp/mg-test-TAG-XXXXXX (rank 0) and tells every rank its name, mg_test_dir()
+ *   is that name, mg_test_path(name) a file in it, mg_test_dir_remove() removes it
+ *   with what it holds (mg_test_remove_tree: files, and subfolders to a depth). */
 #ifndef MG_TESTUTIL_H
 #define MG_TESTUTIL_H
 
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "meshgrad.h"
 
@@ -158,6 +170,94 @@ static inline int mg_test_run(Suite *suite) {
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed == 0 ? 0 : 1;
+}
+
+/* The scratch folder's name: empty until mg_test_dir_make, or when it could not be made. */
+static inline char *mg_test_dir(void) {
+    static char dir[256];
+    return dir;
+}
+
+/* Every rank: rank 0 makes /tmp/mg-test-TAG-XXXXXX, every rank learns its name. */
+static inline void mg_test_dir_make(const char *tag) {
+    char *dir = mg_test_dir();
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        snprintf(dir, 256, "/tmp/mg-test-%s-XXXXXX", tag);
+        if (!mkdtemp(dir)) dir[0] = '\0';
+    }
+    MPI_Bcast(dir, 256, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+/* DIR/name in the scratch folder; the four latest results stay valid. */
+static inline const char *mg_test_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", mg_test_dir(), name);
+    return buf[k];
+}
+
+/* Removes the files in `path` (and in its subfolders when depth > 0), then it. */
+static inline void mg_test_remove_tree(const char *path, int depth) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    char sub[1024];
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(sub, sizeof sub, "%.500s/%.500s", path, e->d_name);
+        struct stat sb;
+        if (depth > 0 && stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
+            mg_test_remove_tree(sub, depth - 1);
+        else
+            unlink(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+}
+
+/* Every rank, after the tests: rank 0 removes the scratch folder (subfolders one deep). */
+static inline void mg_test_dir_remove(void) {
+    int rank = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0 && mg_test_dir()[0]) mg_test_remove_tree(mg_test_dir(), 1);
+}
+
+/* A fork-mode test may run this long (seconds); the whole program is bounded by
+ * MG_TEST_TIMEOUT in serial-run.sh / mpi-run.sh. No-fork runs (MPI) have no limit. */
+#define MG_TEST_CASE_TIMEOUT 120
+
+/* Adds a test case `name` holding `tests` (NULL-terminated, in order) to suite s and
+ * returns it, for loop tests and fixtures. */
+static inline TCase *mg_test_case(Suite *s, const char *name, const TTest *const *tests) {
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, MG_TEST_CASE_TIMEOUT);
+    for (int i = 0; tests[i]; i++) tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+/* A suite `name` of one test case, also `name`, holding `tests` (NULL-terminated). */
+static inline Suite *mg_test_suite(const char *name, const TTest *const *tests) {
+    Suite *s = suite_create(name);
+    mg_test_case(s, name, tests);
+    return s;
+}
+
+/* The main of an MPI suite: mg_init (exit 1 when it fails), then make_suite() on every
+ * rank (it sets up what the tests share and returns the suite; NULL skips the suite
+ * with exit 77, after saying why), the suite on every rank (mg_test_run_mpi), then
+ * teardown() (NULL: none) on every rank and mg_finalize. Returns the exit status. */
+static inline int mg_test_main_mpi(int *argc, char ***argv, Suite *(*make_suite)(void),
+                                   void (*teardown)(void)) {
+    if (mg_init(argc, argv) != MG_OK) return 1;
+    Suite *s = make_suite();
+    int rc = s ? mg_test_run_mpi(s) : 77;
+    if (s && teardown) teardown();
+    mg_finalize();
+    return rc;
 }
 
 #endif

@@ -3,7 +3,8 @@
  * the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_backend_of, mg_backend_cuda (a
  * stub returning NULL when built without CUDA), mg_backend_set_gemm_bf16,
- * mg_backend_gemm_bf16, mg_backend_cpu_set_threads, mg_backend_cpu_threads.
+ * mg_backend_gemm_bf16, mg_backend_cpu_set_threads, mg_backend_cpu_threads,
+ * mg_binary_dims (the broadcast layout of the binary kernels).
  * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
 #include "config.h"
 
@@ -45,6 +46,42 @@ mg_backend *mg_backend_of(const mg_tensor *t) {
     if (t->device == MG_DEVICE_CUDA) return mg_backend_cuda();
     if (t->device == MG_DEVICE_CPU) return mg_backend_cpu();
     return NULL;
+}
+
+/* ---- broadcasting ------------------------------------------------------------- */
+
+/* Broadcast strides of t against out (dims right-aligned; size 1 -> stride 0). */
+static void broadcast_strides(const mg_tensor *t, const mg_tensor *out, int64_t *st) {
+    int64_t s = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int j = i - (out->ndim - t->ndim);
+        int64_t size = j >= 0 ? t->shape[j] : 1;
+        st[i] = size == 1 ? 0 : s;
+        s *= size;
+    }
+}
+
+int mg_binary_dims(const mg_tensor *a, const mg_tensor *b, const mg_tensor *out, int64_t *n,
+                   int64_t *sa, int64_t *sb) {
+    int64_t sa_full[MG_MAX_DIMS], sb_full[MG_MAX_DIMS];
+    broadcast_strides(a, out, sa_full);
+    broadcast_strides(b, out, sb_full);
+    int k = 0;
+    for (int i = 0; i < out->ndim; i++) {
+        if (out->shape[i] == 1) continue;
+        if (k > 0 && sa[k - 1] == sa_full[i] * out->shape[i] &&
+            sb[k - 1] == sb_full[i] * out->shape[i]) {
+            n[k - 1] *= out->shape[i];
+            sa[k - 1] = sa_full[i];
+            sb[k - 1] = sb_full[i];
+            continue;
+        }
+        n[k] = out->shape[i];
+        sa[k] = sa_full[i];
+        sb[k] = sb_full[i];
+        k++;
+    }
+    return k;
 }
 
 /* ---- bf16 GEMMs ---------------------------------------------------------------- */

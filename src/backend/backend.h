@@ -4,7 +4,8 @@
  *
  * Exports: struct mg_backend_iface, mg_backend, mg_backend_cpu(),
  * mg_backend_cuda() (NULL without CUDA), mg_backend_of(tensor), op enums and
- * their name tables, the bf16 GEMM switch.
+ * their name tables, the bf16 GEMM switch, mg_binary_dims (the broadcast layout
+ * that the CPU and CUDA binary kernels share).
  *
  * Conventions:
  * - binary ops broadcast: a and b have out's ndim, each dim equal to out's or 1.
@@ -195,6 +196,14 @@ static inline int64_t mg_gemm_span(int64_t rows, int64_t cols, int64_t ld, int64
                                    int64_t batch) {
     return (batch - 1) * stride + (rows - 1) * ld + cols;
 }
+
+/* The layout of out = op(a, b) with broadcasting, for the backends' binary kernels:
+ * out's dims merged where a and b step through them alike (equal shapes become one
+ * flat run; a bias over (B, T, C) becomes rows of C), size-1 dims dropped. Fills
+ * the merged sizes n[k] and the element strides sa[k], sb[k] of a and b (a
+ * broadcast dim has stride 0), outermost first, and returns k (0: one element). */
+int mg_binary_dims(const mg_tensor *a, const mg_tensor *b, const mg_tensor *out, int64_t *n,
+                   int64_t *sa, int64_t *sb);
 
 /* CPU threading: 0 = default (cores / local ranks). */
 void mg_backend_cpu_set_threads(int threads);

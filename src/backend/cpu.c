@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu_internal.h"
+#include "backend/kernel_math.h"
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -128,13 +129,8 @@ static void cpu_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_o
     float *o = dst->data + dst_base;
 #pragma omp parallel for if (outer * run > PAR_MIN && outer > 1) schedule(static)
     for (int64_t r = 0; r < outer; r++) {
-        int64_t rem = r, so = 0, dof = 0;
-        for (int d = k - 1; d >= 0; d--) {
-            int64_t i = rem % extent[d];
-            rem /= extent[d];
-            so += i * ss[d];
-            dof += i * ds[d];
-        }
+        int64_t so, dof;
+        mg_unravel2(r, k, extent, ss, ds, &so, &dof);
         memcpy(o + dof, s + so, (size_t)run * sizeof(float));
     }
 }
@@ -196,15 +192,6 @@ static void cpu_axpy(void *ctx, float alpha, const mg_tensor *x, mg_tensor *y) {
     for (int64_t i = 0; i < n; i++) yd[i] += alpha * xd[i];
 }
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-static inline float gelu_grad(float x) {
-    float x2 = x * x;
-    float t = tanhf(GELU_K * (x + GELU_C * x2 * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x2);
-}
-
 /* out[i] = op(a[i*sa], b[i*sb]) for i < n; the switch sits outside the loops. */
 #define BINARY_CASE(OP, EXPR)                                                     \
     case OP:                                                                      \
@@ -232,26 +219,14 @@ static void binary_run(mg_binary_op op, const float *a, int64_t sa, const float 
         BINARY_CASE(MG_BINARY_SUB, x - y)
         BINARY_CASE(MG_BINARY_MUL, x * y)
         BINARY_CASE(MG_BINARY_RELU_BACKWARD, y > 0.0f ? x : 0.0f)
-        BINARY_CASE(MG_BINARY_GELU_BACKWARD, x * gelu_grad(y))
+        BINARY_CASE(MG_BINARY_GELU_BACKWARD, x * mg_kernel_gelu_grad(y))
     default:
         break;
     }
 }
 
-/* Broadcast strides of t against out (dims right-aligned; size 1 -> stride 0). */
-static void broadcast_strides(const mg_tensor *t, const mg_tensor *out, int64_t *st) {
-    int64_t s = 1;
-    for (int i = out->ndim - 1; i >= 0; i--) {
-        int j = i - (out->ndim - t->ndim);
-        int64_t size = j >= 0 ? t->shape[j] : 1;
-        st[i] = size == 1 ? 0 : s;
-        s *= size;
-    }
-}
-
-/* out = op(a, b) with broadcasting. Dims are first merged where both inputs
- * step through them alike (equal shapes become one flat loop; a bias over
- * (B, T, C) becomes rows of C); then out is walked row by row. */
+/* out = op(a, b) with broadcasting. Dims are first merged (mg_binary_dims); then
+ * out is walked row by row. */
 static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_tensor *b,
                        mg_tensor *out) {
     (void)ctx;
@@ -260,26 +235,8 @@ static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_
         mg_cpu_gelu_backward(a->data, b->data, out->data, out->numel); /* cpu_nn.c: vectorized */
         return;
     }
-    int64_t sa_full[MG_MAX_DIMS], sb_full[MG_MAX_DIMS];
-    broadcast_strides(a, out, sa_full);
-    broadcast_strides(b, out, sb_full);
-    /* merged dims: size n[k], strides sa[k], sb[k]; size-1 dims dropped */
     int64_t n[MG_MAX_DIMS], sa[MG_MAX_DIMS], sb[MG_MAX_DIMS];
-    int k = 0;
-    for (int i = 0; i < out->ndim; i++) {
-        if (out->shape[i] == 1) continue;
-        if (k > 0 && sa[k - 1] == sa_full[i] * out->shape[i] &&
-            sb[k - 1] == sb_full[i] * out->shape[i]) {
-            n[k - 1] *= out->shape[i];
-            sa[k - 1] = sa_full[i];
-            sb[k - 1] = sb_full[i];
-            continue;
-        }
-        n[k] = out->shape[i];
-        sa[k] = sa_full[i];
-        sb[k] = sb_full[i];
-        k++;
-    }
+    int k = mg_binary_dims(a, b, out, n, sa, sb);
     const float *ad = a->data, *bd = b->data;
     float *od = out->data;
     if (k <= 1) { /* one flat (possibly broadcast) run */
@@ -295,13 +252,8 @@ static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_
     int64_t len = n[k - 1], rows = out->numel / len;
 #pragma omp parallel for if (out->numel > PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t rem = r, oa = 0, ob = 0;
-        for (int d = k - 2; d >= 0; d--) {
-            int64_t i = rem % n[d];
-            rem /= n[d];
-            oa += i * sa[d];
-            ob += i * sb[d];
-        }
+        int64_t oa, ob;
+        mg_unravel2(r, k - 1, n, sa, sb, &oa, &ob);
         binary_run(op, ad + oa, sa[k - 1], bd + ob, sb[k - 1], od + r * len, len);
     }
 }

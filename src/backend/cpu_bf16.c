@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "context.h"
 
 float mg_bf16_round(float x) {
     uint32_t u;
@@ -23,24 +24,20 @@ float mg_bf16_round(float x) {
     return x;
 }
 
-/* The two scratch buffers (A, B): grown when a GEMM needs more, never shrunk,
- * kept for the process (the step reuses them: no allocation once warm). Only
- * the thread that runs the kernels uses them. */
-static struct {
-    float *data;
-    int64_t cap;
-} scratch[2];
-
+/* x[0, n) rounded to bf16 into the context's buffer `which` (A: 0, B: 1),
+ * grown when a GEMM needs more, never shrunk (the step reuses it: no
+ * allocation once warm); only the thread that runs the kernels uses it. */
 static const float *rounded(int which, const float *x, int64_t n) {
-    if (n > scratch[which].cap) {
+    mg_staging *scratch = &mg_ctx()->bf16_rounded[which];
+    if ((size_t)n * sizeof(float) > scratch->bytes) {
         int64_t cap = n + n / 4; /* some room, so a slightly larger GEMM does not grow it again */
         float *p = aligned_alloc(64, ((size_t)cap * sizeof(float) + 63) / 64 * 64);
         if (!p) return NULL;
-        free(scratch[which].data);
-        scratch[which].data = p;
-        scratch[which].cap = cap;
+        free(scratch->p);
+        scratch->p = p;
+        scratch->bytes = (size_t)cap * sizeof(float);
     }
-    float *out = scratch[which].data;
+    float *out = scratch->p;
     for (int64_t i = 0; i < n; i++) out[i] = mg_bf16_round(x[i]);
     return out;
 }

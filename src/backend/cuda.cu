@@ -66,22 +66,22 @@ static void cuda_free(void *ctx, void *ptr) {
     if (ptr) cuda_ok("cudaFree", cudaFree(ptr));
 }
 
+/* n floats between host and device memory, on the stream, waited for */
+static void copy_sync(const char *what, float *dst, const float *src, int64_t n,
+                      cudaMemcpyKind kind) {
+    if (n <= 0) return;
+    if (cuda_ok(what, cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), kind, mg_cu.stream)))
+        cuda_ok("cudaStreamSynchronize", cudaStreamSynchronize(mg_cu.stream));
+}
+
 static void cuda_to_host(void *ctx, float *dst_host, const float *src, int64_t n) {
     (void)ctx;
-    if (n <= 0) return;
-    if (cuda_ok("cudaMemcpyAsync (to host)",
-                cudaMemcpyAsync(dst_host, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost,
-                                mg_cu.stream)))
-        cuda_ok("cudaStreamSynchronize", cudaStreamSynchronize(mg_cu.stream));
+    copy_sync("cudaMemcpyAsync (to host)", dst_host, src, n, cudaMemcpyDeviceToHost);
 }
 
 static void cuda_from_host(void *ctx, float *dst, const float *src_host, int64_t n) {
     (void)ctx;
-    if (n <= 0) return;
-    if (cuda_ok("cudaMemcpyAsync (from host)",
-                cudaMemcpyAsync(dst, src_host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
-                                mg_cu.stream)))
-        cuda_ok("cudaStreamSynchronize", cudaStreamSynchronize(mg_cu.stream));
+    copy_sync("cudaMemcpyAsync (from host)", dst, src_host, n, cudaMemcpyHostToDevice);
 }
 
 static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {

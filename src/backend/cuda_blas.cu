@@ -152,33 +152,25 @@ static void scale_matrices(float *c, int64_t m, int64_t n, int64_t ldc, int64_t 
 
 /* ---- bf16 inputs ---------------------------------------------------------------- */
 
-/* The bf16 copies of A and B: device buffers grown when a GEMM needs more,
- * never shrunk, kept for the process (no allocation once the step is warm).
- * Every use is on the one compute stream, so reuse is ordered. */
-static struct {
-    __nv_bfloat16 *data;
-    int64_t cap;
-} bf16_scratch[2];
-
 __global__ void k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n) {
     FOR_EACH(i, n) y[i] = __float2bfloat16_rn(x[i]);
 }
 
 /* x[0, n) rounded into scratch buffer `which`; NULL after an error (kept) */
 static const __nv_bfloat16 *to_bf16(int which, const float *x, int64_t n) {
-    if (n > bf16_scratch[which].cap) {
+    if (n > mg_cu.bf16_cap[which]) {
         int64_t cap = n + n / 4; /* room, so a slightly larger GEMM does not grow it again */
         void *p = NULL;
         if (!cuda_ok("cudaMalloc (bf16 GEMM inputs)", cudaMalloc(&p, (size_t)cap * 2))) {
             cudaGetLastError(); /* out of memory is not sticky */
             return NULL;
         }
-        if (bf16_scratch[which].data) cuda_ok("cudaFree", cudaFree(bf16_scratch[which].data));
-        bf16_scratch[which].data = (__nv_bfloat16 *)p;
-        bf16_scratch[which].cap = cap;
+        if (mg_cu.bf16[which]) cuda_ok("cudaFree", cudaFree(mg_cu.bf16[which]));
+        mg_cu.bf16[which] = p;
+        mg_cu.bf16_cap[which] = cap;
     }
-    k_to_bf16<<<grid_for(n), THREADS, 0, mg_cu.stream>>>(x, bf16_scratch[which].data, n);
-    return LAUNCHED("bf16 rounding kernel") ? bf16_scratch[which].data : NULL;
+    k_to_bf16<<<grid_for(n), THREADS, 0, mg_cu.stream>>>(x, (__nv_bfloat16 *)mg_cu.bf16[which], n);
+    return LAUNCHED("bf16 rounding kernel") ? (__nv_bfloat16 *)mg_cu.bf16[which] : NULL;
 }
 
 /* The GEMMs below in bf16 mode (m, n, k, batch > 0): cuBLAS takes the swapped

@@ -42,6 +42,11 @@ typedef struct {
     int tf32;       /* cuda_blas.cu: TF32 tensor-core math for the GEMMs */
     double *partial; /* cuda_reduce.cu: device scratch for reduction partials */
     size_t partial_cap;
+    /* cuda_blas.cu: the bf16 copies of a GEMM's A and B, grown when a GEMM needs
+     * more, never shrunk (no allocation once the step is warm); every use is on
+     * the one stream, so reuse is ordered */
+    void *bf16[2];
+    int64_t bf16_cap[2];
 } mg_cu_state;
 
 MG_CU_HIDDEN extern mg_cu_state mg_cu;

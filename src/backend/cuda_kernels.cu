@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "backend/cuda_internal.h"
+#include "backend/kernel_math.h"
 
 /* ---- layout --------------------------------------------------------------------- */
 
@@ -45,13 +46,8 @@ static void cuda_fill(void *ctx, mg_tensor *t, float value) {
 __global__ void k_copy_block(const float *src, float *dst, int nd, dims8 ext, dims8 ss, dims8 ds,
                              int64_t n) {
     FOR_EACH(i, n) {
-        int64_t rem = i, so = 0, dof = 0;
-        for (int d = nd - 1; d >= 0; d--) {
-            int64_t c = rem % ext.v[d];
-            rem /= ext.v[d];
-            so += c * ss.v[d];
-            dof += c * ds.v[d];
-        }
+        int64_t so, dof;
+        mg_unravel2(i, nd, ext.v, ss.v, ds.v, &so, &dof);
         dst[dof] = src[so];
     }
 }
@@ -137,22 +133,13 @@ static void cuda_permute(void *ctx, const mg_tensor *x, const int *perm, mg_tens
 
 /* ---- elementwise ---------------------------------------------------------------- */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-__device__ __forceinline__ float gelu_grad(float x) {
-    float x2 = x * x;
-    float t = tanhf(GELU_K * (x + GELU_C * x2 * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x2);
-}
-
 __device__ __forceinline__ float binary_apply(int op, float x, float y) {
     switch (op) {
     case MG_BINARY_ADD: return x + y;
     case MG_BINARY_SUB: return x - y;
     case MG_BINARY_MUL: return x * y;
     case MG_BINARY_RELU_BACKWARD: return y > 0.0f ? x : 0.0f;
-    case MG_BINARY_GELU_BACKWARD: return x * gelu_grad(y);
+    case MG_BINARY_GELU_BACKWARD: return x * mg_kernel_gelu_grad(y);
     default: return 0.0f;
     }
 }
@@ -161,13 +148,8 @@ __device__ __forceinline__ float binary_apply(int op, float x, float y) {
 __global__ void k_binary(int op, const float *a, const float *b, float *out, int k, dims8 n,
                          dims8 sa, dims8 sb, int64_t total) {
     FOR_EACH(i, total) {
-        int64_t rem = i, oa = 0, ob = 0;
-        for (int d = k - 1; d >= 0; d--) {
-            int64_t c = rem % n.v[d];
-            rem /= n.v[d];
-            oa += c * sa.v[d];
-            ob += c * sb.v[d];
-        }
+        int64_t oa, ob;
+        mg_unravel2(i, k, n.v, sa.v, sb.v, &oa, &ob);
         out[i] = binary_apply(op, a[oa], b[ob]);
     }
 }
@@ -178,41 +160,13 @@ __global__ void k_binary_flat(int op, const float *a, const float *b, int64_t sb
     FOR_EACH(i, total) out[i] = binary_apply(op, a[i], b[i * sb]);
 }
 
-/* Broadcast strides of t against out (dims right-aligned; size 1 -> stride 0). */
-static void broadcast_strides(const mg_tensor *t, const mg_tensor *out, int64_t *st) {
-    int64_t s = 1;
-    for (int i = out->ndim - 1; i >= 0; i--) {
-        int j = i - (out->ndim - t->ndim);
-        int64_t size = j >= 0 ? t->shape[j] : 1;
-        st[i] = size == 1 ? 0 : s;
-        s *= size;
-    }
-}
-
 static void cuda_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_tensor *b,
                         mg_tensor *out) {
     (void)ctx;
     if (out->numel <= 0) return;
-    int64_t sa_full[MG_MAX_DIMS], sb_full[MG_MAX_DIMS];
-    broadcast_strides(a, out, sa_full);
-    broadcast_strides(b, out, sb_full);
     /* merge dims that both inputs step through alike; drop size-1 dims */
     dims8 n, sa, sb;
-    int k = 0;
-    for (int i = 0; i < out->ndim; i++) {
-        if (out->shape[i] == 1) continue;
-        if (k > 0 && sa.v[k - 1] == sa_full[i] * out->shape[i] &&
-            sb.v[k - 1] == sb_full[i] * out->shape[i]) {
-            n.v[k - 1] *= out->shape[i];
-            sa.v[k - 1] = sa_full[i];
-            sb.v[k - 1] = sb_full[i];
-            continue;
-        }
-        n.v[k] = out->shape[i];
-        sa.v[k] = sa_full[i];
-        sb.v[k] = sb_full[i];
-        k++;
-    }
+    int k = mg_binary_dims(a, b, out, n.v, sa.v, sb.v);
     int64_t total = out->numel;
     if (k == 0) { /* one element */
         n.v[0] = 1;
@@ -235,7 +189,7 @@ __global__ void k_unary(int op, const float *xd, float alpha, float *od, int64_t
         float x = xd[i], y;
         switch (op) {
         case MG_UNARY_RELU: y = x > 0.0f || x != x ? x : 0.0f; break; /* NaN stays NaN */
-        case MG_UNARY_GELU: y = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))); break;
+        case MG_UNARY_GELU: y = mg_kernel_gelu(x); break;
         case MG_UNARY_SCALE: y = alpha * x; break;
         case MG_UNARY_LOG: y = logf(x); break;
         default: y = 0.0f; break;

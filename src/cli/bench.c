@@ -9,13 +9,7 @@
 #include "meshgrad.h"
 #include "status.h"
 
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *help;
-} mg_bench_kind;
-
-static const mg_bench_kind kinds[] = {
+static const mg_cli_command kinds[] = {
     {"comm", mg_cli_bench_comm, "collective bandwidth on each mesh dimension, by message size"},
     {"linear", mg_cli_bench_linear, "mg_linear forward + backward GFLOP/s next to raw cblas_sgemm"},
     {"step", mg_cli_bench_step, "an MLP training step (ReLU, MSE, SGD) on any mesh and plan"},
@@ -27,7 +21,7 @@ enum { N_KINDS = sizeof kinds / sizeof kinds[0] };
 static void usage(FILE *out) {
     if (mg_rank() != 0) return;
     fprintf(out, "usage: meshgrad bench KIND [ARGS...]\n\nkinds:\n");
-    for (int i = 0; i < N_KINDS; i++) fprintf(out, "  %-6s %s\n", kinds[i].name, kinds[i].help);
+    mg_cli_command_list(out, kinds, N_KINDS, 6);
     fprintf(out, "\n`meshgrad bench KIND --help` lists a benchmark's options.\n");
 }
 
@@ -53,11 +47,10 @@ int mg_cli_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    for (int i = 0; i < N_KINDS; i++) {
-        if (strcmp(argv[1], kinds[i].name) == 0) {
-            optind = 0; // the benchmark parses its own argv from scratch
-            return kinds[i].run(argc - 1, argv + 1);
-        }
+    const mg_cli_command *kind = mg_cli_command_find(kinds, N_KINDS, argv[1]);
+    if (kind) {
+        optind = 0; // the benchmark parses its own argv from scratch
+        return kind->run(argc - 1, argv + 1);
     }
     usage(stderr);
     mg_error(MG_EINVAL, "unknown benchmark kind '%s' (one of: %s)", argv[1],

@@ -113,14 +113,10 @@ static int parse(opts *o, int argc, char **argv) {
         case 'W': rc = number("--bandwidth", optarg, 1e-9, &o->gbps); break;
         case 'a': rc = number("--latency", optarg, 1e-9, &o->latency_us); break;
         case 'h': return 1;
-        default:
-            rc = mg_error(MG_EINVAL, "bench step: unknown option or missing value '%s'",
-                          argv[optind - 1]);
+        default: rc = mg_cli_bad_flag("bench step", argv);
         }
     }
-    if (rc == MG_OK && optind < argc)
-        rc = mg_error(MG_EINVAL, "bench step: unexpected argument '%s'", argv[optind]);
-    return rc;
+    return rc == MG_OK ? mg_cli_no_arguments_left("bench step", argc, argv) : rc;
 }
 
 typedef struct {

@@ -212,17 +212,10 @@ done:
 }
 
 int mg_cli_ckpt(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "info") == 0) return info(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "bench") == 0) return bench(argc - 1, argv + 1);
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        if (mg_rank() == 0)
-            printf("usage: meshgrad ckpt info PATH | meshgrad ckpt bench [--params N]\n"
-                   "  info   print a checkpoint's attributes and datasets; verify every "
-                   "checksum\n"
-                   "  bench  save and load N parameters + 2 AdamW states; print MB/s\n");
-        return 0;
-    }
-    mg_error(MG_EINVAL, "ckpt needs a subcommand: info or bench (got %s)",
-             argc >= 2 ? argv[1] : "nothing");
-    return 2;
+    static const mg_cli_command subs[] = {
+        {"info", info, "print a checkpoint's attributes and datasets; verify every checksum"},
+        {"bench", bench, "save and load N parameters + 2 AdamW states; print MB/s"},
+    };
+    return mg_cli_dispatch("ckpt", "usage: meshgrad ckpt info PATH | meshgrad ckpt bench [--params N]",
+                           subs, 2, 6, argc, argv);
 }

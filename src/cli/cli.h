@@ -9,6 +9,29 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+/* One entry of a table of subcommands (main.c's commands, bench.c's kinds). */
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} mg_cli_command;
+/* The entry named `name` in table[0..n), or NULL (src/cli/command.c). */
+const mg_cli_command *mg_cli_command_find(const mg_cli_command *table, int n, const char *name);
+/* "  NAME HELP", a line for each entry, the names padded to `width` (src/cli/command.c). */
+void mg_cli_command_list(FILE *out, const mg_cli_command *table, int n, int width);
+/* `meshgrad CMD SUB [ARGS...]` (src/cli/command.c): runs the entry of table[0..n) named
+ * argv[1] with (argc - 1, argv + 1) and returns its exit code. --help or -h: rank 0
+ * prints the line `usage` and the table (mg_cli_command_list), 0. No name or another
+ * one: MG_EINVAL "CMD needs a subcommand: A, B or C (got X)", 2. */
+/* After getopt_long in `cmd` ("plan", "bench step", ...): the error for the flag it
+ * did not know or that lacks its value, and MG_OK when no argument is left over (else
+ * an error naming the first); both MG_EINVAL with "CMD: ..." (src/cli/command.c). */
+int mg_cli_bad_flag(const char *cmd, char **argv);
+int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv);
+int mg_cli_dispatch(const char *cmd, const char *usage, const mg_cli_command *table, int n,
+                    int width, int argc, char **argv);
 
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */

@@ -23,6 +23,7 @@
 #include <hdf5.h>
 
 #include "cli/cli.h"
+#include "cli/data.h"
 #include "dist/comm.h"
 #include "io/data.h"
 #include "io/files.h"
@@ -127,53 +128,34 @@ typedef struct {
     long test_every;
 } csv2h5_args;
 
-static int accept_data_set(const char *path) {
-    if (H5Fis_hdf5(path) <= 0) return 0;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    int ok = f >= 0 && mg_h5_exists(f, "train/inputs");
-    if (f >= 0) H5Fclose(f);
-    return ok;
-}
+/* What csv2h5 writes: its arguments and the two splits. */
+typedef struct {
+    const csv2h5_args *a;
+    const split_rows *train, *test;
+} csv2h5_out;
 
-/* Writes the data set to a temporary file beside --out and renames it. */
-static int write_out(const csv2h5_args *a, const split_rows *train, const split_rows *test) {
-    int exists;
-    int st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists);
-    mg_tmp_file tmp;
-    if (st == MG_OK) st = mg_tmp_create(&tmp, a->out);
-    if (st != MG_OK) return st;
-    hid_t file = H5Fcreate(tmp.path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = file < 0;
-    if (!bad) {
-        char rule[200];
-        if (a->test_every > 0)
-            snprintf(rule, sizeof rule,
-                     "test: rows whose 0-based index is a multiple of %ld "
-                     "(%lld rows); train: the others (%lld rows)",
-                     a->test_every, (long long)test->rows, (long long)train->rows);
-        else
-            snprintf(rule, sizeof rule, "train: all %lld rows", (long long)train->rows);
-        char scale[64];
-        snprintf(scale, sizeof scale, "inputs are the CSV values divided by %g", a->scale);
-        bad = mg_h5_attr_write_string(file, "source", a->source) < 0 ||
+/* The content of the data set (mg_cli_data_write's fill); negative on failure. */
+static int write_content(hid_t file, const void *arg) {
+    const csv2h5_out *o = arg;
+    const csv2h5_args *a = o->a;
+    const split_rows *train = o->train, *test = o->test;
+    char rule[200];
+    if (a->test_every > 0)
+        snprintf(rule, sizeof rule,
+                 "test: rows whose 0-based index is a multiple of %ld "
+                 "(%lld rows); train: the others (%lld rows)",
+                 a->test_every, (long long)test->rows, (long long)train->rows);
+    else
+        snprintf(rule, sizeof rule, "train: all %lld rows", (long long)train->rows);
+    char scale[64];
+    snprintf(scale, sizeof scale, "inputs are the CSV values divided by %g", a->scale);
+    int bad = mg_h5_attr_write_string(file, "source", a->source) < 0 ||
               mg_h5_attr_write_string(file, "license", a->license) < 0 ||
               mg_h5_attr_write_string(file, "split", rule) < 0 ||
               mg_h5_attr_write_string(file, "scale", scale) < 0 ||
               write_split(file, "train", train, a->ndim, a->shape) < 0 ||
               (a->test_every > 0 && write_split(file, "test", test, a->ndim, a->shape) < 0);
-        if (H5Fclose(file) < 0) bad = 1;
-    }
-    if (bad) {
-        mg_h5_err he;
-        mg_h5_error_get(&he);
-        mg_tmp_discard(&tmp);
-        return mg_error(MG_EIO, "csv2h5: writing %s failed: %s", a->out, he.innermost);
-    }
-    if ((st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists)) != MG_OK) {
-        mg_tmp_discard(&tmp);
-        return st;
-    }
-    return mg_tmp_commit(&tmp, a->out, exists);
+    return bad ? -1 : 0;
 }
 
 static int csv2h5_run(const csv2h5_args *a) {
@@ -214,7 +196,10 @@ static int csv2h5_run(const csv2h5_args *a) {
         st = mg_error(MG_EFORMAT, "csv2h5: %s has %lld data rows: too few to make %s", name,
                       (long long)row,
                       a->test_every > 0 ? "a train and a test split" : "a train split");
-    if (st == MG_OK) st = write_out(a, &train, &test);
+    if (st == MG_OK) {
+        csv2h5_out o = {a, &train, &test};
+        st = mg_cli_data_write("csv2h5", a->out, write_content, &o);
+    }
     if (st == MG_OK) {
         char sb[128];
         mg_shape_format(sb, sizeof sb, a->ndim, a->shape);
@@ -361,31 +346,17 @@ static int info(int argc, char **argv) {
                    mg_dataset_num_classes(ds));
         mg_dataset_close(ds);
     }
-    if (mg_rank() == 0) {
-        hid_t f = H5Fopen(argv[1], H5F_ACC_RDONLY, H5P_DEFAULT);
-        char text[1024];
-        const char *keys[4] = {"source", "license", "split", "scale"};
-        for (int i = 0; f >= 0 && i < 4; i++)
-            if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
-                printf("%s: %s\n", keys[i], text);
-        if (f >= 0) H5Fclose(f);
-    }
+    const char *keys[4] = {"source", "license", "split", "scale"};
+    mg_cli_data_print_attrs(argv[1], keys, 4);
     return 0;
 }
 
 int mg_cli_data(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "csv2h5") == 0) return csv2h5(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "text2h5") == 0) return mg_cli_text2h5(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "info") == 0) return info(argc - 1, argv + 1);
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        if (mg_rank() == 0)
-            printf("usage: meshgrad data csv2h5 ... | text2h5 ... | info PATH\n"
-                   "  csv2h5   convert a CSV of samples and labels into an HDF5 data set\n"
-                   "  text2h5  convert a text file (or .gz) into a byte-level token data set\n"
-                   "  info     print the splits, shapes, classes and attributes of a data set\n");
-        return 0;
-    }
-    mg_error(MG_EINVAL, "data needs a subcommand: csv2h5, text2h5 or info (got %s)",
-             argc >= 2 ? argv[1] : "nothing");
-    return 2;
+    static const mg_cli_command subs[] = {
+        {"csv2h5", csv2h5, "convert a CSV of samples and labels into an HDF5 data set"},
+        {"text2h5", mg_cli_text2h5, "convert a text file (or .gz) into a byte-level token data set"},
+        {"info", info, "print the splits, shapes, classes and attributes of a data set"},
+    };
+    return mg_cli_dispatch("data", "usage: meshgrad data csv2h5 ... | text2h5 ... | info PATH", subs,
+                           3, 8, argc, argv);
 }

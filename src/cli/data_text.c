@@ -1,5 +1,7 @@
 /* data_text.c: `meshgrad data text2h5 IN.txt[.gz] OUT.h5` and the info of a
- * token data set. Exports mg_cli_text2h5, mg_cli_text_info (cli.h).
+ * token data set. Exports mg_cli_text2h5, mg_cli_text_info (cli.h) and
+ * mg_cli_data_write and mg_cli_data_print_attrs (data.h: what `data csv2h5` and
+ * `data info` share with text2h5 and its info).
  *
  * text2h5 reads the bytes of a text file (gzip-compressed or not: zlib reads
  * both) and writes the token data set of io/tokens.h: the first
@@ -20,6 +22,7 @@
 #include <zlib.h>
 
 #include "cli/cli.h"
+#include "cli/data.h"
 #include "dist/comm.h"
 #include "io/files.h"
 #include "io/h5util.h"
@@ -95,7 +98,7 @@ static int write_tokens(hid_t file, const char *split, const unsigned char *data
     return bad ? -1 : 0;
 }
 
-/* A file text2h5 may replace: a meshgrad data set (tokens or samples). */
+/* A file csv2h5 and text2h5 may replace: a meshgrad data set (tokens or samples). */
 static int accept_data_set(const char *path) {
     if (H5Fis_hdf5(path) <= 0) return 0;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -104,39 +107,64 @@ static int accept_data_set(const char *path) {
     return ok;
 }
 
-static int write_out(const text_args *a, const unsigned char *data, int64_t n, int64_t n_train) {
+int mg_cli_data_write(const char *cmd, const char *out, int (*fill)(hid_t file, const void *arg),
+                      const void *arg) {
     int exists;
-    int st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists);
+    int st = mg_file_replaceable(out, "meshgrad data set", accept_data_set, &exists);
     mg_tmp_file tmp;
-    if (st == MG_OK) st = mg_tmp_create(&tmp, a->out);
+    if (st == MG_OK) st = mg_tmp_create(&tmp, out);
     if (st != MG_OK) return st;
     hid_t file = H5Fcreate(tmp.path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = file < 0;
-    if (!bad) {
-        char rule[160];
-        snprintf(rule, sizeof rule, "train: the first %lld bytes; val: the last %lld bytes",
-                 (long long)n_train, (long long)(n - n_train));
-        bad = mg_h5_attr_write_int(file, "vocab_size", 256) < 0 ||
-              mg_h5_attr_write_string(file, "vocab", "bytes") < 0 ||
-              mg_h5_attr_write_string(file, "source", a->source ? a->source : a->in) < 0 ||
-              mg_h5_attr_write_string(file, "license", a->license ? a->license : "unknown") < 0 ||
-              mg_h5_attr_write_string(file, "split", rule) < 0 ||
-              write_tokens(file, "train", data, n_train) < 0 ||
-              (n > n_train && write_tokens(file, "val", data + n_train, n - n_train) < 0);
-        if (H5Fclose(file) < 0) bad = 1;
-    }
+    int bad = file < 0 || fill(file, arg) < 0;
+    if (file >= 0 && H5Fclose(file) < 0) bad = 1;
     if (bad) {
         mg_h5_err he;
         mg_h5_error_at(&he, tmp.path);
         mg_tmp_discard(&tmp);
-        return mg_error(MG_EIO, "text2h5: writing %s failed: %s", a->out,
+        return mg_error(MG_EIO, "%s: writing %s failed: %s", cmd, out,
                         he.cause[0] ? he.cause : he.innermost);
     }
-    if ((st = mg_file_replaceable(a->out, "meshgrad data set", accept_data_set, &exists)) != MG_OK) {
+    if ((st = mg_file_replaceable(out, "meshgrad data set", accept_data_set, &exists)) != MG_OK) {
         mg_tmp_discard(&tmp);
         return st;
     }
-    return mg_tmp_commit(&tmp, a->out, exists);
+    return mg_tmp_commit(&tmp, out, exists);
+}
+
+void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n) {
+    if (mg_rank() != 0) return;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char text[1024];
+    for (int i = 0; f >= 0 && i < n; i++)
+        if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
+            printf("%s: %s\n", keys[i], text);
+    if (f >= 0) H5Fclose(f);
+}
+
+/* What text2h5 writes: its arguments and the bytes, the first n_train of them
+ * the train split. */
+typedef struct {
+    const text_args *a;
+    const unsigned char *data;
+    int64_t n, n_train;
+} text_out;
+
+/* The content of the data set (mg_cli_data_write's fill); negative on failure. */
+static int write_content(hid_t file, const void *arg) {
+    const text_out *o = arg;
+    const text_args *a = o->a;
+    int64_t n = o->n, n_train = o->n_train;
+    char rule[160];
+    snprintf(rule, sizeof rule, "train: the first %lld bytes; val: the last %lld bytes",
+             (long long)n_train, (long long)(n - n_train));
+    int bad = mg_h5_attr_write_int(file, "vocab_size", 256) < 0 ||
+              mg_h5_attr_write_string(file, "vocab", "bytes") < 0 ||
+              mg_h5_attr_write_string(file, "source", a->source ? a->source : a->in) < 0 ||
+              mg_h5_attr_write_string(file, "license", a->license ? a->license : "unknown") < 0 ||
+              mg_h5_attr_write_string(file, "split", rule) < 0 ||
+              write_tokens(file, "train", o->data, n_train) < 0 ||
+              (n > n_train && write_tokens(file, "val", o->data + n_train, n - n_train) < 0);
+    return bad ? -1 : 0;
 }
 
 static int text2h5_run(const text_args *a) {
@@ -155,7 +183,10 @@ static int text2h5_run(const text_args *a) {
                       "text2h5: %s has %lld bytes: too few for a train and a val split of at "
                       "least 2 bytes each at --val-fraction %g",
                       a->in, (long long)n, a->val_fraction);
-    if (st == MG_OK) st = write_out(a, data, n, n_train);
+    if (st == MG_OK) {
+        text_out o = {a, data, n, n_train};
+        st = mg_cli_data_write("text2h5", a->out, write_content, &o);
+    }
     if (st == MG_OK)
         printf("%s: train %lld tokens, val %lld tokens, vocabulary 256 (bytes)\n", a->out,
                (long long)n_train, (long long)(n - n_train));
@@ -237,14 +268,7 @@ int mg_cli_text_info(const char *path) {
                    mg_tokens_vocab(t));
         mg_tokens_close(t);
     }
-    if (mg_rank() == 0) {
-        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        char text[1024];
-        const char *keys[4] = {"vocab", "source", "license", "split"};
-        for (int i = 0; f >= 0 && i < 4; i++)
-            if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
-                printf("%s: %s\n", keys[i], text);
-        if (f >= 0) H5Fclose(f);
-    }
+    const char *keys[4] = {"vocab", "source", "license", "split"};
+    mg_cli_data_print_attrs(path, keys, 4);
     return 0;
 }

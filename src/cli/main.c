@@ -5,7 +5,8 @@
  * 0 ok, 1 failure or 2 usage error, leaving the reason in mg_last_error(); it does
  * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
  * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
- * A usage error in the global flags or an unknown command exits 2 before MPI starts. */
+ * A usage error in the global flags or an unknown command exits 2 before MPI starts.
+ * Also exports mg_cli_clock (cli.h). */
 #include "config.h"
 
 #include <getopt.h>
@@ -20,13 +21,7 @@
 #include "meshgrad.h"
 #include "status.h"
 
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *help;
-} mg_command;
-
-static const mg_command commands[] = {
+static const mg_cli_command commands[] = {
     {"train", mg_cli_train, "train a model described by a config file (--config FILE)"},
     {"ckpt", mg_cli_ckpt, "inspect a checkpoint"},
     {"data", mg_cli_data, "make and inspect HDF5 data sets"},
@@ -45,7 +40,7 @@ enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: meshgrad [--help] [--version] COMMAND [ARGS...]\n\ncommands:\n");
-    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-7s %s\n", commands[i].name, commands[i].help);
+    mg_cli_command_list(out, commands, N_COMMANDS, 7);
     fprintf(out,
             "\n`meshgrad COMMAND --help` lists a command's options. Run under MPI, one process\n"
             "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");
@@ -121,9 +116,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    const mg_command *cmd = NULL;
-    for (int i = 0; i < N_COMMANDS; i++)
-        if (strcmp(argv[optind], commands[i].name) == 0) cmd = &commands[i];
+    const mg_cli_command *cmd = mg_cli_command_find(commands, N_COMMANDS, argv[optind]);
     if (!cmd) {
         fprintf(stderr, "meshgrad: unknown command '%s'\n", argv[optind]);
         usage(stderr);

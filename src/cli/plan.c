@@ -20,6 +20,7 @@
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,21 @@ static int parse_double(const char *flag, const char *text, double *out) {
     return MG_OK;
 }
 
+/* One count from 1 to `most` (a list of one) into *out; else the error naming flag. */
+static int parse_count(const char *flag, const char *text, int64_t most, int64_t *out) {
+    int64_t one[1];
+    if (parse_list(text, one, 1) == 1 && one[0] <= most) {
+        *out = one[0];
+        return MG_OK;
+    }
+    char want[64];
+    if (most == INT64_MAX)
+        snprintf(want, sizeof want, "a count >= 1");
+    else
+        snprintf(want, sizeof want, "a count from 1 to %lld", (long long)most);
+    return bad_value(flag, text, want);
+}
+
 /* MG_OK, 1 for --help, or an error (usage). */
 static int parse_args(plan_opts *o, int argc, char **argv) {
     static const struct option opts[] = {
@@ -97,7 +113,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         {"bandwidth", 1, 0, 'W'},     {"latency", 1, 0, 'a'},       {"threads", 1, 0, 'T'},
         {"help", 0, 0, 'h'},          {"estimate", 0, 0, 'e'},      {0, 0, 0, 0}};
     int c, rc = MG_OK;
-    int64_t list[MAX_LIST], one[1];
+    int64_t list[MAX_LIST], n = 0;
     opterr = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -110,14 +126,10 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             o->nwidths = parse_list(optarg, o->widths, 1);
             if (o->nwidths < 2) rc = bad_value("--layers", optarg, "two or more widths >= 1");
             break;
-        case 'b':
-            if (parse_list(optarg, one, 1) != 1) rc = bad_value("--batch", optarg, "a count >= 1");
-            o->batch = one[0];
-            break;
+        case 'b': rc = parse_count("--batch", optarg, INT64_MAX, &o->batch); break;
         case 'M':
-            if (parse_list(optarg, one, 1) != 1 || one[0] > MG_PP_MAX_MICROBATCHES)
-                rc = bad_value("--microbatches", optarg, "a count from 1 to 65536");
-            o->microbatches = (int)one[0];
+            rc = parse_count("--microbatches", optarg, MG_PP_MAX_MICROBATCHES, &n);
+            o->microbatches = (int)n;
             break;
         case 'R':
             o->n_mb_rows = parse_list(optarg, o->mb_rows, 1);
@@ -127,9 +139,8 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         case 'p': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
         case 's': rc = mg_pp_kind_parse(optarg, &o->schedule); break;
         case 'v':
-            if (parse_list(optarg, one, 1) != 1 || one[0] > MG_PP_MAX_STAGES)
-                rc = bad_value("--virtual-stages", optarg, "a count >= 1");
-            o->virtual_stages = (int)one[0];
+            rc = parse_count("--virtual-stages", optarg, MG_PP_MAX_STAGES, &n);
+            o->virtual_stages = (int)n;
             break;
         case 'L':
             o->n_pp_layers = parse_list(optarg, list, 0);
@@ -141,19 +152,15 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         case 'W': rc = parse_double("--bandwidth", optarg, &o->gbps); break;
         case 'a': rc = parse_double("--latency", optarg, &o->latency_us); break;
         case 'T':
-            if (parse_list(optarg, one, 1) != 1) rc = bad_value("--threads", optarg, "a count >= 1");
-            o->threads = (int)one[0];
+            rc = parse_count("--threads", optarg, INT32_MAX, &n);
+            o->threads = (int)n;
             break;
         case 'e': o->estimate = 1; break;
         case 'h': return 1;
-        default:
-            rc = mg_error(MG_EINVAL, "plan: unknown option or missing value '%s'",
-                          argv[optind - 1]);
+        default: rc = mg_cli_bad_flag("plan", argv);
         }
     }
-    if (rc == MG_OK && optind < argc)
-        rc = mg_error(MG_EINVAL, "plan: unexpected argument '%s'", argv[optind]);
-    return rc;
+    return rc == MG_OK ? mg_cli_no_arguments_left("plan", argc, argv) : rc;
 }
 
 /* The pipeline dim and the data-parallel degree from --mesh and --parallel. */

@@ -3,11 +3,13 @@
  * record the call in the flight recorder (flight.h), then dispatch under the
  * collective watchdog, watchdog.h), the registry that sums counters across
  * communicators, the MG_COMM_DEBUG table, and status agreement over the world.
- * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank), and the
+ * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank), mg_mpi_failed, and the
  * public mg_comm_stats_get / mg_comm_stats_reset / mg_coll_name. */
 #include "dist/comm.h"
 
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,14 +280,23 @@ int mg_status_agree_rank(int status, int *first_rank) {
     int err = MPI_Allreduce(&mine, &all, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
     watched(f, MG_OK);
     if (err != MPI_SUCCESS) {
-        char s[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(err, s, &len);
         if (first_rank) *first_rank = -1;
-        return mg_error(MG_ECOMM, "agreeing on a status across ranks failed: %s", s);
+        return mg_mpi_failed(err, "agreeing on a status across ranks failed");
     }
     if (first_rank) *first_rank = all.status < 0 ? all.rank : -1;
     return all.status < 0 ? all.status : MG_OK;
 }
 
 int mg_status_agree(int status) { return mg_status_agree_rank(status, NULL); }
+
+int mg_mpi_failed(int err, const char *what, ...) {
+    char text[512], s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    s[0] = '\0';
+    MPI_Error_string(err, s, &len);
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(text, sizeof text, what, ap);
+    va_end(ap);
+    return mg_error(MG_ECOMM, "%s: %s", text, s);
+}

@@ -199,6 +199,9 @@ int mg_comm_mpi_irecv(mg_comm *, float *buf, int64_t n, int peer, mg_p2p_request
 int mg_comm_mpi_p2p_test(mg_comm *, mg_p2p_request *req);
 int mg_comm_mpi_p2p_wait(mg_comm *, mg_p2p_request *req);
 int64_t mg_comm_mpi_max_count(void);
+/* After an MPI call returned err (not MPI_SUCCESS): MG_ECOMM with the message
+ * "WHAT: <MPI's own message>", WHAT printf-style (comm.c). */
+int mg_mpi_failed(int err, const char *what, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- control messages (comm_control.c) --------------------------------------
  * For the layers above dist/: agreeing on statuses, flags, names and exit codes

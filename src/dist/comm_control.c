@@ -47,11 +47,7 @@ static double seconds(void) {
 }
 
 static int failed(const mg_comm *c, const char *what, int err) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    s[0] = '\0';
-    MPI_Error_string(err, s, &len);
-    return mg_error(MG_ECOMM, "%s over %d ranks failed: %s", what, c->size, s);
+    return mg_mpi_failed(err, "%s over %d ranks failed", what, c->size);
 }
 
 /* Counts one call of `kind` moving `bytes` (rounded up to whole floats) and

@@ -48,11 +48,7 @@ void mg_comm_mpi_set_max_count(int64_t n) {
 int64_t mg_comm_mpi_max_count(void) { return max_count(); }
 
 static int mpi_failed(const mg_comm *c, const char *what, int err) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    s[0] = '\0';
-    MPI_Error_string(err, s, &len);
-    return mg_error(MG_ECOMM, "%s over %d ranks failed: %s", what, c->size, s);
+    return mg_mpi_failed(err, "%s over %d ranks failed", what, c->size);
 }
 
 /* A datatype of m floats whose extent is `stride` floats: one strided piece. */
@@ -183,38 +179,49 @@ static int mpi_wait(mg_comm *c, mg_comm_request *req) {
     return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "iall_reduce", err);
 }
 
-static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
-    if (n == 0) return MG_OK;
-    if (c->size == 1) {
-        if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
-        return MG_OK;
+/* The collectives from send to recv that make no MPI call: nothing to move (n is
+ * 0), or one rank (its block copied). 1 when it is one of those (done). */
+static int no_call(const mg_comm *c, const float *send, float *recv, int64_t n) {
+    if (n > 0 && c->size > 1) return 0;
+    if (n > 0 && recv != send) memmove(recv, send, (size_t)n * sizeof(float));
+    return 1;
+}
+
+/* all_gather (gather, in place as MPI_IN_PLACE when in_place) or all_to_all of
+ * blocks of n floats, above max_count: in pieces of at most max_count floats of
+ * every block, addressed with a strided datatype (piece_type). */
+static int in_pieces(mg_comm *c, const float *send, int64_t n, float *recv, int gather,
+                     int in_place) {
+    for (int64_t o = 0; o < n; o += max_count()) {
+        int64_t m = n - o < max_count() ? n - o : max_count();
+        MPI_Datatype piece;
+        int err = piece_type(m, n, &piece);
+        if (err == MPI_SUCCESS) {
+            if (gather)
+                err = MPI_Allgather(in_place ? MPI_IN_PLACE : send + o, (int)m, MPI_FLOAT,
+                                    recv + o, 1, piece, c->mpi);
+            else
+                err = MPI_Alltoall(send + o, 1, piece, recv + o, 1, piece, c->mpi);
+            MPI_Type_free(&piece);
+        }
+        if (err != MPI_SUCCESS) return mpi_failed(c, gather ? "all_gather" : "all_to_all", err);
     }
+    return MG_OK;
+}
+
+static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
+    if (no_call(c, send, recv, n)) return MG_OK;
     int in_place = send == recv + (int64_t)c->rank * n;
     if (n <= max_count()) {
         int err = MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)n, MPI_FLOAT, recv, (int)n,
                                 MPI_FLOAT, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_gather", err);
     }
-    for (int64_t o = 0; o < n; o += max_count()) {
-        int64_t m = n - o < max_count() ? n - o : max_count();
-        MPI_Datatype piece;
-        int err = piece_type(m, n, &piece);
-        if (err == MPI_SUCCESS) {
-            err = MPI_Allgather(in_place ? MPI_IN_PLACE : send + o, (int)m, MPI_FLOAT, recv + o, 1,
-                                piece, c->mpi);
-            MPI_Type_free(&piece);
-        }
-        if (err != MPI_SUCCESS) return mpi_failed(c, "all_gather", err);
-    }
-    return MG_OK;
+    return in_pieces(c, send, n, recv, 1, in_place);
 }
 
 static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
-    if (n == 0) return MG_OK;
-    if (c->size == 1) {
-        if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
-        return MG_OK;
-    }
+    if (no_call(c, send, recv, n)) return MG_OK;
     int *counts = ((mpi_ctx *)c->context)->counts;
     if (n <= max_count()) {
         for (int r = 0; r < c->size; r++) counts[r] = (int)n;
@@ -241,26 +248,12 @@ static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_
 }
 
 static int mpi_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv) {
-    if (n == 0) return MG_OK;
-    if (c->size == 1) {
-        if (recv != send) memmove(recv, send, (size_t)n * sizeof(float));
-        return MG_OK;
-    }
+    if (no_call(c, send, recv, n)) return MG_OK;
     if (n <= max_count()) {
         int err = MPI_Alltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_to_all", err);
     }
-    for (int64_t o = 0; o < n; o += max_count()) {
-        int64_t m = n - o < max_count() ? n - o : max_count();
-        MPI_Datatype piece;
-        int err = piece_type(m, n, &piece);
-        if (err == MPI_SUCCESS) {
-            err = MPI_Alltoall(send + o, 1, piece, recv + o, 1, piece, c->mpi);
-            MPI_Type_free(&piece);
-        }
-        if (err != MPI_SUCCESS) return mpi_failed(c, "all_to_all", err);
-    }
-    return MG_OK;
+    return in_pieces(c, send, n, recv, 0, 0);
 }
 
 static int mpi_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
@@ -344,11 +337,9 @@ mg_comm *mg_comm_mpi_new(MPI_Comm mpi) {
     if (err == MPI_SUCCESS) err = MPI_Comm_rank(mpi, &c->rank);
     if (err == MPI_SUCCESS) err = MPI_Comm_size(mpi, &c->size);
     if (err != MPI_SUCCESS) {
-        char s[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(err, s, &len);
         free(c);
-        return mg_error_null(MG_ECOMM, "mg_comm_mpi_new: %s", s);
+        mg_mpi_failed(err, "mg_comm_mpi_new");
+        return NULL;
     }
     mpi_ctx *x = calloc(1, sizeof *x);
     if (x) x->counts = calloc((size_t)c->size, sizeof(int));

@@ -345,12 +345,8 @@ mg_comm *mg_comm_nccl_new(MPI_Comm mpi) {
     if (c->rank == 0) hello.status = (int)ncclGetUniqueId(&hello.id);
     int err = MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, mpi);
     if (err != MPI_SUCCESS) {
-        char s[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        s[0] = '\0';
-        MPI_Error_string(err, s, &len);
-        mg_error(MG_ECOMM, "mg_comm_nccl_new: broadcasting the NCCL id over %d ranks failed: %s",
-                 c->size, s);
+        mg_mpi_failed(err, "mg_comm_nccl_new: broadcasting the NCCL id over %d ranks failed",
+                      c->size);
         mg_comm_free(c);
         return NULL;
     }

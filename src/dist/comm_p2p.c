@@ -19,13 +19,9 @@
 #include "status.h"
 
 static int p2p_failed(const mg_comm *c, const mg_p2p_request *req, int err) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    s[0] = '\0';
-    MPI_Error_string(err, s, &len);
-    return mg_error(MG_ECOMM, "%s of %lld floats %s rank %d (of %d) failed: %s",
-                    req->send ? "send" : "recv", (long long)req->n, req->send ? "to" : "from",
-                    req->peer, c->size, s);
+    return mg_mpi_failed(err, "%s of %lld floats %s rank %d (of %d) failed",
+                         req->send ? "send" : "recv", (long long)req->n,
+                         req->send ? "to" : "from", req->peer, c->size);
 }
 
 /* ---- the wrappers --------------------------------------------------------------- */

@@ -112,11 +112,7 @@ static void suggest(char *buf, size_t len, int world) {
 }
 
 static int mpi_error(const char *what, int err) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    s[0] = '\0';
-    MPI_Error_string(err, s, &len);
-    return mg_error(MG_ECOMM, "mg_mesh_new: %s failed: %s", what, s);
+    return mg_mpi_failed(err, "mg_mesh_new: %s failed", what);
 }
 
 static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape);

@@ -219,48 +219,58 @@ static void scratch_trim(void) {
             if (staging(d, i)->bytes > SCRATCH_KEEP) scratch_release(d, i);
 }
 
-/* The k padded pieces in `recv` (rank order, `vol` floats each, shape
- * `padded`) unpadded into `out`: piece r holds chunk r of length n along
- * `dim`, the other dims as in `extent`. */
-static void unpack_pieces(exec *x, float *recv, int64_t vol, const int64_t *padded, mg_tensor *out,
-                          int dim, int64_t n, const int64_t *extent) {
+/* Between the k padded slots of buf (rank order, `vol` floats each, shape
+ * `padded`) and the pieces of t: piece r is chunk r of length n along `dim`, the
+ * other dims as in `extent`. pack: slot r takes piece r of t; else (unpack)
+ * piece r of t takes slot r, unpadded (t is then the step's result, ours to write). */
+static void move_pieces(exec *x, float *buf, int64_t vol, const int64_t *padded,
+                        const mg_tensor *t, int dim, int64_t n, const int64_t *extent, int pack) {
     for (int r = 0; r < x->k; r++) {
         int64_t start, size, ext[MG_MAX_DIMS];
         mg_chunk(n, x->k, r, &start, &size);
         memcpy(ext, extent, sizeof ext);
         ext[dim] = size;
-        mg_tensor piece = view_of(x->be, recv + r * vol, x->nd, padded);
-        copy_box(x->be, &piece, -1, 0, out, dim, start, ext, x->nd);
+        mg_tensor slot = view_of(x->be, buf + r * vol, x->nd, padded);
+        if (pack)
+            copy_box(x->be, t, dim, start, &slot, -1, 0, ext, x->nd);
+        else
+            copy_box(x->be, &slot, -1, 0, (mg_tensor *)t, dim, start, ext, x->nd);
     }
 }
 
-/* The mirror: slot r of send (vol floats, shape `padded`) takes piece r of x->in
- * along dim (the chunks of n), the rest of x->in's extent as is. */
-static void pack_pieces(exec *x, float *send, int64_t vol, const int64_t *padded, int dim,
-                        int64_t n, const int64_t *extent) {
-    for (int r = 0; r < x->k; r++) {
-        int64_t start, size, ext[MG_MAX_DIMS];
-        mg_chunk(n, x->k, r, &start, &size);
-        memcpy(ext, extent, sizeof ext);
-        ext[dim] = size;
-        mg_tensor piece = view_of(x->be, send + r * vol, x->nd, padded);
-        copy_box(x->be, x->in, dim, start, &piece, -1, 0, ext, x->nd);
-    }
+/* The blocks of a gather or reduce-scatter along tensor dim d over the k ranks
+ * of x->comm: B this rank's block before the step, N after it; P the extent of
+ * dim d that is cut in k chunks of c (N's for a gather, B's for a
+ * reduce-scatter), Bp the block B with dim d padded to c, vol its elements. */
+typedef struct {
+    int64_t B[MG_MAX_DIMS], N[MG_MAX_DIMS], Bp[MG_MAX_DIMS];
+    int64_t P, c, vol;
+} chunks;
+
+/* Fills ch and allocates the step's result *x->out (N, with room for the k
+ * padded pieces of a gather, or the one of a reduce-scatter). */
+static int chunks_begin(exec *x, int d, int gather, chunks *ch) {
+    mg_spec_local(x->cs, NULL, ch->B, NULL);
+    mg_spec_local(x->ns, NULL, ch->N, NULL);
+    ch->P = gather ? ch->N[d] : ch->B[d];
+    ch->c = ceil_div(ch->P, x->k);
+    memcpy(ch->Bp, ch->B, sizeof ch->B);
+    ch->Bp[d] = ch->c;
+    ch->vol = mg_shape_numel(x->nd, ch->Bp);
+    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, ch->N, gather ? x->k * ch->vol : ch->vol);
+    if (!out) return mg_last_code();
+    *x->out = out;
+    return MG_OK;
 }
 
 /* S(d) -> R: every rank's piece (padded to the chunk) gathered, then unpadded. */
 static int step_gather(exec *x, int d) {
-    int64_t B[MG_MAX_DIMS], R[MG_MAX_DIMS], Bp[MG_MAX_DIMS];
-    mg_spec_local(x->cs, NULL, B, NULL);
-    mg_spec_local(x->ns, NULL, R, NULL);
-    int64_t P = R[d], c = ceil_div(P, x->k);
-    memcpy(Bp, B, sizeof B);
-    Bp[d] = c;
-    int64_t vol = mg_shape_numel(x->nd, Bp);
-    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, R, x->k * vol);
-    if (!out) return mg_last_code();
-    *x->out = out;
-    if (vol == 0) return MG_OK;
+    chunks ch;
+    int rc = chunks_begin(x, d, 1, &ch);
+    if (rc != MG_OK || ch.vol == 0) return rc;
+    const int64_t *B = ch.B, *Bp = ch.Bp;
+    int64_t P = ch.P, c = ch.c, vol = ch.vol;
+    mg_tensor *out = *x->out;
     const float *send = x->in->data;
     if (B[d] != c) { /* short piece: pad it */
         float *t = tmp_alloc(x->be, 0, vol);
@@ -274,9 +284,9 @@ static int step_gather(exec *x, int d) {
         return mg_comm_all_gather(x->comm, send, vol, out->data);
     float *recv = tmp_alloc(x->be, 1, x->k * vol);
     if (!recv) return mg_last_code();
-    int rc = mg_comm_all_gather(x->comm, send, vol, recv);
+    rc = mg_comm_all_gather(x->comm, send, vol, recv);
     if (rc != MG_OK) return rc;
-    unpack_pieces(x, recv, vol, Bp, out, d, P, B);
+    move_pieces(x, recv, vol, Bp, out, d, P, B, 0);
     return MG_OK;
 }
 
@@ -292,17 +302,12 @@ static int step_all_reduce(exec *x) {
 
 /* P -> S(d): the addends padded to k chunks, summed piece by piece. */
 static int step_reduce_scatter(exec *x, int d) {
-    int64_t B[MG_MAX_DIMS], N[MG_MAX_DIMS], Bp[MG_MAX_DIMS];
-    mg_spec_local(x->cs, NULL, B, NULL);
-    mg_spec_local(x->ns, NULL, N, NULL);
-    int64_t P = B[d], c = ceil_div(P, x->k);
-    memcpy(Bp, B, sizeof B);
-    Bp[d] = c;
-    int64_t vol = mg_shape_numel(x->nd, Bp), whole = mg_shape_numel(x->nd, B);
-    mg_tensor *out = buf_alloc(x->be, x->arena, x->nd, N, vol);
-    if (!out) return mg_last_code();
-    *x->out = out;
-    if (vol == 0) return MG_OK;
+    chunks ch;
+    int rc = chunks_begin(x, d, 0, &ch);
+    if (rc != MG_OK || ch.vol == 0) return rc;
+    const int64_t *B = ch.B, *N = ch.N, *Bp = ch.Bp;
+    int64_t P = ch.P, c = ch.c, vol = ch.vol, whole = mg_shape_numel(x->nd, B);
+    mg_tensor *out = *x->out;
     bool outer = prod(B, 0, d) == 1;
     const float *send = x->in->data;
     if (!(outer && P == x->k * c)) {
@@ -313,14 +318,14 @@ static int step_reduce_scatter(exec *x, int d) {
             fill_zero(x->be, t + whole, x->k * vol - whole);
         } else {
             if (P != x->k * c) fill_zero(x->be, t, x->k * vol);
-            pack_pieces(x, t, vol, Bp, d, P, B);
+            move_pieces(x, t, vol, Bp, x->in, d, P, B, 1);
         }
         send = t;
     }
     if (outer || N[d] == c) return mg_comm_reduce_scatter(x->comm, send, out->data, vol);
     float *recv = tmp_alloc(x->be, 1, vol);
     if (!recv) return mg_last_code();
-    int rc = mg_comm_reduce_scatter(x->comm, send, recv, vol);
+    rc = mg_comm_reduce_scatter(x->comm, send, recv, vol);
     if (rc != MG_OK) return rc;
     mg_tensor piece = view_of(x->be, recv, x->nd, Bp);
     copy_box(x->be, &piece, -1, 0, out, -1, 0, N, x->nd);
@@ -347,7 +352,7 @@ static int step_all_to_all(exec *x, int d1, int d2) {
         float *t = tmp_alloc(x->be, 0, x->k * vol);
         if (!t) return mg_last_code();
         if (P2 != x->k * c2 || B[d1] != c1) fill_zero(x->be, t, x->k * vol);
-        pack_pieces(x, t, vol, Sp, d2, P2, B);
+        move_pieces(x, t, vol, Sp, x->in, d2, P2, B, 1);
         send = t;
     }
     if (prod(N, 0, d1) == 1 && N[d2] == c2) /* received pieces are consecutive slabs */
@@ -356,7 +361,7 @@ static int step_all_to_all(exec *x, int d1, int d2) {
     if (!recv) return mg_last_code();
     int rc = mg_comm_all_to_all(x->comm, send, vol, recv);
     if (rc != MG_OK) return rc;
-    unpack_pieces(x, recv, vol, Sp, out, d1, P1, N);
+    move_pieces(x, recv, vol, Sp, out, d1, P1, N, 0);
     return MG_OK;
 }
 

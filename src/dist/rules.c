@@ -337,31 +337,25 @@ void mg_rules_cross_entropy(mg_candidates *c, int logits_ndim) {
     s->out = R;
 }
 
-void mg_rules_elementwise_loss(mg_candidates *c, int ndim) {
+/* all Replicate, then for each of the ndim dims d: the first n_in inputs Shard(d)
+ * and the output Shard(d), or Partial when `partial` */
+static void shards_each_dim(mg_candidates *c, int ndim, int n_in, int partial) {
     c->n = 0;
     add(c);
     for (int d = 0; d < ndim; d++) {
         mg_dim_strategy *s = add(c);
         if (!s) return;
-        s->in[0] = S(d);
-        s->in[1] = S(d);
-        s->out = P;
+        for (int i = 0; i < n_in; i++) s->in[i] = S(d);
+        s->out = partial ? P : S(d);
     }
 }
+
+void mg_rules_elementwise_loss(mg_candidates *c, int ndim) { shards_each_dim(c, ndim, 2, 1); }
 
 /* ---- transformer ops ------------------------------------------------------------- */
 
 /* all Replicate, then input 0 sharded on each of its ndim dims, the output alike */
-static void shards_pass(mg_candidates *c, int ndim) {
-    c->n = 0;
-    add(c);
-    for (int d = 0; d < ndim; d++) {
-        mg_dim_strategy *s = add(c);
-        if (!s) return;
-        s->in[0] = S(d);
-        s->out = S(d);
-    }
-}
+static void shards_pass(mg_candidates *c, int ndim) { shards_each_dim(c, ndim, 1, 0); }
 
 void mg_rules_softmax(mg_candidates *c, int ndim) { shards_pass(c, ndim); }
 

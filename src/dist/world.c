@@ -100,13 +100,7 @@ const char *mg_version(void) { return PACKAGE_VERSION; }
 static int node_rank(int *rank, int *size) {
     MPI_Comm node;
     int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (err != MPI_SUCCESS) {
-        char s[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        s[0] = '\0';
-        MPI_Error_string(err, s, &len);
-        return mg_error(MG_ECOMM, "CUDA: finding the ranks of this node failed: %s", s);
-    }
+    if (err != MPI_SUCCESS) return mg_mpi_failed(err, "CUDA: finding the ranks of this node failed");
     MPI_Comm_rank(node, rank);
     MPI_Comm_size(node, size);
     MPI_Comm_free(&node);

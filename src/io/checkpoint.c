@@ -27,6 +27,8 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -144,6 +146,21 @@ float *mg_ckpt_host_data(const mg_tensor *t, float **tmp, int to_host) {
 
 /* ---- save -------------------------------------------------------------------- */
 
+/* Right after a failed HDF5 call on the checkpoint at path: MG_EIO with the
+ * message "checkpoint PATH: WHAT: <where HDF5 saw the error>" (WHAT printf-style). */
+static int h5_failed(const char *path, const char *what, ...)
+    __attribute__((format(printf, 2, 3)));
+static int h5_failed(const char *path, const char *what, ...) {
+    mg_h5_err he;
+    mg_h5_error_at(&he, path);
+    char text[256];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(text, sizeof text, what, ap);
+    va_end(ap);
+    return mg_error(MG_EIO, "checkpoint %s: %s: %s", path, text, he.innermost);
+}
+
 static int write_attrs(hid_t file, const mg_ckpt_attr *attrs, int nattrs) {
     int bad = mg_h5_attr_write_string(file, "format", MG_CHECKPOINT_FORMAT) < 0 ||
               mg_h5_attr_write_int(file, "version", MG_CHECKPOINT_VERSION) < 0;
@@ -206,12 +223,7 @@ static int save_entry(mg_comm *comm, hid_t file, const char *path, const mg_ckpt
     mg_watchdog_begin_comm("checkpoint dataset create", comm->mpi);
     hid_t d = H5Dcreate2(file, e->name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT);
     mg_watchdog_end();
-    if (d < 0) {
-        mg_h5_err he;
-        mg_h5_error_at(&he, path);
-        st = mg_error(MG_EIO, "checkpoint %s: cannot create dataset /%s: %s", path, e->name,
-                      he.innermost);
-    }
+    if (d < 0) st = h5_failed(path, "cannot create dataset /%s", e->name);
     if ((st = mg_io_agree(comm, st)) == MG_OK && numel > 0) {
         int64_t lshape[MG_MAX_DIMS] = {0}, off[MG_MAX_DIMS] = {0};
         float *staged = NULL, *data = NULL, dummy = 0;
@@ -223,12 +235,7 @@ static int save_entry(mg_comm *comm, hid_t file, const char *path, const mg_ckpt
         mg_watchdog_begin_comm("checkpoint write", comm->mpi);
         herr_t w = H5Dwrite(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, data ? data : &dummy);
         mg_watchdog_end();
-        if (w < 0) {
-            mg_h5_err he;
-            mg_h5_error_at(&he, path);
-            st = mg_error(MG_EIO, "checkpoint %s: writing dataset /%s failed: %s", path, e->name,
-                          he.innermost);
-        }
+        if (w < 0) st = h5_failed(path, "writing dataset /%s failed", e->name);
         if (local && !data)
             st = mg_error(MG_ENOMEM, "checkpoint: out of memory staging /%s", e->name);
         free(staged);
@@ -338,12 +345,7 @@ static int create_file(mg_comm *comm, const char *path, const char *tmp, hid_t *
 static int write_file(mg_comm *comm, hid_t file, const char *path, const mg_ckpt_entry *entries,
                       int n, const mg_ckpt_attr *attrs, int nattrs) {
     int st = MG_OK;
-    if (write_attrs(file, attrs, nattrs) < 0) {
-        mg_h5_err he;
-        mg_h5_error_at(&he, path);
-        st = mg_error(MG_EIO, "checkpoint %s: writing the attributes failed: %s", path,
-                      he.innermost);
-    }
+    if (write_attrs(file, attrs, nattrs) < 0) st = h5_failed(path, "writing the attributes failed");
     st = mg_io_agree(comm, st);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
@@ -352,11 +354,7 @@ static int write_file(mg_comm *comm, hid_t file, const char *path, const mg_ckpt
     mg_watchdog_begin_comm("checkpoint file close", comm->mpi);
     herr_t closed = H5Fclose(file);
     mg_watchdog_end();
-    if (closed < 0 && st == MG_OK) {
-        mg_h5_err he;
-        mg_h5_error_at(&he, path);
-        st = mg_error(MG_EIO, "checkpoint %s: closing the file failed: %s", path, he.innermost);
-    }
+    if (closed < 0 && st == MG_OK) st = h5_failed(path, "closing the file failed");
     return mg_io_agree(comm, st);
 }
 

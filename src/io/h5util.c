@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "context.h"
 #include "dist/watchdog.h"
 #include "io/files.h"
 #include "status.h"
@@ -28,12 +29,12 @@ static void tune_malloc(void) {
 }
 
 void mg_h5_init(void) {
-    static int done = 0;
-    if (done) return;
+    mg_context *c = mg_ctx();
+    if (c->h5_started) return;
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     tune_malloc();
-    done = 1;
+    c->h5_started = 1;
 }
 
 hid_t mg_h5_fapl_mpio(const mg_comm *comm) {
@@ -164,29 +165,18 @@ int mg_h5_exists(hid_t loc, const char *path) {
 
 char *mg_h5_type_name(hid_t type, char *buf, size_t len) {
     size_t size = H5Tget_size(type);
-    switch (H5Tget_class(type)) {
-    case H5T_FLOAT:
+    H5T_class_t cls = H5Tget_class(type);
+    if (cls == H5T_FLOAT)
         snprintf(buf, len, "float%zu", size * 8);
-        break;
-    case H5T_INTEGER:
+    else if (cls == H5T_INTEGER)
         snprintf(buf, len, "%sint%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", size * 8);
-        break;
-    case H5T_STRING:
-        snprintf(buf, len, "string");
-        break;
-    case H5T_COMPOUND:
-        snprintf(buf, len, "compound");
-        break;
-    case H5T_ENUM:
-        snprintf(buf, len, "enum");
-        break;
-    case H5T_ARRAY:
-        snprintf(buf, len, "array");
-        break;
-    default:
-        snprintf(buf, len, "an unsupported type");
-        break;
-    }
+    else
+        snprintf(buf, len, "%s",
+                 cls == H5T_STRING     ? "string"
+                 : cls == H5T_COMPOUND ? "compound"
+                 : cls == H5T_ENUM     ? "enum"
+                 : cls == H5T_ARRAY    ? "array"
+                                       : "an unsupported type");
     return buf;
 }
 

@@ -274,6 +274,19 @@ static int forward_linear(walk *w, op_record *r, mg_spec *x) {
     return MG_OK;
 }
 
+/* An op of one input x and a new output of shape (nd) among the candidates c:
+ * the cheapest choice, x moved to it, the output made. */
+static int forward_one(walk *w, op_record *r, const mg_spec *x, const mg_candidates *c, int nd,
+                       const int64_t *shape) {
+    mg_spec t[1];
+    int rc = choose(c, 1, (const mg_spec *const[]){x}, nd, shape, t, &r->out);
+    if (rc != MG_OK) return rc;
+    r->in_to = t[0];
+    redistribute(w, x, &t[0], r->in_grad);
+    made(w, &r->out, true, r->in_grad);
+    return MG_OK;
+}
+
 /* One op of the forward pass on the activation x (its spec, updated). */
 static int forward(walk *w, op_record *r, mg_spec *x) {
     const mg_est_layer *l = r->layer;
@@ -288,21 +301,13 @@ static int forward(walk *w, op_record *r, mg_spec *x) {
     case MG_EST_RELU:
         mg_rules_pointwise(&c, 1, &nd, (const int64_t *const[]){x->shape}, nd, x->shape,
                            MG_LINEARITY_NONE);
-        rc = choose(&c, 1, (const mg_spec *const[]){x}, nd, x->shape, t, &r->out);
-        if (rc != MG_OK) return rc;
-        r->in_to = t[0];
-        redistribute(w, x, &t[0], r->in_grad);
-        made(w, &r->out, true, r->in_grad);
+        if ((rc = forward_one(w, r, x, &c, nd, x->shape)) != MG_OK) return rc;
         break;
     case MG_EST_PERMUTE: {
         int64_t shape[MG_MAX_DIMS];
         for (int i = 0; i < nd; i++) shape[i] = x->shape[l->perm[i]];
         mg_rules_permute(&c, nd, l->perm);
-        if ((rc = choose(&c, 1, (const mg_spec *const[]){x}, nd, shape, t, &r->out)) != MG_OK)
-            return rc;
-        r->in_to = t[0];
-        redistribute(w, x, &t[0], r->in_grad);
-        made(w, &r->out, true, r->in_grad);
+        if ((rc = forward_one(w, r, x, &c, nd, shape)) != MG_OK) return rc;
         break;
     }
     case MG_EST_RESHAPE: {

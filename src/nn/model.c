@@ -13,10 +13,9 @@
 static const char *const model_names[] = {"mlp", "permute-mlp", "gpt"};
 
 int mg_model_kind_parse(const char *text, mg_model_kind *kind) {
-    int k = mg_name_find(text, model_names, 3);
-    if (k < 0) return mg_error(MG_EINVAL, "unknown model '%s'; use mlp, permute-mlp or gpt", text);
-    *kind = (mg_model_kind)k;
-    return MG_OK;
+    int k = 0, st = mg_name_parse(text, model_names, 3, "model", &k);
+    if (st == MG_OK) *kind = (mg_model_kind)k;
+    return st;
 }
 
 const char *mg_model_kind_name(mg_model_kind kind) { return model_names[kind]; }

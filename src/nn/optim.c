@@ -118,10 +118,9 @@ void mg_clip_grads_to(mg_param_table *t, double max_norm, double norm) {
 static const char *const schedule_names[] = {"constant", "cosine"};
 
 int mg_schedule_kind_parse(const char *text, mg_schedule_kind *kind) {
-    int k = mg_name_find(text, schedule_names, 2);
-    if (k < 0) return mg_error(MG_EINVAL, "unknown schedule '%s'; use constant or cosine", text);
-    *kind = (mg_schedule_kind)k;
-    return MG_OK;
+    int k = 0, st = mg_name_parse(text, schedule_names, 2, "schedule", &k);
+    if (st == MG_OK) *kind = (mg_schedule_kind)k;
+    return st;
 }
 
 const char *mg_schedule_kind_name(mg_schedule_kind kind) { return schedule_names[kind]; }

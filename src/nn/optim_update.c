@@ -10,10 +10,9 @@
 static const char *const optim_names[] = {"sgd", "adamw"};
 
 int mg_optim_kind_parse(const char *text, mg_optim_kind *kind) {
-    int k = mg_name_find(text, optim_names, 2);
-    if (k < 0) return mg_error(MG_EINVAL, "unknown optimizer '%s'; use sgd or adamw", text);
-    *kind = (mg_optim_kind)k;
-    return MG_OK;
+    int k = 0, st = mg_name_parse(text, optim_names, 2, "optimizer", &k);
+    if (st == MG_OK) *kind = (mg_optim_kind)k;
+    return st;
 }
 
 const char *mg_optim_kind_name(mg_optim_kind kind) { return optim_names[kind]; }

@@ -68,6 +68,21 @@ int mg_ops_check_inputs(const char *who, int n, const mg_dtensor *const *xs) {
     return MG_OK;
 }
 
+int mg_ops_check_given(const char *who, int n, const mg_dtensor *const *xs, int required,
+                       const char *names) {
+    for (int i = 0; i < required; i++)
+        if (!xs[i]) return mg_error(MG_EINVAL, "%s: %s is NULL", who, names);
+    return mg_ops_check_inputs(who, n, xs);
+}
+
+mg_dtensor *mg_ops_shape_error(const char *who, const char *na, const mg_spec *a, const char *nb,
+                               const mg_spec *b, const char *want) {
+    char x[96], y[96];
+    return mg_error_null(MG_ESHAPE, "%s: %s %s and %s %s do not fit: %s", who, na,
+                         mg_shape_format(x, sizeof x, a->ndim, a->shape), nb,
+                         mg_shape_format(y, sizeof y, b->ndim, b->shape), want);
+}
+
 mg_dtensor *mg_ops_output(const mg_spec *spec) {
     mg_arena *arena = mg_step_arena();
     int64_t local[MG_MAX_DIMS];
@@ -247,6 +262,15 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
         if (!xs_out[i]) return mg_last_code() ? mg_last_code() : MG_ECOMM;
     }
     return MG_OK;
+}
+
+mg_dtensor *mg_ops_begin(const char *who, const mg_candidates *cands, int n,
+                         const mg_dtensor *const *xs, int out_ndim, const int64_t *out_shape,
+                         mg_dtensor **xs_out) {
+    mg_spec out_spec;
+    if (mg_ops_prepare(who, cands, n, xs, out_ndim, out_shape, xs_out, &out_spec) != MG_OK)
+        return NULL;
+    return mg_ops_output(&out_spec);
 }
 
 mg_dtensor *mg_op_scalar(const mg_mesh *mesh, float v) {

@@ -95,10 +95,22 @@ mg_dtensor *mg_op_scalar(const mg_mesh *mesh, float v);
 
 /* NULL inputs, freed tensors and mixed meshes: a message naming the op. */
 int mg_ops_check_inputs(const char *who, int n, const mg_dtensor *const *xs);
+/* The same, after checking that the first `required` inputs are given (else
+ * MG_EINVAL "WHO: NAMES is NULL", names such as "x or w"). */
+int mg_ops_check_given(const char *who, int n, const mg_dtensor *const *xs, int required,
+                       const char *names);
 /* Rule -> targets -> redistribute each input (NULL inputs skipped). xs_out[i]
  * receives the input at its target spec. */
 int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_dtensor *const *xs,
                    int out_ndim, const int64_t *out_shape, mg_dtensor **xs_out, mg_spec *out_spec);
+/* MG_ESHAPE "WHO: NA (shape) and NB (shape) do not fit: WANT"; NULL. */
+mg_dtensor *mg_ops_shape_error(const char *who, const char *na, const mg_spec *a, const char *nb,
+                               const mg_spec *b, const char *want);
+/* mg_ops_prepare, then the op's output (mg_ops_output of the spec the rule chose):
+ * what most ops start with. NULL on failure (the message is set). */
+mg_dtensor *mg_ops_begin(const char *who, const mg_candidates *cands, int n,
+                         const mg_dtensor *const *xs, int out_ndim, const int64_t *out_shape,
+                         mg_dtensor **xs_out);
 /* A new output tensor of `spec`, local data uninitialized, from the step arena. */
 mg_dtensor *mg_ops_output(const mg_spec *spec);
 /* Records a node when gradients are on and any input wants one. */

@@ -35,8 +35,7 @@ mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dten
                          int causal) {
     const char *who = "mg_attention";
     const mg_dtensor *xs[3] = {q, k, v};
-    if (!q || !k || !v) return mg_error_null(MG_EINVAL, "%s: q, k or v is NULL", who);
-    if (mg_ops_check_inputs(who, 3, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 3, xs, 3, "q, k or v") != MG_OK) return NULL;
     const mg_spec *Q = &q->spec, *K = &k->spec, *V = &v->spec;
     bool fits = Q->ndim == 4 && K->ndim == 4 && V->ndim == 4;
     for (int d = 0; fits && d < 2; d++)
@@ -55,9 +54,7 @@ mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dten
     mg_candidates c;
     mg_rules_attention(&c);
     mg_dtensor *in[3];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 3, xs, 4, out_shape, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 3, xs, 4, out_shape, in);
     mg_tensor *lse = y ? mg_ops_temp(3, y->local->shape) : NULL;
     if (!lse) return NULL;
     mg_backend *be = mg_backend_of(y->local);

@@ -48,8 +48,7 @@ static int broadcast_shape(const char *who, const mg_spec *a, const mg_spec *b, 
 static mg_dtensor *binary(const char *who, mg_op op, mg_binary_op kernel, mg_linearity lin,
                           const mg_dtensor *a, const mg_dtensor *b) {
     const mg_dtensor *xs[2] = {a, b};
-    if (!a || !b) return mg_error_null(MG_EINVAL, "%s: input is NULL", who);
-    if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
     int nd = 0;
     int64_t out_shape[MG_MAX_DIMS];
     if (broadcast_shape(who, &a->spec, &b->spec, &nd, out_shape) != MG_OK) return NULL;
@@ -58,9 +57,7 @@ static mg_dtensor *binary(const char *who, mg_op op, mg_binary_op kernel, mg_lin
     mg_candidates c;
     mg_rules_pointwise(&c, 2, ndims, shapes, nd, out_shape, lin);
     mg_dtensor *in[2];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 2, xs, nd, out_shape, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, nd, out_shape, in);
     if (!y) return NULL;
     mg_tensor *la = aligned_view(in[0]->local, nd), *lb = aligned_view(in[1]->local, nd);
     if (!la || !lb) return NULL;
@@ -96,9 +93,7 @@ static mg_dtensor *unary(const char *who, mg_op op, mg_unary_op kernel, mg_linea
     mg_candidates c;
     mg_rules_pointwise(&c, 1, &nd, &shape, nd, shape, lin);
     mg_dtensor *in;
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 1, &x, nd, shape, &in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, shape, &in);
     if (!y) return NULL;
     backend(y)->iface->unary(backend(y)->context, kernel, in->local, alpha, y->local);
     mg_node *node = mg_ops_record(op, 1, &in, y);
@@ -139,9 +134,7 @@ mg_dtensor *mg_op_sum_scaled(const mg_dtensor *x, int n, const int *dims, int ke
     mg_candidates c;
     mg_rules_reduce(&c, nd, reduced, keepdim);
     mg_dtensor *in;
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 1, &x, out_nd, out_shape, &in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, out_nd, out_shape, &in);
     if (!y) return NULL;
     int64_t local_kept[MG_MAX_DIMS];
     for (int d = 0; d < nd; d++) local_kept[d] = reduced[d] ? 1 : in->local->shape[d];
@@ -219,8 +212,7 @@ mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape) {
 mg_dtensor *mg_mse_loss(const mg_dtensor *pred, const mg_dtensor *target) {
     const char *who = "mg_mse_loss";
     const mg_dtensor *xs[2] = {pred, target};
-    if (!pred || !target) return mg_error_null(MG_EINVAL, "%s: input is NULL", who);
-    if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
     char a[96], b[96];
     if (!mg_shape_equal(pred->spec.ndim, pred->spec.shape, target->spec.ndim, target->spec.shape))
         return mg_error_null(MG_ESHAPE, "%s: pred %s and target %s must have the same shape", who,
@@ -229,9 +221,7 @@ mg_dtensor *mg_mse_loss(const mg_dtensor *pred, const mg_dtensor *target) {
     mg_candidates c;
     mg_rules_elementwise_loss(&c, pred->spec.ndim);
     mg_dtensor *in[2];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 2, xs, 0, NULL, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, 0, NULL, in);
     mg_tensor *diff = mg_tensor_alloc(mg_step_arena(), in[0]->local->ndim, in[0]->local->shape);
     if (!y || !diff) return NULL;
     mg_backend *be = backend(y);

@@ -142,13 +142,10 @@ static mg_dtensor *contract(const char *who, gemm_kind kind, mg_op op, const mg_
     mg_candidates c;
     mg_rules_contraction(&c, n, ct->ndim, labels, ct->out_ndim, ct->out_labels, bias != NULL);
     mg_dtensor *in[3] = {NULL, NULL, NULL};
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, n, xs, ct->out_ndim, ct->out_shape, in, &out_spec) != MG_OK)
-        return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, n, xs, ct->out_ndim, ct->out_shape, in);
     if (!y) return NULL;
     run_gemm(kind, in[0]->local, in[1]->local, bias ? in[2]->local : NULL,
-             bias && add_bias_here(&out_spec), y->local, b_ndim);
+             bias && add_bias_here(&y->spec), y->local, b_ndim);
     if (op != MG_OP_COUNT) {
         mg_node *node = mg_ops_record(op, n, in, y);
         if (node) node->ndim = b_ndim;
@@ -156,26 +153,19 @@ static mg_dtensor *contract(const char *who, gemm_kind kind, mg_op op, const mg_
     return y;
 }
 
-static mg_dtensor *shape_error(const char *who, const char *want, const mg_dtensor *a,
-                               const mg_dtensor *b) {
-    char x[96], y[96];
-    return mg_error_null(MG_ESHAPE, "%s: shapes %s and %s do not fit: %s", who,
-                         mg_shape_format(x, sizeof x, a->spec.ndim, a->spec.shape),
-                         mg_shape_format(y, sizeof y, b->spec.ndim, b->spec.shape), want);
-}
-
 /* ---- linear ---------------------------------------------------------------------- */
 
 mg_dtensor *mg_linear(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b) {
     const char *who = "mg_linear";
     const mg_dtensor *xs[3] = {x, w, b};
-    if (!x || !w) return mg_error_null(MG_EINVAL, "%s: x or w is NULL", who);
-    if (mg_ops_check_inputs(who, 3, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 3, xs, 2, "x or w") != MG_OK) return NULL;
     const mg_spec *X = &x->spec, *W = &w->spec;
     if (X->ndim < 1 || W->ndim != 2 || X->shape[X->ndim - 1] != W->shape[1])
-        return shape_error(who, "want x (..., K) and w (N, K)", x, w);
+        return mg_ops_shape_error(who, "x", &x->spec, "w", &w->spec,
+                                  "want x (..., K) and w (N, K)");
     if (b && (b->spec.ndim != 1 || b->spec.shape[0] != W->shape[0]))
-        return shape_error(who, "the bias must be (N) with N = w's first dim", w, b);
+        return mg_ops_shape_error(who, "w", &w->spec, "bias", &b->spec,
+                                  "the bias must be (N) with N = w's first dim");
     contraction ct;
     int nb = X->ndim - 1;
     ct.ndim[0] = X->ndim;
@@ -224,14 +214,14 @@ mg_dtensor *mg_op_linear_weight_grad(const mg_dtensor *dy, const mg_dtensor *x) 
 mg_dtensor *mg_matmul(const mg_dtensor *a, const mg_dtensor *b) {
     const char *who = "mg_matmul";
     const mg_dtensor *xs[2] = {a, b};
-    if (!a || !b) return mg_error_null(MG_EINVAL, "%s: input is NULL", who);
-    if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
     const mg_spec *A = &a->spec, *B = &b->spec;
     int nd = A->ndim, nb = nd - 2;
     if (nd < 2 || B->ndim < 2 || A->shape[nd - 1] != B->shape[B->ndim - 2])
-        return shape_error(who, "want a (..., M, K) and b (..., K, N) or (K, N)", a, b);
+        return mg_ops_shape_error(who, "a", A, "b", B,
+                                  "want a (..., M, K) and b (..., K, N) or (K, N)");
     if (B->ndim != 2 && (B->ndim != nd || !mg_shape_equal(nb, A->shape, nb, B->shape)))
-        return shape_error(who, "b must be (K, N) or have a's batch dims", a, b);
+        return mg_ops_shape_error(who, "a", A, "b", B, "b must be (K, N) or have a's batch dims");
     contraction ct;
     ct.ndim[0] = nd;
     set_labels(ct.labels[0], nb, LABEL_M, LABEL_K);

@@ -107,9 +107,7 @@ static mg_dtensor *softmax_op(const char *who, const mg_dtensor *x, int dim, boo
     mg_candidates c;
     mg_rules_softmax(&c, nd);
     mg_dtensor *in;
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 1, &x, nd, x->spec.shape, &in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, x->spec.shape, &in);
     if (!y || softmax_local(in, y, as_log) != MG_OK) return NULL;
     mg_ops_record(as_log ? MG_OP_LOG_SOFTMAX : MG_OP_SOFTMAX, 1, &in, y);
     return y;
@@ -185,8 +183,7 @@ mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const m
                           float eps) {
     const char *who = "mg_layer_norm";
     const mg_dtensor *xs[3] = {x, weight, bias};
-    if (!x) return mg_error_null(MG_EINVAL, "%s: x is NULL", who);
-    if (mg_ops_check_inputs(who, 3, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 3, xs, 1, "x") != MG_OK) return NULL;
     if (x->spec.ndim < 1)
         return mg_error_null(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", who);
     if (check_affine(who, x, weight, "weight") != MG_OK ||
@@ -198,9 +195,7 @@ mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const m
     mg_candidates c;
     mg_rules_layer_norm(&c, nd);
     mg_dtensor *in[3];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 3, xs, nd, x->spec.shape, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 3, xs, nd, x->spec.shape, in);
     if (!y) return NULL;
     int64_t two = 2 * local_rows(y->local);
     mg_tensor *stats = mg_ops_temp(1, &two); /* (mean, rstd) of every row */

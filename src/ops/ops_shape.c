@@ -32,9 +32,7 @@ mg_dtensor *mg_permute(const mg_dtensor *x, const int *perm) {
     mg_candidates c;
     mg_rules_permute(&c, nd, p);
     mg_dtensor *xin;
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 1, &x, nd, out_shape, &xin, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, out_shape, &xin);
     if (!y) return NULL;
     mg_backend *be = mg_backend_of(xin->local);
     be->iface->permute(be->context, xin->local, p, y->local);
@@ -102,9 +100,7 @@ mg_dtensor *mg_expand(const mg_dtensor *x, int ndim, const int64_t *global_shape
     mg_candidates c;
     mg_rules_expand(&c, xs->ndim, xs->shape, ndim, out_shape);
     mg_dtensor *xin;
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 1, &x, ndim, out_shape, &xin, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, ndim, out_shape, &xin);
     if (!y) return NULL;
     /* local kernel: broadcast the local input (aligned right, leading 1s) into the
      * local output whose sizes come from the output spec */
@@ -245,9 +241,7 @@ mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t lengt
     mg_candidates c;
     mg_rules_narrow(&c, 1, nd, dim);
     mg_dtensor *in;
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 1, &x, nd, out_shape, &in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, out_shape, &in);
     if (!y) return NULL;
     copy_along(in->local, start, y->local, 0, dim, y->local->shape);
     mg_node *node = mg_ops_record(MG_OP_NARROW, 1, &in, y);
@@ -264,10 +258,7 @@ mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *
     mg_candidates c;
     mg_rules_narrow(&c, 1, ndim, dim);
     mg_dtensor *in;
-    mg_spec out_spec;
-    if (mg_ops_prepare("narrow_backward", &c, 1, &g, ndim, shape, &in, &out_spec) != MG_OK)
-        return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin("narrow_backward", &c, 1, &g, ndim, shape, &in);
     if (!y) return NULL;
     mg_backend *be = mg_backend_of(y->local);
     be->iface->fill(be->context, y->local, 0.0f);
@@ -286,9 +277,7 @@ static mg_dtensor *cat_node(const char *who, int n, const mg_dtensor *const *xs,
     mg_candidates c;
     mg_rules_narrow(&c, n, nd, dim);
     mg_dtensor *in[MG_NODE_MAX_INPUTS];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, n, xs, nd, out_shape, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, n, xs, nd, out_shape, in);
     if (!y) return NULL;
     int64_t at = 0;
     for (int i = 0; i < n; i++) {

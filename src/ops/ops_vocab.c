@@ -13,6 +13,7 @@
  *                  never the (N, V) logits. The rows' log-sum-exp is kept on the
  *                  node (node->saved) for backward.
  * Logits not sharded on V take the whole-row kernels, as before. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -42,25 +43,21 @@ static unsigned sharded_dims(const mg_spec *s) {
 mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table) {
     const char *who = "mg_embedding";
     const mg_dtensor *xs[2] = {ids, table};
-    if (!ids || !table) return mg_error_null(MG_EINVAL, "%s: ids or table is NULL", who);
-    if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 2, xs, 2, "ids or table") != MG_OK) return NULL;
     const mg_spec *I = &ids->spec, *T = &table->spec;
-    char a[96], b[96];
-    if (T->ndim != 2 || I->ndim + 1 > MG_MAX_DIMS)
-        return mg_error_null(MG_ESHAPE,
-                             "%s: ids %s and table %s do not fit: want a table (V, C) "
-                             "and ids of at most %d dims",
-                             who, mg_shape_format(a, sizeof a, I->ndim, I->shape),
-                             mg_shape_format(b, sizeof b, T->ndim, T->shape), MG_MAX_DIMS - 1);
+    if (T->ndim != 2 || I->ndim + 1 > MG_MAX_DIMS) {
+        char want[96];
+        snprintf(want, sizeof want, "want a table (V, C) and ids of at most %d dims",
+                 MG_MAX_DIMS - 1);
+        return mg_ops_shape_error(who, "ids", I, "table", T, want);
+    }
     int64_t out_shape[MG_MAX_DIMS];
     memcpy(out_shape, I->shape, sizeof(int64_t) * (size_t)I->ndim);
     out_shape[I->ndim] = T->shape[1];
     mg_candidates c;
     mg_rules_embedding(&c, I->ndim);
     mg_dtensor *in[2];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 2, xs, I->ndim + 1, out_shape, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, I->ndim + 1, out_shape, in);
     if (!y) return NULL;
     mg_backend *be = backend(y->local);
     int64_t n = in[0]->local->numel, rows[2] = {n, y->local->shape[I->ndim]};
@@ -156,24 +153,17 @@ static int64_t cross_entropy_sharded(const mg_dtensor *logits, mg_tensor *lg, mg
 mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels) {
     const char *who = "mg_cross_entropy";
     const mg_dtensor *xs[2] = {logits, labels};
-    if (!logits || !labels) return mg_error_null(MG_EINVAL, "%s: input is NULL", who);
-    if (mg_ops_check_inputs(who, 2, xs) != MG_OK) return NULL;
+    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
     const mg_spec *L = &logits->spec, *Y = &labels->spec;
-    char a[96], b[96];
     if (L->ndim < 1 || Y->ndim != L->ndim - 1 ||
         !mg_shape_equal(Y->ndim, Y->shape, Y->ndim, L->shape))
-        return mg_error_null(MG_ESHAPE,
-                             "%s: logits %s and labels %s do not fit: want logits (..., V) and "
-                             "labels (...), e.g. (B, C) and (B)",
-                             who, mg_shape_format(a, sizeof a, L->ndim, L->shape),
-                             mg_shape_format(b, sizeof b, Y->ndim, Y->shape));
+        return mg_ops_shape_error(who, "logits", L, "labels", Y,
+                                  "want logits (..., V) and labels (...), e.g. (B, C) and (B)");
     int64_t n = mg_shape_numel(Y->ndim, Y->shape), v = L->shape[L->ndim - 1];
     mg_candidates c;
     mg_rules_cross_entropy(&c, L->ndim);
     mg_dtensor *in[2];
-    mg_spec out_spec;
-    if (mg_ops_prepare(who, &c, 2, xs, 0, NULL, in, &out_spec) != MG_OK) return NULL;
-    mg_dtensor *y = mg_ops_output(&out_spec);
+    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, 0, NULL, in);
     mg_tensor *lg, *lb;
     if (!y || flat_rows(in[0], in[1], &lg, &lb) != MG_OK) return NULL;
     mg_backend *be = backend(y->local);
