@@ -32,6 +32,7 @@ static const mg_command commands[] = {
     {"data", mg_cli_data, "make and inspect HDF5 data sets"},
     {"bench", mg_cli_bench, "measure collectives, kernels and training steps"},
     {"plan", mg_cli_plan, "plan a pipeline-parallel step: stages, timeline, step time, memory"},
+    {"generate", mg_cli_generate, "print text sampled from a GPT checkpoint (--resume CKPT)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -44,7 +45,7 @@ enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: meshgrad [--help] [--version] COMMAND [ARGS...]\n\ncommands:\n");
-    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-7s %s\n", commands[i].name, commands[i].help);
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
     fprintf(out,
             "\n`meshgrad COMMAND --help` lists a command's options. Run under MPI, one process\n"
             "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");
