@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_generate_text.sh: `meshgrad generate` on a GPT trained here for a few
-# steps (2 layers, 2 heads, embd 32, ctx 32, on data/mobydick.h5) and saved:
+# steps (the demo's data/mobydick-demo.conf cut to 2 layers, 2 heads, embd 32,
+# ctx 32, 30 steps) and saved:
 # - the same seed gives the same text on 1 rank, 2 ranks dp, 2 ranks tp, 2
 #   ranks fsdp and 2x2 dp,tp (sampling at temperature 1, and with top-k 5 at
 #   temperature 0.8), 100 bytes, so the window slides (ctx 32) several times;
@@ -14,13 +15,15 @@
 #   the heads. Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env generate
+: "${top_srcdir:=$(dirname "$0")/..}"
 mobydick=$top/data/mobydick.h5
 check_failed() { [ -s "$tmp/err" ] && sed 's|^|  err> |' "$tmp/err"; }
 
-"$TIMEOUT" -k 5 120 "$MPIRUN" -np 1 "$prog" train --model gpt --data "$mobydick" --layers 2 \
-    --heads 2 --embd 32 --ctx 32 --batch 8 --steps 30 --optimizer adamw --lr 3e-3 --seed 5 \
-    --log-every 0 --threads 1 --save "$tmp/gpt.h5" >"$tmp/train.out" 2>&1
-check "a GPT trains 30 steps and saves" test -f "$tmp/gpt.h5"
+# the default job's config (scripts/demo.sh), cut down
+"$TIMEOUT" -k 5 120 "$MPIRUN" -np 1 "$prog" train --config "$top_srcdir/data/mobydick-demo.conf" \
+    --mesh 1 --data "$mobydick" --layers 2 --heads 2 --embd 32 --ctx 32 --batch 8 --steps 30 \
+    --warmup 5 --seed 5 --log-every 0 --threads 1 --save "$tmp/gpt.h5" >"$tmp/train.out" 2>&1
+check "a GPT trains 30 steps (data/mobydick-demo.conf, cut down) and saves" test -f "$tmp/gpt.h5"
 before=$(cksum <"$tmp/gpt.h5")
 
 # gen TAG NP ARGS...: stdout in $tmp/TAG.txt, stderr in $tmp/err; the exit status
