@@ -25,22 +25,15 @@
 enum { B = 4, T = 16, V = 64 };
 static const mg_gpt_config cfg = {2, 4, 32, T, V};
 
-/* Every parameter: uniform draws of scale 0.5 (layer norm weights around 1). */
-static void set_params(mg_model *m, const mg_mesh *mesh) {
+/* Every parameter: uniform draws by global index (the same on every mesh) of
+ * scale 0.5, layer norm weights in [0.8, 1.2]. */
+static void set_params(mg_model *m) {
     for (int i = 0; i < m->params.n; i++) {
         mg_param *p = &m->params.p[i];
-        mg_tensor *full = mg_tensor_new(p->value->spec.ndim, p->value->spec.shape);
-        float *v = mg_tensor_data(full);
-        int64_t n = mg_tensor_numel(full);
-        mg_test_fill(v, n, 100 + (uint64_t)i);
         int ln_weight = strstr(p->name, "ln") && strstr(p->name, "weight");
-        for (int64_t k = 0; k < n; k++) v[k] = ln_weight ? 1.0f + 0.2f * v[k] : 0.5f * v[k];
-        mg_dtensor *d = mg_distribute(mesh, full, p->value->spec.p, mg_mesh_ndim(mesh));
-        mg_assert_all(d != NULL, "%s: %s", p->name, mg_last_error());
-        memcpy(mg_tensor_data((mg_tensor *)mg_local(p->value)), mg_tensor_data((mg_tensor *)mg_local(d)),
-               sizeof(float) * (size_t)mg_tensor_numel(mg_local(d)));
-        mg_dtensor_free(d);
-        mg_tensor_free(full);
+        mg_assert_all(mg_dtensor_fill_uniform(p->value, 17, (uint64_t)i, ln_weight ? 0.8f : -0.5f,
+                                              ln_weight ? 1.2f : 0.5f) == MG_OK,
+                      "%s: %s", p->name, mg_last_error());
     }
 }
 
@@ -85,7 +78,7 @@ static void check_plan(int nd, const int *shape, const char *plan_text) {
     mg_assert_all(mg_plan_parse(plan_text, &plan) == MG_OK &&
                       mg_model_init_gpt(&m, mesh, &plan, &cfg, 3) == MG_OK,
                   "%s: %s", plan_text, mg_last_error());
-    set_params(&m, mesh);
+    set_params(&m);
     float ids[B * T];
     for (int i = 0; i < B * T; i++) ids[i] = (float)((i * 37 + i / 5 * 11 + 3) % V);
     mg_placement bp[MG_MAX_MESH_DIMS];
@@ -140,20 +133,20 @@ static void check_plan(int nd, const int *shape, const char *plan_text) {
     mg_mesh_free(mesh);
 }
 
-START_TEST(test_cache_one_dim) {
+/* Every plan on the meshes of this world: 1-D ones on (world), 2-D ones on
+ * 2x2 at 4 ranks, 1x2 and 2x1 at 2, 1x1 at 1. */
+START_TEST(test_cache_every_plan) {
+    static const char *const plans[] = {"dp",      "tp",      "sp",       "fsdp",
+                                        "tp+sp",   "dp,tp",   "fsdp,tp",  "dp,tp+sp", "sp,tp"};
     int world = mg_world_size();
-    static const char *const plans[] = {"dp", "tp", "sp", "fsdp", "tp+sp"};
-    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) check_plan(1, &world, plans[i]);
-}
-END_TEST
-
-START_TEST(test_cache_two_dim) {
-    int world = mg_world_size();
-    static const char *const plans[] = {"dp,tp", "fsdp,tp", "dp,tp+sp", "sp,tp"};
-    int shapes[3][2] = {{1, world}, {world, 1}, {2, 2}};
-    for (int s = 0; s < 3; s++) {
-        if (shapes[s][0] * shapes[s][1] != world || (world == 1 && s > 0)) continue;
-        for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) check_plan(2, shapes[s], plans[i]);
+    int meshes[3][2] = {{world, 1}, {world == 4 ? 2 : 1, world == 4 ? 2 : world}, {world, 1}};
+    int n2 = world == 2 ? 2 : 1; /* 2-D meshes to run: 1x2 and 2x1 at 2 ranks */
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+        if (!strchr(plans[i], ',')) {
+            check_plan(1, meshes[0], plans[i]);
+            continue;
+        }
+        for (int k = 0; k < n2; k++) check_plan(2, meshes[1 + k], plans[i]);
     }
 }
 END_TEST
@@ -163,8 +156,7 @@ int main(int argc, char **argv) {
     Suite *s = suite_create("generate");
     TCase *c = tcase_create("kv cache");
     tcase_set_timeout(c, 0);
-    tcase_add_test(c, test_cache_one_dim);
-    tcase_add_test(c, test_cache_two_dim);
+    tcase_add_test(c, test_cache_every_plan);
     suite_add_tcase(s, c);
     int rc = mg_test_run_mpi(s);
     mg_finalize();
