@@ -49,6 +49,16 @@ void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, in
                 c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return;
     }
+    if (m == 1) { /* one row (a token of generation): sgemm would pack all of B for it */
+        int inc_a = trans_a ? (int)lda : 1;
+        if (trans_b) /* c (N) = B (N, K) a */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b, (int)ldb, a, inc_a,
+                        beta, c, 1);
+        else /* c (N) = B^T a, B (K, N) */
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)k, (int)n, alpha, b, (int)ldb, a, inc_a,
+                        beta, c, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
                 (int)ldb, beta, c, (int)ldc);

@@ -28,6 +28,7 @@ static const mg_cli_command commands[] = {
     {"bench", mg_cli_bench, "measure collectives, kernels and training steps"},
     {"plan", mg_cli_plan, "plan a pipeline-parallel step: stages, timeline, step time, memory"},
     {"trace", mg_cli_trace, "analyze the flight recorder's dumps of a job (trace analyze DIR)"},
+    {"generate", mg_cli_generate, "print text sampled from a GPT checkpoint (--resume CKPT)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -40,7 +41,7 @@ enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: meshgrad [--help] [--version] COMMAND [ARGS...]\n\ncommands:\n");
-    mg_cli_command_list(out, commands, N_COMMANDS, 7);
+    mg_cli_command_list(out, commands, N_COMMANDS, 8);
     fprintf(out,
             "\n`meshgrad COMMAND --help` lists a command's options. Run under MPI, one process\n"
             "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");

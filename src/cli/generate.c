@@ -1,0 +1,376 @@
+/* generate.c: `meshgrad generate`: text from a GPT checkpoint (one written by
+ * `meshgrad train --model gpt`), on any mesh and plan the model allows.
+ *
+ *   prompt bytes -> prefill the KV cache -> logits (V) of the last position
+ *   -> sample a byte -> feed it at the next position (O(T) per token) -> ...
+ *
+ * The model's configuration (layers, heads, embd, ctx, vocabulary) comes from
+ * the checkpoint's attributes; the parameters are loaded into the placements
+ * of --parallel on --mesh (nn/train_state.h). Every activation of generation is
+ * Replicate (gpt.h); the logits of each token are gathered whole on every rank
+ * and rank 0 samples; the byte is broadcast, so the ranks never disagree.
+ *
+ * Sampling: temperature 0 takes the argmax (the lowest index among equals);
+ * else the softmax of logits / temperature over the top-k logits (all of them
+ * with --top-k 0; ties at the k-th by the lower index), computed in double,
+ * inverted at u = Philox uniform(seed, stream "generate", token index): one
+ * number per token, addressed by the token's index in the continuation, so a
+ * seed names the same draws on every mesh. The logits of two meshes differ
+ * at most by float reassociation (about 1e-6 relative): the text differs only
+ * when u falls within that distance of a boundary of the cumulative
+ * distribution (or two logits tie that closely under greedy), which
+ * tests/test_generate.sh checks does not happen for its seeds and meshes.
+ *
+ * Context: a prompt longer than ctx keeps its last ctx bytes (a note on
+ * stderr). When the cache is full (ctx positions), the window slides: the last
+ * ctx / 2 tokens are prefilled again from position 0 and generation goes on
+ * against them, so a token always sees at least ctx / 2 tokens and the cost
+ * stays O(T) per token on average (one prefill of ctx / 2 per ctx / 2 tokens).
+ * Exports mg_cli_generate (cli.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "cli/cli.h"
+#include "context.h"
+#include "dist/comm.h"
+#include "dist/mesh.h"
+#include "io/checkpoint.h"
+#include "io/files.h"
+#include "nn/model.h"
+#include "nn/train_state.h"
+#include "rng.h"
+#include "status.h"
+
+#define GEN_STREAM 0x67656e6572617465ull /* "generate": the Philox stream of the draws */
+#define GEN_MAX_ATTRS 512
+
+typedef struct {
+    char resume[MG_PATH_MAX], mesh[64], parallel[64];
+    const char *prompt;
+    int64_t tokens, top_k, seed, threads;
+    double temperature;
+} gen_options;
+
+static const char *usage_text =
+    "usage: meshgrad generate --resume CKPT [--prompt TEXT] [--tokens N] [--temperature X]\n"
+    "                         [--top-k K] [--seed S] [--mesh M] [--parallel P] [--threads N]\n"
+    "\n"
+    "Prints TEXT and N bytes sampled from the GPT of CKPT (a checkpoint file, or a directory\n"
+    "of them: the newest), written by `meshgrad train --model gpt`. Runs on any mesh and\n"
+    "plan the model allows (e.g. mpirun -np 2 meshgrad generate --parallel tp ...); the same\n"
+    "seed gives the same text on every mesh.\n"
+    "\n"
+    "  --resume CKPT      the checkpoint (required)\n"
+    "  --prompt TEXT      the start of the text (default: a newline); longer than the\n"
+    "                     model's ctx, only its last ctx bytes are used (said on stderr)\n"
+    "  --tokens N         bytes to sample (default 200; 0 prints the prompt only)\n"
+    "  --temperature X    softmax temperature (default 1.0); 0 = greedy (the argmax)\n"
+    "  --top-k K          sample among the K most likely bytes (default 0 = all)\n"
+    "  --seed S           the draws: Philox by (S, token index) (default 1337)\n"
+    "  --mesh M           device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)\n"
+    "  --parallel P       one plan per mesh dim: dp, tp, fsdp, sp, tp+sp (default dp)\n"
+    "  --threads N        CPU threads per rank (default: cores / ranks)\n"
+    "\n"
+    "A KV cache makes each token cost O(ctx). When the context is full, the window slides:\n"
+    "the last ctx/2 tokens are prefilled again and generation continues from them.\n"
+    "Rank 0 prints the text on stdout and the speed (tokens/s) on stderr.\n";
+
+/* An integer >= 0 from text; MG_EINVAL naming the flag otherwise. */
+static int parse_nonnegative(const char *flag, const char *s, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno == ERANGE || v < 0)
+        return mg_error(MG_EINVAL, "%s %s: give a whole number >= 0", flag, s);
+    *out = v;
+    return MG_OK;
+}
+
+/* 0 ok, 1 --help shown, 2 usage error (message in mg_last_error). */
+static int parse(int argc, char **argv, gen_options *o) {
+    static const struct option opts[] = {
+        {"resume", 1, 0, 'r'},  {"prompt", 1, 0, 'p'},   {"tokens", 1, 0, 'n'},
+        {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'k'}, {"seed", 1, 0, 's'},
+        {"mesh", 1, 0, 'm'},    {"parallel", 1, 0, 'P'}, {"threads", 1, 0, 't'},
+        {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    *o = (gen_options){"", "", "dp", "\n", 200, 0, 1337, 0, 1.0};
+    int c, rc = MG_OK;
+    opterr = 0;
+    while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (c) {
+        case 'r': snprintf(o->resume, sizeof o->resume, "%s", optarg); break;
+        case 'p': o->prompt = optarg; break;
+        case 'n': rc = parse_nonnegative("--tokens", optarg, &o->tokens); break;
+        case 'k': rc = parse_nonnegative("--top-k", optarg, &o->top_k); break;
+        case 's': rc = parse_nonnegative("--seed", optarg, &o->seed); break;
+        case 't': rc = parse_nonnegative("--threads", optarg, &o->threads); break;
+        case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
+        case 'P': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
+        case 'T':
+            o->temperature = strtod(optarg, &end);
+            if (!*optarg || *end || !isfinite(o->temperature) || o->temperature < 0)
+                rc = mg_error(MG_EINVAL, "--temperature %s: give a finite number >= 0 (0 = greedy)",
+                              optarg);
+            break;
+        case 'h':
+            if (mg_rank() == 0) fputs(usage_text, stdout);
+            return 1;
+        default:
+            if (mg_rank() == 0) fputs(usage_text, stderr);
+            mg_error(MG_EINVAL, "generate: unknown option or missing value '%s' (see the usage above)",
+                     argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (rc != MG_OK) return 2;
+    if (optind < argc) {
+        mg_error(MG_EINVAL, "generate: unexpected argument '%s' (the prompt goes after --prompt)",
+                 argv[optind]);
+        return 2;
+    }
+    if (!o->resume[0]) {
+        mg_error(MG_EINVAL, "generate: no checkpoint given: --resume CKPT (a checkpoint of "
+                 "`meshgrad train --model gpt`)");
+        return 2;
+    }
+    if (!o->prompt[0]) {
+        mg_error(MG_EINVAL, "generate: --prompt is empty: give at least one byte (the default is "
+                 "a newline)");
+        return 2;
+    }
+    return 0;
+}
+
+/* A model attribute of the checkpoint, a count >= 1. */
+static int model_int(const char *path, const mg_ckpt_attr *a, int n, const char *key, int64_t *out) {
+    const char *v = mg_ckpt_attr_get(a, n, key);
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < 1)
+        return mg_error(MG_EFORMAT, "checkpoint %s: attribute \"%s\" is %s: the file was not "
+                        "written by `meshgrad train --model gpt`, or was altered", path, key,
+                        v ? v : "missing");
+    *out = x;
+    return MG_OK;
+}
+
+/* Collective. The GPT configuration of the checkpoint at `path`. */
+static int read_config(const char *path, mg_gpt_config *cfg) {
+    mg_ckpt_attr *a = calloc(GEN_MAX_ATTRS, sizeof *a);
+    if (!a) return mg_error(MG_ENOMEM, "generate: out of memory for the checkpoint's attributes");
+    int n = 0, rc = mg_checkpoint_read_attrs(path, a, GEN_MAX_ATTRS, &n);
+    const char *model = rc == MG_OK ? mg_ckpt_attr_get(a, n, "model") : NULL;
+    if (rc == MG_OK && !model)
+        rc = mg_error(MG_EFORMAT, "checkpoint %s holds no training run (no \"model\" attribute): "
+                      "give a checkpoint of `meshgrad train --model gpt`", path);
+    else if (rc == MG_OK && strcmp(model, "gpt") != 0)
+        rc = mg_error(MG_EINVAL, "checkpoint %s holds a model of kind %s, not a GPT: generate needs a "
+                      "checkpoint of `meshgrad train --model gpt`", path, model);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.layers", &cfg->layers);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.heads", &cfg->heads);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.embd", &cfg->embd);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.ctx", &cfg->ctx);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.vocab", &cfg->vocab);
+    if (rc == MG_OK && cfg->vocab > 256)
+        rc = mg_error(MG_EINVAL, "checkpoint %s: vocabulary %lld; generate prints bytes and takes "
+                      "a byte-level model (vocabulary <= 256)", path, (long long)cfg->vocab);
+    free(a);
+    return rc;
+}
+
+/* The training run's optimizer and schedule may differ from the empty ones of
+ * generation: only the parameters are loaded. */
+static int accept_training_settings(void *ctx, const mg_train_state_diff *d) {
+    (void)ctx;
+    if (strncmp(d->key, "model", 5) == 0) /* built from the file: cannot differ */
+        return mg_error(MG_EFORMAT, "checkpoint %s: %s = %s, but the model built from it has %s",
+                        d->path, d->key, d->saved, d->current);
+    return MG_OK;
+}
+
+typedef struct {
+    gen_options o;
+    mg_mesh *mesh;
+    mg_plan plan;
+    mg_model model;
+    int have_model, have_cache;
+    mg_gpt_cache cache;
+    char path[MG_PATH_MAX];
+} generator;
+
+/* Collective: mesh, plan, model and its parameters from the checkpoint, cache. */
+static int setup(generator *g) {
+    const gen_options *o = &g->o;
+    if (o->threads > 0) mg_backend_cpu_set_threads((int)o->threads);
+    int shape[MG_MAX_MESH_DIMS] = {mg_world_size()}, nd = 1;
+    if (o->mesh[0] && (nd = mg_mesh_parse(o->mesh, shape)) < 0) return nd;
+    int64_t prod = 1;
+    for (int d = 0; d < nd; d++) prod *= shape[d];
+    if (prod != mg_world_size())
+        return mg_error(MG_EMESH, "mesh %s has %lld ranks but mpirun started %d: run mpirun -np %lld "
+                        "or pass a --mesh whose sizes multiply to %d", o->mesh, (long long)prod,
+                        mg_world_size(), (long long)prod, mg_world_size());
+    if (!(g->mesh = mg_mesh_new(nd, shape))) return mg_last_code();
+    int rc = mg_plan_parse(o->parallel, &g->plan);
+    if (rc == MG_OK) rc = mg_plan_check(&g->plan, g->mesh, INT64_MAX); /* no batch to split */
+    if (rc != MG_OK) return rc;
+
+    if (mg_rank() == 0) rc = mg_checkpoint_resolve(o->resume, g->path, sizeof g->path);
+    if ((rc = mg_status_agree(rc)) != MG_OK) return rc;
+    if ((rc = mg_comm_broadcast_bytes(g->mesh->world, g->path, sizeof g->path, 0)) != MG_OK) return rc;
+    mg_gpt_config cfg;
+    if ((rc = read_config(g->path, &cfg)) != MG_OK) return rc;
+    if ((rc = mg_model_init_gpt(&g->model, g->mesh, &g->plan, &cfg, 0)) != MG_OK) return rc;
+    g->have_model = 1;
+    mg_optimizer opt; /* no state: nothing of the optimizer is read */
+    mg_optimizer_init(&opt, MG_OPTIM_SGD, 0.0f, 0.0f);
+    mg_train_state cur = {.data_file = ""}, saved;
+    rc = mg_train_state_load(g->path, &g->model, &opt, &g->plan, &cur, &saved,
+                             accept_training_settings, NULL);
+    if (rc == MG_OK) rc = mg_gpt_cache_init(&g->cache, &g->model.gpt, g->mesh, &g->plan);
+    g->have_cache = rc == MG_OK;
+    return rc;
+}
+
+static void teardown(generator *g) {
+    if (g->have_cache) mg_gpt_cache_free(&g->cache, &g->model.gpt);
+    if (g->have_model) mg_model_free(&g->model);
+    if (g->mesh) mg_mesh_free(g->mesh);
+}
+
+/* Collective. logits (V) of the last of ids[0..n), fed at position pos (0: a
+ * prompt refilling the cache; else one token after the cache's last). */
+static int forward(generator *g, const int *ids, int64_t n, int64_t pos, float *logits) {
+    mg_tensor *t = mg_tensor_new(2, (int64_t[]){1, n}); // t: (1, n)
+    if (!t) return mg_last_code();
+    for (int64_t i = 0; i < n; i++) mg_tensor_data(t)[i] = (float)ids[i];
+    mg_placement rep[MG_MAX_MESH_DIMS];
+    for (int d = 0; d < g->mesh->ndim; d++) rep[d] = MG_REPLICATE;
+    mg_dtensor *x = mg_distribute(g->mesh, t, rep, g->mesh->ndim);
+    mg_tensor_free(t);
+    mg_dtensor *y = x ? mg_gpt_forward_cached(&g->model.gpt, &g->model.params, &g->cache, x, pos)
+                      : NULL; // y: (1, 1, V)
+    mg_tensor *full = y ? mg_full_tensor(y) : NULL;
+    int rc = full ? MG_OK : mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    if (full) memcpy(logits, mg_tensor_data(full), sizeof(float) * (size_t)g->model.gpt.cfg.vocab);
+    mg_tensor_free(full);
+    mg_dtensor_free(x);
+    mg_step_end();
+    return rc;
+}
+
+/* The byte drawn from logits (V) as the header says; `index` addresses the
+ * draw. p: room for V doubles, order: V ints. */
+static int sample(const float *logits, int64_t V, const gen_options *o, int64_t index, double *p,
+                  int *order) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (o->temperature == 0) return best;
+    for (int i = 0; i < V; i++) p[i] = 1; /* kept */
+    if (o->top_k > 0 && o->top_k < V) { /* drop all but the k largest (lower index wins a tie) */
+        for (int i = 0; i < V; i++) order[i] = i;
+        for (int i = 0; i < o->top_k; i++) { /* partial selection sort: k of V */
+            int m = i;
+            for (int j = i + 1; j < V; j++)
+                if (logits[order[j]] > logits[order[m]] ||
+                    (logits[order[j]] == logits[order[m]] && order[j] < order[m]))
+                    m = j;
+            int tmp = order[i];
+            order[i] = order[m], order[m] = tmp;
+        }
+        for (int i = (int)o->top_k; i < V; i++) p[order[i]] = 0;
+    }
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        p[i] = p[i] ? exp(((double)logits[i] - (double)logits[best]) / o->temperature) : 0;
+        sum += p[i];
+    }
+    double u = (double)mg_rng_uniform_at((uint64_t)o->seed, GEN_STREAM, (uint64_t)index) * sum, c = 0;
+    int last = best;
+    for (int i = 0; i < V; i++) {
+        if (p[i] == 0) continue;
+        c += p[i];
+        last = i;
+        if (u < c) return i;
+    }
+    return last; /* u * sum rounded up to the total */
+}
+
+/* Collective. The whole generation; rank 0 prints. */
+static int run(generator *g) {
+    const gen_options *o = &g->o;
+    const int64_t T = g->model.gpt.cfg.ctx, V = g->model.gpt.cfg.vocab;
+    const int rank = mg_rank();
+    int64_t plen = (int64_t)strlen(o->prompt), keep = plen < T ? plen : T;
+    if (plen > T && rank == 0)
+        fprintf(stderr, "note: the prompt has %lld bytes, more than the model's ctx %lld: using "
+                "its last %lld\n", (long long)plen, (long long)T, (long long)T);
+    for (int64_t i = 0; i < plen; i++)
+        if ((unsigned char)o->prompt[i] >= V)
+            return mg_error(MG_EINVAL, "--prompt: byte %lld is %d, outside the model's vocabulary "
+                            "of %lld: give a prompt of bytes below %lld", (long long)i,
+                            (unsigned char)o->prompt[i], (long long)V, (long long)V);
+    /* seq: the tokens the model sees, the cropped prompt then the sample */
+    int *seq = malloc(sizeof(int) * (size_t)(keep + o->tokens + 1));
+    int *order = malloc(sizeof(int) * (size_t)V);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    double *p = malloc(sizeof(double) * (size_t)V);
+    int rc = seq && order && logits && p ? MG_OK
+                                         : mg_error(MG_ENOMEM, "generate: out of memory for %lld "
+                                                    "tokens", (long long)o->tokens);
+    int64_t n = 0;
+    for (int64_t i = plen - keep; i < plen && rc == MG_OK; i++) seq[n++] = (unsigned char)o->prompt[i];
+    if (rank == 0) fputs(o->prompt, stdout);
+    double t0 = mg_cli_clock();
+    int64_t prefilled = 0;
+    if (rc == MG_OK && o->tokens > 0) rc = forward(g, seq, n, 0, logits);
+    for (int64_t i = 0; rc == MG_OK && i < o->tokens; i++) {
+        int tok = rank == 0 ? sample(logits, V, o, i, p, order) : 0;
+        if ((rc = mg_comm_broadcast_bytes(g->mesh->world, &tok, sizeof tok, 0)) != MG_OK) break;
+        seq[n++] = tok;
+        if (rank == 0) putchar(tok);
+        if (i == o->tokens - 1) break;
+        if (g->cache.len < T) {
+            rc = forward(g, &seq[n - 1], 1, g->cache.len, logits);
+        } else { /* full: slide, the last ctx / 2 tokens (at least 1) from position 0 */
+            int64_t w = T / 2 > 0 ? T / 2 : 1;
+            rc = forward(g, &seq[n - w], w, 0, logits);
+            prefilled++;
+        }
+    }
+    double seconds = mg_cli_clock() - t0;
+    if (rank == 0) {
+        putchar('\n');
+        fflush(stdout);
+        if (rc == MG_OK && o->tokens > 0)
+            fprintf(stderr, "generate: %lld tokens in %.3f s: %.0f tokens/s (%d thread%s/rank, "
+                    "%d rank%s, %lld window slide%s)\n", (long long)o->tokens, seconds,
+                    (double)o->tokens / seconds, mg_backend_cpu_threads(),
+                    mg_backend_cpu_threads() == 1 ? "" : "s", mg_world_size(),
+                    mg_world_size() == 1 ? "" : "s", (long long)prefilled, prefilled == 1 ? "" : "s");
+    }
+    free(seq), free(order), free(logits), free(p);
+    return rc;
+}
+
+int mg_cli_generate(int argc, char **argv) {
+    generator g;
+    memset(&g, 0, sizeof g);
+    int rc = parse(argc, argv, &g.o);
+    if (rc) return rc == 1 ? 0 : rc;
+    rc = setup(&g);
+    if (rc == MG_OK) rc = run(&g);
+    char msg[1024]; /* main.c prints the message once; keep it across the teardown */
+    snprintf(msg, sizeof msg, "%s", mg_last_error());
+    teardown(&g);
+    if (rc == MG_OK) return 0;
+    mg_error(rc, "%s", msg);
+    return rc == MG_EINVAL || rc == MG_EMESH ? 2 : 1;
+}
