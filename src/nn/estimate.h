@@ -23,9 +23,14 @@
  * clipping norm). Memory counts tensor data as the arenas hand it out (64-byte
  * blocks) and the headers every tensor, distributed tensor and tape node take.
  *
- * A new layer kind (a GPT's embedding, layer norm, attention...) is a case in
- * estimate.c's forward and backward walks that offers the same rule
- * candidates as its op and records what its VJP makes.
+ * A new layer kind is a case in estimate.c's forward and backward walks that
+ * offers the same rule candidates as its op and records what its VJP makes.
+ * The GPT, which branches (residual stream, q/k/v), is walked by
+ * estimate_gpt.c on a small tape of its own with the same steps
+ * (estimate_walk.h). Its approximations (docs/OBSERVE.md): one 4-byte
+ * all-reduce per step of batch-sharded plans not found; activations 1-6%
+ * high (every VJP output counted as a new tensor); the tied wte's gradient
+ * scratch and tp's gathered copies not counted.
  *
  * Exports: mg_est_kind, mg_est_layer, mg_est_config, mg_estimate,
  * mg_estimate_step, mg_est_layers_model, mg_estimate_total, mg_estimate_gpt. */
