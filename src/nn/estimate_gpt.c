@@ -15,9 +15,7 @@
 #include "nn/estimate_walk.h"
 #include "status.h"
 
-#define MAX_STEPS 1024
-#define MAX_SLOTS 1024
-#define NO_SLOT (-1)
+#define STEPS_PER_BLOCK 40 /* at most: a block takes 24 steps, each writes a slot */
 
 typedef enum { S_CHAIN, S_TO, S_EMBED, S_ADD, S_LN, S_NARROW, S_ATTN } step_kind;
 
@@ -37,11 +35,11 @@ typedef struct {
 
 typedef struct {
     walk *w;
-    gstep *steps;
+    gstep *steps;       /* each step writes one slot: as many slots as steps (+ the ids) */
     int nsteps, nslots;
-    mg_spec slot[MAX_SLOTS], grad[MAX_SLOTS];
-    bool wants[MAX_SLOTS], has[MAX_SLOTS];
-    gparam param[MAX_SLOTS];
+    mg_spec *slot, *grad; /* per slot: its spec, its gradient's */
+    bool *wants, *has;
+    gparam *param;
     int nparams;
     mg_gpt_config g;
 } gwalk;
@@ -450,13 +448,22 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
     if (cfg->plan.ndim != cfg->mesh_ndim)
         return mg_error(MG_EINVAL, "estimate: %d plans for a %d-d mesh: give one per mesh dim",
                         cfg->plan.ndim, cfg->mesh_ndim);
+    size_t cap = (size_t)(g->layers + 1) * STEPS_PER_BLOCK;
     gwalk *t = calloc(1, sizeof *t);
     walk *w = calloc(1, sizeof *w);
-    gstep *steps = calloc(MAX_STEPS, sizeof *steps);
-    if (!t || !w || !steps || g->layers * 40 + 40 > MAX_STEPS) {
-        free(t), free(w), free(steps);
-        return mg_error(MG_ENOMEM, "estimate: out of memory (or over %d layers)", MAX_STEPS / 40 - 1);
+    gstep *steps = calloc(cap, sizeof *steps);
+    if (t) {
+        t->slot = calloc(cap, sizeof *t->slot);
+        t->grad = calloc(cap, sizeof *t->grad);
+        t->wants = calloc(cap, sizeof *t->wants);
+        t->has = calloc(cap, sizeof *t->has);
+        t->param = calloc(cap, sizeof *t->param);
     }
+    int rc = !t || !w || !steps || !t->slot || !t->grad || !t->wants || !t->has || !t->param
+                 ? mg_error(MG_ENOMEM, "estimate: out of memory for a GPT of %lld layers",
+                            (long long)g->layers)
+                 : MG_OK;
+    if (rc != MG_OK) goto done;
     t->w = w;
     t->steps = steps;
     t->g = *g;
@@ -468,7 +475,8 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&cfg->plan, bp);
     mg_spec ids;
-    int rc = mg_est_spec(w, &ids, bp, 2, (int64_t[]){cfg->batch, g->ctx}), loss = -1;
+    int loss = -1;
+    rc = mg_est_spec(w, &ids, bp, 2, (int64_t[]){cfg->batch, g->ctx});
     if (rc == MG_OK) {
         mg_est_made(w, &ids, true, false);
         mg_est_made(w, &ids, true, false);
@@ -492,6 +500,8 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
         if (stores) mg_est_finish(w, &t->slot[loss], stores, t->nparams);
         free(stores);
     }
+done:
+    if (t) free(t->slot), free(t->grad), free(t->wants), free(t->has), free(t->param);
     free(steps), free(w), free(t);
     return rc < 0 ? rc : MG_OK;
 }
