@@ -7,7 +7,9 @@
 # be within 10% of train's own figures (its "memory" and "comm_per_step"
 # metrics line: arena high-water marks plus parameter, gradient, optimizer
 # and buffer bytes; mg_comm_stats over the steps after the first). Prints
-# both side by side. A pipeline plan's estimate (plan --estimate with pp) is
+# both side by side. The same for a tiny GPT (2 layers, embd 32, ctx 16, batch
+# 8 windows of data/mobydick.h5) on 1, 2 and 4 ranks under every plan it has:
+# dp, tp, sp, fsdp, tp+sp, dp,tp and fsdp,tp. A pipeline plan's estimate (plan --estimate with pp) is
 # checked for the bytes its ranks send.
 . "$(dirname "$0")/check.sh"
 program_test_env estimate
@@ -70,6 +72,15 @@ case_ 2 2 tp $pm
 case_ 4 2x2 fsdp,tp $pm
 case_ 4 4 dp --hidden 4096 --batch 32
 
+# the GPT (4 heads where tp is 4 wide: each rank takes whole heads)
+gpt="--model gpt --data $top/data/mobydick.h5 --layers 2 --embd 32 --ctx 16 --batch 8"
+case_ 1 1 dp $gpt --heads 2
+for p in dp tp sp fsdp tp+sp; do
+    case_ 2 2 $p $gpt --heads 2
+    case_ 4 4 $p $gpt --heads 4
+done
+for p in dp,tp fsdp,tp; do case_ 4 2x2 $p $gpt --heads 2; done
+
 # a pipeline plan: each pipeline rank's memory and the activations it sends
 # (8 micro-batches of 32 rows of 1024 floats cross each stage boundary, each
 # way: 1 MiB a boundary and direction)
@@ -85,4 +96,7 @@ check "... the middle ones both, 2 MiB in 16" grep -q '^  rank 1: .*send 2097152
 check "a plan count that is not the mesh's: exit $?" grep -q "meshgrad: error: estimate: 1 plans for a 2-d mesh" "$tmp/out"
 "$prog" plan --estimate --input 8y8 >"$tmp/out" 2>&1
 check "a bad --input: exit $?" grep -q "meshgrad: error: plan --estimate: --input '8y8' is not RxC" "$tmp/out"
+"$prog" plan --estimate --model gpt --layers 2 --heads 2 --embd 32 --ctx 16 --mesh 4 --parallel tp >"$tmp/out" 2>&1
+check "a GPT whose heads the tp ranks cannot split: exit $?" \
+    grep -q "meshgrad: error: gpt: tensor-parallel degree 4 cannot split 2 heads" "$tmp/out"
 check_summary

@@ -5,9 +5,10 @@
  * flags are train's (--config FILE, --mesh, --parallel, --model, --hidden,
  * --channels, --batch, --optimizer, --momentum, --clip; the rest are taken
  * and ignored), plus --input RxC and --classes K (the data set's: 8x8 and 10
- * for the digits) and --nodes N (the ranks' nodes: data-parallel ranks on one
- * node share memory). The mesh defaults to one dim of all ranks of mpirun
- * (or 1). One process is enough. A last line gives the figures as JSON.
+ * for the digits), --vocab V (the GPT's: 256, the bytes of the text) and
+ * --nodes N (the ranks' nodes: data-parallel ranks on one node share memory).
+ * --model gpt takes train's --layers --heads --embd --ctx (nn/estimate_gpt.c).
+ * The mesh defaults to one dim of all ranks of mpirun (or 1). One process is enough. A last line gives the figures as JSON.
  * A pipeline plan (pp in --parallel) is planned by plan.c, which then asks
  * mg_plan_estimate_pipeline for each pipeline rank's memory (its stages'
  * parameters, gradients and optimizer state, and the peak of saved
@@ -32,7 +33,7 @@
 
 typedef struct {
     mg_train_config cfg;
-    int64_t input[2], classes;
+    int64_t input[2], classes, vocab;
     int nodes;
 } estimate_opts;
 
@@ -54,15 +55,17 @@ static int parse(estimate_opts *o, int argc, char **argv) {
     int64_t nodes = 1;
     o->input[0] = o->input[1] = 8;
     o->classes = 10;
+    o->vocab = 256;
     rest[n++] = argv[0];
     for (int i = 1; i < argc && rc == MG_OK; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = strcmp(a, "--input") == 0 || strcmp(a, "--classes") == 0 ||
-                     strcmp(a, "--nodes") == 0;
+                     strcmp(a, "--nodes") == 0 || strcmp(a, "--vocab") == 0;
         if (takes && !v) rc = mg_error(MG_EINVAL, "plan --estimate: %s needs a value", a);
         else if (strcmp(a, "--estimate") == 0) continue;
         else if (strcmp(a, "--classes") == 0) rc = parse_count(a, v, &o->classes);
         else if (strcmp(a, "--nodes") == 0) rc = parse_count(a, v, &nodes);
+        else if (strcmp(a, "--vocab") == 0) rc = parse_count(a, v, &o->vocab);
         else if (strcmp(a, "--input") == 0) {
             long long r, c;
             char end;
@@ -85,6 +88,14 @@ static int parse(estimate_opts *o, int argc, char **argv) {
 static void print(const estimate_opts *o, const mg_est_config *ec, const mg_estimate *e,
                   const char *mesh) {
     const mg_train_config *c = &o->cfg;
+    if (c->model == MG_MODEL_GPT)
+        printf("estimate of a step of meshgrad train: gpt (%lld layers, %lld heads, embd %lld, ctx "
+               "%lld, vocabulary %lld) on mesh %s [%s], batch %lld, %s (%d state%s a parameter)%s; "
+               "the largest rank (coordinate 0):\n", (long long)c->layers, (long long)c->heads,
+               (long long)c->embd, (long long)c->ctx, (long long)o->vocab, mesh, c->parallel,
+               (long long)c->batch, mg_optim_kind_name(c->optimizer), ec->states,
+               ec->states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "");
+    else
     printf("estimate of a step of meshgrad train: %s (hidden %lld) on mesh %s [%s], batch %lld, %s "
            "(%d state%s a parameter)%s; the largest rank (coordinate 0):\n",
            mg_model_kind_name(c->model), (long long)c->hidden, mesh, c->parallel,
@@ -140,11 +151,19 @@ int mg_cli_plan_estimate(int argc, char **argv) {
     ec.states = c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0;
     ec.clip = c->clip > 0;
     ec.nodes = o.nodes;
-    mg_est_layer layers[16];
-    int n = mg_est_layers_model(c->model, o.input[0], o.input[1], c->hidden, c->channels,
-                                o.classes, layers, 16);
     mg_estimate e;
-    if (n < 0 || mg_estimate_step(layers, n, &ec, &e) != MG_OK) return 2;
+    if (c->model == MG_MODEL_GPT) { /* windows of --ctx tokens of the text's bytes */
+        mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, o.vocab};
+        mg_mesh mesh = {.ndim = ec.mesh_ndim};
+        for (int m = 0; m < ec.mesh_ndim; m++) mesh.shape[m] = ec.mesh[m];
+        if (mg_gpt_check(&g, &ec.plan, &mesh) != MG_OK || mg_estimate_gpt(&g, &ec, &e) != MG_OK)
+            return 2;
+    } else {
+        mg_est_layer layers[16];
+        int n = mg_est_layers_model(c->model, o.input[0], o.input[1], c->hidden, c->channels,
+                                    o.classes, layers, 16);
+        if (n < 0 || mg_estimate_step(layers, n, &ec, &e) != MG_OK) return 2;
+    }
     if (mg_rank() == 0) {
         char mesh[64];
         size_t k = 0;

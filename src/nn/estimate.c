@@ -7,6 +7,7 @@
  * reducer's rules. Exports: mg_estimate_step, mg_est_layers_model,
  * mg_estimate_total. */
 #include "nn/estimate.h"
+#include "nn/estimate_walk.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -20,30 +21,8 @@
 #include "ops/tape.h"
 #include "status.h"
 
-#define MAX_LAYERS 64
-/* bytes as an arena hands them out: whole 64-byte blocks */
-#define ROUND64(b) ((double)(((int64_t)(b) + 63) / 64 * 64))
 /* the contraction labels of ops/ops_matmul.c */
 enum { LABEL_K = 101, LABEL_N };
-
-/* What the forward pass did at one op, for its backward. */
-typedef struct {
-    const mg_est_layer *layer;
-    mg_spec in, in_to;     /* the input as it came, and as the op took it */
-    bool in_moved, in_grad; /* it was redistributed; it wants a gradient */
-    mg_spec w_store, w_use, w_to, b_store, b_use, b_to; /* LINEAR */
-    mg_spec labels, labels_to, out;
-} op_record;
-
-typedef struct {
-    const mg_est_config *cfg;
-    mg_estimate *e;
-    mg_mesh mesh; /* described: shape, coordinate 0; no communicators */
-    double step;  /* step arena bytes so far */
-    double bucket_floats[MG_MAX_MESH_DIMS]; /* small gradients summed over each dim */
-    double staging[2]; /* floats of redistribute's two staging buffers (the largest asked) */
-    op_record ops[MAX_LAYERS];
-} walk;
 
 static double data_bytes(const mg_spec *s) {
     double b = 4.0 * (double)mg_spec_local_numel(s, NULL);
@@ -236,39 +215,48 @@ static int forward_linear(walk *w, op_record *r, mg_spec *x) {
         return mg_error(MG_ESHAPE, "estimate: layer %d takes %lld features but gets %lld", l->index,
                         (long long)l->in, (long long)x->shape[x->ndim - 1]);
     mg_placement ws[MG_MAX_MESH_DIMS], wu[MG_MAX_MESH_DIMS], bs[MG_MAX_MESH_DIMS], bu[MG_MAX_MESH_DIMS];
-    mg_plan_linear(&w->cfg->plan, l->index, ws, wu, bs, bu);
+    if (l->gpt) { /* a GPT layer: placements by its parameters' roles */
+        mg_plan_gpt_param(&w->cfg->plan, l->role, ws, wu);
+        mg_plan_gpt_param(&w->cfg->plan, l->role == MG_GPT_ROW ? MG_GPT_REPLICATED : l->role, bs, bu);
+    } else {
+        mg_plan_linear(&w->cfg->plan, l->index, ws, wu, bs, bu);
+    }
     int64_t wshape[2] = {l->out, l->in}, bshape[1] = {l->out};
     int rc = spec(w, &r->w_store, ws, 2, wshape);
     if (rc == MG_OK) rc = spec(w, &r->w_use, wu, 2, wshape);
     if (rc == MG_OK) rc = spec(w, &r->b_store, bs, 1, bshape);
     if (rc == MG_OK) rc = spec(w, &r->b_use, bu, 1, bshape);
     if (rc != MG_OK) return rc;
-    param_memory(w, &r->w_store);
-    param_memory(w, &r->b_store);
+    int nin = l->no_bias ? 2 : 3; /* the GPT's head: tied to wte, no bias */
+    if (!l->no_bias) {
+        param_memory(w, &r->w_store);
+        param_memory(w, &r->b_store);
+    }
     int nd = x->ndim, lx[MG_MAX_DIMS], lw[2], lb[1], lo[MG_MAX_DIMS];
     linear_labels(nd - 1, lx, lw, lb, lo);
     int ndims[3] = {nd, 2, 1};
     const int *labels[3] = {lx, lw, lb};
     mg_candidates c;
-    mg_rules_contraction(&c, 3, ndims, labels, nd, lo, true);
+    mg_rules_contraction(&c, nin, ndims, labels, nd, lo, true);
     int64_t out_shape[MG_MAX_DIMS];
     memcpy(out_shape, x->shape, sizeof out_shape);
     out_shape[nd - 1] = l->out;
     const mg_spec *in[3] = {x, &r->w_use, &r->b_use};
     mg_spec t[3];
-    if ((rc = choose(&c, 3, in, nd, out_shape, t, &r->out)) != MG_OK) return rc;
+    if ((rc = choose(&c, nin, in, nd, out_shape, t, &r->out)) != MG_OK) return rc;
     r->in_to = t[0];
     r->w_to = t[1];
-    r->b_to = t[2];
+    r->b_to = l->no_bias ? r->b_use : t[2];
     /* a parameter the rule wants elsewhere than its plan said is a copy there
      * (ops.c: mg_op_param_copy); a copy it wants elsewhere moves on */
     if (mg_spec_equal(&r->w_use, &r->w_store)) r->w_use = r->w_to;
     if (mg_spec_equal(&r->b_use, &r->b_store)) r->b_use = r->b_to;
-    double held = gather(w, &r->w_store, &r->w_use) + gather(w, &r->b_store, &r->b_use);
+    double held = gather(w, &r->w_store, &r->w_use) +
+                  (l->no_bias ? 0 : gather(w, &r->b_store, &r->b_use));
     if (held > w->e->gathered) w->e->gathered = held;
     redistribute(w, x, &t[0], r->in_grad);
     redistribute(w, &r->w_use, &t[1], true);
-    redistribute(w, &r->b_use, &t[2], true);
+    if (!l->no_bias) redistribute(w, &r->b_use, &t[2], true);
     made(w, &r->out, true, true);
     *x = r->out;
     return MG_OK;
@@ -332,7 +320,7 @@ static int forward(walk *w, op_record *r, mg_spec *x) {
     case MG_EST_CROSS_ENTROPY: {
         mg_placement bp[MG_MAX_MESH_DIMS];
         mg_plan_batch(&w->cfg->plan, bp);
-        if ((rc = spec(w, &r->labels, bp, 1, x->shape)) != MG_OK) return rc;
+        if ((rc = spec(w, &r->labels, bp, x->ndim - 1, x->shape)) != MG_OK) return rc;
         mg_rules_cross_entropy(&c, x->ndim);
         if ((rc = choose(&c, 2, (const mg_spec *const[]){x, &r->labels}, 0, NULL, t, &r->out)))
             return rc;
@@ -412,6 +400,11 @@ static int backward_linear(walk *w, const op_record *r, mg_spec *g) {
     redistribute(w, G, &t[0], false);
     redistribute(w, &r->in_to, &t[1], false);
     double scratch = contribute(w, param_mirror(w, &out, &r->w_to, &r->w_use), &r->w_use, &r->w_store);
+    if (r->layer->no_bias) {
+        if (scratch > w->e->scratch) w->e->scratch = scratch;
+        if (r->in_grad) *g = dx;
+        return MG_OK;
+    }
     /* db: dy summed over its batch dims */
     bool reduced[MG_MAX_DIMS] = {false};
     for (int d = 0; d < nb; d++) reduced[d] = true;
@@ -539,14 +532,6 @@ int mg_estimate_step(const mg_est_layer *layers, int n, const mg_est_config *cfg
         rc = backward(w, &w->ops[i], &g);
     }
     if (rc == MG_OK) {
-        buckets(w);
-        mg_spec loss = w->ops[n - 1].out, all = replicated(&loss); /* the loss read on rank 0 */
-        for (int m = 0; m < cfg->mesh_ndim; m++) all.p[m] = MG_REPLICATE;
-        double step = w->step;
-        moved(w, &loss, &all);
-        w->step = step;
-        control(w, MG_COLL_ALL_REDUCE, 8 * 5); /* the per-step agreement of train.c */
-        if (cfg->clip) control(w, MG_COLL_ALL_REDUCE, 8);
         mg_spec stores[2 * MAX_LAYERS];
         int ns = 0;
         for (int i = 0; i < n; i++)
@@ -554,19 +539,61 @@ int mg_estimate_step(const mg_est_layer *layers, int n, const mg_est_config *cfg
                 stores[ns++] = w->ops[i].w_store;
                 stores[ns++] = w->ops[i].b_store;
             }
-        split_steps(w, stores, ns);
-        for (int i = 0; i < ns; i++) { /* the checksum of train's start gathers each parameter */
-            mg_spec all = replicated(&stores[i]), last_spec = stores[i];
-            double last;
-            for (int m = 0; m < cfg->mesh_ndim; m++) all.p[m] = MG_REPLICATE;
-            planned(w, &last_spec, &all, false, &last);
-        }
-        e->activations = w->step;
-        for (int k = 0; k < 2; k++) e->buffers += w->staging[k] > 0 ? ROUND64(4.0 * w->staging[k]) : 0;
+        mg_est_finish(w, &w->ops[n - 1].out, stores, ns);
     }
     free(w);
     return rc;
 }
+
+/* The end of a step walked to its loss (spec `loss`), for the parameters
+ * stored at stores[0..n): the backward's buckets, the loss read on rank 0,
+ * train's control messages, the split optimizer steps, the checksum of
+ * train's start, the arena's and staging's totals. */
+void mg_est_finish(walk *w, const mg_spec *loss, const mg_spec *stores, int ns) {
+    const mg_est_config *cfg = w->cfg;
+    mg_estimate *e = w->e;
+    buckets(w);
+    mg_spec all = replicated(loss); /* the loss read on rank 0 */
+    for (int m = 0; m < cfg->mesh_ndim; m++) all.p[m] = MG_REPLICATE;
+    double step = w->step;
+    moved(w, loss, &all);
+    w->step = step;
+    control(w, MG_COLL_ALL_REDUCE, 8 * 5); /* the per-step agreement of train.c */
+    if (cfg->clip) control(w, MG_COLL_ALL_REDUCE, 8);
+    split_steps(w, stores, ns);
+    for (int i = 0; i < ns; i++) { /* the checksum of train's start gathers each parameter */
+        mg_spec rep = replicated(&stores[i]), last_spec = stores[i];
+        double last;
+        for (int m = 0; m < cfg->mesh_ndim; m++) rep.p[m] = MG_REPLICATE;
+        planned(w, &last_spec, &rep, false, &last);
+    }
+    e->activations = w->step;
+    for (int k = 0; k < 2; k++) e->buffers += w->staging[k] > 0 ? ROUND64(4.0 * w->staging[k]) : 0;
+}
+
+/* ---- the walk's steps, for the GPT's walk (estimate_walk.h) ---------------------- */
+
+void mg_est_made(walk *w, const mg_spec *s, bool data, bool node) { made(w, s, data, node); }
+void mg_est_count(walk *w, mg_coll_kind kind, int size, int64_t n) { count(w, kind, size, n); }
+void mg_est_redistribute(walk *w, const mg_spec *src, const mg_spec *dst, bool node) {
+    redistribute(w, src, dst, node);
+}
+int mg_est_choose(const mg_candidates *c, int n, const mg_spec *const *in, int out_ndim,
+                  const int64_t *out_shape, mg_spec *targets, mg_spec *out) {
+    return choose(c, n, in, out_ndim, out_shape, targets, out);
+}
+int mg_est_spec(walk *w, mg_spec *s, const mg_placement *p, int ndim, const int64_t *shape) {
+    return spec(w, s, p, ndim, shape);
+}
+mg_spec mg_est_replicated(const mg_spec *s) { return replicated(s); }
+void mg_est_param_memory(walk *w, const mg_spec *store) { param_memory(w, store); }
+double mg_est_gather(walk *w, const mg_spec *store, const mg_spec *use) { return gather(w, store, use); }
+double mg_est_contribute(walk *w, const mg_spec *g, const mg_spec *use, const mg_spec *store) {
+    return contribute(w, g, use, store);
+}
+void mg_est_control(walk *w, mg_coll_kind kind, int64_t bytes) { control(w, kind, bytes); }
+int mg_est_forward(walk *w, op_record *r, mg_spec *x) { return forward(w, r, x); }
+int mg_est_backward(walk *w, const op_record *r, mg_spec *g) { return backward(w, r, g); }
 
 /* ---- the models of meshgrad train ------------------------------------------------ */
 

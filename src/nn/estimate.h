@@ -23,18 +23,25 @@
  * clipping norm). Memory counts tensor data as the arenas hand it out (64-byte
  * blocks) and the headers every tensor, distributed tensor and tape node take.
  *
- * A new layer kind (a GPT's embedding, layer norm, attention...) is a case in
- * estimate.c's forward and backward walks that offers the same rule
- * candidates as its op and records what its VJP makes.
+ * A new layer kind is a case in estimate.c's forward and backward walks that
+ * offers the same rule candidates as its op and records what its VJP makes.
+ * The GPT, which branches (residual stream, q/k/v), is walked by
+ * estimate_gpt.c on a small tape of its own with the same steps
+ * (estimate_walk.h). Its approximations (docs/OBSERVE.md): one 4-byte
+ * all-reduce per step of batch-sharded plans not found; activations 1-6%
+ * high (every VJP output counted as a new tensor); the tied wte's gradient
+ * scratch and tp's gathered copies not counted.
  *
  * Exports: mg_est_kind, mg_est_layer, mg_est_config, mg_estimate,
- * mg_estimate_step, mg_est_layers_model, mg_estimate_total. */
+ * mg_estimate_step, mg_est_layers_model, mg_estimate_total, mg_estimate_gpt. */
 #ifndef MG_NN_ESTIMATE_H
 #define MG_NN_ESTIMATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "meshgrad.h"
+#include "nn/gpt.h"
 #include "nn/model.h"
 #include "nn/plan.h"
 
@@ -53,6 +60,9 @@ typedef struct {
     int ndim;                      /* RESHAPE: the output's rank; PERMUTE: the input's */
     int64_t shape[MG_MAX_DIMS];    /* RESHAPE: the global shape, shape[0] the batch */
     int perm[MG_MAX_DIMS];         /* PERMUTE */
+    bool gpt;                      /* LINEAR of the GPT: placed by `role` (plan.h), not `index` */
+    bool no_bias;                  /* LINEAR: none (the GPT's head, tied to wte: no memory) */
+    mg_gpt_role role;
 } mg_est_layer;
 
 typedef struct {
@@ -84,5 +94,8 @@ int mg_estimate_step(const mg_est_layer *layers, int n, const mg_est_config *cfg
 int mg_est_layers_model(mg_model_kind kind, int64_t rows, int64_t cols, int64_t hidden,
                         int64_t channels, int64_t classes, mg_est_layer *out, int max);
 double mg_estimate_total(const mg_estimate *e);
+/* The GPT's step (estimate_gpt.c) on batches of cfg->batch windows of
+ * g->ctx tokens. */
+int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimate *out);
 
 #endif
