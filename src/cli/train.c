@@ -572,7 +572,9 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
     char eta[32], window[256];
     format_duration(eta, sizeof eta,
                     (double)(c->steps - step) * (now - start) / (double)(step - tr->start_step));
-    mg_window_format(&tr->window, window, sizeof window, c->batch, "samples");
+    int gpt = c->model == MG_MODEL_GPT; /* a GPT's step reads batch x ctx tokens */
+    mg_window_format(&tr->window, window, sizeof window, gpt ? c->batch * c->ctx : c->batch,
+                     gpt ? "tokens" : "samples");
     printf("step %lld/%lld | loss %.9f | lr %.3e | %s | ETA %s\n", (long long)step,
            (long long)c->steps, loss, lr, window, eta);
     fflush(stdout);
