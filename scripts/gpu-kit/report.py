@@ -115,7 +115,8 @@ class Report:
         return w, at
 
     def curve(self, name, got_step, want_step, tol, apart_from=None):
-        why = self.why_not(got_step) or self.why_not(want_step)
+        why = (self.why_not("gpt_data") if got_step.startswith("gpt") else None) \
+            or self.why_not(got_step) or self.why_not(want_step)
         got, want = self.losses(got_step), self.losses(want_step)
         if why or not got or not want:
             self.add("3 training", name, "-", "<= %g" % tol, None, why or "no metrics")

@@ -152,9 +152,12 @@ step digits_cuda_bf16 60 "${mpi1[@]}" meshgrad "${digits[@]}" --device $dev --dt
 # rank, 100 steps; the rehearsal shrinks the model (2 cores, not 16)
 gpt_shape=(--layers 4 --heads 4 --embd 128 --ctx 64 --batch 32)
 [ $rehearse -eq 1 ] && gpt_shape=(--layers 2 --heads 2 --embd 32 --ctx 32 --batch 8)
-if grep -q -- '\bgpt\b' "$logs/train_help.log" && [ -f "$MG_KIT/data/mobydick.h5" ]; then
+if grep -q -- '\bgpt\b' "$logs/train_help.log"; then
     echo "gpt ${gpt_shape[*]}" >"$logs/gpt_built"
-    gpt=(train --config "$MG_KIT/data/mobydick.conf" --data "$MG_KIT/data/mobydick.h5" "${gpt_shape[@]}"
+    # the corpus, as the build makes data/mobydick.h5 (the kit carries the text gzipped)
+    step gpt_data 60 "${mpi1[@]}" meshgrad data text2h5 "$MG_KIT/data/mobydick.txt.gz" "$work/mobydick.h5" \
+        --val-fraction 0.1
+    gpt=(train --config "$MG_KIT/data/mobydick.conf" --data "$work/mobydick.h5" "${gpt_shape[@]}"
         --mesh 1 --steps 100 --eval-every 0 --log-every 0 --threads "$threads")
     step gpt_cpu 120 "${mpi1[@]}" meshgrad "${gpt[@]}" --metrics "$logs/gpt_cpu.jsonl"
     step gpt_cuda 90 "${mpi1[@]}" meshgrad "${gpt[@]}" --device $dev --metrics "$logs/gpt_cuda.jsonl"
