@@ -224,12 +224,14 @@ class Report:
         if built is None:
             self.add("5 step", "GPT step vs PyTorch", "-", "-", "not built", "no GPT model in this meshgrad")
             return
-        shape = " ".join(built.split()[1:]).replace("--", "")
+        f = built.split()[1:]  # --layers L --heads H --embd C --ctx T --batch B
+        letter = {"--layers": "L", "--heads": "H", "--embd": "C", "--ctx": "T", "--batch": "B"}
+        shape = " ".join(letter.get(k, k) + v for k, v in zip(f[::2], f[1::2]))  # L4 H4 C128 T64 B32
         gpts = {t["math"]: t for t in torch if t.get("kind") == "gpt"}
         gerr = [t["error"] for t in torch if t.get("kind") == "error" and t.get("what") == "gpt"]
         bench = self.rc("gpt_step_fp32") is not None
         for math, train in (("fp32", "gpt_cuda"), ("tf32", "gpt_cuda_tf32")):
-            name = "GPT step (%s), %s" % (shape, math)
+            name = "GPT step %s, %s" % (shape, math)
             t = gpts.get(math)
             if bench:
                 j, why = self.last_json("gpt_step_" + math), self.why_not("gpt_step_" + math)
