@@ -41,7 +41,7 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.H)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
@@ -58,7 +58,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(C)
 
     def forward(self, ids):
-        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
         for b in self.blocks:
             x = b(x)
         return self.ln_f(x) @ self.wte.weight.t()

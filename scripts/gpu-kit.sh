@@ -20,8 +20,8 @@
 # test_cuda_ops.mpi, train_ckpt_tool), Open MPI's mpirun/orted with its plugins
 # (lib/openmpi) and help files (share/openmpi), relocated by env.sh with
 # OPAL_PREFIX, PMIx's plugins and help files, every other library that ldd
-# finds for these and the plugins (lib/), the digits data set, and the scripts
-# of scripts/gpu-kit/. No CUDA library and no glibc: the GPU machine has
+# finds for these and the plugins (lib/), the digits and Moby-Dick (GPT) data
+# sets, and the scripts of scripts/gpu-kit/ with scripts/gpt-pytorch.py. No CUDA library and no glibc: the GPU machine has
 # them; env.sh finds cudart, cuBLAS and NCCL there. Everything stripped; the
 # kit must stay under 60 MiB (it fails otherwise). MANIFEST lists every file,
 # the Debian package it came from, and the smallest glibc it needs.
@@ -204,8 +204,12 @@ assemble() {
     close_libraries
     # data and scripts
     cp "$build/data/digits.h5" data/digits.conf data/digits.README.md "$tmp/data/"
+    # the GPT's text travels gzipped (0.45 MiB, not the 1.14 of mobydick.h5, which
+    # would take the kit over 60 MiB): run.sh makes the .h5 with `meshgrad data text2h5`
+    cp data/mobydick.txt.gz data/mobydick.conf "$tmp/data/"
     cp scripts/gpu-kit/run.sh scripts/gpu-kit/env.sh "$tmp/"
-    cp scripts/gpu-kit/report.py scripts/gpu-kit/torch_ref.py scripts/gpu-kit/README.md "$tmp/scripts/"
+    cp scripts/gpu-kit/report.py scripts/gpu-kit/torch_ref.py scripts/gpu-kit/README.md \
+        scripts/gpt-pytorch.py "$tmp/scripts/"
     chmod +x "$tmp/run.sh"
     # strip every ELF file (the Debian ones are stripped already; ours are not)
     find "$tmp" -type f | while read -r f; do
@@ -299,7 +303,7 @@ build_kit() {
 # kit is older than a source it is made of
 kit_stale() {
     [ -f "$kit/MANIFEST" ] || return 0
-    [ -n "$(find src tests scripts/gpu-kit scripts/gpu-kit.sh data configure.ac Makefile.am -newer "$kit/MANIFEST" -type f 2>/dev/null | head -n 1)" ]
+    [ -n "$(find src tests scripts/gpu-kit scripts/gpu-kit.sh scripts/gpt-pytorch.py data configure.ac Makefile.am -newer "$kit/MANIFEST" -type f 2>/dev/null | head -n 1)" ]
 }
 
 # ---- 3. the self-test in a bare Debian root ------------------------------------------------
@@ -414,6 +418,7 @@ d = json.load(open(sys.argv[1]))
 rows = {r["name"]: r["status"] for r in d["rows"]}
 groups = sorted({r["group"][0] for r in d["rows"]})
 must = ["digits: cuda fp32 vs cpu fp32", "digits: cuda bf16 vs cpu bf16",
+        "gpt: cuda fp32 vs cpu fp32", "gpt: cuda --tf32 vs cpu fp32",
         "ckpt cuda -> cpu: re-saved file bitwise", "ckpt cuda -> cpu: params as loaded on cuda"]
 measured = ["mg_linear vs raw cuBLAS, " + m for m in ("fp32", "tf32", "bf16")]  # timing: any result
 bad = [m for m in must if rows.get(m) != "PASS"] + [m for m in measured if rows.get(m) not in ("PASS", "FAIL")]

@@ -115,7 +115,8 @@ class Report:
         return w, at
 
     def curve(self, name, got_step, want_step, tol, apart_from=None):
-        why = self.why_not(got_step) or self.why_not(want_step)
+        why = (self.why_not("gpt_data") if got_step.startswith("gpt") else None) \
+            or self.why_not(got_step) or self.why_not(want_step)
         got, want = self.losses(got_step), self.losses(want_step)
         if why or not got or not want:
             self.add("3 training", name, "-", "<= %g" % tol, None, why or "no metrics")
@@ -171,7 +172,7 @@ class Report:
         torch = self.torch_lines()
         mm = {(t["math"], t.get("tensors")): t for t in torch if t.get("kind") == "mm"}
         steps = {t["math"]: t for t in torch if t.get("kind") == "step"}
-        terr = [t["error"] for t in torch if t.get("kind") == "error"]
+        terr = [t["error"] for t in torch if t.get("kind") == "error" and "what" not in t]
         for math in ("fp32", "tf32", "bf16"):
             j, why = self.last_json("gemm_" + math), self.why_not("gemm_" + math)
             ctx = mm.get((math, "fp32"))
@@ -201,10 +202,54 @@ class Report:
             self.add("5 step", name, "%.3f vs %.3f ms = %.2fx" % (j["ms_per_step"], t["ms"], r),
                      "<= %gx PyTorch" % STEP_RATIO, r <= STEP_RATIO,
                      "PyTorch eager, float32 matmul precision '%s'" % t.get("precision"))
-        self.add("5 step", "GPT step vs PyTorch", "-", "-", "not built"
-                 if self.read("gpt_built") is None else None,
-                 "no GPT model in this meshgrad" if self.read("gpt_built") is None
-                 else "not measured by this kit yet")
+        self.gpt_steps(torch, terr)
+
+    def train_ms(self, step, skip=10):
+        """the median per-step "ms" of a training run's metrics, past its first steps"""
+        ms = []
+        for line in (self.read(step + ".jsonl") or "").splitlines():
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            if "loss" in j and "ms" in j and j.get("step", 0) > skip:
+                ms.append(j["ms"])
+        ms.sort()
+        return ms[len(ms) // 2] if ms else None
+
+    def gpt_steps(self, torch, terr):
+        """row 5's GPT: meshgrad's step (bench step --model gpt, or else the per-step
+        times of row 3's training runs) against torch_ref.py's, same model"""
+        built = self.read("gpt_built")
+        if built is None:
+            self.add("5 step", "GPT step vs PyTorch", "-", "-", "not built", "no GPT model in this meshgrad")
+            return
+        f = built.split()[1:]  # --layers L --heads H --embd C --ctx T --batch B
+        letter = {"--layers": "L", "--heads": "H", "--embd": "C", "--ctx": "T", "--batch": "B"}
+        shape = " ".join(letter.get(k, k) + v for k, v in zip(f[::2], f[1::2]))  # L4 H4 C128 T64 B32
+        gpts = {t["math"]: t for t in torch if t.get("kind") == "gpt"}
+        gerr = [t["error"] for t in torch if t.get("kind") == "error" and t.get("what") == "gpt"]
+        bench = self.rc("gpt_step_fp32") is not None
+        for math, train in (("fp32", "gpt_cuda"), ("tf32", "gpt_cuda_tf32")):
+            name = "GPT step %s, %s" % (shape, math)
+            t = gpts.get(math)
+            if bench:
+                j, why = self.last_json("gpt_step_" + math), self.why_not("gpt_step_" + math)
+                ms, src = (j or {}).get("ms_per_step"), "meshgrad bench step --model gpt"
+            else:
+                why, ms = self.why_not(train), self.train_ms(train)
+                src = ("median per-step ms of row 3's %s run past step 10 (this meshgrad's "
+                       "bench step --model gpt has no --device)" % train)
+            if why or ms is None or not t:
+                self.add("5 step", name, "-", "<= %gx PyTorch" % STEP_RATIO, None,
+                         why or (gerr[0] if gerr else terr[0] if terr else
+                                 self.why_not("torch") or "no result"))
+                continue
+            r = ms / t["ms"]
+            self.add("5 step", name, "%.3f vs %.3f ms = %.2fx" % (ms, t["ms"], r),
+                     "<= %gx PyTorch" % STEP_RATIO, r <= STEP_RATIO,
+                     "%s; PyTorch eager (gpt-pytorch.py's model, AdamW, clip 1), '%s'"
+                     % (src, t.get("precision")))
 
     # ---- row 6b: checkpoint from the GPU, resumed on the CPU ------------------------------
     def checkpoint(self):

@@ -13,12 +13,16 @@
 #      leaves on a 1-rank mesh (test_cuda_ops.mpi), within 1e-4
 #   3. the digits job (100 steps) with --device cuda against the CPU: loss
 #      curve within 1e-4 (fp32), 1e-3 (--tf32, against fp32; --dtype bf16,
-#      against the CPU's bf16, and apart from fp32); the GPT job when this
+#      against the CPU's bf16, and apart from fp32); the GPT job of
+#      data/mobydick.conf (4 layers, 4 heads, embd 128, ctx 64, batch 32,
+#      AdamW) likewise, fp32 within 1e-4 and --tf32 within 1e-3, when this
 #      meshgrad has one (else "not built")
 #   4. GEMM 4096^3: mg_linear fwd+bwd against raw cuBLAS, fp32, TF32, bf16:
 #      >= 0.9x (and torch.mm on the same shapes for context)
 #   5. the MLP step (batch 256, 1024-4096-1024) against PyTorch eager on the
-#      same GPU, fp32, TF32 and bf16 GEMMs: <= 1.0x PyTorch's ms/step
+#      same GPU, fp32, TF32 and bf16 GEMMs: <= 1.0x PyTorch's ms/step; the
+#      GPT step (the recipe's model, AdamW and clipping included), fp32 and
+#      TF32, against scripts/gpt-pytorch.py's model: <= 1.0x PyTorch
 #   6. NCCL through meshgrad's comm on one rank (test_cuda_ops.mpi), and a
 #      checkpoint saved by a GPU run, resumed on the CPU: bitwise equal
 #
@@ -143,10 +147,19 @@ step digits_cuda_tf32 60 "${mpi1[@]}" meshgrad "${digits[@]}" --device $dev --tf
 step digits_cpu_bf16 60 "${mpi1[@]}" meshgrad "${digits[@]}" --dtype bf16 --metrics "$logs/digits_cpu_bf16.jsonl"
 step digits_cuda_bf16 60 "${mpi1[@]}" meshgrad "${digits[@]}" --device $dev --dtype bf16 --metrics "$logs/digits_cuda_bf16.jsonl"
 "${mpi1[@]}" meshgrad train --help >"$logs/train_help.log" 2>&1
+# the GPT: the recipe's model and optimizer (data/mobydick.conf: 4 layers, 4
+# heads, embd 128, ctx 64, batch 32, AdamW, warmup and cosine, clip 1) on one
+# rank, 100 steps; the rehearsal shrinks the model (2 cores, not 16)
+gpt_shape=(--layers 4 --heads 4 --embd 128 --ctx 64 --batch 32)
+[ $rehearse -eq 1 ] && gpt_shape=(--layers 2 --heads 2 --embd 32 --ctx 32 --batch 8)
 if grep -q -- '\bgpt\b' "$logs/train_help.log"; then
-    echo "gpt" >"$logs/gpt_built"
-    gpt=(train --model gpt --mesh 1 --steps 100 --eval-every 0 --log-every 0 --threads "$threads")
-    step gpt_cpu 90 "${mpi1[@]}" meshgrad "${gpt[@]}" --metrics "$logs/gpt_cpu.jsonl"
+    echo "gpt ${gpt_shape[*]}" >"$logs/gpt_built"
+    # the corpus, as the build makes data/mobydick.h5 (the kit carries the text gzipped)
+    step gpt_data 60 "${mpi1[@]}" meshgrad data text2h5 "$MG_KIT/data/mobydick.txt.gz" "$work/mobydick.h5" \
+        --val-fraction 0.1
+    gpt=(train --config "$MG_KIT/data/mobydick.conf" --data "$work/mobydick.h5" "${gpt_shape[@]}"
+        --mesh 1 --steps 100 --eval-every 0 --log-every 0 --threads "$threads")
+    step gpt_cpu 120 "${mpi1[@]}" meshgrad "${gpt[@]}" --metrics "$logs/gpt_cpu.jsonl"
     step gpt_cuda 90 "${mpi1[@]}" meshgrad "${gpt[@]}" --device $dev --metrics "$logs/gpt_cuda.jsonl"
     step gpt_cuda_tf32 90 "${mpi1[@]}" meshgrad "${gpt[@]}" --device $dev --tf32 --metrics "$logs/gpt_cuda_tf32.jsonl"
 fi
@@ -162,7 +175,20 @@ mlp=(bench step --batch 256 --layers 1024,4096,1024 --steps 50 --device $dev)
 step step_fp32 60 "${mpi1[@]}" meshgrad "${mlp[@]}"
 step step_tf32 60 "${mpi1[@]}" meshgrad "${mlp[@]}" --tf32
 step step_bf16 60 "${mpi1[@]}" meshgrad "${mlp[@]}" --dtype bf16
-step torch 150 python3 "$MG_KIT/scripts/torch_ref.py" $([ $rehearse -eq 1 ] && echo --rehearse)
+# the GPT step: `meshgrad bench step --model gpt` when it takes --device (else
+# report.py times the step from the GPT runs of row 3: their per-step "ms")
+if [ -f "$logs/gpt_built" ]; then
+    "${mpi1[@]}" meshgrad bench step --model gpt --help >"$logs/bench_gpt_help.log" 2>&1
+    if grep -q -- '--device' "$logs/bench_gpt_help.log"; then
+        gstep=(bench step --model gpt "${gpt_shape[@]}" --steps $([ $rehearse -eq 1 ] && echo 3 || echo 50)
+            --device $dev --threads "$threads")
+        step gpt_step_fp32 60 "${mpi1[@]}" meshgrad "${gstep[@]}"
+        step gpt_step_tf32 60 "${mpi1[@]}" meshgrad "${gstep[@]}" --tf32
+    fi
+fi
+torch_gpt=$(IFS=,; set -- "${gpt_shape[@]}"; echo "$2,$4,$6,$8,${10}") # L,H,C,T,B
+step torch 150 python3 "$MG_KIT/scripts/torch_ref.py" --gpt "$torch_gpt" \
+    $([ $rehearse -eq 1 ] && echo --rehearse)
 
 # ---- 6b: a checkpoint from the GPU, resumed on the CPU -----------------------------------------
 ck=(train --config "$MG_KIT/data/digits.conf" --data "$data" --mesh 1 --steps 50 --eval-every 0
