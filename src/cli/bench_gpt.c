@@ -26,19 +26,21 @@
 typedef struct {
     mg_gpt_config g;
     int64_t batch, steps, threads;
+    int device, tf32; /* --device cpu|cuda, --tf32 */
     double lr;
     char mesh[64], plan[64];
 } bench_options;
 
 static int parse(int argc, char **argv, bench_options *o) {
     const char *usage = "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
-                        "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR]";
+                        "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
+                        "[--device cpu|cuda] [--tf32]";
     static const struct option opts[] = {
         {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
         {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
         {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
-        {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
-    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, 1e-3, "", "dp"};
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp"};
     int c, bad = 0;
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -55,6 +57,8 @@ static int parse(int argc, char **argv, bench_options *o) {
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
         case 'r': o->lr = atof(optarg); bad = !(o->lr > 0); break;
+        case 'd': bad = mg_cli_parse_device(optarg, &o->device); break;
+        case 'f': o->tf32 = 1; break;
         case 'h':
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 1;
@@ -86,6 +90,7 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.threads) mg_backend_cpu_set_threads((int)o.threads);
+    if (mg_cli_use_device(o.device, o.tf32, 0)) return 1;
     int world = mg_world_size(), shape[MG_MAX_MESH_DIMS] = {world}, nd = 1;
     if (o.mesh[0] && (nd = mg_mesh_parse(o.mesh, shape)) < 0) return 2;
     mg_mesh *mesh = mg_mesh_new(nd, shape);
@@ -153,9 +158,11 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
                fwd, bwd, upd);
         printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
                "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
-               "\"arena_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,\"device\":\"cpu\"}\n",
+               "\"arena_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,\"device\":\"%s\","
+               "\"math\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, arena,
-               fwd, bwd, upd);
+               fwd, bwd, upd, o.device == MG_DEVICE_CUDA ? "cuda" : "cpu",
+               mg_cli_gemm_math(o.device));
     }
     free(times);
     mg_dtensor_free(x), mg_dtensor_free(y);

@@ -66,8 +66,7 @@ static int usage_error(const char *who, const char *usage) {
     return 2;
 }
 
-/* --device cpu|cuda */
-static int parse_device(const char *s, int *device) {
+int mg_cli_parse_device(const char *s, int *device) {
     if (strcmp(s, "cpu") == 0) *device = MG_DEVICE_CPU;
     else if (strcmp(s, "cuda") == 0) *device = MG_DEVICE_CUDA;
     else return -1;
@@ -82,16 +81,13 @@ static int parse_dtype(const char *s, int *bf16) {
     return 0;
 }
 
-/* The device and GEMM math for the benchmark (before any mesh): 0, or 1 with
- * the error set. */
-static int use_device(int device, int tf32, int bf16) {
+int mg_cli_use_device(int device, int tf32, int bf16) {
     if (tf32) mg_backend_cuda_set_tf32(1);
     mg_backend_set_gemm_bf16(bf16);
     return device != MG_DEVICE_CPU && mg_set_device(device) != MG_OK;
 }
 
-/* "fp32", "tf32" or "bf16": the math the GEMMs used */
-static const char *gemm_math(int device) {
+const char *mg_cli_gemm_math(int device) {
     if (mg_backend_gemm_bf16()) return "bf16";
     return device == MG_DEVICE_CUDA && mg_backend_cuda_tf32() ? "tf32" : "fp32";
 }
@@ -121,7 +117,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd' || c == 'f' || c == 'y') {
             if (c == 'f') tf32 = 1;
-            else if (c == 'd' ? parse_device(optarg, &device) : parse_dtype(optarg, &bf16))
+            else if (c == 'd' ? mg_cli_parse_device(optarg, &device) : parse_dtype(optarg, &bf16))
                 return usage_error("linear", usage);
             continue;
         }
@@ -135,7 +131,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
     }
     if (optind < argc) return usage_error("linear", usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
-    if (use_device(device, tf32, bf16)) return 1;
+    if (mg_cli_use_device(device, tf32, bf16)) return 1;
     int world = mg_world_size();
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return 1;
@@ -191,7 +187,7 @@ int mg_cli_bench_linear(int argc, char **argv) {
         if (it >= 0) t_blas[it] = now() - t0;
     }
     for (int i = 0; gpu && i < 3; i++) gpu->iface->free(gpu->context, dev[i]);
-    const char *math = gemm_math(device);
+    const char *math = mg_cli_gemm_math(device);
     const char *raw = gpu ? (bf16                   ? "raw cuBLAS (bf16) x3"
                              : mg_backend_cuda_tf32() ? "raw cuBLAS (tf32) x3"
                                                       : "raw cublasSgemm x3")
@@ -276,7 +272,7 @@ int mg_cli_bench_step(int argc, char **argv) {
         case 'm': snprintf(mesh_text, sizeof mesh_text, "%s", optarg); break;
         case 'p': snprintf(plan_text, sizeof plan_text, "%s", optarg); break;
         case 'r': lr = atof(optarg); bad = !(lr > 0); break;
-        case 'd': bad = parse_device(optarg, &device); break;
+        case 'd': bad = mg_cli_parse_device(optarg, &device); break;
         case 'f': tf32 = 1; break;
         case 'y': bad = parse_dtype(optarg, &bf16); break;
         case 'T': trace = optarg; break;
@@ -291,7 +287,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     }
     if (optind < argc || nl < 2) return usage_error("step", usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
-    if (use_device(device, tf32, bf16)) return 1;
+    if (mg_cli_use_device(device, tf32, bf16)) return 1;
     int world = mg_world_size(), shape[MG_MAX_MESH_DIMS] = {world}, nd = 1;
     if (mesh_text[0] && (nd = mg_mesh_parse(mesh_text, shape)) < 0) return 2;
     mg_mesh *mesh = mg_mesh_new(nd, shape);
@@ -391,7 +387,7 @@ int mg_cli_bench_step(int argc, char **argv) {
         for (int i = 0; i < nl; i++) printf("%s%lld", i ? "," : "", (long long)layers[i]);
         printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s  (median of %lld after %d "
                "warm-up)\n", world, mt, pt, mg_backend_cpu_threads(),
-               device == MG_DEVICE_CUDA ? "cuda" : "cpu", gemm_math(device), (long long)steps, warmup);
+               device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(device), (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
                "(step arena %.0f MB, gather + scratch %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
@@ -403,7 +399,7 @@ int mg_cli_bench_step(int argc, char **argv) {
                "\"device\":\"%s\",\"math\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0],
                mem[1], fwd_ms, bwd_ms, opt_ms, device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-               gemm_math(device));
+               mg_cli_gemm_math(device));
     }
     free(times);
     mg_dtensor_free(x), mg_dtensor_free(target);

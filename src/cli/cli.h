@@ -62,6 +62,12 @@ int mg_cli_parse_count(const char *s, int64_t *out);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);
+/* src/cli/bench_ops.c, for the benchmarks: --device cpu|cuda (0, or -1 when s
+ * is neither); the device and GEMM math before any mesh (0, or 1 with the error
+ * set); "fp32", "tf32" or "bf16", the math the GEMMs use on `device`. */
+int mg_cli_parse_device(const char *s, int *device);
+int mg_cli_use_device(int device, int tf32, int bf16);
+const char *mg_cli_gemm_math(int device);
 /* The median of v[0..n) (sorts v), for the benchmarks (src/cli/bench_ops.c). */
 double mg_cli_median(double *v, int n);
 
