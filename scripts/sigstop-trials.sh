@@ -23,17 +23,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREAD
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-sigstop.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 now() { date +%s.%N; }
-
-# rank_pid MPIRUN_PID RANK: the pid of that rank (a child of mpirun)
-rank_pid() {
-    for p in $(pgrep -P "$1"); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-            echo "$p"
-            return 0
-        fi
-    done
-    return 1
-}
+. tests/check.sh # rank_pid
 
 passed=0
 t=1

@@ -36,6 +36,7 @@
 #   check_invariant TAG GOT REF STEPS RTOL SECONDS
 #                         one check: the --metrics file GOT starts from REF's parameters
 #                         (the same param_checksum) and follows its losses (losses_close)
+#   rank_pid PID RANK     the pid of that rank of the mpirun whose pid is PID
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
 #                         returns non-zero when a check failed: end a script with it
@@ -143,6 +144,17 @@ check_invariant() {
     else
         fail "$1: $_inv_msg"
     fi
+}
+
+# rank_pid MPIRUN_PID RANK: that rank's pid (a child of mpirun)
+rank_pid() {
+    for p in $(pgrep -P "$1"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
 }
 
 check_summary() {

@@ -18,17 +18,6 @@ program_test_env flight
 : "${top_srcdir:=.}"
 common="--data $data --batch 32 --log-every 0 --threads 1"
 
-# rank_pid MPIRUN_PID RANK: that rank's pid (a child of mpirun)
-rank_pid() {
-    for p in $(pgrep -P "$1"); do
-        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-            echo "$p"
-            return 0
-        fi
-    done
-    return 1
-}
-
 # started METRICS: waits (at most 60 s) until the job trains
 started() {
     i=0
