@@ -71,6 +71,14 @@ START_TEST(test_exp) {
     ck_assert(mg_cpu_exp(-INFINITY) == 0.0f);
     ck_assert(mg_cpu_exp(0.0f) == 1.0f);
     ck_assert(isnan(mg_cpu_exp(NAN)));
+    /* the same in a loop that vectorizes: the clamps are vector max and min */
+    float in[64], out[64];
+    for (int j = 0; j < 64; j++) in[j] = (float)-j;
+    in[3] = NAN, in[17] = -INFINITY, in[40] = -1000.0f, in[41] = -88.5f, in[63] = -INFINITY;
+    for (int j = 0; j < 64; j++) out[j] = mg_cpu_exp(in[j]);
+    ck_assert(isnan(out[3]));
+    ck_assert(out[17] == 0.0f && out[40] == 0.0f && out[41] == 0.0f && out[63] == 0.0f);
+    ck_assert(fabs(out[5] - exp(-5.0)) < 3e-7 * exp(-5.0));
 }
 END_TEST
 

@@ -17,6 +17,8 @@
 #include "backend/cpu_internal.h"
 #include "backend/kernel_math.h"
 
+const float mg_cpu_exp_lo = -88.0f, mg_cpu_exp_hi = 88.0f; /* see mg_cpu_exp */
+
 /* ---- memory ------------------------------------------------------------------- */
 
 static void *cpu_alloc(void *ctx, size_t bytes) {

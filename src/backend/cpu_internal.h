@@ -41,28 +41,42 @@
 /* exp(x) within 2 ulp for x <= 88, written in plain float and int arithmetic so
  * that a loop of it vectorizes (glibc's expf is a call per element, which made
  * the softmax and attention loops several times slower). What softmax-style code
- * feeds it is x - max <= 0: at or below -87.3 (and -inf) it gives 0, NaN stays NaN.
- * The range reduction and polynomial are Cephes's expf: x = n ln2 + r with
- * |r| <= ln2 / 2, exp(r) by a degree-7 polynomial, 2^n put into the exponent bits. */
+ * feeds it is x - max <= 0: below about -87.7 (and -inf) it gives 0, NaN stays
+ * NaN. The range reduction and polynomial are Cephes's expf: x = n ln2 + r with
+ * |r| <= ln2 / 2, exp(r) by a degree-7 polynomial, 2^n put into the exponent
+ * bits. In the softmax forward it is the work per element, so it is short:
+ * about 20 vector instructions for 8 lanes and no masks.
+ *   - Each clamp is one max or min that lets NaN through (`a > b ? a : b`
+ *     keeps b when either is NaN), and NaN stays NaN through the arithmetic.
+ *     The bounds, -88 and 88, are defined in cpu.c so the compiler does not
+ *     know them here: with constants it folds the whole function at each
+ *     bound and blends the results in, eight more instructions a loop.
+ *   - Clamped at -88, n is -127 and 2^n's exponent bits are 0: the scale is
+ *     0.0, so the result is exactly 0 with no compare. */
+extern const float mg_cpu_exp_lo, mg_cpu_exp_hi;
 static inline float mg_cpu_exp(float x) {
-    const float lo = -87.33654f, hi = 88.0f;
-    float xc = x > lo ? x : lo; /* -inf and NaN -> lo: every lane computes a number */
-    xc = xc < hi ? xc : hi;
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float n = (xc * 1.44269504088896341f + magic) - magic;
-    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    const float lo = mg_cpu_exp_lo, hi = mg_cpu_exp_hi;
+    float xc = lo > x ? lo : x;
+    xc = hi < xc ? hi : xc;
+    /* t = 1.5 * 2^23 + n: adding the magic rounds x / ln2 to the integer n,
+     * which is then t's low mantissa bits */
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    /* the polynomial in Estrin's order, not Horner's: three short chains
+     * instead of one long one, since a loop of this waits on latency */
+    float r2 = r * r, r4 = r2 * r2;
+    float a = 1.6666665459e-1f * r + 5.0000001201e-1f;
+    float b = 8.3334519073e-3f * r + 4.1665795894e-2f;
+    float c = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    float p = (c * r4 + (b * r2 + a)) * r2 + r + 1.0f;
+    uint32_t bits; /* 2^n: (t's bits + 127) << 23 drops the magic's bits off the top */
+    memcpy(&bits, &t, sizeof bits);
+    bits = (bits + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    float e = x > lo ? p * scale : 0.0f;
-    return x == x ? e : x; /* NaN stays NaN */
+    return p * scale;
 }
 
 /* cpu.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, as the gemm entry;
