@@ -1,6 +1,6 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_gather_arena, mg_scratch_arena. */
+ * mg_scratch_arena. */
 #include "context.h"
 
 #include <stdlib.h>
@@ -23,7 +23,6 @@ void mg_context_reset(void) {
     mg_trace_free();
     for (int d = 0; d < MG_DEVICE_KINDS; d++) {
         mg_arena_free(context.step[d]);
-        mg_arena_free(context.gather[d]);
         mg_arena_free(context.scratch[d]);
     }
     for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
@@ -52,8 +51,7 @@ static mg_arena *device_arena(mg_arena **slot, size_t initial) {
     return *a;
 }
 
-/* The step arena starts at 1 MiB; the other two hold one tensor or so at a
- * time and grow to what that needs. */
+/* The step arena starts at 1 MiB; the scratch arena holds one big tensor or
+ * so at a time and grows to what that needs. */
 mg_arena *mg_step_arena(void) { return device_arena(context.step, (size_t)1 << 20); }
-mg_arena *mg_gather_arena(void) { return device_arena(context.gather, (size_t)64 << 10); }
 mg_arena *mg_scratch_arena(void) { return device_arena(context.scratch, (size_t)64 << 10); }

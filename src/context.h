@@ -12,7 +12,7 @@
  * (dist/world.c) frees the upper layers' members, then mg_context_reset frees
  * this layer's and zeroes the rest, so mg_init may start again.
  *
- * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena, mg_gather_arena,
+ * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena,
  * mg_scratch_arena. */
 #ifndef MG_CONTEXT_H
 #define MG_CONTEXT_H
@@ -51,7 +51,7 @@ typedef struct {
 /* A parameter brought to other placements for use (ops/ops.c). */
 typedef struct {
     struct mg_dtensor *copy, *param;
-    int held; /* its data is in the gather arena now (else given back) */
+    int held; /* its data is in the scratch arena now (else given back) */
 } mg_param_copy_entry;
 
 struct mg_context {
@@ -59,10 +59,10 @@ struct mg_context {
     /* each device's memory; the CPU's is built in, a GPU backend registers its
      * own when it starts (backend/cuda.cu) */
     mg_device_memory memory[MG_DEVICE_KINDS];
-    /* per device: the step arena (a step's tensors and its tape), the gather
-     * arena (parameters gathered for use, ops/ops.c) and the scratch arena (a
-     * parameter's gradient on its way to the reducer, autograd/backward.c) */
-    mg_arena *step[MG_DEVICE_KINDS], *gather[MG_DEVICE_KINDS], *scratch[MG_DEVICE_KINDS];
+    /* per device: the step arena (a step's tensors and its tape) and the
+     * scratch arena (parameters gathered for use, ops/ops.c, and a leaf's
+     * gradient on its way to the reducer, autograd/backward.c) */
+    mg_arena *step[MG_DEVICE_KINDS], *scratch[MG_DEVICE_KINDS];
 
     /* ---- src/: the timeline of --trace (trace.c) ---- */
     int tracing;            /* recording now: the one test every trace hook makes */
@@ -109,6 +109,7 @@ struct mg_context {
     int grad_disabled;         /* tape.c: no-grad mode (mg_set_grad_enabled(0)) */
     mg_param_copy_entry *copies; /* ops.c: this step's parameter copies */
     int n_copies, cap_copies;
+    size_t gathered_top;         /* ops.c: the scratch arena's data in use after the last gather */
 };
 typedef struct mg_context mg_context;
 
@@ -118,12 +119,13 @@ mg_context *mg_ctx(void);
  * NULL with a message when that device's backend has not registered its memory.
  * - step: everything made during one training step (activations,
  *   temporaries, graph nodes); mg_step_end resets it.
- * - gather: parameters gathered for use (ops/ops.c); reset as soon as no
- *   gathered copy is held, so it holds about one op's weights.
- * - scratch: a parameter's gradient on its way into its gradient buffer
- *   (autograd/backward.c); reset after every node of backward. */
+ * - scratch: parameters gathered for use (ops/ops.c) and a leaf's gradient
+ *   on its way to its buffer (autograd/backward.c, dist/reducer.c). One arena
+ *   for both, so that its memory is one big tensor's, not two: a node's
+ *   gathered weights are given back before its weight gradients are made,
+ *   and backward gives back every copy and resets it after each node
+ *   (mg_ops_release_all). */
 mg_arena *mg_step_arena(void);
-mg_arena *mg_gather_arena(void);
 mg_arena *mg_scratch_arena(void);
 
 /* Frees this layer's members (arenas, arrays) and zeroes the whole context;

@@ -165,12 +165,9 @@ START_TEST(test_step_arena_singleton) {
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_eq(a, mg_step_arena());
     ck_assert_uint_ge(mg_arena_capacity(a), 1 << 20);
-    /* the three arenas of the context are three */
-    ck_assert_ptr_nonnull(mg_gather_arena());
+    /* the two arenas of the context are two */
     ck_assert_ptr_nonnull(mg_scratch_arena());
-    ck_assert_ptr_ne(a, mg_gather_arena());
     ck_assert_ptr_ne(a, mg_scratch_arena());
-    ck_assert_ptr_ne(mg_gather_arena(), mg_scratch_arena());
     /* a context reset frees them; the next use makes them again */
     mg_context_reset();
     ck_assert_ptr_nonnull(mg_step_arena());

@@ -15,7 +15,8 @@
  *     its contribution handed to the gradient reducer (dist/reducer.h), which
  *     asks for it in the form it wants, computed in the scratch arena, and is
  *     told which contribution is the leaf's last in this graph;
- *  3. the scratch arena is reset and the reducer polled.
+ *  3. every parameter copy is given back, the scratch arena (gathered
+ *     weights, gradients on their way) reset, and the reducer polled.
  * What happens to a leaf's gradient after that is the reducer's business; it
  * has finished its sums when mg_backward returns.
  *
@@ -270,7 +271,7 @@ static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
         mg_trace_begin(MG_TRACE_BACKWARD, mg_op_names[node->op], node->seq); /* --trace */
         rc = backward_node(node, g, nuses, w);
         mg_trace_end();
-        mg_arena_reset(mg_scratch_arena());
+        mg_ops_release_all();
         if (rc == MG_OK) rc = mg_reducer_poll();
     }
     /* leaves whose last use got no gradient: their contributions are complete */
@@ -350,7 +351,7 @@ int mg_backward_weight(mg_backward_weights *w) {
     for (int k = 0; k < w->n && rc == MG_OK; k++) {
         struct mg_backward_item *it = &w->items[k];
         rc = hand_over(it->leaf, it->node, it->g, it->i, it->last);
-        mg_arena_reset(mg_scratch_arena());
+        mg_ops_release_all();
         if (rc == MG_OK) rc = mg_reducer_poll();
     }
     w->n = 0;
@@ -386,6 +387,5 @@ int mg_set_requires_grad(mg_dtensor *t, int on) {
 void mg_step_end(void) {
     mg_ops_step_end();
     mg_reducer_step_end();
-    mg_arena_reset(mg_scratch_arena());
     mg_arena_reset(mg_step_arena());
 }

@@ -373,11 +373,10 @@ int mg_cli_bench_step(int argc, char **argv) {
     double fwd_ms = mg_cli_median(fwd, (int)steps) * 1e3, bwd_ms = mg_cli_median(bwd, (int)steps) * 1e3,
            opt_ms = mg_cli_median(upd, (int)steps) * 1e3;
     /* where the memory of a step went (largest rank): the step arena's peak and
-     * the sizes of the gather arena (one op's gathered weights) and the scratch
-     * arena (one gradient on its way) */
+     * the size of the scratch arena (one op's gathered weights, or one gradient
+     * on its way) */
     double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0,
-                     (double)(mg_arena_capacity(mg_gather_arena()) +
-                              mg_arena_capacity(mg_scratch_arena())) / 1048576.0};
+                     (double)mg_arena_capacity(mg_scratch_arena()) / 1048576.0};
     if (mg_comm_all_reduce_f64(mesh->world, mem, 2, MG_CONTROL_MAX) != MG_OK) return 1;
     if (mg_rank() == 0) {
         char mt[32], pt[32];
@@ -389,7 +388,7 @@ int mg_cli_bench_step(int argc, char **argv) {
                "warm-up)\n", world, mt, pt, mg_backend_cpu_threads(),
                device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(device), (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
-               "(step arena %.0f MB, gather + scratch %.0f MB)\n",
+               "(step arena %.0f MB, scratch %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
         printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest rank)\n",
                fwd_ms, bwd_ms, opt_ms);

@@ -102,7 +102,8 @@ static void print(const estimate_opts *o, const mg_est_config *ec, const mg_esti
            (long long)c->batch, mg_optim_kind_name(c->optimizer), ec->states,
            ec->states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "");
     printf("  memory: peak %.2f MiB: parameters %.2f, gradients %.2f, optimizer %.2f, activations "
-           "%.2f, gathered %.2f, gradient scratch %.2f, buffers %.2f (MiB)\n",
+           "%.2f, gathered %.2f or gradient scratch %.2f (one arena: the larger), buffers %.2f "
+           "(MiB)\n",
            mg_estimate_total(e) / MIB, e->params / MIB, e->grads / MIB, e->optim / MIB,
            e->activations / MIB, e->gathered / MIB, e->scratch / MIB, e->buffers / MIB);
     printf("  comm per step:");

@@ -86,7 +86,7 @@ void mg_window_format(mg_train_window *w, char *buf, size_t len, int64_t batch, 
 }
 
 double mg_train_memory_total(const mg_train_memory *m) {
-    return m->params + m->grads + m->optim + m->activations + m->gathered + m->scratch + m->buffers;
+    return m->params + m->grads + m->optim + m->activations + m->scratch + m->buffers;
 }
 
 /* ---- the end of the run ----------------------------------------------------------- */
@@ -107,7 +107,6 @@ static void measure(const trainer *tr, mg_train_memory *m) {
             if (p->state[s]) m->optim += 4.0 * (double)p->state[s]->local->numel * share;
     }
     m->activations = (double)mg_arena_peak(mg_step_arena());
-    m->gathered = (double)mg_arena_peak(mg_gather_arena());
     m->scratch = (double)mg_arena_peak(mg_scratch_arena());
     m->buffers = (double)mg_reducer_buffer_bytes();
     const mg_context *c = mg_ctx();
@@ -146,9 +145,9 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
     if (rc == MG_OK) rc = mg_comm_broadcast_bytes(world, &m, sizeof m, (int)who);
     if (rc != MG_OK || tr->rank != 0) return rc;
     printf("memory: peak %.2f MiB on rank %lld: parameters %.2f, gradients %.2f, optimizer %.2f, "
-           "activations %.2f, gathered %.2f, gradient scratch %.2f, buffers %.2f (MiB)\n",
+           "activations %.2f, scratch (gathered weights, gradients) %.2f, buffers %.2f (MiB)\n",
            mg_train_memory_total(&m) / MIB, (long long)who, m.params / MIB, m.grads / MIB,
-           m.optim / MIB, m.activations / MIB, m.gathered / MIB, m.scratch / MIB, m.buffers / MIB);
+           m.optim / MIB, m.activations / MIB, m.scratch / MIB, m.buffers / MIB);
     if (nsteps > 0) {
         printf("comm per step (steps %lld-%lld, the largest rank's):", (long long)w->first_step + 1,
                (long long)last_step);
@@ -166,10 +165,10 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
     size_t size = len;
     int n = snprintf(line, size,
                      "{\"step\":%lld,\"memory\":{\"rank\":%lld,\"peak\":%.0f,\"params\":%.0f,"
-                     "\"grads\":%.0f,\"optim\":%.0f,\"activations\":%.0f,\"gathered\":%.0f,"
-                     "\"scratch\":%.0f,\"buffers\":%.0f},\"comm_per_step\":{",
+                     "\"grads\":%.0f,\"optim\":%.0f,\"activations\":%.0f,\"scratch\":%.0f,"
+                     "\"buffers\":%.0f},\"comm_per_step\":{",
                      (long long)last_step, (long long)who, mg_train_memory_total(&m), m.params,
-                     m.grads, m.optim, m.activations, m.gathered, m.scratch, m.buffers);
+                     m.grads, m.optim, m.activations, m.scratch, m.buffers);
     for (int k = 0; k < MG_COLL_COUNT && n > 0 && (size_t)n < size; k++)
         n += snprintf(line + n, size - (size_t)n, "%s\"%s\":{\"bytes\":%.1f,\"calls\":%.2f}",
                       k ? "," : "", mg_coll_name((mg_coll_kind)k), per_step[k],

@@ -56,7 +56,9 @@ void mg_window_format(mg_train_window *w, char *buf, size_t len, int64_t batch, 
 
 /* A rank's memory, in bytes (see the top of this file). */
 typedef struct {
-    double params, grads, optim, activations, gathered, scratch, buffers;
+    double params, grads, optim, activations;
+    double scratch; /* the scratch arena: gathered weights, gradients on their way */
+    double buffers;
 } mg_train_memory;
 
 double mg_train_memory_total(const mg_train_memory *m);

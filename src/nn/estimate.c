@@ -9,6 +9,7 @@
 #include "nn/estimate.h"
 #include "nn/estimate_walk.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,8 +480,10 @@ static int backward(walk *w, const op_record *r, mg_spec *g) {
 
 /* ---- the step ------------------------------------------------------------------- */
 
+/* gathered and scratch share one arena (context.h), at most one of them
+ * large at a time: its high-water is the larger */
 double mg_estimate_total(const mg_estimate *e) {
-    return e->params + e->grads + e->optim + e->activations + e->gathered + e->scratch +
+    return e->params + e->grads + e->optim + e->activations + fmax(e->gathered, e->scratch) +
            e->buffers;
 }
 

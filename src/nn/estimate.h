@@ -1,8 +1,8 @@
 /* estimate.h: what one training step will cost each rank, worked out before
  * anything runs (`meshgrad plan --estimate`): the peak memory of a rank
  * (parameters, gradients, optimizer state, the step arena's activations and
- * their gradients, the gather arena of fully sharded parameters, the scratch
- * arena of gradients on their way, the reducer's bucket buffers) and the bytes
+ * their gradients, the scratch arena: gathered fully sharded parameters, or
+ * gradients on their way, the larger; the reducer's bucket buffers) and the bytes
  * each collective moves per step, the figures `meshgrad train` measures and
  * prints at its end (cli/train_report.h).
  *

@@ -143,7 +143,7 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
 /* ---- parameter copies ---------------------------------------------------------
  * A parameter brought to other placements for use (fsdp: a Shard(0) weight
  * gathered to Replicate, by mg_op_param_copy or by an op that takes the
- * parameter itself) is a "parameter copy": its data lives in the gather arena
+ * parameter itself) is a "parameter copy": its data lives in the scratch arena
  * and is given back as soon as an op starts that does not take it, so a step
  * holds about one op's gathered weights instead of all of them until backward.
  * A copy given back is gathered again when an op takes it (mg_ops_prepare),
@@ -167,9 +167,20 @@ bool mg_ops_copy_released(const mg_dtensor *t) {
     return e && !e->held;
 }
 
+static void reset_scratch(void) {
+    mg_arena_reset(mg_scratch_arena());
+    mg_ctx()->gathered_top = 0;
+}
+
 void mg_ops_step_end(void) {
     mg_ctx()->n_copies = 0;
-    mg_arena_reset(mg_gather_arena());
+    reset_scratch();
+}
+
+void mg_ops_release_all(void) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < c->n_copies; i++) c->copies[i].held = 0;
+    reset_scratch();
 }
 
 static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
@@ -181,8 +192,9 @@ static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
     return MG_OK;
 }
 
-/* Gives back the held copies that are not among xs; the gather arena is reset
- * once none is held. */
+/* Gives back the held copies that are not among xs. The scratch arena is reset
+ * once none is held, unless something was made in it after the last gather
+ * (a gradient on its way, autograd/backward.c): backward resets it then. */
 static void release_except(const mg_dtensor *const *xs, int n) {
     mg_context *c = mg_ctx();
     int held = 0;
@@ -194,16 +206,17 @@ static void release_except(const mg_dtensor *const *xs, int n) {
         e->held = used;
         held += used;
     }
-    if (!held) mg_arena_reset(mg_gather_arena());
+    if (!held && mg_arena_data_used(mg_scratch_arena()) == c->gathered_top) reset_scratch();
 }
 
-/* `param` brought to `spec`: data from the gather arena, header from the step arena. */
+/* `param` brought to `spec`: data from the scratch arena, header from the step arena. */
 static mg_tensor *gather(const mg_dtensor *param, const mg_spec *spec) {
-    mg_arena *step = mg_step_arena();
-    mg_arena *was = mg_arena_redirect_data(step, mg_gather_arena());
+    mg_arena *step = mg_step_arena(), *scratch = mg_scratch_arena();
+    mg_arena *was = mg_arena_redirect_data(step, scratch);
     mg_tensor *local = NULL;
     int rc = mg_redistribute_local(&param->spec, param->local, spec, &local, step);
     mg_arena_redirect_data(step, was);
+    mg_ctx()->gathered_top = mg_arena_data_used(scratch);
     return rc == MG_OK ? local : NULL;
 }
 

@@ -116,7 +116,7 @@ mg_dtensor *mg_ops_output(const mg_spec *spec);
 /* Records a node when gradients are on and any input wants one. */
 struct mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *out);
 /* Parameter copies (ops.c): a parameter (a leaf that requires grad) brought to
- * `target` for use, with its data in the gather arena, given back when an op
+ * `target` for use, with its data in the scratch arena, given back when an op
  * starts that does not take it and gathered again when an op takes it.
  * Recorded like mg_op_redistribute. The plans (nn/param.c) use it for fsdp's
  * gathers; ops use it for parameters they are handed directly. */
@@ -131,6 +131,9 @@ int mg_ops_hold(int n, const mg_dtensor *const *xs);
 mg_dtensor *mg_ops_param_of(const mg_dtensor *t);
 /* t is a parameter copy whose data was given back (until an op takes it). */
 bool mg_ops_copy_released(const mg_dtensor *t);
+/* Every copy given back and the scratch arena reset (backward, after each
+ * node: what the node gathered and the gradients it made go at once). */
+void mg_ops_release_all(void);
 /* The step ends (mg_step_end): its copies are forgotten. */
 void mg_ops_step_end(void);
 /* normalizes a possibly negative dim; -1 and a message naming `who` when out of range */
