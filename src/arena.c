@@ -130,6 +130,11 @@ void mg_arena_hint_data(mg_arena *a, void *ptr, size_t bytes) {
     a->hint_bytes = bytes;
 }
 
+void *mg_arena_hint(const mg_arena *a, size_t *bytes) {
+    *bytes = a->hint_bytes;
+    return a->hint;
+}
+
 void *mg_arena_alloc(mg_arena *a, size_t bytes) {
     if (bytes > SIZE_MAX / 2)
         return mg_error_null(MG_ENOMEM, "arena: cannot allocate %zu bytes (more than half the "

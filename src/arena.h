@@ -55,5 +55,7 @@ void *mg_arena_alloc_data(mg_arena *, size_t bytes);
  *   parameter's gradient buffer. */
 mg_arena *mg_arena_redirect_data(mg_arena *a, mg_arena *to);
 void mg_arena_hint_data(mg_arena *a, void *ptr, size_t bytes);
+/* The hint set now (NULL: none), to be put back with mg_arena_hint_data. */
+void *mg_arena_hint(const mg_arena *a, size_t *bytes);
 
 #endif

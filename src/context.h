@@ -109,7 +109,7 @@ struct mg_context {
     int grad_disabled;         /* tape.c: no-grad mode (mg_set_grad_enabled(0)) */
     mg_param_copy_entry *copies; /* ops.c: this step's parameter copies */
     int n_copies, cap_copies;
-    size_t gathered_top;         /* ops.c: the scratch arena's data in use after the last gather */
+    size_t gathered_bytes;       /* ops.c: the scratch arena's data that gathers took since its reset */
 };
 typedef struct mg_context mg_context;
 

@@ -233,10 +233,12 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
     m->latency = latency_us > 0 ? latency_us * 1e-6 : lat;
     m->bandwidth = gbps > 0 ? gbps * 1e9 : bw;
     snprintf(how, len,
-             "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s), link %.2f GB/s + %.1f us (%s)",
+             "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s, %d rank%s at once), link %.2f "
+             "GB/s + %.1f us (%s)",
              m->flops * 1e-9, gflops > 0 ? "given" : "measured", (long long)rows,
              (long long)big->gemm_in, (long long)big->gemm_out, mg_backend_cpu_threads(),
-             mg_backend_cpu_threads() == 1 ? "" : "s", m->bandwidth * 1e-9, m->latency * 1e6,
+             mg_backend_cpu_threads() == 1 ? "" : "s", world, world == 1 ? "" : "s",
+             m->bandwidth * 1e-9, m->latency * 1e6,
              gbps > 0 && latency_us > 0 ? "given"
              : world > 1 ? "measured between ranks 0 and 1"
                          : "measured as a copy within this process; run under mpirun -np 2 to "

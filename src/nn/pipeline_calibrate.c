@@ -1,8 +1,11 @@
 /* pipeline_calibrate.c: the two figures a pipeline plan's times come from, measured
  * on this machine: a FLOP rate (the three matrix products of a Linear layer
  * through the CPU backend) and a link (point-to-point round trips through the
- * comm layer). Rank 0 measures; the others get its figures, so every rank
- * plans the same. See pipeline_cost.h.
+ * comm layer). Every rank measures the FLOP rate at once, as a step's stages
+ * compute at once, so ranks that share cores or memory bandwidth measure the
+ * rate they will get (4 ranks on 2 cores: about half a core's); the plan takes
+ * their mean. Rank 0 measures the link; every rank gets the same figures, so
+ * every rank plans the same. See pipeline_cost.h.
  * Exports: mg_pp_measure_flops, mg_pp_measure_link. */
 #include <stdlib.h>
 #include <string.h>
@@ -28,49 +31,58 @@ enum { REPEATS = 15 };
 
 /* Rank 0's values to every rank of c (as floats: the figures need no more). */
 static int share(mg_comm *c, double *a, double *b) {
-    float v[2] = {(float)*a, (float)(b ? *b : 0)};
+    float v[2] = {(float)*a, (float)*b};
     int rc = mg_comm_broadcast(c, v, 2, 0);
     *a = v[0];
-    if (b) *b = v[1];
+    *b = v[1];
     return rc;
 }
 
-int mg_pp_measure_flops(mg_comm *c, int64_t rows, int64_t in, int64_t out, double *flops) {
-    *flops = 0;
-    if (c->rank == 0) {
-        mg_backend *be = mg_backend_cpu();
-        // x: (R, I), w: (O, I), y: (R, O); dx like x, dw like w
-        size_t nx = (size_t)(rows * in), nw = (size_t)(out * in), ny = (size_t)(rows * out);
-        float *x = calloc(nx, sizeof(float)), *w = calloc(nw, sizeof(float));
-        float *y = calloc(ny, sizeof(float)), *dx = calloc(nx, sizeof(float));
-        float *dw = calloc(nw, sizeof(float));
-        double t[REPEATS];
-        int n = 0;
-        if (x && w && y && dx && dw) {
-            for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 7) * 0.1f;
-            for (size_t i = 0; i < nw; i++) w[i] = (float)(i % 5) * 0.1f;
-            double start = now_s();
-            for (int k = -1; k < REPEATS && (k < 2 || now_s() - start < BUDGET_S); k++) {
-                double t0 = now_s();
-                be->iface->gemm(be->context, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y,
-                                out);
-                be->iface->gemm(be->context, false, false, rows, in, out, 1.0f, y, out, w, in, 0.0f,
-                                dx, in);
-                be->iface->gemm(be->context, true, false, out, in, rows, 1.0f, y, out, x, in, 0.0f,
-                                dw, in);
-                if (k >= 0) t[n++] = now_s() - t0; /* the first one warms up */
-            }
-            qsort(t, (size_t)n, sizeof *t, cmp_double);
-            double median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-            *flops = 3 * 2.0 * (double)rows * (double)in * (double)out / median;
+/* This rank's rate on the three products of a (rows, in) -> (rows, out)
+ * Linear layer: the median of up to REPEATS runs; 0 when out of memory. */
+static double measure_here(int64_t rows, int64_t in, int64_t out) {
+    mg_backend *be = mg_backend_cpu();
+    // x: (R, I), w: (O, I), y: (R, O); dx like x, dw like w
+    size_t nx = (size_t)(rows * in), nw = (size_t)(out * in), ny = (size_t)(rows * out);
+    float *x = calloc(nx, sizeof(float)), *w = calloc(nw, sizeof(float));
+    float *y = calloc(ny, sizeof(float)), *dx = calloc(nx, sizeof(float));
+    float *dw = calloc(nw, sizeof(float));
+    double t[REPEATS], rate = 0;
+    int n = 0;
+    if (x && w && y && dx && dw) {
+        for (size_t i = 0; i < nx; i++) x[i] = (float)(i % 7) * 0.1f;
+        for (size_t i = 0; i < nw; i++) w[i] = (float)(i % 5) * 0.1f;
+        double start = now_s();
+        for (int k = -1; k < REPEATS && (k < 2 || now_s() - start < BUDGET_S); k++) {
+            double t0 = now_s();
+            be->iface->gemm(be->context, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y,
+                            out);
+            be->iface->gemm(be->context, false, false, rows, in, out, 1.0f, y, out, w, in, 0.0f, dx,
+                            in);
+            be->iface->gemm(be->context, true, false, out, in, rows, 1.0f, y, out, x, in, 0.0f, dw,
+                            in);
+            if (k >= 0) t[n++] = now_s() - t0; /* the first one warms up */
         }
-        free(x);
-        free(w);
-        free(y);
-        free(dx);
-        free(dw);
+        qsort(t, (size_t)n, sizeof *t, cmp_double);
+        double median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+        rate = 3 * 2.0 * (double)rows * (double)in * (double)out / median;
     }
-    int rc = share(c, flops, NULL);
+    free(x);
+    free(w);
+    free(y);
+    free(dx);
+    free(dw);
+    return rate;
+}
+
+int mg_pp_measure_flops(mg_comm *c, int64_t rows, int64_t in, int64_t out, double *flops) {
+    float ready = 1;
+    int rc = mg_comm_all_reduce(c, &ready, 1, MG_REDUCE_MAX); /* the ranks start together */
+    double here = rc == MG_OK ? measure_here(rows, in, out) : 0;
+    /* the mean rate, in GFLOP/s; none if a rank could not measure */
+    float v[2] = {(float)(here * 1e-9), here > 0 ? 0.0f : 1.0f};
+    if (rc == MG_OK) rc = mg_comm_all_reduce(c, v, 2, MG_REDUCE_SUM);
+    *flops = rc == MG_OK && v[1] == 0 ? (double)v[0] / c->size * 1e9 : 0;
     if (rc == MG_OK && !(*flops > 0))
         rc = mg_error(MG_ENOMEM, "measuring the FLOP rate: out of memory for a %lld x %lld x %lld "
                                  "product", (long long)rows, (long long)in, (long long)out);

@@ -88,10 +88,11 @@ typedef struct {
 
 /* ---- calibration (pipeline_calibrate.c) ---- */
 
-/* One rank's FLOP rate on the three matrix products of a Linear(in, out) over
+/* A rank's FLOP rate on the three matrix products of a Linear(in, out) over
  * `rows` rows (y = x W^T, dx = dy W, dW = dy^T x) through the CPU backend:
- * the median of a few repeats (about 50 ms in all). Collective over `c`:
- * rank 0 measures, every rank gets its figure. MG_ENOMEM. */
+ * the median of a few repeats (about 50 ms in all). Collective over `c`: every
+ * rank measures at the same time, as a step's stages compute, and every rank
+ * gets the mean of their rates. MG_ENOMEM. */
 int mg_pp_measure_flops(mg_comm *c, int64_t rows, int64_t in, int64_t out, double *flops);
 /* The link between ranks 0 and 1 of `c` (a rank with itself when c has one
  * rank: a memory copy through MPI): half the shortest of a few round trips of

@@ -169,7 +169,7 @@ bool mg_ops_copy_released(const mg_dtensor *t) {
 
 static void reset_scratch(void) {
     mg_arena_reset(mg_scratch_arena());
-    mg_ctx()->gathered_top = 0;
+    mg_ctx()->gathered_bytes = 0;
 }
 
 void mg_ops_step_end(void) {
@@ -193,8 +193,9 @@ static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
 }
 
 /* Gives back the held copies that are not among xs. The scratch arena is reset
- * once none is held, unless something was made in it after the last gather
- * (a gradient on its way, autograd/backward.c): backward resets it then. */
+ * once none is held, if it holds nothing but copies: else something else
+ * lives there (a gradient on its way, autograd/backward.c), and backward
+ * resets it when that is done. */
 static void release_except(const mg_dtensor *const *xs, int n) {
     mg_context *c = mg_ctx();
     int held = 0;
@@ -206,17 +207,24 @@ static void release_except(const mg_dtensor *const *xs, int n) {
         e->held = used;
         held += used;
     }
-    if (!held && mg_arena_data_used(mg_scratch_arena()) == c->gathered_top) reset_scratch();
+    if (!held && mg_arena_data_used(mg_scratch_arena()) == c->gathered_bytes) reset_scratch();
 }
 
 /* `param` brought to `spec`: data from the scratch arena, header from the step arena. */
 static mg_tensor *gather(const mg_dtensor *param, const mg_spec *spec) {
     mg_arena *step = mg_step_arena(), *scratch = mg_scratch_arena();
     mg_arena *was = mg_arena_redirect_data(step, scratch);
+    /* a gradient's destination (backward's hint) is not for a copy that may
+     * be the same size */
+    size_t hint_bytes;
+    void *hint = mg_arena_hint(scratch, &hint_bytes);
+    mg_arena_hint_data(scratch, NULL, 0);
+    size_t before = mg_arena_data_used(scratch);
     mg_tensor *local = NULL;
     int rc = mg_redistribute_local(&param->spec, param->local, spec, &local, step);
+    mg_arena_hint_data(scratch, hint, hint_bytes);
     mg_arena_redirect_data(step, was);
-    mg_ctx()->gathered_top = mg_arena_data_used(scratch);
+    mg_ctx()->gathered_bytes += mg_arena_data_used(scratch) - before;
     return rc == MG_OK ? local : NULL;
 }
 

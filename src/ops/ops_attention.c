@@ -89,6 +89,9 @@ int mg_op_attention_backward(const mg_dtensor *q, const mg_dtensor *k, const mg_
                              const mg_dtensor *out, const mg_dtensor *g, bool causal,
                              mg_dtensor **grads) {
     const mg_dtensor *in[3] = {q, k, v};
+    /* any of them may be a parameter copy given back since the forward */
+    int rc = mg_ops_hold(3, in);
+    if (rc != MG_OK) return rc;
     mg_dtensor *dout = mg_ops_grad_at(g, &out->spec);
     if (!dout) return mg_last_code();
     for (int i = 0; i < 3; i++) {

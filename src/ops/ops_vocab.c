@@ -188,6 +188,8 @@ mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels)
 
 mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dtensor *labels,
                                          const mg_dtensor *out, const mg_dtensor *dloss) {
+    /* the logits may be a parameter copy given back since the forward */
+    if (mg_ops_hold(1, &logits) != MG_OK) return NULL;
     mg_dtensor *g = mg_ops_grad_at(dloss, &out->spec), *dx = mg_ops_output(&logits->spec);
     mg_tensor *lg, *lb, *dl;
     if (!g || !dx || flat_rows(logits, labels, &lg, &lb) != MG_OK) return NULL;
