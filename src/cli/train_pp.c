@@ -26,8 +26,7 @@ struct mg_train_pp {
     int evaluating;
 };
 
-/* The pipeline flags of the config. */
-static int options(const mg_train_config *c, mg_pp_options *o) {
+int mg_train_pp_options(const mg_train_config *c, mg_pp_options *o) {
     mg_pp_options_defaults(o);
     int rc = mg_pp_kind_parse(c->pp_schedule, &o->kind);
     if (rc != MG_OK) return rc;
@@ -74,7 +73,7 @@ int mg_train_pp_new(mg_train_pp **out, const mg_train_config *c, const mg_mesh *
     mg_train_pp *t = calloc(1, sizeof *t);
     mg_layer_cost costs[MG_MODEL_MAX_LAYERS];
     unsigned char held[MG_MODEL_MAX_LAYERS] = {0};
-    int rc = !o || !t ? mg_error(MG_ENOMEM, "train: out of memory") : options(c, o);
+    int rc = !o || !t ? mg_error(MG_ENOMEM, "train: out of memory") : mg_train_pp_options(c, o);
     /* the layers' shapes and costs, no parameters yet */
     if (rc == MG_OK) rc = mg_model_build(model, mc, mesh, plan, held);
     if (rc == MG_OK) rc = mg_model_layer_costs(model, costs);
