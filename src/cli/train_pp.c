@@ -202,19 +202,7 @@ int mg_train_pp_step(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, d
 }
 
 int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip, double *norm) {
-    mg_param_table *params = &t->model->params;
-    int rc = MG_OK;
-    *norm = 0;
-    if (clip > 0) { /* the stages' squared norms add up */
-        double stage_norm = 0;
-        rc = mg_grad_norm(params, &stage_norm);
-        double sq = stage_norm * stage_norm;
-        if (rc == MG_OK) rc = mg_pipeline_sum(&t->p, &sq, 1);
-        *norm = sqrt(sq);
-        if (rc == MG_OK) mg_clip_grads_to(params, clip, *norm);
-    }
-    if (rc == MG_OK) rc = mg_optimizer_step(opt, params, (float)lr);
-    return rc;
+    return mg_pipeline_update(&t->p, &t->model->params, NULL, opt, lr, clip, norm);
 }
 
 int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,

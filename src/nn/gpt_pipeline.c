@@ -2,7 +2,6 @@
  * summed between the first and last stage (see gpt_pipeline.h). */
 #include "nn/gpt_pipeline.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,24 +219,12 @@ int mg_gpt_pp_step(mg_gpt_pp *t, const float *ids, const float *targets, double 
 }
 
 int mg_gpt_pp_update(mg_gpt_pp *t, mg_optimizer *opt, double lr, double clip, double *norm) {
-    mg_param_table *params = &t->model->params;
-    int rc = MG_OK;
-    *norm = 0;
-    if (clip > 0) { /* the stages' squared norms add up, the wte copy left out */
-        mg_param_table own = *params;
-        if (t->model->gpt.wte_copy) { /* the copy is the table's first entry */
-            own.p++;
-            own.n--;
-        }
-        double stage_norm = 0;
-        rc = mg_grad_norm(&own, &stage_norm);
-        double sq = stage_norm * stage_norm;
-        if (rc == MG_OK) rc = mg_pipeline_sum(&t->p, &sq, 1);
-        *norm = sqrt(sq);
-        if (rc == MG_OK) mg_clip_grads_to(params, clip, *norm);
+    mg_param_table *params = &t->model->params, own = *params;
+    if (t->model->gpt.wte_copy) { /* the copy (the table's first entry) counts on the first stage */
+        own.p++;
+        own.n--;
     }
-    if (rc == MG_OK) rc = mg_optimizer_step(opt, params, (float)lr);
-    return rc;
+    return mg_pipeline_update(&t->p, params, &own, opt, lr, clip, norm);
 }
 
 int mg_gpt_pp_loss(mg_gpt_pp *t, const float *ids, const float *targets, int64_t n, double *loss) {
