@@ -55,15 +55,21 @@ int mg_gpt_param_layer(const mg_gpt_config *c, int k) {
 static const struct {
     const char *name;
     mg_gpt_role role;
-    int ndim, rows, cols; /* in units of C (rows 0: the 1-d size is cols C) */
+    int ndim, rows, cols; /* the shape in units of C (a 1-d one: rows C) */
     char init;            /* '1', '0', 'n' (normal), 'r' (residual projection) */
 } block_params[12] = {
-    {"ln1.weight", MG_GPT_REPLICATED, 1, 1, 0, '1'},  {"ln1.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
-    {"attn.qkv.weight", MG_GPT_COLUMN, 2, 3, 1, 'n'}, {"attn.qkv.bias", MG_GPT_COLUMN, 1, 3, 0, '0'},
-    {"attn.proj.weight", MG_GPT_ROW, 2, 1, 1, 'r'},   {"attn.proj.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
-    {"ln2.weight", MG_GPT_REPLICATED, 1, 1, 0, '1'},  {"ln2.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
-    {"mlp.fc.weight", MG_GPT_COLUMN, 2, 4, 1, 'n'},   {"mlp.fc.bias", MG_GPT_COLUMN, 1, 4, 0, '0'},
-    {"mlp.fc2.weight", MG_GPT_ROW, 2, 1, 4, 'r'},     {"mlp.fc2.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"ln1.weight", MG_GPT_REPLICATED, 1, 1, 0, '1'},
+    {"ln1.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"attn.qkv.weight", MG_GPT_COLUMN, 2, 3, 1, 'n'},
+    {"attn.qkv.bias", MG_GPT_COLUMN, 1, 3, 0, '0'},
+    {"attn.proj.weight", MG_GPT_ROW, 2, 1, 1, 'r'},
+    {"attn.proj.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"ln2.weight", MG_GPT_REPLICATED, 1, 1, 0, '1'},
+    {"ln2.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"mlp.fc.weight", MG_GPT_COLUMN, 2, 4, 1, 'n'},
+    {"mlp.fc.bias", MG_GPT_COLUMN, 1, 4, 0, '0'},
+    {"mlp.fc2.weight", MG_GPT_ROW, 2, 1, 4, 'r'},
+    {"mlp.fc2.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
 };
 
 void mg_gpt_param_describe(const mg_gpt_config *c, int k, mg_gpt_param_desc *d) {
@@ -74,7 +80,8 @@ void mg_gpt_param_describe(const mg_gpt_config *c, int k, mg_gpt_param_desc *d) 
     memset(d, 0, sizeof *d);
     if (k < 2 || k >= 2 + 12 * L) { /* wte, wpe; ln_f.weight, ln_f.bias */
         int top = k < 2;
-        snprintf(d->name, sizeof d->name, "%s", top ? (k ? "wpe" : "wte") : k % 2 ? "ln_f.bias" : "ln_f.weight");
+        snprintf(d->name, sizeof d->name, "%s",
+                 top ? (k ? "wpe" : "wte") : k % 2 ? "ln_f.bias" : "ln_f.weight");
         d->ndim = top ? 2 : 1;
         d->shape[0] = top ? (k ? c->ctx : c->vocab) : C;
         d->shape[1] = top ? C : 0;

@@ -14,7 +14,8 @@
 #include "status.h"
 
 int mg_gpt_layer_costs(const mg_gpt_config *c, mg_layer_cost *out) {
-    const double T = (double)c->ctx, C = (double)c->embd, V = (double)c->vocab, H = (double)c->heads;
+    const double T = (double)c->ctx, C = (double)c->embd, V = (double)c->vocab,
+                 H = (double)c->heads;
     const int L = (int)c->layers;
     for (int i = 0; i < L + 2; i++) {
         mg_layer_cost *l = &out[i];
@@ -29,7 +30,7 @@ int mg_gpt_layer_costs(const mg_gpt_config *c, mg_layer_cost *out) {
             l->params = (V + T) * C;
             l->gemm_in = c->embd;
             l->gemm_out = c->embd;
-        } else if (i <= L) { /* qkv, proj, fc, fc2: 24 T C^2; attention 4 T^2 C; the rest elementwise */
+        } else if (i <= L) { /* qkv, proj, fc, fc2: 24 T C^2; attention 4 T^2 C; elementwise */
             snprintf(l->name, sizeof l->name, "h.%d", i - 1);
             double gemm = 24 * T * C * C, attn = 4 * T * T * C, elem = 60 * T * C + 5 * H * T * T;
             l->forward_flops = gemm + attn + elem;
