@@ -1,6 +1,7 @@
 /* test_gpt_pipeline.c (MPI): the GPT cut into pipeline stages
  * (nn/gpt_pipeline.h) against the run it replaces. A tiny GPT (4 blocks) on
- * every pp mesh the world allows (pp; pp,dp, pp,tp and pp,fsdp on 2x2), one
+ * every pp mesh the world allows (pp; pp,dp, pp,tp, pp,fsdp, pp,sp and
+ * pp,tp+sp on 2x2), one
  * step of every schedule (gpipe, 1f1b, interleaved-1f1b with 2 virtual
  * stages where the blocks allow, zb-h1). The reference is the whole GPT on
  * the stage's own mesh with gradient accumulation over the same micro-batches
@@ -164,13 +165,15 @@ static int run_config(const config *c, char *msg, size_t len) {
 
 START_TEST(test_gpt_schedules_equal_accumulation) {
     int w = mg_world_size();
-    config meshes[4];
+    config meshes[6];
     int nm = 0;
     meshes[nm++] = (config){.ndim = 1, .shape = {w}, .plan = "pp"};
     if (w == 4) {
         meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
         meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
         meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,fsdp"};
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,sp"};
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp+sp"};
     }
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
