@@ -6,7 +6,9 @@
 # of gpipe, 1f1b, interleaved-1f1b and zb-h1 at pp=4, M=8 is the papers'
 # formula; --trace writes Chrome-trace JSON (one process per rank, a flow for
 # every send, both ends) and leaves a file it did not write alone; bad input
-# gives one "meshgrad: error:" line and a non-zero exit each. Prints a
+# gives one "meshgrad: error:" line and a non-zero exit each. --model gpt
+# cuts the GPT's blocks (the embedding with the first, the head with the
+# last; --pp-layers counting blocks). Prints a
 # Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env plan
@@ -95,6 +97,15 @@ check "under mpirun -np 2: exit 0, measuring the link between ranks" \
     grep -q "measured between ranks 0 and 1" "$tmp/out"
 check "... printed once" test "$rc" -eq 0 -a "$(grep -c '^predicted step time' "$tmp/out")" -eq 1
 
+# the GPT: its blocks cut into stages, the embedding with the first, the head with the last
+run --model gpt --layers 8 --embd 64 --ctx 32 --vocab 256 --mesh 4 --microbatches 8 $given
+check "--model gpt: 4 stages, the embedding with the first blocks and the head with the last" \
+    test "$rc" -eq 0 -a "$(grep -cE '^ +0 +0  embedding-h\.[0-9]|^ +3 +3  h\.[0-9]-head' "$tmp/out")" -eq 2
+check "... and its prediction" grep -q "^predicted step time: [0-9.]* ms" "$tmp/out"
+run --model gpt --layers 8 --embd 64 --ctx 32 --mesh 4 --microbatches 8 --pp-layers 1,3,3,1 $given
+check "--model gpt --pp-layers 1,3,3,1 counts blocks: the first stage holds embedding-h.0" \
+    grep -qE '^ +0 +0  embedding-h\.0 ' "$tmp/out"
+
 # bad input: one line each, non-zero exit
 refused() {
     name=$1 pattern=$2
@@ -128,6 +139,10 @@ refused "virtual stages with a one-stage schedule" "1f1b holds one stage per ran
     --mesh 4 --virtual-stages 2
 refused "interleaved micro-batches not in groups of the ranks" "6 micro-batches on 4 ranks is not a multiple of 4; use 4 or 8" \
     --mesh 4 --pp-schedule interleaved-1f1b --virtual-stages 2 --microbatches 6
+refused "a GPT with more stages than blocks" "4 pipeline stages need at least one layer each, but the model has 3 layers" \
+    --model gpt --layers 3 --mesh 4
+refused "a GPT's --pp-layers not summing to the blocks" "--pp-layers sums to 5 layers but the model has 4" \
+    --model gpt --layers 4 --mesh 2 --pp-layers 2,3
 refused "a mesh without a pp dim" "give one plan per mesh dim, pp once" --mesh 2x2 --parallel dp,dp
 refused "a batch that leaves a micro-batch empty" "leaves the last ones empty: use 5 micro-batches" \
     --mesh 4 --batch 10 --microbatches 6

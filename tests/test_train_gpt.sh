@@ -12,10 +12,18 @@
 #   checkpoint are bitwise those of the uninterrupted run; a 2-rank tp
 #   checkpoint resumed on 2 ranks dp, and a 2-rank dp one on 2x2 dp,tp, follow
 #   the uninterrupted run within 1e-5.
+# - pipeline parallelism, a GPT of 4 blocks: pp=2 (1f1b), pp=4 (zb-h1), pp,dp
+#   2x2 (gpipe), pp,tp 2x2 (interleaved-1f1b, 2 virtual stages) and pp,fsdp
+#   2x2 start bitwise from the 1-rank parameters and follow its losses within
+#   1e-4; a pp=2 run resumed on pp=2 is bitwise the uninterrupted one, on 2 dp
+#   within 1e-5, a 1-rank checkpoint resumed on pp,dp 2x2 within 1e-5; a
+#   1-rank checkpoint loaded and saved again on pp=2 holds the same arrays
+#   (wte once), and generate samples the same text from both on 1 rank.
 # - refusals, one "meshgrad: error:" line and a non-zero exit each: an MLP
 #   checkpoint with --model gpt and the reverse, a text data set shorter than
 #   ctx + 1 tokens, --heads not dividing --embd, a tensor-parallel degree that
-#   cannot split the heads.
+#   cannot split the heads; with pp: --pp-layers not summing to the blocks,
+#   more stages than blocks, --grad-accum; generate with pp.
 . "$(dirname "$0")/check.sh"
 program_test_env train-gpt
 text=$top/data/mobydick.h5
@@ -103,7 +111,55 @@ if train dp-on-2x2 4 --mesh 2x2 --parallel dp,tp --resume "$(ckpt "$tmp/dp" $hal
     check_output "2 dp -> 2x2 dp,tp: the losses within 1e-5" close dp-on-2x2 dp-full 1e-5 $((half + 1))
 fi
 
+# ---- pipeline parallelism ------------------------------------------------------------------
+# (--layers 4 after $gpt's --layers 2: the last flag wins)
+if train ref4 1 --layers 4 --save "$tmp/one4/" --save-every $half; then
+    pass "1 rank, 4 blocks: the pipeline's reference, checksum $(checksum ref4)"
+fi
+for run in 2:2:pp:1f1b:1 4:4:pp:zb-h1:1 4:2x2:pp,dp:gpipe:1 4:2x2:pp,tp:interleaved-1f1b:2 \
+    4:2x2:pp,fsdp:1f1b:1; do
+    IFS=: read -r np mesh plan sched v <<EOF
+$run
+EOF
+    tag=pipe-$mesh-$plan
+    train "$tag" "$np" --layers 4 --mesh "$mesh" --parallel "$plan" --pp-schedule "$sched" \
+        --virtual-stages "$v" --microbatches 4 || continue
+    if [ "$(checksum "$tag")" != "$(checksum ref4)" ]; then
+        fail "$mesh [$plan]: param_checksum $(checksum "$tag"), 1-rank run $(checksum ref4)"
+        continue
+    fi
+    check_output "$mesh [$plan] $sched: same init, the 1-rank losses within 1e-4" close "$tag" ref4 1e-4 $((STEPS + 1))
+done
+pp2="--layers 4 --mesh 2 --parallel pp --microbatches 4"
+if train pp-full 2 $pp2 --save "$tmp/pp/" --save-every $half &&
+    train pp-resumed 2 $pp2 --resume "$(ckpt "$tmp/pp" $half)" --save "$tmp/pp-resumed.h5"; then
+    losses pp-full | tail -n $((half + 1)) >"$tmp/want.txt"
+    losses pp-resumed >"$tmp/got.txt"
+    check "pp=2, resumed at $half on pp=2: the same loss text at every step and val" \
+        cmp -s "$tmp/want.txt" "$tmp/got.txt"
+    check_output "pp=2, resumed: the final checkpoint is bitwise the uninterrupted run's" \
+        "$tool" compare "$(ckpt "$tmp/pp" $STEPS)" "$tmp/pp-resumed.h5"
+fi
+train pp-on-dp 2 --layers 4 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/pp" $half)" &&
+    check_output "pp=2 -> 2 dp: the losses within 1e-5" close pp-on-dp pp-full 1e-5 $((half + 1))
+train one-on-ppdp 4 --layers 4 --mesh 2x2 --parallel pp,dp --microbatches 2 \
+    --resume "$(ckpt "$tmp/one4" $half)" &&
+    check_output "1 rank -> pp,dp 2x2: the losses within 1e-5" close one-on-ppdp ref4 1e-5 $((half + 1))
+if train one-resaved 2 $pp2 --resume "$(ckpt "$tmp/one4" $STEPS)" --save "$tmp/one-resaved.h5"; then
+    check_output "a 1-rank checkpoint loaded and saved again on pp=2 holds the same arrays" \
+        "$tool" compare "$(ckpt "$tmp/one4" $STEPS)" "$tmp/one-resaved.h5"
+    sample() {
+        "$TIMEOUT" 60 "$prog" generate --resume "$1" --threads 1 --prompt "Call me" --tokens 40 \
+            --seed 5 2>/dev/null
+    }
+    sample "$(ckpt "$tmp/one4" $STEPS)" >"$tmp/sample-one.txt"
+    sample "$tmp/one-resaved.h5" >"$tmp/sample-pp.txt"
+    check "generate on 1 rank from the pp=2 checkpoint: the 1-rank checkpoint's text" \
+        cmp -s "$tmp/sample-one.txt" "$tmp/sample-pp.txt"
+fi
+
 # ---- refusals -------------------------------------------------------------------------------
+
 "$TIMEOUT" 60 "$prog" train --model mlp --data "$data" --hidden 8 --batch 8 --steps 2 --log-every 0 \
     --save "$tmp/mlp.h5" >"$tmp/mlp.out" 2>&1 || fail "the MLP run for a checkpoint failed"
 check_refused "an MLP checkpoint with --model gpt" 1 "saved with model = mlp but --model is gpt" \
@@ -119,5 +175,14 @@ check_refused "--heads 3 with --embd 16" 1 "--heads 3 does not divide --embd 16"
     "$prog" train $gpt --heads 3
 check_refused "tp 2 with 3 heads" 2 "tensor-parallel degree 2 cannot split 3 heads" \
     "$prog" train $gpt --heads 3 --embd 18 --mesh 2 --parallel tp
+
+check_refused "--pp-layers not summing to the blocks" 2 "--pp-layers sums to 3 layers but the model has 4" \
+    "$prog" train $gpt --layers 4 --mesh 2 --parallel pp --pp-layers 1,2
+check_refused "more stages than blocks" 4 "4 pipeline stages need at least one layer each, but the model has 2 layers" \
+    "$prog" train $gpt --mesh 4 --parallel pp
+check_refused "--grad-accum with pp" 2 "--grad-accum 2 with pp: .* give --microbatches 2" \
+    "$prog" train $gpt --mesh 2 --parallel pp --grad-accum 2
+check_refused "generate with pp" 2 "generate: --parallel pp has pp" \
+    "$prog" generate --resume "$(ckpt "$tmp/pp" $STEPS)" --parallel pp
 
 check_summary

@@ -5,7 +5,10 @@
  * warm-up and of its forward, backward and optimizer parts (each the slowest
  * rank's), GFLOP/s (6 N per token for the N weights the GEMMs touch, plus
  * attention's 12 L T C per token, causal halved), the largest rank's peak RSS,
- * and as its last line the same JSON object as the MLP's step.
+ * and as its last line the same JSON object as the MLP's step. With pp in
+ * --parallel the step runs as a pipeline (nn/gpt_pipeline.h: --microbatches,
+ * --pp-schedule, --virtual-stages, --pp-layers counting blocks), its forward
+ * and backward timed together.
  * Exports mg_cli_bench_step_gpt (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
+#include "nn/gpt_pipeline.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "rng.h"
@@ -29,19 +33,26 @@ typedef struct {
     int device, tf32; /* --device cpu|cuda, --tf32 */
     double lr;
     char mesh[64], plan[64];
+    mg_pp_options pp;
 } bench_options;
 
 static int parse(int argc, char **argv, bench_options *o) {
     const char *usage = "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
                         "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
-                        "[--device cpu|cuda] [--tf32]";
+                        "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
+                        "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
+                        " (with pp in --parallel; --pp-layers counts blocks)";
     static const struct option opts[] = {
         {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
         {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
         {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
-    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp"};
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"help", 0, 0, 'h'},
+        {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
+        {"pp-layers", 1, 0, 'P'}, {0, 0, 0, 0}};
+    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
+    mg_pp_options_defaults(&o->pp);
     int c, bad = 0;
+    int64_t n, list[MG_PP_LIST_MAX];
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -59,6 +70,21 @@ static int parse(int argc, char **argv, bench_options *o) {
         case 'r': o->lr = atof(optarg); bad = !(o->lr > 0); break;
         case 'd': bad = mg_cli_parse_device(optarg, &o->device); break;
         case 'f': o->tf32 = 1; break;
+        case 'N':
+            bad = mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES;
+            o->pp.microbatches = (int)n;
+            break;
+        case 'S': bad = mg_pp_kind_parse(optarg, &o->pp.kind) != MG_OK; break;
+        case 'v':
+            bad = mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_STAGES;
+            o->pp.virtual_stages = (int)n;
+            break;
+        case 'P':
+            n = mg_pp_int_list("--pp-layers", optarg, list, MG_PP_LIST_MAX, 0);
+            bad = n < 0;
+            for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
+            o->pp.nlayers = n > 0 ? (int)n : 0;
+            break;
         case 'h':
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 1;
@@ -85,6 +111,30 @@ static mg_dtensor *token_ids(const mg_mesh *mesh, const mg_plan *plan, int64_t B
     return d;
 }
 
+/* (B, T) Philox draws below V on the host (the pipeline's windows). */
+static float *host_ids(int64_t B, int64_t T, int64_t V, uint64_t stream) {
+    float *f = malloc((size_t)(B * T) * sizeof *f);
+    for (int64_t i = 0; f && i < B * T; i++)
+        f[i] = (float)(mg_rng_bits_at(7, stream, (uint64_t)i) % (uint32_t)V);
+    return f;
+}
+
+/* One step of the pipeline: *pipe_s its forward and backward, *opt_s the update. */
+static int pp_step(mg_gpt_pp *t, mg_model *m, mg_optimizer *opt, const float *ids,
+                   const float *targets, double lr, double *pipe_s, double *opt_s) {
+    double t0 = mg_cli_clock(), loss;
+    int rc = mg_gpt_pp_step(t, ids, targets, &loss);
+    if (rc == MG_OK) rc = mg_device_synchronize();
+    double t1 = mg_cli_clock(), norm;
+    if (rc == MG_OK) rc = mg_gpt_pp_update(t, opt, lr, 1.0, &norm);
+    if (rc == MG_OK) rc = mg_params_zero_grads(&m->params);
+    mg_step_end();
+    if (rc == MG_OK) rc = mg_device_synchronize();
+    *pipe_s = t1 - t0;
+    *opt_s = mg_cli_clock() - t1;
+    return rc;
+}
+
 int mg_cli_bench_step_gpt(int argc, char **argv) {
     bench_options o;
     int rc = parse(argc, argv, &o);
@@ -98,16 +148,27 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     if (!mesh || mg_plan_parse(o.plan, &plan) != MG_OK || mg_plan_check(&plan, mesh, o.batch) != MG_OK)
         return 1;
     mg_model model;
-    if (mg_model_init_gpt(&model, mesh, &plan, &o.g, 1) != MG_OK) return 1;
+    mg_gpt_pp *pipe = NULL; /* pp in the plan */
+    if (mg_plan_pp_dim(&plan) >= 0
+            ? mg_gpt_pp_new(&pipe, mesh, &plan, &o.pp, &o.g, 1, o.batch, &model) != MG_OK
+            : mg_model_init_gpt(&model, mesh, &plan, &o.g, 1) != MG_OK)
+        return 1;
     mg_param_table *params = &model.params;
     mg_optimizer opt;
     mg_optimizer_init(&opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
     opt.beta2 = 0.95f;
     if (mg_optimizer_add_state(&opt, params) != MG_OK) return 1;
     const int64_t B = o.batch, T = o.g.ctx;
-    mg_dtensor *x = token_ids(mesh, &plan, B, T, o.g.vocab, 1);
-    mg_dtensor *y = x ? token_ids(mesh, &plan, B, T, o.g.vocab, 2) : NULL;
-    if (!y) return 1;
+    mg_dtensor *x = NULL, *y = NULL;
+    float *ids = NULL, *targets = NULL;
+    if (pipe) {
+        ids = host_ids(B, T, o.g.vocab, 1);
+        if (!ids || !(targets = host_ids(B, T, o.g.vocab, 2))) return 1;
+    } else {
+        x = token_ids(mesh, &plan, B, T, o.g.vocab, 1);
+        y = x ? token_ids(mesh, &plan, B, T, o.g.vocab, 2) : NULL;
+        if (!y) return 1;
+    }
     const int warmup = 2;
     int64_t steps = o.steps;
     double *times = calloc((size_t)(4 * steps), sizeof(double));
@@ -115,6 +176,15 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     for (int64_t s = -warmup; s < steps; s++) {
         if (mg_comm_barrier(mesh->world) != MG_OK) return 1;
         double t0 = mg_cli_clock();
+        if (pipe) { /* forward and backward as one (the pipeline's) */
+            double slowest[4] = {0};
+            if (pp_step(pipe, &model, &opt, ids, targets, o.lr, &slowest[1], &slowest[3]) != MG_OK)
+                return 1;
+            slowest[0] = mg_cli_clock() - t0;
+            if (mg_comm_all_reduce_f64(mesh->world, slowest, 4, MG_CONTROL_MAX) != MG_OK) return 1;
+            for (int k = 0; s >= 0 && k < 4; k++) times[k * steps + s] = slowest[k];
+            continue;
+        }
         mg_dtensor *logits = mg_model_forward(&model, x); // logits: (B, T, V)
         mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
         if (mg_device_synchronize() != MG_OK) return 1;
@@ -150,23 +220,32 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
         printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
                "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
                "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o.g.heads,
-               (long long)C, (long long)V, (long long)mg_params_numel(params), world, mt, pt,
+               (long long)C, (long long)V, (long long)mg_gpt_param_count(&o.g), world, mt, pt,
                mg_backend_cpu_threads(), (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, arena);
-        printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest rank)\n",
-               fwd, bwd, upd);
+        if (pipe)
+            printf("  pipeline (forward and backward) %.2f ms   optimizer %.2f ms  (medians, "
+                   "slowest rank)\n", fwd, upd);
+        else
+            printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest "
+                   "rank)\n", fwd, bwd, upd);
+        char split[96]; /* a pipeline's forward and backward are one */
+        if (pipe) snprintf(split, sizeof split, "\"pipeline_ms\":%.3f", fwd);
+        else snprintf(split, sizeof split, "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f", fwd, bwd);
         printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
                "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
-               "\"arena_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,\"device\":\"%s\","
+               "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
                "\"math\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, arena,
-               fwd, bwd, upd, o.device == MG_DEVICE_CUDA ? "cuda" : "cpu",
+               split, upd, o.device == MG_DEVICE_CUDA ? "cuda" : "cpu",
                mg_cli_gemm_math(o.device));
     }
     free(times);
+    free(ids), free(targets);
     mg_dtensor_free(x), mg_dtensor_free(y);
     mg_model_free(&model);
+    mg_gpt_pp_free(pipe);
     mg_mesh_free(mesh);
     return 0;
 }

@@ -242,10 +242,10 @@ static int wants_pipeline(int argc, char **argv) {
 }
 
 int mg_cli_bench_step(int argc, char **argv) {
-    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
-    for (int i = 1; i + 1 < argc; i++) /* the GPT's step: bench_gpt.c */
+    for (int i = 1; i + 1 < argc; i++) /* the GPT's step, with pp or not: bench_gpt.c */
         if (strcmp(argv[i], "--model") == 0 && strcmp(argv[i + 1], "gpt") == 0)
             return mg_cli_bench_step_gpt(argc, argv);
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
                         "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]";

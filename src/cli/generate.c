@@ -219,6 +219,10 @@ static int setup(generator *g) {
     if (!(g->mesh = mg_mesh_new(nd, shape))) return mg_last_code();
     int rc = mg_plan_parse(o->parallel, &g->plan);
     if (rc == MG_OK) rc = mg_plan_check(&g->plan, g->mesh, INT64_MAX); /* no batch to split */
+    if (rc == MG_OK && mg_plan_pp_dim(&g->plan) >= 0)
+        rc = mg_error(MG_EINVAL, "generate: --parallel %s has pp, which cuts a model into stages "
+                      "for training; generation runs every block on each rank: give dp, tp or "
+                      "fsdp (a checkpoint saved under pp loads on any of them)", o->parallel);
     if (rc != MG_OK) return rc;
 
     if (mg_rank() == 0) rc = mg_checkpoint_resolve(o->resume, g->path, sizeof g->path);

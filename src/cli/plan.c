@@ -1,12 +1,15 @@
 /* plan.c: `meshgrad plan`: plans a pipeline-parallel step without training.
  *
  *   meshgrad plan [--model mlp] [--layers 1024,4096,...] [--batch B]
+ *                 [--model gpt --layers L --heads H --embd C --ctx T --vocab V]
  *                 [--mesh 4] [--parallel pp|pp,dp] [--microbatches M |
  *                 --microbatch-rows 32,32,...] [--pp-schedule 1f1b]
  *                 [--virtual-stages v] [--pp-layers 3,3,2] [--trace FILE]
  *                 [--flops GFLOPS] [--bandwidth GB/s] [--latency us] [--threads T]
  *
- * Cuts the model's layers into stages (balanced by cost, or --pp-layers),
+ * Cuts the model's layers into stages (balanced by cost, or --pp-layers; the
+ * GPT's are its blocks, the embedding with the first and the head with the
+ * last: nn/gpt_pipeline.h),
  * makes the schedule's action lists, proves them (dist/pipeline_verify.h),
  * measures this machine (a FLOP rate through the backend, a link through the
  * comm; or takes --flops / --bandwidth / --latency) and prints the stages,
@@ -29,6 +32,7 @@
 #include "cli/cli.h"
 #include "cli/plan_show.h"
 #include "dist/mesh.h"
+#include "nn/gpt_pipeline.h"
 #include "nn/pipeline_cost.h"
 #include "status.h"
 
@@ -37,6 +41,9 @@
 typedef struct {
     int64_t widths[MAX_LIST];
     int nwidths;
+    int gpt;                /* --model gpt: g instead of the widths */
+    mg_gpt_config g;
+    const char *layers_arg; /* --layers: widths (mlp) or blocks (gpt) */
     int64_t batch;
     int microbatches; /* 0: from --microbatch-rows, or 8 */
     int64_t mb_rows[MAX_LIST];
@@ -54,6 +61,7 @@ typedef struct {
 
 static const char usage_text[] =
     "plan [--model mlp] [--layers W0,W1,...] [--batch B] [--mesh SHAPE] [--parallel pp|pp,dp]\n"
+    "       [--model gpt --layers L --heads H --embd C --ctx T --vocab V (--pp-layers: blocks)]\n"
     "       [--microbatches M | --microbatch-rows R1,R2,...] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1]\n"
     "       [--virtual-stages V] [--pp-layers N1,N2,...] [--trace FILE] [--flops GFLOPS]\n"
@@ -111,21 +119,26 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         {"microbatch-rows", 1, 0, 'R'}, {"pp-schedule", 1, 0, 's'}, {"virtual-stages", 1, 0, 'v'},
         {"pp-layers", 1, 0, 'L'},     {"trace", 1, 0, 't'},         {"flops", 1, 0, 'F'},
         {"bandwidth", 1, 0, 'W'},     {"latency", 1, 0, 'a'},       {"threads", 1, 0, 'T'},
-        {"help", 0, 0, 'h'},          {"estimate", 0, 0, 'e'},      {0, 0, 0, 0}};
+        {"help", 0, 0, 'h'},          {"estimate", 0, 0, 'e'},      {"heads", 1, 0, 'H'},
+        {"embd", 1, 0, 'C'},          {"ctx", 1, 0, 'X'},           {"vocab", 1, 0, 'V'},
+        {0, 0, 0, 0}};
     int c, rc = MG_OK;
     int64_t list[MAX_LIST], n = 0;
     opterr = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'o':
-            if (strcmp(optarg, "mlp") != 0)
+            o->gpt = strcmp(optarg, "gpt") == 0;
+            if (!o->gpt && strcmp(optarg, "mlp") != 0)
                 rc = mg_error(MG_EINVAL, "plan: unknown --model '%s': plan knows the mlp of "
-                                         "`meshgrad bench step` (--layers gives its widths)", optarg);
+                                         "`meshgrad bench step` (--layers gives its widths) and "
+                                         "the gpt (--layers gives its blocks)", optarg);
             break;
-        case 'l':
-            o->nwidths = parse_list(optarg, o->widths, 1);
-            if (o->nwidths < 2) rc = bad_value("--layers", optarg, "two or more widths >= 1");
-            break;
+        case 'l': o->layers_arg = optarg; break;
+        case 'H': rc = parse_count("--heads", optarg, INT32_MAX, &o->g.heads); break;
+        case 'C': rc = parse_count("--embd", optarg, INT32_MAX, &o->g.embd); break;
+        case 'X': rc = parse_count("--ctx", optarg, INT32_MAX, &o->g.ctx); break;
+        case 'V': rc = parse_count("--vocab", optarg, INT32_MAX, &o->g.vocab); break;
         case 'b': rc = parse_count("--batch", optarg, INT64_MAX, &o->batch); break;
         case 'M':
             rc = parse_count("--microbatches", optarg, MG_PP_MAX_MICROBATCHES, &n);
@@ -159,6 +172,12 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         case 'h': return 1;
         default: rc = mg_cli_bad_flag("plan", argv);
         }
+    }
+    if (rc == MG_OK && o->layers_arg && o->gpt)
+        rc = parse_count("--layers", o->layers_arg, MAX_LIST - 2, &o->g.layers);
+    if (rc == MG_OK && o->layers_arg && !o->gpt) {
+        o->nwidths = parse_list(o->layers_arg, o->widths, 1);
+        if (o->nwidths < 2) rc = bad_value("--layers", o->layers_arg, "two or more widths >= 1");
     }
     return rc == MG_OK ? mg_cli_no_arguments_left("plan", argc, argv) : rc;
 }
@@ -252,8 +271,10 @@ typedef struct {
     plan_opts o;
     int64_t rows[MG_PP_MAX_MICROBATCHES];
     mg_layer_cost layers[MAX_LIST];
+    int nlayers;
     mg_pp_split split;
     int pp, dp;
+    char model[96]; /* "gpt L4 H4 C128 T64 V256" */
 } plan_job;
 
 /* From the flags to the split: MG_OK, 1 for --help, or an error (usage). */
@@ -263,6 +284,7 @@ static int prepare(plan_job *j, int argc, char **argv) {
     o->nwidths = 9;
     memcpy(o->widths, defaults, sizeof defaults);
     o->batch = 256;
+    o->g = (mg_gpt_config){4, 4, 128, 64, 256}; /* bench step --model gpt's */
     o->schedule = MG_PP_1F1B;
     o->virtual_stages = 1;
     snprintf(o->mesh, sizeof o->mesh, "%d", mg_world_size());
@@ -274,10 +296,27 @@ static int prepare(plan_job *j, int argc, char **argv) {
     j->dp = 1;
     if ((rc = parse_mesh(o, &j->pp, &j->dp)) != MG_OK ||
         (rc = microbatch_rows(o, j->rows, j->dp)) != MG_OK ||
-        (rc = mg_pp_schedule_check(o->schedule, j->pp, o->virtual_stages, o->microbatches)) != MG_OK ||
-        (rc = mg_layer_costs_mlp(o->widths, o->nwidths, j->layers)) != MG_OK)
+        (rc = mg_pp_schedule_check(o->schedule, j->pp, o->virtual_stages, o->microbatches)) != MG_OK)
         return rc;
-    return mg_pp_split_make(&j->split, j->layers, o->nwidths - 1, j->pp, o->virtual_stages,
+    if (o->gpt) { /* a row is a sequence of ctx tokens */
+        if (o->g.embd % o->g.heads != 0)
+            return mg_error(MG_EINVAL, "plan: --heads %lld does not divide --embd %lld",
+                            (long long)o->g.heads, (long long)o->g.embd);
+        j->nlayers = (int)o->g.layers + 2;
+        snprintf(j->model, sizeof j->model, "gpt L%lld H%lld C%lld T%lld V%lld",
+                 (long long)o->g.layers, (long long)o->g.heads, (long long)o->g.embd,
+                 (long long)o->g.ctx, (long long)o->g.vocab);
+        rc = mg_gpt_layer_costs(&o->g, j->layers);
+    } else {
+        j->nlayers = o->nwidths - 1;
+        int n = snprintf(j->model, sizeof j->model, "mlp ");
+        for (int i = 0; i < o->nwidths && n < (int)sizeof j->model; i++)
+            n += snprintf(j->model + n, sizeof j->model - (size_t)n, "%s%lld", i ? "," : "",
+                          (long long)o->widths[i]);
+        rc = mg_layer_costs_mlp(o->widths, o->nwidths, j->layers);
+    }
+    if (rc != MG_OK) return rc;
+    return mg_pp_split_make(&j->split, j->layers, j->nlayers, j->pp, o->virtual_stages,
                             o->n_pp_layers ? o->pp_layers : NULL, o->n_pp_layers);
 }
 
@@ -295,7 +334,7 @@ static int run(plan_job *j) {
     int rc = mg_pp_schedule_make(&s, o->schedule, j->pp, o->virtual_stages, o->microbatches);
     if (rc == MG_OK) rc = mg_pp_verify(&s, NULL, &unit);
     if (rc == MG_OK)
-        rc = calibrate(o, j->layers, o->nwidths - 1, (most_rows + j->dp - 1) / j->dp, &machine,
+        rc = calibrate(o, j->layers, j->nlayers, (most_rows + j->dp - 1) / j->dp, &machine,
                        how, sizeof how);
     if (rc == MG_OK)
         rc = mg_pp_stage_costs_make(&costs, j->layers, &j->split, &machine, j->rows,
@@ -306,7 +345,7 @@ static int run(plan_job *j) {
                                  .split = &j->split, .layers = j->layers, .machine = &machine,
                                  .rows = j->rows, .batch = o->batch, .mesh = o->mesh,
                                  .parallel = o->parallel, .calibration = how, .dp = j->dp,
-                                 .widths = o->widths, .nwidths = o->nwidths};
+                                 .model = j->model};
         mg_plan_print(stdout, &report);
         if (o->estimate) mg_plan_estimate_pipeline(stdout, &report, 1 /* SGD with momentum */);
         if (o->trace) rc = mg_plan_write_trace(o->trace, &report);

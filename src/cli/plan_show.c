@@ -28,10 +28,8 @@ static void print_header(FILE *out, const mg_plan_report *r) {
     const mg_pp_schedule *s = r->schedule;
     double params = 0;
     for (int i = 0; i < r->split->layers; i++) params += r->layers[i].params;
-    fprintf(out, "meshgrad plan: mlp ");
-    for (int i = 0; i < r->nwidths; i++) fprintf(out, "%s%lld", i ? "," : "", (long long)r->widths[i]);
-    fprintf(out, " (%d layers, %.1f M parameters), batch %lld in %d micro-batches (rows",
-            r->split->layers, params * 1e-6, (long long)r->batch, s->microbatches);
+    fprintf(out, "meshgrad plan: %s (%d layers, %.1f M parameters), batch %lld in %d micro-batches (rows",
+            r->model, r->split->layers, params * 1e-6, (long long)r->batch, s->microbatches);
     for (int i = 0; i < s->microbatches && i < 8; i++) fprintf(out, " %lld", (long long)r->rows[i]);
     fprintf(out, "%s)\n", s->microbatches > 8 ? " ..." : "");
     fprintf(out, "mesh %s (%s): %d pipeline ranks%s, schedule %s", r->mesh, r->parallel, s->ranks,

@@ -25,8 +25,7 @@ typedef struct {
     int64_t batch;
     const char *mesh, *parallel, *calibration;
     int dp;
-    const int64_t *widths;
-    int nwidths;
+    const char *model; /* "mlp 1024,4096,1024" or "gpt L4 H4 C128 T64 V256" */
 } mg_plan_report;
 
 void mg_plan_print(FILE *out, const mg_plan_report *r);

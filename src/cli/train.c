@@ -39,6 +39,7 @@
 #include "dist/comm.h"
 #include "dist/flight.h"
 #include "dist/reducer.h"
+#include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "trace.h"
 
@@ -276,6 +277,8 @@ static void teardown(trainer *tr) {
     if (tr->metrics) fclose(tr->metrics);
     if (tr->have_model) mg_model_free(&tr->model);
     mg_train_pp_free(tr->pp);
+    mg_gpt_pp_free(tr->gpt_pp);
+    free(tr->host);
     if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
     if (tr->have_test_loader) mg_loader_free(&tr->test_loader);
     if (tr->train) mg_dataset_close(tr->train);
@@ -413,9 +416,10 @@ static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out
     *data_s += mg_cli_clock() - t_data;
     tr->window.comm_ns0 += mg_flight_wait_ns() - comm_ns;
     if (rc != MG_OK) return rc;
-    if (tr->pp) { /* the pipeline's schedule: forward and backward */
+    if (tr->pp || tr->gpt_pp) { /* the pipeline's schedule: forward and backward */
         mg_trace_begin(MG_TRACE_PHASE, "pipeline", 0);
-        rc = mg_train_pp_step(tr->pp, x, y, loss_out);
+        rc = tr->pp ? mg_train_pp_step(tr->pp, x, y, loss_out)
+                    : mg_train_text_pp_step(tr, x, y, loss_out);
         mg_trace_end();
         return rc;
     }
@@ -442,7 +446,7 @@ static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out
 static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, double *norm_out,
                       int64_t agreed[AGREE_N], double *data_s) {
     mg_param_table *params = &tr->model.params;
-    int rc = MG_OK;
+    int rc = MG_OK, pp = tr->pp || tr->gpt_pp;
     *loss_out = 0;
     *data_s = 0;
     for (int64_t m = 0; rc == MG_OK && m < tr->cfg.grad_accum; m++) {
@@ -450,12 +454,12 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
         rc = micro_step(tr, step, m, &part, data_s);
         *loss_out += part;
     }
-    if (rc == MG_OK && !tr->pp) mg_params_collect_grads(params);
+    if (rc == MG_OK && !pp) mg_params_collect_grads(params);
     if (rc == MG_OK) {
         int bad = first_nonfinite_grad(params);
         agreed[AGREE_SIGNAL] = stop_requested;
         /* MAX: the first bad one (with pp each rank holds its stages' table: a flag) */
-        agreed[AGREE_BAD_GRAD] = bad < 0 ? 0 : tr->pp ? 1 : params->n - bad;
+        agreed[AGREE_BAD_GRAD] = bad < 0 ? 0 : pp ? 1 : params->n - bad;
         agreed[AGREE_BAD_LOSS] = !isfinite(*loss_out);
         agreed[AGREE_METRICS] = tr->metrics_errno != 0;
         agreed[AGREE_SLOWEST] = mg_window_slowest_pack(&tr->window, tr->rank);
@@ -465,9 +469,11 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
     int update = rc == MG_OK && !agreed[AGREE_BAD_GRAD] && !agreed[AGREE_BAD_LOSS];
     mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
     if (update && tr->pp) rc = mg_train_pp_update(tr->pp, &tr->opt, lr, tr->cfg.clip, norm_out);
-    if (update && !tr->pp && tr->cfg.clip > 0)
+    if (update && tr->gpt_pp)
+        rc = mg_gpt_pp_update(tr->gpt_pp, &tr->opt, lr, tr->cfg.clip, norm_out);
+    if (update && !pp && tr->cfg.clip > 0)
         rc = mg_clip_grad_norm(params, tr->cfg.clip, norm_out);
-    if (update && !tr->pp && rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
+    if (update && !pp && rc == MG_OK) rc = mg_optimizer_step(&tr->opt, params, (float)lr);
     if (rc == MG_OK) rc = mg_params_zero_grads(params);
     if (rc == MG_OK) rc = mg_device_synchronize(); /* a device error surfaces here */
     mg_step_end();
@@ -480,8 +486,9 @@ static int train_step(trainer *tr, int64_t step, double lr, double *loss_out, do
 static int nonfinite_step(trainer *tr, int64_t step, double loss, const int64_t *agreed) {
     const mg_param_table *t = &tr->model.params;
     char what[256];
-    int g = agreed[AGREE_BAD_GRAD] && !tr->pp ? t->n - (int)agreed[AGREE_BAD_GRAD] : -1;
-    if (agreed[AGREE_BAD_GRAD] && tr->pp)
+    int pp = tr->pp || tr->gpt_pp;
+    int g = agreed[AGREE_BAD_GRAD] && !pp ? t->n - (int)agreed[AGREE_BAD_GRAD] : -1;
+    if (agreed[AGREE_BAD_GRAD] && pp)
         snprintf(what, sizeof what, "the loss is %g and a gradient of some pipeline stage is "
                  "not finite", loss);
     else if (g >= 0)
@@ -587,8 +594,9 @@ static int run(trainer *tr) {
     if (c->resume[0] && (rc = mg_train_resume(tr)) != MG_OK) return rc;
 
     uint64_t checksum = 0;
-    rc = tr->pp ? mg_train_pp_checksum(tr->pp, &checksum)
-                : mg_params_checksum(&tr->model.params, &checksum);
+    rc = tr->pp       ? mg_train_pp_checksum(tr->pp, &checksum)
+         : tr->gpt_pp ? mg_gpt_pp_checksum(tr->gpt_pp, &checksum)
+                      : mg_params_checksum(&tr->model.params, &checksum);
     if (rc != MG_OK) return rc;
     print_start(tr, checksum);
     mg_comm *world = tr->mesh->world;

@@ -6,7 +6,7 @@
  * data, model, optimizer, metrics file, where it saves.
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
  * mg_train_resume, mg_train_report_end, mg_train_text_setup,
- * mg_train_text_batch, mg_train_text_evaluate. */
+ * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate. */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
@@ -36,6 +36,9 @@ typedef struct {
     mg_model model; /* with pp: only the layers of this rank's stages */
     int have_model;
     struct mg_train_pp *pp; /* pp in the plan: the pipeline (train_pp.h) */
+    struct mg_gpt_pp *gpt_pp; /* the same for --model gpt (nn/gpt_pipeline.h) */
+    float *host;              /* gpt with pp: the step's windows on the host */
+    size_t host_cap;
     mg_optimizer opt;
     mg_lr_schedule sched;
     mg_spec x_spec, y_spec, test_x_spec, test_y_spec;
@@ -81,6 +84,9 @@ int mg_train_text_setup(trainer *tr);
 /* Collective. Micro-batch `micro` of step `step`: rows [micro b, (micro + 1) b)
  * (b = batch / grad-accum) of the step's windows; ids x and targets y (b, T). */
 int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y);
+/* Collective (gpt with pp). Forward and backward of the step's windows x,
+ * y (batch, T), whole on every rank, over the pipeline; *loss the batch's. */
+int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss);
 /* Collective. The mean loss over every non-overlapping T-window of /val,
  * without autograd. */
 int mg_train_text_evaluate(trainer *tr, double *val_loss);

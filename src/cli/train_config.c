@@ -75,7 +75,7 @@ static const option_def options[] = {
     {"microbatches", OPT_INT, F(microbatches), 0, "M", "pipeline: micro-batches per step (0: 8)"},
     {"microbatch-rows", OPT_STRING, F(microbatch_rows), 0, "R1,R2,..", "pipeline: rows of each micro-batch"},
     {"virtual-stages", OPT_INT, F(virtual_stages), 1, "V", "pipeline: stages per rank (interleaved-1f1b)"},
-    {"pp-layers", OPT_STRING, F(pp_layers), 0, "N1,N2,..", "pipeline: layers per stage (default: balanced)"},
+    {"pp-layers", OPT_STRING, F(pp_layers), 0, "N1,N2,..", "pipeline: layers per stage (gpt: blocks; default: balanced)"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F

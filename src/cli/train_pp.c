@@ -26,8 +26,7 @@ struct mg_train_pp {
     int evaluating;
 };
 
-/* The pipeline flags of the config. */
-static int options(const mg_train_config *c, mg_pp_options *o) {
+int mg_train_pp_options(const mg_train_config *c, mg_pp_options *o) {
     mg_pp_options_defaults(o);
     int rc = mg_pp_kind_parse(c->pp_schedule, &o->kind);
     if (rc != MG_OK) return rc;
@@ -74,7 +73,7 @@ int mg_train_pp_new(mg_train_pp **out, const mg_train_config *c, const mg_mesh *
     mg_train_pp *t = calloc(1, sizeof *t);
     mg_layer_cost costs[MG_MODEL_MAX_LAYERS];
     unsigned char held[MG_MODEL_MAX_LAYERS] = {0};
-    int rc = !o || !t ? mg_error(MG_ENOMEM, "train: out of memory") : options(c, o);
+    int rc = !o || !t ? mg_error(MG_ENOMEM, "train: out of memory") : mg_train_pp_options(c, o);
     /* the layers' shapes and costs, no parameters yet */
     if (rc == MG_OK) rc = mg_model_build(model, mc, mesh, plan, held);
     if (rc == MG_OK) rc = mg_model_layer_costs(model, costs);
@@ -203,19 +202,7 @@ int mg_train_pp_step(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, d
 }
 
 int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip, double *norm) {
-    mg_param_table *params = &t->model->params;
-    int rc = MG_OK;
-    *norm = 0;
-    if (clip > 0) { /* the stages' squared norms add up */
-        double stage_norm = 0;
-        rc = mg_grad_norm(params, &stage_norm);
-        double sq = stage_norm * stage_norm;
-        if (rc == MG_OK) rc = mg_pipeline_sum(&t->p, &sq, 1);
-        *norm = sqrt(sq);
-        if (rc == MG_OK) mg_clip_grads_to(params, clip, *norm);
-    }
-    if (rc == MG_OK) rc = mg_optimizer_step(opt, params, (float)lr);
-    return rc;
+    return mg_pipeline_update(&t->p, &t->model->params, NULL, opt, lr, clip, norm);
 }
 
 int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,

@@ -11,8 +11,8 @@
  *     step on each stage's parameters;
  *   - evaluation: the test split in `ranks` micro-batches, forwards only;
  *   - the parameter checksum of the whole model, stage after stage.
- * Exports: mg_train_pp, mg_train_pp_new, mg_train_pp_step, mg_train_pp_update,
- * mg_train_pp_evaluate, mg_train_pp_checksum, mg_train_pp_free. */
+ * Exports: mg_train_pp, mg_train_pp_options, mg_train_pp_new, mg_train_pp_step,
+ * mg_train_pp_update, mg_train_pp_evaluate, mg_train_pp_checksum, mg_train_pp_free. */
 #ifndef MG_CLI_TRAIN_PP_H
 #define MG_CLI_TRAIN_PP_H
 
@@ -21,8 +21,14 @@
 #include "cli/train_config.h"
 #include "nn/model.h"
 #include "nn/optim.h"
+#include "nn/pipeline.h"
 
 typedef struct mg_train_pp mg_train_pp;
+
+/* The pipeline flags of c (--pp-schedule, --microbatches, --microbatch-rows,
+ * --virtual-stages, --pp-layers) into *o; MG_EINVAL with a message. The GPT's
+ * pipeline (train_text.c) takes them too. */
+int mg_train_pp_options(const mg_train_config *c, mg_pp_options *o);
 
 /* Collective. Parses the pipeline flags of c, cuts the model of `mc` over the
  * pp dim of `plan` on `mesh` and builds this rank's layers into *model.

@@ -1,6 +1,8 @@
 /* train_text.c: the GPT's side of `meshgrad train` (see train.h): the token
  * splits of the data set, the windows of each step and micro-batch, and the
- * validation loss.
+ * validation loss; with pp in the plan, the GPT's pipeline
+ * (nn/gpt_pipeline.h): every rank loads the step's windows whole, the
+ * pipeline cuts them into its micro-batches (--microbatches, not --grad-accum).
  *
  * A step's B windows of T + 1 tokens start where Philox(seed, step, row) puts
  * them (io/tokens.h), so every mesh, every resume and every --grad-accum sees
@@ -8,13 +10,16 @@
  * validation loss is the mean loss over every non-overlapping T-window of
  * /val, in chunks of about 4M logits or B windows if more (each chunk's
  * mean weighted by its windows), the same on every mesh up to float reassociation.
- * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_evaluate
- * (train.h). */
+ * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_pp_step,
+ * mg_train_text_evaluate (train.h). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/train.h"
+#include "cli/train_pp.h"
 #include "context.h"
+#include "nn/gpt_pipeline.h"
 #include "status.h"
 
 /* A split of at least T + 1 tokens, with the train split's vocabulary. */
@@ -30,10 +35,38 @@ static int check_split(trainer *tr, const mg_tokens *t, const char *split) {
     return MG_OK;
 }
 
+/* The rows of all ranks' windows: the plan's batch placements; with pp the
+ * whole of them on every rank (the pipeline cuts its micro-batches). */
 static int batch_spec(trainer *tr, int64_t rows, mg_spec *s, const char *what) {
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&tr->plan, bp);
+    for (int d = 0; tr->gpt_pp && d < tr->mesh->ndim; d++) bp[d] = MG_REPLICATE;
     return mg_spec_make(s, tr->mesh, bp, tr->mesh->ndim, 2, (int64_t[]){rows, tr->cfg.ctx}, what);
+}
+
+/* The GPT of the run: the whole model, or with pp this rank's stages. */
+static int build_model(trainer *tr, const mg_gpt_config *g) {
+    mg_train_config *c = &tr->cfg;
+    if (mg_plan_pp_dim(&tr->plan) < 0)
+        return mg_model_init_gpt(&tr->model, tr->mesh, &tr->plan, g, (uint64_t)c->seed);
+    if (c->grad_accum > 1)
+        return mg_error(MG_EINVAL, "--grad-accum %lld with pp: the pipeline accumulates over its "
+                        "micro-batches already; give --microbatches %lld instead",
+                        (long long)c->grad_accum, (long long)c->grad_accum);
+    mg_pp_options *o = malloc(sizeof *o);
+    int rc = o ? mg_train_pp_options(c, o) : mg_error(MG_ENOMEM, "train: out of memory");
+    if (rc == MG_OK)
+        rc = mg_gpt_pp_new(&tr->gpt_pp, tr->mesh, &tr->plan, o, g, (uint64_t)c->seed, c->batch,
+                           &tr->model);
+    free(o);
+    return rc;
+}
+
+/* Windows a val chunk needs at least: one per data-parallel rank (with pp,
+ * of each of the pipeline's `ranks` micro-batches). */
+static int least_rows(trainer *tr) {
+    int degree = mg_plan_data_degree(&tr->plan, tr->mesh), pp = mg_plan_pp_dim(&tr->plan);
+    return pp < 0 ? degree : degree * tr->mesh->shape[pp];
 }
 
 int mg_train_text_setup(trainer *tr) {
@@ -50,17 +83,18 @@ int mg_train_text_setup(trainer *tr) {
     int rc = check_split(tr, tr->tokens, "train");
     if (rc == MG_OK && !(tr->val = mg_tokens_open(c->data, "val", world))) rc = mg_last_code();
     if (rc == MG_OK) rc = check_split(tr, tr->val, "val");
-    if (rc == MG_OK && mg_tokens_eval_windows(tr->val, c->ctx) < degree)
+    if (rc == MG_OK && mg_tokens_eval_windows(tr->val, c->ctx) < least_rows(tr))
         rc = mg_error(MG_EINVAL, "%s: the val split holds %lld windows of --ctx %lld tokens, fewer "
-                      "than the data-parallel degree %d", c->data,
-                      (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx, degree);
+                      "than the %d its evaluation needs (one per data-parallel rank, of each "
+                      "pipeline rank's micro-batch)", c->data,
+                      (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx,
+                      least_rows(tr));
     if (rc != MG_OK) return rc;
     int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
     if (!(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
         return mg_error(MG_ENOMEM, "train: out of memory for %lld windows", (long long)c->batch);
     mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
-    rc = mg_model_init_gpt(&tr->model, tr->mesh, &tr->plan, &g, (uint64_t)c->seed);
-    if (rc != MG_OK) return rc;
+    if ((rc = build_model(tr, &g)) != MG_OK) return rc;
     tr->have_model = 1;
     rc = batch_spec(tr, micro, &tr->x_spec, "train ids");
     if (rc == MG_OK) rc = batch_spec(tr, micro, &tr->y_spec, "train targets");
@@ -75,6 +109,31 @@ int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x
                            x, y, mg_step_arena());
 }
 
+/* x (rows, T) and y, whole on this rank, copied to the host (tr->host). */
+static int to_host(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, float **ids,
+                   float **targets) {
+    const mg_tensor *lx = mg_local(x), *ly = mg_local(y);
+    size_t n = (size_t)lx->numel;
+    if (2 * n > tr->host_cap) {
+        free(tr->host);
+        if (!(tr->host = malloc(2 * n * sizeof(float))))
+            return mg_error(MG_ENOMEM, "train: out of memory for %zu tokens", 2 * n);
+        tr->host_cap = 2 * n;
+    }
+    mg_backend *be = mg_backend_of(lx);
+    be->iface->to_host(be->context, tr->host, lx->data, lx->numel);
+    be->iface->to_host(be->context, tr->host + n, ly->data, ly->numel);
+    *ids = tr->host;
+    *targets = tr->host + n;
+    return MG_OK;
+}
+
+int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss) {
+    float *ids, *targets;
+    int rc = to_host(tr, x, y, &ids, &targets);
+    return rc == MG_OK ? mg_gpt_pp_step(tr->gpt_pp, ids, targets, loss) : rc;
+}
+
 /* The loss of `n` windows from window `first` of /val (a mean over n T). */
 static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
     mg_spec xs, ys;
@@ -85,6 +144,11 @@ static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
     mg_dtensor *x, *y, *l = NULL;
     rc = mg_tokens_batch(tr->val, tr->starts, n, tr->cfg.ctx, &xs, &ys, &x, &y, mg_step_arena());
     if (rc != MG_OK) return rc;
+    if (tr->gpt_pp) {
+        float *ids, *targets;
+        rc = to_host(tr, x, y, &ids, &targets);
+        return rc == MG_OK ? mg_gpt_pp_loss(tr->gpt_pp, ids, targets, n, loss) : rc;
+    }
     mg_dtensor *logits = mg_model_forward(&tr->model, x); // logits: (n, T, V)
     if (logits) l = mg_cross_entropy(logits, y);
     mg_tensor *full = l ? mg_full_tensor(l) : NULL;
@@ -101,7 +165,7 @@ int mg_train_text_evaluate(trainer *tr, double *val_loss) {
     int64_t widest = mg_tokens_vocab(tr->val) > 4 * c->embd ? mg_tokens_vocab(tr->val) : 4 * c->embd;
     int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = (4 << 20) / (c->ctx * widest);
     if (chunk < c->batch) chunk = c->batch;
-    int degree = mg_plan_data_degree(&tr->plan, tr->mesh);
+    int degree = least_rows(tr);
     int64_t chunks = (windows + chunk - 1) / chunk;
     if (windows / chunks < degree) chunks = windows / degree; /* every chunk >= degree */
     int prev = mg_set_grad_enabled(0);

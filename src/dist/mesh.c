@@ -252,3 +252,41 @@ const int *mg_mesh_shape(const mg_mesh *m) {
 const int *mg_mesh_coord(const mg_mesh *m) {
     return mg_arg_given(m, "mg_mesh_coord", "the mesh") ? m->coord : NULL;
 }
+
+int mg_mesh_pair_new(mg_mesh_pair *out, const mg_mesh *m, int dim, int a, int b) {
+    memset(out, 0, sizeof *out);
+    out->mpi = MPI_COMM_NULL;
+    if (!m || dim < 0 || dim >= m->ndim || a == b || a < 0 || b < 0 || a >= m->shape[dim] ||
+        b >= m->shape[dim])
+        return mg_error(MG_EINVAL, "mg_mesh_pair_new: coordinates %d and %d of dim %d", a, b, dim);
+    int c = m->coord[dim], in = c == a || c == b;
+    int err = MPI_Comm_split(m->dim_mpi[dim], in ? 0 : MPI_UNDEFINED, c == a ? 0 : 1, &out->mpi);
+    if (err != MPI_SUCCESS) return mg_mpi_failed(err, "mg_mesh_pair_new: MPI_Comm_split failed");
+#ifdef MG_HAVE_CUDA
+    if (!in && mg_get_device() == MG_DEVICE_CUDA) { /* comm_new's agreement over the mesh */
+        int mine = 1, all = 1;
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, m->cart);
+        return all ? MG_OK : mg_error(MG_ECOMM, "mg_mesh_pair_new: making the NCCL "
+                                                "communicators failed on another rank");
+    }
+#endif
+    if (!in) return MG_OK;
+    MPI_Comm_set_name(out->mpi, "meshgrad mesh pair");
+    out->comm = comm_new(out->mpi, m->cart);
+    if (!out->comm) {
+        MPI_Comm_free(&out->mpi);
+        return mg_last_code() ? mg_last_code() : MG_ECOMM;
+    }
+    mg_comm_register(out->comm);
+    return MG_OK;
+}
+
+void mg_mesh_pair_free(mg_mesh_pair *p) {
+    if (!p) return;
+    mg_comm_free(p->comm);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && p->mpi != MPI_COMM_NULL) MPI_Comm_free(&p->mpi);
+    p->comm = NULL;
+    p->mpi = MPI_COMM_NULL;
+}

@@ -1,7 +1,8 @@
 /* mesh.h: the n-D device mesh (1..4 dims) over all ranks. Built on
  * MPI_Cart_create (rank order row-major in mesh coordinates) with one
  * sub-communicator per mesh dimension (MPI_Cart_sub), each wrapped in an mg_comm.
- * Exports struct mg_mesh and helpers; mg_mesh_new/free are public (meshgrad.h). */
+ * Exports struct mg_mesh and helpers, mg_mesh_pair (a comm of two ranks of a
+ * dim); mg_mesh_new/free are public (meshgrad.h). */
 #ifndef MG_MESH_H
 #define MG_MESH_H
 
@@ -33,5 +34,17 @@ int mg_mesh_parse(const char *text, int *shape);
  * other dims, in their order, with comms of its own; a 1-D mesh of 1 rank when
  * `dim` was the only one). Freed with mg_mesh_free. */
 mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim);
+
+/* Two ranks along a dim: those at coordinates a and b of `dim` that share this
+ * rank's other coordinates (a pipeline's first and last stage: the group that
+ * sums a tied embedding's gradient, as Megatron's embedding group). comm
+ * (rank 0: the one at a) is NULL on the ranks at neither. */
+typedef struct {
+    mg_comm *comm;
+    MPI_Comm mpi;
+} mg_mesh_pair;
+/* Collective over the mesh. MG_EINVAL for bad coordinates, MG_ECOMM. */
+int mg_mesh_pair_new(mg_mesh_pair *out, const mg_mesh *m, int dim, int a, int b);
+void mg_mesh_pair_free(mg_mesh_pair *p);
 
 #endif

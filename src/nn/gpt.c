@@ -30,9 +30,6 @@ int mg_gpt_check(const mg_gpt_config *c, const mg_plan *plan, const mg_mesh *mes
         return mg_error(MG_EINVAL, "gpt: --heads %lld does not divide --embd %lld: each head takes "
                         "embd / heads channels (e.g. --heads 4 --embd 128)", (long long)c->heads,
                         (long long)c->embd);
-    if (mg_plan_pp_dim(plan) >= 0)
-        return mg_error(MG_EINVAL, "gpt: pipeline parallelism (pp) runs the MLPs only so far: give "
-                        "the GPT dp, tp, sp, tp+sp or fsdp (e.g. --parallel dp,tp)");
     int tp = mg_plan_tensor_degree(plan, mesh), sp = mg_plan_sequence_degree(plan, mesh);
     if (c->heads % tp != 0)
         return mg_error(MG_EINVAL, "gpt: tensor-parallel degree %d cannot split %lld heads "
@@ -48,18 +45,76 @@ int mg_gpt_check(const mg_gpt_config *c, const mg_plan *plan, const mg_mesh *mes
     return MG_OK;
 }
 
-/* One parameter of `role`, `shape`, drawn as `init`; its index or a status. */
-static int add(mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan, const char *name,
-               mg_gpt_role role, int ndim, int64_t d0, int64_t d1, uint64_t seed,
-               mg_param_init init) {
-    mg_placement store[MG_MAX_MESH_DIMS], use[MG_MAX_MESH_DIMS];
-    mg_plan_gpt_param(plan, role, store, use);
-    int64_t shape[2] = {d0, d1};
-    return mg_params_add_init(t, mesh, name, ndim, shape, store, use, seed, init);
+int mg_gpt_param_total(const mg_gpt_config *c) { return 4 + 12 * (int)c->layers; }
+
+int mg_gpt_param_layer(const mg_gpt_config *c, int k) {
+    return k < 2 ? 0 : k < 2 + 12 * (int)c->layers ? 1 + (k - 2) / 12 : (int)c->layers + 1;
+}
+
+/* A block's twelve parameters, in the order of mg_gpt_block's fields. */
+static const struct {
+    const char *name;
+    mg_gpt_role role;
+    int ndim, rows, cols; /* the shape in units of C (a 1-d one: rows C) */
+    char init;            /* '1', '0', 'n' (normal), 'r' (residual projection) */
+} block_params[12] = {
+    {"ln1.weight", MG_GPT_REPLICATED, 1, 1, 0, '1'},
+    {"ln1.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"attn.qkv.weight", MG_GPT_COLUMN, 2, 3, 1, 'n'},
+    {"attn.qkv.bias", MG_GPT_COLUMN, 1, 3, 0, '0'},
+    {"attn.proj.weight", MG_GPT_ROW, 2, 1, 1, 'r'},
+    {"attn.proj.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"ln2.weight", MG_GPT_REPLICATED, 1, 1, 0, '1'},
+    {"ln2.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+    {"mlp.fc.weight", MG_GPT_COLUMN, 2, 4, 1, 'n'},
+    {"mlp.fc.bias", MG_GPT_COLUMN, 1, 4, 0, '0'},
+    {"mlp.fc2.weight", MG_GPT_ROW, 2, 1, 4, 'r'},
+    {"mlp.fc2.bias", MG_GPT_REPLICATED, 1, 1, 0, '0'},
+};
+
+void mg_gpt_param_describe(const mg_gpt_config *c, int k, mg_gpt_param_desc *d) {
+    const int64_t C = c->embd, L = c->layers;
+    const mg_param_init normal = {MG_INIT_NORMAL, 0.0f, INIT_STD}, zero = {MG_INIT_CONSTANT, 0, 0},
+                        one = {MG_INIT_CONSTANT, 1, 0},
+                        resid = {MG_INIT_NORMAL, 0.0f, INIT_STD / sqrtf(2.0f * (float)L)};
+    memset(d, 0, sizeof *d);
+    if (k < 2 || k >= 2 + 12 * L) { /* wte, wpe; ln_f.weight, ln_f.bias */
+        int top = k < 2;
+        snprintf(d->name, sizeof d->name, "%s",
+                 top ? (k ? "wpe" : "wte") : k % 2 ? "ln_f.bias" : "ln_f.weight");
+        d->ndim = top ? 2 : 1;
+        d->shape[0] = top ? (k ? c->ctx : c->vocab) : C;
+        d->shape[1] = top ? C : 0;
+        d->role = k == 0 ? MG_GPT_EMBEDDING : MG_GPT_REPLICATED;
+        d->init = top ? normal : k % 2 ? zero : one;
+        return;
+    }
+    int l = (k - 2) / 12, j = (k - 2) % 12;
+    snprintf(d->name, sizeof d->name, "h.%d.%s", l, block_params[j].name);
+    d->ndim = block_params[j].ndim;
+    d->shape[0] = block_params[j].rows * C;
+    d->shape[1] = block_params[j].cols * C;
+    d->role = block_params[j].role;
+    char i = block_params[j].init;
+    d->init = i == '1' ? one : i == '0' ? zero : i == 'n' ? normal : resid;
+}
+
+int *mg_gpt_param_slot(mg_gpt *g, int k) {
+    if (k == 0) return &g->wte;
+    if (k == 1) return &g->wpe;
+    int blocks = 12 * (int)g->cfg.layers;
+    if (k >= 2 + blocks) return k == 2 + blocks ? &g->lnf_w : &g->lnf_b;
+    _Static_assert(sizeof(mg_gpt_block) == 12 * sizeof(int), "mg_gpt_block: twelve indices");
+    return (int *)(void *)&g->block[(k - 2) / 12] + (k - 2) % 12;
 }
 
 int mg_gpt_init(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan,
                 const mg_gpt_config *cfg, uint64_t seed) {
+    return mg_gpt_init_held(g, t, mesh, plan, cfg, seed, NULL);
+}
+
+int mg_gpt_init_held(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan,
+                     const mg_gpt_config *cfg, uint64_t seed, const unsigned char *held) {
     memset(g, 0, sizeof *g);
     int rc = mg_gpt_check(cfg, plan, mesh);
     if (rc != MG_OK) return rc;
@@ -69,43 +124,26 @@ int mg_gpt_init(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg_plan
     mg_plan_region_input(plan, g->region_in);
     g->block = calloc((size_t)cfg->layers, sizeof *g->block);
     if (!g->block) return mg_error(MG_ENOMEM, "gpt: out of memory for %lld blocks", (long long)cfg->layers);
-    const int64_t C = cfg->embd, V = cfg->vocab;
-    const mg_param_init normal = {MG_INIT_NORMAL, 0.0f, INIT_STD}, zero = {MG_INIT_CONSTANT, 0, 0},
-                        one = {MG_INIT_CONSTANT, 1, 0},
-                        resid = {MG_INIT_NORMAL, 0.0f, INIT_STD / sqrtf(2.0f * (float)cfg->layers)};
-    const mg_gpt_role E = MG_GPT_EMBEDDING, R = MG_GPT_REPLICATED, COL = MG_GPT_COLUMN, ROW = MG_GPT_ROW;
-#define ADD(field, name, role, nd, d0, d1, init)                                   \
-    do {                                                                           \
-        if ((rc = add(t, mesh, plan, name, role, nd, d0, d1, seed, init)) < 0) goto fail; \
-        field = rc;                                                                \
-    } while (0)
-    ADD(g->wte, "wte", E, 2, V, C, normal);
-    ADD(g->wpe, "wpe", R, 2, cfg->ctx, C, normal);
-    char n[MG_PARAM_NAME_MAX];
-    for (int l = 0; l < cfg->layers; l++) {
-        mg_gpt_block *b = &g->block[l];
-#define NAME(s) (snprintf(n, sizeof n, "h.%d.%s", l, s), n)
-        ADD(b->ln1_w, NAME("ln1.weight"), R, 1, C, 0, one);
-        ADD(b->ln1_b, NAME("ln1.bias"), R, 1, C, 0, zero);
-        ADD(b->qkv_w, NAME("attn.qkv.weight"), COL, 2, 3 * C, C, normal);
-        ADD(b->qkv_b, NAME("attn.qkv.bias"), COL, 1, 3 * C, 0, zero);
-        ADD(b->proj_w, NAME("attn.proj.weight"), ROW, 2, C, C, resid);
-        ADD(b->proj_b, NAME("attn.proj.bias"), R, 1, C, 0, zero);
-        ADD(b->ln2_w, NAME("ln2.weight"), R, 1, C, 0, one);
-        ADD(b->ln2_b, NAME("ln2.bias"), R, 1, C, 0, zero);
-        ADD(b->fc_w, NAME("mlp.fc.weight"), COL, 2, 4 * C, C, normal);
-        ADD(b->fc_b, NAME("mlp.fc.bias"), COL, 1, 4 * C, 0, zero);
-        ADD(b->fc2_w, NAME("mlp.fc2.weight"), ROW, 2, C, 4 * C, resid);
-        ADD(b->fc2_b, NAME("mlp.fc2.bias"), R, 1, C, 0, zero);
-#undef NAME
+    int total = mg_gpt_param_total(cfg), head = (int)cfg->layers + 1;
+    for (int k = 0; k < total; k++) *mg_gpt_param_slot(g, k) = -1;
+    /* the head uses wte: a stage with the head and not the embedding holds a copy */
+    g->wte_copy = held && !held[0] && held[head];
+    for (int k = 0; k < total; k++) {
+        int layer = mg_gpt_param_layer(cfg, k);
+        if (held && !held[layer] && !(k == 0 && g->wte_copy)) continue;
+        mg_gpt_param_desc d;
+        mg_gpt_param_describe(cfg, k, &d);
+        mg_placement store[MG_MAX_MESH_DIMS], use[MG_MAX_MESH_DIMS];
+        mg_plan_gpt_param(plan, d.role, store, use);
+        t->next_index = k; /* its place in the whole model: the same initial values */
+        rc = mg_params_add_init(t, mesh, d.name, d.ndim, d.shape, store, use, seed, d.init);
+        if (rc < 0) {
+            mg_gpt_free(g);
+            return rc;
+        }
+        *mg_gpt_param_slot(g, k) = rc;
     }
-    ADD(g->lnf_w, "ln_f.weight", R, 1, C, 0, one);
-    ADD(g->lnf_b, "ln_f.bias", R, 1, C, 0, zero);
-#undef ADD
     return MG_OK;
-fail:
-    mg_gpt_free(g);
-    return rc;
 }
 
 void mg_gpt_free(mg_gpt *g) {
@@ -209,6 +247,20 @@ static mg_dtensor *head(mg_gpt *g, mg_param_table *t, const mg_dtensor *x, const
 
 mg_dtensor *mg_gpt_head(mg_gpt *g, mg_param_table *t, const mg_dtensor *x) {
     return head(g, t, x, g->region_in);
+}
+
+mg_dtensor *mg_gpt_forward_layers(mg_gpt *g, mg_param_table *t, int first, int last,
+                                  const mg_dtensor *x) {
+    const int L = (int)g->cfg.layers;
+    mg_dtensor *h = (mg_dtensor *)x;
+    for (int i = first; i < last && h; i++) {
+        int k = i == 0 ? 0 : i <= L ? 2 + 12 * (i - 1) : 2 + 12 * L; /* its first parameter */
+        if (*mg_gpt_param_slot(g, k) < 0)
+            return mg_error_null(MG_ESTATE, "gpt: layer %d is held by another pipeline stage", i);
+        h = i == 0 ? mg_gpt_embed(g, t, h, 0) : i <= L ? mg_gpt_block_forward(g, t, i - 1, h)
+                                                  : mg_gpt_head(g, t, h);
+    }
+    return h;
 }
 
 mg_dtensor *mg_gpt_forward(mg_gpt *g, mg_param_table *t, const mg_dtensor *ids) {

@@ -30,12 +30,22 @@
  * reduce-scatter there and an all-gather before each column-parallel layer).
  * Everything else the ops' sharding rules decide.
  *
+ * Pipelines (nn/gpt_pipeline.h) cut the GPT as L + 2 layers: 0 the embedding
+ * (wte, wpe), 1..L the blocks, L + 1 ln_f and the head. mg_gpt_init_held
+ * builds only the parameters of the layers held (each numbered by its place in
+ * the whole model, so every mesh draws the same values); a stage holding the
+ * head without the embedding holds a copy of wte (wte_copy) for the tied head.
+ * Parameter k of the whole model (0 .. 4 + 12 L) is wte, wpe, the blocks'
+ * twelve each in the order of mg_gpt_block, then ln_f.weight and ln_f.bias.
+ *
  * Generation: a KV cache (mg_gpt_cache) holds each block's k and v (1, H, T, D)
  * with the heads' placements; mg_gpt_forward_cached runs a prompt of n tokens
  * from position 0 (filling the cache) or one token at position pos against the
  * cache (O(T) per token instead of a rerun of the prefix).
  *
  * Exports: mg_gpt_config, mg_gpt_block, mg_gpt, mg_gpt_check, mg_gpt_init,
+ * mg_gpt_init_held, mg_gpt_param_desc, mg_gpt_param_total, mg_gpt_param_layer,
+ * mg_gpt_param_describe, mg_gpt_param_slot, mg_gpt_forward_layers,
  * mg_gpt_free, mg_gpt_embed, mg_gpt_block_forward, mg_gpt_head, mg_gpt_forward,
  * mg_gpt_param_count, mg_gpt_cache, mg_gpt_cache_init, mg_gpt_cache_free,
  * mg_gpt_forward_cached. */
@@ -51,7 +61,7 @@ typedef struct {
     int64_t layers, heads, embd, ctx, vocab; /* L, H, C, T (the longest sequence), V */
 } mg_gpt_config;
 
-typedef struct { /* indices in the parameter table */
+typedef struct { /* indices in the parameter table (-1: another pipeline stage holds it) */
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b;
 } mg_gpt_block;
 
@@ -61,7 +71,17 @@ typedef struct {
     mg_gpt_block *block; /* cfg.layers of them */
     mg_placement residual[MG_MAX_MESH_DIMS], region_in[MG_MAX_MESH_DIMS];
     int mesh_ndim;
+    int wte_copy; /* wte is here for the head only: the first stage holds (and saves) it */
 } mg_gpt;
+
+/* Parameter k of the whole model, described. */
+typedef struct {
+    char name[MG_PARAM_NAME_MAX];
+    int ndim;
+    int64_t shape[2];
+    mg_gpt_role role;
+    mg_param_init init;
+} mg_gpt_param_desc;
 
 /* Refuses, with one line naming the fix: sizes < 1, heads not dividing embd,
  * a tensor-parallel degree that does not divide the heads (or 4C, or whose
@@ -71,7 +91,17 @@ int mg_gpt_check(const mg_gpt_config *cfg, const mg_plan *plan, const mg_mesh *m
 /* Checks, then adds the parameters to t (placements from the plan). */
 int mg_gpt_init(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan,
                 const mg_gpt_config *cfg, uint64_t seed);
+/* The same, of the pipeline layers held[0 .. L + 2) only (NULL: all). */
+int mg_gpt_init_held(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan,
+                     const mg_gpt_config *cfg, uint64_t seed, const unsigned char *held);
 void mg_gpt_free(mg_gpt *g);
+/* Parameters of the whole model: 4 + 12 L. */
+int mg_gpt_param_total(const mg_gpt_config *cfg);
+/* The pipeline layer (0 .. L + 1) of parameter k of the whole model. */
+int mg_gpt_param_layer(const mg_gpt_config *cfg, int k);
+void mg_gpt_param_describe(const mg_gpt_config *cfg, int k, mg_gpt_param_desc *d);
+/* Where g keeps parameter k's index in the table (-1: not held here). */
+int *mg_gpt_param_slot(mg_gpt *g, int k);
 /* GPT-2's count, the tied head counted once: V C + T C + L (12 C^2 + 13 C) + 2 C. */
 int64_t mg_gpt_param_count(const mg_gpt_config *cfg);
 
@@ -82,6 +112,10 @@ mg_dtensor *mg_gpt_embed(mg_gpt *g, mg_param_table *t, const mg_dtensor *ids, in
 mg_dtensor *mg_gpt_block_forward(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *x);
 /* logits (B, T, V) = ln_f(x) wte^T (vocab-sharded under tp: loss parallel). */
 mg_dtensor *mg_gpt_head(mg_gpt *g, mg_param_table *t, const mg_dtensor *x);
+/* Pipeline layers [first, last) (held here) of x: layer 0 takes ids (B, T),
+ * the others x (B, T, C); layer L + 1 gives the logits (B, T, V). */
+mg_dtensor *mg_gpt_forward_layers(mg_gpt *g, mg_param_table *t, int first, int last,
+                                  const mg_dtensor *x);
 /* logits (B, T, V) from ids (B, T), T <= ctx: embed, every block, head. */
 mg_dtensor *mg_gpt_forward(mg_gpt *g, mg_param_table *t, const mg_dtensor *ids);
 

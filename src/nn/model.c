@@ -8,6 +8,7 @@
 
 #include "array.h"
 #include "dist/mesh.h"
+#include "nn/gpt_pipeline.h"
 #include "status.h"
 
 static const char *const model_names[] = {"mlp", "permute-mlp", "gpt"};
@@ -126,12 +127,18 @@ int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, cons
 
 int mg_model_init_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
                       const mg_gpt_config *cfg, uint64_t seed) {
+    return mg_model_build_gpt(model, mesh, plan, cfg, seed, NULL);
+}
+
+int mg_model_build_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
+                       const mg_gpt_config *cfg, uint64_t seed, const unsigned char *held) {
     memset(model, 0, sizeof *model);
     model->kind = MG_MODEL_GPT;
     model->classes = cfg->vocab;
+    model->nlayers = (int)cfg->layers + 2; /* the embedding, the blocks, the head */
     model->mesh = mesh;
     model->plan = *plan;
-    int rc = mg_gpt_init(&model->gpt, &model->params, mesh, plan, cfg, seed);
+    int rc = mg_gpt_init_held(&model->gpt, &model->params, mesh, plan, cfg, seed, held);
     if (rc != MG_OK) mg_params_free(&model->params);
     return rc;
 }
@@ -143,6 +150,7 @@ void mg_model_free(mg_model *model) {
 
 mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const mg_dtensor *x) {
     mg_param_table *t = &model->params;
+    if (model->kind == MG_MODEL_GPT) return mg_gpt_forward_layers(&model->gpt, t, first, last, x);
     const int64_t R = model->sample_shape[0], C = model->sample_shape[1];
     const int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
     mg_dtensor *h = (mg_dtensor *)x;
@@ -165,26 +173,28 @@ mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const 
 }
 
 mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x) {
-    if (model->kind == MG_MODEL_GPT) return mg_gpt_forward(&model->gpt, &model->params, x); // (B, T, V)
-    return mg_model_forward_layers(model, 0, model->nlayers, x);
+    return mg_model_forward_layers(model, 0, model->nlayers, x); // (B, K) or (B, T, V)
 }
 
 int mg_model_param_count(const mg_model *model) {
-    return model->kind == MG_MODEL_GPT ? model->params.n : 2 * model->nlayers;
+    return model->kind == MG_MODEL_GPT ? mg_gpt_param_total(&model->gpt.cfg) : 2 * model->nlayers;
 }
 
 mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info) {
-    if (model->kind == MG_MODEL_GPT) { /* one table, every parameter held */
-        mg_param *p = &model->params.p[k];
+    if (model->kind == MG_MODEL_GPT) {
         if (info) {
+            mg_gpt_param_desc d;
+            mg_gpt_param_describe(&model->gpt.cfg, k, &d);
             memset(info, 0, sizeof *info);
-            snprintf(info->name, sizeof info->name, "%s", p->name);
-            info->ndim = p->value->spec.ndim;
-            for (int d = 0; d < info->ndim; d++) info->shape[d] = p->value->spec.shape[d];
-            info->mesh_ndim = p->value->spec.mesh->ndim;
-            for (int m = 0; m < info->mesh_ndim; m++) info->store[m] = p->value->spec.p[m];
+            snprintf(info->name, sizeof info->name, "%s", d.name);
+            info->ndim = d.ndim;
+            info->shape[0] = d.shape[0];
+            info->shape[1] = d.shape[1];
+            info->mesh_ndim = model->plan.ndim;
+            mg_plan_gpt_param(&model->plan, d.role, info->store, NULL);
         }
-        return p;
+        int idx = *mg_gpt_param_slot(&model->gpt, k);
+        return idx >= 0 ? &model->params.p[idx] : NULL;
     }
     int i = k / 2, bias = k % 2;
     mg_linear_module *l = &model->layer[i];
@@ -212,6 +222,7 @@ int64_t mg_model_numel(const mg_model *model) {
 }
 
 int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out) {
+    if (model->kind == MG_MODEL_GPT) return mg_gpt_layer_costs(&model->gpt.cfg, out);
     int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
     for (int i = 0; i < model->nlayers; i++) {
         const mg_linear_module *l = &model->layer[i];

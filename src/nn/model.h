@@ -11,7 +11,8 @@
  *                -> ReLU [-> Linear(H, H) -> ReLU] x (depth - 3) -> Linear(H, K)
  *                (layers col, fc1 .. fc<depth - 1>)
  *   gpt          ids (B, T) -> logits (B, T, V): GPT-2 (gpt.h), a list of
- *                blocks of its own; built by mg_model_init_gpt (no pipeline)
+ *                blocks of its own; built by mg_model_build_gpt, as L + 2
+ *                pipeline layers (the embedding, the blocks, ln_f and head)
  * Layer i is its Linear with what comes before it (layer 0: the reshape or
  * permute of the input) and the ReLU after it (the last: none; the loss is
  * the caller's). Layer i's weight and bias are parameters 2i and 2i + 1 of
@@ -24,7 +25,8 @@
  * (plan.h); the forward pass is written in global shapes only.
  *
  * Exports: mg_linear_module, mg_model, mg_model_kind, mg_model_kind_parse,
- * mg_model_config, mg_model_build, mg_model_init, mg_model_init_gpt, mg_model_free,
+ * mg_model_config, mg_model_build, mg_model_init, mg_model_init_gpt,
+ * mg_model_build_gpt, mg_model_free,
  * mg_model_forward, mg_model_forward_layers, mg_linear_module_forward,
  * mg_model_param_count, mg_model_param, mg_model_param_info, mg_model_numel,
  * mg_model_layer_costs. */
@@ -60,7 +62,7 @@ typedef struct {
     mg_model_kind kind;
     int64_t sample_shape[2]; /* (8, 8) */
     int64_t hidden, channels, classes;
-    int nlayers;             /* the whole model's (its depth) */
+    int nlayers;             /* the whole model's (its depth; the GPT's L + 2) */
     mg_linear_module layer[MG_MODEL_MAX_LAYERS]; /* weight -1: held by another stage */
     mg_param_table params;   /* the parameters of the layers held here */
     const mg_mesh *mesh;     /* the whole mesh (a pipeline's, not its stage's) */
@@ -103,14 +105,18 @@ int mg_model_init(mg_model *model, mg_model_kind kind, const mg_mesh *mesh, cons
 /* The GPT of `cfg` on `mesh` with `plan`. */
 int mg_model_init_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
                       const mg_gpt_config *cfg, uint64_t seed);
+/* The same, of the pipeline layers `held` only (NULL: all; gpt.h). */
+int mg_model_build_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
+                       const mg_gpt_config *cfg, uint64_t seed, const unsigned char *held);
 void mg_model_free(mg_model *model);
 /* logits (B, K) from x (B, rows, cols), or for the GPT logits (B, T, V) from
  * ids (B, T); NULL with a message on failure. */
 mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x);
-/* Layers [first, last) (held here) of x: layer 0 takes x (B, rows, cols),
- * layer i > 0 the output of layer i - 1; the last gives the logits. */
+/* Layers [first, last) (held here) of x: layer 0 takes x (B, rows, cols)
+ * (the GPT: ids (B, T)), layer i > 0 the output of layer i - 1; the last gives
+ * the logits. */
 mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const mg_dtensor *x);
-/* How many parameters the whole model has: 2 nlayers (MLPs), the table's (GPT). */
+/* How many parameters the whole model has: 2 nlayers (MLPs), 4 + 12 L (GPT). */
 int mg_model_param_count(const mg_model *model);
 /* Parameter k (< mg_model_param_count) of the whole model: its description
  * into *info (may be NULL), and its entry here, or NULL when another pipeline

@@ -1,6 +1,7 @@
 /* pipeline.c: pp as a plan on a mesh dim (see pipeline.h). */
 #include "nn/pipeline.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,22 @@ int mg_pipeline_sum(const mg_pipeline *p, double *v, int n) {
         for (int i = 0; i < m; i++) v[k + i] = (double)buf[2 * i] + (double)buf[2 * i + 1];
     }
     return MG_OK;
+}
+
+int mg_pipeline_update(const mg_pipeline *p, mg_param_table *params, mg_param_table *counted,
+                       mg_optimizer *opt, double lr, double clip, double *norm) {
+    int rc = MG_OK;
+    *norm = 0;
+    if (clip > 0) { /* the stages' squared norms add up */
+        double stage_norm = 0;
+        rc = mg_grad_norm(counted ? counted : params, &stage_norm);
+        double sq = stage_norm * stage_norm;
+        if (rc == MG_OK) rc = mg_pipeline_sum(p, &sq, 1);
+        *norm = sqrt(sq);
+        if (rc == MG_OK) mg_clip_grads_to(params, clip, *norm);
+    }
+    if (rc == MG_OK) rc = mg_optimizer_step(opt, params, (float)lr);
+    return rc;
 }
 
 /* h as two floats' bits, to a pipeline rank or from one. */

@@ -27,7 +27,7 @@
  * Exports: mg_pp_options, mg_pipeline, mg_pp_options_defaults,
  * mg_pp_int_list, mg_pipeline_make, mg_pipeline_free, mg_pipeline_holds,
  * mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
- * mg_pipeline_checksum. */
+ * mg_pipeline_update, mg_pipeline_checksum. */
 #ifndef MG_NN_PIPELINE_H
 #define MG_NN_PIPELINE_H
 
@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "dist/pipeline_schedule.h"
+#include "nn/optim.h"
 #include "nn/pipeline_cost.h"
 #include "nn/plan.h"
 
@@ -88,6 +89,13 @@ mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t st
 /* Collective over the pp dim: v[0..n) summed over the pipeline ranks (in
  * doubles: the loss of the last stage, squared norms of every stage). */
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n);
+/* Collective over the mesh. The update after a step: clipping by the norm of
+ * every stage's gradients (*norm, before clipping; 0 when clip is 0), then
+ * the optimizer step on this rank's `params`. `counted` (NULL: params) are
+ * the ones the norm counts here (a tied copy another stage counts is left
+ * out); clipping scales all of params. */
+int mg_pipeline_update(const mg_pipeline *p, mg_param_table *params, mg_param_table *counted,
+                       mg_optimizer *opt, double lr, double clip, double *norm);
 /* Collective over the mesh: FNV-1a 64 of the whole model's parameters in
  * order. hash(ctx, s, &h) continues h over stage s's parameters (on the ranks
  * of stage s); the hash travels from stage to stage and every rank gets it. */

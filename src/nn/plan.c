@@ -144,7 +144,7 @@ void mg_plan_gpt_param(const mg_plan *plan, mg_gpt_role role, mg_placement *stor
         mg_placement s = MG_REPLICATE, u = MG_REPLICATE;
         switch (plan->kind[d]) {
         case MG_PLAN_DP:
-        case MG_PLAN_PP: /* the GPT refuses pp (gpt.c) */
+        case MG_PLAN_PP: /* a stage's parameters live on its own ranks' mesh */
         case MG_PLAN_SP: break;
         case MG_PLAN_FSDP: s = MG_SHARD(0); break; /* gathered to Replicate for use */
         case MG_PLAN_TP:

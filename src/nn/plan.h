@@ -12,7 +12,7 @@
  *         dim: parameters as tp; the residual stream and the layer norms
  *         Shard(1) on T between the tensor-parallel regions, all-gathered on
  *         entry to a region and reduce-scattered on the way out.
- *   pp    pipeline parallel (nn/pipeline.h; the MLPs only): the model's layers
+ *   pp    pipeline parallel (nn/pipeline.h; the GPT's: gpt_pipeline.h): the model's layers
  *         cut into contiguous stages along that mesh dim; a stage's parameters
  *         exist only on its ranks, on the mesh of the other dims (mg_mesh_sub)
  *         under the plans of the others (mg_plan_without). At most one pp dim.

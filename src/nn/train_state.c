@@ -131,9 +131,10 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
 
 /* The entries params/<name> and optim/<name>/<state> of every parameter of
  * the whole model, in order (a pipeline stage's ranks hold some; the others
- * take part in making them); names and shapes in *names (free it). */
-static int build_entries(mg_model *model, const mg_optimizer *opt, mg_ckpt_entry **out, int *n,
-                         char **names) {
+ * take part in making them; a GPT's last stage loads wte's copy but saves
+ * nothing of it); names and shapes in *names (free it). */
+static int build_entries(mg_model *model, const mg_optimizer *opt, int saving, mg_ckpt_entry **out,
+                         int *n, char **names) {
     enum { NAME = MG_PARAM_NAME_MAX + 32 };
     _Static_assert(NAME % 8 == 0, "the shapes after the names must be aligned");
     int nstate = mg_optimizer_state_count(opt), np = mg_model_param_count(model), count = np * (1 + nstate);
@@ -150,6 +151,8 @@ static int build_entries(mg_model *model, const mg_optimizer *opt, mg_ckpt_entry
     for (int i = 0; i < np; i++) {
         mg_model_param_info info;
         mg_param *p = mg_model_param(model, i, &info);
+        if (saving && p && i == 0 && model->kind == MG_MODEL_GPT && model->gpt.wte_copy)
+            p = NULL; /* the head's copy of wte: the first pipeline stage writes wte */
         shapes[i][0] = info.shape[0];
         shapes[i][1] = info.shape[1];
         char *name = buf + (size_t)k * NAME;
@@ -183,7 +186,7 @@ int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *o
     build_attrs(&l, model, opt, plan, st);
     mg_ckpt_entry *e;
     char *names;
-    int n, rc = build_entries(model, opt, &e, &n, &names);
+    int n, rc = build_entries(model, opt, 1, &e, &n, &names);
     if (rc == MG_OK) {
         rc = mg_checkpoint_save(path, e, n, l.a, l.n);
         free(e);
@@ -326,7 +329,7 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
         mg_ckpt_entry *e;
         char *names;
         int n;
-        rc = build_entries(model, opt, &e, &n, &names);
+        rc = build_entries(model, opt, 0, &e, &n, &names);
         if (rc == MG_OK) {
             rc = mg_checkpoint_load(path, e, n, NULL, 0, NULL);
             free(e);
