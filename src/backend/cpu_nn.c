@@ -251,6 +251,20 @@ MG_CPU_INLINE void backward_row_dx(const float *restrict xr, const float *restri
         for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] - ma - (xr[j] - mean) * rstd * mb);
 }
 
+/* backward_row_dx with the row's terms of dw and db added in the same pass */
+MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restrict g,
+                                    const float *restrict wd, int64_t c, float mean, float rstd,
+                                    double a, double b, int64_t n, float *restrict dxr,
+                                    float *restrict dwd, float *restrict dbd) {
+    float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
+    for (int64_t j = 0; j < c; j++) {
+        float xhat = (xr[j] - mean) * rstd;
+        dxr[j] = rstd * (g[j] * wd[j] - ma - xhat * mb);
+        dwd[j] += g[j] * xhat;
+        dbd[j] += g[j];
+    }
+}
+
 MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
                                               const mg_tensor *dy, const mg_tensor *stats,
                                               const mg_tensor *sums, int64_t n, mg_tensor *dx,
@@ -267,6 +281,7 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
     for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c, *restrict g = dy->data + r * c;
         float mean = stats->data[r], rstd = stats->data[rows + r];
+        float *restrict dwd = dw ? dw->data : NULL, *restrict dbd = db ? db->data : NULL;
         if (dx) {
             double a, b;
             if (sums) {
@@ -275,9 +290,12 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
             } else {
                 backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b);
             }
+            if (wd && dwd && dbd) { /* the usual case in one pass: the loads are the work */
+                backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd, dbd);
+                continue;
+            }
             backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
         }
-        float *restrict dwd = dw ? dw->data : NULL, *restrict dbd = db ? db->data : NULL;
         if (dw && db) {
             for (int64_t j = 0; j < c; j++) {
                 dwd[j] += g[j] * ((xr[j] - mean) * rstd);

@@ -37,7 +37,7 @@ static mg_tensor *filled(int nd, const int64_t *shape, float scale) {
     return t;
 }
 
-#define REPS 5
+#define REPS 10
 
 enum { ATT_B = 8, ATT_H = 4, ATT_T = 256, ATT_D = 64, ROWS = 8192, COLS = 1024 };
 
