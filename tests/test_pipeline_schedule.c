@@ -156,6 +156,65 @@ START_TEST(cost_gives_closed_forms) {
 }
 END_TEST
 
+/* Shared cores: on one core for all ranks (core_share 1/p) with free
+ * transfers some rank can always compute, so the step is the sum of all the
+ * work, whatever the schedule; a pipeline that never computes on two ranks at
+ * once (M = 1) keeps its unshared times on a single core; in between, the step
+ * lies between the unshared one and the sum of the work. */
+START_TEST(shared_cores_processor_sharing) {
+    enum { P = 4, M = 8 };
+    double f[2 * P], bi[2 * P], bw[2 * P];
+    for (int i = 0; i < 2 * P; i++) {
+        f[i] = 1.0 + 0.25 * (i % 3);
+        bi[i] = 1.0;
+        bw[i] = 0.5 + 0.125 * i;
+    }
+    mg_pp_kind kinds[] = {MG_PP_GPIPE, MG_PP_1F1B, MG_PP_INTERLEAVED_1F1B, MG_PP_ZB_H1};
+    for (int k = 0; k < 4; k++) {
+        int v = kinds[k] == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+        mg_pp_schedule s;
+        ck_assert(mg_pp_schedule_make(&s, kinds[k], P, v, M) == MG_OK);
+        double work = 0;
+        for (int st = 0; st < P * v; st++) work += M * (f[st] + bi[st] + bw[st]);
+        mg_pp_cost cost = {.forward = f, .backward_input = bi, .backward_weight = bw};
+        mg_pp_sim alone, one, two;
+        ck_assert(mg_pp_verify(&s, &cost, &alone) == MG_OK);
+        cost.core_share = 1.0 / P;
+        ck_assert_msg(mg_pp_verify(&s, &cost, &one) == MG_OK, "%s", mg_last_error());
+        ck_assert_msg(fabs(one.step_time - work) < 1e-9 * work, "%s on one core: step %.9g, work %.9g",
+                      mg_pp_kind_name(kinds[k]), one.step_time, work);
+        cost.core_share = 2.0 / P;
+        ck_assert(mg_pp_verify(&s, &cost, &two) == MG_OK);
+        ck_assert_msg(two.step_time >= alone.step_time - 1e-9 && two.step_time <= work + 1e-9 &&
+                          two.step_time >= work / 2 - 1e-9,
+                      "%s on two cores: step %.9g, unshared %.9g, work %.9g",
+                      mg_pp_kind_name(kinds[k]), two.step_time, alone.step_time, work);
+        printf("%s p=%d M=%d: step %.2f unshared, %.2f on 2 cores, %.2f on 1 (work %.2f)\n",
+               mg_pp_kind_name(kinds[k]), P, M, alone.step_time, two.step_time, one.step_time,
+               work);
+        mg_pp_sim_free(&alone);
+        mg_pp_sim_free(&one);
+        mg_pp_sim_free(&two);
+        mg_pp_schedule_free(&s);
+    }
+    /* M = 1: one rank computes at a time, so a single core changes nothing */
+    mg_pp_schedule s;
+    ck_assert(mg_pp_schedule_make(&s, MG_PP_GPIPE, P, 1, 1) == MG_OK);
+    mg_pp_cost cost = {.forward = f, .backward_input = bi, .backward_weight = bw, .latency = 0.1};
+    mg_pp_sim alone, one;
+    ck_assert(mg_pp_verify(&s, &cost, &alone) == MG_OK);
+    cost.core_share = 1.0 / P;
+    ck_assert(mg_pp_verify(&s, &cost, &one) == MG_OK);
+    ck_assert_msg(fabs(one.step_time - alone.step_time) < 1e-9, "M=1: %.9g against %.9g",
+                  one.step_time, alone.step_time);
+    for (int r = 0; r < P; r++)
+        ck_assert(fabs(one.busy_rank[r] - alone.busy_rank[r]) < 1e-9);
+    mg_pp_sim_free(&alone);
+    mg_pp_sim_free(&one);
+    mg_pp_schedule_free(&s);
+}
+END_TEST
+
 START_TEST(interleaved_v1_is_1f1b) {
     for (int p = 1; p <= 8; p++)
         for (int m = p; m <= 32; m++) {
@@ -342,6 +401,7 @@ END_TEST
 
 int main(void) {
     const TTest *tests[] = {every_schedule_verifies, cost_gives_closed_forms,
+                            shared_cores_processor_sharing,
                             interleaved_v1_is_1f1b, mutations_are_caught, mutations_order,
                             mutations_structure, refusals_and_names, microbatch_split, NULL};
     return mg_test_run(mg_test_suite("pipeline_schedule", tests));

@@ -23,6 +23,8 @@
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <getopt.h>
+#include <unistd.h>
+#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +236,27 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
     return mg_plan_calibrate(o->gflops, o->gbps, o->latency_us, layers, n, rows, m, how, len);
 }
 
+/* When every rank runs on this one machine and together they want more cores
+ * than it has (threads per rank counted): the cores a rank gets when all
+ * compute, and how many ranks can compute at once (*cores). Else 1 and 0:
+ * a rank has its cores to itself. Collective over c (the world). */
+static int core_share(mg_comm *c, double *share, int *cores) {
+    MPI_Comm node;
+    int on_node = 0, threads = mg_backend_cpu_threads();
+    int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (err != MPI_SUCCESS) return mg_mpi_failed(err, "plan: finding the ranks of this machine failed");
+    MPI_Comm_size(node, &on_node);
+    MPI_Comm_free(&node);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *share = 1;
+    *cores = 0;
+    if (on_node == c->size && cpus > 0 && (long)on_node * threads > cpus) {
+        *share = (double)cpus / ((double)on_node * threads);
+        *cores = (int)(cpus / threads) > 0 ? (int)(cpus / threads) : 1;
+    }
+    return MG_OK;
+}
+
 int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_layer_cost *layers,
                       int n, int64_t rows, mg_pp_machine *m, char *how, size_t len) {
     int world = mg_world_size(), rc = MG_OK;
@@ -244,19 +267,35 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
     for (int i = 0; i < n; i++)
         if (layers[i].gemm_in * layers[i].gemm_out > big->gemm_in * big->gemm_out) big = &layers[i];
     for (int i = 0; i < n; i++) most = layers[i].out_floats > most ? layers[i].out_floats : most;
-    if (gflops > 0) m->flops = gflops * 1e9;
-    else rc = mg_pp_measure_flops(mesh->world, rows, big->gemm_in, big->gemm_out, &m->flops);
+    int cores = 0;
+    rc = core_share(mesh->world, &m->core_share, &cores);
+    double all = 0; /* with shared cores: the rate of a rank when every rank computes */
+    if (rc == MG_OK && gflops > 0) m->flops = gflops * 1e9;
+    else if (rc == MG_OK)
+        rc = mg_pp_measure_flops(mesh->world, m->core_share < 1 ? cores : 0, rows, big->gemm_in,
+                                  big->gemm_out, &m->flops);
+    if (rc == MG_OK && gflops <= 0 && m->core_share < 1) {
+        /* time-slicing costs more than its even share (switches, caches shared
+         * in turn): the plan shares fewer cores, as many as this measures */
+        rc = mg_pp_measure_flops(mesh->world, 0, rows, big->gemm_in, big->gemm_out, &all);
+        if (rc == MG_OK && all < m->flops * m->core_share) m->core_share = all / m->flops;
+    }
     double lat = 0, bw = 0;
     if (rc == MG_OK && (gbps <= 0 || latency_us <= 0))
         rc = mg_pp_measure_link(mesh->world, (int64_t)(most * (double)rows), &lat, &bw);
     m->latency = latency_us > 0 ? latency_us * 1e-6 : lat;
     m->bandwidth = gbps > 0 ? gbps * 1e9 : bw;
+    int at_once = m->core_share < 1 ? cores : world;
+    char shared[112] = "";
+    if (m->core_share < 1)
+        snprintf(shared, sizeof shared, "; %d ranks share %d cores%s: %.2f of a core each when all compute",
+                 world, cores * mg_backend_cpu_threads(), all > 0 ? " (measured)" : "", m->core_share);
     snprintf(how, len,
-             "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s, %d rank%s at once), link %.2f "
-             "GB/s + %.1f us (%s)",
+             "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s, %d rank%s at once%s), link "
+             "%.2f GB/s + %.1f us (%s)",
              m->flops * 1e-9, gflops > 0 ? "given" : "measured", (long long)rows,
              (long long)big->gemm_in, (long long)big->gemm_out, mg_backend_cpu_threads(),
-             mg_backend_cpu_threads() == 1 ? "" : "s", world, world == 1 ? "" : "s",
+             mg_backend_cpu_threads() == 1 ? "" : "s", at_once, at_once == 1 ? "" : "s", shared,
              m->bandwidth * 1e-9, m->latency * 1e6,
              gbps > 0 && latency_us > 0 ? "given"
              : world > 1 ? "measured between ranks 0 and 1"

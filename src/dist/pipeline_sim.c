@@ -7,7 +7,10 @@
  * a deadlock, reported with what each one waits for. Times follow from the
  * order alone (an action starts when its rank is free and what it waits for
  * has arrived), so which rank moves first in a round does not change them.
+ * With shared cores (pipeline_verify.h) a second pass re-times the matched
+ * run in global time, event by event (retime_shared).
  * Exports: mg_pp_simulate, mg_pp_sim_free. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +101,7 @@ static double arrival(const run *u, int r, int i) {
     const channel *c = chan_of(u, r, a);
     int k = u->slot[r][i];
     if (k < 0 || k >= c->nsend || k >= c->nrecv) return -1;
+    if (c->send_t[k] < 0 || c->recv_t[k] < 0) return -1; /* retime_shared: not posted yet */
     double both = c->send_t[k] > c->recv_t[k] ? c->send_t[k] : c->recv_t[k];
     return both + mg_pp_action_time(u->cost, a);
 }
@@ -290,6 +294,90 @@ static void find_inputs(run *u) {
         }
 }
 
+/* F, B, Bi and W: the actions that share the cores */
+static int is_compute(int op) {
+    return op == MG_PP_FORWARD || op == MG_PP_BACKWARD || op == MG_PP_BACKWARD_INPUT ||
+           op == MG_PP_BACKWARD_WEIGHT;
+}
+
+/* Re-times a finished MG_PP_P2P_ASYNC run (transfers matched, slots known)
+ * with its ranks sharing ranks * cost->core_share cores, in global time. At each event
+ * every rank first moves as far as it can: it posts its sends and receives,
+ * and starts its next compute once the receive it consumes has arrived. Then
+ * time runs to the next event, the first compute to finish at the present
+ * rates or the first awaited transfer to arrive. */
+static void retime_shared(run *u) {
+    const mg_pp_schedule *s = u->s;
+    mg_pp_sim *sim = u->sim;
+    int p = s->ranks;
+    double cores = p * u->cost->core_share;
+    for (int c = 0; c < p * p; c++)
+        for (int k = 0; k < u->ch[c].nsend; k++) u->ch[c].send_t[k] = u->ch[c].recv_t[k] = -1;
+    double *left = malloc(sizeof(double) * (size_t)p); /* work left (seconds at a whole core) */
+    if (!left) return; /* keep the unshared times */
+    double now = 0;
+    for (int r = 0; r < p; r++) {
+        u->pc[r] = 0;
+        u->t[r] = 0;
+        left[r] = -1;
+        sim->busy_rank[r] = 0;
+    }
+    for (;;) {
+        for (int r = 0; r < p; r++)
+            while (left[r] < 0 && u->pc[r] < s->len[r]) {
+                int i = u->pc[r];
+                const mg_pp_action *a = &s->actions[r][i];
+                sim->start[r][i] = now;
+                if (mg_pp_op_is_p2p(a->op)) {
+                    channel *c = chan_of(u, r, a);
+                    *(is_send(a->op) ? &c->send_t[u->slot[r][i]] : &c->recv_t[u->slot[r][i]]) = now;
+                    u->t[r] = now;
+                    u->pc[r]++;
+                    continue;
+                }
+                int in = u->input[r][i];
+                double when = in >= 0 ? arrival(u, r, in) : now;
+                if (when < 0 || when > now) break; /* waits for its input */
+                left[r] = mg_pp_action_time(u->cost, a);
+            }
+        int active = 0, running = 0;
+        for (int r = 0; r < p; r++)
+            if (left[r] >= 0) {
+                running++;
+                active += is_compute(s->actions[r][u->pc[r]].op);
+            }
+        double share = active > cores ? cores / active : 1.0;
+        double next = INFINITY;
+        for (int r = 0; r < p; r++) {
+            if (left[r] >= 0) {
+                double rate = is_compute(s->actions[r][u->pc[r]].op) ? share : 1.0;
+                next = fmin(next, now + left[r] / rate);
+            } else if (u->pc[r] < s->len[r]) {
+                int in = u->input[r][u->pc[r]];
+                double when = in >= 0 ? arrival(u, r, in) : -1;
+                if (when > now) next = fmin(next, when);
+            }
+        }
+        if (!running && next == INFINITY) break; /* done (the order-based run proved it ends) */
+        for (int r = 0; r < p; r++) {
+            if (left[r] < 0) continue;
+            int i = u->pc[r];
+            double rate = is_compute(s->actions[r][i].op) ? share : 1.0;
+            if (now + left[r] / rate <= next * (1 + 1e-12)) { /* finishes at this event */
+                sim->end[r][i] = next;
+                if (is_compute(s->actions[r][i].op)) sim->busy_rank[r] += next - sim->start[r][i];
+                u->t[r] = next;
+                u->pc[r]++;
+                left[r] = -1;
+            } else {
+                left[r] -= (next - now) * rate;
+            }
+        }
+        now = next;
+    }
+    free(left);
+}
+
 /* Ends of transfers, when each rank was done, the bubble and the peaks. */
 static void finish(run *u) {
     const mg_pp_schedule *s = u->s;
@@ -364,6 +452,9 @@ int mg_pp_simulate(const mg_pp_schedule *s, const mg_pp_cost *cost, mg_pp_p2p_mo
                               mg_pp_kind_name(s->kind), c / s->ranks, u.ch[c].nsend,
                               c % s->ranks, u.ch[c].nrecv);
     }
+    if (rc == MG_OK && cost && cost->core_share > 0 && cost->core_share < 1 &&
+        model == MG_PP_P2P_ASYNC)
+        retime_shared(&u);
     if (rc == MG_OK) finish(&u);
     free_run(&u);
     if (rc == MG_OK && out) *out = sim;

@@ -35,6 +35,14 @@
  * rank waits forever. The generators' lists all pass (tests/test_pipeline.c
  * runs every schedule for p <= 8, M <= 32, v <= 4).
  *
+ * Shared cores (0 < cost->core_share < 1, MG_PP_P2P_ASYNC only): more ranks
+ * than cores on one machine, ranks * core_share cores in all. They are shared
+ * evenly among the ranks computing at each moment (processor sharing): with a
+ * computing, each F, B, Bi or W runs at min(1, cores / a) of its speed, so a
+ * rank waiting in its bubble leaves its core to the others. The order-based run above still matches the
+ * transfers and finds deadlocks; the times come from a second pass in global
+ * time. Reduce-grad and transfers are not slowed.
+ *
  * Times: with cost NULL every F, Bi and W takes 1 (a full B takes 2) and
  * transfers are free: the unit-time bubble of the papers. The bubble is the
  * share of rank-time not spent in F, B, Bi or W: 1 - busy / (ranks * step).
@@ -57,6 +65,8 @@ typedef struct {
     const int64_t *rows;       /* per micro-batch; NULL: 1 row each */
     double latency;            /* seconds per transfer */
     double bandwidth;          /* bytes per second; <= 0: a transfer takes only the latency */
+    double core_share;         /* cores a rank gets when all compute (4 ranks on 2 cores:
+                                * 0.5); <= 0 or >= 1: a core each (see below) */
 } mg_pp_cost;
 
 typedef enum { MG_PP_P2P_ASYNC = 0, MG_PP_P2P_RENDEZVOUS } mg_pp_p2p_model;

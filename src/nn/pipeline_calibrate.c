@@ -1,12 +1,15 @@
 /* pipeline_calibrate.c: the two figures a pipeline plan's times come from, measured
  * on this machine: a FLOP rate (the three matrix products of a Linear layer
  * through the CPU backend) and a link (point-to-point round trips through the
- * comm layer). Every rank measures the FLOP rate at once, as a step's stages
- * compute at once, so ranks that share cores or memory bandwidth measure the
- * rate they will get (4 ranks on 2 cores: about half a core's); the plan takes
- * their mean. Rank 0 measures the link; every rank gets the same figures, so
- * every rank plans the same. See pipeline_cost.h.
+ * comm layer). The ranks measure the FLOP rate at once, as a step's stages
+ * compute, so ranks that share memory bandwidth measure the rate they will
+ * get; the plan takes their mean. When the ranks outnumber the cores, only as
+ * many ranks as there are cores measure: the plan wants a whole core's rate
+ * and shares the cores out itself (pipeline_verify.h). Rank 0 measures the
+ * link; every rank gets the same figures, so every rank plans the same. See
+ * pipeline_cost.h.
  * Exports: mg_pp_measure_flops, mg_pp_measure_link. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -75,14 +78,30 @@ static double measure_here(int64_t rows, int64_t in, int64_t out) {
     return rate;
 }
 
-int mg_pp_measure_flops(mg_comm *c, int64_t rows, int64_t in, int64_t out, double *flops) {
+/* mg_comm_all_reduce (a sum), waited for in naps: a rank that does not
+ * measure must not spin on a core that a measuring rank shares */
+static int sum_sleeping(mg_comm *c, float *v, int64_t n) {
+    mg_comm_request req;
+    int rc = mg_comm_iall_reduce(c, v, n, &req);
+    while (rc == MG_OK && !req.done) {
+        struct timespec pause = {0, 200000}; /* 0.2 ms */
+        nanosleep(&pause, NULL);
+        rc = mg_comm_test(c, &req);
+    }
+    return rc;
+}
+
+int mg_pp_measure_flops(mg_comm *c, int at_once, int64_t rows, int64_t in, int64_t out,
+                        double *flops) {
     float ready = 1;
     int rc = mg_comm_all_reduce(c, &ready, 1, MG_REDUCE_MAX); /* the ranks start together */
-    double here = rc == MG_OK ? measure_here(rows, in, out) : 0;
-    /* the mean rate, in GFLOP/s; none if a rank could not measure */
-    float v[2] = {(float)(here * 1e-9), here > 0 ? 0.0f : 1.0f};
-    if (rc == MG_OK) rc = mg_comm_all_reduce(c, v, 2, MG_REDUCE_SUM);
-    *flops = rc == MG_OK && v[1] == 0 ? (double)v[0] / c->size * 1e9 : 0;
+    bool measures = at_once <= 0 || c->rank < at_once;
+    double here = rc == MG_OK && measures ? measure_here(rows, in, out) : 0;
+    /* the mean rate, in GFLOP/s, over the ranks that measured; none if one of
+     * them could not */
+    float v[3] = {(float)(here * 1e-9), measures && !(here > 0) ? 1.0f : 0.0f, measures};
+    if (rc == MG_OK) rc = sum_sleeping(c, v, 3);
+    *flops = rc == MG_OK && v[1] == 0 && v[2] > 0 ? (double)v[0] / v[2] * 1e9 : 0;
     if (rc == MG_OK && !(*flops > 0))
         rc = mg_error(MG_ENOMEM, "measuring the FLOP rate: out of memory for a %lld x %lld x %lld "
                                  "product", (long long)rows, (long long)in, (long long)out);

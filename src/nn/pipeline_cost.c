@@ -216,6 +216,7 @@ int mg_pp_stage_costs_make(mg_pp_stage_costs *c, const mg_layer_cost *layers,
                            .reduce = c->reduce,
                            .rows = c->rows,
                            .latency = m->latency,
-                           .bandwidth = m->bandwidth};
+                           .bandwidth = m->bandwidth,
+                           .core_share = m->core_share};
     return MG_OK;
 }

@@ -73,6 +73,9 @@ typedef struct {
     double latency;   /* seconds per transfer */
     double bandwidth; /* bytes per second of a link */
     int dp;           /* data-parallel degree (1: pipeline only) */
+    double core_share; /* cores a rank gets when every rank computes: below 1 when
+                        * the ranks outnumber the cores of their one machine
+                        * (mg_pp_cost's); then `flops` is a whole core's rate */
 } mg_pp_machine;
 
 /* The per-stage arrays of an mg_pp_cost (pointing into *c's own storage)
@@ -90,10 +93,12 @@ typedef struct {
 
 /* A rank's FLOP rate on the three matrix products of a Linear(in, out) over
  * `rows` rows (y = x W^T, dx = dy W, dW = dy^T x) through the CPU backend:
- * the median of a few repeats (about 50 ms in all). Collective over `c`: every
- * rank measures at the same time, as a step's stages compute, and every rank
- * gets the mean of their rates. MG_ENOMEM. */
-int mg_pp_measure_flops(mg_comm *c, int64_t rows, int64_t in, int64_t out, double *flops);
+ * the median of a few repeats (about 50 ms in all). Collective over `c`: the
+ * first `at_once` ranks (every rank when at_once <= 0) measure at the same
+ * time, as a step's stages compute, and every rank gets the mean of their
+ * rates. MG_ENOMEM. */
+int mg_pp_measure_flops(mg_comm *c, int at_once, int64_t rows, int64_t in, int64_t out,
+                        double *flops);
 /* The link between ranks 0 and 1 of `c` (a rank with itself when c has one
  * rank: a memory copy through MPI): half the shortest of a few round trips of
  * a 1-float message (latency) and of an n-float one (bandwidth). Collective
