@@ -12,8 +12,9 @@
 #     zb-h1, on 2 and 4 ranks; measured bubble against the verifier's
 #     (unit time) and the plan's (with these costs), measured pipeline time
 #     against the predicted one, and the micro-batches each stage held.
-# 4 ranks oversubscribe a 2-core machine (two ranks share a core): their
-# times and bubbles say little there. Benchmark on a quiet machine.
+# 4 ranks oversubscribe a 2-core machine: the plan then shares the cores among
+# the ranks computing at each moment (pipeline_verify.h), and the measured
+# bubbles count a rank's time sliced away as busy. Benchmark on a quiet machine.
 #
 #   scripts/bench-pp.sh [--build DIR] [--steps N] [--pairs N]
 # Prints the tables; the JSON line of every run goes to bench-pp.jsonl.
