@@ -83,6 +83,7 @@ struct mg_context {
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
+    int oversubscribed;       /* world.c: this machine's ranks outnumber its cores */
     int next_mesh_id;         /* mesh.c */
     int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */
     struct mg_comm *world;    /* comm_control.c: the comm over MPI_COMM_WORLD */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/device.h"
 #include "backend/trace_kernels.h"
@@ -31,6 +32,22 @@
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "0.1.0"
 #endif
+
+/* Collective: whether more ranks run on this machine than it has cores. Then
+ * a rank that waits for a message naps (comm_p2p.c) instead of spinning: a
+ * spinning rank stays runnable, and the scheduler, balancing runnable ranks,
+ * may leave two computing ranks on one core and the waiters on the other. */
+static int oversubscribed(void) {
+    MPI_Comm node;
+    int on_node = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return 0;
+    MPI_Comm_size(node, &on_node);
+    MPI_Comm_free(&node);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 && on_node > cpus;
+}
 
 int mg_init(int *argc, char ***argv) {
     int initialized = 0, finalized = 0;
@@ -49,6 +66,7 @@ int mg_init(int *argc, char ***argv) {
         c->started_mpi = 1;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    c->oversubscribed = oversubscribed();
     c->started = 1;
     return MG_OK;
 }
