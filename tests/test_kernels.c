@@ -104,6 +104,51 @@ START_TEST(test_gemm) {
 }
 END_TEST
 
+/* Micro-batch shapes against a large operand (cpu_gemm_small.c on AVX2
+ * machines for nt, sgemm elsewhere): rows that do not fill a register
+ * tile, weights whose edges do not, leading dims with padding, beta 0 over NaN
+ * and 0.5; the last case, past 64 rows, goes to sgemm. _i: 0 nt (x W^T), 1 nn
+ * (dy W), 2 tn (dy^T x). */
+START_TEST(test_gemm_small) {
+    static const int64_t rows_first[][3] = {{2, 300, 257}, {17, 259, 300}, {32, 1030, 70},
+                                            {64, 300, 230}, {5, 600, 120},  {65, 300, 257}};
+    mg_backend_cpu_set_threads(1); /* the kernels take a call when sgemm would get no more */
+    for (size_t s = 0; s < sizeof rows_first / sizeof rows_first[0]; s++)
+        for (int64_t pad = 0; pad <= 3; pad += 3)
+            for (int z = 0; z < 2; z++) {
+                const int64_t *d = rows_first[s];
+                float beta = z ? 0.5f : 0.0f;
+                if (_i == 0) gemm_case(false, true, d[0], d[1], d[2], pad, beta);
+                if (_i == 1) gemm_case(false, false, d[0], d[1], d[2], pad, beta);
+                if (_i == 2) gemm_case(true, false, d[1], d[2], d[0], pad, beta); /* K small */
+            }
+    mg_backend_cpu_set_threads(0);
+}
+END_TEST
+
+/* A row of C does not depend on the rows around it: 32 rows at once and in
+ * row shards of 5 and 27 give the same bits (nt: each element one sum in
+ * order), as data-parallel row shards of a batch need. */
+START_TEST(test_gemm_small_row_shards) {
+    enum { M = 32, N = 1030, K = 300 };
+    mg_backend_cpu_set_threads(1);
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N * K);
+    float *whole = malloc(sizeof(float) * M * N), *parts = malloc(sizeof(float) * M * N);
+    mg_test_fill(a, M * K, 1);
+    mg_test_fill(b, N * K, 2);
+    BE->gemm(CTX, false, true, M, N, K, 1.0f, a, K, b, K, 0.0f, whole, N);
+    BE->gemm(CTX, false, true, 5, N, K, 1.0f, a, K, b, K, 0.0f, parts, N);
+    BE->gemm(CTX, false, true, M - 5, N, K, 1.0f, a + 5 * K, K, b, K, 0.0f, parts + 5 * N, N);
+    ck_assert_msg(memcmp(whole, parts, sizeof(float) * M * N) == 0,
+                  "x W^T: row shards differ from the whole");
+    free(a);
+    free(b);
+    free(whole);
+    free(parts);
+    mg_backend_cpu_set_threads(0);
+}
+END_TEST
+
 /* batched: A strided, B shared (stride 0), and C strided; _i is the transpose combo */
 START_TEST(test_gemm_batched) {
     bool ta = _i & 1, tb = (_i >> 1) & 1;
@@ -861,6 +906,8 @@ int main(void) {
     TCase *tc = mg_test_case(s, "kernels", tests);
     tcase_add_loop_test(tc, test_gemm, 0, 4);
     tcase_add_loop_test(tc, test_gemm_batched, 0, 4);
+    tcase_add_loop_test(tc, test_gemm_small, 0, 3);
+    tcase_add_test(tc, test_gemm_small_row_shards);
     tcase_add_loop_test(tc, test_binary_broadcast_patterns, 0, MG_BINARY_COUNT);
     return mg_test_run(s);
 }

@@ -61,6 +61,8 @@ void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, in
                         beta, c, 1);
         return;
     }
+    if (mg_cpu_gemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
+        return; /* a micro-batch against a large weight: sgemm would pack the weight */
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
                 (int)ldb, beta, c, (int)ldc);
