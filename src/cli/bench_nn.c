@@ -8,7 +8,10 @@
  *   layer norm (with weight and bias) and softmax fwd+bwd on 8192 rows of 1024:
  *     GB/s of the bytes they must move (forward x in, y out; backward two
  *     tensors in, dx out: five tensors) against a plain copy (one in, one out);
- *     target >= 70%.
+ *     target >= 70%;
+ *   a Linear forward (x W^T, W 4096 x 1024) on eight 32-row micro-batches
+ *     through the backend's gemm (cpu_gemm_small.c where it runs), beside
+ *     cblas_sgemm on the same eight and on the one 256-row batch: GFLOP/s.
  * The backend kernels are timed directly (best of several runs), not the ops:
  * the ops add only dispatch, which the rows above them show.
  * Exports mg_cli_bench_nn (cli.h). */
@@ -44,6 +47,7 @@ enum { ATT_B = 8, ATT_H = 4, ATT_T = 256, ATT_D = 64, ROWS = 8192, COLS = 1024 }
 typedef struct {
     double attention, attention_causal, sgemm; /* GFLOP/s */
     double layer_norm, softmax, copy;          /* GB/s */
+    double micro, micro_sgemm, batch_sgemm;    /* GFLOP/s: the Linear forward */
 } nn_figures;
 
 /* seconds of the best of REPS runs of the attention kernels, forward + backward */
@@ -120,13 +124,54 @@ static int bench_rows(nn_figures *out) {
     return MG_OK;
 }
 
+enum { MB_ROWS = 32, MB_COUNT = 8, LIN_IN = 1024, LIN_OUT = 4096 };
+
+/* y = x W^T on MB_COUNT micro-batches of MB_ROWS rows: the backend's gemm and
+ * sgemm on them, and sgemm on all the rows at once (best of REPS each) */
+static int bench_micro(nn_figures *out) {
+    const mg_backend *be = mg_backend_cpu();
+    int64_t rows = MB_ROWS * MB_COUNT, xs[2] = {rows, LIN_IN}, ws[2] = {LIN_OUT, LIN_IN};
+    int64_t ys[2] = {rows, LIN_OUT};
+    mg_tensor *x = filled(2, xs, 1), *w = filled(2, ws, 1), *y = filled(2, ys, 0);
+    if (!x || !w || !y) return mg_error(MG_ENOMEM, "bench ops: out of memory for the Linear");
+    double best[3] = {INFINITY, INFINITY, INFINITY};
+    for (int r = 0; r < REPS; r++) {
+        double t0 = seconds();
+        for (int m = 0; m < MB_COUNT; m++)
+            be->iface->gemm(be->context, false, true, MB_ROWS, LIN_OUT, LIN_IN, 1.0f,
+                            x->data + m * MB_ROWS * LIN_IN, LIN_IN, w->data, LIN_IN, 0.0f,
+                            y->data + m * MB_ROWS * LIN_OUT, LIN_OUT);
+        double t1 = seconds();
+        for (int m = 0; m < MB_COUNT; m++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, MB_ROWS, LIN_OUT, LIN_IN, 1.0f,
+                        x->data + m * MB_ROWS * LIN_IN, LIN_IN, w->data, LIN_IN, 0.0f,
+                        y->data + m * MB_ROWS * LIN_OUT, LIN_OUT);
+        double t2 = seconds();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, LIN_OUT, LIN_IN, 1.0f,
+                    x->data, LIN_IN, w->data, LIN_IN, 0.0f, y->data, LIN_OUT);
+        double t3 = seconds();
+        best[0] = fmin(best[0], t1 - t0);
+        best[1] = fmin(best[1], t2 - t1);
+        best[2] = fmin(best[2], t3 - t2);
+    }
+    double flops = 2.0 * (double)rows * LIN_IN * LIN_OUT;
+    out->micro = flops / best[0] * 1e-9;
+    out->micro_sgemm = flops / best[1] * 1e-9;
+    out->batch_sgemm = flops / best[2] * 1e-9;
+    mg_tensor_free(x);
+    mg_tensor_free(w);
+    mg_tensor_free(y);
+    return MG_OK;
+}
+
 int mg_cli_bench_nn(char *json, size_t len) {
-    nn_figures r = {0, 0, 0, 0, 0, 0};
+    nn_figures r = {0, 0, 0, 0, 0, 0, 0, 0, 0};
     int rc = MG_OK, threads = mg_backend_cpu_threads();
     if (mg_rank() == 0) {
         mg_backend_cpu_set_threads(1);
         rc = bench_attention(&r);
         if (rc == MG_OK) rc = bench_rows(&r);
+        if (rc == MG_OK) rc = bench_micro(&r);
         mg_backend_cpu_set_threads(threads);
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -140,11 +185,16 @@ int mg_cli_bench_nn(char *json, size_t len) {
            "layer norm fwd+bwd 8192 x 1024", r.layer_norm, r.copy, r.layer_norm / r.copy);
     printf("  %-44s %8.1f GB/s      plain copy %6.1f GB/s   ratio %.2f (target >= 0.7)\n",
            "softmax fwd+bwd 8192 x 1024", r.softmax, r.copy, r.softmax / r.copy);
+    printf("  %-44s %8.1f GFLOP/s   sgemm same %6.1f, 256 rows at once %6.1f   ratio %.2f\n",
+           "x W^T, 8 micro-batches of 32 x 1024, W 4096", r.micro, r.micro_sgemm, r.batch_sgemm,
+           r.micro / r.batch_sgemm);
     snprintf(json, len,
              ",\"attention_gflops\":%.2f,\"attention_causal_gflops\":%.2f,\"sgemm_gflops\":%.2f,"
              "\"attention_vs_sgemm\":%.3f,\"layer_norm_gbs\":%.2f,\"softmax_gbs\":%.2f,"
-             "\"copy_gbs\":%.2f,\"layer_norm_vs_copy\":%.3f,\"softmax_vs_copy\":%.3f",
+             "\"copy_gbs\":%.2f,\"layer_norm_vs_copy\":%.3f,\"softmax_vs_copy\":%.3f,"
+             "\"micro_gflops\":%.2f,\"micro_sgemm_gflops\":%.2f,\"batch_sgemm_gflops\":%.2f",
              r.attention, r.attention_causal, r.sgemm, r.attention / r.sgemm, r.layer_norm,
-             r.softmax, r.copy, r.layer_norm / r.copy, r.softmax / r.copy);
+             r.softmax, r.copy, r.layer_norm / r.copy, r.softmax / r.copy, r.micro, r.micro_sgemm,
+             r.batch_sgemm);
     return MG_OK;
 }
