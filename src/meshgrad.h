@@ -36,7 +36,9 @@ enum {
     MG_EDEVICE = -10,   /* CUDA / device error, or no device */
 };
 
-int mg_init(int *argc, char ***argv); /* MPI_Init if needed; idempotent */
+/* MPI_Init if needed; idempotent. Collective over the world the first time (every
+ * rank calls it): it asks MPI which ranks share this machine. */
+int mg_init(int *argc, char ***argv);
 void mg_finalize(void);
 int mg_rank(void);
 int mg_world_size(void);
