@@ -83,6 +83,8 @@ struct mg_context {
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
+    int node_ranks;           /* world.c: ranks on this machine (counted by mg_init) */
+    int node_is_world;        /* world.c: every rank runs on this machine */
     int oversubscribed;       /* world.c: this machine's ranks outnumber its cores */
     int next_mesh_id;         /* mesh.c */
     int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */

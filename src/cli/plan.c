@@ -23,16 +23,16 @@
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <getopt.h>
-#include <unistd.h>
-#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "cli/cli.h"
 #include "cli/plan_show.h"
+#include "context.h"
 #include "dist/mesh.h"
 #include "nn/gpt_pipeline.h"
 #include "nn/pipeline_cost.h"
@@ -239,22 +239,16 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
 /* When every rank runs on this one machine and together they want more cores
  * than it has (threads per rank counted): the cores a rank gets when all
  * compute, and how many ranks can compute at once (*cores). Else 1 and 0:
- * a rank has its cores to itself. Collective over c (the world). */
-static int core_share(mg_comm *c, double *share, int *cores) {
-    MPI_Comm node;
-    int on_node = 0, threads = mg_backend_cpu_threads();
-    int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (err != MPI_SUCCESS) return mg_mpi_failed(err, "plan: finding the ranks of this machine failed");
-    MPI_Comm_size(node, &on_node);
-    MPI_Comm_free(&node);
+ * a rank has its cores to itself. */
+static void core_share(double *share, int *cores) {
+    int on_node = mg_ctx()->node_ranks, threads = mg_backend_cpu_threads();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *share = 1;
     *cores = 0;
-    if (on_node == c->size && cpus > 0 && (long)on_node * threads > cpus) {
+    if (mg_ctx()->node_is_world && cpus > 0 && (long)on_node * threads > cpus) {
         *share = (double)cpus / ((double)on_node * threads);
         *cores = (int)(cpus / threads) > 0 ? (int)(cpus / threads) : 1;
     }
-    return MG_OK;
 }
 
 int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_layer_cost *layers,
@@ -268,7 +262,7 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
         if (layers[i].gemm_in * layers[i].gemm_out > big->gemm_in * big->gemm_out) big = &layers[i];
     for (int i = 0; i < n; i++) most = layers[i].out_floats > most ? layers[i].out_floats : most;
     int cores = 0;
-    rc = core_share(mesh->world, &m->core_share, &cores);
+    core_share(&m->core_share, &cores);
     double all = 0; /* with shared cores: the rate of a rank when every rank computes */
     if (rc == MG_OK && gflops > 0) m->flops = gflops * 1e9;
     else if (rc == MG_OK)

@@ -33,20 +33,24 @@
 #define PACKAGE_VERSION "0.1.0"
 #endif
 
-/* Collective: whether more ranks run on this machine than it has cores. Then
- * a rank that waits for a message naps (comm_p2p.c) instead of spinning: a
- * spinning rank stays runnable, and the scheduler, balancing runnable ranks,
- * may leave two computing ranks on one core and the waiters on the other. */
-static int oversubscribed(void) {
+/* Collective: how many ranks run on this machine, whether they are all of
+ * them, and whether they outnumber its cores. When they do, a rank that waits
+ * for a message naps (comm_p2p.c) instead of spinning: a spinning rank stays
+ * runnable, and the scheduler, balancing runnable ranks, may leave two
+ * computing ranks on one core and the waiters on the other. */
+static void count_node(mg_context *c) {
     MPI_Comm node;
-    int on_node = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
-        return 0;
-    MPI_Comm_size(node, &on_node);
-    MPI_Comm_free(&node);
+    int on_node = 1, world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &on_node);
+        MPI_Comm_free(&node);
+    }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 0 && on_node > cpus;
+    c->node_ranks = on_node;
+    c->node_is_world = on_node == world;
+    c->oversubscribed = cpus > 0 && on_node > cpus;
 }
 
 int mg_init(int *argc, char ***argv) {
@@ -66,7 +70,7 @@ int mg_init(int *argc, char ***argv) {
         c->started_mpi = 1;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    c->oversubscribed = oversubscribed();
+    count_node(c);
     c->started = 1;
     return MG_OK;
 }
