@@ -83,7 +83,8 @@ struct mg_context {
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
-    int node_ranks;           /* world.c: ranks on this machine (counted by mg_init) */
+    int node_ranks, node_rank; /* world.c: ranks on this machine (counted by mg_init), and
+                                * this one's place among them */
     int node_is_world;        /* world.c: every rank runs on this machine */
     int oversubscribed;       /* world.c: this machine's ranks outnumber its cores */
     int next_mesh_id;         /* mesh.c */

@@ -33,22 +33,24 @@
 #define PACKAGE_VERSION "0.1.0"
 #endif
 
-/* Collective: how many ranks run on this machine, whether they are all of
- * them, and whether they outnumber its cores. When they do, a rank that waits
+/* Collective: how many ranks run on this machine and which of them this one
+ * is, whether they are all of them, and whether they outnumber its cores. When they do, a rank that waits
  * for a message naps (comm_p2p.c) instead of spinning: a spinning rank stays
  * runnable, and the scheduler, balancing runnable ranks, may leave two
  * computing ranks on one core and the waiters on the other. */
 static void count_node(mg_context *c) {
     MPI_Comm node;
-    int on_node = 1, world = 1;
+    int on_node = 1, world = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
         MPI_SUCCESS) {
         MPI_Comm_size(node, &on_node);
+        MPI_Comm_rank(node, &rank);
         MPI_Comm_free(&node);
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->node_ranks = on_node;
+    c->node_rank = rank;
     c->node_is_world = on_node == world;
     c->oversubscribed = cpus > 0 && on_node > cpus;
 }
@@ -118,23 +120,12 @@ const char *mg_version(void) { return PACKAGE_VERSION; }
 /* ---- the device of every rank ---------------------------------------------------- */
 
 #ifdef MG_HAVE_CUDA
-/* This rank's rank and the number of ranks on its node. */
-static int node_rank(int *rank, int *size) {
-    MPI_Comm node;
-    int err = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (err != MPI_SUCCESS) return mg_mpi_failed(err, "CUDA: finding the ranks of this node failed");
-    MPI_Comm_rank(node, rank);
-    MPI_Comm_size(node, size);
-    MPI_Comm_free(&node);
-    return MG_OK;
-}
-
 /* Collective: this rank's GPU is its rank on its node modulo the GPUs it sees;
  * the backend is made on it (again on the same one: MG_OK). */
 static int cuda_start(void) {
-    int rank = 0, size = 1;
-    int rc = node_rank(&rank, &size); /* collective: every rank calls it, every time */
-    if (rc != MG_OK) return rc;
+    mg_context *c = mg_ctx();
+    if (!c->node_ranks) count_node(c); /* MPI was started without mg_init */
+    int rank = c->node_rank, size = c->node_ranks;
     int count = mg_cuda_device_count();
     if (count == 0)
         return mg_error(MG_EDEVICE, "no CUDA device found on rank %d (no GPU, no driver, or "
