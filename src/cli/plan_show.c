@@ -13,8 +13,6 @@
 #define GANTT_COLS 96
 #define MIB (1024.0 * 1024.0)
 
-static int is_compute(int op) { return op <= MG_PP_BACKWARD_WEIGHT; }
-
 /* "F3" (one stage per rank) or "F3s5" */
 static void short_name(char *buf, size_t len, const mg_pp_schedule *s, const mg_pp_action *a) {
     static const char letter[] = {'F', 'B', 'B', 'W'};
@@ -82,11 +80,11 @@ static void print_gantt(FILE *out, const mg_plan_report *r) {
         line[GANTT_COLS] = '\0';
         for (int i = 0; i < s->len[rk]; i++) {
             const mg_pp_action *a = &s->actions[rk][i];
-            if (!is_compute(a->op) && a->op != MG_PP_REDUCE_GRAD) continue;
+            if (!mg_pp_op_is_compute(a->op) && a->op != MG_PP_REDUCE_GRAD) continue;
             for (int k = 0; k < GANTT_COLS; k++) {
                 double mid = (k + 0.5) * col;
                 if (mid >= sim->start[rk][i] && mid < sim->end[rk][i])
-                    line[k] = is_compute(a->op) ? "FBBW"[a->op] : 'R';
+                    line[k] = mg_pp_op_is_compute(a->op) ? "FBBW"[a->op] : 'R';
             }
         }
         fprintf(out, "  rank %-3d |%s|\n", rk, line);
@@ -96,7 +94,7 @@ static void print_gantt(FILE *out, const mg_plan_report *r) {
         int used = fprintf(out, "  rank %-3d", rk);
         for (int i = 0; i < s->len[rk]; i++) {
             const mg_pp_action *a = &s->actions[rk][i];
-            if (!is_compute(a->op)) continue;
+            if (!mg_pp_op_is_compute(a->op)) continue;
             char name[24], item[48];
             short_name(name, sizeof name, s, a);
             int n = snprintf(item, sizeof item, " %s %.2f", name, sim->start[rk][i] * 1e3);
@@ -179,7 +177,7 @@ static void write_events(FILE *f, const mg_pp_schedule *s, const mg_pp_sim *sim,
             const mg_pp_action *a = &s->actions[rk][i];
             char name[64];
             mg_pp_action_format(name, sizeof name, a);
-            if (is_compute(a->op) || a->op == MG_PP_REDUCE_GRAD) {
+            if (mg_pp_op_is_compute(a->op) || a->op == MG_PP_REDUCE_GRAD) {
                 span(f, &first, name, a->op == MG_PP_REDUCE_GRAD ? "reduce-grad" : cats[a->op], rk,
                      0, sim->start[rk][i], sim->end[rk][i], a->mb, a->stage);
                 continue;

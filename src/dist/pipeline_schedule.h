@@ -43,7 +43,7 @@
  * Exports: mg_pp_kind, mg_pp_op, mg_pp_action, mg_pp_schedule,
  * mg_pp_kind_parse, mg_pp_kind_name, mg_pp_schedule_check, mg_pp_schedule_make,
  * mg_pp_schedule_free, mg_pp_stage_rank, mg_pp_action_format, mg_pp_op_name,
- * mg_pp_op_is_p2p, mg_pp_batch_end, mg_pp_microbatch_rows. */
+ * mg_pp_op_is_p2p, mg_pp_op_is_compute, mg_pp_batch_end, mg_pp_microbatch_rows. */
 #ifndef MG_PIPELINE_SCHEDULE_H
 #define MG_PIPELINE_SCHEDULE_H
 
@@ -111,6 +111,10 @@ void mg_pp_schedule_free(mg_pp_schedule *s);
 
 static inline int mg_pp_stage_rank(const mg_pp_schedule *s, int stage) { return stage % s->ranks; }
 static inline int mg_pp_op_is_p2p(int op) { return op >= MG_PP_SEND_ACT && op <= MG_PP_RECV_GRAD; }
+/* F, B, Bi and W: the actions that compute */
+static inline int mg_pp_op_is_compute(int op) {
+    return op >= MG_PP_FORWARD && op <= MG_PP_BACKWARD_WEIGHT;
+}
 /* The batch of transfers starting at action i of rank r ends before the
  * returned index: the first action after i that is not a send or a receive. */
 static inline int mg_pp_batch_end(const mg_pp_schedule *s, int r, int i) {

@@ -294,12 +294,6 @@ static void find_inputs(run *u) {
         }
 }
 
-/* F, B, Bi and W: the actions that share the cores */
-static int is_compute(int op) {
-    return op == MG_PP_FORWARD || op == MG_PP_BACKWARD || op == MG_PP_BACKWARD_INPUT ||
-           op == MG_PP_BACKWARD_WEIGHT;
-}
-
 /* Re-times a finished MG_PP_P2P_ASYNC run (transfers matched, slots known)
  * with its ranks sharing ranks * cost->core_share cores, in global time. At each event
  * every rank first moves as far as it can: it posts its sends and receives,
@@ -344,13 +338,13 @@ static void retime_shared(run *u) {
         for (int r = 0; r < p; r++)
             if (left[r] >= 0) {
                 running++;
-                active += is_compute(s->actions[r][u->pc[r]].op);
+                active += mg_pp_op_is_compute(s->actions[r][u->pc[r]].op);
             }
         double share = active > cores ? cores / active : 1.0;
         double next = INFINITY;
         for (int r = 0; r < p; r++) {
             if (left[r] >= 0) {
-                double rate = is_compute(s->actions[r][u->pc[r]].op) ? share : 1.0;
+                double rate = mg_pp_op_is_compute(s->actions[r][u->pc[r]].op) ? share : 1.0;
                 next = fmin(next, now + left[r] / rate);
             } else if (u->pc[r] < s->len[r]) {
                 int in = u->input[r][u->pc[r]];
@@ -362,10 +356,10 @@ static void retime_shared(run *u) {
         for (int r = 0; r < p; r++) {
             if (left[r] < 0) continue;
             int i = u->pc[r];
-            double rate = is_compute(s->actions[r][i].op) ? share : 1.0;
+            double rate = mg_pp_op_is_compute(s->actions[r][i].op) ? share : 1.0;
             if (now + left[r] / rate <= next * (1 + 1e-12)) { /* finishes at this event */
                 sim->end[r][i] = next;
-                if (is_compute(s->actions[r][i].op)) sim->busy_rank[r] += next - sim->start[r][i];
+                if (mg_pp_op_is_compute(s->actions[r][i].op)) sim->busy_rank[r] += next - sim->start[r][i];
                 u->t[r] = next;
                 u->pc[r]++;
                 left[r] = -1;

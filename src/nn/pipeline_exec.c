@@ -464,8 +464,6 @@ static int run_action(mg_pp_exec *e, const mg_pp_stage_fns *fns, const mg_pp_act
     }
 }
 
-static int is_compute(int op) { return op <= MG_PP_BACKWARD_WEIGHT; }
-
 static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out);
 
 int mg_pp_exec_step(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out) {
@@ -510,7 +508,7 @@ static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out)
             rc = run_action(e, fns, &list[i]);
             e->start[i] = e->compute_t0 - e->t0; /* a compute: after its receive was in */
             e->end[i] = MPI_Wtime() - e->t0;
-            if (is_compute(list[i].op)) e->st.busy_s += e->end[i] - e->start[i];
+            if (mg_pp_op_is_compute(list[i].op)) e->st.busy_s += e->end[i] - e->start[i];
             i++;
         }
         if (rc == MG_OK) rc = progress(e);
