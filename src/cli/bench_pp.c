@@ -50,8 +50,9 @@ static const char usage_text[] =
 static int number(const char *flag, const char *text, double lo, double *out) {
     char *end;
     double v = strtod(text, &end);
-    if (end == text || *end || !(v >= lo))
-        return mg_error(MG_EINVAL, "bench step: %s '%s' is not a number >= %g", flag, text, lo);
+    if (end == text || *end || !(v >= lo) || !isfinite(v))
+        return mg_error(MG_EINVAL, "bench step: %s '%s' is not a finite number >= %g", flag, text,
+                        lo);
     *out = v;
     return MG_OK;
 }

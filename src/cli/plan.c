@@ -23,6 +23,7 @@
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <getopt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +94,8 @@ static int bad_value(const char *flag, const char *value, const char *want) {
 static int parse_double(const char *flag, const char *text, double *out) {
     char *end;
     double v = strtod(text, &end);
-    if (end == text || *end || !(v > 0)) return bad_value(flag, text, "a positive number");
+    if (end == text || *end || !(v > 0) || !isfinite(v))
+        return bad_value(flag, text, "a finite positive number");
     *out = v;
     return MG_OK;
 }
