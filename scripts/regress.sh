@@ -106,11 +106,13 @@ if [ $quick -eq 1 ]; then gpt_steps=40; else gpt_steps=100; fi
 gptsmall_model=gpt-small
 gptsmall_flags="--model gpt --data $build/data/mobydick.h5 --layers 4 --heads 4 --embd 32 --ctx 32 --batch 16 \
 --optimizer adamw --lr 1e-3 --betas 0.9,0.95 --weight-decay 0.1 --schedule cosine --warmup 10 --lr-min 1e-4 \
---clip 1.0 --microbatches 4 --seed 12"
+--clip 1.0 --seed 12"
+gptsmall_pp_flags="--microbatches 4"
 gptsmall_steps=$gpt_steps
 # the pipeline runs (--parallel with pp): the mlp with 4 layers, 4 micro-batches
 ppmlp_model=mlp-depth4
-ppmlp_flags="--model mlp --depth 4 --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0 --microbatches 4"
+ppmlp_flags="--model mlp --depth 4 --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0"
+ppmlp_pp_flags="--microbatches 4"
 kill_model=mlp
 kill_flags="--model mlp --hidden 256 --optimizer adamw --lr 1e-3 --schedule constant"
 
@@ -146,6 +148,8 @@ train() {
     name=$1 np=$2 mesh=$3 plan=$4 key=$5
     shift 5
     eval "flags=\$${key}_flags"
+    # the pipeline's flags only where the plan has pp (train refuses them elsewhere)
+    case ",$plan," in *,pp,*) eval "flags=\"\$flags \${${key}_pp_flags:-}\"" ;; esac
     eval "ksteps_=\${${key}_steps:-}"
     [ -z "$ksteps_" ] || flags="$flags --steps $ksteps_"
     f=$out/runs/$(safe "$name")

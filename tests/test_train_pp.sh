@@ -17,8 +17,9 @@
 #   1f1b holds 2 and 1 micro-batches on its 2 stages, gpipe all 4.
 # - bad input: more stages than layers, fewer micro-batches than 1f1b needs,
 #   virtual stages that do not divide the layers, --pp-layers that do not sum
-#   to the layers, --microbatch-rows that do not sum to the batch: one
-#   "meshgrad: error:" line each, non-zero exit.
+#   to the layers, --microbatch-rows that do not sum to the batch, pipeline
+#   flags on a plan without pp (ignored before): one "meshgrad: error:" line
+#   each, non-zero exit.
 . "$(dirname "$0")/check.sh"
 program_test_env train-pp
 STEPS=100
@@ -122,6 +123,10 @@ expect "--microbatch-rows that do not sum to the batch" 2 \
     "--microbatch-rows sums to 30 rows but the batch has 64" $ok --parallel pp --microbatch-rows 10,20
 expect "an unknown pipeline schedule" 2 "unknown pipeline schedule 'zb-v'" \
     $ok --parallel pp --pp-schedule zb-v
+expect "--microbatches without pp" 2 \
+    "microbatches applies to a pipeline, and --parallel 'dp' has no pp: add pp to it" $ok --microbatches 4
+expect "--pp-schedule without pp" 2 "pp-schedule applies to a pipeline, and --parallel 'dp,tp' has no pp" \
+    $ok --mesh 1x2 --parallel dp,tp --pp-schedule gpipe
 
 # ---- bench step --parallel pp: runs, and says what it measured beside the plan -------
 bench_pp() {

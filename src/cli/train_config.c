@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "dist/mesh.h"
+#include "nn/plan.h"
 #include "status.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_MODEL, OPT_OPTIM, OPT_SCHEDULE, OPT_MESH,
@@ -356,6 +357,18 @@ int mg_train_config_check(const mg_train_config *c) {
     if (c->grad_accum > 1 && c->model != MG_MODEL_GPT)
         return mg_error(MG_EINVAL, "grad-accum %lld applies to --model gpt (the image models take "
                         "one batch per step)", (long long)c->grad_accum);
+    mg_plan plan;
+    const char *pp_flag = c->microbatches ? "microbatches"
+                          : c->microbatch_rows[0] ? "microbatch-rows"
+                          : c->pp_layers[0] ? "pp-layers"
+                          : c->virtual_stages != 1 ? "virtual-stages"
+                          : strcmp(c->pp_schedule, "1f1b") ? "pp-schedule" : NULL;
+    if (pp_flag && mg_plan_parse(c->parallel, &plan) == MG_OK && mg_plan_pp_dim(&plan) < 0)
+        return mg_error(MG_EINVAL, "%s applies to a pipeline, and --parallel '%s' has no pp: add "
+                        "pp to it (e.g. --parallel pp or pp,dp)%s", pp_flag, c->parallel,
+                        c->model == MG_MODEL_GPT && !strncmp(pp_flag, "microbatch", 10)
+                            ? ", or for micro-batches without a pipeline give --grad-accum"
+                            : "");
     if (c->batch % c->grad_accum != 0)
         return mg_error(MG_EINVAL, "grad-accum %lld does not divide batch %lld: each micro-batch "
                         "takes batch / grad-accum windows (e.g. --batch 32 --grad-accum 4)",
