@@ -6,6 +6,7 @@
 #   is untouched; a link, a device node (mknod) or a file that is not a
 #   checkpoint at the --save path is refused before step 1, and left as it is;
 #   --save (or --metrics) naming the data set or the config file is refused;
+#   --metrics over a file that is not a metrics file, or through a link, too;
 #   resuming from and saving to one file (the preemption workflow) works;
 # - --keep deletes only older ckpt-<step>.h5 checkpoints: a new run refuses a
 #   directory that already holds checkpoints, and with --overwrite leaves
@@ -75,6 +76,17 @@ refuse "--save equal to --config" 2 "--save base.conf is the file given as --con
 refuse "--metrics equal to --config" 2 "--metrics base.conf is the file given as --config" \
     --config base.conf --metrics base.conf
 check "... the config is intact" same base.conf base.conf.orig
+echo "notes" >notes.txt
+refuse "--metrics over a file that is not a metrics file" 1 \
+    "will not replace notes.txt: it is not a metrics file this program wrote" --steps 2 --metrics notes.txt
+check "... left as it is" test "$(cat notes.txt)" = notes
+ln -s ../victim.txt sl2/m.jsonl
+refuse "a symlink as --metrics" 1 "will not replace sl2/m.jsonl: it is a symbolic link" \
+    --steps 2 --metrics sl2/m.jsonl
+check "... its target is untouched" test "$(cat victim.txt)" = victim
+train 1 --steps 2 --metrics m.jsonl && train 1 --steps 2 --metrics m.jsonl
+check_output "the metrics file of an earlier run is replaced" \
+    sh -c "test $rc -eq 0 && test \$(grep -c param_checksum m.jsonl) -eq 1"
 refuse "--save over a file that is not a checkpoint" 1 \
     "will not replace base.conf.orig: it is not a meshgrad checkpoint" --steps 5 --save base.conf.orig
 check "... left as it is" same base.conf base.conf.orig

@@ -22,6 +22,7 @@
  * Errors are left in mg_last_error() for main.c to print once.
  * Exports: mg_cli_train (cli.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -39,6 +40,7 @@
 #include "dist/comm.h"
 #include "dist/flight.h"
 #include "dist/reducer.h"
+#include "io/files.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "trace.h"
@@ -148,15 +150,34 @@ static int open_test_split(trainer *tr) {
     return MG_OK;
 }
 
-/* The metrics file, opened on rank 0 (appended to on a resume). Agreed. */
+/* A file this program could have written as --metrics: empty, or JSON lines
+ * that start with a step. */
+#define METRICS_MARK "{\"step\":"
+static int is_metrics(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char head[sizeof METRICS_MARK];
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    return n == 0 || (n == sizeof head - 1 && memcmp(head, METRICS_MARK, n) == 0);
+}
+
+/* The metrics file, opened on rank 0 (appended to on a resume): only where
+ * nothing is, or over a metrics file (never through a link). Agreed. */
 static int open_metrics(trainer *tr) {
     mg_train_config *c = &tr->cfg;
-    int st = MG_OK;
-    if (c->metrics[0] && tr->rank == 0) {
-        tr->metrics = fopen(c->metrics, c->resume[0] ? "a" : "w");
-        if (!tr->metrics)
+    int st = MG_OK, exists = 0;
+    if (c->metrics[0] && tr->rank == 0)
+        st = mg_file_replaceable(c->metrics, "metrics file this program wrote", is_metrics,
+                                 &exists);
+    if (st == MG_OK && c->metrics[0] && tr->rank == 0) {
+        int how = c->resume[0] ? O_APPEND : O_TRUNC;
+        int fd = open(c->metrics, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | how, 0644);
+        if (fd < 0 || !(tr->metrics = fdopen(fd, c->resume[0] ? "a" : "w"))) {
             st = mg_error(MG_EIO, "cannot write metrics file '%s': %s", c->metrics,
                           strerror(errno));
+            if (fd >= 0) close(fd);
+        }
     }
     return mg_status_agree(st);
 }
