@@ -69,7 +69,14 @@ for f in "$data" "$build/data/mobydick.h5"; do
     [ -r "$f" ] || { echo "regress.sh: $f is missing: run make in $build" >&2; exit 2; }
 done
 [ -n "$out" ] || out=runs/regress-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out/runs" "$out/curves" "$out/ckpt" || exit 2
+# the runs replace what an earlier run of this script left there, nothing else
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/results.tsv" ]; then
+    echo "regress.sh: --out $out holds files and is not an earlier run's output (no results.tsv): give a new or empty directory" >&2
+    exit 2
+fi
+# an earlier run's checkpoints would refuse this run's saves: they are this script's own
+rm -rf "$out/ckpt"
+mkdir -p "$out/runs" "$out/curves" "$out/ckpt" && : >>"$out/results.tsv" || exit 2
 out=$(cd "$out" && pwd)
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

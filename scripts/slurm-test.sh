@@ -60,7 +60,12 @@ if [ ! -x "$build/meshgrad" ] || [ ! -r "$build/data/digits.h5" ]; then
     exit 2
 fi
 [ -n "$out" ] || out=runs/slurm-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out" || exit 2
+# the runs replace what an earlier run of this script left there, nothing else
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/legs.tsv" ]; then
+    echo "slurm-test.sh: --out $out holds files and is not an earlier run's output (no legs.tsv): give a new or empty directory" >&2
+    exit 2
+fi
+mkdir -p "$out" && : >>"$out/legs.tsv" || exit 2
 out=$(cd "$out" && pwd)
 rm -rf "$out/daemons"
 
