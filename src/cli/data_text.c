@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hdf5.h>
 #include <zlib.h>
@@ -32,6 +33,15 @@
 
 #define MAX_TEXT_BYTES ((int64_t)1 << 34) /* 16 GiB: held in memory while written */
 
+/* The most bytes read_text takes: MAX_TEXT_BYTES, or half this machine's
+ * memory where that is less (an endless input such as /dev/zero is refused
+ * before it fills the memory). */
+static int64_t text_limit(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    int64_t half = pages > 0 && size > 0 ? (int64_t)pages * size / 2 : MAX_TEXT_BYTES;
+    return half < MAX_TEXT_BYTES ? half : MAX_TEXT_BYTES;
+}
+
 typedef struct {
     const char *in, *out, *source, *license;
     double val_fraction;
@@ -43,23 +53,25 @@ static int read_text(const char *path, unsigned char **data, int64_t *n) {
     *n = 0;
     gzFile f = gzopen(path, "rb");
     if (!f) return mg_error(MG_EIO, "text2h5: cannot open %s: %s", path, strerror(errno ? errno : ENOENT));
-    int64_t cap = 1 << 20;
+    int64_t cap = 1 << 20, limit = text_limit();
     unsigned char *buf = malloc((size_t)cap);
     int st = buf ? MG_OK : mg_error(MG_ENOMEM, "text2h5: out of memory");
     while (st == MG_OK) {
         if (*n == cap) {
-            if (cap >= MAX_TEXT_BYTES) {
-                st = mg_error(MG_EINVAL, "text2h5: %s is larger than %lld bytes", path,
-                              (long long)MAX_TEXT_BYTES);
+            if (cap >= limit) {
+                st = mg_error(MG_EINVAL, "text2h5: %s is larger than %lld bytes, which is as much "
+                              "as text2h5 holds in memory here (at most half the machine's): "
+                              "convert a part of it", path, (long long)limit);
                 break;
             }
-            unsigned char *p = realloc(buf, (size_t)(2 * cap));
+            int64_t grow = 2 * cap < limit ? 2 * cap : limit;
+            unsigned char *p = realloc(buf, (size_t)grow);
             if (!p) {
                 st = mg_error(MG_ENOMEM, "text2h5: out of memory at %lld bytes", (long long)*n);
                 break;
             }
             buf = p;
-            cap *= 2;
+            cap = grow;
         }
         int want = cap - *n < (1 << 30) ? (int)(cap - *n) : (1 << 30);
         int got = gzread(f, buf + *n, (unsigned)want);
