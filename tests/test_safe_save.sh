@@ -87,6 +87,9 @@ check "... its target is untouched" test "$(cat victim.txt)" = victim
 train 1 --steps 2 --metrics m.jsonl && train 1 --steps 2 --metrics m.jsonl
 check_output "the metrics file of an earlier run is replaced" \
     sh -c "test $rc -eq 0 && test \$(grep -c param_checksum m.jsonl) -eq 1"
+train 1 --steps 2 --metrics /dev/stdout
+check_output "--metrics /dev/stdout (a link to a stream) writes the lines there" \
+    sh -c "test $rc -eq 0 && grep -q '^{\"step\":2,\"loss\"' '$tmp/out'"
 refuse "--save over a file that is not a checkpoint" 1 \
     "will not replace base.conf.orig: it is not a meshgrad checkpoint" --steps 5 --save base.conf.orig
 check "... left as it is" same base.conf base.conf.orig

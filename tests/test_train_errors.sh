@@ -75,7 +75,7 @@ if [ -c /dev/full ]; then
         $ok --metrics /dev/full
 fi
 mkdir "$tmp/ck"
-expect "--metrics naming a directory" 2 "cannot write metrics file '.*ck': Is a directory" \
+expect "--metrics naming a directory" 2 "will not replace .*ck: it is a directory" \
     $ok --metrics "$tmp/ck"
 
 # flags override the file (and the file is read)

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -162,17 +163,23 @@ static int is_metrics(const char *path) {
     return n == 0 || (n == sizeof head - 1 && memcmp(head, METRICS_MARK, n) == 0);
 }
 
-/* The metrics file, opened on rank 0 (appended to on a resume): only where
- * nothing is, or over a metrics file (never through a link). Agreed. */
+/* The metrics file, opened on rank 0 (appended to on a resume): a stream
+ * (a terminal, pipe, /dev/null or /dev/stdout, links followed), or a file only
+ * where nothing is or over a metrics file, never through a link. Agreed. */
 static int open_metrics(trainer *tr) {
     mg_train_config *c = &tr->cfg;
-    int st = MG_OK, exists = 0;
-    if (c->metrics[0] && tr->rank == 0)
-        st = mg_file_replaceable(c->metrics, "metrics file this program wrote", is_metrics,
-                                 &exists);
+    int st = MG_OK, exists = 0, stream = 0;
+    struct stat sb;
+    if (c->metrics[0] && tr->rank == 0) {
+        stream = stat(c->metrics, &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode));
+        if (!stream)
+            st = mg_file_replaceable(c->metrics, "metrics file this program wrote", is_metrics,
+                                     &exists);
+    }
     if (st == MG_OK && c->metrics[0] && tr->rank == 0) {
-        int how = c->resume[0] ? O_APPEND : O_TRUNC;
-        int fd = open(c->metrics, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | how, 0644);
+        int how = stream ? O_APPEND : c->resume[0] ? O_APPEND | O_CREAT | O_NOFOLLOW
+                                                   : O_TRUNC | O_CREAT | O_NOFOLLOW;
+        int fd = open(c->metrics, O_WRONLY | O_CLOEXEC | how, 0644);
         if (fd < 0 || !(tr->metrics = fdopen(fd, c->resume[0] ? "a" : "w"))) {
             st = mg_error(MG_EIO, "cannot write metrics file '%s': %s", c->metrics,
                           strerror(errno));
