@@ -22,14 +22,7 @@ int mg_observe_flight(const char *dir) {
 }
 
 /* A file this program wrote as a trace. */
-static int is_trace(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    char head[sizeof TRACE_MARK];
-    size_t n = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
-    return n == sizeof head - 1 && memcmp(head, TRACE_MARK, n) == 0;
-}
+static int is_trace(const char *path) { return mg_file_starts_with(path, TRACE_MARK); }
 
 /* "A:B" into *first, *last (A <= B, both >= 1). */
 static int parse_steps(const char *text, int64_t *first, int64_t *last) {

@@ -155,12 +155,8 @@ static int open_test_split(trainer *tr) {
  * that start with a step. */
 #define METRICS_MARK "{\"step\":"
 static int is_metrics(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    char head[sizeof METRICS_MARK];
-    size_t n = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
-    return n == 0 || (n == sizeof head - 1 && memcmp(head, METRICS_MARK, n) == 0);
+    struct stat sb;
+    return (stat(path, &sb) == 0 && sb.st_size == 0) || mg_file_starts_with(path, METRICS_MARK);
 }
 
 /* The metrics file, opened on rank 0 (appended to on a resume): a stream

@@ -1,6 +1,6 @@
 /* files.c: paths and temporary files that never destroy anything (see
  * files.h). Exports mg_path_check, mg_path_dir, mg_path_same_file,
- * mg_file_replaceable, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
+ * mg_file_replaceable, mg_file_starts_with, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
  * mg_tmp_commit, mg_tmp_discard, mg_tmp_clean_stale. */
 #include "io/files.h"
 
@@ -70,6 +70,16 @@ int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const 
         return mg_error(MG_EIO, "will not replace %s: it is not a %s (a save replaces only a "
                         "file it could have written): give another path", path, kind);
     return MG_OK;
+}
+
+int mg_file_starts_with(const char *path, const char *mark) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char head[256];
+    size_t want = strlen(mark) < sizeof head ? strlen(mark) : sizeof head;
+    size_t n = fread(head, 1, want, f);
+    fclose(f);
+    return n == want && memcmp(head, mark, n) == 0;
 }
 
 /* ---- temporary files ----------------------------------------------------- */

@@ -6,7 +6,8 @@
  *   name one existing file.
  * - mg_file_replaceable: a path may be replaced by a save only when nothing is
  *   there, or a regular file (not a link, device or directory) that the
- *   caller's test says is of the kind the save writes.
+ *   caller's test says is of the kind the save writes; mg_file_starts_with,
+ *   the usual test (a file that begins with the writer's mark).
  * - mg_tmp_file: a temporary file beside its target, created exclusively
  *   (O_CREAT | O_EXCL | O_NOFOLLOW) under an unpredictable name
  *   "<target>.tmp.<host>.<pid>.<16 hex digits>". It can reserve the space the
@@ -42,6 +43,8 @@ int mg_path_same_file(const char *a, const char *b);
  * <path>: it is a symbolic link / a device / a directory / not a <kind>". */
 int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const char *path),
                         int *exists);
+/* 1 when the file at `path` begins with the bytes of `mark` (at most 256). */
+int mg_file_starts_with(const char *path, const char *mark);
 
 typedef struct {
     char path[MG_PATH_MAX];
