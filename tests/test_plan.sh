@@ -83,7 +83,11 @@ echo '{"not":"a trace of ours"}' >"$tmp/other.json"
 run --mesh 4 --trace "$tmp/other.json" $given
 check "... but leaves any other file alone: exit $rc" test "$rc" -ne 0
 check "... untouched" grep -q "a trace of ours" "$tmp/other.json"
-check "... saying so once" test "$(grep -c 'meshgrad: error: --trace .* exists and is not a trace' "$tmp/err")" -eq 1
+check "... saying so once" test "$(grep -c 'meshgrad: error: will not replace .*other.json: it is not a trace meshgrad plan wrote' "$tmp/err")" -eq 1
+ln -s "$tmp/nowhere.json" "$tmp/link.json"
+run --mesh 4 --trace "$tmp/link.json" $given
+check "... and writes nothing through a symbolic link, even one to nothing: exit $rc" \
+    test "$rc" -ne 0 -a ! -e "$tmp/nowhere.json"
 
 # measured: one process measures a copy within itself
 run --mesh 2 --microbatches 4

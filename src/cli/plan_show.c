@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "io/files.h"
 #include "status.h"
 
 #define GANTT_COLS 96
@@ -135,17 +137,7 @@ void mg_plan_print(FILE *out, const mg_plan_report *r) {
 #define TRACE_MARK "{\"otherData\":{\"generator\":\"meshgrad plan\"}"
 
 /* Absent, or a trace this program wrote: MG_OK; else MG_EIO. */
-static int may_write(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MG_OK;
-    char head[sizeof TRACE_MARK];
-    size_t n = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
-    head[n] = '\0';
-    if (strcmp(head, TRACE_MARK) == 0) return MG_OK;
-    return mg_error(MG_EIO, "--trace '%s' exists and is not a trace meshgrad plan wrote: it is "
-                            "left alone; give another path or remove it", path);
-}
+static int is_plan_trace(const char *path) { return mg_file_starts_with(path, TRACE_MARK); }
 
 static void span(FILE *f, int *first, const char *name, const char *cat, int pid, int tid,
                  double start, double end, int mb, int stage) {
@@ -217,8 +209,12 @@ static void assign_lanes(const mg_pp_schedule *s, const mg_pp_sim *sim, int rk, 
     }
 }
 
+/* Written as every save is (io/files.h): to a temporary file beside it,
+ * renamed over the path only where nothing is or a trace of the plan's
+ * (never through a link). */
 int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
-    int rc = may_write(path);
+    int exists = 0;
+    int rc = mg_file_replaceable(path, "trace meshgrad plan wrote", is_plan_trace, &exists);
     if (rc != MG_OK) return rc;
     const mg_pp_schedule *s = r->schedule;
     const mg_pp_sim *sim = r->sim;
@@ -228,10 +224,17 @@ int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
         if (lanes[rk]) assign_lanes(s, sim, rk, lanes[rk]);
         else rc = mg_error(MG_ENOMEM, "--trace: out of memory");
     }
-    FILE *f = rc == MG_OK ? fopen(path, "w") : NULL;
+    mg_tmp_file tmp = {.fd = -1};
+    if (rc == MG_OK) rc = mg_tmp_create(&tmp, path);
+    FILE *f = rc == MG_OK ? fdopen(dup(tmp.fd), "w") : NULL;
     if (rc == MG_OK && !f) rc = mg_error(MG_EIO, "cannot write --trace '%s'", path);
     if (rc == MG_OK) write_events(f, s, sim, lanes);
-    if (f && fclose(f) != 0 && rc == MG_OK) rc = mg_error(MG_EIO, "writing --trace '%s' failed", path);
+    if (f && (ferror(f) | fclose(f)) != 0 && rc == MG_OK)
+        rc = mg_error(MG_EIO, "writing --trace '%s' failed", path);
+    if (rc == MG_OK) /* still ours to replace? (checked just before, as saves do) */
+        rc = mg_file_replaceable(path, "trace meshgrad plan wrote", is_plan_trace, &exists);
+    if (rc == MG_OK) rc = mg_tmp_commit(&tmp, path, exists);
+    else mg_tmp_discard(&tmp);
     for (int rk = 0; rk < s->ranks; rk++) free(lanes[rk]);
     return rc;
 }
