@@ -7,7 +7,8 @@
 # the rank not answering. A rank that is merely late (under the timeout) and a
 # disabled watchdog (MG_COLLECTIVE_TIMEOUT=0) must not end anything. A rank
 # that never sends a point-to-point message is named by the one waiting for
-# it. Uses tests/fault_stall.
+# it. Ranks napping in the FLOP-rate measure of a pipeline plan while another
+# stalls in it are ended the same way. Uses tests/fault_stall.
 : "${top_builddir:=.}"
 : "${MPIRUN:=mpirun}"
 : "${TIMEOUT:=timeout}"
@@ -56,6 +57,12 @@ check "4 ranks, rank 2 never sends its point-to-point message: the job ends" tes
 check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
 check "... and rank 3, its receiver, names rank 2 alone" grep -q \
     "collective recv on mesh dim 0 (ranks 3,2) has not completed after [0-9]* s: rank(s) 2 are not answering (rank 3 waits" "$out"
+
+run 3 4 4 0 flops 1 20
+check "4 ranks, rank 1 stalls while measuring the FLOP rate: the job ends" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
+check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
+check "... named by the ranks that wait in the all-reduce, rank 1 not among them" sh -c \
+    "grep -q 'collective all_reduce on mesh dim 0 (ranks 0,1,2,3) has not completed after' '$out' && ! grep -q '(rank 1 waits' '$out'"
 
 run 3 2 2 0 barrier 1 1
 check "a rank late by 1 s under a 3 s timeout: the run passes" test "$rc" -eq 0

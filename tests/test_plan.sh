@@ -8,7 +8,8 @@
 # every send, both ends) and leaves a file it did not write alone; bad input
 # gives one "meshgrad: error:" line and a non-zero exit each. --model gpt
 # cuts the GPT's blocks (the embedding with the first, the head with the
-# last; --pp-layers counting blocks). Prints a
+# last; --pp-layers counting blocks). More threads than cores are not counted
+# twice against the cores. Prints a
 # Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env plan
@@ -100,6 +101,35 @@ rc=$?
 check "under mpirun -np 2: exit 0, measuring the link between ranks" \
     grep -q "measured between ranks 0 and 1" "$tmp/out"
 check "... printed once" test "$rc" -eq 0 -a "$(grep -c '^predicted step time' "$tmp/out")" -eq 1
+
+# more threads than the machine has cores: a rank alone already runs on all of
+# them, so one process plans as with one thread (its rate is given); two ranks
+# get half of it each when both compute, but for mpirun binding each to its
+# own cores (as it does for 2 ranks): then they share none
+cpus=$(getconf _NPROCESSORS_ONLN)
+run --mesh 4 --microbatches 8 --threads 1 $given
+want=$(value "predicted step time:")
+run --mesh 4 --microbatches 8 --threads $((2 * cpus)) $given
+got=$(value "predicted step time:")
+check "one process with $((2 * cpus)) threads on $cpus cores: the step of one thread ($got ms, want $want)" \
+    test "$rc" -eq 0 -a -n "$got" -a "$got" = "$want"
+check "... and shares no cores" sh -c "! grep -q 'share' '$tmp/out'"
+"$TIMEOUT" -k 10 120 "$MPIRUN" -np 2 "$prog" plan --mesh 2 --microbatches 4 --threads $((2 * cpus)) $given \
+    >"$tmp/out" 2>"$tmp/err" </dev/null
+rc=$?
+usable=$(sed -n 's/.*this rank may only run on \([0-9]*\) CPU.*/\1/p' "$tmp/err" | head -n 1)
+: "${usable:=$cpus}"
+if [ $((2 * usable)) -le "$cpus" ]; then
+    check "two ranks with $((2 * cpus)) threads each, bound to $usable of the $cpus cores each: they share none" \
+        sh -c "test $rc -eq 0 && grep -q '^machine:' '$tmp/out' && ! grep -q 'share' '$tmp/out'"
+else
+    check "two ranks with $((2 * cpus)) threads each on $usable of $cpus cores: they share the $cpus" \
+        sh -c "test $rc -eq 0 && grep -q '2 ranks share $cpus cores' '$tmp/out'"
+    if [ "$usable" -eq "$cpus" ]; then
+        check "... half a rank's rate each when both compute" \
+            grep -q "2 ranks share $cpus cores: 0.50 of a core each" "$tmp/out"
+    fi
+fi
 
 # the GPT: its blocks cut into stages, the embedding with the first, the head with the last
 run --model gpt --layers 8 --embd 64 --ctx 32 --vocab 256 --mesh 4 --microbatches 8 $given

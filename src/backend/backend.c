@@ -4,6 +4,7 @@
  * Exports: mg_binary_names, mg_unary_names, mg_backend_of, mg_backend_cuda (a
  * stub returning NULL when built without CUDA), mg_backend_set_gemm_bf16,
  * mg_backend_gemm_bf16, mg_backend_cpu_set_threads, mg_backend_cpu_threads,
+ * mg_backend_cpu_usable,
  * mg_binary_dims (the broadcast layout of the binary kernels).
  * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
 #include "config.h"
@@ -95,7 +96,7 @@ int mg_backend_gemm_bf16(void) { return mg_ctx()->gemm_bf16; }
 
 /* The CPUs this process may run on: mpirun binds each rank to one core by
  * default (for up to 2 ranks), and then more threads only take turns. */
-static long usable_cpus(void) {
+long mg_backend_cpu_usable(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -113,13 +114,13 @@ static int default_threads(void) {
         long v = strtol(s, NULL, 10);
         if (v > 0) local_ranks = v;
     }
-    long n = cores / local_ranks, usable = usable_cpus();
+    long n = cores / local_ranks, usable = mg_backend_cpu_usable();
     if (n > usable) n = usable;
     return n >= 1 ? (int)n : 1;
 }
 
 void mg_backend_cpu_set_threads(int threads) {
-    long usable = usable_cpus();
+    long usable = mg_backend_cpu_usable();
     const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     if (threads > usable && (!rank || strcmp(rank, "0") == 0))
         fprintf(stderr,

@@ -208,5 +208,8 @@ int mg_binary_dims(const mg_tensor *a, const mg_tensor *b, const mg_tensor *out,
 /* CPU threading: 0 = default (cores / local ranks). */
 void mg_backend_cpu_set_threads(int threads);
 int mg_backend_cpu_threads(void);
+/* The CPUs this process may run on (its affinity: mpirun may bind it to fewer
+ * than the machine has), at least 1. */
+long mg_backend_cpu_usable(void);
 
 #endif

@@ -239,17 +239,22 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
 }
 
 /* When every rank runs on this one machine and together they want more cores
- * than it has (threads per rank counted): the cores a rank gets when all
- * compute, and how many ranks can compute at once (*cores). Else 1 and 0:
- * a rank has its cores to itself. */
-static void core_share(double *share, int *cores) {
+ * than it has (the cores a rank runs on counted): the share of its rate alone
+ * a rank gets when all compute, and how many ranks can compute at once
+ * (*cores). Else 1 and 0: a rank has its cores to itself. A rank runs on no
+ * more cores than it has threads, nor than mpirun bound it to (then its
+ * threads take turns there, measured alone as with the others). *cpus: the
+ * machine's cores. */
+static void core_share(double *share, int *cores, long *cpus) {
     int on_node = mg_ctx()->node_ranks, threads = mg_backend_cpu_threads();
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long usable = mg_backend_cpu_usable();
+    long used = threads < usable ? threads : usable; /* the cores this rank runs on */
+    *cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *share = 1;
     *cores = 0;
-    if (mg_ctx()->node_is_world && cpus > 0 && (long)on_node * threads > cpus) {
-        *share = (double)cpus / ((double)on_node * threads);
-        *cores = (int)(cpus / threads) > 0 ? (int)(cpus / threads) : 1;
+    if (mg_ctx()->node_is_world && *cpus > 0 && (long)on_node * used > *cpus) {
+        *share = (double)*cpus / ((double)on_node * (double)used);
+        *cores = (int)(*cpus / used) > 0 ? (int)(*cpus / used) : 1;
     }
 }
 
@@ -264,7 +269,8 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
         if (layers[i].gemm_in * layers[i].gemm_out > big->gemm_in * big->gemm_out) big = &layers[i];
     for (int i = 0; i < n; i++) most = layers[i].out_floats > most ? layers[i].out_floats : most;
     int cores = 0;
-    core_share(&m->core_share, &cores);
+    long cpus = 0;
+    core_share(&m->core_share, &cores, &cpus);
     double all = 0; /* with shared cores: the rate of a rank when every rank computes */
     if (rc == MG_OK && gflops > 0) m->flops = gflops * 1e9;
     else if (rc == MG_OK)
@@ -285,7 +291,7 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
     char shared[112] = "";
     if (m->core_share < 1)
         snprintf(shared, sizeof shared, "; %d ranks share %d cores%s: %.2f of a core each when all compute",
-                 world, cores * mg_backend_cpu_threads(), all > 0 ? " (measured)" : "", m->core_share);
+                 world, (int)cpus, all > 0 ? " (measured)" : "", m->core_share);
     snprintf(how, len,
              "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s, %d rank%s at once%s), link "
              "%.2f GB/s + %.1f us (%s)",

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "dist/watchdog.h"
 #include "nn/pipeline_cost.h"
 #include "status.h"
 
@@ -79,15 +80,20 @@ static double measure_here(int64_t rows, int64_t in, int64_t out) {
 }
 
 /* mg_comm_all_reduce (a sum), waited for in naps: a rank that does not
- * measure must not spin on a core that a measuring rank shares */
+ * measure must not spin on a core that a measuring rank shares. The naps are
+ * under the collective watchdog, as a blocking wait is: a measuring rank that
+ * stalls ends the job instead of leaving the others napping for ever. */
 static int sum_sleeping(mg_comm *c, float *v, int64_t n) {
     mg_comm_request req;
     int rc = mg_comm_iall_reduce(c, v, n, &req);
+    if (rc != MG_OK || req.done) return rc;
+    mg_watchdog_begin_comm("all_reduce", c->mpi);
     while (rc == MG_OK && !req.done) {
         struct timespec pause = {0, 200000}; /* 0.2 ms */
         nanosleep(&pause, NULL);
         rc = mg_comm_test(c, &req);
     }
+    mg_watchdog_end();
     return rc;
 }
 
