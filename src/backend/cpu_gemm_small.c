@@ -117,6 +117,24 @@ AVX2 static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const flo
 #define SMALL_ROWS 64
 #define LARGE_WEIGHT (1 << 16) /* floats: below, packing it costs sgemm little */
 
+#if SMALL_GEMM
+/* The packed rows of x (mp x k floats): one buffer a thread, grown as needed
+ * and kept, so the steady-state step allocates nothing (DESIGN.md); a thread's
+ * own, as gemm may be called from several threads at once. */
+static _Thread_local float *packed;
+static _Thread_local size_t packed_cap;
+
+static float *packed_rows(size_t n) {
+    if (n > packed_cap) {
+        free(packed);
+        packed_cap = 0;
+        if (!(packed = malloc(n * sizeof *packed))) return NULL;
+        packed_cap = n;
+    }
+    return packed;
+}
+#endif
+
 int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc) {
@@ -127,10 +145,9 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return -1;
     if (!trans_a && trans_b && m <= SMALL_ROWS && n * k >= LARGE_WEIGHT) { /* nt */
         int64_t mp = (m + NT_M - 1) / NT_M * NT_M;
-        float *at = malloc(sizeof(float) * (size_t)(mp * k));
+        float *at = packed_rows((size_t)(mp * k));
         if (!at) return -1;
         gemm_nt(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, at);
-        free(at);
         return 0;
     }
 #else
