@@ -86,7 +86,8 @@ struct mg_context {
     int node_ranks, node_rank; /* world.c: ranks on this machine (counted by mg_init), and
                                 * this one's place among them */
     int node_is_world;        /* world.c: every rank runs on this machine */
-    int oversubscribed;       /* world.c: this machine's ranks outnumber its cores */
+    int node_cpus;            /* world.c: the CPUs this machine's ranks may run on together */
+    int oversubscribed;       /* world.c: this machine's ranks outnumber those CPUs */
     int next_mesh_id;         /* mesh.c */
     int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */
     struct mg_comm *world;    /* comm_control.c: the comm over MPI_COMM_WORLD */

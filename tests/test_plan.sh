@@ -124,11 +124,22 @@ if [ $((2 * usable)) -le "$cpus" ]; then
         sh -c "test $rc -eq 0 && grep -q '^machine:' '$tmp/out' && ! grep -q 'share' '$tmp/out'"
 else
     check "two ranks with $((2 * cpus)) threads each on $usable of $cpus cores: they share the $cpus" \
-        sh -c "test $rc -eq 0 && grep -q '2 ranks share $cpus cores' '$tmp/out'"
+        sh -c "test $rc -eq 0 && grep -q '2 ranks share $cpus core' '$tmp/out'"
     if [ "$usable" -eq "$cpus" ]; then
         check "... half a rank's rate each when both compute" \
-            grep -q "2 ranks share $cpus cores: 0.50 of a core each" "$tmp/out"
+            grep -Eq "2 ranks share $cpus cores?: 0.50 of a core each" "$tmp/out"
     fi
+fi
+# the CPUs the ranks may run on are what they share, not the machine's: two
+# ranks kept to one CPU (a container's cpuset; taskset here) share that one
+if command -v taskset >/dev/null 2>&1; then
+    "$TIMEOUT" -k 10 120 taskset -c 0 "$MPIRUN" --bind-to none -np 2 "$prog" plan --mesh 2 \
+        --microbatches 4 --threads 1 $given >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+    check_output "two ranks of one thread kept to CPU 0 (taskset -c 0): they share that core" \
+        sh -c "test $rc -eq 0 && grep -q '2 ranks share 1 core: 0.50 of a core each' '$tmp/out'"
+else
+    echo "skipped: no taskset (the cpuset case)"
 fi
 
 # the GPT: its blocks cut into stages, the embedding with the first, the head with the last

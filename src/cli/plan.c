@@ -244,12 +244,12 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
  * (*cores). Else 1 and 0: a rank has its cores to itself. A rank runs on no
  * more cores than it has threads, nor than mpirun bound it to (then its
  * threads take turns there, measured alone as with the others). *cpus: the
- * machine's cores. */
+ * CPUs the machine's ranks may run on together. */
 static void core_share(double *share, int *cores, long *cpus) {
     int on_node = mg_ctx()->node_ranks, threads = mg_backend_cpu_threads();
     long usable = mg_backend_cpu_usable();
     long used = threads < usable ? threads : usable; /* the cores this rank runs on */
-    *cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *cpus = mg_ctx()->node_cpus; /* the CPUs the machine's ranks run on together */
     *share = 1;
     *cores = 0;
     if (mg_ctx()->node_is_world && *cpus > 0 && (long)on_node * used > *cpus) {
@@ -290,8 +290,8 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
     int at_once = m->core_share < 1 ? cores : world;
     char shared[112] = "";
     if (m->core_share < 1)
-        snprintf(shared, sizeof shared, "; %d ranks share %d cores%s: %.2f of a core each when all compute",
-                 world, (int)cpus, all > 0 ? " (measured)" : "", m->core_share);
+        snprintf(shared, sizeof shared, "; %d ranks share %d core%s%s: %.2f of a core each when all compute",
+                 world, (int)cpus, cpus == 1 ? "" : "s", all > 0 ? " (measured)" : "", m->core_share);
     snprintf(how, len,
              "%.1f GFLOP/s (%s, sgemm %lldx%lldx%lld on %d thread%s, %d rank%s at once%s), link "
              "%.2f GB/s + %.1f us (%s)",

@@ -12,6 +12,7 @@
 #endif
 
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,25 +35,43 @@
 #endif
 
 /* Collective: how many ranks run on this machine and which of them this one
- * is, whether they are all of them, and whether they outnumber its cores. When they do, a rank that waits
+ * is, whether they are all of them, the CPUs they may run on (node_cpus), and
+ * whether they outnumber them. When they do, a rank that waits
  * for a message naps (comm_p2p.c) instead of spinning: a spinning rank stays
  * runnable, and the scheduler, balancing runnable ranks, may leave two
  * computing ranks on one core and the waiters on the other. */
+/* Collective over `node`: the CPUs its ranks may run on together, the union
+ * of their affinity masks (a container's cpuset, mpirun's binding), or the
+ * machine's online CPUs where a mask cannot be read. */
+static int node_cpus(MPI_Comm node) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int ok = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0;
+    if (node != MPI_COMM_NULL) {
+        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, node);
+        if (ok) MPI_Allreduce(MPI_IN_PLACE, &set, (int)sizeof set, MPI_BYTE, MPI_BOR, node);
+    }
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return ok ? CPU_COUNT(&set) : online > 0 ? (int)online : 1;
+}
+
 static void count_node(mg_context *c) {
-    MPI_Comm node;
+    MPI_Comm node = MPI_COMM_NULL;
     int on_node = 1, world = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        node = MPI_COMM_NULL;
+    if (node != MPI_COMM_NULL) {
         MPI_Comm_size(node, &on_node);
         MPI_Comm_rank(node, &rank);
-        MPI_Comm_free(&node);
     }
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->node_cpus = node_cpus(node);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
     c->node_ranks = on_node;
     c->node_rank = rank;
     c->node_is_world = on_node == world;
-    c->oversubscribed = cpus > 0 && on_node > cpus;
+    c->oversubscribed = on_node > c->node_cpus;
 }
 
 int mg_init(int *argc, char ***argv) {
