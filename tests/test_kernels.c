@@ -149,6 +149,27 @@ START_TEST(test_gemm_small_row_shards) {
 }
 END_TEST
 
+/* alpha 0 (BLAS): C = beta C, A and B not read, so a NaN in A stays out; on
+ * the micro-batch shape that the small kernel would otherwise take */
+START_TEST(test_gemm_alpha_zero) {
+    enum { M = 32, N = 1030, K = 300 };
+    mg_backend_cpu_set_threads(1);
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N * K);
+    float *c = malloc(sizeof(float) * M * N);
+    for (int64_t i = 0; i < M * K; i++) a[i] = NAN;
+    mg_test_fill(b, N * K, 2);
+    for (int64_t i = 0; i < M * N; i++) c[i] = 2.0f;
+    BE->gemm(CTX, false, true, M, N, K, 0.0f, a, K, b, K, 0.5f, c, N);
+    for (int64_t i = 0; i < M * N; i++)
+        ck_assert_msg(c[i] == 1.0f, "x W^T with alpha 0: c[%lld] = %g, want beta c = 1",
+                      (long long)i, c[i]);
+    free(a);
+    free(b);
+    free(c);
+    mg_backend_cpu_set_threads(0);
+}
+END_TEST
+
 /* batched: A strided, B shared (stride 0), and C strided; _i is the transpose combo */
 START_TEST(test_gemm_batched) {
     bool ta = _i & 1, tb = (_i >> 1) & 1;
@@ -908,6 +929,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_gemm_batched, 0, 4);
     tcase_add_loop_test(tc, test_gemm_small, 0, 3);
     tcase_add_test(tc, test_gemm_small_row_shards);
+    tcase_add_test(tc, test_gemm_alpha_zero);
     tcase_add_loop_test(tc, test_binary_broadcast_patterns, 0, MG_BINARY_COUNT);
     return mg_test_run(s);
 }

@@ -143,7 +143,9 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
      * them to itself: backend.c) */
     if (max_threads() < mg_ctx()->cpu_threads) return -1;
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return -1;
-    if (!trans_a && trans_b && m <= SMALL_ROWS && n * k >= LARGE_WEIGHT) { /* nt */
+    /* alpha 0: BLAS scales C by beta and reads neither A nor B (a NaN there
+     * stays out); sgemm does that */
+    if (!trans_a && trans_b && alpha != 0 && m <= SMALL_ROWS && n * k >= LARGE_WEIGHT) { /* nt */
         int64_t mp = (m + NT_M - 1) / NT_M * NT_M;
         float *at = packed_rows((size_t)(mp * k));
         if (!at) return -1;
