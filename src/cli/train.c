@@ -16,20 +16,18 @@
  * and a failed write of the metrics file (the run stops, naming the reason);
  * the same all-reduce carries each rank's previous step time, so every step
  * names its slowest rank (train_report.h).
- * Checkpoints, and where the run may write: train_ckpt.c (train.h). The
+ * Checkpoints, and where the run may write: train_ckpt.c (train.h); the
+ * metrics file: train_metrics.c. The
  * progress line's figures and the end-of-run report: train_report.c. The
  * flight recorder's directory and --trace: observe.h.
  * Errors are left in mg_last_error() for main.c to print once.
  * Exports: mg_cli_train (cli.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -41,7 +39,6 @@
 #include "dist/comm.h"
 #include "dist/flight.h"
 #include "dist/reducer.h"
-#include "io/files.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "trace.h"
@@ -151,40 +148,6 @@ static int open_test_split(trainer *tr) {
     return MG_OK;
 }
 
-/* A file this program could have written as --metrics: empty, or JSON lines
- * that start with a step. */
-#define METRICS_MARK "{\"step\":"
-static int is_metrics(const char *path) {
-    struct stat sb;
-    return (stat(path, &sb) == 0 && sb.st_size == 0) || mg_file_starts_with(path, METRICS_MARK);
-}
-
-/* The metrics file, opened on rank 0 (appended to on a resume): a stream
- * (a terminal, pipe, /dev/null or /dev/stdout, links followed), or a file only
- * where nothing is or over a metrics file, never through a link. Agreed. */
-static int open_metrics(trainer *tr) {
-    mg_train_config *c = &tr->cfg;
-    int st = MG_OK, exists = 0, stream = 0;
-    struct stat sb;
-    if (c->metrics[0] && tr->rank == 0) {
-        stream = stat(c->metrics, &sb) == 0 && (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode));
-        if (!stream)
-            st = mg_file_replaceable(c->metrics, "metrics file this program wrote", is_metrics,
-                                     &exists);
-    }
-    if (st == MG_OK && c->metrics[0] && tr->rank == 0) {
-        int how = stream ? O_APPEND : c->resume[0] ? O_APPEND | O_CREAT | O_NOFOLLOW
-                                                   : O_TRUNC | O_CREAT | O_NOFOLLOW;
-        int fd = open(c->metrics, O_WRONLY | O_CLOEXEC | how, 0644);
-        if (fd < 0 || !(tr->metrics = fdopen(fd, c->resume[0] ? "a" : "w"))) {
-            st = mg_error(MG_EIO, "cannot write metrics file '%s': %s", c->metrics,
-                          strerror(errno));
-            if (fd >= 0) close(fd);
-        }
-    }
-    return mg_status_agree(st);
-}
-
 /* After the model: the optimizer, the schedule, where the run saves, metrics. */
 static int setup_training(trainer *tr) {
     mg_train_config *c = &tr->cfg;
@@ -195,7 +158,7 @@ static int setup_training(trainer *tr) {
     if (rc != MG_OK) return rc;
     tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps, c->lr_min};
     if ((rc = mg_train_prepare_save(tr)) != MG_OK) return rc;
-    return open_metrics(tr);
+    return mg_train_metrics_open(tr);
 }
 
 static int setup(trainer *tr) {
@@ -298,7 +261,7 @@ static int setup(trainer *tr) {
 static void teardown(trainer *tr) {
     restore_signals(tr);
     mg_window_free(&tr->window);
-    if (tr->metrics) fclose(tr->metrics);
+    mg_train_metrics_close(tr);
     if (tr->have_model) mg_model_free(&tr->model);
     mg_train_pp_free(tr->pp);
     mg_gpt_pp_free(tr->gpt_pp);
@@ -311,28 +274,6 @@ static void teardown(trainer *tr) {
     mg_tokens_close(tr->val);
     free(tr->starts);
     if (tr->mesh) mg_mesh_free(tr->mesh);
-}
-
-/* Rank 0: one JSON line of metrics, flushed; the first write error is kept
- * (tr->metrics_errno) and ends the run at the next agreement. */
-static void metrics_line(trainer *tr, const char *fmt, ...) MG_PRINTF(2, 3);
-static void metrics_line(trainer *tr, const char *fmt, ...) {
-    if (tr->rank != 0 || !tr->metrics || tr->metrics_errno) return;
-    va_list ap;
-    va_start(ap, fmt);
-    errno = 0;
-    int bad = vfprintf(tr->metrics, fmt, ap) < 0;
-    va_end(ap);
-    bad |= fflush(tr->metrics) != 0;
-    if (bad) tr->metrics_errno = errno ? errno : EIO;
-}
-
-/* Collective: a metrics write failed on rank 0 (whose message is the one
- * printed). */
-static int metrics_failed(trainer *tr, int64_t failed) {
-    if (!failed) return MG_OK;
-    return mg_error(MG_EIO, "cannot write metrics file '%s': %s", tr->cfg.metrics,
-                    tr->rank == 0 ? strerror(tr->metrics_errno) : "(rank 0 says why)");
 }
 
 /* Collective, without autograd: the loss and the correct predictions of the
@@ -373,9 +314,9 @@ static int evaluate_text(trainer *tr, int64_t step) {
         fflush(stdout);
     }
     if (isfinite(val_loss))
-        metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
     else
-        metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
     return MG_OK;
 }
 
@@ -404,11 +345,11 @@ static int evaluate(trainer *tr, int64_t step) {
         fflush(stdout);
     }
     if (isfinite(test_loss)) /* JSON has no NaN: a diverged model's loss is null */
-        metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
-                     (long long)step, test_loss, acc);
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
+                              (long long)step, test_loss, acc);
     else
-        metrics_line(tr, "{\"step\":%lld,\"eval_loss\":null,\"eval_accuracy\":%.9g}\n",
-                     (long long)step, acc);
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":null,\"eval_accuracy\":%.9g}\n",
+                              (long long)step, acc);
     return MG_OK;
 }
 
@@ -531,8 +472,8 @@ static int nonfinite_step(trainer *tr, int64_t step, double loss, const int64_t 
                 what, (long long)tr->skipped);
         fflush(stderr);
     }
-    metrics_line(tr, "{\"step\":%lld,\"skipped\":\"non-finite\",\"skipped_total\":%lld}\n",
-                 (long long)step, (long long)tr->skipped);
+    mg_train_metrics_line(tr, "{\"step\":%lld,\"skipped\":\"non-finite\",\"skipped_total\":%lld}\n",
+                          (long long)step, (long long)tr->skipped);
     return MG_OK;
 }
 
@@ -577,14 +518,15 @@ static void print_start(trainer *tr, uint64_t checksum) {
         fflush(stdout);
     }
     if (!tr->resumed_from[0]) {
-        metrics_line(tr, "{\"step\":0,\"param_checksum\":\"%016llx\"}\n",
-                     (unsigned long long)checksum);
+        mg_train_metrics_line(tr, "{\"step\":0,\"param_checksum\":\"%016llx\"}\n",
+                              (unsigned long long)checksum);
         return;
     }
     char esc[2 * MG_PATH_MAX];
     json_escape(esc, sizeof esc, tr->resumed_from);
-    metrics_line(tr, "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"}\n",
-                 (long long)tr->start_step, esc, (unsigned long long)checksum);
+    mg_train_metrics_line(tr,
+                          "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"}\n",
+                          (long long)tr->start_step, esc, (unsigned long long)checksum);
 }
 
 /* Rank 0: the metrics line of a step, and every log_every steps a progress line. */
@@ -592,12 +534,15 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
                         double now, double start) {
     mg_train_config *c = &tr->cfg;
     if (c->clip > 0)
-        metrics_line(tr, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
-                     "%.6g,\"grad_norm\":%.9g}\n", (long long)step, loss, lr, ms,
-                     ms > 0 ? c->batch * 1e3 / ms : 0.0, norm);
+        mg_train_metrics_line(tr,
+                              "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
+                              "%.6g,\"grad_norm\":%.9g}\n", (long long)step, loss, lr, ms,
+                              ms > 0 ? c->batch * 1e3 / ms : 0.0, norm);
     else
-        metrics_line(tr, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
-                     "%.6g}\n", (long long)step, loss, lr, ms, ms > 0 ? c->batch * 1e3 / ms : 0.0);
+        mg_train_metrics_line(tr,
+                              "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"ms\":%.6g,\"samples_per_s\":"
+                              "%.6g}\n", (long long)step, loss, lr, ms,
+                              ms > 0 ? c->batch * 1e3 / ms : 0.0);
     if (tr->rank != 0 || c->log_every <= 0 || (step % c->log_every != 0 && step != c->steps))
         return;
     char eta[32], window[256];
@@ -643,7 +588,7 @@ static int run(trainer *tr) {
         rc = train_step(tr, s, lr, &loss, &norm, agreed, &data_s);
         mg_trace_end();
         if (rc != MG_OK) return rc;
-        if ((rc = metrics_failed(tr, agreed[AGREE_METRICS])) != MG_OK) return rc;
+        if ((rc = mg_train_metrics_failed(tr, agreed[AGREE_METRICS])) != MG_OK) return rc;
         double t1 = mg_cli_clock();
         mg_window_step_end(&tr->window, step, data_s);
         if (agreed[AGREE_BAD_GRAD] || agreed[AGREE_BAD_LOSS]) {
@@ -678,13 +623,14 @@ static int run(trainer *tr) {
     if ((rc = mg_timeline_finish(&tr->timeline, world)) != MG_OK ||
         (rc = mg_train_report_end(tr, c->steps, json, sizeof json)) != MG_OK)
         return rc;
-    if (json[0]) metrics_line(tr, "%s", json);
+    if (json[0]) mg_train_metrics_line(tr, "%s", json);
     if (c->save[0]) { /* also after 0 steps: a resumed checkpoint re-saved on this mesh */
         rc = mg_train_save(tr, c->steps, where, sizeof where);
         if (rc != MG_OK) return rc;
     }
     rc = evaluate(tr, c->steps);
-    if (rc == MG_OK) rc = metrics_failed(tr, mg_status_agree(tr->metrics_errno ? -1 : 0) != 0);
+    if (rc == MG_OK)
+        rc = mg_train_metrics_failed(tr, mg_status_agree(tr->metrics_errno ? -1 : 0) != 0);
     if (rc != MG_OK) return rc;
     if (tr->rank == 0) {
         if (tr->skipped)

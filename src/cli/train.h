@@ -23,6 +23,7 @@
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
+#include "status.h"
 
 typedef struct {
     mg_train_config cfg;
@@ -56,6 +57,19 @@ typedef struct {
     mg_timeline timeline;        /* --trace (observe.h) */
     mg_train_window window;      /* the progress line's figures (train_report.h) */
 } trainer;
+
+/* Collective (train_metrics.c). Opens --metrics on rank 0 (appended to on a
+ * resume): a stream (a terminal, pipe, /dev/null or /dev/stdout, links
+ * followed) as it is; a file only where nothing is or over a metrics file
+ * (empty, or lines that start with a step), never through a link. */
+int mg_train_metrics_open(trainer *tr);
+/* Rank 0: one JSON line of metrics, flushed; the first write error is kept
+ * (tr->metrics_errno) and ends the run at the next agreement. */
+void mg_train_metrics_line(trainer *tr, const char *fmt, ...) MG_PRINTF(2, 3);
+/* Collective: `failed` says a metrics write failed on rank 0 (whose message
+ * is the one printed): MG_EIO naming the reason, else MG_OK. */
+int mg_train_metrics_failed(trainer *tr, int64_t failed);
+void mg_train_metrics_close(trainer *tr);
 
 /* Collective, before anything is opened for writing: --save and --metrics
  * name neither the data set nor the config file nor each other. */
