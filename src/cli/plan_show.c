@@ -4,6 +4,7 @@
  * Exports mg_plan_print, mg_plan_write_trace. */
 #include "cli/plan_show.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +231,8 @@ int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
     if (rc == MG_OK && !f) rc = mg_error(MG_EIO, "cannot write --trace '%s'", path);
     if (rc == MG_OK) write_events(f, s, sim, lanes);
     if (f && (ferror(f) | fclose(f)) != 0 && rc == MG_OK)
-        rc = mg_error(MG_EIO, "writing --trace '%s' failed", path);
+        rc = mg_error(MG_EIO, "writing --trace '%s' failed: %s", path,
+                      strerror(errno ? errno : EIO));
     if (rc == MG_OK) /* still ours to replace? (checked just before, as saves do) */
         rc = mg_file_replaceable(path, "trace meshgrad plan wrote", is_plan_trace, &exists);
     if (rc == MG_OK) rc = mg_tmp_commit(&tmp, path, exists);
