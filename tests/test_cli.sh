@@ -51,6 +51,17 @@ run
 check "no command exits 2" test "$rc" -eq 2
 check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 
+# a checkpoint directory given as DIR/ (as the documents write it) names its
+# newest checkpoint DIR/ckpt-<step>.h5, not DIR//ckpt-<step>.h5
+run train --data "$data" --mesh 1 --steps 2 --log-every 0 --save "$tmp/ck/"
+check "train --save DIR/ on 1 rank exits 0" test "$rc" -eq 0
+run ckpt info "$tmp/ck/"
+check "ckpt info DIR/ names DIR/ckpt-00000002.h5" \
+    grep -q "^checkpoint: $tmp/ck/ckpt-00000002.h5 " "$tmp/out"
+run train --data "$data" --mesh 1 --steps 3 --log-every 0 --resume "$tmp/ck/"
+check "train --resume DIR/ names DIR/ckpt-00000002.h5" \
+    grep -q "^resumed from $tmp/ck/ckpt-00000002.h5: step 2 of 3" "$tmp/out"
+
 run_np 2 bench no-such-bench
 check "an unknown benchmark on 2 ranks exits 2" test "$rc" -eq 2
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1

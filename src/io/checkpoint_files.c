@@ -134,8 +134,11 @@ int mg_checkpoint_resolve(const char *path, char *out, size_t len) {
                       "no complete checkpoint in directory %s (looked for ckpt-<step>.h5 "
                       "and *.h5 checkpoints; *.tmp.* files are ignored)",
                       path);
-    else if ((size_t)snprintf(out, len, "%s/%s", path, list[0].name) >= len)
-        rc = mg_error(MG_EINVAL, "checkpoint path %s/%s is too long", path, list[0].name);
+    else {
+        const char *sep = path[strlen(path) - 1] == '/' ? "" : "/"; // "ckpts/" as "ckpts"
+        if ((size_t)snprintf(out, len, "%s%s%s", path, sep, list[0].name) >= len)
+            rc = mg_error(MG_EINVAL, "checkpoint path %s%s%s is too long", path, sep, list[0].name);
+    }
     free(list);
     return rc;
 }
