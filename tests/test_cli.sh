@@ -51,6 +51,20 @@ run
 check "no command exits 2" test "$rc" -eq 2
 check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 
+# every command and benchmark answers --help with its usage on stdout, exit 0
+for c in train generate ckpt data bench plan trace "bench comm" "bench linear" "bench step" \
+    "bench ops" "bench step --model gpt" "bench step --parallel pp"; do
+    run $c --help
+    check "'$c --help' exits 0" test "$rc" -eq 0
+    check "... printing its usage on stdout" grep -q "usage: .*meshgrad" "$tmp/out"
+    check "... and no error" test ! -s "$tmp/err"
+done
+run bench step --help
+check "'bench step --help' names the GPT's and the pipeline's step" \
+    grep -q -- "--model gpt --help.*--parallel pp --help" "$tmp/out"
+run train --help
+check "'train --help' lists pp among the plans" grep -q -- "--parallel .*tp+sp, pp" "$tmp/out"
+
 # a checkpoint directory given as DIR/ (as the documents write it) names its
 # newest checkpoint DIR/ckpt-<step>.h5, not DIR//ckpt-<step>.h5
 run train --data "$data" --mesh 1 --steps 2 --log-every 0 --save "$tmp/ck/"

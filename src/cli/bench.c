@@ -12,7 +12,8 @@
 static const mg_cli_command kinds[] = {
     {"comm", mg_cli_bench_comm, "collective bandwidth on each mesh dimension, by message size"},
     {"linear", mg_cli_bench_linear, "mg_linear forward + backward GFLOP/s next to raw cblas_sgemm"},
-    {"step", mg_cli_bench_step, "an MLP training step (ReLU, MSE, SGD) on any mesh and plan"},
+    {"step", mg_cli_bench_step, "a training step on any mesh and plan: an MLP (ReLU, MSE, SGD), "
+                                "or the GPT (--model gpt); pipelines with pp in --parallel"},
     {"ops", mg_cli_bench_ops, "per-op dispatch overhead next to MPI latency; attention, layer "
                               "norm and softmax kernels next to sgemm and a copy"},
 };

@@ -248,7 +248,9 @@ int mg_cli_bench_step(int argc, char **argv) {
     if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
-                        "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]";
+                        "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]\n"
+                        "       the GPT's step: meshgrad bench step --model gpt --help; a pipeline "
+                        "(pp in --parallel): meshgrad bench step --parallel pp --help";
     const char *trace = "", *trace_steps = "", *flight_dir = "meshgrad-flight";
     int device = MG_DEVICE_CPU, tf32 = 0, bf16 = 0;
     int64_t batch = 256, steps = 10, threads = 0, layers[MAX_WIDTHS];
@@ -411,6 +413,10 @@ int mg_cli_bench_step(int argc, char **argv) {
 
 int mg_cli_bench_ops(int argc, char **argv) {
     int64_t iters = 20000;
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        if (mg_rank() == 0) printf("usage: meshgrad bench ops [--iters N]\n");
+        return 0;
+    }
     if (argc > 1 && (strcmp(argv[1], "--iters") != 0 || argc < 3 || mg_cli_parse_count(argv[2], &iters)))
         return usage_error("ops", "ops [--iters N]");
     int world = mg_world_size();

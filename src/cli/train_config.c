@@ -33,7 +33,7 @@ typedef struct {
 
 static const option_def options[] = {
     {"mesh", OPT_MESH, F(mesh), 0, "SHAPE", "device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)"},
-    {"parallel", OPT_PLAN, F(parallel), 0, "PLANS", "one plan per mesh dim: dp, tp, fsdp, sp, tp+sp (e.g. dp,tp)"},
+    {"parallel", OPT_PLAN, F(parallel), 0, "PLANS", "one plan per mesh dim: dp, tp, fsdp, sp, tp+sp, pp (e.g. dp,tp)"},
     {"model", OPT_MODEL, F(model), 0, "NAME", "mlp | permute-mlp | gpt"},
     {"hidden", OPT_INT, F(hidden), 1, "H", "mlp: hidden width"},
     {"channels", OPT_INT, F(channels), 1, "C", "permute-mlp: features per image column"},
