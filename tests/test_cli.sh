@@ -1,7 +1,9 @@
 #!/bin/sh
-# test_cli.sh: the meshgrad program's command line: --help, --version, usage
-# errors (exit 2, usage on stderr) and a failing command under mpirun printing
-# "meshgrad: error: ..." exactly once. Prints a Check-style summary line.
+# test_cli.sh: the meshgrad program's command line: --help (of the program and
+# of every command and benchmark), --version, usage errors (exit 2, usage on
+# stderr), a checkpoint folder given as DIR/, and a failing command under
+# mpirun printing "meshgrad: error: ..." exactly once. Prints a Check-style
+# summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env cli
 # a failed check shows the last run's stdout and stderr
