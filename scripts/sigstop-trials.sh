@@ -15,6 +15,10 @@
 # MPIRUN (mpirun), TIMEOUT_S (the collective timeout, 10), LIMIT_S (20).
 set -u
 cd "$(dirname "$0")/.." || exit 1
+case ${1:-20} in
+-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+'' | *[!0-9]* | 0) echo "sigstop-trials.sh: '$1' is not a number of trials >= 1 (usage: sigstop-trials.sh [N])" >&2; exit 2 ;;
+esac
 trials=${1:-20}
 : "${MESHGRAD:=build/meshgrad}" "${DATA:=build/data/digits.h5}" "${MPIRUN:=mpirun}"
 : "${TIMEOUT_S:=10}" "${LIMIT_S:=20}"

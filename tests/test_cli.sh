@@ -55,7 +55,8 @@ check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 
 # every command and benchmark answers --help with its usage on stdout, exit 0
 for c in train generate ckpt data bench plan trace "bench comm" "bench linear" "bench step" \
-    "bench ops" "bench step --model gpt" "bench step --parallel pp"; do
+    "bench ops" "bench step --model gpt" "bench step --parallel pp" "ckpt info" "data info" \
+    "trace analyze" "data text2h5" "data csv2h5"; do
     run $c --help
     check "'$c --help' exits 0" test "$rc" -eq 0
     check "... printing its usage on stdout" grep -q "usage: .*meshgrad" "$tmp/out"

@@ -26,6 +26,12 @@
 #include "status.h"
 
 static int info(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        if (mg_rank() == 0)
+            printf("usage: meshgrad ckpt info PATH (a checkpoint file, or a directory: its "
+                   "newest checkpoint)\n");
+        return 0;
+    }
     if (argc != 2) {
         mg_error(MG_EINVAL, "usage: meshgrad ckpt info PATH (a checkpoint file, or a directory: "
                             "its newest checkpoint)");

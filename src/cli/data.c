@@ -322,6 +322,10 @@ static int is_token_data_set(const char *path) {
 }
 
 static int info(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        if (mg_rank() == 0) printf("usage: meshgrad data info PATH\n");
+        return 0;
+    }
     if (argc != 2) {
         mg_error(MG_EINVAL, "usage: meshgrad data info PATH");
         return 2;

@@ -449,7 +449,8 @@ static int trace_analyze(const char *dir) {
 }
 
 int mg_cli_trace(int argc, char **argv) {
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    const char *last = argc >= 2 ? argv[argc - 1] : "";
+    if (argc >= 2 && argc <= 3 && (strcmp(last, "--help") == 0 || strcmp(last, "-h") == 0)) {
         if (mg_rank() == 0) printf("%s", usage_text);
         return 0;
     }
