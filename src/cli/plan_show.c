@@ -137,7 +137,7 @@ void mg_plan_print(FILE *out, const mg_plan_report *r) {
 
 #define TRACE_MARK "{\"otherData\":{\"generator\":\"meshgrad plan\"}"
 
-/* Absent, or a trace this program wrote: MG_OK; else MG_EIO. */
+/* 1 for a trace `meshgrad plan` wrote (mg_file_replaceable's test) */
 static int is_plan_trace(const char *path) { return mg_file_starts_with(path, TRACE_MARK); }
 
 static void span(FILE *f, int *first, const char *name, const char *cat, int pid, int tid,

@@ -34,12 +34,6 @@
 #define PACKAGE_VERSION "0.1.0"
 #endif
 
-/* Collective: how many ranks run on this machine and which of them this one
- * is, whether they are all of them, the CPUs they may run on (node_cpus), and
- * whether they outnumber them. When they do, a rank that waits
- * for a message naps (comm_p2p.c) instead of spinning: a spinning rank stays
- * runnable, and the scheduler, balancing runnable ranks, may leave two
- * computing ranks on one core and the waiters on the other. */
 /* Collective over `node`: the CPUs its ranks may run on together, the union
  * of their affinity masks (a container's cpuset, mpirun's binding), or the
  * machine's online CPUs where a mask cannot be read. */
@@ -55,6 +49,12 @@ static int node_cpus(MPI_Comm node) {
     return ok ? CPU_COUNT(&set) : online > 0 ? (int)online : 1;
 }
 
+/* Collective: how many ranks run on this machine and which of them this one
+ * is, whether they are all of them, the CPUs they may run on (node_cpus), and
+ * whether they outnumber them. When they do, a rank that waits
+ * for a message naps (comm_p2p.c) instead of spinning: a spinning rank stays
+ * runnable, and the scheduler, balancing runnable ranks, may leave two
+ * computing ranks on one core and the waiters on the other. */
 static void count_node(mg_context *c) {
     MPI_Comm node = MPI_COMM_NULL;
     int on_node = 1, world = 1, rank = 0;
