@@ -195,29 +195,15 @@ MG_CPU_CLONES void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, cons
 }
 
 /* (sum_j g, sum_j g xhat) of one row, g = dy w (dy where w is NULL): float
- * sums of SUM_BLOCK terms added in double, as BLOCK_SUM, two at once. With
- * dwd and dbd (w given) it also adds the row's terms dy xhat and dy to them:
- * this pass streams x and dy from memory, so their stores ride in its shadow
- * (in the second pass, from cache, they made it store-bound: 3.9 -> 3.2 ms
- * for the backward of 8192 x 1024) */
+ * sums of SUM_BLOCK terms added in double, as BLOCK_SUM, two at once */
 MG_CPU_INLINE void backward_row_sums(const float *restrict xr, const float *restrict g,
                                      const float *restrict wd, int64_t c, float mean, float rstd,
-                                     double *a_out, double *b_out, float *restrict dwd,
-                                     float *restrict dbd) {
+                                     double *a_out, double *b_out) {
     double a = 0, b = 0;
     for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
         int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
         float pa = 0, pb = 0;
-        if (wd && dwd) {
-#pragma omp simd reduction(+ : pa, pb)
-            for (int64_t j = j0; j < j1; j++) {
-                float xhat = (xr[j] - mean) * rstd, gj = g[j] * wd[j];
-                pa += gj;
-                pb += gj * xhat;
-                dwd[j] += g[j] * xhat;
-                dbd[j] += g[j];
-            }
-        } else if (wd) {
+        if (wd) {
 #pragma omp simd reduction(+ : pa, pb)
             for (int64_t j = j0; j < j1; j++) {
                 float gj = g[j] * wd[j];
@@ -247,7 +233,7 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x
     for (int64_t r = 0; r < rows; r++) {
         double a, b;
         backward_row_sums(x->data + r * c, dy->data + r * c, w ? w->data : NULL, c, stats->data[r],
-                          stats->data[rows + r], &a, &b, NULL, NULL);
+                          stats->data[rows + r], &a, &b);
         sums->data[r] = (float)a;
         sums->data[rows + r] = (float)b;
     }
@@ -301,17 +287,12 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
             if (sums) {
                 a = sums->data[r];
                 b = sums->data[rows + r];
-                if (wd && dwd && dbd) { /* the row's x and dy are read once here */
-                    backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd,
-                                     dbd);
-                    continue;
-                }
-            } else if (wd && dwd && dbd) { /* the usual case: dw, db with the sums */
-                backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b, dwd, dbd);
-                backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
-                continue;
             } else {
-                backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b, NULL, NULL);
+                backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b);
+            }
+            if (wd && dwd && dbd) { /* the usual case in one pass: the loads are the work */
+                backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd, dbd);
+                continue;
             }
             backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
         }
