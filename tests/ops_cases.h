@@ -80,6 +80,18 @@ static mg_dtensor *apply_attention_causal(mg_dtensor **in) {
 }
 static mg_dtensor *apply_narrow(mg_dtensor **in) { return mg_narrow(in[0], 1, 1, 3); }
 static mg_dtensor *apply_narrow_dim0(mg_dtensor **in) { return mg_narrow(in[0], 0, 2, 2); }
+/* three narrows of one intermediate along `dim` (two overlap), joined along
+ * it: the three gradients summed into the intermediate's (in place where dim
+ * is whole, as GPT's q, k, v of one qkv) */
+static mg_dtensor *narrow_three(mg_dtensor *x, int dim) {
+    mg_dtensor *t = mg_scale(x, 1.5f);
+    if (!t) return NULL;
+    const mg_dtensor *parts[3] = {mg_narrow(t, dim, 0, 3), mg_narrow(t, dim, 2, 3),
+                                  mg_narrow(t, dim, 1, 2)};
+    return parts[0] && parts[1] && parts[2] ? mg_cat(3, parts, dim) : NULL;
+}
+static mg_dtensor *apply_narrow_three(mg_dtensor **in) { return narrow_three(in[0], 1); }
+static mg_dtensor *apply_narrow_three_dim0(mg_dtensor **in) { return narrow_three(in[0], 0); }
 static mg_dtensor *apply_cat(mg_dtensor **in) {
     return mg_cat(2, (const mg_dtensor *const[]){in[0], in[1]}, -1);
 }
@@ -141,6 +153,8 @@ static const op_case op_cases[] = {
      {T, T, T}, {0}, apply_attention_causal},
     {"narrow", 1, {2}, {{4, 6}}, {T}, {T}, {0}, apply_narrow},
     {"narrow_dim0", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_narrow_dim0},
+    {"narrow_three", 1, {2}, {{3, 5}}, {T}, {T}, {0}, apply_narrow_three},
+    {"narrow_three_dim0", 1, {3}, {{6, 2, 3}}, {T}, {T}, {0}, apply_narrow_three_dim0},
     {"cat", 2, {2, 2}, {{3, 4}, {3, 2}}, {T, T}, {T, T}, {0}, apply_cat},
     {"cat_tree", 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {T, T, T}, {F, F, F}, {0}, apply_cat_tree},
     {"cross_entropy_3d", 2, {3, 2}, {{2, 3, 5}, {2, 3}}, {T, F}, {T, F}, {0, DATA_LABELS}, apply_ce},

@@ -157,6 +157,9 @@ static void copy_block_case(int nd, const int64_t *ss, const int64_t *ds, const 
     CPU->iface->copy_block(CPU->context, src, so, dst, dof, ext);
     GPU->iface->copy_block(GPU->context, dsrc, so, ddst, dof, ext);
     expect("copy_block", ddst, dst, TOL_EXACT);
+    CPU->iface->add_block(CPU->context, src, so, dst, dof, ext); /* the box doubled */
+    GPU->iface->add_block(GPU->context, dsrc, so, ddst, dof, ext);
+    expect("add_block", ddst, dst, TOL_EXACT);
     mg_tensor_free(src), mg_tensor_free(dsrc), mg_tensor_free(dst), mg_tensor_free(ddst);
 }
 

@@ -255,10 +255,11 @@ START_TEST(test_permute_4d_and_small) {
 }
 END_TEST
 
-static void copy_block_case(int nd, const int64_t *ss, const int64_t *ds, const int64_t *so,
-                            const int64_t *dof, const int64_t *ext) {
+/* copy_block, or add_block (add), of the box against element-by-element */
+static void block_case(bool add, int nd, const int64_t *ss, const int64_t *ds, const int64_t *so,
+                       const int64_t *dof, const int64_t *ext) {
     mg_tensor *src = rnd(nd, ss, 8), *dst = rnd(nd, ds, 9), *orig = mg_tensor_clone(NULL, dst);
-    BE->copy_block(CTX, src, so, dst, dof, ext);
+    (add ? BE->add_block : BE->copy_block)(CTX, src, so, dst, dof, ext);
     int64_t c[MG_MAX_DIMS], sc[MG_MAX_DIMS];
     for (int64_t i = 0; i < dst->numel; i++) {
         unravel(i, nd, ds, c);
@@ -267,13 +268,21 @@ static void copy_block_case(int nd, const int64_t *ss, const int64_t *ds, const 
             if (c[d] < dof[d] || c[d] >= dof[d] + ext[d]) inside = false;
             sc[d] = c[d] - dof[d] + so[d];
         }
-        float want = inside ? src->data[ravel(sc, nd, ss)] : orig->data[i];
-        ck_assert_msg(dst->data[i] == want, "copy_block %d-d: element %lld (%s)", nd, (long long)i,
+        float in = inside ? src->data[ravel(sc, nd, ss)] : 0.0f;
+        float want = !inside ? orig->data[i] : add ? orig->data[i] + in : in;
+        ck_assert_msg(dst->data[i] == want, "%s %d-d: element %lld (%s)",
+                      add ? "add_block" : "copy_block", nd, (long long)i,
                       inside ? "inside" : "outside");
     }
     mg_tensor_free(src);
     mg_tensor_free(dst);
     mg_tensor_free(orig);
+}
+
+static void copy_block_case(int nd, const int64_t *ss, const int64_t *ds, const int64_t *so,
+                            const int64_t *dof, const int64_t *ext) {
+    block_case(false, nd, ss, ds, so, dof, ext);
+    block_case(true, nd, ss, ds, so, dof, ext);
 }
 
 START_TEST(test_copy_block) {

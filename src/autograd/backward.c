@@ -117,8 +117,9 @@ static int collect(mg_node *root, int *n, int *nuses) {
 
 /* ---- one node -------------------------------------------------------------------- */
 
-/* An intermediate's gradient: summed at the first contribution's spec. */
-static int accumulate(mg_dtensor *t, mg_dtensor *g) {
+/* An intermediate's gradient: summed at the first contribution's spec. `own`:
+ * g was made for t alone (a narrow's VJP); a sum always is. */
+static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
     if (!mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) {
         char a[96], b[96];
         return mg_error(MG_ESTATE, "backward: gradient of shape %s for a tensor of shape %s",
@@ -127,6 +128,7 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g) {
     }
     if (!t->grad) {
         t->grad = g;
+        t->flags = own ? t->flags | MG_DTENSOR_OWN_GRAD : t->flags & ~(unsigned)MG_DTENSOR_OWN_GRAD;
         return MG_OK;
     }
     mg_backend *be = mg_backend_of(t->grad->local);
@@ -136,7 +138,19 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g) {
     if (!sum) return mg_last_code();
     be->iface->binary(be->context, MG_BINARY_ADD, t->grad->local, gg->local, sum->local);
     t->grad = sum;
+    t->flags |= MG_DTENSOR_OWN_GRAD;
     return MG_OK;
+}
+
+/* A narrow's gradient goes into its slice of the input's gradient, in place,
+ * where that gradient is the engine's own tensor and keeps the narrowed dim
+ * whole; else the VJP's zeros around the slice are summed in. GPT's q, k and v
+ * are narrows of one qkv: three zero (B, T, 3C) tensors and two whole adds
+ * before, one and two adds of a third now (the same sums, bit for bit). */
+static bool narrow_in_place(const mg_node *node) {
+    const mg_dtensor *t = node->inputs[0];
+    return node->op == MG_OP_NARROW && t->grad && (t->flags & MG_DTENSOR_OWN_GRAD) &&
+           !mg_ops_shard_mask(&t->grad->spec, node->iargs[0]);
 }
 
 /* A leaf input's contribution, as the reducer asks for it. */
@@ -223,11 +237,14 @@ static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_we
      * x, weight and bias: one all-reduce of a Partial gradient, not three) */
     if (calls > 1 && !(g = mg_vjp_grad_in(node, g))) return mg_last_code();
     int rc = MG_OK;
-    if (others) {
+    if (others && narrow_in_place(node)) {
+        rc = mg_op_narrow_backward_add(g, node->inputs[0]->grad, node->iargs[0], node->shape[0]);
+    } else if (others) {
         mg_dtensor *grads[MG_NODE_MAX_INPUTS];
         rc = mg_vjp(node, g, others, grads);
         for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
-            if (grads[i] && (others >> i & 1u)) rc = accumulate(node->inputs[i], grads[i]);
+            if (grads[i] && (others >> i & 1u))
+                rc = accumulate(node->inputs[i], grads[i], node->op == MG_OP_NARROW);
     }
     for (int i = 0; i < node->n_inputs && rc == MG_OK; i++) {
         if (!(leaves >> i & 1u)) continue;

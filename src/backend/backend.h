@@ -71,6 +71,10 @@ struct mg_backend_iface {
      * block copy; src and dst have the same ndim). Used by redistribute. */
     void (*copy_block)(void *ctx, const mg_tensor *src, const int64_t *src_offset,
                        mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent);
+    /* copy_block adding into dst: out[dst_offset + i] += src[src_offset + i]
+     * (a narrow's gradient into its input's, autograd/backward.c) */
+    void (*add_block)(void *ctx, const mg_tensor *src, const int64_t *src_offset,
+                      mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent);
     void (*copy)(void *ctx, const mg_tensor *src, mg_tensor *dst); /* same numel */
     void (*fill)(void *ctx, mg_tensor *t, float value);
 

@@ -111,15 +111,14 @@ static void cpu_fill(void *ctx, mg_tensor *t, float value) {
     for (int64_t i = 0; i < n; i++) p[i] = value;
 }
 
-/* dst[dst_offset + i] = src[src_offset + i] for i in the box `extent`.
- * Trailing dims that the box covers whole in both tensors merge into one
- * contiguous run, copied with memcpy. */
-static void cpu_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
-                           mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
-    (void)ctx;
+/* dst[dst_offset + i] = src[src_offset + i] (add: +=) for i in the box
+ * `extent`. Trailing dims that the box covers whole in both tensors merge into
+ * one contiguous run, copied with memcpy or added in one loop. */
+static void block_apply(const mg_tensor *src, const int64_t *src_offset, mg_tensor *dst,
+                        const int64_t *dst_offset, const int64_t *extent, bool add) {
     int nd = src->ndim;
     if (nd == 0) {
-        dst->data[0] = src->data[0];
+        dst->data[0] = add ? dst->data[0] + src->data[0] : src->data[0];
         return;
     }
     for (int d = 0; d < nd; d++)
@@ -145,8 +144,26 @@ static void cpu_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_o
     for (int64_t r = 0; r < outer; r++) {
         int64_t so, dof;
         mg_unravel2(r, k, extent, ss, ds, &so, &dof);
-        memcpy(o + dof, s + so, (size_t)run * sizeof(float));
+        if (!add) {
+            memcpy(o + dof, s + so, (size_t)run * sizeof(float));
+            continue;
+        }
+        float *restrict out = o + dof;
+        const float *restrict in = s + so;
+        for (int64_t j = 0; j < run; j++) out[j] += in[j];
     }
+}
+
+static void cpu_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
+                           mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
+    (void)ctx;
+    block_apply(src, src_offset, dst, dst_offset, extent, false);
+}
+
+static void cpu_add_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
+                          mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
+    (void)ctx;
+    block_apply(src, src_offset, dst, dst_offset, extent, true);
 }
 
 /* out = x permuted: out.shape[i] = x.shape[perm[i]]. Walks out in order; the
@@ -522,6 +539,7 @@ static const struct mg_backend_iface cpu_iface = {
     .gemm_batched = cpu_gemm_batched,
     .permute = cpu_permute,
     .copy_block = cpu_copy_block,
+    .add_block = cpu_add_block,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .binary = cpu_binary,

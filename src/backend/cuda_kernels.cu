@@ -1,7 +1,7 @@
 /* cuda_kernels.cu: the CUDA backend's layout, elementwise and optimizer kernels
- * (copy, fill, copy_block, permute, binary with broadcasting, unary, axpy, SGD,
- * AdamW), each a grid-stride kernel on the backend's stream with the semantics
- * of cpu.c.
+ * (copy, fill, copy_block, add_block, permute, binary with broadcasting, unary,
+ * axpy, SGD, AdamW), each a grid-stride kernel on the backend's stream with
+ * the semantics of cpu.c.
  *
  * Exports: mg_cu_kernels_iface (cuda_internal.h). */
 #include <math.h>
@@ -42,23 +42,23 @@ static void cuda_fill(void *ctx, mg_tensor *t, float value) {
     LAUNCHED("fill kernel");
 }
 
-/* item i of the box `ext` (nd dims) at offsets by the strides ss (src), ds (dst) */
+/* item i of the box `ext` (nd dims) at offsets by the strides ss (src), ds
+ * (dst): copied, or added into dst */
 __global__ void k_copy_block(const float *src, float *dst, int nd, dims8 ext, dims8 ss, dims8 ds,
-                             int64_t n) {
+                             int64_t n, bool add) {
     FOR_EACH(i, n) {
         int64_t so, dof;
         mg_unravel2(i, nd, ext.v, ss.v, ds.v, &so, &dof);
-        dst[dof] = src[so];
+        dst[dof] = add ? dst[dof] + src[so] : src[so];
     }
 }
 
-/* dst[dst_offset + i] = src[src_offset + i] for i in the box `extent`. Trailing
- * dims the box covers whole in both tensors merge into one. */
-static void cuda_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
-                            mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
-    (void)ctx;
+/* dst[dst_offset + i] = src[src_offset + i] (add: +=) for i in the box
+ * `extent`. Trailing dims the box covers whole in both tensors merge into one. */
+static void block_apply(const mg_tensor *src, const int64_t *src_offset, mg_tensor *dst,
+                        const int64_t *dst_offset, const int64_t *extent, bool add) {
     int nd = src->ndim;
-    if (nd == 0) {
+    if (nd == 0 && !add) {
         copy_d2d(dst->data, src->data, 1);
         return;
     }
@@ -71,31 +71,47 @@ static void cuda_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_
         src_base += src_offset[d] * ss[d];
         dst_base += dst_offset[d] * ds[d];
     }
-    int k = nd - 1; /* dims k.. form one run of `run` elements, strides 1 */
-    int64_t run = extent[k];
-    while (k > 0 && extent[k] == src->shape[k] && extent[k] == dst->shape[k]) {
-        k--;
-        run *= extent[k];
-    }
     dims8 e, s, o;
     int m = 0;
-    for (int d = 0; d < k; d++, m++) {
-        e.v[m] = extent[d];
-        s.v[m] = ss[d];
-        o.v[m] = ds[d];
+    if (nd > 0) {
+        int k = nd - 1; /* dims k.. form one run of `run` elements, strides 1 */
+        int64_t run = extent[k];
+        while (k > 0 && extent[k] == src->shape[k] && extent[k] == dst->shape[k]) {
+            k--;
+            run *= extent[k];
+        }
+        for (int d = 0; d < k; d++, m++) {
+            e.v[m] = extent[d];
+            s.v[m] = ss[d];
+            o.v[m] = ds[d];
+        }
+        e.v[m] = run;
+    } else {
+        e.v[m] = 1; /* a 0-d tensor: one element */
     }
-    e.v[m] = run;
     s.v[m] = 1;
     o.v[m] = 1;
     m++;
     int64_t n = mg_shape_numel(nd, extent);
-    if (m == 1) {
+    if (m == 1 && !add) {
         copy_d2d(dst->data + dst_base, src->data + src_base, n);
         return;
     }
-    k_copy_block<<<grid_for(n), THREADS, 0, mg_cu.stream>>>(src->data + src_base,
-                                                           dst->data + dst_base, m, e, s, o, n);
+    k_copy_block<<<grid_for(n), THREADS, 0, mg_cu.stream>>>(
+        src->data + src_base, dst->data + dst_base, m, e, s, o, n, add);
     LAUNCHED("copy_block kernel");
+}
+
+static void cuda_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
+                            mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
+    (void)ctx;
+    block_apply(src, src_offset, dst, dst_offset, extent, false);
+}
+
+static void cuda_add_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
+                           mg_tensor *dst, const int64_t *dst_offset, const int64_t *extent) {
+    (void)ctx;
+    block_apply(src, src_offset, dst, dst_offset, extent, true);
 }
 
 /* out[i] = x[offset of out index i through the permuted strides] */
@@ -275,6 +291,7 @@ static void cuda_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, 
 void mg_cu_kernels_iface(struct mg_backend_iface *f) {
     f->permute = cuda_permute;
     f->copy_block = cuda_copy_block;
+    f->add_block = cuda_add_block;
     f->copy = cuda_copy;
     f->fill = cuda_fill;
     f->unary = cuda_unary;

@@ -13,9 +13,9 @@
 #include "status.h"
 #include "trace.h"
 
-/* 4 memory entries (not traced) and 29 kernels, each wrapped below */
+/* 4 memory entries (not traced) and 30 kernels, each wrapped below */
 static_assert(sizeof(struct mg_backend_iface) ==
-                  offsetof(struct mg_backend_iface, alloc) + 33 * sizeof(void (*)(void)),
+                  offsetof(struct mg_backend_iface, alloc) + 34 * sizeof(void (*)(void)),
               "mg_backend_iface changed: wrap the new kernel here, and count it");
 
 static const struct mg_backend_iface *real(void) { return mg_ctx()->kernels_untraced; }
@@ -48,6 +48,13 @@ static void copy_block(void *ctx, const mg_tensor *src, const int64_t *so, mg_te
     int64_t t0 = mg_trace_now();
     real()->copy_block(ctx, src, so, dst, d_o, extent);
     mg_trace_kernel("copy_block", t0, dst->numel, 0, 0);
+}
+
+static void add_block(void *ctx, const mg_tensor *src, const int64_t *so, mg_tensor *dst,
+                      const int64_t *d_o, const int64_t *extent) {
+    int64_t t0 = mg_trace_now();
+    real()->add_block(ctx, src, so, dst, d_o, extent);
+    mg_trace_kernel("add_block", t0, src->numel, 0, 0);
 }
 
 static void copy(void *ctx, const mg_tensor *src, mg_tensor *dst) {
@@ -258,6 +265,7 @@ int mg_backend_trace_kernels(bool on) {
     WRAP(gemm_batched);
     WRAP(permute);
     WRAP(copy_block);
+    WRAP(add_block);
     WRAP(copy);
     WRAP(fill);
     WRAP(unary);

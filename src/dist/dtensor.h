@@ -13,6 +13,9 @@ struct mg_node; /* ops/tape.h */
 
 enum {
     MG_DTENSOR_HEAP = 1, /* made by a constructor: freed by mg_dtensor_free */
+    /* an op output's grad is a tensor the backward made for it alone, which it
+     * may add into in place (autograd/backward.c) */
+    MG_DTENSOR_OWN_GRAD = 2,
 };
 
 struct mg_dtensor {

@@ -83,6 +83,10 @@ int mg_op_attention_backward(const mg_dtensor *q, const mg_dtensor *k, const mg_
  * (ndim, shape): the gradient of a narrow */
 mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *shape, int dim,
                                   int64_t start);
+/* The same gradient added into grad (the narrowed tensor's gradient) in place,
+ * at grad's placements: where they keep `dim` whole (no mesh dim of size > 1
+ * shards it); MG_EINVAL where they do not. */
+int mg_op_narrow_backward_add(const mg_dtensor *g, mg_dtensor *grad, int dim, int64_t start);
 /* Sums g (a broadcast of `shape`) back to `shape`: the gradient of a broadcast. */
 mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape);
 /* sum over dims, times `scale` (mean = sum * 1/n) */

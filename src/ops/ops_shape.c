@@ -266,6 +266,22 @@ mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *
     return y;
 }
 
+int mg_op_narrow_backward_add(const mg_dtensor *g, mg_dtensor *grad, int dim, int64_t start) {
+    if (mg_ops_shard_mask(&grad->spec, dim))
+        return mg_error(MG_EINVAL, "narrow backward: the gradient shards dim %d; add a whole one",
+                        dim);
+    mg_spec at_grad = grad->spec; /* g's shape, grad's placements */
+    at_grad.shape[dim] = g->spec.shape[dim];
+    mg_dtensor *gg = mg_op_redistribute(g, &at_grad);
+    if (!gg) return mg_last_code();
+    int64_t zero[MG_MAX_DIMS] = {0}, at[MG_MAX_DIMS] = {0};
+    at[dim] = start; /* dim is whole on every rank */
+    if (gg->local->numel == 0) return MG_OK;
+    mg_backend *be = mg_backend_of(grad->local);
+    be->iface->add_block(be->context, gg->local, zero, grad->local, at, gg->local->shape);
+    return MG_OK;
+}
+
 /* one node: n <= MG_NODE_MAX_INPUTS inputs */
 static mg_dtensor *cat_node(const char *who, int n, const mg_dtensor *const *xs, int dim) {
     const mg_spec *first = &xs[0]->spec;
