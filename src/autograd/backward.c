@@ -118,7 +118,8 @@ static int collect(mg_node *root, int *n, int *nuses) {
 /* ---- one node -------------------------------------------------------------------- */
 
 /* An intermediate's gradient: summed at the first contribution's spec. `own`:
- * g was made for t alone (a narrow's VJP); a sum always is. */
+ * g was made for t alone (a narrow's VJP); a sum always is, and later
+ * contributions are added into it in place. */
 static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
     if (!mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) {
         char a[96], b[96];
@@ -134,6 +135,10 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
     mg_backend *be = mg_backend_of(t->grad->local);
     mg_dtensor *gg = mg_op_redistribute(g, &t->grad->spec);
     if (!gg) return mg_last_code();
+    if (t->flags & MG_DTENSOR_OWN_GRAD) { /* no one else holds it: add in place */
+        be->iface->binary(be->context, MG_BINARY_ADD, t->grad->local, gg->local, t->grad->local);
+        return MG_OK;
+    }
     mg_dtensor *sum = mg_ops_output(&t->grad->spec);
     if (!sum) return mg_last_code();
     be->iface->binary(be->context, MG_BINARY_ADD, t->grad->local, gg->local, sum->local);
@@ -279,6 +284,7 @@ static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
                                 : keep_for_later(w, root, NULL, seed, 0, true);
     } else {
         root->grad = seed;
+        root->flags &= ~(unsigned)MG_DTENSOR_OWN_GRAD;
     }
     for (int k = 0; k < n; k++) {
         mg_node *node = c->graph[k];
@@ -385,7 +391,7 @@ mg_dtensor *mg_grad(const mg_dtensor *t) {
 
 int mg_zero_grad(mg_dtensor *t) {
     if (!t) return mg_error(MG_EINVAL, "mg_zero_grad: tensor is NULL");
-    if (t->node) t->grad = NULL;
+    if (t->node) t->grad = NULL, t->flags &= ~(unsigned)MG_DTENSOR_OWN_GRAD;
     else mg_reducer_zero(t);
     return MG_OK;
 }
