@@ -138,6 +138,18 @@ if command -v taskset >/dev/null 2>&1; then
     rc=$?
     check_output "two ranks of one thread kept to CPU 0 (taskset -c 0): they share that core" \
         sh -c "test $rc -eq 0 && grep -q '2 ranks share 1 core: 0.50 of a core each' '$tmp/out'"
+    # masks that overlap in part (rank 0 on CPU 0, rank 1 on CPUs 0 and 1): the
+    # ranks run on different numbers of cores, and must still agree on the
+    # share (else one measures the FLOP rate twice and the other waits for ever)
+    if [ "$cpus" -ge 2 ]; then
+        "$TIMEOUT" -k 10 60 "$MPIRUN" --bind-to none -np 2 sh -c \
+            'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then c=0; else c=0,1; fi; exec taskset -c $c "$@"' \
+            sh "$prog" plan --mesh 2 --microbatches 4 --threads 2 --bandwidth 5 --latency 5 \
+            >"$tmp/out" 2>"$tmp/err" </dev/null
+        rc=$?
+        check "two ranks on CPU 0 and on CPUs 0,1 (partly overlapping masks), FLOP rate measured: they agree and end (exit $rc)" \
+            sh -c "test $rc -eq 0 && grep -q '^predicted step time' '$tmp/out'"
+    fi
 else
     echo "skipped: no taskset (the cpuset case)"
 fi
