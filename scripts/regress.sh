@@ -69,9 +69,12 @@ for f in "$data" "$build/data/mobydick.h5"; do
     [ -r "$f" ] || { echo "regress.sh: $f is missing: run make in $build" >&2; exit 2; }
 done
 [ -n "$out" ] || out=runs/regress-$(date +%Y%m%d-%H%M%S)
-# the runs replace what an earlier run of this script left there, nothing else
-if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/results.tsv" ]; then
-    echo "regress.sh: --out $out holds files and is not an earlier run's output (no results.tsv): give a new or empty directory" >&2
+# the runs replace what an earlier run of this script left there, nothing else:
+# an earlier run's results.tsv is empty or rows of the ten fields record() writes
+# (a results.tsv of another kind does not make a folder this script's)
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && { [ ! -f "$out/results.tsv" ] ||
+    ! awk -F '\t' 'NF != 10 { exit 1 }' "$out/results.tsv"; }; then
+    echo "regress.sh: --out $out holds files and is not an earlier run's output (no results.tsv of this script's): give a new or empty directory" >&2
     exit 2
 fi
 # an earlier run's checkpoints would refuse this run's saves: they are this script's own

@@ -89,4 +89,29 @@ check "train with a missing config on 2 ranks fails" test "$rc" -ne 0
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
 check "... naming the file" grep -q "meshgrad: error: .*no-such.conf" "$tmp/err"
 
+# scripts/regress.sh --out (its guard and its paths; the launcher here is a
+# stand-in that records its command line and fails, so each run ends at once
+# and no training runs): a folder holding a results.tsv of its own (not the
+# rows regress.sh writes) is not taken for an earlier run's output, and its
+# ckpt/ stays
+regress=$(cd "$(dirname "$0")/.." && pwd)/scripts/regress.sh
+mkdir -p "$tmp/bin" "$tmp/mine/ckpt"
+printf '%s\n' '#!/bin/sh' 'for a in "$@"; do printf "[%s]" "$a"; done >>"$LAUNCH_LOG"' \
+    'echo >>"$LAUNCH_LOG"' 'exit 1' >"$tmp/bin/mpirun"
+chmod +x "$tmp/bin/mpirun"
+echo 'my own table' >"$tmp/mine/results.tsv"
+echo mine >"$tmp/mine/ckpt/keep.h5"
+regress() {
+    LAUNCH_LOG=$tmp/launch.log PATH=$tmp/bin:$PATH "$TIMEOUT" 120 sh "$regress" --quick \
+        --models mlp --build "$top" --out "$1" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+regress "$tmp/mine"
+check "regress.sh --out over a folder with a results.tsv it did not write: refused (exit $rc)" \
+    sh -c "test $rc -eq 2 && grep -q 'not an earlier run' '$tmp/err'"
+check "... its ckpt/ and results.tsv left as they were" \
+    sh -c "test -f '$tmp/mine/ckpt/keep.h5' && grep -qx 'my own table' '$tmp/mine/results.tsv'"
+regress "$tmp/run s"
+regress "$tmp/run s"
+check "... and a second run takes the first one's output folder (exit $rc, not 2)" test "$rc" -ne 2
 check_summary
