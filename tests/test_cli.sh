@@ -2,8 +2,8 @@
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
 # stderr), a checkpoint folder given as DIR/, and a failing command under
-# mpirun printing "meshgrad: error: ..." exactly once. Prints a Check-style
-# summary line.
+# mpirun printing "meshgrad: error: ..." exactly once, and scripts/regress.sh's
+# --out (its guard; a path with a space). Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env cli
 # a failed check shows the last run's stdout and stderr
@@ -93,7 +93,7 @@ check "... naming the file" grep -q "meshgrad: error: .*no-such.conf" "$tmp/err"
 # stand-in that records its command line and fails, so each run ends at once
 # and no training runs): a folder holding a results.tsv of its own (not the
 # rows regress.sh writes) is not taken for an earlier run's output, and its
-# ckpt/ stays
+# ckpt/ stays; an --out with a space in it reaches --save whole
 regress=$(cd "$(dirname "$0")/.." && pwd)/scripts/regress.sh
 mkdir -p "$tmp/bin" "$tmp/mine/ckpt"
 printf '%s\n' '#!/bin/sh' 'for a in "$@"; do printf "[%s]" "$a"; done >>"$LAUNCH_LOG"' \
@@ -112,6 +112,9 @@ check "regress.sh --out over a folder with a results.tsv it did not write: refus
 check "... its ckpt/ and results.tsv left as they were" \
     sh -c "test -f '$tmp/mine/ckpt/keep.h5' && grep -qx 'my own table' '$tmp/mine/results.tsv'"
 regress "$tmp/run s"
+check "regress.sh --out 'run s' (a space): --save gets the whole path" \
+    grep -qF "[--save][$tmp/run s/ckpt/mlp-2-dp/]" "$tmp/launch.log"
 regress "$tmp/run s"
 check "... and a second run takes the first one's output folder (exit $rc, not 2)" test "$rc" -ne 2
+
 check_summary
