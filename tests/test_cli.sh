@@ -2,8 +2,9 @@
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
 # stderr), a checkpoint folder given as DIR/, and a failing command under
-# mpirun printing "meshgrad: error: ..." exactly once, and scripts/regress.sh's
-# --out (its guard; a path with a space). Prints a Check-style summary line.
+# mpirun printing "meshgrad: error: ..." exactly once, scripts/regress.sh's
+# --out (its guard; a path with a space) and scripts/slurm-test.sh's guard.
+# Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env cli
 # a failed check shows the last run's stdout and stderr
@@ -116,5 +117,27 @@ check "regress.sh --out 'run s' (a space): --save gets the whole path" \
     grep -qF "[--save][$tmp/run s/ckpt/mlp-2-dp/]" "$tmp/launch.log"
 regress "$tmp/run s"
 check "... and a second run takes the first one's output folder (exit $rc, not 2)" test "$rc" -ne 2
+
+# scripts/slurm-test.sh --out: the same guard, before it removes daemons/
+# (Slurm, Munge and the network tools here are stand-ins that fail; the script
+# wants root before anything else)
+if [ "$(id -u)" = 0 ]; then
+    for t in ip unshare hostname munged slurmctld slurmd sbatch srun scontrol sinfo scancel; do
+        printf '%s\n' '#!/bin/sh' 'exit 1' >"$tmp/bin/$t"
+        chmod +x "$tmp/bin/$t"
+    done
+    mkdir -p "$tmp/mine/daemons"
+    echo 'my own legs' >"$tmp/mine/legs.tsv"
+    echo mine >"$tmp/mine/daemons/keep.log"
+    LAUNCH_LOG=$tmp/launch.log PATH=$tmp/bin:$PATH "$TIMEOUT" 60 \
+        sh "$(dirname "$regress")/slurm-test.sh" --build "$top" --out "$tmp/mine" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+    check "slurm-test.sh --out over a folder with a legs.tsv it did not write: refused (exit $rc)" \
+        sh -c "test $rc -eq 2 && grep -q 'not an earlier run' '$tmp/err'"
+    check "... its daemons/ and legs.tsv left as they were" \
+        sh -c "test -f '$tmp/mine/daemons/keep.log' && grep -qx 'my own legs' '$tmp/mine/legs.tsv'"
+else
+    echo "skipped: slurm-test.sh's --out guard (the script needs root)"
+fi
 
 check_summary
