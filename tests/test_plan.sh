@@ -203,6 +203,8 @@ refused "a GPT's --pp-layers not summing to the blocks" "--pp-layers sums to 5 l
 refused "a mesh without a pp dim" "give one plan per mesh dim, pp once" --mesh 2x2 --parallel dp,dp
 refused "a batch that leaves a micro-batch empty" "leaves the last ones empty: use 5 micro-batches" \
     --mesh 4 --batch 10 --microbatches 6
+refused "an empty --trace" "--trace '' is not a file name: give the file to write the trace to" \
+    --mesh 2 --microbatches 2 --trace ''
 # the machine's figures must be finite (strtod reads 1e400 and inf as infinity)
 given_rate=$given
 for bad in "--flops 1e400" "--bandwidth inf" "--latency nan"; do

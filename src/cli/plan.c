@@ -164,7 +164,12 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             if (o->n_pp_layers < 1) rc = bad_value("--pp-layers", optarg, "layer counts, one per stage");
             for (int i = 0; i < o->n_pp_layers; i++) o->pp_layers[i] = (int)list[i];
             break;
-        case 't': o->trace = optarg; break;
+        case 't': /* refused now, not after the plan is made and printed */
+            o->trace = optarg;
+            if (!optarg[0])
+                rc = mg_error(MG_EINVAL, "plan: --trace '' is not a file name: give the file to "
+                                         "write the trace to");
+            break;
         case 'F': rc = parse_double("--flops", optarg, &o->gflops); break;
         case 'W': rc = parse_double("--bandwidth", optarg, &o->gbps); break;
         case 'a': rc = parse_double("--latency", optarg, &o->latency_us); break;
