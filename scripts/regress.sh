@@ -69,9 +69,12 @@ for f in "$data" "$build/data/mobydick.h5"; do
     [ -r "$f" ] || { echo "regress.sh: $f is missing: run make in $build" >&2; exit 2; }
 done
 [ -n "$out" ] || out=runs/regress-$(date +%Y%m%d-%H%M%S)
-# the runs replace what an earlier run of this script left there, nothing else
-if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/results.tsv" ]; then
-    echo "regress.sh: --out $out holds files and is not an earlier run's output (no results.tsv): give a new or empty directory" >&2
+# the runs replace what an earlier run of this script left there, nothing else:
+# an earlier run's results.tsv is empty or rows of the ten fields record() writes
+# (a results.tsv of another kind does not make a folder this script's)
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && { [ ! -f "$out/results.tsv" ] ||
+    ! awk -F '\t' 'NF != 10 { exit 1 }' "$out/results.tsv"; }; then
+    echo "regress.sh: --out $out holds files and is not an earlier run's output (no results.tsv of this script's): give a new or empty directory" >&2
     exit 2
 fi
 # an earlier run's checkpoints would refuse this run's saves: they are this script's own
@@ -280,11 +283,14 @@ ckpt_at() {
     done
 }
 ranks_of() { echo "$1" | awk -F x '{ n = 1; for (i = 1; i <= NF; i++) n *= $i; print n }'; }
-# save_flags NAME KEY MESH PLAN: checkpoint flags when this run starts a resume leg
-save_flags() {
+# save_leg NAME KEY MESH PLAN: save_dir and save_every when this run starts a
+# resume leg, else save_dir empty (given as ${save_dir:+--save "$save_dir" ...}:
+# the path stays one argument, spaces and all)
+save_leg() {
+    save_dir=
     [ $has_ckpt -eq 1 ] || return 0
     for leg in $legs; do
-        case $leg in "$2:$3:$4:"*) echo "--save $out/ckpt/$(safe "$1")/ --save-every $(($(steps_of "$2") / 2))" ;; esac
+        case $leg in "$2:$3:$4:"*) save_dir=$out/ckpt/$(safe "$1")/ save_every=$(($(steps_of "$2") / 2)) ;; esac
     done
 }
 
@@ -293,12 +299,15 @@ for key in $models; do
     eval "model=\$${key}_model keymatrix=\${${key}_matrix:-\$matrix}"
     echo "== $model"
     ref=$key-1-dp
-    train "$ref" 1 1 dp "$key" $(save_flags "$ref" "$key" 1 dp)
+    save_leg "$ref" "$key" 1 dp
+    train "$ref" 1 1 dp "$key" ${save_dir:+--save "$save_dir" --save-every "$save_every"}
     judge "$ref" 1 1 dp "$key" "$ref" 1 "$(steps_of "$key")" "the reference"
     for mp in $keymatrix; do
         mesh=${mp%%:*} plan=${mp#*:}
         name=$key-$mesh-$plan
-        train "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" $(save_flags "$name" "$key" "$mesh" "$plan")
+        save_leg "$name" "$key" "$mesh" "$plan"
+        train "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" \
+            ${save_dir:+--save "$save_dir" --save-every "$save_every"}
         judge "$name" "$(ranks_of "$mesh")" "$mesh" "$plan" "$key" "$ref" 1 "$(steps_of "$key")"
     done
 done

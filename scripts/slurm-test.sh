@@ -60,9 +60,12 @@ if [ ! -x "$build/meshgrad" ] || [ ! -r "$build/data/digits.h5" ]; then
     exit 2
 fi
 [ -n "$out" ] || out=runs/slurm-$(date +%Y%m%d-%H%M%S)
-# the runs replace what an earlier run of this script left there, nothing else
-if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -f "$out/legs.tsv" ]; then
-    echo "slurm-test.sh: --out $out holds files and is not an earlier run's output (no legs.tsv): give a new or empty directory" >&2
+# the runs replace what an earlier run of this script left there, nothing else:
+# an earlier run's legs.tsv is empty or rows of the four fields leg() writes
+# (a legs.tsv of another kind does not make a folder this script's)
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ] && { [ ! -f "$out/legs.tsv" ] ||
+    ! awk -F '\t' 'NF != 4 { exit 1 }' "$out/legs.tsv"; }; then
+    echo "slurm-test.sh: --out $out holds files and is not an earlier run's output (no legs.tsv of this script's): give a new or empty directory" >&2
     exit 2
 fi
 mkdir -p "$out" && : >>"$out/legs.tsv" || exit 2

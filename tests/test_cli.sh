@@ -2,8 +2,9 @@
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
 # stderr), a checkpoint folder given as DIR/, and a failing command under
-# mpirun printing "meshgrad: error: ..." exactly once. Prints a Check-style
-# summary line.
+# mpirun printing "meshgrad: error: ..." exactly once, scripts/regress.sh's
+# --out (its guard; a path with a space) and scripts/slurm-test.sh's guard.
+# Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env cli
 # a failed check shows the last run's stdout and stderr
@@ -88,5 +89,55 @@ run_np 2 train --config "$tmp/no-such.conf"
 check "train with a missing config on 2 ranks fails" test "$rc" -ne 0
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
 check "... naming the file" grep -q "meshgrad: error: .*no-such.conf" "$tmp/err"
+
+# scripts/regress.sh --out (its guard and its paths; the launcher here is a
+# stand-in that records its command line and fails, so each run ends at once
+# and no training runs): a folder holding a results.tsv of its own (not the
+# rows regress.sh writes) is not taken for an earlier run's output, and its
+# ckpt/ stays; an --out with a space in it reaches --save whole
+regress=$(cd "$(dirname "$0")/.." && pwd)/scripts/regress.sh
+mkdir -p "$tmp/bin" "$tmp/mine/ckpt"
+printf '%s\n' '#!/bin/sh' 'for a in "$@"; do printf "[%s]" "$a"; done >>"$LAUNCH_LOG"' \
+    'echo >>"$LAUNCH_LOG"' 'exit 1' >"$tmp/bin/mpirun"
+chmod +x "$tmp/bin/mpirun"
+echo 'my own table' >"$tmp/mine/results.tsv"
+echo mine >"$tmp/mine/ckpt/keep.h5"
+regress() {
+    LAUNCH_LOG=$tmp/launch.log PATH=$tmp/bin:$PATH "$TIMEOUT" 120 sh "$regress" --quick \
+        --models mlp --build "$top" --out "$1" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+regress "$tmp/mine"
+check "regress.sh --out over a folder with a results.tsv it did not write: refused (exit $rc)" \
+    sh -c "test $rc -eq 2 && grep -q 'not an earlier run' '$tmp/err'"
+check "... its ckpt/ and results.tsv left as they were" \
+    sh -c "test -f '$tmp/mine/ckpt/keep.h5' && grep -qx 'my own table' '$tmp/mine/results.tsv'"
+regress "$tmp/run s"
+check "regress.sh --out 'run s' (a space): --save gets the whole path" \
+    grep -qF "[--save][$tmp/run s/ckpt/mlp-2-dp/]" "$tmp/launch.log"
+regress "$tmp/run s"
+check "... and a second run takes the first one's output folder (exit $rc, not 2)" test "$rc" -ne 2
+
+# scripts/slurm-test.sh --out: the same guard, before it removes daemons/
+# (Slurm, Munge and the network tools here are stand-ins that fail; the script
+# wants root before anything else)
+if [ "$(id -u)" = 0 ]; then
+    for t in ip unshare hostname munged slurmctld slurmd sbatch srun scontrol sinfo scancel; do
+        printf '%s\n' '#!/bin/sh' 'exit 1' >"$tmp/bin/$t"
+        chmod +x "$tmp/bin/$t"
+    done
+    mkdir -p "$tmp/mine/daemons"
+    echo 'my own legs' >"$tmp/mine/legs.tsv"
+    echo mine >"$tmp/mine/daemons/keep.log"
+    LAUNCH_LOG=$tmp/launch.log PATH=$tmp/bin:$PATH "$TIMEOUT" 60 \
+        sh "$(dirname "$regress")/slurm-test.sh" --build "$top" --out "$tmp/mine" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+    check "slurm-test.sh --out over a folder with a legs.tsv it did not write: refused (exit $rc)" \
+        sh -c "test $rc -eq 2 && grep -q 'not an earlier run' '$tmp/err'"
+    check "... its daemons/ and legs.tsv left as they were" \
+        sh -c "test -f '$tmp/mine/daemons/keep.log' && grep -qx 'my own legs' '$tmp/mine/legs.tsv'"
+else
+    echo "skipped: slurm-test.sh's --out guard (the script needs root)"
+fi
 
 check_summary

@@ -2,6 +2,8 @@
  * on shapes with size-1 and size-0 dims, and big enough ones to take the OpenMP
  * paths; derivatives against finite differences; optimizers against a scalar
  * reference of the PyTorch update rules. */
+#include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +168,43 @@ START_TEST(test_gemm_alpha_zero) {
     free(a);
     free(b);
     free(c);
+    mg_backend_cpu_set_threads(0);
+}
+END_TEST
+
+/* The small kernel's packed buffer is a thread's own (cpu_gemm_small.c): a
+ * thread that calls it and ends gives the buffer back. 16 threads, one after
+ * another, each one 32-row product, leave the heap (every arena: mallinfo2)
+ * within one buffer of where the first such thread left it. */
+enum { TX_M = 32, TX_N = 1030, TX_K = 300 };
+static void *gemm_in_thread(void *arg) {
+    float **abc = arg;
+    BE->gemm(CTX, false, true, TX_M, TX_N, TX_K, 1.0f, abc[0], TX_K, abc[1], TX_K, 0.0f, abc[2],
+             TX_N);
+    return NULL;
+}
+
+static void run_gemm_thread(float **abc) {
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, gemm_in_thread, abc), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+START_TEST(test_gemm_small_thread_exit) {
+    mg_backend_cpu_set_threads(1);
+    float *abc[3] = {malloc(sizeof(float) * TX_M * TX_K), malloc(sizeof(float) * TX_N * TX_K),
+                     malloc(sizeof(float) * TX_M * TX_N)};
+    mg_test_fill(abc[0], TX_M * TX_K, 1);
+    mg_test_fill(abc[1], TX_N * TX_K, 2);
+    run_gemm_thread(abc); /* the first makes the threads' arena */
+    size_t before = mallinfo2().uordblks;
+    for (int i = 0; i < 16; i++) run_gemm_thread(abc);
+    size_t after = mallinfo2().uordblks, buffer = sizeof(float) * TX_M * TX_K;
+    ck_assert_msg(after < before + buffer,
+                  "16 threads that called gemm and ended left %zu more bytes on the heap (one "
+                  "packed buffer: %zu): their buffers were not freed",
+                  after - before, buffer);
+    for (int i = 0; i < 3; i++) free(abc[i]);
     mg_backend_cpu_set_threads(0);
 }
 END_TEST
@@ -939,6 +978,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_gemm_small, 0, 3);
     tcase_add_test(tc, test_gemm_small_row_shards);
     tcase_add_test(tc, test_gemm_alpha_zero);
+    tcase_add_test(tc, test_gemm_small_thread_exit);
     tcase_add_loop_test(tc, test_binary_broadcast_patterns, 0, MG_BINARY_COUNT);
     return mg_test_run(s);
 }

@@ -138,6 +138,18 @@ if command -v taskset >/dev/null 2>&1; then
     rc=$?
     check_output "two ranks of one thread kept to CPU 0 (taskset -c 0): they share that core" \
         sh -c "test $rc -eq 0 && grep -q '2 ranks share 1 core: 0.50 of a core each' '$tmp/out'"
+    # masks that overlap in part (rank 0 on CPU 0, rank 1 on CPUs 0 and 1): the
+    # ranks run on different numbers of cores, and must still agree on the
+    # share (else one measures the FLOP rate twice and the other waits for ever)
+    if [ "$cpus" -ge 2 ]; then
+        "$TIMEOUT" -k 10 60 "$MPIRUN" --bind-to none -np 2 sh -c \
+            'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then c=0; else c=0,1; fi; exec taskset -c $c "$@"' \
+            sh "$prog" plan --mesh 2 --microbatches 4 --threads 2 --bandwidth 5 --latency 5 \
+            >"$tmp/out" 2>"$tmp/err" </dev/null
+        rc=$?
+        check "two ranks on CPU 0 and on CPUs 0,1 (partly overlapping masks), FLOP rate measured: they agree and end (exit $rc)" \
+            sh -c "test $rc -eq 0 && grep -q '^predicted step time' '$tmp/out'"
+    fi
 else
     echo "skipped: no taskset (the cpuset case)"
 fi
@@ -191,6 +203,8 @@ refused "a GPT's --pp-layers not summing to the blocks" "--pp-layers sums to 5 l
 refused "a mesh without a pp dim" "give one plan per mesh dim, pp once" --mesh 2x2 --parallel dp,dp
 refused "a batch that leaves a micro-batch empty" "leaves the last ones empty: use 5 micro-batches" \
     --mesh 4 --batch 10 --microbatches 6
+refused "an empty --trace" "--trace '' is not a file name: give the file to write the trace to" \
+    --mesh 2 --microbatches 2 --trace ''
 # the machine's figures must be finite (strtod reads 1e400 and inf as infinity)
 given_rate=$given
 for bad in "--flops 1e400" "--bandwidth inf" "--latency nan"; do

@@ -6,7 +6,8 @@
 #   is untouched; a link, a device node (mknod) or a file that is not a
 #   checkpoint at the --save path is refused before step 1, and left as it is;
 #   --save (or --metrics) naming the data set or the config file is refused;
-#   --metrics over a file that is not a metrics file, or through a link, too;
+#   --metrics over a file that is not a metrics file, or through a link, too,
+#   also when the file is put there between the check and the open;
 #   resuming from and saving to one file (the preemption workflow) works;
 # - --keep deletes only older ckpt-<step>.h5 checkpoints: a new run refuses a
 #   directory that already holds checkpoints, and with --overwrite leaves
@@ -90,6 +91,25 @@ check_output "the metrics file of an earlier run is replaced" \
 train 1 --steps 2 --metrics /dev/stdout
 check_output "--metrics /dev/stdout (a link to a stream) writes the lines there" \
     sh -c "test $rc -eq 0 && grep -q '^{\"step\":2,\"loss\"' '$tmp/out'"
+# the race between the check of --metrics and its open: another process puts
+# a file of its own at the path in between (swap_on_open.so plays it, on the
+# open for writing): that file is left as it is, and the run refused
+shim=$top/tests/.libs/swap_on_open.so
+if [ -r "$shim" ]; then
+    printf '{"step":0}\n' >race.jsonl # a metrics file: it passes the check
+    echo theirs >theirs.txt
+    # (a sanitizer build's runtime then is not the first library: fine here)
+    "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race.jsonl MG_SWAP_FROM=theirs.txt \
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        "$prog" train $small --steps 2 --metrics race.jsonl >"$tmp/out" 2>&1
+    rc=$?
+    check "a file put at --metrics between its check and its open: left as it is" \
+        test "$(cat race.jsonl)" = theirs
+    check "... and the run refused (exit $rc), saying why" sh -c "test $rc -ne 0 &&
+        grep -q 'will not replace race.jsonl: it is not a metrics file this program wrote' '$tmp/out'"
+else
+    echo "skipped: no $shim (the case of a file put at --metrics after its check)"
+fi
 refuse "--save over a file that is not a checkpoint" 1 \
     "will not replace base.conf.orig: it is not a meshgrad checkpoint" --steps 5 --save base.conf.orig
 check "... left as it is" same base.conf base.conf.orig

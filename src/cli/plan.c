@@ -164,7 +164,12 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             if (o->n_pp_layers < 1) rc = bad_value("--pp-layers", optarg, "layer counts, one per stage");
             for (int i = 0; i < o->n_pp_layers; i++) o->pp_layers[i] = (int)list[i];
             break;
-        case 't': o->trace = optarg; break;
+        case 't': /* refused now, not after the plan is made and printed */
+            o->trace = optarg;
+            if (!optarg[0])
+                rc = mg_error(MG_EINVAL, "plan: --trace '' is not a file name: give the file to "
+                                         "write the trace to");
+            break;
         case 'F': rc = parse_double("--flops", optarg, &o->gflops); break;
         case 'W': rc = parse_double("--bandwidth", optarg, &o->gbps); break;
         case 'a': rc = parse_double("--latency", optarg, &o->latency_us); break;
@@ -244,11 +249,16 @@ static int calibrate(const plan_opts *o, const mg_layer_cost *layers, int n, int
  * (*cores). Else 1 and 0: a rank has its cores to itself. A rank runs on no
  * more cores than it has threads, nor than mpirun bound it to (then its
  * threads take turns there, measured alone as with the others). *cpus: the
- * CPUs the machine's ranks may run on together. */
-static void core_share(double *share, int *cores, long *cpus) {
+ * CPUs the machine's ranks may run on together. Collective over `world`: the
+ * ranks may run on different numbers of cores (affinity masks that overlap in
+ * part), and all must plan, and measure, alike, so each counts the most cores
+ * any of them runs on. */
+static int core_share(mg_comm *world, double *share, int *cores, long *cpus) {
     int on_node = mg_ctx()->node_ranks, threads = mg_backend_cpu_threads();
     long usable = mg_backend_cpu_usable();
-    long used = threads < usable ? threads : usable; /* the cores this rank runs on */
+    int64_t most = threads < usable ? threads : usable; /* the cores this rank runs on */
+    int rc = mg_comm_all_reduce_i64(world, &most, 1, MG_CONTROL_MAX);
+    long used = (long)most;
     *cpus = mg_ctx()->node_cpus; /* the CPUs the machine's ranks run on together */
     *share = 1;
     *cores = 0;
@@ -256,6 +266,7 @@ static void core_share(double *share, int *cores, long *cpus) {
         *share = (double)*cpus / ((double)on_node * (double)used);
         *cores = (int)(*cpus / used) > 0 ? (int)(*cpus / used) : 1;
     }
+    return rc;
 }
 
 int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_layer_cost *layers,
@@ -270,7 +281,7 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
     for (int i = 0; i < n; i++) most = layers[i].out_floats > most ? layers[i].out_floats : most;
     int cores = 0;
     long cpus = 0;
-    core_share(&m->core_share, &cores, &cpus);
+    rc = core_share(mesh->world, &m->core_share, &cores, &cpus);
     double all = 0; /* with shared cores: the rate of a rank when every rank computes */
     if (rc == MG_OK && gflops > 0) m->flops = gflops * 1e9;
     else if (rc == MG_OK)
