@@ -35,7 +35,8 @@ mg=$build/meshgrad
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 cores=$(nproc)
 out=bench-pp.jsonl
-if [ -L "$out" ] || { [ -s "$out" ] && [ "$(head -c 9 "$out")" != '{"bench":' ]; }; then
+if [ -L "$out" ] || { [ -e "$out" ] && [ ! -f "$out" ]; } ||
+    { [ -s "$out" ] && [ "$(head -c 9 "$out")" != '{"bench":' ]; }; then
     echo "bench-pp.sh: ./$out is not an earlier run's output: move it away or run elsewhere" >&2
     exit 2
 fi
