@@ -39,6 +39,7 @@ typedef struct {
     int nsteps, nslots;
     mg_spec *slot, *grad; /* per slot: its spec, its gradient's */
     bool *wants, *has;
+    bool *own;            /* the gradient is one the engine made for the slot alone */
     gparam *param;
     int nparams;
     mg_gpt_config g;
@@ -287,16 +288,28 @@ static int forward(gwalk *t, int ids, int labels, int *loss) {
 
 /* ---- the backward pass ----------------------------------------------------------- */
 
-/* g summed into slot i's gradient (at the first contribution's spec). */
-static void accumulate(gwalk *t, int i, const mg_spec *g) {
+/* g summed into slot i's gradient (at the first contribution's spec), as the
+ * engine does: into a sum it made (or a narrow's gradient) in place, else
+ * into a new sum. own: g was made for the slot alone. */
+static void accumulate(gwalk *t, int i, const mg_spec *g, bool own) {
     if (!t->wants[i]) return;
     if (!t->has[i]) {
         t->grad[i] = *g;
         t->has[i] = true;
+        t->own[i] = own;
         return;
     }
     mg_est_redistribute(t->w, g, &t->grad[i], false);
-    mg_est_made(t->w, &t->grad[i], true, false);
+    if (!t->own[i]) mg_est_made(t->w, &t->grad[i], true, false);
+    t->own[i] = true;
+}
+
+/* Whether a mesh dim of size > 1 shards dim d of s. */
+static bool sharded(const mg_spec *s, int d) {
+    for (int m = 0; m < s->mesh->ndim; m++)
+        if (s->mesh->shape[m] > 1 && s->p[m].kind == MG_PLACE_SHARD && s->p[m].dim == d)
+            return true;
+    return false;
 }
 
 /* The mirror of input i's move into the op: g back to its placements. */
@@ -356,13 +369,13 @@ static int backward_step(gwalk *t, gstep *s) {
         int rc = mg_est_backward(w, &s->r, &g);
         if (rc != MG_OK) return rc;
         if (s->layer.no_bias) memcpy(w->bucket_floats, kept, sizeof kept);
-        if (s->r.in_grad) accumulate(t, s->in[0], &g);
+        if (s->r.in_grad) accumulate(t, s->in[0], &g, false);
         break;
     }
     case S_TO: {
         mg_spec back = mg_est_replicated(&t->slot[s->in[0]]);
         mg_est_redistribute(w, &g, &back, false);
-        accumulate(t, s->in[0], &back);
+        accumulate(t, s->in[0], &back, false);
         break;
     }
     case S_EMBED: { /* the table's gradient: a scatter-add of the rows, summed
@@ -393,7 +406,7 @@ static int backward_step(gwalk *t, gstep *s) {
             }
             if (!t->wants[s->in[i]]) continue;
             mirror_in(t, s, i, &gi);
-            accumulate(t, s->in[i], &gi);
+            accumulate(t, s->in[i], &gi, false);
         }
         break;
     }
@@ -411,14 +424,21 @@ static int backward_step(gwalk *t, gstep *s) {
         }
         scratch(t, sc);
         mirror_in(t, s, 0, &dx);
-        accumulate(t, s->in[0], &dx);
+        accumulate(t, s->in[0], &dx, false);
         break;
     }
-    case S_NARROW: { /* zeros around g: the input's shape */
-        mg_spec dx = s->to[0];
+    case S_NARROW: {
+        int x = s->in[0];
+        if (t->has[x] && t->own[x] && !sharded(&t->grad[x], 3)) { /* into its slice */
+            mg_spec at = t->grad[x];
+            at.shape[3] = g.shape[3];
+            mg_est_redistribute(w, &g, &at, false);
+            break;
+        }
+        mg_spec dx = s->to[0]; /* zeros around g: the input's shape */
         mg_est_made(w, &dx, true, false);
         mirror_in(t, s, 0, &dx);
-        accumulate(t, s->in[0], &dx);
+        accumulate(t, x, &dx, true);
         break;
     }
     case S_ATTN: {
@@ -433,7 +453,7 @@ static int backward_step(gwalk *t, gstep *s) {
                     gi.p[m] = MG_PARTIAL_SUM;
             mg_est_made(w, &gi, true, false);
             mirror_in(t, s, i, &gi);
-            accumulate(t, s->in[i], &gi);
+            accumulate(t, s->in[i], &gi, false);
         }
         break;
     }
@@ -457,9 +477,11 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
         t->grad = calloc(cap, sizeof *t->grad);
         t->wants = calloc(cap, sizeof *t->wants);
         t->has = calloc(cap, sizeof *t->has);
+        t->own = calloc(cap, sizeof *t->own);
         t->param = calloc(cap, sizeof *t->param);
     }
-    int rc = !t || !w || !steps || !t->slot || !t->grad || !t->wants || !t->has || !t->param
+    int rc = !t || !w || !steps || !t->slot || !t->grad || !t->wants || !t->has || !t->own ||
+                     !t->param
                  ? mg_error(MG_ENOMEM, "estimate: out of memory for a GPT of %lld layers",
                             (long long)g->layers)
                  : MG_OK;
@@ -501,7 +523,7 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
         free(stores);
     }
 done:
-    if (t) free(t->slot), free(t->grad), free(t->wants), free(t->has), free(t->param);
+    if (t) free(t->slot), free(t->grad), free(t->wants), free(t->has), free(t->own), free(t->param);
     free(steps), free(w), free(t);
     return rc < 0 ? rc : MG_OK;
 }
