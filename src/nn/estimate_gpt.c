@@ -13,6 +13,7 @@
 
 #include "nn/estimate.h"
 #include "nn/estimate_walk.h"
+#include "ops/ops.h"
 #include "status.h"
 
 #define STEPS_PER_BLOCK 40 /* at most: a block takes 24 steps, each writes a slot */
@@ -304,13 +305,6 @@ static void accumulate(gwalk *t, int i, const mg_spec *g, bool own) {
     t->own[i] = true;
 }
 
-/* Whether a mesh dim of size > 1 shards dim d of s. */
-static bool sharded(const mg_spec *s, int d) {
-    for (int m = 0; m < s->mesh->ndim; m++)
-        if (s->mesh->shape[m] > 1 && s->p[m].kind == MG_PLACE_SHARD && s->p[m].dim == d)
-            return true;
-    return false;
-}
 
 /* The mirror of input i's move into the op: g back to its placements. */
 static void mirror_in(gwalk *t, const gstep *s, int i, mg_spec *g) {
@@ -429,7 +423,7 @@ static int backward_step(gwalk *t, gstep *s) {
     }
     case S_NARROW: {
         int x = s->in[0];
-        if (t->has[x] && t->own[x] && !sharded(&t->grad[x], 3)) { /* into its slice */
+        if (t->has[x] && t->own[x] && !mg_ops_shard_mask(&t->grad[x], 3)) { /* into its slice */
             mg_spec at = t->grad[x];
             at.shape[3] = g.shape[3];
             mg_est_redistribute(w, &g, &at, false);
