@@ -33,8 +33,11 @@ static int check_opened(int fd, const char *path, int readable) {
     char head[sizeof METRICS_MARK - 1];
     if (fstat(fd, &sb) != 0)
         return mg_error(MG_EIO, "cannot write metrics file '%s': %s", path, strerror(errno));
+    if (S_ISREG(sb.st_mode) && sb.st_size > 0 && !readable)
+        return mg_error(MG_EIO, "will not replace %s: it cannot be read to tell whether it is a "
+                        "metrics file this program wrote: give another path", path);
     if (!S_ISREG(sb.st_mode) ||
-        (sb.st_size > 0 && (!readable || pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head ||
+        (sb.st_size > 0 && (pread(fd, head, sizeof head, 0) != (ssize_t)sizeof head ||
                             memcmp(head, METRICS_MARK, sizeof head) != 0)))
         return mg_error(MG_EIO, "will not replace %s: it is not a metrics file this program "
                         "wrote (another file was put there as it was opened): give another path",
