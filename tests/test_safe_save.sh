@@ -92,9 +92,9 @@ train 1 --steps 2 --metrics /dev/stdout
 check_output "--metrics /dev/stdout (a link to a stream) writes the lines there" \
     sh -c "test $rc -eq 0 && grep -q '^{\"step\":2,\"loss\"' '$tmp/out'"
 # the race between the check of --metrics and its open: another process puts
-# a file of its own at the path in between (swap_on_open.so plays it, on the
+# a file of its own at the path in between (swap_in.so plays it, on the
 # open for writing): that file is left as it is, and the run refused
-shim=$top/tests/.libs/swap_on_open.so
+shim=$top/tests/.libs/swap_in.so
 if [ -r "$shim" ]; then
     printf '{"step":0}\n' >race.jsonl # a metrics file: it passes the check
     echo theirs >theirs.txt
@@ -107,8 +107,28 @@ if [ -r "$shim" ]; then
         test "$(cat race.jsonl)" = theirs
     check "... and the run refused (exit $rc), saying why" sh -c "test $rc -ne 0 &&
         grep -q 'will not replace race.jsonl: it is not a metrics file this program wrote' '$tmp/out'"
+    # the race between a save's last check of --save and its rename: the file
+    # put there in between is swapped back, not replaced
+    cp good.h5 race.h5 # a checkpoint: it passes the check
+    echo theirs >theirs.txt
+    "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race.h5 MG_SWAP_FROM=theirs.txt \
+        MG_SWAP_ON=rename ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        "$prog" train $small --steps 2 --save race.h5 >"$tmp/out" 2>&1
+    rc=$?
+    check "a file put at --save between the check and the rename: left as it is" \
+        test "$(cat race.h5)" = theirs
+    check "... the save refused (exit $rc), saying why, and no temporary file left" sh -c "test $rc -ne 0 &&
+        grep -q 'will not replace race.h5: during the save another file, not a meshgrad checkpoint, was put there; it was left as it is' '$tmp/out' &&
+        ! ls race.h5.tmp.* 2>/dev/null"
+    cp good.h5 race2.h5 && cp good.h5 theirs.h5
+    "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race2.h5 MG_SWAP_FROM=theirs.h5 \
+        MG_SWAP_ON=rename ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        "$prog" train $small --steps 2 --save race2.h5 >"$tmp/out" 2>&1
+    rc=$?
+    check_output "... a checkpoint put there instead is replaced, as the one checked would be" \
+        sh -c "test $rc -eq 0 && '$prog' ckpt info race2.h5 | grep -q 'step = 2' && ! ls race2.h5.tmp.* 2>/dev/null"
 else
-    echo "skipped: no $shim (the case of a file put at --metrics after its check)"
+    echo "skipped: no $shim (the cases of a file put at --metrics or --save after its check)"
 fi
 refuse "--save over a file that is not a checkpoint" 1 \
     "will not replace base.conf.orig: it is not a meshgrad checkpoint" --steps 5 --save base.conf.orig

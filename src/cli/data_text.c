@@ -136,11 +136,7 @@ int mg_cli_data_write(const char *cmd, const char *out, int (*fill)(hid_t file, 
         return mg_error(MG_EIO, "%s: writing %s failed: %s", cmd, out,
                         he.cause[0] ? he.cause : he.innermost);
     }
-    if ((st = mg_file_replaceable(out, "meshgrad data set", accept_data_set, &exists)) != MG_OK) {
-        mg_tmp_discard(&tmp);
-        return st;
-    }
-    return mg_tmp_commit(&tmp, out, exists);
+    return mg_tmp_commit(&tmp, out, "meshgrad data set", accept_data_set);
 }
 
 void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n) {

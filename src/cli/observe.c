@@ -58,11 +58,8 @@ int mg_timeline_prepare(mg_timeline *t, const char *path, const char *steps, int
         t->last = t->first + 2;
     }
     if (t->last > to) t->last = to;
-    if (world->rank == 0) {
-        int exists = 0;
-        rc = mg_file_replaceable(path, "trace this program wrote", is_trace, &exists);
-        t->replace = exists;
-    }
+    int exists; /* refused up front; checked again when the file is written */
+    if (world->rank == 0) rc = mg_file_replaceable(path, "trace this program wrote", is_trace, &exists);
     return mg_status_agree(rc);
 }
 
@@ -99,11 +96,7 @@ static int write_file(const mg_timeline *t, const char *parts, const int64_t *co
         mg_tmp_discard(&tmp);
         return mg_error(MG_EIO, "writing --trace '%s' failed: %s", t->path, strerror(errno));
     }
-    int exists = 0; /* still ours to replace? (checked just before, as saves do) */
-    rc = mg_file_replaceable(t->path, "trace this program wrote", is_trace, &exists);
-    if (rc == MG_OK) rc = mg_tmp_commit(&tmp, t->path, exists);
-    if (rc != MG_OK) mg_tmp_discard(&tmp);
-    return rc;
+    return mg_tmp_commit(&tmp, t->path, "trace this program wrote", is_trace);
 }
 
 /* Stops recording; gathers every rank's events to rank 0, which writes them. */

@@ -26,7 +26,6 @@ typedef struct {
     char path[MG_PATH_MAX]; /* "" when not tracing */
     int64_t first, last;    /* the steps to record */
     int recording, written;
-    int replace;            /* rank 0: the file exists (a trace of ours) */
 } mg_timeline;
 
 /* Collective over `world`: `path` ("" for none) and `steps` ("A:B" or "" for

@@ -233,9 +233,7 @@ int mg_plan_write_trace(const char *path, const mg_plan_report *r) {
     if (f && (ferror(f) | fclose(f)) != 0 && rc == MG_OK)
         rc = mg_error(MG_EIO, "writing --trace '%s' failed: %s", path,
                       strerror(errno ? errno : EIO));
-    if (rc == MG_OK) /* still ours to replace? (checked just before, as saves do) */
-        rc = mg_file_replaceable(path, "trace meshgrad plan wrote", is_plan_trace, &exists);
-    if (rc == MG_OK) rc = mg_tmp_commit(&tmp, path, exists);
+    if (rc == MG_OK) rc = mg_tmp_commit(&tmp, path, "trace meshgrad plan wrote", is_plan_trace);
     else mg_tmp_discard(&tmp);
     for (int rk = 0; rk < s->ranks; rk++) free(lanes[rk]);
     return rc;

@@ -283,9 +283,9 @@ static int fault_is(const char *what) {
 }
 
 /* Rank 0, before anything is written: the directory exists and is writable,
- * the target is absent or a checkpoint (*exists), leftovers of killed saves
- * are removed, and the temporary file is made with room for `bytes`. */
-static int prepare_target(const char *path, mg_tmp_file *tmp, int64_t bytes, int *exists) {
+ * the target is absent or a checkpoint, leftovers of killed saves are
+ * removed, and the temporary file is made with room for `bytes`. */
+static int prepare_target(const char *path, mg_tmp_file *tmp, int64_t bytes) {
     char dir[MG_PATH_MAX];
     struct stat st;
     mg_path_dir(path, dir, sizeof dir);
@@ -302,7 +302,7 @@ static int prepare_target(const char *path, mg_tmp_file *tmp, int64_t bytes, int
                         "cannot write checkpoint %s: it is a directory; give a file "
                         "name such as %s/ckpt-100.h5",
                         path, path);
-    int rc = mg_file_replaceable(path, "meshgrad checkpoint", accept_checkpoint, exists);
+    int exists, rc = mg_file_replaceable(path, "meshgrad checkpoint", accept_checkpoint, &exists);
     if (rc != MG_OK) return rc;
     mg_tmp_clean_stale(dir);
     if ((rc = mg_tmp_create(tmp, path)) != MG_OK) return rc;
@@ -367,9 +367,8 @@ int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
     mg_comm *comm = mg_comm_world();
     if (!comm) return mg_last_code();
     mg_tmp_file tmp = {.fd = -1};
-    int exists = 0;
     int64_t bytes = estimate_bytes(entries, n, attrs, nattrs);
-    if (comm->rank == 0) st = prepare_target(path, &tmp, bytes, &exists);
+    if (comm->rank == 0) st = prepare_target(path, &tmp, bytes);
     if ((st = mg_io_agree(comm, st)) != MG_OK) return st;
     // the temporary name is rank 0's (random): every rank opens that file
     if ((st = mg_comm_broadcast_bytes(comm, tmp.path, sizeof tmp.path, 0)) != MG_OK) {
@@ -398,12 +397,6 @@ int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
         mg_tmp_discard(&tmp);
         return st;
     }
-    if (comm->rank == 0) {
-        st = mg_file_replaceable(path, "meshgrad checkpoint", accept_checkpoint, &exists);
-        if (st == MG_OK)
-            st = mg_tmp_commit(&tmp, path, exists);
-        else
-            mg_tmp_discard(&tmp);
-    }
+    if (comm->rank == 0) st = mg_tmp_commit(&tmp, path, "meshgrad checkpoint", accept_checkpoint);
     return mg_io_agree(comm, st);
 }

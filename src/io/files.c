@@ -182,32 +182,77 @@ static void fsync_dir_of(const char *path) {
     close(fd);
 }
 
-int mg_tmp_commit(mg_tmp_file *t, const char *target, int replace) {
+/* The names of t and target swapped: t->path now names what was at the
+ * target. Removes it when it is a regular file accept() takes (the earlier
+ * file of the save's kind); else swaps the names back and says why. (A kill
+ * between the two swaps would leave the other file under the temporary name,
+ * for mg_tmp_clean_stale: a window of two system calls, against the window
+ * from a check to a plain rename that the swap closes.) */
+static int exchange(mg_tmp_file *t, const char *target, const char *kind,
+                    int (*accept)(const char *path)) {
+    struct stat sb;
+    if (lstat(t->path, &sb) == 0 && S_ISREG(sb.st_mode) && (!accept || accept(t->path))) {
+        unlink(t->path); /* the earlier file of this kind: replaced */
+        return MG_OK;
+    }
+    if (renameat2(AT_FDCWD, t->path, AT_FDCWD, target, RENAME_EXCHANGE) != 0)
+        return mg_error(MG_EIO, "will not replace %s: another file was put there during the "
+                        "save; it could not be moved back (%s) and is now %s", target,
+                        strerror(errno), t->path);
+    return mg_error(MG_EIO, "will not replace %s: during the save another file, not a %s, was "
+                    "put there; it was left as it is: give another path", target, kind);
+}
+
+/* The target name for t: only while nothing is there. */
+static int take_free_name(mg_tmp_file *t, const char *target) {
+    int err = renameat2(AT_FDCWD, t->path, AT_FDCWD, target, RENAME_NOREPLACE) == 0 ? 0 : errno;
+    if (err == EINVAL || err == ENOSYS) { /* no RENAME_NOREPLACE here: link, then unlink */
+        err = link(t->path, target) == 0 ? 0 : errno;
+        if (err == 0) unlink(t->path);
+    }
+    if (err == EEXIST)
+        return mg_error(MG_EIO, "will not replace %s: a file appeared under that name during the "
+                        "save; it was left as it is", target);
+    if (err)
+        return mg_error(MG_EIO, "saving %s: renaming %s to it failed: %s", target, t->path,
+                        strerror(err));
+    return MG_OK;
+}
+
+static int give_name(mg_tmp_file *t, const char *target, const char *kind,
+                     int (*accept)(const char *path)) {
+    int exists = 0, st = mg_file_replaceable(target, kind, accept, &exists);
+    if (st != MG_OK) return st;
+    if (!exists) return take_free_name(t, target);
+    if (renameat2(AT_FDCWD, t->path, AT_FDCWD, target, RENAME_EXCHANGE) == 0)
+        return exchange(t, target, kind, accept);
+    int err = errno;
+    if (err == ENOENT) return take_free_name(t, target); /* it went away meanwhile */
+    if (err != EINVAL && err != ENOSYS && err != EOPNOTSUPP)
+        return mg_error(MG_EIO, "saving %s: renaming %s to it failed: %s", target, t->path,
+                        strerror(err));
+    /* no RENAME_EXCHANGE on this file system: the check just made, then rename */
+    if (rename(t->path, target) != 0)
+        return mg_error(MG_EIO, "saving %s: renaming %s to it failed: %s", target, t->path,
+                        strerror(errno));
+    return MG_OK;
+}
+
+int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
+                  int (*accept)(const char *path)) {
     struct stat sb;
     int st = MG_OK;
     if (!mg_tmp_intact(t))
-        st = mg_error(MG_EIO, "checkpoint %s: its temporary file %s was removed or replaced "
+        st = mg_error(MG_EIO, "saving %s: its temporary file %s was removed or replaced "
                       "during the save; nothing was renamed", target, t->path);
-    /* the size HDF5 left; a reservation past it is given back */
+    /* the size the writer left; a reservation past it is given back */
     else if (fstat(t->fd, &sb) != 0 || ftruncate(t->fd, sb.st_size) != 0 || fsync(t->fd) != 0)
-        st = mg_error(MG_EIO, "checkpoint %s: flushing %s to disk failed: %s", target, t->path,
+        st = mg_error(MG_EIO, "saving %s: flushing %s to disk failed: %s", target, t->path,
                       strerror(errno));
-    else if (replace ? rename(t->path, target) != 0
-                     : renameat2(AT_FDCWD, t->path, AT_FDCWD, target, RENAME_NOREPLACE) != 0) {
-        int err = errno;
-        if (!replace && (err == EINVAL || err == ENOSYS)) { /* no RENAME_NOREPLACE: link */
-            err = link(t->path, target) == 0 ? 0 : errno;
-            if (err == 0) unlink(t->path);
-        }
-        if (err == EEXIST)
-            st = mg_error(MG_EIO, "checkpoint %s: a file appeared under that name during the "
-                          "save; it was left as it is", target);
-        else if (err)
-            st = mg_error(MG_EIO, "checkpoint: renaming %s to %s failed: %s", t->path, target,
-                          strerror(err));
-    }
+    else
+        st = give_name(t, target, kind, accept);
     if (st != MG_OK) {
-        mg_tmp_discard(t);
+        mg_tmp_discard(t); /* removes the file only while t->path still is it */
         return st;
     }
     fsync_dir_of(target);

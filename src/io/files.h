@@ -61,11 +61,21 @@ int mg_tmp_create(mg_tmp_file *t, const char *target);
 int mg_tmp_reserve(mg_tmp_file *t, const char *target, int64_t bytes);
 /* 1 while t->path still names the file that mg_tmp_create made. */
 int mg_tmp_intact(const mg_tmp_file *t);
-/* Makes the file durable and gives it the target name: over an existing
- * target only when `replace` is 1 (checked by the caller with
- * mg_file_replaceable just before), else only while the target is absent.
- * Releases a reservation beyond the file's end. Closes t. */
-int mg_tmp_commit(mg_tmp_file *t, const char *target, int replace);
+/* Makes the file durable and gives it the target name, never destroying a
+ * file the save may not replace (mg_file_replaceable with `kind` and
+ * `accept`, checked here):
+ * - nothing at the target: the name is taken only while nothing is there
+ *   (RENAME_NOREPLACE);
+ * - a file the save may replace: the two names are swapped in one step
+ *   (RENAME_EXCHANGE) and the file so moved aside is checked again. Another
+ *   process may have put a file at the target after the check: then the
+ *   names are swapped back, that file stays where it was, and the save fails
+ *   with a message. Where the file system cannot swap names, a plain rename
+ *   follows the check, as close to it as can be.
+ * Releases a reservation beyond the file's end. Closes t; removes it on a
+ * failure. */
+int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
+                  int (*accept)(const char *path));
 /* Removes the file (when t->path still is it) and closes t; no-op when none. */
 void mg_tmp_discard(mg_tmp_file *t);
 /* Removes in `dir` the temporary files made by mg_tmp_create on this host
