@@ -58,6 +58,16 @@ static int read_text(const char *path, unsigned char **data, int64_t *n) {
     int st = buf ? MG_OK : mg_error(MG_ENOMEM, "text2h5: out of memory");
     while (st == MG_OK) {
         if (*n == cap) {
+            unsigned char more; /* a file of exactly `limit` bytes is taken */
+            int past = cap >= limit ? gzread(f, &more, 1) : 0;
+            if (cap >= limit && past == 0) break;
+            if (cap >= limit && past < 0) {
+                int err;
+                const char *msg = gzerror(f, &err);
+                st = mg_error(MG_EIO, "text2h5: reading %s failed: %s", path,
+                              err == Z_ERRNO ? strerror(errno) : msg);
+                break;
+            }
             if (cap >= limit) {
                 st = mg_error(MG_EINVAL, "text2h5: %s is larger than %lld bytes, which is as much "
                               "as text2h5 holds in memory here (at most half the machine's): "
