@@ -163,6 +163,16 @@ run --model gpt --layers 8 --embd 64 --ctx 32 --mesh 4 --microbatches 8 --pp-lay
 check "--model gpt --pp-layers 1,3,3,1 counts blocks: the first stage holds embedding-h.0" \
     grep -qE '^ +0 +0  embedding-h\.0 ' "$tmp/out"
 
+# a plan for a batch far past this machine's memory: the rate and the link are
+# measured on at most 1024 rows, so the plan is made (it used to allocate the
+# whole micro-batch); a layer too large to measure says how to give the figures
+run --mesh 2 --batch 2147483647
+check_output "a plan for a batch of 2^31 - 1 rows is made, the rate measured on 1024 of them" \
+    sh -c "test $rc -eq 0 && grep -q 'sgemm 1024x' '$tmp/out' && grep -q '^predicted step time' '$tmp/out'"
+run --mesh 2 --layers 1024,100000000,1024
+check_output "a layer too large to measure here: the message says to give the figures" \
+    sh -c "test $rc -ne 0 && grep -q 'out of memory for a 32 x 1024 x 100000000 product: give --flops GFLOPS, --bandwidth GB/s and --latency us' '$tmp/err'"
+
 # bad input: one line each, non-zero exit
 refused() {
     name=$1 pattern=$2
@@ -205,6 +215,14 @@ refused "a batch that leaves a micro-batch empty" "leaves the last ones empty: u
     --mesh 4 --batch 10 --microbatches 6
 refused "an empty --trace" "--trace '' is not a file name: give the file to write the trace to" \
     --mesh 2 --microbatches 2 --trace ''
+# counts past what an int holds were taken modulo 2^64 (a negative batch, a
+# stage count cast to garbage)
+refused "a micro-batch size past 2^31" "--microbatch-rows '99999999999999999999,1' is not row counts from 1 to 2147483647" \
+    --mesh 2 --microbatch-rows 99999999999999999999,1
+refused "a batch past 2^31" "--batch '9223372036854775807' is not a count from 1 to 2147483647" \
+    --mesh 2 --batch 9223372036854775807
+refused "a --pp-layers count past 2^31" "--pp-layers '99999999999,1' is not layer counts" \
+    --mesh 2 --pp-layers 99999999999,1
 # the machine's figures must be finite (strtod reads 1e400 and inf as infinity)
 given_rate=$given
 for bad in "--flops 1e400" "--bandwidth inf" "--latency nan"; do

@@ -17,7 +17,8 @@
 #   1f1b holds 2 and 1 micro-batches on its 2 stages, gpipe all 4.
 # - bad input: more stages than layers, fewer micro-batches than 1f1b needs,
 #   virtual stages that do not divide the layers, --pp-layers that do not sum
-#   to the layers, --microbatch-rows that do not sum to the batch, pipeline
+#   to the layers, --microbatch-rows that do not sum to the batch or hold a
+#   count past 2^31, pipeline
 #   flags on a plan without pp (ignored before): one "meshgrad: error:" line
 #   each, non-zero exit.
 . "$(dirname "$0")/check.sh"
@@ -121,6 +122,9 @@ expect "--pp-layers that do not sum to the layers" 2 "--pp-layers sums to 3 laye
     $ok --parallel pp --depth 4 --pp-layers 1,2
 expect "--microbatch-rows that do not sum to the batch" 2 \
     "--microbatch-rows sums to 30 rows but the batch has 64" $ok --parallel pp --microbatch-rows 10,20
+expect "--microbatch-rows past 2^31 (summed to a negative batch before)" 2 \
+    "--microbatch-rows '99999999999999999999,1' is not a list of at most 1024 counts from 1 to 2147483647" \
+    $ok --parallel pp --microbatch-rows 99999999999999999999,1
 expect "an unknown pipeline schedule" 2 "unknown pipeline schedule 'zb-v'" \
     $ok --parallel pp --pp-schedule zb-v
 expect "--microbatches without pp" 2 \

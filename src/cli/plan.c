@@ -22,6 +22,7 @@
  * train` instead (plan_estimate.c); with pp, the plan adds each pipeline
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -72,14 +73,18 @@ static const char usage_text[] =
     "  plan --estimate [train's flags: --config FILE --mesh M --parallel P --model\n"
     "       --hidden --batch --optimizer ...] [--input RxC] [--classes K] [--nodes N]";
 
-/* Comma-separated integers >= lo into out (at most MAX_LIST); count or -1. */
+/* Comma-separated integers from lo to INT32_MAX into out (at most MAX_LIST);
+ * count or -1. */
 static int parse_list(const char *text, int64_t *out, int64_t lo) {
     int n = 0;
     const char *p = text;
     while (*p) {
         char *end;
+        errno = 0;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < lo || n == MAX_LIST || (*end && *end != ',')) return -1;
+        if (end == p || errno == ERANGE || v < lo || v > INT32_MAX || n == MAX_LIST ||
+            (*end && *end != ','))
+            return -1;
         out[n++] = v;
         p = *end ? end + 1 : end;
         if (*end && !*p) return -1; /* a trailing comma */
@@ -108,10 +113,7 @@ static int parse_count(const char *flag, const char *text, int64_t most, int64_t
         return MG_OK;
     }
     char want[64];
-    if (most == INT64_MAX)
-        snprintf(want, sizeof want, "a count >= 1");
-    else
-        snprintf(want, sizeof want, "a count from 1 to %lld", (long long)most);
+    snprintf(want, sizeof want, "a count from 1 to %lld", (long long)(most < INT32_MAX ? most : INT32_MAX));
     return bad_value(flag, text, want);
 }
 
@@ -143,14 +145,14 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         case 'C': rc = parse_count("--embd", optarg, INT32_MAX, &o->g.embd); break;
         case 'X': rc = parse_count("--ctx", optarg, INT32_MAX, &o->g.ctx); break;
         case 'V': rc = parse_count("--vocab", optarg, INT32_MAX, &o->g.vocab); break;
-        case 'b': rc = parse_count("--batch", optarg, INT64_MAX, &o->batch); break;
+        case 'b': rc = parse_count("--batch", optarg, INT32_MAX, &o->batch); break;
         case 'M':
             rc = parse_count("--microbatches", optarg, MG_PP_MAX_MICROBATCHES, &n);
             o->microbatches = (int)n;
             break;
         case 'R':
             o->n_mb_rows = parse_list(optarg, o->mb_rows, 1);
-            if (o->n_mb_rows < 1) rc = bad_value("--microbatch-rows", optarg, "row counts >= 1");
+            if (o->n_mb_rows < 1) rc = bad_value("--microbatch-rows", optarg, "row counts from 1 to 2147483647");
             break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'p': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
@@ -186,7 +188,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         rc = parse_count("--layers", o->layers_arg, MAX_LIST - 2, &o->g.layers);
     if (rc == MG_OK && o->layers_arg && !o->gpt) {
         o->nwidths = parse_list(o->layers_arg, o->widths, 1);
-        if (o->nwidths < 2) rc = bad_value("--layers", o->layers_arg, "two or more widths >= 1");
+        if (o->nwidths < 2) rc = bad_value("--layers", o->layers_arg, "two or more widths from 1 to 2147483647");
     }
     return rc == MG_OK ? mg_cli_no_arguments_left("plan", argc, argv) : rc;
 }
@@ -269,9 +271,16 @@ static int core_share(mg_comm *world, double *share, int *cores, long *cpus) {
     return rc;
 }
 
+/* The most rows the rate is measured on, and the most floats the link is:
+ * both are the same for more (a plan for a batch far larger than this
+ * machine holds is still made here). */
+#define PROBE_ROWS 1024
+#define PROBE_FLOATS (1 << 22)
+
 int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_layer_cost *layers,
                       int n, int64_t rows, mg_pp_machine *m, char *how, size_t len) {
     int world = mg_world_size(), rc = MG_OK;
+    if (rows > PROBE_ROWS) rows = PROBE_ROWS;
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return mg_last_code();
     const mg_layer_cost *big = &layers[0];
@@ -295,7 +304,14 @@ int mg_plan_calibrate(double gflops, double gbps, double latency_us, const mg_la
     }
     double lat = 0, bw = 0;
     if (rc == MG_OK && (gbps <= 0 || latency_us <= 0))
-        rc = mg_pp_measure_link(mesh->world, (int64_t)(most * (double)rows), &lat, &bw);
+        rc = mg_pp_measure_link(mesh->world, (int64_t)fmin(most * (double)rows, PROBE_FLOATS),
+                                &lat, &bw);
+    if (rc == MG_ENOMEM) { /* the largest layer does not fit here: the figures can be given */
+        char why[256];
+        snprintf(why, sizeof why, "%s", mg_last_error());
+        rc = mg_error(MG_ENOMEM, "%s: give --flops GFLOPS, --bandwidth GB/s and --latency us to "
+                      "plan without measuring", why);
+    }
     m->latency = latency_us > 0 ? latency_us * 1e-6 : lat;
     m->bandwidth = gbps > 0 ? gbps * 1e9 : bw;
     int at_once = m->core_share < 1 ? cores : world;

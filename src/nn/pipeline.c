@@ -1,6 +1,8 @@
 /* pipeline.c: pp as a plan on a mesh dim (see pipeline.h). */
 #include "nn/pipeline.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,14 +26,16 @@ int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, in
     const char *p = text;
     while (*p) {
         char *end;
+        errno = 0;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < lo || n == max || (*end && *end != ',') || (*end && !end[1])) {
+        if (end == p || errno == ERANGE || v < lo || v > INT_MAX || n == max ||
+            (*end && *end != ',') || (*end && !end[1])) {
             if (max == 1)
-                return mg_error(MG_EINVAL, "%s '%s' is not a count >= %lld", flag, text,
-                                (long long)lo);
-            return mg_error(MG_EINVAL, "%s '%s' is not a list of at most %d counts >= %lld "
-                                       "separated by commas (e.g. 3,3,2)", flag, text, max,
-                            (long long)lo);
+                return mg_error(MG_EINVAL, "%s '%s' is not a count from %lld to %d", flag, text,
+                                (long long)lo, INT_MAX);
+            return mg_error(MG_EINVAL, "%s '%s' is not a list of at most %d counts from %lld to "
+                                       "%d separated by commas (e.g. 3,3,2)", flag, text, max,
+                            (long long)lo, INT_MAX);
         }
         out[n++] = v;
         p = *end ? end + 1 : end;

@@ -66,7 +66,7 @@ typedef struct {
 } mg_pipeline;
 
 void mg_pp_options_defaults(mg_pp_options *o);
-/* "3,3,2" into out (at most max entries, each >= lo): the count, or MG_EINVAL
+/* "3,3,2" into out (at most max entries, each from lo to INT_MAX): the count, or MG_EINVAL
  * with a message naming `flag`. */
 int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, int64_t lo);
 /* Collective over the mesh (the stage meshes are made at the end, after every
