@@ -90,6 +90,18 @@ static mg_dtensor *narrow_three(mg_dtensor *x, int dim) {
                                   mg_narrow(t, dim, 1, 2)};
     return parts[0] && parts[1] && parts[2] ? mg_cat(3, parts, dim) : NULL;
 }
+/* narrows of t that is also used whole: t's first gradient is add's, the one
+ * of v = t + t * t (not the engine's to add into: u's is the same tensor), the
+ * narrows' sum is the engine's, then a narrow and mul's two gradients are
+ * added into it in place */
+static mg_dtensor *apply_narrow_and_whole(mg_dtensor **in) {
+    mg_dtensor *t = mg_scale(in[0], 1.5f);
+    mg_dtensor *u = mg_mul(t, t);
+    const mg_dtensor *a = mg_narrow(t, 1, 0, 3);
+    const mg_dtensor *b = mg_narrow(t, 1, 2, 3);
+    mg_dtensor *v = mg_add(t, u);
+    return a && b && v ? mg_cat(3, (const mg_dtensor *const[]){a, v, b}, 1) : NULL;
+}
 static mg_dtensor *apply_narrow_three(mg_dtensor **in) { return narrow_three(in[0], 1); }
 static mg_dtensor *apply_narrow_three_dim0(mg_dtensor **in) { return narrow_three(in[0], 0); }
 static mg_dtensor *apply_cat(mg_dtensor **in) {
@@ -155,6 +167,7 @@ static const op_case op_cases[] = {
     {"narrow_dim0", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_narrow_dim0},
     {"narrow_three", 1, {2}, {{3, 5}}, {T}, {T}, {0}, apply_narrow_three},
     {"narrow_three_dim0", 1, {3}, {{6, 2, 3}}, {T}, {T}, {0}, apply_narrow_three_dim0},
+    {"narrow_and_whole", 1, {2}, {{3, 5}}, {T}, {T}, {0}, apply_narrow_and_whole},
     {"cat", 2, {2, 2}, {{3, 4}, {3, 2}}, {T, T}, {T, T}, {0}, apply_cat},
     {"cat_tree", 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {T, T, T}, {F, F, F}, {0}, apply_cat_tree},
     {"cross_entropy_3d", 2, {3, 2}, {{2, 3, 5}, {2, 3}}, {T, F}, {T, F}, {0, DATA_LABELS}, apply_ce},

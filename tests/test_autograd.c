@@ -9,6 +9,10 @@
  *   forward and once backward (Megatron);
  * - gradients: accumulation over two uses, zeroing, Shard(0) parameters gathered
  *   for use get their gradient reduce-scattered;
+ * - mg_backward_with's gradient is only read: narrows of an intermediate that
+ *   is also used whole (their gradients added in place) leave the caller's
+ *   tensor as it was, and a seed that is a leaf's own gradient (mg_grad) gives
+ *   the gradient of the seed as it was when backward began;
  * - clear errors: shapes that do not fit, mixed meshes, backward on a non-scalar,
  *   a view with no valid strategy, backward twice; the library keeps working. */
 #include <stdlib.h>
@@ -249,6 +253,67 @@ START_TEST(test_accumulate_and_zero) {
 }
 END_TEST
 
+/* dx for y = t + cat(t[:, 2:5], t[:, 0:3]), t = 1.5 x (4, 6), from dy = g */
+static void shifted_grad(const float *g, float *dx) {
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++) {
+            float s = g[i * 6 + j];
+            if (j >= 2 && j < 5) s += g[i * 6 + j - 2];
+            if (j < 3) s += g[i * 6 + j + 3];
+            dx[i * 6 + j] = 1.5f * s;
+        }
+}
+
+static mg_dtensor *shifted(const mg_dtensor *x) {
+    mg_dtensor *t = mg_scale(x, 1.5f);
+    const mg_dtensor *parts[2] = {mg_narrow(t, 1, 2, 3), mg_narrow(t, 1, 0, 3)};
+    return mg_add(t, mg_cat(2, parts, 1));
+}
+
+START_TEST(test_backward_with_reads_its_gradient) {
+    mg_mesh *mesh = mg_test_mesh1d();
+    int64_t shape[2] = {4, 6};
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, shape, MG_REPLICATE, 51);
+    mg_dtensor *g = mg_test_dtensor(mesh, 2, shape, MG_REPLICATE, 52);
+    mg_set_requires_grad(x, 1);
+    mg_tensor *g0 = mg_full_tensor(g);
+    const float *gv = mg_tensor_data(g0);
+    /* the root's gradient is the caller's g; t's narrows add into t's in place */
+    mg_assert_all(mg_backward_with(shifted(x), g) == MG_OK, "%s", mg_last_error());
+    mg_tensor *g1 = mg_full_tensor(g), *dx = mg_full_tensor(mg_grad(x));
+    float want[24];
+    shifted_grad(gv, want);
+    char msg[256] = "";
+    mg_assert_all(mg_test_close(mg_tensor_data(g1), gv, 24, 0, 0, msg, sizeof msg),
+                  "mg_backward_with changed the caller's gradient: %s", msg);
+    mg_assert_all(mg_test_close(mg_tensor_data(dx), want, 24, 1e-6, 1e-6, msg, sizeof msg),
+                  "dx: %s", msg);
+    mg_tensor_free(g1);
+    mg_tensor_free(dx);
+    mg_step_end();
+    /* seeded with grad(x) itself: its buffer takes x's contributions during the
+     * walk; y = 2 x (recorded after the narrows, so met first) + shifted(x) */
+    mg_dtensor *dxw = mg_grad(x);
+    mg_tensor *d0 = mg_full_tensor(dxw);
+    const mg_dtensor *parts[2] = {shifted(x), mg_scale(x, 2.0f)};
+    mg_dtensor *y = mg_add(parts[0], parts[1]);
+    mg_assert_all(mg_backward_with(y, dxw) == MG_OK, "%s", mg_last_error());
+    dx = mg_full_tensor(mg_grad(x));
+    const float *d = mg_tensor_data(d0);
+    shifted_grad(d, want);
+    for (int i = 0; i < 24; i++) want[i] += d[i] + 2 * d[i];
+    mg_assert_all(mg_test_close(mg_tensor_data(dx), want, 24, 1e-6, 1e-6, msg, sizeof msg),
+                  "seeded with grad(x): dx = grad(x) + the seed's VJP wanted: %s", msg);
+    mg_tensor_free(dx);
+    mg_tensor_free(d0);
+    mg_tensor_free(g0);
+    mg_step_end();
+    mg_dtensor_free(g);
+    mg_dtensor_free(x);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 START_TEST(test_clear_errors) {
     int w = mg_world_size();
     mg_mesh *mesh = mg_test_mesh1d();
@@ -350,7 +415,7 @@ static Suite *make_suite(void) {
     const TTest *tests[] = {test_seed_placements_refused, test_expand_global_sizes,
                             test_data_parallel_linear_comm, test_megatron_comm,
                             test_fsdp_gradient_reduce_scattered, test_accumulate_and_zero,
-                            test_clear_errors, test_null_arguments, NULL};
+                            test_backward_with_reads_its_gradient, test_clear_errors, test_null_arguments, NULL};
     return mg_test_suite("autograd", tests);
 }
 

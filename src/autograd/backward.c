@@ -345,6 +345,15 @@ static mg_dtensor *make_seed(mg_dtensor *root, const mg_dtensor *grad, const cha
     int was = mg_set_grad_enabled(0);
     mg_dtensor *seed = mg_op_redistribute(grad, &at);
     mg_set_grad_enabled(was);
+    /* a leaf's gradient buffer (mg_grad of a parameter) as the seed would take
+     * that leaf's contributions while the walk still reads it: read a copy */
+    if (seed && mg_reducer_holds(seed->local)) {
+        mg_dtensor *copy = mg_ops_output(&seed->spec);
+        if (!copy) return NULL;
+        mg_backend *be = mg_backend_of(seed->local);
+        be->iface->copy(be->context, seed->local, copy->local);
+        seed = copy;
+    }
     return seed;
 }
 

@@ -4,6 +4,7 @@
 #include "dist/reducer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -394,6 +395,19 @@ bool mg_reducer_finite(const mg_dtensor *t) {
     if (part.numel == 0) return true;
     mg_backend *be = mg_backend_of(&part);
     return isfinite(be->iface->sum_squares(be->context, &part));
+}
+
+bool mg_reducer_holds(const mg_tensor *t) {
+    struct mg_reducer *r = mg_ctx()->reducer;
+    if (!r || t->numel == 0) return false;
+    uintptr_t lo = (uintptr_t)t->data, hi = (uintptr_t)(t->data + t->numel);
+    for (int i = 0; i < r->n; i++) {
+        const mg_dtensor *g = r->records[i].leaf->grad;
+        if (!g || g->local->numel == 0 || g->local->device != t->device) continue;
+        uintptr_t b = (uintptr_t)g->local->data, e = (uintptr_t)(g->local->data + g->local->numel);
+        if (lo < e && b < hi) return true;
+    }
+    return false;
 }
 
 bool mg_reducer_deferred(const mg_dtensor *t) {

@@ -31,7 +31,8 @@
  *
  * Exports: mg_grad_form, mg_leaf_grad, mg_reducer_add, mg_reducer_poll,
  * mg_reducer_backward_end, mg_reducer_grad, mg_reducer_zero, mg_reducer_defer,
- * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_forget, mg_reducer_step_end, mg_reducer_free,
+ * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_holds, mg_reducer_forget,
+ * mg_reducer_step_end, mg_reducer_free,
  * mg_reducer_buffer_bytes, and
  * the public mg_set_grad_sync / mg_grad_sync. */
 #ifndef MG_DIST_REDUCER_H
@@ -84,6 +85,8 @@ bool mg_reducer_deferred(const mg_dtensor *leaf);
 /* What the leaf's buffer holds now; *dim (may be NULL) gets the mesh dim of a
  * LOCAL sum over one dim or of ROWS, else -1. */
 mg_grad_form mg_reducer_form(const mg_dtensor *leaf, int *dim);
+/* t's data overlaps a leaf's gradient buffer (which a backward writes). */
+bool mg_reducer_holds(const mg_tensor *t);
 /* The leaf is being freed. */
 void mg_reducer_forget(const mg_dtensor *leaf);
 /* The step ends: leaves that lived in the step arena are gone. */
