@@ -321,6 +321,84 @@ START_TEST(test_malformed) {
 }
 END_TEST
 
+/* A copy of good.h5's /train in which /train/inputs is replaced (on rank 0) by
+ * what `how` makes: the hostile kinds of test_hostile_storage. */
+static void write_hostile(const char *name, const char *how) {
+    if (rank == 0) {
+        char good[1024];
+        snprintf(good, sizeof good, "%s", mg_test_path("good.h5"));
+        hid_t f = H5Fcreate(mg_test_path(name), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t src = H5Fopen(good, H5F_ACC_RDONLY, H5P_DEFAULT);
+        H5Ocopy(src, "train", f, "train", H5P_DEFAULT, H5P_DEFAULT);
+        H5Fclose(src);
+        H5Ldelete(f, "train/inputs", H5P_DEFAULT);
+        hsize_t dims[3] = {N, (hsize_t)SAMPLE[0], (hsize_t)SAMPLE[1]};
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), space = H5Screate_simple(3, dims, NULL);
+        if (!strcmp(how, "external-link"))
+            H5Lcreate_external(good, "/train/inputs", f, "train/inputs", H5P_DEFAULT, H5P_DEFAULT);
+        else if (!strcmp(how, "external-group")) {
+            H5Ldelete(f, "train/labels", H5P_DEFAULT);
+            H5Ldelete(f, "train", H5P_DEFAULT);
+            H5Lcreate_external(good, "/train", f, "train", H5P_DEFAULT, H5P_DEFAULT);
+        } else if (!strcmp(how, "soft-link")) {
+            H5Ocopy(f, "train/labels", f, "copy", H5P_DEFAULT, H5P_DEFAULT);
+            H5Lcreate_soft("/copy", f, "train/inputs", H5P_DEFAULT, H5P_DEFAULT);
+        } else if (!strcmp(how, "group")) {
+            H5Gclose(H5Gcreate2(f, "train/inputs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        } else {
+            if (!strcmp(how, "raw-file")) /* its bytes: any file, here good.h5 */
+                H5Pset_external(dcpl, good, 0, (hsize_t)N * SAMPLE[0] * SAMPLE[1] * 4);
+            if (!strcmp(how, "virtual")) {
+                hid_t from = H5Screate_simple(3, dims, NULL);
+                H5Pset_virtual(dcpl, space, good, "/train/inputs", from);
+                H5Sclose(from);
+            }
+            if (!strcmp(how, "unwritten")) { /* 2^40 rows declared, none written */
+                hsize_t chunk[3] = {1024, dims[1], dims[2]}, huge[3] = {(hsize_t)1 << 40, dims[1],
+                                                                        dims[2]};
+                H5Pset_chunk(dcpl, 3, chunk);
+                H5Sset_extent_simple(space, 3, huge, NULL);
+                H5Ldelete(f, "train/labels", H5P_DEFAULT);
+                hid_t lab = H5Screate_simple(1, huge, NULL), lcpl = H5Pcreate(H5P_DATASET_CREATE);
+                H5Pset_chunk(lcpl, 1, chunk);
+                H5Dclose(H5Dcreate2(f, "train/labels", H5T_STD_I32LE, lab, H5P_DEFAULT, lcpl,
+                                    H5P_DEFAULT));
+                H5Pclose(lcpl);
+                H5Sclose(lab);
+            }
+            H5Dclose(H5Dcreate2(f, "train/inputs", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                                H5P_DEFAULT));
+        }
+        H5Sclose(space);
+        H5Pclose(dcpl);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Data that is not stored in the file named, or not at all: refused at open
+ * with a message, never read (they were: an external link or raw file read
+ * another file, 2^40 declared rows took minutes and their size in memory). */
+START_TEST(test_hostile_storage) {
+    static const char *const cases[][3] = {
+        {"external-link", "elink.h5", "/train/inputs is an external link (to /train/inputs in file"},
+        {"external-group", "egroup.h5", "/train is an external link"},
+        {"soft-link", "soft.h5", "/train/inputs is a soft link to /copy"},
+        {"group", "group.h5", "/train/inputs is a group, not a dataset"},
+        {"raw-file", "raw.h5", "dataset /train/inputs keeps its data in external raw files"},
+        {"virtual", "virtual.h5", "dataset /train/inputs is a virtual dataset"},
+        {"unwritten", "unwritten.h5", "declares 52776558133248 bytes but the file holds 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_hostile(cases[i][1], cases[i][0]);
+        double t0 = MPI_Wtime();
+        expect_refused(mg_test_path(cases[i][1]), "train", cases[i][1], cases[i][2]);
+        mg_assert_all(MPI_Wtime() - t0 < 10, "%s: refused after %.1f s", cases[i][0],
+                      MPI_Wtime() - t0);
+    }
+}
+END_TEST
+
 /* 1 when a file whose name starts with `prefix` is in the test directory */
 static int leftover(const char *prefix) {
     int found = 0;
@@ -487,7 +565,8 @@ static Suite *make_suite(void) {
     mg_test_dir_make("data");
     write_set(mg_test_path("good.h5"), "train", N, 2, SAMPLE, H5T_IEEE_F32LE, N, H5T_STD_I32LE);
     const TTest *tests[] = {test_open_metadata, test_read_rows, test_loader_layouts,
-                            test_loader_errors, test_malformed, test_csv2h5, test_nonfinite, NULL};
+                            test_loader_errors, test_malformed, test_hostile_storage, test_csv2h5,
+                            test_nonfinite, NULL};
     return mg_test_suite("data", tests);
 }
 

@@ -10,7 +10,9 @@
 #   skipped all-reduce's successor meets the others' at one sequence number,
 #   or rank 2 runs on into another communicator): the watchdog ends the job,
 #   every rank dumps, and the analyzer names rank 2 and the op;
-# - bad input to the analyzer: a clear message, non-zero exit.
+# - bad input to the analyzer: a clear message, non-zero exit; hostile dumps
+#   (ranks outside the job, a comm without members, a FIFO, a 5 GiB file)
+#   are refused, not a crash, a hang or the file read whole.
 # The stopped rank (SIGSTOP) is scripts/sigstop-trials.sh's, run by
 # test_fault_sigstop.sh, which checks that the analyzer names it too.
 . "$(dirname "$0")/check.sh"
@@ -104,6 +106,37 @@ mkdir "$tmp/empty"
 "$prog" trace analyze "$tmp/empty" >"$tmp/a4" 2>&1
 check "analyze of a directory without dumps: exit $?, a clear message" \
     grep -q "meshgrad: error: trace analyze: '$tmp/empty' holds no flight recorder dump" "$tmp/a4"
+# hostile dumps: ranks outside the job, a comm without members, a FIFO, a huge
+# file (the first three crashed the analyzer, the FIFO hung it, the huge file
+# was read into memory whole)
+hostile_dump() { # DIR WHAT PATTERN JSON-AFTER-THE-HEADER
+    mkdir -p "$tmp/$1"
+    printf '{"meshgrad_flight":1,"reason":"test","rank":0,"world":2,"now_ns":2000000000,"step":3,%s}\n' \
+        "$4" >"$tmp/$1/rank-0.json"
+    "$TIMEOUT" 20 "$prog" trace analyze "$tmp/$1" >"$tmp/a4" 2>&1
+    _rc=$?
+    check "analyze of a dump with $2: exit $_rc (1), one message: $(grep 'error' "$tmp/a4")" \
+        test "$_rc" -eq 1 -a "$(grep -c 'meshgrad: error:' "$tmp/a4")" -eq 1 -a \
+        -n "$(grep -F "meshgrad: error: trace analyze: $tmp/$1/rank-0.json: $3" "$tmp/a4")"
+}
+world='"comms":[{"name":"MPI_COMM_WORLD","dim":-1,"ordinal":0,"ranks":[0,1],"seq":5,"sends":[0,0],"recvs":[0,0]}]'
+wait1='"state":"started","post_ns":1,"start_ns":1,"end_ns":0'
+hostile_dump h-peer "a peer past the world" "entry 0 has peer 100000000, not -1 or a rank 0..4095" \
+    "$world,\"entries\":[{\"id\":1,\"comm\":0,\"seq\":1,\"op\":\"send\",\"peer\":100000000,\"bytes\":4,\"dtype\":\"float32\",\"step\":3,$wait1}]"
+hostile_dump h-neg "a negative member" "a comm lists rank -7, not a rank 0..4095" \
+    '"comms":[{"name":"x","dim":0,"ordinal":0,"ranks":[-7,0,1],"seq":1}],"entries":[]'
+hostile_dump h-none "two comms without members" 'comm 0 has no "ranks" list' \
+    '"comms":[{"name":"x","dim":0,"ordinal":0},{"name":"x","dim":0,"ordinal":0}],"entries":[]'
+hostile_dump h-wait "a wait past the world" "waiting_in lists rank 5000, not a rank 0..4095" \
+    '"waiting_in":{"op":"checkpoint read","dim":0,"since_ns":1,"ranks":[0,5000]},"comms":[],"entries":[]'
+mkdir "$tmp/h-fifo" && mkfifo "$tmp/h-fifo/rank-0.json"
+"$TIMEOUT" 20 "$prog" trace analyze "$tmp/h-fifo" >"$tmp/a4" 2>&1
+check "analyze of a FIFO named like a dump: exit $? (1), no wait" \
+    grep -q "meshgrad: error: trace analyze: cannot read $tmp/h-fifo/rank-0.json: not a regular file" "$tmp/a4"
+mkdir "$tmp/h-big" && truncate -s 5G "$tmp/h-big/rank-0.json"
+"$TIMEOUT" 20 "$prog" trace analyze "$tmp/h-big" >"$tmp/a4" 2>&1
+check "analyze of a 5 GiB (sparse) file named like a dump: exit $? (1), not read" \
+    grep -q "meshgrad: error: trace analyze: cannot read $tmp/h-big/rank-0.json: larger than 4 GiB" "$tmp/a4"
 "$prog" trace >"$tmp/a4" 2>&1
 check "trace without analyze DIR: exit $? (usage)" test $? -ne 0 -a -n "$(grep 'give .analyze DIR.' "$tmp/a4")"
 check_summary

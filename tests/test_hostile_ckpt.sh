@@ -7,7 +7,9 @@
 #   without its Fletcher32 checksum, a dataset whose chunks were never written;
 # - resume refuses the last two, and attributes that cannot be: data.cursor
 #   past the batches of an epoch (1e9), data.epoch = INT64_MAX, and a step of
-#   "99999999999999999999" (it saturated silently before).
+#   "99999999999999999999" (it saturated silently before);
+# - a dataset that is an external link to another (good) checkpoint: resume
+#   read that file, which the user did not name, and ckpt info skipped it.
 . "$(dirname "$0")/check.sh"
 program_test_env hostile
 
@@ -48,6 +50,10 @@ hostile huge "dataset /params/huge declares 4.61e\+18 elements, more than a file
 hostile nested "not a meshgrad checkpoint: group /params/deep/deep is nested deeper" nest 3000
 hostile stripped "dataset /params/fc1.weight has no Fletcher32 checksum" strip params/fc1.weight
 hostile unwritten "dataset /params/fc1.weight has 0 of its 1 chunks written" unwritten params/fc1.weight
+# a dataset that is an external link to a good file (resume read that file before)
+hostile elink "not a meshgrad checkpoint: /params/fc1.weight is an external link" elink params/fc1.weight "$tmp/good.h5"
+refuse "resume: a dataset that is an external link" 2 "elink.h5: /params/fc1.weight is an external link \\(to params/fc1.weight in file $tmp/good.h5\\)" \
+    --steps 10 --resume "$tmp/elink.h5"
 refuse "resume: a dataset without its checksum" 1 "stripped.h5: dataset /params/fc1.weight has no Fletcher32 checksum" \
     --steps 10 --resume "$tmp/stripped.h5"
 refuse "resume: unwritten chunks" 2 "unwritten.h5: dataset /params/fc1.weight has 0 of its 1 chunks written" \

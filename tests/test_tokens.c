@@ -191,6 +191,45 @@ START_TEST(refusals) {
     t = mg_tokens_open("test_tokens_bad.h5", "train", comm_of(mesh));
     mg_assert_all(!t && strstr(mg_last_error(), "1-D"), "2-D tokens were not refused: %s",
                   mg_last_error());
+    /* tokens that are not in the file named (an external link to a good file),
+     * or not stored at all (2^40 declared: their scan ran past 60 s) */
+    for (int i = 0; i < 100; i++) tokens[i] = (uint8_t)(i % 10);
+    write_by_hand("test_tokens_ok.h5", tokens, 100, 10, 0);
+    if (mg_rank() == 0) {
+        hid_t f = H5Fcreate("test_tokens_link.h5", H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        int vocab = 10;
+        hid_t a_sp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(f, "vocab_size", H5T_NATIVE_INT, a_sp, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_INT, &vocab);
+        H5Aclose(a);
+        H5Sclose(a_sp);
+        hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Lcreate_external("test_tokens_ok.h5", "/train/tokens", g, "tokens", H5P_DEFAULT,
+                           H5P_DEFAULT);
+        hsize_t huge = (hsize_t)1 << 40, chunk = 1 << 20;
+        hid_t sp = H5Screate_simple(1, &huge, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 1, &chunk);
+        hid_t v = H5Gcreate2(f, "val", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dclose(H5Dcreate2(v, "tokens", H5T_STD_U8LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        H5Gclose(v);
+        H5Pclose(dcpl);
+        H5Sclose(sp);
+        H5Gclose(g);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    t = mg_tokens_open("test_tokens_link.h5", "train", comm_of(mesh));
+    mg_assert_all(!t && strstr(mg_last_error(), "/train/tokens is an external link (to "
+                                               "/train/tokens in file test_tokens_ok.h5)"),
+                  "tokens behind an external link were not refused: %s", mg_last_error());
+    double t0 = MPI_Wtime();
+    t = mg_tokens_open("test_tokens_link.h5", "val", comm_of(mesh));
+    mg_assert_all(!t && strstr(mg_last_error(), "/val/tokens declares 1099511627776 bytes but "
+                                               "the file holds 0"),
+                  "2^40 unwritten tokens were not refused: %s", mg_last_error());
+    mg_assert_all(MPI_Wtime() - t0 < 10, "2^40 unwritten tokens: refused after %.1f s",
+                  MPI_Wtime() - t0);
+    if (mg_rank() == 0) remove("test_tokens_ok.h5"), remove("test_tokens_link.h5");
     t = mg_tokens_open("test_tokens_none.h5", "train", comm_of(mesh));
     mg_assert_all(!t && strstr(mg_last_error(), "test_tokens_none.h5"),
                   "a missing file was not named: %s", mg_last_error());

@@ -6,7 +6,7 @@
 # fit the mesh, a batch smaller than the data-parallel degree, an unknown flag,
 # model, optimizer and plan, and a bad config line (file:line named). Also
 # checks that flags override the config file. And (issue 17, item 7) inputs
-# that are checked at the start: a directory or a binary file as --config, a
+# that are checked at the start: a directory, a binary file or one 1 GiB line as --config, a
 # key given twice (both lines named), a test split of 4x16 samples beside a
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
 # --metrics file that cannot be written (/dev/full: the reason is given) and
@@ -44,6 +44,12 @@ expect "config line without '='" 2 "noeq\.conf:3: expected 'key = value'" --conf
 expect "a directory as --config" 1 "config file '.*' is a directory" --config "$tmp"
 printf '\177ELF\002\001\001\000\000steps = 5\n' >"$tmp/binary.conf"
 expect "a binary file as --config" 2 "binary\.conf:1: the line holds a NUL byte" --config "$tmp/binary.conf"
+# one 1 GiB line (sparse, NUL bytes): refused at its first 8192 characters;
+# it was read whole into memory (a larger one failed the read, and the run
+# went on with no config)
+truncate -s 1G "$tmp/huge.conf"
+expect "a 1 GiB line as --config" 1 "huge\.conf:1: line longer than 8192 characters" --config "$tmp/huge.conf"
+rm -f "$tmp/huge.conf"
 printf 'steps = 10\nbatch = 16\nsteps = 20\n' >"$tmp/twice.conf"
 expect "a key given twice" 2 "twice\.conf: steps is set twice, on lines 1 and 3" --config "$tmp/twice.conf"
 

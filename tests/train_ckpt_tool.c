@@ -18,6 +18,7 @@
  *   huge PATH                adds /params/huge: 2^62 float32 in chunks of 1024,
  *                            never written
  *   nest PATH N              adds N groups nested in one another under /params
+ *   elink PATH DSET FILE     DSET becomes an external link to DSET in FILE
  *   make-data PATH N RxC M RxC|- [LABEL]
  *                            a data set: N train rows of RxC images and M test
  *                            rows of another shape (or no /test); labels
@@ -257,6 +258,16 @@ static int nest(const char *path, int n) {
     return rc;
 }
 
+static int elink(const char *path, const char *name, const char *target) {
+    hid_t f = open_rw(path);
+    if (f < 0) return 1;
+    int rc = H5Ldelete(f, name, H5P_DEFAULT) < 0 ||
+             H5Lcreate_external(target, name, f, name, H5P_DEFAULT, H5P_DEFAULT) < 0;
+    rc |= H5Fclose(f) < 0;
+    if (rc) fprintf(stderr, "train_ckpt_tool: cannot link %s in %s\n", name, path);
+    return rc;
+}
+
 static int write_split(hid_t f, const char *split, int rows, const char *shape, int label0) {
     hsize_t dims[3] = {(hsize_t)rows, 0, 0};
     if (sscanf(shape, "%llux%llu", &dims[1], &dims[2]) != 2) return 1;
@@ -297,11 +308,12 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "strip") == 0) return remake(argv[2], argv[3], 1);
     if (argc == 4 && strcmp(argv[1], "unwritten") == 0) return remake(argv[2], argv[3], 0);
     if (argc == 3 && strcmp(argv[1], "huge") == 0) return huge(argv[2]);
+    if (argc == 5 && strcmp(argv[1], "elink") == 0) return elink(argv[2], argv[3], argv[4]);
     if (argc == 4 && strcmp(argv[1], "nest") == 0) return nest(argv[2], atoi(argv[3]));
     if ((argc == 7 || argc == 8) && strcmp(argv[1], "make-data") == 0)
         return make_data(argv + 2, argc - 2);
     fprintf(stderr, "usage: train_ckpt_tool compare A B [RTOL] | corrupt PATH DATASET | set PATH "
                     "DATASET INDEX VALUE | set-attr PATH NAME TEXT | strip|unwritten PATH DATASET "
-                    "| huge PATH | nest PATH N | make-data PATH N RxC M RxC|- [LABEL]\n");
+                    "| huge PATH | nest PATH N | elink PATH DATASET FILE | make-data PATH N RxC M RxC|- [LABEL]\n");
     return 2;
 }

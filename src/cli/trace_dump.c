@@ -7,13 +7,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "status.h"
 
 /* ---- reading -------------------------------------------------------------------- */
 
+#define MAX_DUMP_BYTES ((off_t)4 << 30) /* 2^24 entries (the recorder's most) fit */
+
+/* The whole file, or NULL with errno set (EINVAL: not a regular file, EFBIG:
+ * larger than any dump: neither is read, a FIFO would block for ever). */
 static char *slurp(const char *path, size_t *len) {
+    struct stat st;
+    if (stat(path, &st) != 0) return NULL;
+    if (S_ISDIR(st.st_mode)) return errno = EISDIR, NULL;
+    if (!S_ISREG(st.st_mode)) return errno = EINVAL, NULL;
+    if (st.st_size > MAX_DUMP_BYTES) return errno = EFBIG, NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
@@ -110,12 +120,66 @@ static int io_comm(job_t *job, const mg_json *w) {
     return job->ncomms++;
 }
 
+/* The ranks a dump names (members of comms and of waiting_in, peers) are world
+ * ranks 0..MAX_RANKS-1 (the analysis indexes by them); *top: the largest.
+ * 0, or -1 with the problem in why. */
+static int check_ranks(const mg_json *root, int *top, char *why, size_t len) {
+    const mg_json *comms = mg_json_get(root, "comms"), *entries = mg_json_get(root, "entries");
+    const mg_json *w = mg_json_get(root, "waiting_in");
+    int i = 0;
+    for (const mg_json *c = comms && comms->type == MG_JSON_ARRAY ? comms->child : NULL; c;
+         c = c->next, i++) {
+        const mg_json *ranks = mg_json_get(c, "ranks");
+        if (!ranks || ranks->type != MG_JSON_ARRAY) {
+            snprintf(why, len, "comm %d has no \"ranks\" list", i);
+            return -1;
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) { /* the members of comms, then of waiting_in */
+        const mg_json *list = pass == 0 ? comms : w;
+        for (const mg_json *c = list && list->type == MG_JSON_ARRAY ? list->child : list; c;
+             c = pass == 0 ? c->next : NULL) {
+            const mg_json *ranks = mg_json_get(c, "ranks");
+            for (const mg_json *r = ranks && ranks->type == MG_JSON_ARRAY ? ranks->child : NULL; r;
+                 r = r->next) {
+                if (r->type != MG_JSON_NUMBER || r->integer < 0 || r->integer >= MAX_RANKS) {
+                    const char *who = pass == 0 ? "a comm" : "waiting_in";
+                    if (r->type != MG_JSON_NUMBER)
+                        snprintf(why, len, "%s lists a rank that is not a number", who);
+                    else
+                        snprintf(why, len, "%s lists rank %lld, not a rank 0..%d", who,
+                                 (long long)r->integer, MAX_RANKS - 1);
+                    return -1;
+                }
+                if (r->integer > *top) *top = (int)r->integer;
+            }
+        }
+    }
+    i = 0;
+    for (const mg_json *x = entries && entries->type == MG_JSON_ARRAY ? entries->child : NULL; x;
+         x = x->next, i++) {
+        int64_t peer = mg_json_int(x, "peer", -1);
+        if (peer < -1 || peer >= MAX_RANKS) {
+            snprintf(why, len, "entry %d has peer %lld, not -1 or a rank 0..%d", i,
+                     (long long)peer, MAX_RANKS - 1);
+            return -1;
+        }
+        if (peer > *top) *top = (int)peer;
+    }
+    return 0;
+}
+
 static int load(job_t *job, const char *dir, const char *file) {
     char path[4096], err[200];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     size_t len = 0;
     char *text = slurp(path, &len);
-    if (!text) return mg_error(MG_EIO, "trace analyze: cannot read %s: %s", path, strerror(errno));
+    if (!text)
+        return mg_error(MG_EIO, "trace analyze: cannot read %s: %s", path,
+                        errno == EINVAL ? "not a regular file (a dump is a file the recorder "
+                                          "writes)"
+                        : errno == EFBIG ? "larger than 4 GiB, more than any dump (remove it)"
+                                         : strerror(errno));
     mg_json *root = mg_json_parse(text, len, err, sizeof err);
     free(text);
     if (!root || mg_json_int(root, "meshgrad_flight", 0) != 1) {
@@ -128,6 +192,12 @@ static int load(job_t *job, const char *dir, const char *file) {
         mg_json_free(root);
         return mg_error(MG_EFORMAT, "trace analyze: %s: rank %d is out of range or given twice",
                         path, rank);
+    }
+    int top = rank;
+    if (check_ranks(root, &top, err, sizeof err) < 0) {
+        mg_json_free(root);
+        return mg_error(MG_EFORMAT, "trace analyze: %s: %s: the dump is damaged (remove it, or "
+                        "analyze the others)", path, err);
     }
     dump_t *d = calloc(1, sizeof *d);
     const mg_json *comms = mg_json_get(root, "comms"), *entries = mg_json_get(root, "entries");
@@ -186,7 +256,7 @@ static int load(job_t *job, const char *dir, const char *file) {
     job->d[rank] = d;
     int world = (int)mg_json_int(root, "world", 0);
     if (world > job->world) job->world = world < MAX_RANKS ? world : MAX_RANKS;
-    if (rank + 1 > job->world) job->world = rank + 1;
+    if (top + 1 > job->world) job->world = top + 1; /* every rank named can be indexed */
     return MG_OK;
 }
 

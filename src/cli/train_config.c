@@ -235,24 +235,40 @@ static FILE *open_config(const char *path) {
     return f;
 }
 
+#define MAX_LINE (2 * MG_PATH_MAX) /* characters of a config line, its newline included */
+
+/* One line of f, its newline kept, into buf (MAX_LINE + 1 bytes): its length;
+ * 0 at the end of the file; -1 when it is longer than MAX_LINE (the rest of
+ * it is not read: a file of one 8 GB line was read whole into memory). */
+static long read_line(FILE *f, char *buf) {
+    long n = 0;
+    int ch = 0;
+    while (ch != '\n' && (ch = getc(f)) != EOF) {
+        if (n == MAX_LINE) return -1;
+        buf[n++] = (char)ch;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
 int mg_train_config_load(mg_train_config *c, const char *path) {
     FILE *f = open_config(path);
     if (!f) return mg_last_code();
-    char *line = NULL, where[MG_PATH_MAX + 32];
-    size_t cap = 0;
-    ssize_t got;
+    char line[MAX_LINE + 1], where[MG_PATH_MAX + 32];
+    long got;
     int lineno = 0, rc = MG_OK;
     int seen[NOPTIONS] = {0}; /* the line that set each option, 0: none */
-    while (rc == MG_OK && (got = getline(&line, &cap, f)) >= 0) {
+    while (rc == MG_OK && (got = read_line(f, line)) != 0) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (got < 0) {
+            rc = mg_error(MG_EINVAL, "%s: line longer than %d characters: a config file holds "
+                          "short 'key = value' lines", where, MAX_LINE);
+            break;
+        }
         if (memchr(line, '\0', (size_t)got) != NULL) {
             rc = mg_error(MG_EINVAL, "%s: the line holds a NUL byte: a config file is text "
                           "('key = value' lines), not a binary file", where);
-            break;
-        }
-        if (got > 2 * MG_PATH_MAX) {
-            rc = mg_error(MG_EINVAL, "%s: line longer than %d characters", where, 2 * MG_PATH_MAX);
             break;
         }
         char *hash = strchr(line, '#');
@@ -291,7 +307,6 @@ int mg_train_config_load(mg_train_config *c, const char *path) {
     }
     if (rc == MG_OK && ferror(f))
         rc = mg_error(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
-    free(line);
     fclose(f);
     if (rc == MG_OK) snprintf(c->config, sizeof c->config, "%s", path);
     return rc;

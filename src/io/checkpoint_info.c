@@ -48,7 +48,12 @@ static herr_t walk_link(hid_t group, const char *name, const H5L_info_t *info, v
                  sizeof path - 1);
         return 1;
     }
-    if (info->type != H5L_TYPE_HARD) return 0; /* soft and external links are not followed */
+    if (info->type != H5L_TYPE_HARD) { /* not followed: they may lead into another file */
+        snprintf(w->problem, sizeof w->problem, "/%.200s is %s link, which meshgrad never "
+                 "writes and does not follow", path,
+                 info->type == H5L_TYPE_EXTERNAL ? "an external" : "a soft");
+        return 1;
+    }
     hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
     if (obj < 0) return 0;
     H5I_type_t type = H5Iget_type(obj);

@@ -62,6 +62,13 @@ static int read_attrs_open(hid_t file, const char *path, mg_ckpt_attr *attrs_out
     return MG_OK;
 }
 
+/* "checkpoint <the last message>" (copied first: the message buffer is reused) */
+static int prefix_checkpoint(void) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mg_last_error());
+    return mg_error(MG_EFORMAT, "checkpoint %s", msg);
+}
+
 /* The dataset of entry e exists with type float32 and e's global shape. */
 static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
     int want_ndim;
@@ -71,8 +78,9 @@ static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
     if (!mg_h5_exists(file, e->name))
         return mg_error(MG_EFORMAT, "checkpoint %s has no dataset /%s (expected shape %s)", path,
                         e->name, want);
-    hid_t d = H5Dopen2(file, e->name, H5P_DEFAULT);
-    if (d < 0) return mg_error(MG_EFORMAT, "checkpoint %s: /%s is not a dataset", path, e->name);
+    hid_t d;
+    if (mg_h5_open_dataset(file, e->name, path, &d) != MG_OK)
+        return prefix_checkpoint();
     hid_t type = H5Dget_type(d), space = H5Dget_space(d);
     int ndim = H5Sget_simple_extent_ndims(space), st = MG_OK;
     hsize_t dims[MG_MAX_DIMS] = {0};

@@ -79,8 +79,9 @@ static int open_member(mg_dataset *ds, const char *name, int want_float, hid_t *
                         "%s: dataset /%s is missing (a data set needs /%s/inputs "
                         "float32 (N, ...) and /%s/labels int32 (N))",
                         ds->path, rel, ds->split, ds->split);
-    hid_t d = H5Dopen2(ds->file, rel, H5P_DEFAULT);
-    if (d < 0) return mg_error(MG_EFORMAT, "%s: /%s is not a dataset", ds->path, rel);
+    hid_t d;
+    int st = mg_h5_open_dataset(ds->file, rel, ds->path, &d);
+    if (st != MG_OK) return st;
     *out = d;
     hid_t type = H5Dget_type(d), space = H5Dget_space(d);
     int ok_type = want_float ? mg_h5_is_float32(type) : mg_h5_is_int32(type);
@@ -95,7 +96,7 @@ static int open_member(mg_dataset *ds, const char *name, int want_float, hid_t *
     if (*ndim < 1 || *ndim >= MG_MAX_DIMS || (!want_float && *ndim != 1))
         return mg_error(MG_EFORMAT, "%s: dataset /%s has %d dims, expected %s", ds->path, rel,
                         *ndim, want_float ? "1 to 7 (N, ...)" : "1 (N)");
-    return MG_OK;
+    return mg_h5_check_stored(d, ds->path, rel, 4);
 }
 
 /* Reads every label once: checks they are >= 0 and finds the class count. */

@@ -157,10 +157,89 @@ int mg_h5_exists(hid_t loc, const char *path) {
         char saved = buf[i];
         buf[i] = '\0';
         htri_t ok = H5Lexists(loc, buf, H5P_DEFAULT);
+        H5L_info_t info;
+        int hard = ok > 0 && H5Lget_info(loc, buf, &info, H5P_DEFAULT) >= 0 &&
+                   info.type == H5L_TYPE_HARD;
         buf[i] = saved;
         if (ok <= 0) return 0;
+        if (!hard) return 1; /* not followed: mg_h5_open_dataset says what it is */
     }
     return 1;
+}
+
+int mg_h5_open_dataset(hid_t loc, const char *path, const char *file, hid_t *out) {
+    *out = -1;
+    char buf[1024], target[1024] = "";
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return mg_error(MG_EINVAL, "%s: the object path '%s' is empty or too long", file, path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) { /* each component a hard link, from the root down */
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        H5L_info_t info;
+        if (H5Lget_info(loc, buf, &info, H5P_DEFAULT) < 0)
+            return mg_error(MG_EFORMAT, "%s: /%s is missing", file, buf);
+        if (info.type != H5L_TYPE_HARD) {
+            const char *f = NULL, *o = NULL;
+            if (info.u.val_size < sizeof target &&
+                H5Lget_val(loc, buf, target, sizeof target, H5P_DEFAULT) >= 0 &&
+                info.type == H5L_TYPE_EXTERNAL)
+                H5Lunpack_elink_val(target, info.u.val_size, NULL, &f, &o);
+            target[sizeof target - 1] = '\0';
+            if (info.type == H5L_TYPE_EXTERNAL)
+                return mg_error(MG_EFORMAT, "%s: /%s is an external link (to %s in file %s), not "
+                                "data stored in this file: meshgrad follows no links (copy the "
+                                "data into the file, e.g. with h5copy)", file, buf,
+                                o ? o : "?", f ? f : "?");
+            return mg_error(MG_EFORMAT, "%s: /%s is a %s link%s%s, not data stored under that "
+                            "name: meshgrad follows no links (copy the data there, e.g. with "
+                            "h5copy)", file, buf, info.type == H5L_TYPE_SOFT ? "soft" : "user-defined",
+                            info.type == H5L_TYPE_SOFT ? " to " : "",
+                            info.type == H5L_TYPE_SOFT ? target : "");
+        }
+        buf[i] = saved;
+    }
+    hid_t obj = H5Oopen(loc, path, H5P_DEFAULT);
+    H5I_type_t kind = obj >= 0 ? H5Iget_type(obj) : H5I_BADID;
+    if (kind != H5I_DATASET) {
+        if (obj >= 0) H5Oclose(obj);
+        return mg_error(MG_EFORMAT, "%s: /%s is %s, not a dataset", file, path,
+                        kind == H5I_GROUP ? "a group" : "an object HDF5 cannot open");
+    }
+    hid_t dcpl = H5Dget_create_plist(obj);
+    int virt = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_VIRTUAL;
+    int ext = dcpl >= 0 ? H5Pget_external_count(dcpl) : 0;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (dcpl < 0 || virt || ext != 0) {
+        H5Oclose(obj);
+        return mg_error(MG_EFORMAT, "%s: dataset /%s %s: meshgrad reads only data stored in the "
+                        "file it is given (rewrite the dataset as a plain one, e.g. with h5repack "
+                        "or h5copy)", file, path,
+                        dcpl < 0 ? "cannot be examined"
+                        : virt   ? "is a virtual dataset (its data lies in other files)"
+                                 : "keeps its data in external raw files");
+    }
+    *out = obj;
+    return MG_OK;
+}
+
+int mg_h5_check_stored(hid_t d, const char *file, const char *name, size_t elem) {
+    hid_t space = H5Dget_space(d), dcpl = H5Dget_create_plist(d);
+    double bytes = (double)elem; /* in double: a hostile shape may overflow 64 bits */
+    hsize_t dims[H5S_MAX_RANK];
+    int ndim = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : -1;
+    for (int i = 0; i < ndim; i++) bytes *= (double)dims[i];
+    int filtered = dcpl >= 0 && H5Pget_nfilters(dcpl) > 0;
+    double stored = (double)H5Dget_storage_size(d);
+    if (space >= 0) H5Sclose(space);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (ndim < 0 || (filtered ? bytes > 1024 * stored : stored < bytes))
+        return mg_error(MG_EFORMAT, "%s: dataset /%s declares %.0f bytes but the file holds %.0f "
+                        "for it: the file is incomplete or damaged (make it again)", file, name,
+                        bytes, stored);
+    return MG_OK;
 }
 
 char *mg_h5_type_name(hid_t type, char *buf, size_t len) {

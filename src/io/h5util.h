@@ -15,6 +15,10 @@
  * - mg_h5_error_get: what HDF5's error stack says about the last failed call.
  * - mg_file_precheck: a file exists, is a regular file and is HDF5 (clear
  *   messages before HDF5 is asked to open it).
+ * - mg_h5_open_dataset: a dataset reached through hard links only, whose data
+ *   lies in the file itself (no soft or external link, virtual dataset or
+ *   external raw storage: those read what the user did not name), and
+ *   mg_h5_check_stored: the file holds the bytes a dataset declares.
  * - small dataset/attribute helpers (path exists, type names, string attributes). */
 #ifndef MG_H5UTIL_H
 #define MG_H5UTIL_H
@@ -48,8 +52,21 @@ void mg_h5_error_at(mg_h5_err *e, const char *path);
  * ("<what> <path> is not an HDF5 file"). */
 int mg_file_precheck(const char *path, const char *what);
 
-/* 1 when every component of the relative path `path` exists under loc. */
+/* 1 when every component of the relative path `path` exists under loc; a
+ * soft or external link is not followed (it counts as existing: the path
+ * exists as far as meshgrad looks). */
 int mg_h5_exists(hid_t loc, const char *path);
+/* Opens the dataset at the relative path `path` (which exists: mg_h5_exists)
+ * of the file named `file`: MG_OK and *out (H5Dclose it), or MG_EFORMAT with
+ * a message naming the file, the object and the fix when a component is a
+ * soft or external link, the object is not a dataset, or its data lies
+ * outside the file (a virtual dataset, external raw storage). */
+int mg_h5_open_dataset(hid_t loc, const char *path, const char *file, hid_t *out);
+/* MG_OK when the file holds the data dataset d (`name` in `file`) declares,
+ * each element `elem` bytes: unfiltered, all its bytes; filtered, at least
+ * 1/1024 of them. Else MG_EFORMAT: a dataset declared and never written
+ * would be read as 2^40 fill values. Metadata only: no data is read. */
+int mg_h5_check_stored(hid_t d, const char *file, const char *name, size_t elem);
 /* "float32", "int32", "float64", "uint8", "string", "compound"... */
 char *mg_h5_type_name(hid_t type, char *buf, size_t len);
 /* 1 when the type is a 32-bit IEEE float / a signed 32-bit integer. */

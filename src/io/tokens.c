@@ -125,8 +125,7 @@ static int open_split(mg_tokens *t) {
         return mg_error(MG_EFORMAT, "token data set %s: vocab_size '%s' is not 1..%d", t->path,
                         text, MAX_VOCAB);
     t->vocab = (int)v;
-    t->dset = H5Dopen2(t->file, rel, H5P_DEFAULT);
-    if (t->dset < 0) return h5_failed(t, "opening the tokens");
+    if ((st = mg_h5_open_dataset(t->file, rel, t->path, &t->dset)) != MG_OK) return st;
     hid_t type = H5Dget_type(t->dset), space = H5Dget_space(t->dset);
     int ndim = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
     hsize_t n = 0;
@@ -151,6 +150,7 @@ static int open_split(mg_tokens *t) {
         return mg_error(MG_EFORMAT, "token data set %s: /%s holds %s; it must be uint8 or int32",
                         t->path, rel, tname);
     }
+    if ((st = mg_h5_check_stored(t->dset, t->path, rel, t->elem)) != MG_OK) return st;
     t->n = (int64_t)n;
     if (t->n < 2)
         return mg_error(MG_EFORMAT, "token data set %s: /%s holds %lld token%s; it needs at least 2",
