@@ -9,6 +9,7 @@
 # that are checked at the start: a directory, a binary file or one 1 GiB line as --config, a
 # key given twice (both lines named), a test split of 4x16 samples beside a
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
+# model too large for this machine's memory (one label of 2^24-1), a
 # --metrics file that cannot be written (/dev/full: the reason is given) and
 # a data set without a test split (trained, with a warning, nothing evaluated).
 . "$(dirname "$0")/check.sh"
@@ -63,6 +64,13 @@ expect "a label of 2^31-1" 2 "/train/labels row 0 holds 2147483647; labels must 
     $ok --data "$tmp/label.h5"
 check_refused "data info on a label of 2^31-1" 2 "labels must be class indices 0\.\.16777215" \
     "$prog" data info "$tmp/label.h5"
+# the largest label taken asks for 16777216 classes: at --hidden 4096 the
+# parameters, gradients and optimizer state would need 1 TiB (the kernel
+# killed the job while they filled); refused before anything is made
+"$tool" make-data "$tmp/classes.h5" 200 8x8 50 8x8 16777215
+expect "a model larger than this machine's memory (one label of 2^24-1)" 2 \
+    "the model has 68736520192 parameters \(hidden 4096, 16777216 classes from the labels of .*classes.h5\): .* GiB on this machine even split over all 2 ranks, more than its .* GiB of memory: make the model smaller" \
+    $ok --data "$tmp/classes.h5" --hidden 4096
 "$tool" make-data "$tmp/notest.h5" 200 8x8 0 -
 "$TIMEOUT" -k 5 60 "$MPIRUN" -np 2 "$prog" train $ok --data "$tmp/notest.h5" --batch 16 \
     >"$tmp/out" 2>&1

@@ -59,6 +59,30 @@ static void layer_name(const mg_model *m, int i, char *buf, size_t len) {
     }
 }
 
+/* Layer i's (in, out) of config c (depth layers). */
+static void layer_widths(const mg_model_config *c, int depth, int i, int64_t *in, int64_t *out) {
+    int pmlp = c->kind == MG_MODEL_PERMUTE_MLP;
+    if (!pmlp && c->widths) {
+        *in = c->widths[i];
+        *out = c->widths[i + 1];
+    } else {
+        *in = i == 0 ? (pmlp ? c->rows : c->rows * c->cols) : i == 1 && pmlp ? c->cols * c->channels
+                                                                              : c->hidden;
+        *out = i == depth - 1 ? c->classes : i == 0 && pmlp ? c->channels : c->hidden;
+    }
+}
+
+double mg_model_config_params(const mg_model_config *c) {
+    int least = c->kind == MG_MODEL_PERMUTE_MLP ? 3 : 2, depth = c->depth ? c->depth : least;
+    double n = 0;
+    for (int i = 0; i < depth && i < MG_MODEL_MAX_LAYERS; i++) {
+        int64_t in, out;
+        layer_widths(c, depth, i, &in, &out);
+        n += (double)in * (double)out + (double)out;
+    }
+    return n;
+}
+
 int mg_model_build(mg_model *model, const mg_model_config *c, const mg_mesh *mesh,
                    const mg_plan *plan, const unsigned char *held) {
     memset(model, 0, sizeof *model);
@@ -91,14 +115,7 @@ int mg_model_build(mg_model *model, const mg_model_config *c, const mg_mesh *mes
     for (int i = 0; i < depth; i++) { /* widths: in and out of every layer */
         mg_linear_module *l = &model->layer[i];
         l->weight = l->bias = -1;
-        if (!pmlp && c->widths) {
-            l->in = c->widths[i];
-            l->out = c->widths[i + 1];
-        } else {
-            l->in = i == 0 ? (pmlp ? c->rows : c->rows * c->cols)
-                    : i == 1 && pmlp ? c->cols * c->channels : c->hidden;
-            l->out = i == depth - 1 ? c->classes : i == 0 && pmlp ? c->channels : c->hidden;
-        }
+        layer_widths(c, depth, i, &l->in, &l->out);
         if (l->in < 1 || l->out < 1)
             return mg_error(MG_EINVAL, "model: layer %d is Linear(%lld, %lld): widths must be >= 1",
                             i, (long long)l->in, (long long)l->out);

@@ -28,7 +28,7 @@
  * mg_model_config, mg_model_build, mg_model_init, mg_model_init_gpt,
  * mg_model_build_gpt, mg_model_free,
  * mg_model_forward, mg_model_forward_layers, mg_linear_module_forward,
- * mg_model_param_count, mg_model_param, mg_model_param_info, mg_model_numel,
+ * mg_model_config_params, mg_model_param_count, mg_model_param, mg_model_param_info, mg_model_numel,
  * mg_model_layer_costs. */
 #ifndef MG_NN_MODEL_H
 #define MG_NN_MODEL_H
@@ -96,6 +96,8 @@ mg_dtensor *mg_linear_module_forward(mg_linear_module *m, mg_param_table *t, con
  * used by permute-mlp only. MG_EINVAL with a message for sizes below 1, a
  * depth below the model's 2 (mlp) or 3 (permute-mlp) or above
  * MG_MODEL_MAX_LAYERS. */
+/* The parameter count a config (not a GPT) builds, before anything is made. */
+double mg_model_config_params(const mg_model_config *c);
 int mg_model_build(mg_model *model, const mg_model_config *c, const mg_mesh *mesh,
                    const mg_plan *plan, const unsigned char *held);
 /* mg_model_build of every layer, default depth. */
