@@ -7,7 +7,7 @@
 # model, optimizer and plan, and a bad config line (file:line named). Also
 # checks that flags override the config file. And (issue 17, item 7) inputs
 # that are checked at the start: a directory, a binary file or one 1 GiB line as --config, a
-# key given twice (both lines named), a test split of 4x16 samples beside a
+# key given twice (both lines named), --config given twice, a test split of 4x16 samples beside a
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
 # model too large for this machine's memory (one label of 2^24-1), a
 # --metrics file that cannot be written (/dev/full: the reason is given) and
@@ -53,6 +53,10 @@ expect "a 1 GiB line as --config" 1 "huge\.conf:1: line longer than 8192 charact
 rm -f "$tmp/huge.conf"
 printf 'steps = 10\nbatch = 16\nsteps = 20\n' >"$tmp/twice.conf"
 expect "a key given twice" 2 "twice\.conf: steps is set twice, on lines 1 and 3" --config "$tmp/twice.conf"
+printf 'steps = 2\n' >"$tmp/one.conf"
+expect "--config given twice (the second silently won)" 2 \
+    "--config given twice \(.*one\.conf, then .*twice\.conf\): give one file" \
+    --config "$tmp/one.conf" --config "$tmp/twice.conf"
 
 # data sets checked at the start
 "$tool" make-data "$tmp/shapes.h5" 200 8x8 50 4x16

@@ -337,6 +337,9 @@ int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv) {
                 continue;
             }
             if (ch == 'c') {
+                if (pass == 1 && c->config[0])
+                    return mg_error(MG_EINVAL, "--config given twice (%s, then %s): give one "
+                                    "file, and its settings to change as flags", c->config, optarg);
                 if (pass == 1) {
                     int rc = mg_train_config_load(c, optarg);
                     if (rc != MG_OK) return rc;
