@@ -85,6 +85,21 @@ check "an unknown benchmark on 2 ranks exits 2" test "$rc" -eq 2
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
 check "... naming the benchmark" grep -q "meshgrad: error: .*'no-such-bench'" "$tmp/err"
 
+# hostile numbers: counts past 2^31, an --lr of inf, sizes that overflow, and
+# shapes too large for memory (bench linear wrote through NULL: a crash)
+for a in "linear --m 99999999999999999999" "linear --iters 2147483648" "step --lr 1e400" \
+    "step --model gpt --lr inf" "step --steps 0"; do
+    run bench $a
+    check "bench $a: refused, exit 2 ($rc), one error line" \
+        sh -c "test $rc -eq 2 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1"
+done
+run bench comm --sizes 99999999999G
+check "bench comm --sizes 99999999999G: refused (exit $rc)" \
+    sh -c "test $rc -eq 2 && grep -q 'a size is at most 1024G' '$tmp/err'"
+run bench linear --m 2147483647 --k 2147483647 --n 8 --iters 1
+check "bench linear of 2^62 floats: out of memory, said (exit $rc)" \
+    sh -c "test $rc -eq 1 && grep -q 'meshgrad: error: bench linear: out of memory for m=2147483647 k=2147483647' '$tmp/err'"
+
 run_np 2 train --config "$tmp/no-such.conf"
 check "train with a missing config on 2 ranks fails" test "$rc" -ne 0
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1

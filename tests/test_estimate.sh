@@ -96,6 +96,19 @@ check "... the middle ones both, 2 MiB in 16" grep -q '^  rank 1: .*send 2097152
 check "a plan count that is not the mesh's: exit $?" grep -q "meshgrad: error: estimate: 1 plans for a 2-d mesh" "$tmp/out"
 "$prog" plan --estimate --input 8y8 >"$tmp/out" 2>&1
 check "a bad --input: exit $?" grep -q "meshgrad: error: plan --estimate: --input '8y8' is not RxC" "$tmp/out"
+"$prog" plan --estimate --nodes 4294967296 >"$tmp/out" 2>&1
+check "--nodes 2^32 (an int: was taken as 0): exit $?" \
+    grep -q "meshgrad: error: plan --estimate: --nodes '4294967296' is not a count from 1 to 2147483647" "$tmp/out"
+"$prog" plan --estimate --input 99999999999999999999x8 >"$tmp/out" 2>&1
+check "--input past 2^63: exit $?" grep -q "meshgrad: error: plan --estimate: --input '99999999999999999999x8' is not RxC" "$tmp/out"
+# a GPT of 2^63-1 layers overran the estimate's step table (a crash); of 2^31-1
+# layers, its parameters' int index
+"$prog" plan --estimate --model gpt --layers 9223372036854775807 >"$tmp/out" 2>&1
+check "gpt --layers 2^63-1: exit $?" grep -q "meshgrad: error: --layers: layers must be <= 2147483647" "$tmp/out"
+"$prog" plan --estimate --model gpt --layers 2147483647 >"$tmp/out" 2>&1
+check "gpt --layers 2^31-1: exit $?" grep -q "meshgrad: error: gpt: layers (2147483647).* is too large" "$tmp/out"
+"$prog" plan --estimate --model gpt --layers 1000 --embd 2147483647 --heads 1 >"$tmp/out" 2>&1
+check "gpt of 5e22 parameters: exit $?" grep -q "meshgrad: error: gpt: 1000 layers of embd 2147483647 make .* parameters" "$tmp/out"
 "$prog" plan --estimate --model gpt --layers 2 --heads 2 --embd 32 --ctx 16 --mesh 4 --parallel tp >"$tmp/out" 2>&1
 check "a GPT whose heads the tp ranks cannot split: exit $?" \
     grep -q "meshgrad: error: gpt: tensor-parallel degree 4 cannot split 2 heads" "$tmp/out"

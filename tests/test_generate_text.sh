@@ -81,6 +81,11 @@ check_refused "a file that is not a checkpoint" 1 "bad.h5" $g --resume "$tmp/bad
 check_refused "a truncated checkpoint" 2 "cut.h5" $g --resume "$tmp/cut.h5"
 check_refused "an MLP checkpoint" 1 "model of kind mlp, not a GPT" $g --resume "$tmp/mlp.h5"
 check_refused "--tokens -1" 1 "--tokens -1" $g --resume "$tmp/gpt.h5" --tokens -1
+# 2^62 tokens overflowed the size of the token buffer (a heap overrun, abort)
+check_refused "--tokens 2^62" 1 "--tokens 4611686018427387904: give a whole number from 0 to 2147483647" \
+    $g --resume "$tmp/gpt.h5" --tokens 4611686018427387904
+check_refused "--threads 2^32" 1 "--threads 4294967296: give a whole number from 0 to 2147483647" \
+    $g --resume "$tmp/gpt.h5" --threads 4294967296
 check_refused "--temperature -1" 1 "--temperature -1" $g --resume "$tmp/gpt.h5" --temperature -1
 check_refused "--temperature nan" 1 "--temperature nan" $g --resume "$tmp/gpt.h5" --temperature nan
 check_refused "--top-k -2" 1 "--top-k -2" $g --resume "$tmp/gpt.h5" --top-k -2

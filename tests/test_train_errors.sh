@@ -38,6 +38,13 @@ expect "unknown flag" 2 "unknown option '--frobnicate'" $ok --frobnicate 3
 expect "unknown model" 2 "unknown model 'resnet'" $ok --model resnet
 expect "unknown optimizer" 2 "unknown optimizer 'lion'" $ok --optimizer lion
 expect "unknown plan" 2 "unknown entry 'cp'" $ok --parallel cp
+# numbers past 2^31 reach int code (--threads 2^31 was taken as the default,
+# --depth 2^31 named as -2147483648); a leading space is not a number
+expect "--threads 2^31" 2 "--threads: threads must be <= 2147483647, got 2147483648" $ok --threads 2147483648
+expect "--depth 2^31" 2 "--depth: depth must be <= 2147483647, got 2147483648" $ok --depth 2147483648
+expect "--hidden 1e20" 2 "--hidden: hidden must be <= 2147483647, got 99999999999999999999" \
+    $ok --hidden 99999999999999999999
+expect "--steps ' 5'" 2 "--steps: steps wants an integer, got ' 5'" $ok --steps " 5"
 printf 'steps = 10\n# a comment\nbatch 64\n' >"$tmp/noeq.conf"
 expect "config line without '='" 2 "noeq\.conf:3: expected 'key = value'" --config "$tmp/noeq.conf"
 

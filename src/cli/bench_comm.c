@@ -77,6 +77,9 @@ static int parse_sizes(const char *text, int64_t *sizes) {
                             text);
         if (n == MAX_SIZES)
             return mg_error(MG_EINVAL, "bench comm: --sizes: at most %d sizes", MAX_SIZES);
+        if (v > ((int64_t)1 << 40) / mul)
+            return mg_error(MG_EINVAL, "bench comm: --sizes '%s': a size is at most 1024G",
+                            text);
         sizes[n++] = (int64_t)v * mul;
         p = *end ? end + 1 : end;
     }

@@ -67,7 +67,7 @@ static int parse(int argc, char **argv, bench_options *o) {
         case 't': bad = mg_cli_parse_count(optarg, &o->threads); break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
-        case 'r': o->lr = atof(optarg); bad = !(o->lr > 0); break;
+        case 'r': bad = mg_cli_parse_positive(optarg, &o->lr); break;
         case 'd': bad = mg_cli_parse_device(optarg, &o->device); break;
         case 'f': o->tf32 = 1; break;
         case 'N':

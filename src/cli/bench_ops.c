@@ -18,8 +18,11 @@
  *           network kernels against their references (bench_nn.c).
  * Exports mg_cli_bench_linear, mg_cli_bench_step, mg_cli_bench_ops (cli.h). */
 #include <cblas.h>
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +97,19 @@ const char *mg_cli_gemm_math(int device) {
 
 int mg_cli_parse_count(const char *s, int64_t *out) {
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v <= 0) return -1;
+    /* sizes meet in products (m x k, batch x width) and int code: at most 2^31 - 1 */
+    if (!isdigit((unsigned char)*s) || *end != '\0' || errno == ERANGE || v <= 0 || v > INT32_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int mg_cli_parse_positive(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (!*s || isspace((unsigned char)*s) || *end != '\0' || !(v > 0) || !isfinite(v)) return -1;
     *out = v;
     return 0;
 }
@@ -137,13 +151,23 @@ int mg_cli_bench_linear(int argc, char **argv) {
     if (!mesh) return 1;
     mg_placement r = MG_REPLICATE;
     mg_tensor *xf = mg_tensor_new(2, (int64_t[]){m, k}), *wf = mg_tensor_new(2, (int64_t[]){n, k});
+    float *Y = malloc(sizeof(float) * (size_t)m * (size_t)n), *DX = malloc(sizeof(float) * (size_t)m * (size_t)k),
+          *DW = malloc(sizeof(float) * (size_t)n * (size_t)k);
+    double *t_mg = calloc((size_t)iters, sizeof(double)), *t_blas = calloc((size_t)iters, sizeof(double));
+    if (!xf || !wf || !Y || !DX || !DW || !t_mg || !t_blas) {
+        mg_error(MG_ENOMEM, "bench linear: out of memory for m=%lld k=%lld n=%lld (%lld iters): "
+                 "give smaller --m, --k, --n or --iters", (long long)m, (long long)k, (long long)n,
+                 (long long)iters);
+        free(Y), free(DX), free(DW), free(t_mg), free(t_blas);
+        mg_tensor_free(xf), mg_tensor_free(wf), mg_mesh_free(mesh);
+        return 1;
+    }
     for (int64_t i = 0; i < m * k; i++) mg_tensor_data(xf)[i] = (float)((i * 7) % 13) / 13.0f;
     for (int64_t i = 0; i < n * k; i++) mg_tensor_data(wf)[i] = (float)((i * 5) % 11) / 11.0f;
     mg_dtensor *x = mg_distribute(mesh, xf, &r, 1), *w = mg_distribute(mesh, wf, &r, 1);
     mg_set_requires_grad(x, 1);
     mg_set_requires_grad(w, 1);
     double flops = 3 * 2.0 * (double)m * (double)k * (double)n;
-    double *t_mg = calloc((size_t)iters, sizeof(double)), *t_blas = calloc((size_t)iters, sizeof(double));
     for (int64_t it = -2; it < iters; it++) { /* two warm-up rounds */
         double t0 = now();
         mg_dtensor *y = mg_linear(x, w, NULL);
@@ -157,8 +181,6 @@ int mg_cli_bench_linear(int argc, char **argv) {
     }
     /* raw cblas on the same shapes: y = x w^T, dx = dy w, dw = dy^T x */
     float *X = mg_tensor_data(xf), *W = mg_tensor_data(wf);
-    float *Y = malloc(sizeof(float) * m * n), *DX = malloc(sizeof(float) * m * k),
-          *DW = malloc(sizeof(float) * n * k);
     mg_backend *gpu = device == MG_DEVICE_CUDA ? mg_backend_cuda() : NULL;
     /* through the backend: cuBLAS on the GPU, and the CPU's bf16 GEMM */
     mg_backend *be = gpu ? gpu : bf16 ? mg_backend_cpu() : NULL;
@@ -273,7 +295,7 @@ int mg_cli_bench_step(int argc, char **argv) {
         case 'l': bad = (nl = parse_layers(optarg, layers, MAX_WIDTHS)) < 0; break;
         case 'm': snprintf(mesh_text, sizeof mesh_text, "%s", optarg); break;
         case 'p': snprintf(plan_text, sizeof plan_text, "%s", optarg); break;
-        case 'r': lr = atof(optarg); bad = !(lr > 0); break;
+        case 'r': bad = mg_cli_parse_positive(optarg, &lr); break;
         case 'd': bad = mg_cli_parse_device(optarg, &device); break;
         case 'f': tf32 = 1; break;
         case 'y': bad = parse_dtype(optarg, &bf16); break;

@@ -54,11 +54,12 @@ int mg_cli_trace(int argc, char **argv);        /* src/cli/trace.c: analyze DIR 
 double mg_cli_clock(void);
 /* src/cli/bench_ops.c, for the benchmarks: the median of v (sorted in place);
  * the largest peak RSS of the ranks of `world` in MB (collective); a count
- * > 0 from text (0 ok, -1 not one). */
+ * from 1 to 2^31 - 1 from text, and a finite number > 0 (--lr) (0 ok, -1 not one). */
 struct mg_comm;
 double mg_cli_median(double *v, int n);
 double mg_cli_peak_rss_mb(struct mg_comm *world);
 int mg_cli_parse_count(const char *s, int64_t *out);
+int mg_cli_parse_positive(const char *s, double *out);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);

@@ -27,9 +27,11 @@
  * against them, so a token always sees at least ctx / 2 tokens and the cost
  * stays O(T) per token on average (one prefill of ctx / 2 per ctx / 2 tokens).
  * Exports mg_cli_generate (cli.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,13 +82,13 @@ static const char *usage_text =
     "the last ctx/2 tokens are prefilled again and generation continues from them.\n"
     "Rank 0 prints the text on stdout and the speed (tokens/s) on stderr.\n";
 
-/* An integer >= 0 from text; MG_EINVAL naming the flag otherwise. */
-static int parse_nonnegative(const char *flag, const char *s, int64_t *out) {
+/* An integer from 0 to `most` from text; MG_EINVAL naming the flag otherwise. */
+static int parse_nonnegative(const char *flag, const char *s, long long most, int64_t *out) {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || v < 0)
-        return mg_error(MG_EINVAL, "%s %s: give a whole number >= 0", flag, s);
+    if (!isdigit((unsigned char)*s) || *end || errno == ERANGE || v > most)
+        return mg_error(MG_EINVAL, "%s %s: give a whole number from 0 to %lld", flag, s, most);
     *out = v;
     return MG_OK;
 }
@@ -106,15 +108,16 @@ static int parse(int argc, char **argv, gen_options *o) {
         switch (c) {
         case 'r': snprintf(o->resume, sizeof o->resume, "%s", optarg); break;
         case 'p': o->prompt = optarg; break;
-        case 'n': rc = parse_nonnegative("--tokens", optarg, &o->tokens); break;
-        case 'k': rc = parse_nonnegative("--top-k", optarg, &o->top_k); break;
-        case 's': rc = parse_nonnegative("--seed", optarg, &o->seed); break;
-        case 't': rc = parse_nonnegative("--threads", optarg, &o->threads); break;
+        /* the tokens are held (ints) and counted in ints: at most 2^31 - 1 */
+        case 'n': rc = parse_nonnegative("--tokens", optarg, INT32_MAX, &o->tokens); break;
+        case 'k': rc = parse_nonnegative("--top-k", optarg, INT32_MAX, &o->top_k); break;
+        case 's': rc = parse_nonnegative("--seed", optarg, INT64_MAX, &o->seed); break;
+        case 't': rc = parse_nonnegative("--threads", optarg, INT32_MAX, &o->threads); break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'P': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
         case 'T':
             o->temperature = strtod(optarg, &end);
-            if (!*optarg || *end || !isfinite(o->temperature) || o->temperature < 0)
+            if (!*optarg || isspace((unsigned char)*optarg) || *end || !isfinite(o->temperature) || o->temperature < 0)
                 rc = mg_error(MG_EINVAL, "--temperature %s: give a finite number >= 0 (0 = greedy)",
                               optarg);
             break;

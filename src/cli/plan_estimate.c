@@ -17,7 +17,10 @@
  * micro-batch; the data-parallel sum of its stages' gradients).
  * Exports mg_cli_plan_estimate (cli.h), mg_plan_estimate_pipeline
  * (plan_show.h). */
+#include <ctype.h>
+#include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,11 +40,14 @@ typedef struct {
     int nodes;
 } estimate_opts;
 
+/* A count from 1 to 2^31 - 1 (--nodes is an int; sizes enter products). */
 static int parse_count(const char *flag, const char *text, int64_t *out) {
     char *end;
+    errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (end == text || *end || v < 1)
-        return mg_error(MG_EINVAL, "plan --estimate: %s '%s' is not a count >= 1", flag, text);
+    if (end == text || *end || v < 1 || errno == ERANGE || v > INT32_MAX || isspace((unsigned char)*text))
+        return mg_error(MG_EINVAL, "plan --estimate: %s '%s' is not a count from 1 to %d", flag,
+                        text, INT32_MAX);
     *out = v;
     return MG_OK;
 }
@@ -67,10 +73,13 @@ static int parse(estimate_opts *o, int argc, char **argv) {
         else if (strcmp(a, "--nodes") == 0) rc = parse_count(a, v, &nodes);
         else if (strcmp(a, "--vocab") == 0) rc = parse_count(a, v, &o->vocab);
         else if (strcmp(a, "--input") == 0) {
-            long long r, c;
-            char end;
-            if (sscanf(v, "%lldx%lld%c", &r, &c, &end) != 2 || r < 1 || c < 1)
-                rc = mg_error(MG_EINVAL, "plan --estimate: --input '%s' is not RxC (e.g. 8x8)", v);
+            char *x = NULL, *end = NULL;
+            errno = 0;
+            long long r = strtoll(v, &x, 10), c = *x == 'x' ? strtoll(x + 1, &end, 10) : 0;
+            if (!isdigit((unsigned char)*v) || *x != 'x' || !isdigit((unsigned char)x[1]) || *end ||
+                errno == ERANGE || r < 1 || c < 1 || r > INT32_MAX || c > INT32_MAX)
+                rc = mg_error(MG_EINVAL, "plan --estimate: --input '%s' is not RxC, two sizes from 1 "
+                              "to %d (e.g. 8x8)", v, INT32_MAX);
             o->input[0] = r, o->input[1] = c;
         } else {
             rest[n++] = argv[i];

@@ -4,10 +4,12 @@
  * says which flag sets each checkpoint attribute (resume messages). */
 #include "cli/train_config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -158,10 +160,15 @@ int mg_train_config_set(mg_train_config *c, const char *key, const char *value, 
         snprintf(field, o->size, "%s", value);
         return MG_OK;
     case OPT_INT: {
+        /* counts and sizes reach int code and products (batch x ctx x embd): at most
+         * 2^31 - 1; the seed is any 64-bit number */
+        long long most = strcmp(o->key, "seed") == 0 ? INT64_MAX : INT32_MAX;
         errno = 0;
         long long v = strtoll(value, &end, 10);
-        if (errno || end == value || *end != '\0')
+        if (isspace((unsigned char)*value) || end == value || *end != '\0')
             return mg_error(MG_EINVAL, "%s: %s wants an integer, got '%s'", where, o->key, value);
+        if (errno == ERANGE || v > most)
+            return mg_error(MG_EINVAL, "%s: %s must be <= %lld, got %s", where, o->key, most, value);
         if (v < (long long)o->min)
             return mg_error(MG_EINVAL, "%s: %s must be >= %lld, got %lld", where, o->key,
                             (long long)o->min, v);
@@ -171,7 +178,7 @@ int mg_train_config_set(mg_train_config *c, const char *key, const char *value, 
     case OPT_FLOAT: {
         errno = 0;
         double v = strtod(value, &end);
-        if (errno || end == value || *end != '\0' || !isfinite(v))
+        if (isspace((unsigned char)*value) || errno || end == value || *end != '\0' || !isfinite(v))
             return mg_error(MG_EINVAL, "%s: %s wants a number, got '%s'", where, o->key, value);
         if (v < o->min)
             return mg_error(MG_EINVAL, "%s: %s must be >= %g, got %g", where, o->key, o->min, v);

@@ -26,6 +26,20 @@ int mg_gpt_check(const mg_gpt_config *c, const mg_plan *plan, const mg_mesh *mes
                         "vocabulary (%lld) must all be >= 1", (long long)c->layers,
                         (long long)c->heads, (long long)c->embd, (long long)c->ctx,
                         (long long)c->vocab);
+    /* sizes reach int code (a parameter's index is 4 + 12 x layers) and products
+     * (the parameter count, batch x ctx x embd): each below 2^31, the count below 2^53 */
+    if (c->layers > (INT32_MAX - 4) / 12 || c->heads > INT32_MAX || c->embd > INT32_MAX ||
+        c->ctx > INT32_MAX || c->vocab > INT32_MAX)
+        return mg_error(MG_EINVAL, "gpt: layers (%lld), heads (%lld), embd (%lld), ctx (%lld) or "
+                        "vocabulary (%lld) is too large: each must be <= %d (layers <= %d)",
+                        (long long)c->layers, (long long)c->heads, (long long)c->embd,
+                        (long long)c->ctx, (long long)c->vocab, INT32_MAX, (INT32_MAX - 4) / 12);
+    double C = (double)c->embd, params = ((double)c->vocab + (double)c->ctx + 2) * C +
+                                          (double)c->layers * (12 * C * C + 13 * C);
+    if (params > 9007199254740992.0)
+        return mg_error(MG_EINVAL, "gpt: %lld layers of embd %lld make %.3g parameters, more than "
+                        "any machine holds: give a smaller --layers or --embd",
+                        (long long)c->layers, (long long)c->embd, params);
     if (c->embd % c->heads != 0)
         return mg_error(MG_EINVAL, "gpt: --heads %lld does not divide --embd %lld: each head takes "
                         "embd / heads channels (e.g. --heads 4 --embd 128)", (long long)c->heads,
