@@ -231,4 +231,6 @@ for bad in "--flops 1e400" "--bandwidth inf" "--latency nan"; do
         --mesh 4
 done
 given=$given_rate
+refused "a machine figure with a leading space" "--flops ' 100' is not a finite positive number" \
+    --mesh 4 --flops " 100"
 check_summary

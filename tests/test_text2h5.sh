@@ -3,8 +3,10 @@
 # give the same splits (first 90% train, the rest val, as data info counts
 # them), and each refusal is one clear line and exit 1 (an empty file, a file
 # too short for two splits, OUT equal to IN, an OUT that is not a data set,
-# which stays as it was) or exit 2 (a bad --val-fraction). Prints a Check-style
-# summary line.
+# which stays as it was) or exit 2 (a bad --val-fraction, also an empty one).
+# Also csv2h5's flags: an empty or overflowing --test-every (taken as 0 and as
+# LONG_MAX before) and a --scale that makes a value infinite (written as inf
+# before). Prints a Check-style summary line.
 : "${top_builddir:=.}"
 : "${TIMEOUT:=timeout}"
 mg=$top_builddir/meshgrad
@@ -50,4 +52,14 @@ refused "an OUT that is not a data set" 1 "will not replace" data text2h5 "$tmp/
 check "... which stays as it was" grep -qx "keep me" "$tmp/notes.txt"
 refused "--val-fraction 1" 2 "val-fraction" data text2h5 "$tmp/t.txt" "$tmp/v.h5" --val-fraction 1
 refused "a missing input" 1 "cannot open" data text2h5 "$tmp/none.txt" "$tmp/n.h5"
+refused "an empty --val-fraction" 2 "val-fraction .. is not a number" \
+    data text2h5 "$tmp/t.txt" "$tmp/v.h5" --val-fraction ''
+printf '0,1,2,3,1\n4,5,6,7,0\n' >"$tmp/s.csv"
+refused "csv2h5: an empty --test-every" 2 "test-every ..: give an integer from 0 to 2147483647" \
+    data csv2h5 --in "$tmp/s.csv" --out "$tmp/c.h5" --shape 2x2 --test-every ''
+refused "csv2h5: --test-every past 2^63" 2 "test-every .99999999999999999999.: give an integer" \
+    data csv2h5 --in "$tmp/s.csv" --out "$tmp/c.h5" --shape 2x2 --test-every 99999999999999999999
+refused "csv2h5: a --scale that makes a value infinite" 1 "s.csv:1: field 2 is 1, which divided by --scale 1e-300 is past the range of a float" \
+    data csv2h5 --in "$tmp/s.csv" --out "$tmp/c.h5" --shape 2x2 --scale 1e-300
+check "... and no data set is left" test ! -e "$tmp/c.h5"
 check_summary

@@ -14,6 +14,7 @@
  * info opens the splits with the loader's reader and prints what it found (of
  * a token data set: cli/data_text.c). text2h5 is in cli/data_text.c. */
 #include <errno.h>
+#include <stdint.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -78,6 +79,10 @@ static int parse_line(char *line, const char *name, long lineno, int64_t numel, 
         }
         if (field < numel) {
             x[field] = (float)(v / scale);
+            if (!isfinite(x[field]))
+                return mg_error(MG_EFORMAT, "%s:%ld: field %lld is %g, which divided by --scale %g "
+                                "is past the range of a float: give a larger --scale", name,
+                                lineno, (long long)field + 1, v, scale);
         } else if (field == numel) {
             if (v != floor(v) || v < 0 || v > MAX_LABEL)
                 return mg_error(MG_EFORMAT,
@@ -252,15 +257,17 @@ static int csv2h5(int argc, char **argv) {
             break;
         case 'c':
             a.scale = strtod(optarg, &end);
-            if (*end || !(a.scale > 0) || !isfinite(a.scale)) {
+            if (end == optarg || *end || !(a.scale > 0) || !isfinite(a.scale)) {
                 mg_error(MG_EINVAL, "csv2h5: --scale %s: give a number > 0", optarg);
                 return 2;
             }
             break;
         case 't':
+            errno = 0;
             a.test_every = strtol(optarg, &end, 10);
-            if (*end || a.test_every < 0) {
-                mg_error(MG_EINVAL, "csv2h5: --test-every %s: give an integer >= 0", optarg);
+            if (end == optarg || *end || errno || a.test_every < 0 || a.test_every > INT32_MAX) {
+                mg_error(MG_EINVAL, "csv2h5: --test-every '%s': give an integer from 0 to %d",
+                         optarg, INT32_MAX);
                 return 2;
             }
             break;

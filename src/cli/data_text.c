@@ -235,7 +235,7 @@ int mg_cli_text2h5(int argc, char **argv) {
         case 'v':
             errno = 0;
             a.val_fraction = strtod(optarg, &end);
-            if (errno || *end || !(a.val_fraction >= 0 && a.val_fraction < 1)) {
+            if (end == optarg || errno || *end || !(a.val_fraction >= 0 && a.val_fraction < 1)) {
                 mg_error(MG_EINVAL, "text2h5: --val-fraction '%s' is not a number in [0, 1)",
                          optarg);
                 return 2;

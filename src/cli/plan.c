@@ -22,6 +22,7 @@
  * train` instead (plan_estimate.c); with pp, the plan adds each pipeline
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -99,7 +100,7 @@ static int bad_value(const char *flag, const char *value, const char *want) {
 static int parse_double(const char *flag, const char *text, double *out) {
     char *end;
     double v = strtod(text, &end);
-    if (end == text || *end || !(v > 0) || !isfinite(v))
+    if (end == text || *end || isspace((unsigned char)text[0]) || !(v > 0) || !isfinite(v))
         return bad_value(flag, text, "a finite positive number");
     *out = v;
     return MG_OK;
