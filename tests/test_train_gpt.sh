@@ -22,7 +22,8 @@
 # - refusals, one "meshgrad: error:" line and a non-zero exit each: an MLP
 #   checkpoint with --model gpt and the reverse, a text data set shorter than
 #   ctx + 1 tokens, --heads not dividing --embd, a tensor-parallel degree that
-#   cannot split the heads; with pp: --pp-layers not summing to the blocks,
+#   cannot split the heads, a batch whose step (its estimate) cannot fit this
+#   machine's memory; with pp: --pp-layers not summing to the blocks,
 #   more stages than blocks, --grad-accum; generate with pp.
 . "$(dirname "$0")/check.sh"
 program_test_env train-gpt
@@ -182,6 +183,11 @@ check_refused "more stages than blocks" 4 "4 pipeline stages need at least one l
     "$prog" train $gpt --mesh 4 --parallel pp
 check_refused "--grad-accum with pp" 2 "--grad-accum 2 with pp: .* give --microbatches 2" \
     "$prog" train $gpt --mesh 2 --parallel pp --grad-accum 2
+# the step's estimate against this machine's memory: refused at once (it took
+# a minute to fill 16 GB of window starts before the first tensor failed)
+check_refused "a batch whose step cannot fit this machine" 2 \
+    "a step of this GPT \(batch 2147483647 of --ctx [0-9]+, .*\) needs about [0-9.]+ GiB a rank .* more than its [0-9.]+ GiB of memory: use a smaller --batch" \
+    "$prog" train $gpt --batch 2147483647
 check_refused "generate with pp" 2 "generate: --parallel pp has pp" \
     "$prog" generate --resume "$(ckpt "$tmp/pp" $STEPS)" --parallel pp
 

@@ -14,11 +14,13 @@
  * mg_train_text_evaluate (train.h). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "cli/train.h"
 #include "cli/train_pp.h"
 #include "context.h"
+#include "nn/estimate.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 
@@ -62,6 +64,36 @@ static int build_model(trainer *tr, const mg_gpt_config *g) {
     return rc;
 }
 
+/* A step whose estimate (plan --estimate's, within a few percent of what a
+ * run measures) cannot fit this machine's memory is refused before anything
+ * is made: --batch 2147483647 took a minute to fill 16 GB of window starts
+ * before the first tensor failed. (The estimate walks no pipeline: pp runs
+ * are not checked.) */
+static int check_fits(trainer *tr, const mg_gpt_config *g, int64_t micro) {
+    mg_train_config *c = &tr->cfg;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (mg_plan_pp_dim(&tr->plan) >= 0 || pages <= 0 || page <= 0) return MG_OK;
+    int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    mg_est_config ec = {.mesh_ndim = tr->mesh->ndim, .plan = tr->plan, .batch = micro,
+                        .states = c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
+                        .clip = c->clip > 0, .nodes = (mg_world_size() + on_node - 1) / on_node};
+    for (int m = 0; m < tr->mesh->ndim; m++) ec.mesh[m] = tr->mesh->shape[m];
+    mg_estimate e;
+    if (mg_estimate_gpt(g, &ec, &e) != MG_OK) { /* no estimate: the run itself will tell */
+        mg_clear_error();
+        return MG_OK;
+    }
+    double rank = mg_estimate_total(&e), have = (double)pages * (double)page;
+    if (rank * on_node <= have) return MG_OK;
+    return mg_error(MG_ENOMEM, "a step of this GPT (batch %lld of --ctx %lld, --embd %lld, "
+                    "--layers %lld) needs about %.1f GiB a rank (meshgrad plan --estimate shows "
+                    "the parts), %.1f GiB for this machine's %d rank%s, more than its %.1f GiB of "
+                    "memory: use a smaller --batch (or --grad-accum), --ctx, --embd or --layers, "
+                    "or more machines", (long long)micro, (long long)c->ctx, (long long)c->embd,
+                    (long long)c->layers, rank / 1073741824.0, rank * on_node / 1073741824.0,
+                    on_node, on_node == 1 ? "" : "s", have / 1073741824.0);
+}
+
 /* Windows a val chunk needs at least: one per data-parallel rank (with pp,
  * of each of the pipeline's `ranks` micro-batches). */
 static int least_rows(trainer *tr) {
@@ -89,11 +121,12 @@ int mg_train_text_setup(trainer *tr) {
                       "pipeline rank's micro-batch)", c->data,
                       (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx,
                       least_rows(tr));
+    mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
+    if (rc == MG_OK) rc = check_fits(tr, &g, micro);
     if (rc != MG_OK) return rc;
     int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
     if (!(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
         return mg_error(MG_ENOMEM, "train: out of memory for %lld windows", (long long)c->batch);
-    mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
     if ((rc = build_model(tr, &g)) != MG_OK) return rc;
     tr->have_model = 1;
     rc = batch_spec(tr, micro, &tr->x_spec, "train ids");
