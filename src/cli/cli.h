@@ -52,6 +52,8 @@ int mg_cli_trace(int argc, char **argv);        /* src/cli/trace.c: analyze DIR 
 
 /* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
 double mg_cli_clock(void);
+/* This machine's memory in bytes (src/cli/main.c); 0 when it cannot be read. */
+double mg_cli_memory_bytes(void);
 /* src/cli/bench_ops.c, for the benchmarks: the median of v (sorted in place);
  * the largest peak RSS of the ranks of `world` in MB (collective); a count
  * from 1 to 2^31 - 1 from text, and a finite number > 0 (--lr) (0 ok, -1 not one). */

@@ -6,7 +6,7 @@
  * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
  * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
  * A usage error in the global flags or an unknown command exits 2 before MPI starts.
- * Also exports mg_cli_clock (cli.h). */
+ * Also exports mg_cli_clock and mg_cli_memory_bytes (cli.h). */
 #include "config.h"
 
 #include <getopt.h>
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/device.h"
 #include "cli/cli.h"
@@ -62,6 +63,11 @@ double mg_cli_clock(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double mg_cli_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }
 
 /* Agrees on the exit code (the largest) and prints the error once. Returns the

@@ -124,11 +124,10 @@ static void format_duration(char *buf, size_t len, double seconds) {
  * made (one label of 16777215 in a data set asks for 16.7M classes: tens of
  * GB, and the kernel would kill the job while it fills them). */
 static int check_fits(const mg_model_config *mc, const mg_train_config *c) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages <= 0 || page <= 0) return MG_OK;
+    double have = mg_cli_memory_bytes();
+    if (!(have > 0)) return MG_OK;
     double params = mg_model_config_params(mc), copies = c->optimizer == MG_OPTIM_ADAMW ? 4 : 3;
     double node = 4.0 * params * copies / mg_world_size() * mg_ctx()->node_ranks;
-    double have = (double)pages * (double)page;
     if (node <= have) return MG_OK;
     return mg_error(MG_ENOMEM, "the model has %.0f parameters (hidden %lld, %lld classes from the "
                     "labels of %s): with their gradients and optimizer state that is %.1f GiB on "

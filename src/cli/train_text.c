@@ -14,9 +14,9 @@
  * mg_train_text_evaluate (train.h). */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend/backend.h"
+#include "cli/cli.h"
 #include "cli/train.h"
 #include "cli/train_pp.h"
 #include "context.h"
@@ -71,8 +71,8 @@ static int build_model(trainer *tr, const mg_gpt_config *g) {
  * are not checked.) */
 static int check_fits(trainer *tr, const mg_gpt_config *g, int64_t micro) {
     mg_train_config *c = &tr->cfg;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (mg_plan_pp_dim(&tr->plan) >= 0 || pages <= 0 || page <= 0) return MG_OK;
+    double have = mg_cli_memory_bytes();
+    if (mg_plan_pp_dim(&tr->plan) >= 0 || !(have > 0)) return MG_OK;
     int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
     mg_est_config ec = {.mesh_ndim = tr->mesh->ndim, .plan = tr->plan, .batch = micro,
                         .states = c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
@@ -83,7 +83,7 @@ static int check_fits(trainer *tr, const mg_gpt_config *g, int64_t micro) {
         mg_clear_error();
         return MG_OK;
     }
-    double rank = mg_estimate_total(&e), have = (double)pages * (double)page;
+    double rank = mg_estimate_total(&e);
     if (rank * on_node <= have) return MG_OK;
     return mg_error(MG_ENOMEM, "a step of this GPT (batch %lld of --ctx %lld, --embd %lld, "
                     "--layers %lld) needs about %.1f GiB a rank (meshgrad plan --estimate shows "
