@@ -152,16 +152,21 @@ START_TEST(evaluation_windows) {
 }
 END_TEST
 
+/* The root attribute vocab_size of a token file. */
+static void write_vocab(hid_t f, int vocab) {
+    hid_t a_sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "vocab_size", H5T_NATIVE_INT, a_sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT, &vocab);
+    H5Aclose(a);
+    H5Sclose(a_sp);
+}
+
 /* Rank 0 writes a token file by hand: `tokens` (n of them, 1-D unless two_d)
  * under /train with vocab_size `vocab`. */
 static void write_by_hand(const char *out, const uint8_t *tokens, hsize_t n, int vocab, int two_d) {
     if (mg_rank() == 0) {
         hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        hid_t a_sp = H5Screate(H5S_SCALAR);
-        hid_t a = H5Acreate2(f, "vocab_size", H5T_NATIVE_INT, a_sp, H5P_DEFAULT, H5P_DEFAULT);
-        H5Awrite(a, H5T_NATIVE_INT, &vocab);
-        H5Aclose(a);
-        H5Sclose(a_sp);
+        write_vocab(f, vocab);
         hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         hsize_t dims[2] = {two_d ? 2 : n, two_d ? n / 2 : 1};
         hid_t sp = H5Screate_simple(two_d ? 2 : 1, dims, NULL);
@@ -197,12 +202,7 @@ START_TEST(refusals) {
     write_by_hand("test_tokens_ok.h5", tokens, 100, 10, 0);
     if (mg_rank() == 0) {
         hid_t f = H5Fcreate("test_tokens_link.h5", H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        int vocab = 10;
-        hid_t a_sp = H5Screate(H5S_SCALAR);
-        hid_t a = H5Acreate2(f, "vocab_size", H5T_NATIVE_INT, a_sp, H5P_DEFAULT, H5P_DEFAULT);
-        H5Awrite(a, H5T_NATIVE_INT, &vocab);
-        H5Aclose(a);
-        H5Sclose(a_sp);
+        write_vocab(f, 10);
         hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         H5Lcreate_external("test_tokens_ok.h5", "/train/tokens", g, "tokens", H5P_DEFAULT,
                            H5P_DEFAULT);
