@@ -23,7 +23,8 @@
 #   checkpoint with --model gpt and the reverse, a text data set shorter than
 #   ctx + 1 tokens, --heads not dividing --embd, a tensor-parallel degree that
 #   cannot split the heads, a batch whose step (its estimate) cannot fit this
-#   machine's memory; with pp: --pp-layers not summing to the blocks,
+#   machine's memory; with pp: a pipeline rank over the machine's memory,
+#   --pp-layers not summing to the blocks,
 #   more stages than blocks, --grad-accum; generate with pp.
 . "$(dirname "$0")/check.sh"
 program_test_env train-gpt
@@ -188,6 +189,11 @@ check_refused "--grad-accum with pp" 2 "--grad-accum 2 with pp: .* give --microb
 check_refused "a batch whose step cannot fit this machine" 2 \
     "a step of this GPT \(batch 2147483647 of --ctx [0-9]+, .*\) needs about [0-9.]+ GiB a rank .* more than its [0-9.]+ GiB of memory: use a smaller --batch" \
     "$prog" train $gpt --batch 2147483647
+# with pp, the largest pipeline rank's parameters and kept activations (a batch
+# of 10^6 windows filled the memory for 2.5 minutes until the kernel killed it)
+check_refused "a pipeline whose largest rank cannot fit this machine" 2 \
+    "pipeline rank [01] needs about [0-9.]+ GiB \(.*the activations of [0-9]+ micro-batch(es)? of up to [0-9]+ rows .*\), .* more than its [0-9.]+ GiB of memory: use a smaller --batch, more --microbatches" \
+    "$prog" train $gpt --mesh 2 --parallel pp --batch 100000000
 check_refused "generate with pp" 2 "generate: --parallel pp has pp" \
     "$prog" generate --resume "$(ckpt "$tmp/pp" $STEPS)" --parallel pp
 

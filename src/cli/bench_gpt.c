@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "cli/train_pp.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
@@ -51,6 +52,7 @@ static int parse(int argc, char **argv, bench_options *o) {
         {"pp-layers", 1, 0, 'P'}, {0, 0, 0, 0}};
     *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
     mg_pp_options_defaults(&o->pp);
+    mg_train_pp_memory(&o->pp, 2); /* AdamW */
     int c, bad = 0;
     int64_t n, list[MG_PP_LIST_MAX];
     opterr = 0;

@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "cli/train_pp.h"
 #include "cli/plan_show.h"
 #include "context.h"
 #include "dist/mesh.h"
@@ -334,6 +335,7 @@ int mg_cli_bench_step_pp(int argc, char **argv) {
     o->nwidths = 3;
     o->widths[0] = 1024, o->widths[1] = 4096, o->widths[2] = 1024;
     mg_pp_options_defaults(&o->pp);
+    mg_train_pp_memory(&o->pp, 1); /* SGD with momentum */
     int rc = parse(o, argc, argv), code = 0;
     if (rc == 1) {
         if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage_text);

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "cli/cli.h"
+#include "context.h"
 #include "dist/mesh.h"
 #include "nn/pipeline.h"
 #include "nn/pipeline_exec.h"
@@ -26,8 +28,15 @@ struct mg_train_pp {
     int evaluating;
 };
 
+void mg_train_pp_memory(mg_pp_options *o, int states) {
+    o->machine_bytes = mg_cli_memory_bytes();
+    o->node_ranks = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    o->param_copies = 2 + states;
+}
+
 int mg_train_pp_options(const mg_train_config *c, mg_pp_options *o) {
     mg_pp_options_defaults(o);
+    mg_train_pp_memory(o, c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0);
     int rc = mg_pp_kind_parse(c->pp_schedule, &o->kind);
     if (rc != MG_OK) return rc;
     if (c->microbatches > MG_PP_MAX_MICROBATCHES)

@@ -11,7 +11,7 @@
  *     step on each stage's parameters;
  *   - evaluation: the test split in `ranks` micro-batches, forwards only;
  *   - the parameter checksum of the whole model, stage after stage.
- * Exports: mg_train_pp, mg_train_pp_options, mg_train_pp_new, mg_train_pp_step,
+ * Exports: mg_train_pp, mg_train_pp_options, mg_train_pp_memory, mg_train_pp_new, mg_train_pp_step,
  * mg_train_pp_update, mg_train_pp_evaluate, mg_train_pp_checksum, mg_train_pp_free. */
 #ifndef MG_CLI_TRAIN_PP_H
 #define MG_CLI_TRAIN_PP_H
@@ -29,6 +29,10 @@ typedef struct mg_train_pp mg_train_pp;
  * --virtual-stages, --pp-layers) into *o; MG_EINVAL with a message. The GPT's
  * pipeline (train_text.c) takes them too. */
 int mg_train_pp_options(const mg_train_config *c, mg_pp_options *o);
+/* The memory check's part of *o: this machine's memory and ranks, and
+ * `states` optimizer floats per parameter (benches set it; the options of a
+ * train config get it from its optimizer). */
+void mg_train_pp_memory(mg_pp_options *o, int states);
 
 /* Collective. Parses the pipeline flags of c, cuts the model of `mc` over the
  * pp dim of `plan` on `mesh` and builds this rank's layers into *model.

@@ -19,6 +19,8 @@ void mg_pp_options_defaults(mg_pp_options *o) {
     memset(o, 0, sizeof *o);
     o->kind = MG_PP_1F1B;
     o->virtual_stages = 1;
+    o->node_ranks = 1;
+    o->param_copies = 2;
 }
 
 int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, int64_t lo) {
@@ -83,6 +85,61 @@ static int micro_rows(mg_pipeline *p, const mg_pp_options *o, int64_t batch) {
     return MG_OK;
 }
 
+/* The memory of the rank that needs the most: its stages' parameters (with
+ * their gradients and optimizer state) and the activations they keep at the
+ * schedule's simulated peak. Both are split as evenly as any plan of the
+ * stage group could split them (parameters over all its ranks, activations
+ * over all but the data-parallel ones, which take rows), so the need is never
+ * over-stated; a run over the machine's memory is refused before anything is
+ * made (a --batch of 10^6 windows would otherwise fill the memory for minutes
+ * until the kernel kills the job). */
+static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_layer_cost *layers) {
+    if (!(o->machine_bytes > 0)) return MG_OK;
+    int group = p->mesh->size / p->ranks, tp = group / (p->data_degree > 0 ? p->data_degree : 1);
+    mg_pp_machine m = {.flops = 1e9, .dp = p->data_degree};
+    mg_pp_stage_costs c;
+    mg_pp_sim sim;
+    int rc = mg_pp_stage_costs_make(&c, layers, &p->split, &m, p->rows, p->microbatches);
+    if (rc != MG_OK) return rc;
+    if ((rc = mg_pp_simulate(&p->schedule, &c.cost, MG_PP_P2P_ASYNC, &sim)) != MG_OK) {
+        mg_pp_stage_costs_free(&c);
+        return rc;
+    }
+    int64_t most = 0, most_here = 0; /* rows of the largest micro-batch, in all and a rank's */
+    for (int i = 0; i < p->microbatches; i++) {
+        most = p->rows[i] > most ? p->rows[i] : most;
+        most_here = c.rows[i] > most_here ? c.rows[i] : most_here;
+    }
+    double need = 0, params = 0, acts = 0;
+    int worst = 0;
+    for (int r = 0; r < p->ranks; r++) {
+        double pb = 0;
+        for (int s = r; s < p->split.stages; s += p->ranks) pb += c.param_bytes[s];
+        pb *= (double)o->param_copies / group;
+        /* and one micro-batch's backward: its temporaries are about what its
+         * forward kept (the executor's measured mb_bytes) */
+        double work = 0;
+        for (int s = r; s < p->split.stages; s += p->ranks)
+            work = c.saved_bytes[s] > work ? c.saved_bytes[s] : work;
+        double ab = (sim.peak_bytes[r] + work * (double)most_here) / (tp > 0 ? tp : 1);
+        if (pb + ab > need) need = pb + ab, params = pb, acts = ab, worst = r;
+    }
+    int live = sim.peak_live_rank[worst];
+    mg_pp_sim_free(&sim);
+    mg_pp_stage_costs_free(&c);
+    int on_node = o->node_ranks > 0 ? o->node_ranks : 1;
+    if (need * on_node <= o->machine_bytes) return MG_OK;
+    const double G = 1073741824.0;
+    return mg_error(MG_ENOMEM, "pipeline rank %d needs about %.1f GiB (parameters with their "
+                    "gradients and optimizer state %.1f; the activations of %d micro-batch%s of up "
+                    "to %lld rows and one backward's temporaries %.1f), %.1f GiB for this machine's %d rank%s, more than its "
+                    "%.1f GiB of memory: use a smaller --batch, more --microbatches, a schedule "
+                    "that keeps fewer micro-batches (gpipe keeps all of them, 1f1b at most the "
+                    "stages') or a smaller model", worst, need / G, params / G, live,
+                    live == 1 ? "" : "es", (long long)most, acts / G, need * on_node / G, on_node,
+                    on_node == 1 ? "" : "s", o->machine_bytes / G);
+}
+
 int mg_pipeline_make(mg_pipeline *p, const mg_mesh *mesh, const mg_plan *plan,
                      const mg_pp_options *o, const mg_layer_cost *layers, int nlayers,
                      int64_t batch) {
@@ -104,6 +161,7 @@ int mg_pipeline_make(mg_pipeline *p, const mg_mesh *mesh, const mg_plan *plan,
         rc = mg_pp_schedule_make(&p->schedule, o->kind, p->ranks, o->virtual_stages,
                                  p->microbatches);
     if (rc == MG_OK) rc = mg_pp_verify(&p->schedule, NULL, NULL);
+    if (rc == MG_OK) rc = check_memory(p, o, layers);
     if (rc != MG_OK) { /* decided from the flags alone: the same on every rank */
         mg_pipeline_free(p);
         return rc;

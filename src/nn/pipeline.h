@@ -13,7 +13,10 @@
  * holds are built, and the pipeline dim's comm its transfers go through.
  * Every bad combination is refused with one message naming what to change
  * (more stages than layers, fewer micro-batches than a schedule needs, virtual
- * stages that do not divide the layers, --pp-layers that do not sum to them).
+ * stages that do not divide the layers, --pp-layers that do not sum to them),
+ * and so is a pipeline whose largest rank, by the layers' costs and the
+ * schedule's simulated peak of kept activations, needs more than its share
+ * of the machine's memory (options' machine_bytes).
  *
  * A model that a pipeline cuts gives: its layers' costs, in order (an
  * embedding tied to the first block, MG_LAYER_WITH_NEXT; a head and loss tied
@@ -49,6 +52,11 @@ typedef struct {
     int nlayers;
     int64_t rows[MG_PP_LIST_MAX]; /* --microbatch-rows: rows per micro-batch */
     int nrows;
+    /* the memory check (mg_pipeline_make): the machine's bytes (0: no check),
+     * the ranks sharing them, floats kept per parameter (value, gradient,
+     * optimizer state) */
+    double machine_bytes;
+    int node_ranks, param_copies;
 } mg_pp_options;
 
 typedef struct {
