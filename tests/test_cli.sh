@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
-# stderr), a checkpoint folder given as DIR/, and a failing command under
+# stderr; a bad bench flag named), a checkpoint folder given as DIR/, and a failing command under
 # mpirun printing "meshgrad: error: ..." exactly once, scripts/regress.sh's
 # --out (its guard; a path with a space) and scripts/slurm-test.sh's guard.
 # Prints a Check-style summary line.
@@ -92,6 +92,18 @@ for a in "linear --m 99999999999999999999" "linear --iters 2147483648" "step --l
     run bench $a
     check "bench $a: refused, exit 2 ($rc), one error line" \
         sh -c "test $rc -eq 2 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1"
+done
+# a bad bench flag is named, with what it takes (each said "bad arguments" before)
+for a in "ops --iters x|--iters 'x' is not a count" "ops --bogus|unknown option or missing value '--bogus'" \
+    "step --batch x|--batch 'x' is not a count" "step --layers 5|--layers '5' is not a list of two widths" \
+    "step extra|unexpected argument 'extra'" "linear --device tpu|--device 'tpu' is not cpu or cuda" \
+    "step --model gpt --heads x|--heads 'x' is not a count" \
+    "step --model gpt --microbatches 0|--microbatches '0' is not a count from 1 to"; do
+    run bench ${a%%|*}
+    check "bench ${a%%|*}: exit 2 ($rc), usage, one error naming the flag" \
+        sh -c "test $rc -eq 2 && grep -q '^usage: meshgrad bench' '$tmp/err' &&
+               test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+               grep -qF -- \"${a#*|}\" '$tmp/err'"
 done
 run bench comm --sizes 99999999999G
 check "bench comm --sizes 99999999999G: refused (exit $rc)" \

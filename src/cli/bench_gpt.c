@@ -53,49 +53,59 @@ static int parse(int argc, char **argv, bench_options *o) {
     *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
     mg_pp_options_defaults(&o->pp);
     mg_train_pp_memory(&o->pp, 2); /* AdamW */
-    int c, bad = 0;
+    const char *cmd = "bench step --model gpt", *count = "a count from 1 to 2147483647";
+    int c, idx = 0, rc = MG_OK;
     int64_t n, list[MG_PP_LIST_MAX];
     opterr = 0;
-    while (!bad && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        const char *bad = NULL; /* what the flag takes, when its value is not that */
         switch (c) {
-        case 'M': bad = strcmp(optarg, "gpt") != 0; break;
-        case 'L': bad = mg_cli_parse_count(optarg, &o->g.layers); break;
-        case 'H': bad = mg_cli_parse_count(optarg, &o->g.heads); break;
-        case 'C': bad = mg_cli_parse_count(optarg, &o->g.embd); break;
-        case 'T': bad = mg_cli_parse_count(optarg, &o->g.ctx); break;
-        case 'V': bad = mg_cli_parse_count(optarg, &o->g.vocab); break;
-        case 'b': bad = mg_cli_parse_count(optarg, &o->batch); break;
-        case 's': bad = mg_cli_parse_count(optarg, &o->steps); break;
-        case 't': bad = mg_cli_parse_count(optarg, &o->threads); break;
+        case 'M': bad = strcmp(optarg, "gpt") != 0 ? "gpt (the MLP's bench takes no --model)" : NULL;
+            break;
+        case 'L': bad = mg_cli_parse_count(optarg, &o->g.layers) ? count : NULL; break;
+        case 'H': bad = mg_cli_parse_count(optarg, &o->g.heads) ? count : NULL; break;
+        case 'C': bad = mg_cli_parse_count(optarg, &o->g.embd) ? count : NULL; break;
+        case 'T': bad = mg_cli_parse_count(optarg, &o->g.ctx) ? count : NULL; break;
+        case 'V': bad = mg_cli_parse_count(optarg, &o->g.vocab) ? count : NULL; break;
+        case 'b': bad = mg_cli_parse_count(optarg, &o->batch) ? count : NULL; break;
+        case 's': bad = mg_cli_parse_count(optarg, &o->steps) ? count : NULL; break;
+        case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? count : NULL; break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
-        case 'r': bad = mg_cli_parse_positive(optarg, &o->lr); break;
-        case 'd': bad = mg_cli_parse_device(optarg, &o->device); break;
+        case 'r': bad = mg_cli_parse_positive(optarg, &o->lr) ? "a finite number above 0" : NULL;
+            break;
+        case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? "cpu or cuda" : NULL; break;
         case 'f': o->tf32 = 1; break;
         case 'N':
-            bad = mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES;
+            if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES)
+                rc = mg_error(MG_EINVAL, "%s: --microbatches '%s' is not a count from 1 to %d", cmd,
+                              optarg, MG_PP_MAX_MICROBATCHES);
             o->pp.microbatches = (int)n;
             break;
-        case 'S': bad = mg_pp_kind_parse(optarg, &o->pp.kind) != MG_OK; break;
+        case 'S': rc = mg_pp_kind_parse(optarg, &o->pp.kind); break;
         case 'v':
-            bad = mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_STAGES;
+            if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_STAGES)
+                rc = mg_error(MG_EINVAL, "%s: --virtual-stages '%s' is not a count from 1 to %d",
+                              cmd, optarg, MG_PP_MAX_STAGES);
             o->pp.virtual_stages = (int)n;
             break;
         case 'P':
             n = mg_pp_int_list("--pp-layers", optarg, list, MG_PP_LIST_MAX, 0);
-            bad = n < 0;
+            if (n < 0) rc = (int)n;
             for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
             o->pp.nlayers = n > 0 ? (int)n : 0;
             break;
         case 'h':
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 1;
-        default: bad = 1;
+        default: rc = mg_cli_bad_flag(cmd, argv);
         }
+        if (bad)
+            rc = mg_error(MG_EINVAL, "%s: --%s '%s' is not %s", cmd, opts[idx].name, optarg, bad);
     }
-    if (!bad && optind == argc) return 0;
+    if (rc == MG_OK) rc = mg_cli_no_arguments_left(cmd, argc, argv);
+    if (rc == MG_OK) return 0;
     if (mg_rank() == 0) fprintf(stderr, "usage: meshgrad bench %s\n", usage);
-    mg_error(MG_EINVAL, "bench step --model gpt: bad arguments (see the usage above)");
     return 2;
 }
 

@@ -63,11 +63,21 @@ double mg_cli_peak_rss_mb(mg_comm *world) {
     return all;
 }
 
-static int usage_error(const char *who, const char *usage) {
+/* After a bench's flag error (rc, its message set): the usage on stderr, exit code 2. */
+static int usage_error(int rc, const char *usage) {
+    (void)rc;
     if (mg_rank() == 0) fprintf(stderr, "usage: meshgrad bench %s\n", usage);
-    mg_error(MG_EINVAL, "bench %s: bad arguments (see the usage above)", who);
     return 2;
 }
+
+/* The error for a value of opts[idx] (optarg) that is not what `takes` says. */
+static int bad_value(const char *cmd, const struct option *opts, int idx, const char *takes) {
+    return mg_error(MG_EINVAL, "%s: --%s '%s' is not %s", cmd, opts[idx].name, optarg, takes);
+}
+
+#define COUNT "a count from 1 to 2147483647"
+#define DEVICE "cpu or cuda"
+#define DTYPE "fp32 or bf16"
 
 int mg_cli_parse_device(const char *s, int *device) {
     if (strcmp(s, "cpu") == 0) *device = MG_DEVICE_CPU;
@@ -126,24 +136,31 @@ int mg_cli_bench_linear(int argc, char **argv) {
                                          {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},
                                          {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'},
                                          {"dtype", 1, 0, 'y'}, {0, 0, 0, 0}};
-    int c;
+    int c, idx = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'd' || c == 'f' || c == 'y') {
-            if (c == 'f') tf32 = 1;
-            else if (c == 'd' ? mg_cli_parse_device(optarg, &device) : parse_dtype(optarg, &bf16))
-                return usage_error("linear", usage);
-            continue;
-        }
-        int64_t *dst = c == 'm' ? &m : c == 'k' ? &k : c == 'n' ? &n : c == 'i' ? &iters
-                                                                       : c == 't' ? &threads : NULL;
+    while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         if (c == 'h') {
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 0;
         }
-        if (!dst || mg_cli_parse_count(optarg, dst)) return usage_error("linear", usage);
+        if (c == 'f') {
+            tf32 = 1;
+            continue;
+        }
+        if (c == 'd' || c == 'y') {
+            if (c == 'd' ? mg_cli_parse_device(optarg, &device) : parse_dtype(optarg, &bf16))
+                return usage_error(
+                    bad_value("bench linear", opts, idx, c == 'd' ? DEVICE : DTYPE), usage);
+            continue;
+        }
+        int64_t *dst = c == 'm' ? &m : c == 'k' ? &k : c == 'n' ? &n : c == 'i' ? &iters
+                                                                       : c == 't' ? &threads : NULL;
+        if (!dst) return usage_error(mg_cli_bad_flag("bench linear", argv), usage);
+        if (mg_cli_parse_count(optarg, dst))
+            return usage_error(bad_value("bench linear", opts, idx, COUNT), usage);
     }
-    if (optind < argc) return usage_error("linear", usage);
+    if (optind < argc)
+        return usage_error(mg_cli_no_arguments_left("bench linear", argc, argv), usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
     if (mg_cli_use_device(device, tf32, bf16)) return 1;
     int world = mg_world_size();
@@ -284,32 +301,36 @@ int mg_cli_bench_step(int argc, char **argv) {
         {"mesh", 1, 0, 'm'},  {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},    {"help", 0, 0, 'h'},
         {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"trace", 1, 0, 'T'},
         {"trace-steps", 1, 0, 'S'}, {"flight-dir", 1, 0, 'F'}, {0, 0, 0, 0}};
-    int c;
+    int c, idx = 0;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int bad = 0;
+    while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        const char *bad = NULL; /* what the flag takes, when its value is not that */
         switch (c) {
-        case 'b': bad = mg_cli_parse_count(optarg, &batch); break;
-        case 's': bad = mg_cli_parse_count(optarg, &steps); break;
-        case 't': bad = mg_cli_parse_count(optarg, &threads); break;
-        case 'l': bad = (nl = parse_layers(optarg, layers, MAX_WIDTHS)) < 0; break;
+        case 'b': bad = mg_cli_parse_count(optarg, &batch) ? COUNT : NULL; break;
+        case 's': bad = mg_cli_parse_count(optarg, &steps) ? COUNT : NULL; break;
+        case 't': bad = mg_cli_parse_count(optarg, &threads) ? COUNT : NULL; break;
+        case 'l':
+            nl = parse_layers(optarg, layers, MAX_WIDTHS);
+            bad = nl < 2 ? "a list of two widths or more, like 1024,4096,1024" : NULL;
+            break;
         case 'm': snprintf(mesh_text, sizeof mesh_text, "%s", optarg); break;
         case 'p': snprintf(plan_text, sizeof plan_text, "%s", optarg); break;
-        case 'r': bad = mg_cli_parse_positive(optarg, &lr); break;
-        case 'd': bad = mg_cli_parse_device(optarg, &device); break;
+        case 'r': bad = mg_cli_parse_positive(optarg, &lr) ? "a finite number above 0" : NULL; break;
+        case 'd': bad = mg_cli_parse_device(optarg, &device) ? DEVICE : NULL; break;
         case 'f': tf32 = 1; break;
-        case 'y': bad = parse_dtype(optarg, &bf16); break;
+        case 'y': bad = parse_dtype(optarg, &bf16) ? DTYPE : NULL; break;
         case 'T': trace = optarg; break;
         case 'S': trace_steps = optarg; break;
         case 'F': flight_dir = optarg; break;
         case 'h':
             if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
             return 0;
-        default: bad = 1;
+        default: return usage_error(mg_cli_bad_flag("bench step", argv), usage);
         }
-        if (bad) return usage_error("step", usage);
+        if (bad) return usage_error(bad_value("bench step", opts, idx, bad), usage);
     }
-    if (optind < argc || nl < 2) return usage_error("step", usage);
+    if (optind < argc)
+        return usage_error(mg_cli_no_arguments_left("bench step", argc, argv), usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
     if (mg_cli_use_device(device, tf32, bf16)) return 1;
     int world = mg_world_size(), shape[MG_MAX_MESH_DIMS] = {world}, nd = 1;
@@ -439,8 +460,16 @@ int mg_cli_bench_ops(int argc, char **argv) {
         if (mg_rank() == 0) printf("usage: meshgrad bench ops [--iters N]\n");
         return 0;
     }
-    if (argc > 1 && (strcmp(argv[1], "--iters") != 0 || argc < 3 || mg_cli_parse_count(argv[2], &iters)))
-        return usage_error("ops", "ops [--iters N]");
+    static const struct option opts[] = {{"iters", 1, 0, 'i'}, {0, 0, 0, 0}};
+    int c, idx = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        if (c != 'i') return usage_error(mg_cli_bad_flag("bench ops", argv), "ops [--iters N]");
+        if (mg_cli_parse_count(optarg, &iters))
+            return usage_error(bad_value("bench ops", opts, idx, COUNT), "ops [--iters N]");
+    }
+    if (optind < argc)
+        return usage_error(mg_cli_no_arguments_left("bench ops", argc, argv), "ops [--iters N]");
     int world = mg_world_size();
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return 1;
