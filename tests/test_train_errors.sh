@@ -11,7 +11,9 @@
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
 # model too large for this machine's memory (one label of 2^24-1), a
 # --metrics file that cannot be written (/dev/full: the reason is given) and
-# a data set without a test split (trained, with a warning, nothing evaluated).
+# a data set without a test split (trained, with a warning, nothing evaluated);
+# a step log that cannot be written (stdout on /dev/full, or closed): one
+# warning, exit 0, the checkpoint saved.
 . "$(dirname "$0")/check.sh"
 program_test_env train-errors
 : "${top_srcdir:=.}"
@@ -98,6 +100,26 @@ fi
 if [ -c /dev/full ]; then
     expect "--metrics /dev/full" 2 "cannot write metrics file '/dev/full': No space left on device" \
         $ok --metrics /dev/full
+fi
+# a step log that cannot be written (stdout on a full disk, or closed): one
+# warning, and the run goes on to its checkpoint (it was lost silently before)
+if [ -c /dev/full ]; then
+    "$TIMEOUT" -k 5 60 "$prog" train $ok --log-every 1 --save "$tmp/full-out.h5" >/dev/full 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -eq 0 ] && [ -s "$tmp/full-out.h5" ] && [ "$(grep -c '^warning: the log cannot be written to stdout (No space left on device)' "$tmp/err")" -eq 1 ]; then
+        pass "stdout on a full disk: one warning, the run saves its checkpoint"
+    else
+        fail "stdout on a full disk (exit $rc)"
+        sed 's/^/  | /' "$tmp/err"
+    fi
+fi
+"$TIMEOUT" -k 5 60 "$prog" train $ok --log-every 1 >&- 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q '^warning: the log cannot be written to stdout (Bad file descriptor)' "$tmp/err"; then
+    pass "a closed stdout: a warning, the run finishes"
+else
+    fail "a closed stdout (exit $rc)"
+    sed 's/^/  | /' "$tmp/err"
 fi
 mkdir "$tmp/ck"
 expect "--metrics naming a directory" 2 "will not replace .*ck: it is a directory" \

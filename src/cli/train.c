@@ -330,7 +330,7 @@ static int evaluate_text(trainer *tr, int64_t step) {
     if (rc != MG_OK) return rc;
     if (tr->rank == 0) {
         printf("eval %lld | val_loss %.6f\n", (long long)step, val_loss);
-        fflush(stdout);
+        mg_train_log_flush();
     }
     if (isfinite(val_loss))
         mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
@@ -361,7 +361,7 @@ static int evaluate(trainer *tr, int64_t step) {
     if (tr->rank == 0) {
         printf("eval %lld | test loss %.6f | accuracy %.2f%% (%lld/%lld)\n", (long long)step,
                test_loss, 100 * acc, (long long)correct, (long long)n);
-        fflush(stdout);
+        mg_train_log_flush();
     }
     if (isfinite(test_loss)) /* JSON has no NaN: a diverged model's loss is null */
         mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
@@ -534,7 +534,7 @@ static void print_start(trainer *tr, uint64_t checksum) {
                    (long long)mg_dataset_rows(tr->train),
                    (long long)(tr->test ? mg_dataset_rows(tr->test) : 0), (unsigned long long)checksum);
         if (tr->resume_note[0]) printf("%s\n", tr->resume_note);
-        fflush(stdout);
+        mg_train_log_flush();
     }
     if (!tr->resumed_from[0]) {
         mg_train_metrics_line(tr, "{\"step\":0,\"param_checksum\":\"%016llx\"}\n",
@@ -572,7 +572,7 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
                      gpt ? "tokens" : "samples");
     printf("step %lld/%lld | loss %.9f | lr %.3e | %s | ETA %s\n", (long long)step,
            (long long)c->steps, loss, lr, window, eta);
-    fflush(stdout);
+    mg_train_log_flush();
 }
 
 static int run(trainer *tr) {
@@ -624,7 +624,7 @@ static int run(trainer *tr) {
                 printf("stopped by %s after step %lld of %lld: resume with --resume %s\n",
                        signal_name((int)agreed[AGREE_SIGNAL]), (long long)step, (long long)c->steps,
                        tr->save_dir ? tr->save_path : where);
-                fflush(stdout);
+                mg_train_log_flush();
             }
             return MG_OK;
         }
@@ -657,7 +657,7 @@ static int run(trainer *tr) {
                    (long long)tr->skipped, tr->skipped == 1 ? "" : "s");
         printf("done: %lld steps in %.2f s (%.3f ms/step)\n", (long long)ran, seconds,
                ran > 0 ? seconds * 1e3 / (double)ran : 0.0);
-        fflush(stdout);
+        mg_train_log_flush();
     }
     return MG_OK;
 }

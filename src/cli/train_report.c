@@ -3,6 +3,7 @@
  * Exports: mg_window_init, mg_window_free, mg_window_step_begin,
  * mg_window_step_end, mg_window_slowest_pack, mg_window_slowest_add,
  * mg_window_format, mg_train_memory_total, mg_train_report_end. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,7 +161,7 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
             }
         printf("%s\n", sep[0] == ' ' ? " none" : "");
     }
-    fflush(stdout);
+    mg_train_log_flush();
     char *line = json;
     size_t size = len;
     int n = snprintf(line, size,
@@ -175,4 +176,17 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
                       per_step[MG_COLL_COUNT + k]);
     if (n > 0 && (size_t)n < size) snprintf(line + n, size - (size_t)n, "}}\n");
     return MG_OK;
+}
+
+void mg_train_log_flush(void) {
+    static int warned;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return;
+    int err = errno;
+    clearerr(stdout);
+    if (warned) return;
+    warned = 1;
+    fprintf(stderr, "warning: the log cannot be written to stdout (%s); the run goes on: its "
+                    "checkpoints are saved as before, and --metrics FILE keeps each step's figures\n",
+            strerror(err));
+    fflush(stderr);
 }

@@ -15,7 +15,7 @@
  * Exports: mg_train_window, mg_window_init, mg_window_free,
  * mg_window_step_begin, mg_window_step_end, mg_window_slowest_pack,
  * mg_window_slowest_add, mg_window_format, mg_train_memory,
- * mg_train_measured. */
+ * mg_train_measured, mg_train_log_flush. */
 #ifndef MG_CLI_TRAIN_REPORT_H
 #define MG_CLI_TRAIN_REPORT_H
 
@@ -62,5 +62,10 @@ typedef struct {
 } mg_train_memory;
 
 double mg_train_memory_total(const mg_train_memory *m);
+
+/* fflush(stdout) after a line of the log. The first time stdout cannot take
+ * it (closed, a full disk), one warning on stderr: the run goes on (its
+ * checkpoints and --metrics file do not depend on the log). */
+void mg_train_log_flush(void);
 
 #endif
