@@ -5,13 +5,16 @@
  *   MG_SWAP_ON=open (the default): the first open(2) of the path for writing;
  *   MG_SWAP_ON=rename: the first rename(2) or renameat2(2) onto the path
  *   (a save giving its temporary file the target name).
- * The call then goes on as asked.
+ * The call then goes on as asked. With MG_SWAP_KILL=1 the process is killed
+ * (SIGKILL) right after a renameat2(2) that swapped two names succeeds: a
+ * save cut between its swap and the swap back.
  * Exports open, open64, rename, renameat2 (the C library's, after the swap). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,5 +66,7 @@ int rename(const char *from, const char *to) {
 
 int renameat2(int dfrom, const char *from, int dto, const char *to, unsigned flags) {
     swap_once(to, "rename");
-    return ((renameat2_fn)dlsym(RTLD_NEXT, "renameat2"))(dfrom, from, dto, to, flags);
+    int rc = ((renameat2_fn)dlsym(RTLD_NEXT, "renameat2"))(dfrom, from, dto, to, flags);
+    if (rc == 0 && (flags & RENAME_EXCHANGE) && getenv("MG_SWAP_KILL")) raise(SIGKILL);
+    return rc;
 }

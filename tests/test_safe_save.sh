@@ -127,6 +127,24 @@ if [ -r "$shim" ]; then
     rc=$?
     check_output "... a checkpoint put there instead is replaced, as the one checked would be" \
         sh -c "test $rc -eq 0 && '$prog' ckpt info race2.h5 | grep -q 'step = 2' && ! ls race2.h5.tmp.* 2>/dev/null"
+    # a save killed between its swap and the swap back leaves the other file
+    # under the temporary name: the next save's cleaning of killed saves'
+    # temporary files leaves it (it lacks their mark), and says so
+    cp good.h5 race3.h5
+    echo theirs >theirs.txt
+    "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race3.h5 MG_SWAP_FROM=theirs.txt \
+        MG_SWAP_ON=rename MG_SWAP_KILL=1 \
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        "$prog" train $small --steps 2 --save race3.h5 >"$tmp/out" 2>&1
+    rc=$?
+    left=$(ls race3.h5.tmp.* 2>/dev/null | head -n 1)
+    check "a save killed between its swap and the swap back (exit $rc): the file is under $left" \
+        sh -c "test $rc -ne 0 && test -n '$left' && test \"\$(cat '$left')\" = theirs"
+    train 1 --steps 2 --save race4.h5
+    check_output "... the next save in the directory leaves it, and says so" \
+        sh -c "test $rc -eq 0 && test \"\$(cat '$left')\" = theirs &&
+               grep -q 'warning: .*race3.h5.tmp.* has a temporary file.s name but was not made by a save' '$tmp/out'"
+    rm -f "$left"
 else
     echo "skipped: no $shim (the cases of a file put at --metrics or --save after its check)"
 fi

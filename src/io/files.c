@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,6 +112,11 @@ static void random_hex(char out[17]) {
     for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+/* An extended attribute on the files mg_tmp_create makes: a file under a
+ * temporary name without it was put there by a swap (exchange) whose swap
+ * back a kill cut short, and is not this program's to remove. */
+#define TMP_MARK "user.meshgrad.tmp"
+
 int mg_tmp_create(mg_tmp_file *t, const char *target) {
     t->fd = -1;
     t->path[0] = '\0';
@@ -134,6 +140,9 @@ int mg_tmp_create(mg_tmp_file *t, const char *target) {
     }
     t->dev = sb.st_dev;
     t->ino = sb.st_ino;
+    /* the mark mg_tmp_clean_stale looks for (where the file system keeps one);
+     * mg_tmp_commit takes it off, so a file that has it was never committed */
+    (void)fsetxattr(t->fd, TMP_MARK, "1", 1, 0);
     return MG_OK;
 }
 
@@ -185,9 +194,8 @@ static void fsync_dir_of(const char *path) {
 /* The names of t and target swapped: t->path now names what was at the
  * target. Removes it when it is a regular file accept() takes (the earlier
  * file of the save's kind); else swaps the names back and says why. (A kill
- * between the two swaps would leave the other file under the temporary name,
- * for mg_tmp_clean_stale: a window of two system calls, against the window
- * from a check to a plain rename that the swap closes.) */
+ * between the two swaps would leave the other file under the temporary name:
+ * it lacks mg_tmp_create's mark, so mg_tmp_clean_stale leaves it, and warns.) */
 static int exchange(mg_tmp_file *t, const char *target, const char *kind,
                     int (*accept)(const char *path)) {
     struct stat sb;
@@ -249,8 +257,10 @@ int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
     else if (fstat(t->fd, &sb) != 0 || ftruncate(t->fd, sb.st_size) != 0 || fsync(t->fd) != 0)
         st = mg_error(MG_EIO, "saving %s: flushing %s to disk failed: %s", target, t->path,
                       strerror(errno));
-    else
+    else {
+        (void)fremovexattr(t->fd, TMP_MARK); /* about to be committed: no longer temporary */
         st = give_name(t, target, kind, accept);
+    }
     if (st != MG_OK) {
         mg_tmp_discard(t); /* removes the file only while t->path still is it */
         return st;
@@ -316,6 +326,21 @@ static int writer_gone(long pid, time_t written) {
     return boot > 0 && ticks > 0 && (double)boot + (double)start / (double)ticks > (double)written + 2;
 }
 
+/* 1 when the file at `path` carries mg_tmp_create's mark, or its file system
+ * keeps no marks (then every file of a temporary name counts as one it made).
+ * A file without the mark is another's, moved there by a save killed between
+ * its swap and the swap back: it is left, with a warning. */
+static int made_here(const char *path) {
+    char v[4];
+    if (getxattr(path, TMP_MARK, v, sizeof v) >= 0) return 1;
+    if (errno == ENOTSUP || errno == EOPNOTSUPP) return 1;
+    if (errno == ENODATA)
+        fprintf(stderr, "warning: %s has a temporary file's name but was not made by a save "
+                        "(a save killed while it swapped another file's name back leaves it): it "
+                        "is left as it is; give it back its name\n", path);
+    return 0;
+}
+
 int mg_tmp_clean_stale(const char *dir) {
     DIR *dh = opendir(dir);
     if (!dh) return 0;
@@ -329,7 +354,7 @@ int mg_tmp_clean_stale(const char *dir) {
         if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, de->d_name) >= sizeof full) continue;
         struct stat sb;
         if (lstat(full, &sb) == 0 && S_ISREG(sb.st_mode) && writer_gone(pid, sb.st_mtime) &&
-            unlink(full) == 0)
+            made_here(full) && unlink(full) == 0)
             removed++;
     }
     closedir(dh);

@@ -16,7 +16,9 @@
  *   name still is that very file).
  * - mg_tmp_clean_stale: removes the temporary files of writers that are gone
  *   (this host, a pid that no longer runs, is a zombie, or was reused by a
- *   younger process), left by saves that were killed.
+ *   younger process), left by saves that were killed; only files that carry
+ *   mg_tmp_create's mark (an extended attribute, where the file system keeps
+ *   them), so another's file that a killed save left under such a name stays.
  * All of it is local to the calling process (the collective save is in
  * checkpoint.c). Exports the names above. */
 #ifndef MG_IO_FILES_H
