@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
-# stderr; a bad bench flag named), a checkpoint folder given as DIR/, and a failing command under
+# stderr; a bad bench flag named), output stdout cannot take (a full disk or
+# closed: exit 1, named), a checkpoint folder given as DIR/, and a failing command under
 # mpirun printing "meshgrad: error: ..." exactly once, scripts/regress.sh's
 # --out (its guard; a path with a space) and scripts/slurm-test.sh's guard.
 # Prints a Check-style summary line.
@@ -79,6 +80,23 @@ check "ckpt info DIR/ names DIR/ckpt-00000002.h5" \
 run train --data "$data" --mesh 1 --steps 3 --log-every 0 --resume "$tmp/ck/"
 check "train --resume DIR/ names DIR/ckpt-00000002.h5" \
     grep -q "^resumed from $tmp/ck/ckpt-00000002.h5: step 2 of 3" "$tmp/out"
+
+# a command whose product is its stdout fails, naming stdout, when the output
+# cannot be written: on a full disk or closed (each exited 0 having printed
+# nothing); --version too (train's log only warns: test_train_errors.sh)
+for c in "--version" "ckpt info $tmp/ck/" "data info $data" "plan --mesh 2 --parallel pp"; do
+    for to in full closed; do
+        if [ $to = full ]; then
+            "$TIMEOUT" 60 "$prog" $c >/dev/full 2>"$tmp/err" </dev/null
+        else
+            "$TIMEOUT" 60 "$prog" $c >&- 2>"$tmp/err" </dev/null
+        fi
+        rc=$?
+        check "'$c' with stdout $to: exit 1 ($rc), one error naming stdout" \
+            sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+                   grep -q 'meshgrad: error: .*could not be written to stdout' '$tmp/err'"
+    done
+done
 
 run_np 2 bench no-such-bench
 check "an unknown benchmark on 2 ranks exits 2" test "$rc" -eq 2

@@ -9,6 +9,7 @@
  * Also exports mg_cli_clock and mg_cli_memory_bytes (cli.h). */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -70,6 +71,21 @@ double mg_cli_memory_bytes(void) {
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }
 
+/* A command's stdout is its product (train's is a log: it warns once and goes
+ * on, train_report.c): output that could not be written (a full disk, stdout
+ * closed) fails the command, which would otherwise exit 0 having printed
+ * nothing. Returns rc, or 1 with the reason in mg_last_error(). */
+static int check_stdout(const char *command, int rc) {
+    if (strcmp(command, "train") == 0) return rc;
+    errno = 0;
+    int failed = fflush(stdout) != 0 || ferror(stdout);
+    if (!failed || rc != 0) return rc;
+    mg_error(MG_EIO, "%s: its output could not be written to stdout%s%s%s: give it a file or "
+             "pipe that takes it", command, errno ? " (" : "", errno ? strerror(errno) : "",
+             errno ? ")" : "");
+    return 1;
+}
+
 /* Agrees on the exit code (the largest) and prints the error once. Returns the
  * agreed exit code. A rank that failed waits for the others only so long: if
  * some rank never arrives (it is stuck in a collective the failed rank left),
@@ -99,6 +115,15 @@ static int report(const char *command, int rc) {
     return worst;
 }
 
+/* --help and --version, before MPI: 1 with a message when stdout did not take them. */
+static int stdout_failed(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    fprintf(stderr, "meshgrad: error: the output could not be written to stdout%s%s%s\n",
+            errno ? " (" : "", errno ? strerror(errno) : "", errno ? ")" : "");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
@@ -110,8 +135,8 @@ int main(int argc, char **argv) {
     // '+': stop at the command name; what follows belongs to the command
     while ((opt = getopt_long(argc, argv, "+hV", options, NULL)) != -1) {
         switch (opt) {
-        case 'h': usage(stdout); return 0;
-        case 'V': version(); return 0;
+        case 'h': usage(stdout); return stdout_failed();
+        case 'V': version(); return stdout_failed();
         default:
             fprintf(stderr, "meshgrad: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -138,7 +163,7 @@ int main(int argc, char **argv) {
     mg_clear_error();
     optind = 0; // the command parses its own argv from scratch with getopt
     int rc = cmd->run(argc - first, argv + first);
-    rc = report(cmd->name, rc);
+    rc = report(cmd->name, check_stdout(cmd->name, rc));
     mg_finalize();
     return rc;
 }
