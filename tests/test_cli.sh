@@ -116,7 +116,9 @@ for a in "ops --iters x|--iters 'x' is not a count" "ops --bogus|unknown option 
     "step --batch x|--batch 'x' is not a count" "step --layers 5|--layers '5' is not a list of two widths" \
     "step extra|unexpected argument 'extra'" "linear --device tpu|--device 'tpu' is not cpu or cuda" \
     "step --model gpt --heads x|--heads 'x' is not a count" \
-    "step --model gpt --microbatches 0|--microbatches '0' is not a count from 1 to"; do
+    "step --model gpt --microbatches 0|--microbatches '0' is not a count from 1 to" \
+    "step --model xx|--model 'xx' is not gpt" "step --model mlp|--model 'mlp' is not gpt" \
+    "step --model=gpt --heads x|--heads 'x' is not a count"; do
     run bench ${a%%|*}
     check "bench ${a%%|*}: exit 2 ($rc), usage, one error naming the flag" \
         sh -c "test $rc -eq 2 && grep -q '^usage: meshgrad bench' '$tmp/err' &&

@@ -281,15 +281,21 @@ static int wants_pipeline(int argc, char **argv) {
 }
 
 int mg_cli_bench_step(int argc, char **argv) {
-    for (int i = 1; i + 1 < argc; i++) /* the GPT's step, with pp or not: bench_gpt.c */
-        if (strcmp(argv[i], "--model") == 0 && strcmp(argv[i + 1], "gpt") == 0)
-            return mg_cli_bench_step_gpt(argc, argv);
-    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
                         "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]\n"
                         "       the GPT's step: meshgrad bench step --model gpt --help; a pipeline "
                         "(pp in --parallel): meshgrad bench step --parallel pp --help";
+    for (int i = 1; i < argc; i++) { /* the GPT's step, with pp or not: bench_gpt.c */
+        const char *v = strncmp(argv[i], "--model=", 8) == 0 ? argv[i] + 8
+                        : strcmp(argv[i], "--model") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                          : NULL;
+        if (!v) continue;
+        if (strcmp(v, "gpt") == 0) return mg_cli_bench_step_gpt(argc, argv);
+        return usage_error(mg_error(MG_EINVAL, "bench step: --model '%s' is not gpt (the MLP's "
+                                    "step, the default, takes no --model)", v), usage);
+    }
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *trace = "", *trace_steps = "", *flight_dir = "meshgrad-flight";
     int device = MG_DEVICE_CPU, tf32 = 0, bf16 = 0;
     int64_t batch = 256, steps = 10, threads = 0, layers[MAX_WIDTHS];
