@@ -125,6 +125,15 @@ for a in "ops --iters x|--iters 'x' is not a count" "ops --bogus|unknown option 
                test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
                grep -qF -- \"${a#*|}\" '$tmp/err'"
 done
+# a GPT step that cannot fit this machine is refused up front by its estimate,
+# as train's is (it filled the memory until the kernel killed it; here under
+# a 4 GB limit it failed at its first tensor instead)
+(ulimit -v 4000000 2>/dev/null; run bench step --model gpt --batch 2147483647 --steps 1
+ echo $rc >"$tmp/rc")
+rc=$(cat "$tmp/rc")
+check "bench step --model gpt --batch 2147483647: refused by its estimate (exit $rc)" \
+    sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+           grep -q 'a step of this GPT (batch 2147483647 .* more than its [0-9.]* GiB of memory: use a smaller --batch,' '$tmp/err'"
 run bench comm --sizes 99999999999G
 check "bench comm --sizes 99999999999G: refused (exit $rc)" \
     sh -c "test $rc -eq 2 && grep -q 'a size is at most 1024G' '$tmp/err'"
