@@ -371,7 +371,8 @@ int mg_cli_bench_step(int argc, char **argv) {
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&plan, bp);
     mg_tensor *xf = mg_tensor_new(2, (int64_t[]){batch, layers[0]});
-    mg_tensor *tf = mg_tensor_new(2, (int64_t[]){batch, layers[nl - 1]});
+    mg_tensor *tf = xf ? mg_tensor_new(2, (int64_t[]){batch, layers[nl - 1]}) : NULL;
+    if (!tf) return 1; /* out of memory for the batch: said, not "the full tensor is NULL" */
     for (int64_t i = 0; i < mg_tensor_numel(xf); i++) mg_tensor_data(xf)[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
     for (int64_t i = 0; i < mg_tensor_numel(tf); i++) mg_tensor_data(tf)[i] = (float)((i * 3) % 7) / 7.0f;
     mg_dtensor *x = mg_distribute(mesh, xf, bp, nd), *target = mg_distribute(mesh, tf, bp, nd);
