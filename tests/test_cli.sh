@@ -1,8 +1,8 @@
 #!/bin/sh
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
-# stderr; a bad bench flag named), output stdout cannot take (a full disk or
-# closed: exit 1, named), a checkpoint folder given as DIR/, and a failing command under
+# stderr; a bad bench, ckpt or data flag or argument named), output stdout
+# cannot take (a full disk or closed: exit 1, named), a checkpoint folder given as DIR/, and a failing command under
 # mpirun printing "meshgrad: error: ..." exactly once, scripts/regress.sh's
 # --out (its guard; a path with a space) and scripts/slurm-test.sh's guard.
 # Prints a Check-style summary line.
@@ -123,6 +123,19 @@ for a in "ops --iters x|--iters 'x' is not a count" "ops --bogus|unknown option 
     check "bench ${a%%|*}: exit 2 ($rc), usage, one error naming the flag" \
         sh -c "test $rc -eq 2 && grep -q '^usage: meshgrad bench' '$tmp/err' &&
                test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+               grep -qF -- \"${a#*|}\" '$tmp/err'"
+done
+# ckpt's and data's bad flags and extra arguments are named (each said only
+# 'bad option' or the usage; ckpt bench ran with an argument it ignored)
+for a in "ckpt bench --params 1K --dir $tmp extra|ckpt bench: unexpected argument 'extra'" \
+    "ckpt bench --bogus|ckpt bench: unknown option or missing value '--bogus'" \
+    "data csv2h5 --bogus|csv2h5: unknown option or missing value '--bogus'" \
+    "ckpt info --bogus $tmp/ck/|ckpt info: unknown option '--bogus'" \
+    "ckpt info $tmp/ck/ extra|ckpt info: unexpected argument 'extra' after PATH" \
+    "data info $data extra|data info: unexpected argument 'extra' after PATH"; do
+    run ${a%%|*}
+    check "${a%%|*}: exit 2 ($rc), one error naming it" \
+        sh -c "test $rc -eq 2 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
                grep -qF -- \"${a#*|}\" '$tmp/err'"
 done
 # a GPT step that cannot fit this machine is refused up front by its estimate,

@@ -30,6 +30,9 @@ void mg_cli_command_list(FILE *out, const mg_cli_command *table, int n, int widt
  * an error naming the first); both MG_EINVAL with "CMD: ..." (src/cli/command.c). */
 int mg_cli_bad_flag(const char *cmd, char **argv);
 int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv);
+/* A command of one PATH (argv[1]): MG_OK, or MG_EINVAL naming the option or the
+ * argument past PATH, else (no PATH) saying `usage` (src/cli/command.c). */
+int mg_cli_one_path(const char *cmd, int argc, char **argv, const char *usage);
 int mg_cli_dispatch(const char *cmd, const char *usage, const mg_cli_command *table, int n,
                     int width, int argc, char **argv);
 
