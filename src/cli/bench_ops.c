@@ -280,6 +280,34 @@ static int wants_pipeline(int argc, char **argv) {
     return 0;
 }
 
+/* The MLP's step is refused before anything is made when what it must hold
+ * at once cannot fit this machine's memory, counted low (the need is never
+ * over-stated): every rank builds the whole (batch, w0) input and (batch, wN)
+ * target before sharding them, beside its share of the parameters with their
+ * gradients and momentum; later each layer keeps its output, shared at best
+ * by all the ranks. (--batch 3000000 made 24 GB of inputs a rank, and the
+ * kernel killed the job.) */
+static int step_fits(const int64_t *w, int nl, int64_t batch) {
+    double have = mg_cli_memory_bytes();
+    if (!(have > 0)) return MG_OK;
+    int world = mg_world_size(), on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    double params = 0, outputs = 0, ends = (double)w[0] + (double)w[nl - 1];
+    for (int i = 0; i + 1 < nl; i++) {
+        params += (double)w[i + 1] * ((double)w[i] + 1);
+        outputs += (double)w[i + 1];
+    }
+    double state = 3 * params / world, whole = (double)batch * ends + state,
+           kept = (double)batch * (ends + outputs) / world + state;
+    double rank = 4.0 * (whole > kept ? whole : kept);
+    if (rank * on_node <= have) return MG_OK;
+    return mg_error(MG_ENOMEM, "bench step: a step of batch %lld needs at least %.1f GiB a rank "
+                    "(its whole input and target, its layers' outputs, the parameters with their "
+                    "gradients and momentum), %.1f GiB for this machine's %d rank%s, more than "
+                    "its %.1f GiB of memory: use a smaller --batch or --layers",
+                    (long long)batch, rank / 1073741824.0, rank * on_node / 1073741824.0,
+                    on_node, on_node == 1 ? "" : "s", have / 1073741824.0);
+}
+
 int mg_cli_bench_step(int argc, char **argv) {
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
@@ -345,6 +373,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     mg_plan plan;
     mg_timeline timeline;
     if (!mesh || mg_plan_parse(plan_text, &plan) != MG_OK || mg_plan_check(&plan, mesh, batch) != MG_OK ||
+        step_fits(layers, nl, batch) != MG_OK ||
         mg_observe_flight(flight_dir) != MG_OK ||
         mg_timeline_prepare(&timeline, trace, trace_steps, 1, steps, mesh->world) != MG_OK)
         return 1;
