@@ -163,6 +163,12 @@ int mg_cli_bench_linear(int argc, char **argv) {
         return usage_error(mg_cli_no_arguments_left("bench linear", argc, argv), usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
     if (mg_cli_use_device(device, tf32, bf16)) return 1;
+    /* x, w, y and the gradients of x and w, every one touched */
+    double floats = 2.0 * (double)m * (double)k + 2.0 * (double)n * (double)k + (double)m * (double)n;
+    char what[160];
+    snprintf(what, sizeof what, "bench linear: m=%lld k=%lld n=%lld", (long long)m, (long long)k,
+             (long long)n);
+    if (mg_cli_check_memory(what, 4.0 * floats, "give smaller --m, --k or --n") != MG_OK) return 1;
     int world = mg_world_size();
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return 1;

@@ -6,7 +6,7 @@
  * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
  * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
  * A usage error in the global flags or an unknown command exits 2 before MPI starts.
- * Also exports mg_cli_clock and mg_cli_memory_bytes (cli.h). */
+ * Also exports mg_cli_clock, mg_cli_memory_bytes and mg_cli_check_memory (cli.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -19,6 +19,7 @@
 
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "context.h"
 #include "dist/comm.h"
 #include "meshgrad.h"
 #include "status.h"
@@ -69,6 +70,16 @@ double mg_cli_clock(void) {
 double mg_cli_memory_bytes(void) {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
+}
+
+int mg_cli_check_memory(const char *what, double rank_bytes, const char *fix) {
+    double have = mg_cli_memory_bytes();
+    int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    if (!(have > 0) || rank_bytes * on_node <= have) return MG_OK;
+    const double G = 1073741824.0;
+    return mg_error(MG_ENOMEM, "%s needs at least %.1f GiB a rank, %.1f GiB for this machine's %d "
+                    "rank%s, more than its %.1f GiB of memory: %s", what, rank_bytes / G,
+                    rank_bytes * on_node / G, on_node, on_node == 1 ? "" : "s", have / G, fix);
 }
 
 /* A command's stdout is its product (train's is a log: it warns once and goes
