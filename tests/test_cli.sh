@@ -139,8 +139,8 @@ for a in "ckpt bench --params 1K --dir $tmp extra|ckpt bench: unexpected argumen
                grep -qF -- \"${a#*|}\" '$tmp/err'"
 done
 # a GPT step that cannot fit this machine is refused up front by its estimate,
-# as train's is (it filled the memory until the kernel killed it; here under
-# a 4 GB limit it failed at its first tensor instead)
+# as train's is (it would fill the memory until the kernel killed it; here
+# under a 4 GB limit it failed at its first tensor instead)
 (ulimit -v 4000000 2>/dev/null; run bench step --model gpt --batch 2147483647 --steps 1
  echo $rc >"$tmp/rc")
 rc=$(cat "$tmp/rc")
@@ -149,7 +149,7 @@ check "bench step --model gpt --batch 2147483647: refused by its estimate (exit 
            grep -q 'a step of this GPT (batch 2147483647 .* more than its [0-9.]* GiB of memory: use a smaller --batch,' '$tmp/err'"
 # and so is the MLP's, by what it must hold at once, counted low (it failed at
 # its first tensor, saying only 'the full tensor is NULL'; --batch 3000000
-# made 24 GB of inputs a rank for the kernel to kill)
+# makes 24 GB of inputs a rank for the kernel to kill)
 (ulimit -v 4000000 2>/dev/null; run bench step --batch 2147483647 --steps 1; echo $rc >"$tmp/rc")
 rc=$(cat "$tmp/rc")
 check "bench step --batch 2147483647: refused, more than the machine's memory (exit $rc)" \
@@ -162,7 +162,7 @@ run bench linear --m 2147483647 --k 2147483647 --n 8 --iters 1
 check "bench linear of 2^62 floats: refused, more than the machine's memory (exit $rc)" \
     sh -c "test $rc -eq 1 && grep -q 'meshgrad: error: bench linear: m=2147483647 k=2147483647 n=8 needs at least [0-9.]* GiB a rank, .* more than its [0-9.]* GiB of memory: give smaller --m' '$tmp/err'"
 # buffers past the machine's memory are refused up front, as bench step's
-# batches are (a 16G size or a 60000 x 60000 input was allocated, then
+# batches are (a 16G size or a 60000 x 60000 input would be allocated, then
 # filled until the kernel killed the job; these failed at the allocation)
 (ulimit -v 4000000 2>/dev/null; run bench comm --sizes 1024G --iters 1; echo $rc >"$tmp/rc")
 rc=$(cat "$tmp/rc")
