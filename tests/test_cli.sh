@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_cli.sh: the meshgrad program's command line: --help (of the program and
 # of every command and benchmark), --version, usage errors (exit 2, usage on
-# stderr; a bad bench flag named), a checkpoint folder given as DIR/, and a failing command under
+# stderr; a bad bench, ckpt or data flag or argument named), output stdout
+# cannot take (a full disk or closed: exit 1, named), a checkpoint folder given as DIR/, and a failing command under
 # mpirun printing "meshgrad: error: ..." exactly once, scripts/regress.sh's
 # --out (its guard; a path with a space) and scripts/slurm-test.sh's guard.
 # Prints a Check-style summary line.
@@ -80,6 +81,23 @@ run train --data "$data" --mesh 1 --steps 3 --log-every 0 --resume "$tmp/ck/"
 check "train --resume DIR/ names DIR/ckpt-00000002.h5" \
     grep -q "^resumed from $tmp/ck/ckpt-00000002.h5: step 2 of 3" "$tmp/out"
 
+# a command whose product is its stdout fails, naming stdout, when the output
+# cannot be written: on a full disk or closed (each exited 0 having printed
+# nothing); --version too (train's log only warns: test_train_errors.sh)
+for c in "--version" "ckpt info $tmp/ck/" "data info $data" "plan --mesh 2 --parallel pp"; do
+    for to in full closed; do
+        if [ $to = full ]; then
+            "$TIMEOUT" 60 "$prog" $c >/dev/full 2>"$tmp/err" </dev/null
+        else
+            "$TIMEOUT" 60 "$prog" $c >&- 2>"$tmp/err" </dev/null
+        fi
+        rc=$?
+        check "'$c' with stdout $to: exit 1 ($rc), one error naming stdout" \
+            sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+                   grep -q 'meshgrad: error: .*could not be written to stdout' '$tmp/err'"
+    done
+done
+
 run_np 2 bench no-such-bench
 check "an unknown benchmark on 2 ranks exits 2" test "$rc" -eq 2
 check "... printing 'meshgrad: error:' once" test "$(error_lines)" -eq 1
@@ -98,19 +116,59 @@ for a in "ops --iters x|--iters 'x' is not a count" "ops --bogus|unknown option 
     "step --batch x|--batch 'x' is not a count" "step --layers 5|--layers '5' is not a list of two widths" \
     "step extra|unexpected argument 'extra'" "linear --device tpu|--device 'tpu' is not cpu or cuda" \
     "step --model gpt --heads x|--heads 'x' is not a count" \
-    "step --model gpt --microbatches 0|--microbatches '0' is not a count from 1 to"; do
+    "step --model gpt --microbatches 0|--microbatches '0' is not a count from 1 to" \
+    "step --model xx|--model 'xx' is not gpt" "step --model mlp|--model 'mlp' is not gpt" \
+    "step --model=gpt --heads x|--heads 'x' is not a count"; do
     run bench ${a%%|*}
     check "bench ${a%%|*}: exit 2 ($rc), usage, one error naming the flag" \
         sh -c "test $rc -eq 2 && grep -q '^usage: meshgrad bench' '$tmp/err' &&
                test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
                grep -qF -- \"${a#*|}\" '$tmp/err'"
 done
+# ckpt's and data's bad flags and extra arguments are named (each said only
+# 'bad option' or the usage; ckpt bench ran with an argument it ignored)
+for a in "ckpt bench --params 1K --dir $tmp extra|ckpt bench: unexpected argument 'extra'" \
+    "ckpt bench --bogus|ckpt bench: unknown option or missing value '--bogus'" \
+    "data csv2h5 --bogus|csv2h5: unknown option or missing value '--bogus'" \
+    "ckpt info --bogus $tmp/ck/|ckpt info: unknown option '--bogus'" \
+    "ckpt info $tmp/ck/ extra|ckpt info: unexpected argument 'extra' after PATH" \
+    "data info $data extra|data info: unexpected argument 'extra' after PATH"; do
+    run ${a%%|*}
+    check "${a%%|*}: exit 2 ($rc), one error naming it" \
+        sh -c "test $rc -eq 2 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+               grep -qF -- \"${a#*|}\" '$tmp/err'"
+done
+# a GPT step that cannot fit this machine is refused up front by its estimate,
+# as train's is (it would fill the memory until the kernel killed it; here
+# under a 4 GB limit it failed at its first tensor instead)
+(ulimit -v 4000000 2>/dev/null; run bench step --model gpt --batch 2147483647 --steps 1
+ echo $rc >"$tmp/rc")
+rc=$(cat "$tmp/rc")
+check "bench step --model gpt --batch 2147483647: refused by its estimate (exit $rc)" \
+    sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+           grep -q 'a step of this GPT (batch 2147483647 .* more than its [0-9.]* GiB of memory: use a smaller --batch,' '$tmp/err'"
+# and so is the MLP's, by what it must hold at once, counted low (it failed at
+# its first tensor, saying only 'the full tensor is NULL'; --batch 3000000
+# makes 24 GB of inputs a rank for the kernel to kill)
+(ulimit -v 4000000 2>/dev/null; run bench step --batch 2147483647 --steps 1; echo $rc >"$tmp/rc")
+rc=$(cat "$tmp/rc")
+check "bench step --batch 2147483647: refused, more than the machine's memory (exit $rc)" \
+    sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+           grep -q 'meshgrad: error: bench step: a step of batch 2147483647 needs at least [0-9.]* GiB a rank .* more than its [0-9.]* GiB of memory: use a smaller --batch' '$tmp/err'"
 run bench comm --sizes 99999999999G
 check "bench comm --sizes 99999999999G: refused (exit $rc)" \
     sh -c "test $rc -eq 2 && grep -q 'a size is at most 1024G' '$tmp/err'"
 run bench linear --m 2147483647 --k 2147483647 --n 8 --iters 1
-check "bench linear of 2^62 floats: out of memory, said (exit $rc)" \
-    sh -c "test $rc -eq 1 && grep -q 'meshgrad: error: bench linear: out of memory for m=2147483647 k=2147483647' '$tmp/err'"
+check "bench linear of 2^62 floats: refused, more than the machine's memory (exit $rc)" \
+    sh -c "test $rc -eq 1 && grep -q 'meshgrad: error: bench linear: m=2147483647 k=2147483647 n=8 needs at least [0-9.]* GiB a rank, .* more than its [0-9.]* GiB of memory: give smaller --m' '$tmp/err'"
+# buffers past the machine's memory are refused up front, as bench step's
+# batches are (a 16G size or a 60000 x 60000 input would be allocated, then
+# filled until the kernel killed the job; these failed at the allocation)
+(ulimit -v 4000000 2>/dev/null; run bench comm --sizes 1024G --iters 1; echo $rc >"$tmp/rc")
+rc=$(cat "$tmp/rc")
+check "bench comm --sizes 1024G: refused, more than the machine's memory (exit $rc)" \
+    sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+           grep -q 'meshgrad: error: bench comm: the largest of --sizes needs at least 2048.0 GiB a rank, .* more than its [0-9.]* GiB of memory: give smaller --sizes' '$tmp/err'"
 
 run_np 2 train --config "$tmp/no-such.conf"
 check "train with a missing config on 2 ranks fails" test "$rc" -ne 0

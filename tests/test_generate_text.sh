@@ -12,7 +12,8 @@
 # - bad input is one `meshgrad: error:` line and a non-zero exit: no --resume,
 #   a missing or corrupt checkpoint, an MLP checkpoint, --tokens -1,
 #   --temperature -1 and nan, --top-k -2, and a tp degree that cannot split
-#   the heads. Prints a Check-style summary line.
+#   the heads; stdout on a full disk or closed stops the run (exit 1, named).
+#   Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env generate
 : "${top_srcdir:=$(dirname "$0")/..}"
@@ -90,5 +91,18 @@ check_refused "--temperature -1" 1 "--temperature -1" $g --resume "$tmp/gpt.h5" 
 check_refused "--temperature nan" 1 "--temperature nan" $g --resume "$tmp/gpt.h5" --temperature nan
 check_refused "--top-k -2" 1 "--top-k -2" $g --resume "$tmp/gpt.h5" --top-k -2
 check_refused "tp 4 with 2 heads" 4 "cannot split 2 heads" $g --resume "$tmp/gpt.h5" --parallel tp
+# stdout that takes no more text (a full disk, closed): it stops within a
+# buffer's bytes with one error and exit 1 (it sampled all 10^8 bytes, for hours)
+for to in full closed; do
+    if [ $to = full ]; then
+        "$TIMEOUT" -k 5 30 $g --resume "$tmp/gpt.h5" --tokens 100000000 >/dev/full 2>"$tmp/err"
+    else
+        "$TIMEOUT" -k 5 30 $g --resume "$tmp/gpt.h5" --tokens 100000000 >&- 2>"$tmp/err"
+    fi
+    rc=$?
+    check "--tokens 10^8 with stdout $to: stops, exit 1 ($rc), one error naming stdout" \
+        sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+               grep -q 'meshgrad: error: generate: stdout took no more of the text' '$tmp/err'"
+done
 check "the checkpoint is untouched by all this" test "$(cksum <"$tmp/gpt.h5")" = "$before"
 check_summary

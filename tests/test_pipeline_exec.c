@@ -12,7 +12,9 @@
  * the boundary's activation and gradient only travel) and the peak number
  * of micro-batches held per rank must be the verifier's (1f1b: at most the
  * ranks; gpipe: M). Also: mg_backward_with against mg_backward of
- * sum(y * g), and the split backward (Bi, then W) against one backward. */
+ * sum(y * g), the split backward (Bi, then W) against one backward, and
+ * mg_pipeline_make's memory check against its formula summed over the
+ * machine's ranks (made when they fit, refused when not). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +261,100 @@ START_TEST(test_schedules_equal_accumulation) {
 }
 END_TEST
 
+/* What the machine's `ranks` ranks need by pipeline.h's formula, rank by
+ * rank: the parameters (times `copies`) over the stage group, and the peak
+ * of kept activations with one backward's temporaries over its non-data
+ * ranks; each pipeline rank's need counted once per rank of its group. */
+static double machine_need(const mg_pipeline *p, const mg_layer_cost *costs, int copies) {
+    int dp = p->data_degree > 0 ? p->data_degree : 1, group = p->mesh->size / p->ranks;
+    int tp = group / dp;
+    mg_pp_machine m = {.flops = 1e9, .dp = dp};
+    mg_pp_stage_costs c;
+    mg_pp_sim sim;
+    if (mg_pp_stage_costs_make(&c, costs, &p->split, &m, p->rows, p->microbatches) != MG_OK)
+        return -1;
+    if (mg_pp_simulate(&p->schedule, &c.cost, MG_PP_P2P_ASYNC, &sim) != MG_OK) {
+        mg_pp_stage_costs_free(&c);
+        return -1;
+    }
+    int64_t most = 0;
+    for (int i = 0; i < p->microbatches; i++) most = c.rows[i] > most ? c.rows[i] : most;
+    double sum = 0;
+    for (int r = 0; r < p->ranks; r++) {
+        double params = 0, work = 0;
+        for (int s = r; s < p->split.stages; s += p->ranks) {
+            params += c.param_bytes[s];
+            work = c.saved_bytes[s] > work ? c.saved_bytes[s] : work;
+        }
+        sum += group * (params * copies / group + (sim.peak_bytes[r] + work * most) / tp);
+    }
+    mg_pp_sim_free(&sim);
+    mg_pp_stage_costs_free(&c);
+    return sum;
+}
+
+/* The memory check of mg_pipeline_make on a machine holding every rank: a
+ * pipeline whose ranks together fit is made, one a little over is refused.
+ * 1f1b's first rank keeps `ranks` micro-batches, its last one: the largest
+ * rank's need times the ranks over-stated the machine's, refusing runs that
+ * fit. */
+START_TEST(test_memory_check) {
+    int w = mg_world_size();
+    config meshes[3];
+    int nm = 0;
+    meshes[nm++] = (config){.ndim = 1, .shape = {w}, .plan = "pp"};
+    if (w == 4) {
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
+        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
+    }
+    for (int i = 0; i < nm; i++) {
+        const config *k = &meshes[i];
+        mg_mesh *mesh = mg_mesh_new(k->ndim, k->shape);
+        mg_plan plan;
+        mg_assert_all(mesh && mg_plan_parse(k->plan, &plan) == MG_OK, "%s: %s", k->plan,
+                      mg_last_error());
+        mg_model_config mc = {.kind = MG_MODEL_MLP, .rows = 1, .cols = widths[0], .hidden = 1,
+                              .channels = 1, .classes = widths[NW - 1], .depth = NW - 1,
+                              .widths = widths, .seed = 5};
+        mg_layer_cost costs[NW];
+        unsigned char none[NW] = {0};
+        mg_model whole;
+        mg_assert_all(mg_model_build(&whole, &mc, mesh, &plan, none) == MG_OK &&
+                          mg_model_layer_costs(&whole, costs) == MG_OK,
+                      "%s", mg_last_error());
+        mg_model_free(&whole);
+        mg_pp_options o;
+        mg_pp_options_defaults(&o);
+        o.kind = MG_PP_1F1B;
+        o.microbatches = 4;
+        o.node_ranks = w;
+        o.param_copies = 4; /* AdamW */
+        o.machine_bytes = 1e30;
+        mg_pipeline p;
+        mg_assert_all(mg_pipeline_make(&p, mesh, &plan, &o, costs, NW - 1, BATCH) == MG_OK,
+                      "%s: %s", k->plan, mg_last_error());
+        double need = machine_need(&p, costs, o.param_copies);
+        mg_pipeline_free(&p);
+        mg_assert_all(need > 0, "%s: no need computed", k->plan);
+        o.machine_bytes = need * 1.001;
+        int rc = mg_pipeline_make(&p, mesh, &plan, &o, costs, NW - 1, BATCH);
+        mg_assert_all(rc == MG_OK, "%s on %d ranks needing %.0f bytes in all: refused by a "
+                      "machine of %.0f: %s", k->plan, w, need, o.machine_bytes, mg_last_error());
+        mg_pipeline_free(&p);
+        o.machine_bytes = need * 0.999;
+        rc = mg_pipeline_make(&p, mesh, &plan, &o, costs, NW - 1, BATCH);
+        mg_assert_all(rc == MG_ENOMEM && strstr(mg_last_error(), "more than its"),
+                      "%s on %d ranks needing %.0f bytes in all: a machine of %.0f took it (%d)",
+                      k->plan, w, need, o.machine_bytes, rc);
+        mg_clear_error();
+        if (mg_rank() == 0)
+            printf("  memory check %-6s on %d ranks: %.0f bytes in all, made at +0.1%%, refused "
+                   "at -0.1%%\n", k->plan, w, need);
+        mg_mesh_free(mesh);
+    }
+}
+END_TEST
+
 /* y = relu(x W1^T + b1) W2^T + b2 on a batch-sharded x that requires grad. */
 static mg_dtensor *small_net(mg_dtensor *x, mg_dtensor **p) {
     mg_dtensor *h = mg_relu(mg_linear(x, p[0], p[1]));
@@ -334,7 +430,8 @@ START_TEST(test_backward_with_and_split) {
 END_TEST
 
 static Suite *make_suite(void) {
-    const TTest *tests[] = {test_backward_with_and_split, test_schedules_equal_accumulation, NULL};
+    const TTest *tests[] = {test_backward_with_and_split, test_schedules_equal_accumulation,
+                            test_memory_check, NULL};
     return mg_test_suite("pipeline_exec", tests);
 }
 

@@ -23,8 +23,8 @@
 #   checkpoint with --model gpt and the reverse, a text data set shorter than
 #   ctx + 1 tokens, --heads not dividing --embd, a tensor-parallel degree that
 #   cannot split the heads, a batch whose step (its estimate) cannot fit this
-#   machine's memory; with pp: a pipeline rank over the machine's memory,
-#   --pp-layers not summing to the blocks,
+#   machine's memory; with pp: a pipeline rank over the machine's memory
+#   (with 65536 micro-batches too, in seconds), --pp-layers not summing to the blocks,
 #   more stages than blocks, --grad-accum; generate with pp.
 . "$(dirname "$0")/check.sh"
 program_test_env train-gpt
@@ -194,6 +194,13 @@ check_refused "a batch whose step cannot fit this machine" 2 \
 check_refused "a pipeline whose largest rank cannot fit this machine" 2 \
     "pipeline rank [01] needs about [0-9.]+ GiB \(.*the activations of [0-9]+ micro-batch(es)? of up to [0-9]+ rows .*\), .* more than its [0-9.]+ GiB of memory: use a smaller --batch, more --microbatches" \
     "$prog" train $gpt --mesh 2 --parallel pp --batch 100000000
+# ... in seconds with the most micro-batches too (the schedule's simulation
+# scanned back to the start for every input-less compute: 45 s for 65536)
+check_refused "65536 micro-batches over the machine's memory, refused in seconds" 2 \
+    "pipeline rank [01] needs about [0-9.]+ GiB \(.*of up to 32768 rows .*\), .* more than its [0-9.]+ GiB of memory" \
+    "$prog" train $gpt --mesh 2 --parallel pp --embd 1024 --ctx 1024 --batch 2147483647 \
+    --microbatches 65536
+check "... within 10 s (${_ref_secs}s)" test "$_ref_secs" -lt 10
 check_refused "generate with pp" 2 "generate: --parallel pp has pp" \
     "$prog" generate --resume "$(ckpt "$tmp/pp" $STEPS)" --parallel pp
 

@@ -212,6 +212,15 @@ int mg_cli_bench_comm(int argc, char **argv) {
     }
     mg_mesh *mesh = mg_mesh_new(mnd, mshape);
     if (!mesh) return 1;
+    /* the largest size's buffer and its block, touched: a size the memory
+     * cannot take is refused, not left for the kernel to kill */
+    double most = 0;
+    for (int s = 0; s < nsizes; s++) most = (double)sizes[s] > most ? (double)sizes[s] : most;
+    if (mg_cli_check_memory("bench comm: the largest of --sizes", most * (1.0 + 1.0 / world),
+                            "give smaller --sizes") != MG_OK) {
+        mg_mesh_free(mesh);
+        return 1;
+    }
     int rank = mg_rank(), rc = MG_OK;
     char ms[64];
     mg_mesh_format(ms, sizeof ms, mesh);

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "cli/train.h"
 #include "cli/train_pp.h"
 #include "context.h"
 #include "dist/comm.h"
@@ -159,6 +160,9 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     mg_plan plan;
     if (!mesh || mg_plan_parse(o.plan, &plan) != MG_OK || mg_plan_check(&plan, mesh, o.batch) != MG_OK)
         return 1;
+    /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
+     * check is mg_pipeline_make's) */
+    if (mg_cli_gpt_fits(&o.g, mesh, &plan, o.batch, 2, 1, "--batch") != MG_OK) return 1;
     mg_model model;
     mg_gpt_pp *pipe = NULL; /* pp in the plan */
     if (mg_plan_pp_dim(&plan) >= 0

@@ -163,6 +163,12 @@ int mg_cli_bench_linear(int argc, char **argv) {
         return usage_error(mg_cli_no_arguments_left("bench linear", argc, argv), usage);
     if (threads) mg_backend_cpu_set_threads((int)threads);
     if (mg_cli_use_device(device, tf32, bf16)) return 1;
+    /* x, w, y and the gradients of x and w, every one touched */
+    double floats = 2.0 * (double)m * (double)k + 2.0 * (double)n * (double)k + (double)m * (double)n;
+    char what[160];
+    snprintf(what, sizeof what, "bench linear: m=%lld k=%lld n=%lld", (long long)m, (long long)k,
+             (long long)n);
+    if (mg_cli_check_memory(what, 4.0 * floats, "give smaller --m, --k or --n") != MG_OK) return 1;
     int world = mg_world_size();
     mg_mesh *mesh = mg_mesh_new(1, &world);
     if (!mesh) return 1;
@@ -280,16 +286,50 @@ static int wants_pipeline(int argc, char **argv) {
     return 0;
 }
 
+/* The MLP's step is refused before anything is made when what it must hold
+ * at once cannot fit this machine's memory, counted low (the need is never
+ * over-stated): every rank builds the whole (batch, w0) input and (batch, wN)
+ * target before sharding them, beside its share of the parameters with their
+ * gradients and momentum; later each layer keeps its output, shared at best
+ * by all the ranks. (--batch 3000000 made 24 GB of inputs a rank, and the
+ * kernel killed the job.) */
+static int step_fits(const int64_t *w, int nl, int64_t batch) {
+    double have = mg_cli_memory_bytes();
+    if (!(have > 0)) return MG_OK;
+    int world = mg_world_size(), on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    double params = 0, outputs = 0, ends = (double)w[0] + (double)w[nl - 1];
+    for (int i = 0; i + 1 < nl; i++) {
+        params += (double)w[i + 1] * ((double)w[i] + 1);
+        outputs += (double)w[i + 1];
+    }
+    double state = 3 * params / world, whole = (double)batch * ends + state,
+           kept = (double)batch * (ends + outputs) / world + state;
+    double rank = 4.0 * (whole > kept ? whole : kept);
+    if (rank * on_node <= have) return MG_OK;
+    return mg_error(MG_ENOMEM, "bench step: a step of batch %lld needs at least %.1f GiB a rank "
+                    "(its whole input and target, its layers' outputs, the parameters with their "
+                    "gradients and momentum), %.1f GiB for this machine's %d rank%s, more than "
+                    "its %.1f GiB of memory: use a smaller --batch or --layers",
+                    (long long)batch, rank / 1073741824.0, rank * on_node / 1073741824.0,
+                    on_node, on_node == 1 ? "" : "s", have / 1073741824.0);
+}
+
 int mg_cli_bench_step(int argc, char **argv) {
-    for (int i = 1; i + 1 < argc; i++) /* the GPT's step, with pp or not: bench_gpt.c */
-        if (strcmp(argv[i], "--model") == 0 && strcmp(argv[i + 1], "gpt") == 0)
-            return mg_cli_bench_step_gpt(argc, argv);
-    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *usage = "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
                         "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
                         "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]\n"
                         "       the GPT's step: meshgrad bench step --model gpt --help; a pipeline "
                         "(pp in --parallel): meshgrad bench step --parallel pp --help";
+    for (int i = 1; i < argc; i++) { /* the GPT's step, with pp or not: bench_gpt.c */
+        const char *v = strncmp(argv[i], "--model=", 8) == 0 ? argv[i] + 8
+                        : strcmp(argv[i], "--model") == 0 && i + 1 < argc ? argv[i + 1]
+                                                                          : NULL;
+        if (!v) continue;
+        if (strcmp(v, "gpt") == 0) return mg_cli_bench_step_gpt(argc, argv);
+        return usage_error(mg_error(MG_EINVAL, "bench step: --model '%s' is not gpt (the MLP's "
+                                    "step, the default, takes no --model)", v), usage);
+    }
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     const char *trace = "", *trace_steps = "", *flight_dir = "meshgrad-flight";
     int device = MG_DEVICE_CPU, tf32 = 0, bf16 = 0;
     int64_t batch = 256, steps = 10, threads = 0, layers[MAX_WIDTHS];
@@ -339,6 +379,7 @@ int mg_cli_bench_step(int argc, char **argv) {
     mg_plan plan;
     mg_timeline timeline;
     if (!mesh || mg_plan_parse(plan_text, &plan) != MG_OK || mg_plan_check(&plan, mesh, batch) != MG_OK ||
+        step_fits(layers, nl, batch) != MG_OK ||
         mg_observe_flight(flight_dir) != MG_OK ||
         mg_timeline_prepare(&timeline, trace, trace_steps, 1, steps, mesh->world) != MG_OK)
         return 1;
@@ -365,7 +406,8 @@ int mg_cli_bench_step(int argc, char **argv) {
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&plan, bp);
     mg_tensor *xf = mg_tensor_new(2, (int64_t[]){batch, layers[0]});
-    mg_tensor *tf = mg_tensor_new(2, (int64_t[]){batch, layers[nl - 1]});
+    mg_tensor *tf = xf ? mg_tensor_new(2, (int64_t[]){batch, layers[nl - 1]}) : NULL;
+    if (!tf) return 1; /* out of memory for the batch: said, not "the full tensor is NULL" */
     for (int64_t i = 0; i < mg_tensor_numel(xf); i++) mg_tensor_data(xf)[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
     for (int64_t i = 0; i < mg_tensor_numel(tf); i++) mg_tensor_data(tf)[i] = (float)((i * 3) % 7) / 7.0f;
     mg_dtensor *x = mg_distribute(mesh, xf, bp, nd), *target = mg_distribute(mesh, tf, bp, nd);

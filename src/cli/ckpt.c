@@ -32,11 +32,9 @@ static int info(int argc, char **argv) {
                    "newest checkpoint)\n");
         return 0;
     }
-    if (argc != 2) {
-        mg_error(MG_EINVAL, "usage: meshgrad ckpt info PATH (a checkpoint file, or a directory: "
-                            "its newest checkpoint)");
+    if (mg_cli_one_path("ckpt info", argc, argv, "usage: meshgrad ckpt info PATH (a checkpoint "
+                        "file, or a directory: its newest checkpoint)") != MG_OK)
         return 2;
-    }
     if (mg_rank() != 0) return 0; /* serial: rank 0 reads the file */
     char path[MG_PATH_MAX];
     if (mg_checkpoint_resolve(argv[1], path, sizeof path) != MG_OK) return 1;
@@ -114,10 +112,11 @@ static int bench(int argc, char **argv) {
                        "(3N floats), Shard(0) over all ranks\n");
             return 0;
         default:
-            mg_error(MG_EINVAL, "ckpt bench: bad option");
+            mg_cli_bad_flag("ckpt bench", argv);
             return 2;
         }
     }
+    if (mg_cli_no_arguments_left("ckpt bench", argc, argv) != MG_OK) return 2;
     int size = mg_world_size(), rank = mg_rank();
     mg_mesh *mesh = mg_mesh_new(1, &size);
     if (!mesh) return 1;

@@ -30,6 +30,9 @@ void mg_cli_command_list(FILE *out, const mg_cli_command *table, int n, int widt
  * an error naming the first); both MG_EINVAL with "CMD: ..." (src/cli/command.c). */
 int mg_cli_bad_flag(const char *cmd, char **argv);
 int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv);
+/* A command of one PATH (argv[1]): MG_OK, or MG_EINVAL naming the option or the
+ * argument past PATH, else (no PATH) saying `usage` (src/cli/command.c). */
+int mg_cli_one_path(const char *cmd, int argc, char **argv, const char *usage);
 int mg_cli_dispatch(const char *cmd, const char *usage, const mg_cli_command *table, int n,
                     int width, int argc, char **argv);
 
@@ -54,6 +57,11 @@ int mg_cli_trace(int argc, char **argv);        /* src/cli/trace.c: analyze DIR 
 double mg_cli_clock(void);
 /* This machine's memory in bytes (src/cli/main.c); 0 when it cannot be read. */
 double mg_cli_memory_bytes(void);
+/* MG_OK, or MG_ENOMEM with "WHAT needs at least ... GiB a rank, ... more than its
+ * ... GiB of memory: FIX" when rank_bytes a rank (counted low) times this
+ * machine's ranks is over its memory: a run the kernel would kill, refused up
+ * front (src/cli/main.c). */
+int mg_cli_check_memory(const char *what, double rank_bytes, const char *fix);
 /* src/cli/bench_ops.c, for the benchmarks: the median of v (sorted in place);
  * the largest peak RSS of the ranks of `world` in MB (collective); a count
  * from 1 to 2^31 - 1 from text, and a finite number > 0 (--lr) (0 ok, -1 not one). */

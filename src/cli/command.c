@@ -1,9 +1,10 @@
 /* command.c: tables of subcommands, shared by the program (main.c), `meshgrad
  * bench` (bench.c), `meshgrad ckpt` (ckpt.c) and `meshgrad data` (data.c): find
  * an entry by name, list the table, and run the one argv names.
- * Also the two errors of a command's getopt loop.
+ * Also the two errors of a command's getopt loop, and the check of a command
+ * that takes one PATH.
  * Exports mg_cli_command_find, mg_cli_command_list, mg_cli_dispatch,
- * mg_cli_bad_flag, mg_cli_no_arguments_left (cli.h). */
+ * mg_cli_bad_flag, mg_cli_no_arguments_left, mg_cli_one_path (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,4 +50,15 @@ int mg_cli_bad_flag(const char *cmd, char **argv) {
 int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv) {
     if (optind >= argc) return MG_OK;
     return mg_error(MG_EINVAL, "%s: unexpected argument '%s'", cmd, argv[optind]);
+}
+
+int mg_cli_one_path(const char *cmd, int argc, char **argv, const char *usage) {
+    if (argc == 2) return MG_OK;
+    for (int i = 1; i < argc; i++) /* an option: it takes none */
+        if (argv[i][0] == '-' && argv[i][1])
+            return mg_error(MG_EINVAL, "%s: unknown option '%s' (%s)", cmd, argv[i], usage);
+    if (argc > 2)
+        return mg_error(MG_EINVAL, "%s: unexpected argument '%s' after PATH '%s' (%s)", cmd,
+                        argv[2], argv[1], usage);
+    return mg_error(MG_EINVAL, "%s", usage);
 }

@@ -282,7 +282,7 @@ static int csv2h5(int argc, char **argv) {
             return 0;
         default:
             csv2h5_usage(stderr);
-            mg_error(MG_EINVAL, "csv2h5: bad option");
+            mg_cli_bad_flag("csv2h5", argv);
             return 2;
         }
     }
@@ -333,10 +333,8 @@ static int info(int argc, char **argv) {
         if (mg_rank() == 0) printf("usage: meshgrad data info PATH\n");
         return 0;
     }
-    if (argc != 2) {
-        mg_error(MG_EINVAL, "usage: meshgrad data info PATH");
+    if (mg_cli_one_path("data info", argc, argv, "usage: meshgrad data info PATH") != MG_OK)
         return 2;
-    }
     if (mg_file_precheck(argv[1], "data set") == MG_OK && is_token_data_set(argv[1]))
         return mg_cli_text_info(argv[1]);
     const char *splits[2] = {"train", "test"};

@@ -340,7 +340,14 @@ static int run(generator *g) {
     if (rc == MG_OK && o->tokens > 0) rc = forward(g, seq, n, 0, logits);
     for (int64_t i = 0; rc == MG_OK && i < o->tokens; i++) {
         int tok = rank == 0 ? sample(logits, V, o, i, p, order) : 0;
+        if (rank == 0 && ferror(stdout)) tok = -1; /* stdout takes no more: stop every rank */
         if ((rc = mg_comm_broadcast_bytes(g->mesh->world, &tok, sizeof tok, 0)) != MG_OK) break;
+        if (tok < 0) {
+            rc = mg_error(MG_EIO, "generate: stdout took no more of the text after %lld of "
+                          "%lld bytes (a full disk, or stdout closed?): give it a file or pipe "
+                          "that takes it", (long long)i, (long long)o->tokens);
+            break;
+        }
         seq[n++] = tok;
         if (rank == 0) putchar(tok);
         if (i == o->tokens - 1) break;

@@ -6,9 +6,10 @@
  * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
  * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
  * A usage error in the global flags or an unknown command exits 2 before MPI starts.
- * Also exports mg_cli_clock and mg_cli_memory_bytes (cli.h). */
+ * Also exports mg_cli_clock, mg_cli_memory_bytes and mg_cli_check_memory (cli.h). */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include "backend/device.h"
 #include "cli/cli.h"
+#include "context.h"
 #include "dist/comm.h"
 #include "meshgrad.h"
 #include "status.h"
@@ -70,6 +72,31 @@ double mg_cli_memory_bytes(void) {
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }
 
+int mg_cli_check_memory(const char *what, double rank_bytes, const char *fix) {
+    double have = mg_cli_memory_bytes();
+    int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    if (!(have > 0) || rank_bytes * on_node <= have) return MG_OK;
+    const double G = 1073741824.0;
+    return mg_error(MG_ENOMEM, "%s needs at least %.1f GiB a rank, %.1f GiB for this machine's %d "
+                    "rank%s, more than its %.1f GiB of memory: %s", what, rank_bytes / G,
+                    rank_bytes * on_node / G, on_node, on_node == 1 ? "" : "s", have / G, fix);
+}
+
+/* A command's stdout is its product (train's is a log: it warns once and goes
+ * on, train_report.c): output that could not be written (a full disk, stdout
+ * closed) fails the command, which would otherwise exit 0 having printed
+ * nothing. Returns rc, or 1 with the reason in mg_last_error(). */
+static int check_stdout(const char *command, int rc) {
+    if (strcmp(command, "train") == 0) return rc;
+    errno = 0;
+    int failed = fflush(stdout) != 0 || ferror(stdout);
+    if (!failed || rc != 0) return rc;
+    mg_error(MG_EIO, "%s: its output could not be written to stdout%s%s%s: give it a file or "
+             "pipe that takes it", command, errno ? " (" : "", errno ? strerror(errno) : "",
+             errno ? ")" : "");
+    return 1;
+}
+
 /* Agrees on the exit code (the largest) and prints the error once. Returns the
  * agreed exit code. A rank that failed waits for the others only so long: if
  * some rank never arrives (it is stuck in a collective the failed rank left),
@@ -99,6 +126,15 @@ static int report(const char *command, int rc) {
     return worst;
 }
 
+/* --help and --version, before MPI: 1 with a message when stdout did not take them. */
+static int stdout_failed(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    fprintf(stderr, "meshgrad: error: the output could not be written to stdout%s%s%s\n",
+            errno ? " (" : "", errno ? strerror(errno) : "", errno ? ")" : "");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
@@ -110,8 +146,8 @@ int main(int argc, char **argv) {
     // '+': stop at the command name; what follows belongs to the command
     while ((opt = getopt_long(argc, argv, "+hV", options, NULL)) != -1) {
         switch (opt) {
-        case 'h': usage(stdout); return 0;
-        case 'V': version(); return 0;
+        case 'h': usage(stdout); return stdout_failed();
+        case 'V': version(); return stdout_failed();
         default:
             fprintf(stderr, "meshgrad: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
@@ -138,7 +174,7 @@ int main(int argc, char **argv) {
     mg_clear_error();
     optind = 0; // the command parses its own argv from scratch with getopt
     int rc = cmd->run(argc - first, argv + first);
-    rc = report(cmd->name, rc);
+    rc = report(cmd->name, check_stdout(cmd->name, rc));
     mg_finalize();
     return rc;
 }

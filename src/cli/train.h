@@ -6,7 +6,8 @@
  * data, model, optimizer, metrics file, where it saves.
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
  * mg_train_resume, mg_train_report_end, mg_train_text_setup,
- * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate. */
+ * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate,
+ * mg_cli_gpt_fits (also bench step --model gpt's). */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
@@ -20,6 +21,7 @@
 #include "io/data.h"
 #include "io/files.h"
 #include "io/tokens.h"
+#include "nn/gpt.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
@@ -104,5 +106,11 @@ int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y,
 /* Collective. The mean loss over every non-overlapping T-window of /val,
  * without autograd. */
 int mg_train_text_evaluate(trainer *tr, double *val_loss);
+/* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
+ * the batch), when a GPT step of `batch` windows on the mesh and plan (no pp:
+ * mg_pipeline_make checks those) is estimated to need more than this
+ * machine's memory; `states` optimizer floats per parameter, `clip` on. */
+int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
+                    int64_t batch, int states, int clip, const char *smaller);
 
 #endif

@@ -68,16 +68,15 @@ static int build_model(trainer *tr, const mg_gpt_config *g) {
  * run measures) cannot fit this machine's memory is refused before anything
  * is made: --batch 2147483647 took a minute to fill 16 GB of window starts
  * before the first tensor failed. (The estimate walks no pipeline: pp runs
- * are not checked.) */
-static int check_fits(trainer *tr, const mg_gpt_config *g, int64_t micro) {
-    mg_train_config *c = &tr->cfg;
+ * are checked by mg_pipeline_make.) Also bench step --model gpt's (cli.h). */
+int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
+                    int64_t batch, int states, int clip, const char *smaller) {
     double have = mg_cli_memory_bytes();
-    if (mg_plan_pp_dim(&tr->plan) >= 0 || !(have > 0)) return MG_OK;
+    if (mg_plan_pp_dim(plan) >= 0 || !(have > 0)) return MG_OK;
     int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
-    mg_est_config ec = {.mesh_ndim = tr->mesh->ndim, .plan = tr->plan, .batch = micro,
-                        .states = c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
-                        .clip = c->clip > 0, .nodes = (mg_world_size() + on_node - 1) / on_node};
-    for (int m = 0; m < tr->mesh->ndim; m++) ec.mesh[m] = tr->mesh->shape[m];
+    mg_est_config ec = {.mesh_ndim = mesh->ndim, .plan = *plan, .batch = batch, .states = states,
+                        .clip = clip, .nodes = (mg_world_size() + on_node - 1) / on_node};
+    for (int m = 0; m < mesh->ndim; m++) ec.mesh[m] = mesh->shape[m];
     mg_estimate e;
     if (mg_estimate_gpt(g, &ec, &e) != MG_OK) { /* no estimate: the run itself will tell */
         mg_clear_error();
@@ -88,10 +87,10 @@ static int check_fits(trainer *tr, const mg_gpt_config *g, int64_t micro) {
     return mg_error(MG_ENOMEM, "a step of this GPT (batch %lld of --ctx %lld, --embd %lld, "
                     "--layers %lld) needs about %.1f GiB a rank (meshgrad plan --estimate shows "
                     "the parts), %.1f GiB for this machine's %d rank%s, more than its %.1f GiB of "
-                    "memory: use a smaller --batch (or --grad-accum), --ctx, --embd or --layers, "
-                    "or more machines", (long long)micro, (long long)c->ctx, (long long)c->embd,
-                    (long long)c->layers, rank / 1073741824.0, rank * on_node / 1073741824.0,
-                    on_node, on_node == 1 ? "" : "s", have / 1073741824.0);
+                    "memory: use a smaller %s, --ctx, --embd or --layers, or more machines",
+                    (long long)batch, (long long)g->ctx, (long long)g->embd, (long long)g->layers,
+                    rank / 1073741824.0, rank * on_node / 1073741824.0, on_node,
+                    on_node == 1 ? "" : "s", have / 1073741824.0, smaller);
 }
 
 /* Windows a val chunk needs at least: one per data-parallel rank (with pp,
@@ -122,7 +121,10 @@ int mg_train_text_setup(trainer *tr) {
                       (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx,
                       least_rows(tr));
     mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
-    if (rc == MG_OK) rc = check_fits(tr, &g, micro);
+    if (rc == MG_OK)
+        rc = mg_cli_gpt_fits(&g, tr->mesh, &tr->plan, micro,
+                             c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
+                             c->clip > 0, "--batch (or --grad-accum)");
     if (rc != MG_OK) return rc;
     int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
     if (!(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))

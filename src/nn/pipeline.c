@@ -85,24 +85,38 @@ static int micro_rows(mg_pipeline *p, const mg_pp_options *o, int64_t batch) {
     return MG_OK;
 }
 
-/* The memory of the rank that needs the most: its stages' parameters (with
- * their gradients and optimizer state) and the activations they keep at the
+/* Ascending doubles, for qsort. */
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The memory of each pipeline rank: its stages' parameters (with their
+ * gradients and optimizer state) and the activations they keep at the
  * schedule's simulated peak. Both are split as evenly as any plan of the
  * stage group could split them (parameters over all its ranks, activations
  * over all but the data-parallel ones, which take rows), so the need is never
- * over-stated; a run over the machine's memory is refused before anything is
- * made (a --batch of 10^6 windows would otherwise fill the memory for minutes
- * until the kernel kills the job). */
+ * over-stated; nor is the machine's: its ranks are taken to be the ones that
+ * need the least (1f1b's first rank keeps `ranks` micro-batches, its last
+ * one), not as many copies of the largest. A run over the machine's memory is
+ * refused before anything is made (a --batch of 10^6 windows would otherwise
+ * fill the memory for minutes until the kernel kills the job). */
 static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_layer_cost *layers) {
     if (!(o->machine_bytes > 0)) return MG_OK;
     int group = p->mesh->size / p->ranks, tp = group / (p->data_degree > 0 ? p->data_degree : 1);
     mg_pp_machine m = {.flops = 1e9, .dp = p->data_degree};
     mg_pp_stage_costs c;
     mg_pp_sim sim;
+    double *needs = malloc((size_t)p->ranks * sizeof *needs);
+    if (!needs) return mg_error(MG_ENOMEM, "pipeline: out of memory");
     int rc = mg_pp_stage_costs_make(&c, layers, &p->split, &m, p->rows, p->microbatches);
-    if (rc != MG_OK) return rc;
+    if (rc != MG_OK) {
+        free(needs);
+        return rc;
+    }
     if ((rc = mg_pp_simulate(&p->schedule, &c.cost, MG_PP_P2P_ASYNC, &sim)) != MG_OK) {
         mg_pp_stage_costs_free(&c);
+        free(needs);
         return rc;
     }
     int64_t most = 0, most_here = 0; /* rows of the largest micro-batch, in all and a rank's */
@@ -122,13 +136,24 @@ static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_l
         for (int s = r; s < p->split.stages; s += p->ranks)
             work = c.saved_bytes[s] > work ? c.saved_bytes[s] : work;
         double ab = (sim.peak_bytes[r] + work * (double)most_here) / (tp > 0 ? tp : 1);
+        needs[r] = pb + ab;
         if (pb + ab > need) need = pb + ab, params = pb, acts = ab, worst = r;
     }
     int live = sim.peak_live_rank[worst];
     mg_pp_sim_free(&sim);
     mg_pp_stage_costs_free(&c);
+    /* this machine's ranks: the on_node smallest of the mesh's (each pipeline
+     * rank's need `group` times) */
     int on_node = o->node_ranks > 0 ? o->node_ranks : 1;
-    if (need * on_node <= o->machine_bytes) return MG_OK;
+    qsort(needs, (size_t)p->ranks, sizeof *needs, by_value);
+    double node = 0;
+    for (int r = 0, left = on_node; r < p->ranks && left > 0; r++) {
+        int k = left < group ? left : group;
+        node += k * needs[r];
+        left -= k;
+    }
+    free(needs);
+    if (node <= o->machine_bytes) return MG_OK;
     const double G = 1073741824.0;
     return mg_error(MG_ENOMEM, "pipeline rank %d needs about %.1f GiB (parameters with their "
                     "gradients and optimizer state %.1f; the activations of %d micro-batch%s of up "
@@ -136,7 +161,7 @@ static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_l
                     "%.1f GiB of memory: use a smaller --batch, more --microbatches, a schedule "
                     "that keeps fewer micro-batches (gpipe keeps all of them, 1f1b at most the "
                     "stages') or a smaller model", worst, need / G, params / G, live,
-                    live == 1 ? "" : "es", (long long)most, acts / G, need * on_node / G, on_node,
+                    live == 1 ? "" : "es", (long long)most, acts / G, node / G, on_node,
                     on_node == 1 ? "" : "s", o->machine_bytes / G);
 }
 

@@ -14,9 +14,10 @@
  * Every bad combination is refused with one message naming what to change
  * (more stages than layers, fewer micro-batches than a schedule needs, virtual
  * stages that do not divide the layers, --pp-layers that do not sum to them),
- * and so is a pipeline whose largest rank, by the layers' costs and the
- * schedule's simulated peak of kept activations, needs more than its share
- * of the machine's memory (options' machine_bytes).
+ * and so is a pipeline whose ranks on this machine (node_ranks, taken to be
+ * the ones that need the least), by the layers' costs and the schedule's
+ * simulated peak of kept activations, need more than its memory (options'
+ * machine_bytes).
  *
  * A model that a pipeline cuts gives: its layers' costs, in order (an
  * embedding tied to the first block, MG_LAYER_WITH_NEXT; a head and loss tied
