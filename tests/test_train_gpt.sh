@@ -201,6 +201,28 @@ check_refused "65536 micro-batches over the machine's memory, refused in seconds
     "$prog" train $gpt --mesh 2 --parallel pp --embd 1024 --ctx 1024 --batch 2147483647 \
     --microbatches 65536
 check "... within 10 s (${_ref_secs}s)" test "$_ref_secs" -lt 10
+# in a container, the memory is its cgroup's limit: a child cgroup of this
+# process's with 1 GiB, where a step of about 2.6 GiB must be refused (the
+# machine's whole memory was taken before, and such a run was killed)
+cg=""
+if grep -q '^0::' /proc/self/cgroup && [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)/mg-test-$$ limit=memory.max
+elif grep -q ':memory:' /proc/self/cgroup; then
+    cg=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)/mg-test-$$
+    limit=memory.limit_in_bytes
+fi
+if [ -n "$cg" ] && mkdir "$cg" 2>/dev/null; then
+    if echo 1073741824 >"$cg/$limit" 2>/dev/null; then
+        "$TIMEOUT" -k 5 30 sh -c "echo \$\$ >'$cg/cgroup.procs' && exec '$prog' train --model gpt \
+            --data '$text' --batch 400 --steps 1" >"$tmp/cg.out" 2>&1
+        rc=$?
+        check_output "a step over its cgroup's 1 GiB limit: refused (exit $rc)" sh -c "test $rc -ne 0 &&
+            grep -q 'more than its 1.0 GiB of memory' '$tmp/cg.out'"
+    fi
+    rmdir "$cg" 2>/dev/null
+else
+    echo "skipped: no memory cgroup to make here (the case of a container's limit)"
+fi
 check_refused "generate with pp" 2 "generate: --parallel pp has pp" \
     "$prog" generate --resume "$(ckpt "$tmp/pp" $STEPS)" --parallel pp
 

@@ -55,7 +55,8 @@ int mg_cli_trace(int argc, char **argv);        /* src/cli/trace.c: analyze DIR 
 
 /* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
 double mg_cli_clock(void);
-/* This machine's memory in bytes (src/cli/main.c); 0 when it cannot be read. */
+/* This machine's memory in bytes, or its cgroup's memory limit when that is
+ * smaller (a container's; src/cli/main.c); 0 when it cannot be read. */
 double mg_cli_memory_bytes(void);
 /* MG_OK, or MG_ENOMEM with "WHAT needs at least ... GiB a rank, ... more than its
  * ... GiB of memory: FIX" when rank_bytes a rank (counted low) times this
