@@ -23,7 +23,8 @@
 #   checkpoint with --model gpt and the reverse, a text data set shorter than
 #   ctx + 1 tokens, --heads not dividing --embd, a tensor-parallel degree that
 #   cannot split the heads, a batch whose step (its estimate) cannot fit this
-#   machine's memory; with pp: a pipeline rank over the machine's memory
+#   machine's memory (or, where a memory cgroup can be made, its 1 GiB
+#   limit); with pp: a pipeline rank over the machine's memory
 #   (with 65536 micro-batches too, in seconds), --pp-layers not summing to the blocks,
 #   more stages than blocks, --grad-accum; generate with pp.
 . "$(dirname "$0")/check.sh"
