@@ -117,26 +117,22 @@ static void format_duration(char *buf, size_t len, double seconds) {
         snprintf(buf, len, "%ld:%02ld", s / 60, s % 60);
 }
 
-/* Opens the test split when the data set has one (else a warning: nothing
- * is evaluated) and checks its samples have the train split's shape. */
 /* A model whose parameters, gradients and optimizer state could not fit this
  * machine's memory even split evenly over every rank is refused before it is
  * made (one label of 16777215 in a data set asks for 16.7M classes: tens of
  * GB, and the kernel would kill the job while it fills them). */
 static int check_fits(const mg_model_config *mc, const mg_train_config *c) {
-    double have = mg_cli_memory_bytes();
-    if (!(have > 0)) return MG_OK;
     double params = mg_model_config_params(mc), copies = c->optimizer == MG_OPTIM_ADAMW ? 4 : 3;
-    double node = 4.0 * params * copies / mg_world_size() * mg_ctx()->node_ranks;
-    if (node <= have) return MG_OK;
-    return mg_error(MG_ENOMEM, "the model has %.0f parameters (hidden %lld, %lld classes from the "
-                    "labels of %s): with their gradients and optimizer state that is %.1f GiB on "
-                    "this machine even split over all %d ranks, more than its %.1f GiB of memory: "
-                    "make the model smaller (--hidden, --depth), or check the labels",
-                    params, (long long)mc->hidden, (long long)mc->classes, c->data,
-                    node / 1073741824.0, mg_world_size(), have / 1073741824.0);
+    char what[sizeof c->data + 256];
+    snprintf(what, sizeof what, "the model of %.0f parameters (hidden %lld, %lld classes from the "
+             "labels of %s), with their gradients and optimizer state split over all %d ranks,",
+             params, (long long)mc->hidden, (long long)mc->classes, c->data, mg_world_size());
+    return mg_cli_check_memory(what, 4.0 * params * copies / mg_world_size(),
+                               "make the model smaller (--hidden, --depth), or check the labels");
 }
 
+/* Opens the test split when the data set has one (else a warning: nothing
+ * is evaluated) and checks its samples have the train split's shape. */
 static int open_test_split(trainer *tr) {
     mg_train_config *c = &tr->cfg;
     int has = mg_dataset_has_split(c->data, "test", tr->mesh->world);

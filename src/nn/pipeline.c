@@ -157,8 +157,8 @@ static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_l
     const double G = 1073741824.0;
     return mg_error(MG_ENOMEM, "pipeline rank %d needs about %.1f GiB (parameters with their "
                     "gradients and optimizer state %.1f; the activations of %d micro-batch%s of up "
-                    "to %lld rows and one backward's temporaries %.1f), %.1f GiB for this machine's %d rank%s, more than its "
-                    "%.1f GiB of memory: use a smaller --batch, more --microbatches, a schedule "
+                    "to %lld rows and one backward's temporaries %.1f), %.1f GiB for this "
+                    "machine's %d rank%s, more than its %.1f GiB of memory: use a smaller --batch, more --microbatches, a schedule "
                     "that keeps fewer micro-batches (gpipe keeps all of them, 1f1b at most the "
                     "stages') or a smaller model", worst, need / G, params / G, live,
                     live == 1 ? "" : "es", (long long)most, acts / G, node / G, on_node,
