@@ -155,6 +155,13 @@ rc=$(cat "$tmp/rc")
 check "bench step --batch 2147483647: refused, more than the machine's memory (exit $rc)" \
     sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
            grep -q 'meshgrad: error: bench step: a step of batch 2147483647 needs at least [0-9.]* GiB a rank .* more than its [0-9.]* GiB of memory: use a smaller --batch' '$tmp/err'"
+# a --parallel that is no plan is a usage error, as in train (exit 1 before)
+for a in "step --parallel xx" "step --model gpt --parallel xx"; do
+    run bench $a
+    check "bench $a: exit 2 ($rc), one error naming the plan" \
+        sh -c "test $rc -eq 2 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
+               grep -q \"parallel plan 'xx': unknown entry 'xx'\" '$tmp/err'"
+done
 run bench comm --sizes 99999999999G
 check "bench comm --sizes 99999999999G: refused (exit $rc)" \
     sh -c "test $rc -eq 2 && grep -q 'a size is at most 1024G' '$tmp/err'"

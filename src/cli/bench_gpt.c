@@ -158,8 +158,12 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     if (o.mesh[0] && (nd = mg_mesh_parse(o.mesh, shape)) < 0) return 2;
     mg_mesh *mesh = mg_mesh_new(nd, shape);
     mg_plan plan;
-    if (!mesh || mg_plan_parse(o.plan, &plan) != MG_OK || mg_plan_check(&plan, mesh, o.batch) != MG_OK)
-        return 1;
+    if (!mesh) return 1;
+    /* a plan that is not one, or does not fit the mesh: a usage error */
+    if (mg_plan_parse(o.plan, &plan) != MG_OK || mg_plan_check(&plan, mesh, o.batch) != MG_OK) {
+        mg_mesh_free(mesh);
+        return 2;
+    }
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
      * check is mg_pipeline_make's) */
     if (mg_cli_gpt_fits(&o.g, mesh, &plan, o.batch, 2, 1, "--batch") != MG_OK) return 1;

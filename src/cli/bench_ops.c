@@ -378,8 +378,13 @@ int mg_cli_bench_step(int argc, char **argv) {
     mg_mesh *mesh = mg_mesh_new(nd, shape);
     mg_plan plan;
     mg_timeline timeline;
-    if (!mesh || mg_plan_parse(plan_text, &plan) != MG_OK || mg_plan_check(&plan, mesh, batch) != MG_OK ||
-        step_fits(layers, nl, batch) != MG_OK ||
+    if (!mesh) return 1;
+    /* a plan that is not one, or does not fit the mesh: a usage error */
+    if (mg_plan_parse(plan_text, &plan) != MG_OK || mg_plan_check(&plan, mesh, batch) != MG_OK) {
+        mg_mesh_free(mesh);
+        return 2;
+    }
+    if (step_fits(layers, nl, batch) != MG_OK ||
         mg_observe_flight(flight_dir) != MG_OK ||
         mg_timeline_prepare(&timeline, trace, trace_steps, 1, steps, mesh->world) != MG_OK)
         return 1;
