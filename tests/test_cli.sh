@@ -154,7 +154,7 @@ check "bench step --model gpt --batch 2147483647: refused by its estimate (exit 
 rc=$(cat "$tmp/rc")
 check "bench step --batch 2147483647: refused, more than the machine's memory (exit $rc)" \
     sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
-           grep -q 'meshgrad: error: bench step: a step of batch 2147483647 needs at least [0-9.]* GiB a rank .* more than its [0-9.]* GiB of memory: use a smaller --batch' '$tmp/err'"
+           grep -q 'meshgrad: error: bench step: a step of batch 2147483647 needs at least [0-9.]* GiB a rank, .* more than its [0-9.]* GiB of memory: use a smaller --batch' '$tmp/err'"
 # a --parallel that is no plan is a usage error, as in train (exit 1 before)
 for a in "step --parallel xx" "step --model gpt --parallel xx"; do
     run bench $a

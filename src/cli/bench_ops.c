@@ -294,9 +294,7 @@ static int wants_pipeline(int argc, char **argv) {
  * by all the ranks. (--batch 3000000 made 24 GB of inputs a rank, and the
  * kernel killed the job.) */
 static int step_fits(const int64_t *w, int nl, int64_t batch) {
-    double have = mg_cli_memory_bytes();
-    if (!(have > 0)) return MG_OK;
-    int world = mg_world_size(), on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
+    int world = mg_world_size();
     double params = 0, outputs = 0, ends = (double)w[0] + (double)w[nl - 1];
     for (int i = 0; i + 1 < nl; i++) {
         params += (double)w[i + 1] * ((double)w[i] + 1);
@@ -304,14 +302,12 @@ static int step_fits(const int64_t *w, int nl, int64_t batch) {
     }
     double state = 3 * params / world, whole = (double)batch * ends + state,
            kept = (double)batch * (ends + outputs) / world + state;
-    double rank = 4.0 * (whole > kept ? whole : kept);
-    if (rank * on_node <= have) return MG_OK;
-    return mg_error(MG_ENOMEM, "bench step: a step of batch %lld needs at least %.1f GiB a rank "
-                    "(its whole input and target, its layers' outputs, the parameters with their "
-                    "gradients and momentum), %.1f GiB for this machine's %d rank%s, more than "
-                    "its %.1f GiB of memory: use a smaller --batch or --layers",
-                    (long long)batch, rank / 1073741824.0, rank * on_node / 1073741824.0,
-                    on_node, on_node == 1 ? "" : "s", have / 1073741824.0);
+    char what[96];
+    snprintf(what, sizeof what, "bench step: a step of batch %lld", (long long)batch);
+    return mg_cli_check_memory(what, 4.0 * (whole > kept ? whole : kept),
+                               "use a smaller --batch or --layers (the step holds its whole input "
+                               "and target, its layers' outputs, the parameters with their "
+                               "gradients and momentum)");
 }
 
 int mg_cli_bench_step(int argc, char **argv) {
