@@ -117,7 +117,8 @@ static int parse(int argc, char **argv, gen_options *o) {
         case 'P': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
         case 'T':
             o->temperature = strtod(optarg, &end);
-            if (!*optarg || isspace((unsigned char)*optarg) || *end || !isfinite(o->temperature) || o->temperature < 0)
+            if (!*optarg || isspace((unsigned char)*optarg) || *end || !isfinite(o->temperature) ||
+                o->temperature < 0)
                 rc = mg_error(MG_EINVAL, "--temperature %s: give a finite number >= 0 (0 = greedy)",
                               optarg);
             break;
