@@ -202,6 +202,34 @@ static int run_config(const config *c, char *msg, size_t len) {
         }
         mg_pp_sim_free(&sim);
     }
+    /* an evaluation after the step, the forwards alone on an executor sharing
+     * the step's arenas: the same loss, bit for bit; its micro-batches take
+     * the step's arenas first (each goes back once its output is sent) */
+    mg_pp_exec *ev = ok ? mg_pp_exec_new(&p.schedule, p.rank, p.comm, p.stage_mesh) : NULL;
+    mg_pp_exec_stats est;
+    if (ok) {
+        int prev = mg_set_grad_enabled(0);
+        int erc = ev ? mg_pp_exec_share_arenas(ev, e) : mg_last_code();
+        if (erc == MG_OK) erc = mg_pp_exec_forward(ev, &fns, &est);
+        mg_set_grad_enabled(prev);
+        double eloss = est.loss;
+        if (erc == MG_OK) erc = mg_pipeline_sum(&p, &eloss, 1);
+        int most = st.arenas > p.microbatches * c->v ? st.arenas : p.microbatches * c->v;
+        if (erc != MG_OK) {
+            snprintf(msg, len, "%s %s evaluation: %s", c->plan, mg_pp_kind_name(c->kind),
+                     mg_last_error());
+            ok = 0;
+        } else if ((float)eloss != (float)loss) {
+            snprintf(msg, len, "%s %s: the evaluation's loss %.9g is not the step's %.9g", c->plan,
+                     mg_pp_kind_name(c->kind), eloss, loss);
+            ok = 0;
+        } else if (est.arenas < st.arenas || est.arenas > most) {
+            snprintf(msg, len, "%s %s rank %d: the evaluation made the step's %d arenas %d (not "
+                     "shared, or more than its %d micro-batches)", c->plan,
+                     mg_pp_kind_name(c->kind), p.rank, st.arenas, est.arenas, most);
+            ok = 0;
+        }
+    }
     ok = mg_test_agree(ok);
     bitwise = mg_test_agree(bitwise);
     double all = worst;
@@ -217,6 +245,7 @@ static int run_config(const config *c, char *msg, size_t len) {
         ok = 0;
     }
     mg_step_end();
+    mg_pp_exec_free(ev);
     mg_pp_exec_free(e);
     mg_model_free(&stage);
     mg_model_free(&ref);
@@ -280,13 +309,21 @@ static double machine_need(const mg_pipeline *p, const mg_layer_cost *costs, int
     int64_t most = 0;
     for (int i = 0; i < p->microbatches; i++) most = c.rows[i] > most ? c.rows[i] : most;
     double sum = 0;
+    int v = p->schedule.virtual_stages;
     for (int r = 0; r < p->ranks; r++) {
         double params = 0, work = 0;
         for (int s = r; s < p->split.stages; s += p->ranks) {
             params += c.param_bytes[s];
             work = c.saved_bytes[s] > work ? c.saved_bytes[s] : work;
         }
-        sum += group * (params * copies / group + (sim.peak_bytes[r] + work * most) / tp);
+        /* the live micro-batches' arenas keep a backward's temporaries too
+         * (about a forward's), a rank sending input gradients one arena more,
+         * the evaluation's `ranks` micro-batches a stage the rest */
+        double mb = work * most;
+        int live = sim.peak_live_rank[r], sends = r > 0 || v > 1, eval = p->ranks * v;
+        double acts = sim.peak_bytes[r] + live * mb + (sends ? 2 * mb : 0) +
+                      (eval > live + sends ? (eval - live - sends) * mb : 0);
+        sum += group * (params * copies / group + acts / tp);
     }
     mg_pp_sim_free(&sim);
     mg_pp_stage_costs_free(&c);

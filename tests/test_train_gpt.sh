@@ -193,12 +193,12 @@ check_refused "a batch whose step cannot fit this machine" 2 \
 # with pp, the largest pipeline rank's parameters and kept activations (a batch
 # of 10^6 windows filled the memory for 2.5 minutes until the kernel killed it)
 check_refused "a pipeline whose largest rank cannot fit this machine" 2 \
-    "pipeline rank [01] needs about [0-9.]+ GiB \(.*the activations of [0-9]+ micro-batch(es)? of up to [0-9]+ rows .*\), .* more than its [0-9.]+ GiB of memory: use a smaller --batch, more --microbatches" \
+    "pipeline rank [01] needs about [0-9.]+ GiB \(.*the activations of [0-9]+ micro-batch(es)? of up to [0-9]+ rows, with their backwards. temporaries, [0-9.]+\), .* more than its [0-9.]+ GiB of memory: use a smaller --batch, more --microbatches" \
     "$prog" train $gpt --mesh 2 --parallel pp --batch 100000000
 # ... in seconds with the most micro-batches too (the schedule's simulation
 # scanned back to the start for every input-less compute: 45 s for 65536)
 check_refused "65536 micro-batches over the machine's memory, refused in seconds" 2 \
-    "pipeline rank [01] needs about [0-9.]+ GiB \(.*of up to 32768 rows .*\), .* more than its [0-9.]+ GiB of memory" \
+    "pipeline rank [01] needs about [0-9.]+ GiB \(.*of up to 32768 rows, with their backwards. temporaries, [0-9.]+\), .* more than its [0-9.]+ GiB of memory" \
     "$prog" train $gpt --mesh 2 --parallel pp --embd 1024 --ctx 1024 --batch 2147483647 \
     --microbatches 65536
 check "... within 10 s (${_ref_secs}s)" test "$_ref_secs" -lt 10

@@ -119,6 +119,7 @@ int mg_gpt_pp_new(mg_gpt_pp **out, const mg_mesh *mesh, const mg_plan *plan,
     if (rc == MG_OK &&
         !(t->eval = mg_pp_exec_new(&t->eval_schedule, p->rank, p->comm, p->stage_mesh)))
         rc = mg_last_code();
+    if (rc == MG_OK) rc = mg_pp_exec_share_arenas(t->eval, t->train); /* one's memory, not both's */
     free(costs);
     free(held);
     if (rc != MG_OK) {

@@ -101,6 +101,30 @@ static int by_value(const void *a, const void *b) {
  * one), not as many copies of the largest. A run over the machine's memory is
  * refused before anything is made (a --batch of 10^6 windows would otherwise
  * fill the memory for minutes until the kernel kills the job). */
+/* The activation memory of pipeline rank r (before any tensor parallel split):
+ * what its micro-batches keep at the schedule's simulated peak, and what the
+ * executor's arenas keep beyond it. A micro-batch's arena is reused from a
+ * pool and keeps its high-water: its forward's and then its backward's
+ * temporaries, about as much again (the executor's measured mb_bytes), so
+ * every live micro-batch counts twice; a rank that sends input gradients
+ * holds one arena more while the last is in flight; and the evaluation's
+ * `ranks` micro-batches a stage (forwards only, each at most the largest
+ * training micro-batch: train_text.c, train.c) take the same arenas and make
+ * up the rest. The GPT of data/mobydick.conf at --batch 2048, pp 2, 1f1b:
+ * 1604 and 1732 MiB predicted; the ranks' peak RSS 1744 and 1856 MiB, of
+ * which about 139 are the program's own (its RSS at --batch 64). */
+static double activation_bytes(const mg_pipeline *p, const mg_pp_stage_costs *c,
+                               const mg_pp_sim *sim, int r, int64_t most_here) {
+    int v = p->schedule.virtual_stages;
+    double mb = 0; /* the largest micro-batch's forward on this rank */
+    for (int s = r; s < p->split.stages; s += p->ranks)
+        mb = c->saved_bytes[s] * (double)most_here > mb ? c->saved_bytes[s] * (double)most_here : mb;
+    int live = sim->peak_live_rank[r], sends = r > 0 || v > 1;
+    int arenas = live + sends, eval = p->ranks * v;
+    return sim->peak_bytes[r] + live * mb + (sends ? 2 * mb : 0) +
+           (eval > arenas ? (eval - arenas) * mb : 0);
+}
+
 static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_layer_cost *layers) {
     if (!(o->machine_bytes > 0)) return MG_OK;
     int group = p->mesh->size / p->ranks, tp = group / (p->data_degree > 0 ? p->data_degree : 1);
@@ -130,12 +154,7 @@ static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_l
         double pb = 0;
         for (int s = r; s < p->split.stages; s += p->ranks) pb += c.param_bytes[s];
         pb *= (double)o->param_copies / group;
-        /* and one micro-batch's backward: its temporaries are about what its
-         * forward kept (the executor's measured mb_bytes) */
-        double work = 0;
-        for (int s = r; s < p->split.stages; s += p->ranks)
-            work = c.saved_bytes[s] > work ? c.saved_bytes[s] : work;
-        double ab = (sim.peak_bytes[r] + work * (double)most_here) / (tp > 0 ? tp : 1);
+        double ab = activation_bytes(p, &c, &sim, r, most_here) / (tp > 0 ? tp : 1);
         needs[r] = pb + ab;
         if (pb + ab > need) need = pb + ab, params = pb, acts = ab, worst = r;
     }
@@ -157,7 +176,7 @@ static int check_memory(const mg_pipeline *p, const mg_pp_options *o, const mg_l
     const double G = 1073741824.0;
     return mg_error(MG_ENOMEM, "pipeline rank %d needs about %.1f GiB (parameters with their "
                     "gradients and optimizer state %.1f; the activations of %d micro-batch%s of up "
-                    "to %lld rows and one backward's temporaries %.1f), %.1f GiB for this "
+                    "to %lld rows, with their backwards' temporaries, %.1f), %.1f GiB for this "
                     "machine's %d rank%s, more than its %.1f GiB of memory: use a smaller --batch, more --microbatches, a schedule "
                     "that keeps fewer micro-batches (gpipe keeps all of them, 1f1b at most the "
                     "stages') or a smaller model", worst, need / G, params / G, live,

@@ -1,6 +1,7 @@
 /* pipeline_exec.c: the executor of pipeline schedules (see pipeline_exec.h).
  * State: one slot per (micro-batch, stage held) with its arena, tensors and
- * transfers; a pool of arenas; the transfers in flight. */
+ * transfers; a pool of arenas (shared with mg_pp_exec_share_arenas); the
+ * transfers in flight. */
 #include "nn/pipeline_exec.h"
 
 #include <mpi.h>
@@ -36,8 +37,16 @@ typedef struct slot {
     mg_backward_weights w;
     xfer recv_act, recv_grad, send_act, send_grad;
     int backward_done, grad_to_send, sends_open, lent;
+    int act_to_send; /* forward only: the output's send is yet to be posted */
     struct slot *borrowed; /* the next stage's slot whose input gradient B took */
 } slot;
+
+/* Arenas, given back to `free_` between uses; `all` owns them. One pool may
+ * serve several executors (refs of them). */
+typedef struct {
+    mg_arena **free_, **all;
+    int nfree, nall, cap, refs;
+} arena_pool;
 
 struct mg_pp_exec {
     const mg_pp_schedule *s;
@@ -45,8 +54,7 @@ struct mg_pp_exec {
     mg_comm *pp;
     const mg_mesh *mesh;
     slot *slots; /* [mb * v + chunk] */
-    mg_arena **pool, **all;
-    int npool, nall;
+    arena_pool *pool;
     xfer **recvs;  /* headers posted, data not yet */
     slot **recv_slot;
     int nrecvs;
@@ -81,8 +89,8 @@ mg_pp_exec *mg_pp_exec_new(const mg_pp_schedule *s, int rank, mg_comm *pp,
     e->mesh = stage_mesh;
     size_t nslots = (size_t)e->M * (size_t)e->v, n = (size_t)s->len[rank];
     e->slots = calloc(nslots, sizeof *e->slots);
-    e->pool = calloc(nslots, sizeof *e->pool);
-    e->all = calloc(nslots, sizeof *e->all);
+    e->pool = calloc(1, sizeof *e->pool);
+    if (e->pool) e->pool->refs = 1;
     e->recvs = calloc(2 * nslots, sizeof *e->recvs);
     e->recv_slot = calloc(2 * nslots, sizeof *e->recv_slot);
     e->sending = calloc(nslots, sizeof *e->sending);
@@ -94,7 +102,7 @@ mg_pp_exec *mg_pp_exec_new(const mg_pp_schedule *s, int rank, mg_comm *pp,
     e->last_mb = calloc((size_t)e->v, sizeof *e->last_mb);
     e->start = calloc(n + 1, sizeof *e->start);
     e->end = calloc(n + 1, sizeof *e->end);
-    if (!e->slots || !e->pool || !e->all || !e->recvs || !e->recv_slot || !e->sending ||
+    if (!e->slots || !e->pool || !e->recvs || !e->recv_slot || !e->sending ||
         !e->stage_bytes || !e->stage_peak_bytes || !e->stage_mb_bytes || !e->stage_live ||
         !e->stage_peak_live || !e->last_mb || !e->start || !e->end) {
         mg_pp_exec_free(e);
@@ -109,12 +117,18 @@ mg_pp_exec *mg_pp_exec_new(const mg_pp_schedule *s, int rank, mg_comm *pp,
     return e;
 }
 
+static void pool_drop(arena_pool *p) {
+    if (!p || --p->refs > 0) return;
+    for (int i = 0; i < p->nall; i++) mg_arena_free(p->all[i]);
+    free(p->free_);
+    free(p->all);
+    free(p);
+}
+
 void mg_pp_exec_free(mg_pp_exec *e) {
     if (!e) return;
-    for (int i = 0; i < e->nall; i++) mg_arena_free(e->all[i]);
+    pool_drop(e->pool);
     free(e->slots);
-    free(e->pool);
-    free(e->all);
     free(e->recvs);
     free(e->recv_slot);
     free(e->sending);
@@ -131,18 +145,37 @@ void mg_pp_exec_free(mg_pp_exec *e) {
 
 /* ---- memory ------------------------------------------------------------------------ */
 
+int mg_pp_exec_share_arenas(mg_pp_exec *e, mg_pp_exec *with) {
+    if (e->pool->nall > 0)
+        return mg_error(MG_ESTATE, "pipeline executor: arenas shared after a run");
+    pool_drop(e->pool);
+    e->pool = with->pool;
+    e->pool->refs++;
+    return MG_OK;
+}
+
 static int acquire(mg_pp_exec *e, slot *sl) {
     if (sl->arena) return MG_OK;
-    if (e->npool > 0) {
-        sl->arena = e->pool[--e->npool];
-    } else {
-        int dev = mg_arena_device(mg_step_arena());
-        mg_context *c = mg_ctx();
-        sl->arena = dev == MG_DEVICE_CPU ? mg_arena_new(1 << 20)
-                                         : mg_arena_new_device(1 << 20, &c->memory[dev]);
-        if (!sl->arena) return mg_last_code();
-        e->all[e->nall++] = sl->arena;
+    arena_pool *p = e->pool;
+    if (p->nfree > 0) {
+        sl->arena = p->free_[--p->nfree];
+        return MG_OK;
     }
+    if (p->nall == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 8;
+        mg_arena **all = realloc(p->all, (size_t)cap * sizeof *all);
+        if (all) p->all = all;
+        mg_arena **free_ = all ? realloc(p->free_, (size_t)cap * sizeof *free_) : NULL;
+        if (free_) p->free_ = free_;
+        if (!all || !free_) return mg_error(MG_ENOMEM, "pipeline executor: out of memory");
+        p->cap = cap;
+    }
+    int dev = mg_arena_device(mg_step_arena());
+    mg_context *c = mg_ctx();
+    sl->arena = dev == MG_DEVICE_CPU ? mg_arena_new(1 << 20)
+                                     : mg_arena_new_device(1 << 20, &c->memory[dev]);
+    if (!sl->arena) return mg_last_code();
+    p->all[p->nall++] = sl->arena;
     return MG_OK;
 }
 
@@ -175,10 +208,12 @@ static void measure(mg_pp_exec *e) {
 
 /* Gives the slot's arena back when nothing needs its memory any more. */
 static void try_release(mg_pp_exec *e, slot *sl) {
-    if (!sl->arena || !sl->backward_done || sl->grad_to_send || sl->sends_open || sl->lent) return;
+    if (!sl->arena || !sl->backward_done || sl->grad_to_send || sl->act_to_send ||
+        sl->sends_open || sl->lent)
+        return;
     if (sl->x) mg_reducer_forget(sl->x);
     mg_arena_reset(sl->arena);
-    e->pool[e->npool++] = sl->arena;
+    e->pool->free_[e->pool->nfree++] = sl->arena;
     sl->arena = NULL;
 }
 
@@ -362,11 +397,30 @@ static mg_dtensor *leaf_view(const mg_dtensor *t) {
     return x;
 }
 
+/* Forward only (evaluation): nothing reads a slot's memory once its output
+ * is sent (or taken by the next stage here, or, on the last stage, its loss
+ * read), nor the previous stage's here once this forward has run. Both go
+ * back to the pool then, so an evaluation holds a micro-batch or two per
+ * stage, not all of them until its end. */
+static void forward_done(mg_pp_exec *e, slot *sl, slot *prev) {
+    int s = sl->stage;
+    count_live(e, sl, -1);
+    sl->backward_done = 1;
+    if (s + 1 < e->S && rank_of(e, s + 1) == e->rank) sl->lent++;
+    else if (s + 1 < e->S) sl->act_to_send = 1;
+    if (prev) {
+        prev->lent--;
+        try_release(e, prev);
+    }
+    try_release(e, sl);
+}
+
 static int forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, slot *sl) {
     int s = sl->stage, rc = MG_OK;
     mg_dtensor *x = NULL;
+    slot *prev = NULL; /* the previous stage's slot, when this rank holds it */
     if (s > 0 && rank_of(e, s - 1) == e->rank) {
-        slot *prev = slot_of(e, sl->mb, s - 1);
+        prev = slot_of(e, sl->mb, s - 1);
         if (!prev->y || !(x = leaf_view(prev->y))) return mg_last_code() ? mg_last_code() : MG_ESTATE;
     } else if (s > 0) {
         if ((rc = finish_recv(e, sl, &sl->recv_act, KIND_ACT)) != MG_OK) return rc;
@@ -384,6 +438,7 @@ static int forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, slot *sl) {
     if (b > *fwd) *fwd = b;
     double loss = 0;
     if (s == e->S - 1 && (rc = mg_dtensor_item(sl->y, &loss)) == MG_OK) e->st.loss += loss;
+    if (rc == MG_OK && e->forward_only) forward_done(e, sl, prev);
     return rc;
 }
 
@@ -447,7 +502,9 @@ static int run_action(mg_pp_exec *e, const mg_pp_stage_fns *fns, const mg_pp_act
     switch (a->op) {
     case MG_PP_RECV_ACT: return post_recv(e, sl, &sl->recv_act, a->peer);
     case MG_PP_RECV_GRAD: return post_recv(e, sl, &sl->recv_grad, a->peer);
-    case MG_PP_SEND_ACT: return post_send(e, sl, &sl->send_act, KIND_ACT, sl->y, a->peer);
+    case MG_PP_SEND_ACT:
+        sl->act_to_send = 0;
+        return post_send(e, sl, &sl->send_act, KIND_ACT, sl->y, a->peer);
     case MG_PP_SEND_GRAD:
         rc = post_send(e, sl, &sl->send_grad, KIND_GRAD, sl->dx, a->peer);
         sl->grad_to_send = 0;
@@ -535,7 +592,7 @@ static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out)
             rc = mg_error(MG_ESTATE, "pipeline: micro-batch %d of stage %d had no backward",
                           sl->mb, sl->stage);
         sl->backward_done = 1;
-        sl->grad_to_send = sl->sends_open = sl->lent = 0;
+        sl->grad_to_send = sl->act_to_send = sl->sends_open = sl->lent = 0;
         try_release(e, sl);
     }
     e->st.step_s = MPI_Wtime() - e->t0;
@@ -545,6 +602,7 @@ static int run(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *out)
     e->st.start = e->start;
     e->st.end = e->end;
     e->st.nactions = n;
+    e->st.arenas = e->pool->nall;
     if (out) *out = e->st;
     return rc;
 }

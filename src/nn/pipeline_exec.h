@@ -39,7 +39,7 @@
  * between forward and backward at once.
  *
  * Exports: mg_pp_stage_fns, mg_pp_exec_stats, mg_pp_exec, mg_pp_exec_new,
- * mg_pp_exec_step, mg_pp_exec_forward, mg_pp_exec_free. */
+ * mg_pp_exec_step, mg_pp_exec_forward, mg_pp_exec_share_arenas, mg_pp_exec_free. */
 #ifndef MG_NN_PIPELINE_EXEC_H
 #define MG_NN_PIPELINE_EXEC_H
 
@@ -76,6 +76,7 @@ typedef struct {
     const double *start, *end; /* per action of the list: seconds from the step's start
                                 * (a compute's start: when its inputs were in) */
     int nactions;
+    int arenas; /* in the pool after the run (a shared pool's, all its executors') */
 } mg_pp_exec_stats;
 
 typedef struct mg_pp_exec mg_pp_exec;
@@ -94,6 +95,10 @@ int mg_pp_exec_step(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats 
  * transfers of the list; every backward, gradient transfer and reduce-grad
  * is skipped. */
 int mg_pp_exec_forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_stats *st);
+/* Makes e take its arenas from with's pool (and give them back there), so
+ * that two executors run one after the other (a step's, an evaluation's)
+ * hold the memory of the larger, not of both. Before e's first run. */
+int mg_pp_exec_share_arenas(mg_pp_exec *e, mg_pp_exec *with);
 void mg_pp_exec_free(mg_pp_exec *e);
 
 #endif
