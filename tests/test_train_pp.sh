@@ -7,7 +7,8 @@
 #   2x2 (gpipe), pp,tp 2x2, pp,fsdp 2x2 and pp,dp,tp 2x2x2 (8 ranks,
 #   oversubscribed): bitwise equal initial parameters (param_checksum) and
 #   every step's loss within 1e-4 (relative) of the 1-rank run; the
-#   permute-mlp on pp=2 likewise.
+#   permute-mlp on pp=2 likewise; the final evaluation (the test split in
+#   chunks of the micro-batches) gives the 1-rank run's accuracy and loss.
 # - checkpoints stay global arrays: the step-20 checkpoint of a 40-step pp=2
 #   run resumed on pp=2 gives the same losses and a bitwise equal final
 #   checkpoint; resumed on 1 rank (no pp), and a 1-rank run's resumed on
@@ -79,6 +80,21 @@ invariant "pp,tp-2x2" 4 mlp-1 $mlp --mesh 2x2 --parallel pp,tp --microbatches 4
 invariant "pp,fsdp-2x2" 4 mlp-1 $mlp --mesh 2x2 --parallel pp,fsdp --microbatches 4
 invariant "pp,dp,tp-2x2x2" 8 mlp-1 $mlp --mesh 2x2x2 --parallel pp,dp,tp --microbatches 4
 invariant "pmlp-pp-2" 2 pmlp-1 $pmlp --parallel pp --microbatches 4
+
+# the evaluation at the end: the test split in chunks of the pipeline's
+# micro-batches, each chunk's correct predictions added; its accuracy within
+# 0.005 of the 1-rank run's (one of the 300 predictions may flip with
+# parameters within 1e-4), its loss within 1e-3
+evaluation() { sed -n 's/.*"eval_loss":\([^,]*\),"eval_accuracy":\([^}]*\).*/\1 \2/p' "$tmp/$1.jsonl" | tail -n 1; }
+eval_close() {
+    set -- "$(evaluation "$1")" "$(evaluation "$2")"
+    echo "loss accuracy $1 against $2"
+    [ -n "$1" ] && echo "$1 $2" | awk '{ d = $1 - $3; if (d < 0) d = -d; a = $2 - $4; if (a < 0) a = -a; exit !(d <= 1e-3 * $3 && a <= 0.005) }'
+}
+for tag in pp-2-1f1b pp-2-rows-5,7,3,7,10 pp-4-zb-h1 pp,dp-2x2-gpipe pp,dp,tp-2x2x2; do
+    check_output "$tag: the final evaluation's accuracy and loss are the 1-rank run's" \
+        eval_close "$tag" mlp-1
+done
 
 # ---- checkpoints --------------------------------------------------------------------
 # same TAG REF: TAG's losses (steps 21 to 40) are REF's, to the last digit (%.9g)

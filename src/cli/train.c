@@ -264,11 +264,6 @@ static int setup(trainer *tr) {
     int64_t xs[3] = {c->batch, sample[0], sample[1]}, ys[1] = {c->batch};
     rc = mg_spec_make(&tr->x_spec, tr->mesh, bp, ndim, 3, xs, "train inputs");
     if (rc == MG_OK) rc = mg_spec_make(&tr->y_spec, tr->mesh, bp, ndim, 1, ys, "train labels");
-    xs[0] = ys[0] = ntest;
-    if (tr->test && rc == MG_OK)
-        rc = mg_spec_make(&tr->test_x_spec, tr->mesh, bp, ndim, 3, xs, "test inputs");
-    if (tr->test && rc == MG_OK)
-        rc = mg_spec_make(&tr->test_y_spec, tr->mesh, bp, ndim, 1, ys, "test labels");
     if (rc != MG_OK) return rc;
     return setup_training(tr);
 }
@@ -335,22 +330,48 @@ static int evaluate_text(trainer *tr, int64_t step) {
     return MG_OK;
 }
 
-/* Collective. Loss and accuracy on the whole test split, without autograd;
- * nothing without a test split. */
+/* The loss and correct predictions of the n test rows from row `first`:
+ * specs of n rows, placed as the training batch's. */
+static int eval_chunk(trainer *tr, int64_t first, int64_t n, double *loss, int64_t *correct) {
+    const int64_t *sample = mg_dataset_sample_shape(tr->test);
+    int64_t xs[3] = {n, sample[0], sample[1]};
+    mg_spec x_spec, y_spec;
+    int rc = mg_spec_make(&x_spec, tr->mesh, tr->x_spec.p, tr->mesh->ndim, 3, xs,
+                          "test inputs");
+    if (rc == MG_OK)
+        rc = mg_spec_make(&y_spec, tr->mesh, tr->y_spec.p, tr->mesh->ndim, 1, &n,
+                          "test labels");
+    mg_dtensor *x = NULL, *y = NULL;
+    if (rc == MG_OK)
+        rc = mg_loader_rows(&tr->test_loader, first, n, &x_spec, &y_spec, &x, &y, mg_step_arena());
+    return rc == MG_OK ? eval_batch(tr, x, y, loss, correct) : rc;
+}
+
+/* Collective. Loss and accuracy on the whole test split, without autograd,
+ * in chunks of as many rows as a training forward takes at once (the batch;
+ * with pp, mg_train_pp_eval_rows), so evaluating needs no more memory than a
+ * step, whatever the split's length; nothing without a test split. */
 static int evaluate(trainer *tr, int64_t step) {
     if (tr->cfg.model == MG_MODEL_GPT) return evaluate_text(tr, step);
     if (!tr->test) return MG_OK;
+    int64_t n = mg_dataset_rows(tr->test);
+    int64_t chunk = tr->pp ? mg_train_pp_eval_rows(tr->pp) : tr->cfg.batch;
+    int pp = mg_plan_pp_dim(&tr->plan), degree = mg_plan_data_degree(&tr->plan, tr->mesh);
+    if (pp >= 0) degree *= tr->mesh->shape[pp]; /* a row per data-parallel rank, of each micro-batch */
+    int64_t chunks = (n + chunk - 1) / chunk;
+    if (n / chunks < degree) chunks = n / degree; /* every chunk >= degree */
     int prev = mg_set_grad_enabled(0);
-    int rc = mg_loader_seek(&tr->test_loader, 0, 0);
-    mg_dtensor *x = NULL, *y = NULL;
-    if (rc == MG_OK)
-        rc = mg_loader_next(&tr->test_loader, &tr->test_x_spec, &tr->test_y_spec, &x, &y,
-                            mg_step_arena());
     double test_loss = 0;
-    int64_t correct = 0, n = 0;
-    if (rc == MG_OK) rc = eval_batch(tr, x, y, &test_loss, &correct);
-    if (rc == MG_OK) n = mg_dtensor_shape(y)[0];
-    mg_step_end();
+    int64_t correct = 0;
+    int rc = MG_OK;
+    for (int64_t k = 0, first = 0; rc == MG_OK && k < chunks; k++) {
+        int64_t rows = n / chunks + (k < n % chunks); /* sizes differ by one at most */
+        double loss = 0;
+        rc = eval_chunk(tr, first, rows, &loss, &correct);
+        test_loss += loss * (double)rows / (double)n;
+        first += rows;
+        mg_step_end();
+    }
     mg_set_grad_enabled(prev);
     if (rc != MG_OK) return rc;
     double acc = n ? (double)correct / (double)n : 0;

@@ -44,7 +44,7 @@ typedef struct {
     size_t host_cap;
     mg_optimizer opt;
     mg_lr_schedule sched;
-    mg_spec x_spec, y_spec, test_x_spec, test_y_spec;
+    mg_spec x_spec, y_spec;
     FILE *metrics;
     int metrics_errno;           /* rank 0: the first failed write of the metrics file */
     int rank;

@@ -103,7 +103,8 @@ int mg_train_pp_new(mg_train_pp **out, const mg_train_config *c, const mg_mesh *
         t->train = mg_pp_exec_new(&p->schedule, p->rank, p->comm, p->stage_mesh);
         if (!t->train) rc = mg_last_code();
     }
-    /* evaluation: the test split in `ranks` micro-batches, the same schedule */
+    /* evaluation: chunks of the test split in `ranks` micro-batches, the same
+     * schedule (the split checked to make them) */
     int m = p->ranks;
     if (rc == MG_OK && !(t->eval_rows = calloc((size_t)m, sizeof *t->eval_rows)))
         rc = mg_error(MG_ENOMEM, "train: out of memory");
@@ -114,6 +115,7 @@ int mg_train_pp_new(mg_train_pp **out, const mg_train_config *c, const mg_mesh *
     if (rc == MG_OK &&
         !(t->eval = mg_pp_exec_new(&t->eval_schedule, p->rank, p->comm, p->stage_mesh)))
         rc = mg_last_code();
+    if (rc == MG_OK) rc = mg_pp_exec_share_arenas(t->eval, t->train); /* one's memory, not both's */
     if (rc != MG_OK) {
         mg_train_pp_free(t);
         return rc;
@@ -214,18 +216,26 @@ int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip
     return mg_pipeline_update(&t->p, &t->model->params, NULL, opt, lr, clip, norm);
 }
 
+int64_t mg_train_pp_eval_rows(const mg_train_pp *t) {
+    int64_t most = 0;
+    for (int i = 0; i < t->p.microbatches; i++) most = t->p.rows[i] > most ? t->p.rows[i] : most;
+    return most * t->eval_schedule.microbatches;
+}
+
 int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,
                          int64_t *correct) {
     mg_pp_stage_fns fns = {t, stage_forward, stage_reduce};
     mg_pp_exec_stats st;
+    int m = t->eval_schedule.microbatches;
+    int rc = mg_pp_microbatch_rows(mg_dtensor_shape(y)[0], m, t->eval_rows);
     t->evaluating = 1;
-    int rc = take_batch(t, x, y, t->eval_rows, t->eval_schedule.microbatches);
+    if (rc == MG_OK) rc = take_batch(t, x, y, t->eval_rows, m);
     if (rc == MG_OK) rc = mg_pp_exec_forward(t->eval, &fns, &st);
     t->evaluating = 0;
     double sums[2] = {rc == MG_OK ? st.loss : 0, (double)t->correct};
     if (rc == MG_OK) rc = mg_pipeline_sum(&t->p, sums, 2);
     *loss = sums[0];
-    *correct = (int64_t)llround(sums[1]);
+    *correct += (int64_t)llround(sums[1]);
     return rc;
 }
 

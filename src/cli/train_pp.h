@@ -9,10 +9,12 @@
  *     (rows / batch), run by the executor (nn/pipeline_exec.h); the loss and
  *     the gradient norm summed over the stages; clipping and the optimizer
  *     step on each stage's parameters;
- *   - evaluation: the test split in `ranks` micro-batches, forwards only;
+ *   - evaluation: the test split in chunks, each in `ranks` micro-batches,
+ *     forwards only, on the step's arenas;
  *   - the parameter checksum of the whole model, stage after stage.
  * Exports: mg_train_pp, mg_train_pp_options, mg_train_pp_memory, mg_train_pp_new, mg_train_pp_step,
- * mg_train_pp_update, mg_train_pp_evaluate, mg_train_pp_checksum, mg_train_pp_free. */
+ * mg_train_pp_update, mg_train_pp_eval_rows, mg_train_pp_evaluate, mg_train_pp_checksum,
+ * mg_train_pp_free. */
 #ifndef MG_CLI_TRAIN_PP_H
 #define MG_CLI_TRAIN_PP_H
 
@@ -48,7 +50,11 @@ int mg_train_pp_step(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, d
  * (*norm, before clipping; 0 when clip is 0), then the optimizer step on this
  * rank's parameters. The caller zeroes the gradients and ends the step. */
 int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip, double *norm);
-/* Loss and correct predictions on the test split x, y (replicated). */
+/* The rows an evaluation forward takes at once: its micro-batches (one per
+ * pipeline rank), each as large as the training's largest. */
+int64_t mg_train_pp_eval_rows(const mg_train_pp *t);
+/* The loss on x, y (replicated; a chunk of the test split, cut into the
+ * evaluation's micro-batches), its correct predictions added to *correct. */
 int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,
                          int64_t *correct);
 /* FNV-1a 64 of every parameter of the whole model, in order (mg_params_checksum's). */

@@ -193,13 +193,23 @@ static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
     return MG_OK;
 }
 
+/* The windows of one evaluation forward: as many as a training forward takes
+ * at once (the batch, or its part of --grad-accum; with pp, the evaluation's
+ * `ranks` micro-batches of the training's largest), so evaluating needs no
+ * more memory than a step, which was checked, whatever the split's length.
+ * (Chunks of at least a batch held a batch's activations on every pipeline
+ * rank: 2.4 times a 1f1b step's at --microbatches 8.) */
+static int64_t eval_chunk(const trainer *tr) {
+    if (!tr->gpt_pp) return tr->cfg.batch / tr->cfg.grad_accum;
+    const mg_pipeline *p = mg_gpt_pp_pipeline(tr->gpt_pp);
+    int64_t most = 0;
+    for (int i = 0; i < p->microbatches; i++) most = p->rows[i] > most ? p->rows[i] : most;
+    return most * p->ranks;
+}
+
 int mg_train_text_evaluate(trainer *tr, double *val_loss) {
     const mg_train_config *c = &tr->cfg;
-    /* chunks of about 4M logits (16 MB), at least a batch: few forwards, so few
-     * collectives, and memory bounded whatever the split's length */
-    int64_t widest = mg_tokens_vocab(tr->val) > 4 * c->embd ? mg_tokens_vocab(tr->val) : 4 * c->embd;
-    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = (4 << 20) / (c->ctx * widest);
-    if (chunk < c->batch) chunk = c->batch;
+    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = eval_chunk(tr);
     int degree = least_rows(tr);
     int64_t chunks = (windows + chunk - 1) / chunk;
     if (windows / chunks < degree) chunks = windows / degree; /* every chunk >= degree */

@@ -62,5 +62,10 @@ void mg_loader_free(mg_loader *);
  * Collective. */
 int mg_loader_next(mg_loader *, const mg_spec *x_spec, const mg_spec *y_spec, mg_dtensor **x,
                    mg_dtensor **y, mg_arena *arena);
+/* Rows first .. first + n - 1 of the current epoch's order, as
+ * mg_loader_next gives a batch (specs of global shape (n, ...) and (n)); the
+ * cursor does not move. An evaluation walks a split in such chunks. */
+int mg_loader_rows(mg_loader *, int64_t first, int64_t n, const mg_spec *x_spec,
+                   const mg_spec *y_spec, mg_dtensor **x, mg_dtensor **y, mg_arena *arena);
 
 #endif
