@@ -251,6 +251,18 @@ START_TEST(ranks_must_agree) {
     mg_tensor *t = mg_tensor_new(2, a);
     mg_dtensor *x = mg_distribute(mesh, t, p, 2);
     mg_assert_all(x != NULL, "agreeing ranks refused: %s", mg_last_error());
+    if (world > 1) { /* mg_redistribute to placements that differ on every other rank:
+                      * rank 0 ran on with wrong blocks before */
+        mg_assert_all(mg_redistribute(x, me % 2 ? q : (mg_placement[]){MG_REPLICATE, MG_REPLICATE},
+                                      2) == NULL,
+                      "mg_redistribute to different placements accepted");
+        mg_assert_all(strstr(mg_last_error(), "mg_redistribute: the ranks passed different") &&
+                          strstr(mg_last_error(), "(rank 1: (4, 6) [R, S(1)])"),
+                      "message: %s", mg_last_error());
+    }
+    mg_dtensor *y = mg_redistribute(x, q, 2);
+    mg_assert_all(y != NULL, "agreeing ranks refused by mg_redistribute: %s", mg_last_error());
+    mg_step_end();
     mg_dtensor_free(x);
     mg_tensor_free(t);
     mg_mesh_free(mesh);

@@ -219,10 +219,7 @@ static int name_differing_ranks(const long long *w, const char *who) {
                     who, mine, n > 1 ? "s" : "", ranks, first, other);
 }
 
-/* Collective over the world. rc: this rank's own verdict on its arguments (its
- * message already set when not MG_OK). MG_OK when every rank passed the same
- * spec s; else an error naming the ranks. */
-static int agree_on_spec(int rc, const mg_spec *s, const char *who) {
+int mg_dtensor_agree(int rc, const mg_spec *s, const char *who) {
     int initialized = 0, finalized = 0, rank = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
@@ -254,7 +251,7 @@ mg_dtensor *mg_distribute(const mg_mesh *mesh, const mg_tensor *full, const mg_p
     mg_spec spec;
     int rc = full ? mg_spec_make(&spec, mesh, p, n, full->ndim, full->shape, who)
                   : mg_error(MG_EINVAL, "%s: the full tensor is NULL", who);
-    if (agree_on_spec(rc, &spec, who) != MG_OK) return NULL;
+    if (mg_dtensor_agree(rc, &spec, who) != MG_OK) return NULL;
     int64_t shape[MG_MAX_DIMS], off[MG_MAX_DIMS], zero[MG_MAX_DIMS] = {0};
     mg_spec_local(&spec, NULL, shape, off);
     mg_tensor *local = mg_tensor_alloc(NULL, spec.ndim, shape); /* on the current device */
@@ -284,7 +281,7 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
     const char *who = "mg_from_local";
     mg_spec spec;
     int rc = mg_spec_make(&spec, mesh, p, n, ndim, global_shape, who);
-    if (agree_on_spec(rc, &spec, who) != MG_OK) return NULL;
+    if (mg_dtensor_agree(rc, &spec, who) != MG_OK) return NULL;
     /* The local tensor is this rank's own: agree, so no rank goes on alone. */
     int64_t want[MG_MAX_DIMS];
     mg_spec_local(&spec, NULL, want, NULL);

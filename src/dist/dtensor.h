@@ -44,6 +44,10 @@ int mg_dtensor_fill_normal(mg_dtensor *t, uint64_t seed, uint64_t stream, float 
 /* The value of a 0-d tensor (a loss): read in place when it is replicated (no
  * allocation), else collective over its mesh (mg_full_tensor). */
 int mg_dtensor_item(const mg_dtensor *t, double *out);
+/* Collective over the world. rc: this rank's own verdict on its arguments (its
+ * message already set when not MG_OK). MG_OK when every rank passed the same
+ * spec s (one all-reduce of a hash); else an error naming the ranks. */
+int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
 

@@ -131,12 +131,16 @@ mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target) {
     return redistribute_recorded(x, target, true);
 }
 
+/* Every rank must ask for the same placements: one small all-reduce checks it
+ * (ranks asking for different ones ran on with wrong blocks, or waited in the
+ * watchdog for minutes) on a mesh of the whole world, as the user's are. */
 mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
     if (!x) return mg_error_null(MG_EINVAL, "mg_redistribute: input is NULL");
     mg_spec target;
-    if (mg_spec_make(&target, x->spec.mesh, p, n, x->spec.ndim, x->spec.shape, "mg_redistribute") !=
-        MG_OK)
-        return NULL;
+    int rc = mg_spec_make(&target, x->spec.mesh, p, n, x->spec.ndim, x->spec.shape,
+                          "mg_redistribute");
+    if (x->spec.mesh->size == mg_world_size()) rc = mg_dtensor_agree(rc, &target, "mg_redistribute");
+    if (rc != MG_OK) return NULL;
     return redistribute_recorded(x, &target, false);
 }
 
