@@ -450,18 +450,15 @@ static void release(mg_dtensor *t, int i) {
 }
 
 /* Only a live heap tensor is freed: one not on the list (freed already, or an
- * op's result, which lives in the step arena) is not read at all. A
- * parameter's gradient goes with its parameter, and a tensor an optimizer or
- * a checkpoint still holds stays: either would leave them a dangling pointer. */
+ * op's result, which lives in the step arena) is not read at all, and nothing
+ * is said (failure paths free what they made, arena or heap, and their error
+ * must stay the one reported). A parameter's gradient goes with its
+ * parameter, and a tensor an optimizer or a checkpoint still holds stays:
+ * either would leave them a dangling pointer. */
 void mg_dtensor_free(mg_dtensor *t) {
     if (!t) return;
     int i = live_index(t);
-    if (i < 0) {
-        mg_error(MG_ESTATE, "mg_dtensor_free: nothing freed: this is not a live tensor made by "
-                            "mg_distribute or mg_from_local (was it freed already? an op's "
-                            "result is freed by mg_step_end)");
-        return;
-    }
+    if (i < 0) return;
     if (t->flags & MG_DTENSOR_GRAD) {
         mg_error(MG_ESTATE, "mg_dtensor_free: nothing freed: this is a parameter's gradient "
                             "(mg_grad), freed with the parameter; free the parameter instead");
