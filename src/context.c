@@ -30,7 +30,12 @@ void mg_context_reset(void) {
     free(context.copies);
     free(context.graph);
     free(context.uses);
+    struct mg_dtensor **live = context.live; /* outlives the reset (context.h) */
+    int n_live = context.n_live, cap_live = context.cap_live;
     memset(&context, 0, sizeof context);
+    context.live = live;
+    context.n_live = n_live;
+    context.cap_live = cap_live;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

@@ -101,6 +101,12 @@ struct mg_context {
     struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
     int n_comm_info;                      /* table, never moved: signal handlers read it) */
     mg_staging staging[MG_DEVICE_KINDS][2]; /* redistribute.c: per device, two buffers */
+    /* dtensor.c: every tensor on the heap not yet freed (mg_distribute, mg_from_local,
+     * gradients, optimizer state), so that mg_dtensor_free knows a tensor freed
+     * twice and mg_mesh_free a mesh still in use; kept by mg_context_reset (a
+     * program may free its tensors after mg_finalize) */
+    struct mg_dtensor **live;
+    int n_live, cap_live;
 
     /* ---- autograd/ (backward.c; memory kept between steps) ---- */
     int64_t walks;          /* backward passes so far: marks the nodes each one reached */
@@ -111,6 +117,7 @@ struct mg_context {
 
     /* ---- ops/ ---- */
     int64_t tape_seq;          /* tape.c: the next node's sequence number */
+    int64_t steps;             /* backward.c: mg_step_end calls so far (dtensor.h's graph_step) */
     int grad_disabled;         /* tape.c: no-grad mode (mg_set_grad_enabled(0)) */
     mg_param_copy_entry *copies; /* ops.c: this step's parameter copies */
     int n_copies, cap_copies;

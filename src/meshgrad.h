@@ -111,7 +111,9 @@ const mg_placement *mg_dtensor_placements(const mg_dtensor *);
 /* "(2, 40, 10) on mesh 1x2 [R, S(0)]; rank 1 (0,1) holds [0:1, 0:40, 0:10]" */
 int mg_dtensor_describe(const mg_dtensor *, char *buf, size_t len);
 /* Frees a tensor made by mg_distribute/mg_from_local (and its gradient). Tensors
- * made by ops live until mg_step_end() and are ignored here. */
+ * made by ops live until mg_step_end() and are ignored here, as is a tensor
+ * freed already. Refused with a message (nothing freed) while this step's graph,
+ * an optimizer or a checkpoint still needs it, or for a gradient on its own. */
 void mg_dtensor_free(mg_dtensor *);
 
 /* ---- autograd ------------------------------------------------------------- */

@@ -4,7 +4,9 @@
  * mg_dtensor_fill_uniform draws the same global tensor on every mesh; describe
  * names every rank's block; and every refusal (placement count, shard dim out of
  * range, wrong local shape on all or one rank, mixed meshes, wrong block to
- * mg_dtensor_make) with its message, followed by a call that works. */
+ * mg_dtensor_make) with its message, followed by a call that works; and
+ * handles misused (freed twice, a mesh freed under its tensors, a tensor freed
+ * while a graph needs it) refused without harm. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,13 +385,64 @@ START_TEST(describe_names_the_blocks) {
 }
 END_TEST
 
+/* Misused handles change nothing and say so: a tensor freed twice, a mesh freed
+ * under its tensors, a tensor freed while this step's graph needs it, a
+ * parameter's gradient freed on its own. Each used to end in a double free or
+ * a read of freed memory. */
+START_TEST(lifetimes_are_checked) {
+    mg_mesh *mesh = mesh_1xw();
+    int64_t shape[2] = {4, 6};
+    mg_tensor *full = mg_tensor_new(2, shape);
+    for (int i = 0; i < 24; i++) full->data[i] = 0.5f * (float)i - 3.0f;
+    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
+    mg_dtensor *gone = mg_distribute(mesh, full, p, 2);
+    mg_assert_all(gone != NULL, "%s", mg_last_error());
+    mg_assert_all(mg_dtensor_live_on(mesh) == 1, "live on the mesh: %d, not 1",
+                  mg_dtensor_live_on(mesh));
+    mg_dtensor_free(gone);
+    mg_dtensor_free(gone); /* twice: nothing touched (it was a double free) */
+    mg_assert_all(mg_dtensor_live_on(mesh) == 0, "live on the mesh after two frees: %d",
+                  mg_dtensor_live_on(mesh));
+
+    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
+    mg_assert_all(x && mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
+    mg_mesh_free(mesh); /* x still lives on it: refused */
+    mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "still alive") != NULL,
+                  "mesh freed under a tensor: %s", mg_last_error());
+
+    /* the graph of this step needs x until mg_step_end */
+    mg_dtensor *loss = mg_sum(mg_mul(x, x));
+    mg_assert_all(loss != NULL, "%s", mg_last_error());
+    mg_dtensor_free(x);
+    mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "mg_step_end") != NULL,
+                  "free under a graph: %s", mg_last_error());
+    mg_assert_all(mg_backward(loss) == MG_OK, "backward: %s", mg_last_error());
+    mg_tensor *g = mg_full_tensor(mg_grad(x));
+    int bad = !g;
+    for (int i = 0; !bad && i < 24; i++) bad = g->data[i] != 2.0f * full->data[i];
+    mg_assert_all(!bad, "d sum(x*x)/dx is not 2x after the refused frees");
+    mg_tensor_free(g);
+    mg_dtensor_free(mg_grad(x)); /* the gradient goes with its parameter only */
+    mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "gradient") != NULL,
+                  "gradient freed alone: %s", mg_last_error());
+    mg_step_end();
+    mg_assert_all(mg_dtensor_live_on(mesh) == 2, "live on the mesh: %d (x and its gradient)",
+                  mg_dtensor_live_on(mesh));
+    mg_dtensor_free(x);
+    mg_assert_all(mg_dtensor_live_on(mesh) == 0, "x not freed after mg_step_end");
+    mg_tensor_free(full);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     world = mg_world_size();
     me = mg_rank();
     const TTest *tests[] = {distribute_gives_naive_blocks, negative_shard_dims_are_normalized,
                             from_local_round_trip, distribute_refusals, from_local_wrong_shape,
                             ranks_must_agree, mixed_meshes_refused, make_checks_the_block,
-                            fill_uniform_same_on_every_mesh, describe_names_the_blocks, NULL};
+                            fill_uniform_same_on_every_mesh, describe_names_the_blocks,
+                            lifetimes_are_checked, NULL};
     return mg_test_suite("dtensor", tests);
 }
 

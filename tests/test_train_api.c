@@ -15,11 +15,13 @@
  *   the text itself, on every placement;
  * - refusals, each with its message: NULL lists, bad names, a tensor twice,
  *   one that does not require grad or is an op's result or Partial, settings
- *   out of range, ranks that disagree, bad batches. */
+ *   out of range, ranks that disagree, bad batches, a parameter freed while an
+ *   optimizer or a checkpoint holds it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/dtensor.h"
 #include "dist/mesh.h"
 #include "io/tokens.h"
 #include "meshgrad.h"
@@ -323,8 +325,20 @@ START_TEST(optimizer_refusals) {
         const char *other[NP] = {"w", "b", "w2", mg_rank() == 1 ? "large" : "big"};
         REFUSED(!mg_optim_new_sgd(NP, m.p, other, 0, 0), "the ranks disagree");
     }
+    /* a parameter an optimizer or a checkpoint holds is not freed under it
+     * (its next step read freed memory) */
+    mg_dtensor_free(m.p[0]);
+    REFUSED(mg_last_code() == MG_ESTATE, "optimizer(s) or checkpoint(s) still hold");
+    mg_assert_all(mg_optim_zero_grad(o) == MG_OK, "%s", mg_last_error());
+    mg_ckpt *ck = mg_ckpt_new();
+    mg_assert_all(mg_ckpt_add(ck, "w", m.p[0]) == MG_OK, "%s", mg_last_error());
     mg_optim_free(o);
-    model_free(&m);
+    mg_dtensor_free(m.p[0]);
+    REFUSED(mg_last_code() == MG_ESTATE, "1 optimizer(s) or checkpoint(s) still hold");
+    mg_ckpt_free(ck);
+    for (int i = 0; i < NP; i++) mg_dtensor_free(m.p[i]); /* now every parameter goes */
+    mg_assert_all(mg_dtensor_live_on(m.mesh) == 0, "%d tensors left", mg_dtensor_live_on(m.mesh));
+    mg_mesh_free(m.mesh);
 }
 END_TEST
 

@@ -420,4 +420,5 @@ void mg_step_end(void) {
     mg_ops_step_end();
     mg_reducer_step_end();
     mg_arena_reset(mg_step_arena());
+    mg_ctx()->steps++; /* the graphs are gone: their tensors may be freed (dtensor.h) */
 }

@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "backend/backend.h"
 #include "backend/device.h"
+#include "context.h"
 #include "dist/mesh.h"
 #include "dist/reducer.h"
 #include "dist/redistribute.h"
@@ -25,14 +27,39 @@
 #include "rng.h"
 #include "status.h"
 
+/* ---- the heap tensors not yet freed (the context's `live`) ------------------ */
+
+/* t's index in the list, or -1; the newest first (tensors are mostly freed in
+ * the reverse order of their making). t is only compared, never read. */
+static int live_index(const mg_dtensor *t) {
+    mg_context *c = mg_ctx();
+    for (int i = c->n_live - 1; i >= 0; i--)
+        if (c->live[i] == t) return i;
+    return -1;
+}
+
+int mg_dtensor_live_on(const mg_mesh *mesh) {
+    mg_context *c = mg_ctx();
+    int n = 0;
+    for (int i = 0; i < c->n_live; i++) n += c->live[i]->spec.mesh == mesh;
+    return n;
+}
+
 /* ---- internal constructors -------------------------------------------------- */
 
 static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {
+    mg_context *c = mg_ctx();
+    if (!arena && mg_array_grow((void **)&c->live, &c->cap_live, c->n_live + 1, sizeof *c->live,
+                                "dtensor: the list of live tensors") != MG_OK) {
+        mg_tensor_free(local);
+        return NULL;
+    }
     mg_dtensor *t = arena ? mg_arena_alloc(arena, sizeof *t) : calloc(1, sizeof *t);
     if (!t) {
         mg_tensor_free(local);
         return mg_error_null(MG_ENOMEM, "dtensor: out of memory");
     }
+    if (!arena) c->live[c->n_live++] = t;
     memset(t, 0, sizeof *t);
     t->spec = *spec;
     t->local = local;
@@ -406,10 +433,46 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
     return (int)used;
 }
 
-void mg_dtensor_free(mg_dtensor *t) {
-    if (!t || !(t->flags & MG_DTENSOR_HEAP)) return;
+/* Frees the heap tensor at index i of the live list, and its gradient. */
+static void release(mg_dtensor *t, int i) {
+    mg_context *c = mg_ctx();
+    c->live[i] = c->live[--c->n_live];
     mg_reducer_forget(t);
-    if (t->grad && t->grad != t) mg_dtensor_free(t->grad);
+    if (t->grad && t->grad != t) {
+        int g = live_index(t->grad);
+        if (g >= 0) release(t->grad, g);
+    }
     mg_tensor_free(t->local);
     free(t);
+}
+
+/* Only a live heap tensor is freed: one not on the list (freed already, or an
+ * op's result, which lives in the step arena) is not read at all, and nothing
+ * is said (failure paths free what they made, arena or heap, and their error
+ * must stay the one reported). A parameter's gradient goes with its
+ * parameter, and a tensor an optimizer or a checkpoint still holds stays:
+ * either would leave them a dangling pointer. */
+void mg_dtensor_free(mg_dtensor *t) {
+    if (!t) return;
+    int i = live_index(t);
+    if (i < 0) return;
+    if (t->flags & MG_DTENSOR_GRAD) {
+        mg_error(MG_ESTATE, "mg_dtensor_free: nothing freed: this is a parameter's gradient "
+                            "(mg_grad), freed with the parameter; free the parameter instead");
+        return;
+    }
+    mg_context *c = mg_ctx();
+    if (t->graph_step == c->steps + 1 && c->tape_seq > 0) {
+        mg_error(MG_ESTATE, "mg_dtensor_free: nothing freed: an op of this step took this tensor "
+                            "and its graph (for mg_backward) still needs it: call mg_step_end "
+                            "first");
+        return;
+    }
+    if (t->holders > 0) {
+        mg_error(MG_ESTATE, "mg_dtensor_free: nothing freed: %d optimizer(s) or checkpoint(s) "
+                            "still hold this tensor: mg_optim_free / mg_ckpt_free them first",
+                 t->holders);
+        return;
+    }
+    release(t, i);
 }

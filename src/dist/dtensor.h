@@ -16,6 +16,8 @@ enum {
     /* an op output's grad is a tensor the backward made for it alone, which it
      * may add into in place (autograd/backward.c) */
     MG_DTENSOR_OWN_GRAD = 2,
+    /* a heap leaf's gradient buffer (dist/reducer.c): freed with its leaf only */
+    MG_DTENSOR_GRAD = 4,
 };
 
 struct mg_dtensor {
@@ -26,6 +28,12 @@ struct mg_dtensor {
     int requires_grad;
     struct mg_dtensor *grad; /* leaves: the gradient reducer's buffer (dist/reducer.h) */
     struct mg_node *node;    /* the op that made it (NULL for leaves) */
+    /* the optimizers and checkpoints of meshgrad_train.h that hold it: while
+     * any does, mg_dtensor_free refuses */
+    int holders;
+    /* the context's steps + 1 when an op of that step took it (ops/tape.c): its
+     * graph needs it until mg_step_end, so mg_dtensor_free refuses; 0: never */
+    int64_t graph_step;
 };
 
 /* Wraps `local` (taken over, also on failure: it is freed then unless it lives
@@ -48,6 +56,8 @@ int mg_dtensor_item(const mg_dtensor *t, double *out);
  * message already set when not MG_OK). MG_OK when every rank passed the same
  * spec s (one all-reduce of a hash); else an error naming the ranks. */
 int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
+/* How many heap tensors not yet freed live on `mesh` (mg_mesh_free refuses then). */
+int mg_dtensor_live_on(const mg_mesh *mesh);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
 

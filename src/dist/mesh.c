@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "dist/dtensor.h"
 #include "status.h"
 
 #ifdef MG_HAVE_CUDA
@@ -231,6 +232,15 @@ mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim) {
 
 void mg_mesh_free(mg_mesh *m) {
     if (!m) return;
+    int live = mg_dtensor_live_on(m);
+    if (live) { /* they would point to a freed mesh */
+        char text[64];
+        mg_error(MG_ESTATE, "mg_mesh_free: nothing freed: %d tensor(s) on mesh %s are still alive "
+                            "(parameters, gradients, optimizer state): free them first "
+                            "(mg_dtensor_free, mg_optim_free)",
+                 live, mg_mesh_format(text, sizeof text, m));
+        return;
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     for (int i = 0; i < MG_MAX_MESH_DIMS; i++) {

@@ -129,6 +129,7 @@ static int grad_buffer(mg_dtensor *t, leaf_record *rec) {
     if (!buf) return mg_last_code();
     t->grad = mg_dtensor_make(&target, buf, arena);
     if (!t->grad) return mg_last_code();
+    t->grad->flags |= MG_DTENSOR_GRAD;
     rec->form = MG_GRAD_ZERO;
     return MG_OK;
 }

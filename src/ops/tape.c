@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "ops/ops.h"
 #include "status.h"
 
 mg_node *mg_tape_push(int op, int n_inputs, mg_dtensor *const *inputs, mg_dtensor *output) {
@@ -15,7 +16,13 @@ mg_node *mg_tape_push(int op, int n_inputs, mg_dtensor *const *inputs, mg_dtenso
     memset(n, 0, sizeof *n);
     n->op = op;
     n->n_inputs = n_inputs;
-    for (int i = 0; i < n_inputs; i++) n->inputs[i] = inputs[i];
+    for (int i = 0; i < n_inputs; i++) {
+        n->inputs[i] = inputs[i];
+        /* a heap tensor (or the one an op's copy stands for) must outlive the graph */
+        mg_dtensor *held = inputs[i] ? mg_ops_param_of(inputs[i]) : NULL;
+        if (!held) held = inputs[i];
+        if (held && (held->flags & MG_DTENSOR_HEAP)) held->graph_step = c->steps + 1;
+    }
     n->output = output;
     n->seq = c->tape_seq++;
     output->node = n;

@@ -41,6 +41,7 @@ mg_ckpt *mg_ckpt_new(void) {
 
 void mg_ckpt_free(mg_ckpt *ck) {
     if (!ck) return;
+    for (int i = 0; i < ck->n; i++) ck->tensors[i]->holders--;
     free(ck->names);
     free(ck->tensors);
     free(ck->attrs);
@@ -63,6 +64,7 @@ int mg_ckpt_add(mg_ckpt *ck, const char *name, mg_dtensor *tensor) {
     if (rc != MG_OK) return rc;
     snprintf(ck->names[ck->n], sizeof ck->names[0], "%s", name);
     ck->tensors[ck->n++] = tensor;
+    tensor->holders++; /* mg_dtensor_free refuses it until mg_ckpt_free */
     return MG_OK;
 }
 

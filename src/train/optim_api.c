@@ -81,7 +81,10 @@ static mg_optim *optim_new(const char *who, const mg_optimizer *cfg, int rc, int
     }
     o->opt = *cfg;
     o->params = (mg_param_table){.p = p, .n = n, .cap = n, .next_index = n};
-    for (int i = 0; i < n; i++) param_init(&p[i], names[i], params[i]);
+    for (int i = 0; i < n; i++) {
+        param_init(&p[i], names[i], params[i]);
+        params[i]->holders++; /* mg_dtensor_free refuses it until mg_optim_free */
+    }
     if ((rc = mg_optimizer_add_state(&o->opt, &o->params)) != MG_OK) {
         mg_optim_free(o);
         return NULL;
@@ -166,8 +169,10 @@ int mg_optim_clip_grads(mg_optim *o, double max_norm, double *norm) {
 
 void mg_optim_free(mg_optim *o) {
     if (!o) return;
-    for (int i = 0; i < o->params.n; i++)
+    for (int i = 0; i < o->params.n; i++) {
+        o->params.p[i].value->holders--;
         for (int s = 0; s < MG_PARAM_STATE_MAX; s++) mg_dtensor_free(o->params.p[i].state[s]);
+    }
     free(o->params.p);
     free(o);
 }
