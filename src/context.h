@@ -144,4 +144,9 @@ mg_arena *mg_scratch_arena(void);
  * the layers above free theirs first (mg_finalize). */
 void mg_context_reset(void);
 
+/* dist/world.c: MG_OK, or MG_ESTATE with a message naming `who` when called
+ * after mg_finalize (whose state is gone, MPI's perhaps too: a mesh or tensor
+ * made before it cannot be used). The public calls that communicate check it. */
+int mg_check_not_finalized(const char *who);
+
 #endif

@@ -446,4 +446,52 @@ static Suite *make_suite(void) {
     return mg_test_suite("dtensor", tests);
 }
 
-int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }
+/* Made before mg_finalize, used after it (after_finalize). */
+static mg_mesh *old_mesh;
+static mg_dtensor *old_x, *old_loss;
+
+static void keep_for_after(void) {
+    int64_t shape[2] = {4, 6};
+    mg_tensor *full = mg_tensor_new(2, shape);
+    for (int i = 0; i < 24; i++) full->data[i] = (float)i;
+    old_mesh = mesh_1xw();
+    old_x = mg_distribute(old_mesh, full, (mg_placement[]){MG_REPLICATE, MG_SHARD(1)}, 2);
+    if (old_x) mg_set_requires_grad(old_x, 1);
+    old_loss = old_x ? mg_sum(mg_mul(old_x, old_x)) : NULL;
+    mg_tensor_free(full);
+}
+
+/* After mg_finalize, the meshes and tensors made before it are refused with a
+ * message: mg_full_tensor aborted inside MPI, mg_distribute made a tensor on
+ * a dead mesh, mg_backward read a freed graph. 0 when every call says so. */
+static int after_finalize(void) {
+    if (!old_x || !old_loss) return 1;
+    int bad = 0;
+    const char *want = "called after mg_finalize";
+    mg_tensor *full = mg_tensor_new(2, (int64_t[]){4, 6});
+#define REFUSED(call, what)                                                                        \
+    do {                                                                                           \
+        mg_clear_error();                                                                          \
+        if (!(call) || !strstr(mg_last_error(), want)) {                                           \
+            fprintf(stderr, "after mg_finalize, %s: not refused (%s)\n", what, mg_last_error());  \
+            bad = 1;                                                                               \
+        }                                                                                          \
+    } while (0)
+    REFUSED(mg_full_tensor(old_x) == NULL, "mg_full_tensor");
+    REFUSED(mg_add(old_x, old_x) == NULL, "mg_add");
+    REFUSED(mg_distribute(old_mesh, full, (mg_placement[]){MG_REPLICATE, MG_REPLICATE}, 2) == NULL,
+            "mg_distribute");
+    REFUSED(mg_redistribute(old_x, (mg_placement[]){MG_REPLICATE, MG_REPLICATE}, 2) == NULL,
+            "mg_redistribute");
+    REFUSED(mg_backward(old_loss) == MG_ESTATE, "mg_backward");
+    REFUSED(mg_mesh_new(1, (int[]){1}) == NULL, "mg_mesh_new");
+#undef REFUSED
+    mg_tensor_free(full);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    int rc = mg_test_main_mpi(&argc, &argv, make_suite, keep_for_after);
+    if (rc == 0 && after_finalize() != 0) rc = 1;
+    return rc;
+}

@@ -358,6 +358,7 @@ static mg_dtensor *make_seed(mg_dtensor *root, const mg_dtensor *grad, const cha
 }
 
 int mg_backward(mg_dtensor *loss) {
+    if (mg_check_not_finalized("mg_backward") != MG_OK) return MG_ESTATE; /* its graph is gone */
     if (loss && loss->spec.ndim != 0) {
         char s[96];
         return mg_error(MG_ESHAPE,
@@ -369,11 +370,13 @@ int mg_backward(mg_dtensor *loss) {
 }
 
 int mg_backward_with(mg_dtensor *out, const mg_dtensor *grad) {
+    if (mg_check_not_finalized("mg_backward") != MG_OK) return MG_ESTATE;
     mg_dtensor *seed = make_seed(out, grad, "mg_backward");
     return seed ? walk(out, seed, NULL) : mg_last_code();
 }
 
 int mg_backward_input(mg_dtensor *out, const mg_dtensor *grad, mg_backward_weights *w) {
+    if (mg_check_not_finalized("mg_backward_input") != MG_OK) return MG_ESTATE;
     mg_dtensor *seed = make_seed(out, grad, "mg_backward_input");
     return seed ? walk(out, seed, w) : mg_last_code();
 }

@@ -247,6 +247,7 @@ static int name_differing_ranks(const long long *w, const char *who) {
 }
 
 int mg_dtensor_agree(int rc, const mg_spec *s, const char *who) {
+    if (rc == MG_OK) rc = mg_check_not_finalized(who);
     int initialized = 0, finalized = 0, rank = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
@@ -352,6 +353,7 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
 
 mg_tensor *mg_full_tensor(const mg_dtensor *t) {
     if (!t) return mg_error_null(MG_EINVAL, "mg_full_tensor: NULL tensor");
+    if (mg_check_not_finalized("mg_full_tensor") != MG_OK) return NULL;
     mg_spec all = t->spec;
     for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
     mg_tensor *out = NULL;

@@ -122,6 +122,7 @@ mg_mesh *mg_mesh_new(int ndim, const int *shape) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) return mg_error_null(MG_ESTATE, "mg_mesh_new: call mg_init first");
+    if (mg_check_not_finalized("mg_mesh_new") != MG_OK) return NULL;
     if (ndim < 1 || ndim > MG_MAX_MESH_DIMS)
         return mg_error_null(MG_EMESH, "mg_mesh_new: a mesh has 1 to %d dims, got %d",
                              MG_MAX_MESH_DIMS, ndim);

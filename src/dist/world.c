@@ -74,6 +74,10 @@ static void count_node(mg_context *c) {
     c->oversubscribed = on_node > c->node_cpus;
 }
 
+/* Set by mg_finalize, cleared by mg_init (a program that runs MPI itself may
+ * start the library again): outside the context, which mg_finalize zeroes. */
+static int library_finalized;
+
 int mg_init(int *argc, char ***argv) {
     int initialized = 0, finalized = 0;
     MPI_Finalized(&finalized);
@@ -82,6 +86,7 @@ int mg_init(int *argc, char ***argv) {
                                    "before mg_finalize");
     mg_context *c = mg_ctx();
     if (c->started) return MG_OK;
+    library_finalized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
         int provided = 0;
@@ -96,11 +101,20 @@ int mg_init(int *argc, char ***argv) {
     return MG_OK;
 }
 
+int mg_check_not_finalized(const char *who) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!library_finalized && !finalized) return MG_OK;
+    return mg_error(MG_ESTATE, "%s: called after mg_finalize, whose meshes and tensors are gone: "
+                    "call mg_finalize last, after every use of them", who);
+}
+
 void mg_finalize(void) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     if (!initialized || finalized) return;
+    library_finalized = 1;
     const char *debug = getenv("MG_COMM_DEBUG");
     if (debug && strcmp(debug, "1") == 0 && mg_rank() == 0) mg_comm_stats_print(stderr);
     int we_started_mpi = mg_ctx()->started_mpi;

@@ -136,6 +136,7 @@ mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target) {
  * watchdog for minutes) on a mesh of the whole world, as the user's are. */
 mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
     if (!x) return mg_error_null(MG_EINVAL, "mg_redistribute: input is NULL");
+    if (mg_check_not_finalized("mg_redistribute") != MG_OK) return NULL;
     mg_spec target;
     int rc = mg_spec_make(&target, x->spec.mesh, p, n, x->spec.ndim, x->spec.shape,
                           "mg_redistribute");
@@ -276,7 +277,9 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
     mg_spec targets[MG_RULE_MAX_INPUTS];
     mg_trace_op_begin(who); /* --trace: the op's span starts */
     for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
-    int rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
+    int rc = mg_check_not_finalized(who);
+    if (rc != MG_OK) return rc;
+    rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());
     if ((rc = mg_ops_hold(n, xs)) != MG_OK) return rc;
     for (int i = 0; i < n; i++) {
