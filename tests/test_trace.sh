@@ -69,6 +69,7 @@ echo '{"not":"a trace"}' >"$tmp/other.json"
 check_refused "--trace on a file that is not a trace of ours" 2 "other.json.*not a trace" \
     "$prog" train $common --trace "$tmp/other.json"
 check "... which is left as it was" grep -q '"not":"a trace"' "$tmp/other.json"
+check "... before the run says it starts" sh -c "! grep -q '^meshgrad train:' '$tmp/refused.out'"
 run 1 "$prog" train $common --trace "$tmp/t1.json" --trace-steps 1:1
 check "... while a trace of ours is replaced: exit $?" grep -q '"steps":"1:1"' "$tmp/t1.json"
 check_refused "--trace-steps outside the run" 1 "trace-steps 9:12 starts outside" \

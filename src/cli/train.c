@@ -597,6 +597,11 @@ static int run(trainer *tr) {
     int rc = setup(tr);
     if (rc != MG_OK) return rc;
     if (c->resume[0] && (rc = mg_train_resume(tr)) != MG_OK) return rc;
+    mg_comm *world = tr->mesh->world;
+    /* --trace's file checked before the run says it starts */
+    rc = mg_timeline_prepare(&tr->timeline, c->trace, c->trace_steps, tr->start_step + 1, c->steps,
+                             world);
+    if (rc != MG_OK) return rc;
 
     uint64_t checksum = 0;
     rc = tr->pp       ? mg_train_pp_checksum(tr->pp, &checksum)
@@ -604,10 +609,6 @@ static int run(trainer *tr) {
                       : mg_params_checksum(&tr->model.params, &checksum);
     if (rc != MG_OK) return rc;
     print_start(tr, checksum);
-    mg_comm *world = tr->mesh->world;
-    rc = mg_timeline_prepare(&tr->timeline, c->trace, c->trace_steps, tr->start_step + 1, c->steps,
-                             world);
-    if (rc != MG_OK) return rc;
 
     install_signals(tr);
     char where[MG_PATH_MAX + 32], json[2048];
