@@ -104,5 +104,11 @@ for to in full closed; do
         sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
                grep -q 'meshgrad: error: generate: stdout took no more of the text' '$tmp/err'"
 done
+# the sample buffer holds 2 ctx tokens, not --tokens of them (8 GB for 2^31):
+# in 2 GB of address space, 2^31 tokens run until stdout takes no more
+( ulimit -v 2000000 && "$TIMEOUT" -k 5 30 $g --resume "$tmp/gpt.h5" --tokens 2147483647 \
+    >/dev/full 2>"$tmp/err" )
+check "--tokens 2^31 in 2 GB of address space: runs, stops at stdout's end ($?)" \
+    grep -q 'meshgrad: error: generate: stdout took no more of the text after' "$tmp/err"
 check "the checkpoint is untouched by all this" test "$(cksum <"$tmp/gpt.h5")" = "$before"
 check_summary

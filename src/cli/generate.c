@@ -325,8 +325,11 @@ static int run(generator *g) {
             return mg_error(MG_EINVAL, "--prompt: byte %lld is %d, outside the model's vocabulary "
                             "of %lld: give a prompt of bytes below %lld", (long long)i,
                             (unsigned char)o->prompt[i], (long long)V, (long long)V);
-    /* seq: the tokens the model sees, the cropped prompt then the sample */
-    int *seq = malloc(sizeof(int) * (size_t)(keep + o->tokens + 1));
+    /* seq: the tokens the model sees, the cropped prompt then the sample; only
+     * the last T are ever read, so it holds 2 T and moves its last T to the
+     * front when full (it held all --tokens: 8 GB asked for 2^31) */
+    int64_t cap = 2 * T + 1;
+    int *seq = malloc(sizeof(int) * (size_t)cap);
     int *order = malloc(sizeof(int) * (size_t)V);
     float *logits = malloc(sizeof(float) * (size_t)V);
     double *p = malloc(sizeof(double) * (size_t)V);
@@ -348,6 +351,10 @@ static int run(generator *g) {
                           "%lld bytes (a full disk, or stdout closed?): give it a file or pipe "
                           "that takes it", (long long)i, (long long)o->tokens);
             break;
+        }
+        if (n == cap) {
+            memmove(seq, seq + n - T, sizeof(int) * (size_t)T);
+            n = T;
         }
         seq[n++] = tok;
         if (rank == 0) putchar(tok);
