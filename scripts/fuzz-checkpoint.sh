@@ -27,8 +27,14 @@ cd "$(dirname "$0")/.." || exit 1
 every=1 jobs=1
 while [ $# -gt 0 ]; do
     case $1 in
-    --every) every=$2; shift 2 ;;
-    --jobs) jobs=$2; shift 2 ;;
+    --every | --jobs)
+        # a count >= 1: --every 0 ran every mutation, --jobs x failed in the middle
+        case ${2:-} in
+        '' | *[!0-9]* | 0*) echo "fuzz-checkpoint: $1 takes a count >= 1, not '${2:-}'" >&2; exit 2 ;;
+        esac
+        if [ "$1" = --every ]; then every=$2; else jobs=$2; fi
+        shift 2 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: scripts/fuzz-checkpoint.sh [--every K] [--jobs J]" >&2; exit 2 ;;
     esac
 done

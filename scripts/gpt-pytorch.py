@@ -15,11 +15,16 @@ Runs with Debian's python3-torch (/usr/bin/python3). Same flags as meshgrad's:
 import argparse
 import gzip
 import math
+import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # a traceback told a user less than this
+    sys.exit(f"gpt-pytorch.py: error: PyTorch is not installed ({e}): install Debian's "
+             "python3-torch (apt-get install python3-torch) and run it with /usr/bin/python3")
 
 
 class Block(nn.Module):

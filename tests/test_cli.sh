@@ -42,17 +42,19 @@ check "--version lists the CPU backend" grep -q "cpu (OpenBLAS)" "$tmp/out"
 
 run --no-such-flag
 check "an unknown flag exits 2" test "$rc" -eq 2
-check "... naming the flag on stderr" grep -q "unknown option '--no-such-flag'" "$tmp/err"
+check "... naming the flag on stderr, as every error is said" \
+    grep -q "^meshgrad: error: unknown option '--no-such-flag'" "$tmp/err"
 check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 check "... and nothing on stdout" test ! -s "$tmp/out"
 
 run frobnicate --x
 check "an unknown command exits 2" test "$rc" -eq 2
-check "... naming the command" grep -q "unknown command 'frobnicate'" "$tmp/err"
+check "... naming the command" grep -q "^meshgrad: error: unknown command 'frobnicate'" "$tmp/err"
 check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 
 run
 check "no command exits 2" test "$rc" -eq 2
+check "... saying so as every error is said" grep -q "^meshgrad: error: no command given" "$tmp/err"
 check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 
 # every command and benchmark answers --help with its usage on stdout, exit 0

@@ -9,8 +9,9 @@
 # and buffer bytes; mg_comm_stats over the steps after the first). Prints
 # both side by side. The same for a tiny GPT (2 layers, embd 32, ctx 16, batch
 # 8 windows of data/mobydick.h5) on 1, 2 and 4 ranks under every plan it has:
-# dp, tp, sp, fsdp, tp+sp, dp,tp and fsdp,tp. A pipeline plan's estimate (plan --estimate with pp) is
-# checked for the bytes its ranks send.
+# dp, tp, sp, fsdp, tp+sp, dp,tp and fsdp,tp. The MLPs again at other --depth.
+# A pipeline plan's estimate (plan --estimate with pp) is checked for the
+# bytes its ranks send; pp in a config file is refused.
 . "$(dirname "$0")/check.sh"
 program_test_env estimate
 TOL=10
@@ -71,6 +72,12 @@ pm="--model permute-mlp --hidden 40 --channels 6 --batch 50 --optimizer sgd --mo
 case_ 2 2 tp $pm
 case_ 4 2x2 fsdp,tp $pm
 case_ 4 4 dp --hidden 4096 --batch 32
+# --depth: deeper models (the estimate walked the 2-layer MLP and the 3-layer
+# permute-MLP whatever --depth said: a quarter of a 4-layer MLP's memory)
+case_ 1 1 dp --depth 4
+case_ 2 2 tp --depth 4
+case_ 4 2x2 fsdp,tp --depth 3
+case_ 2 2 fsdp $pm --depth 5
 
 # the GPT (4 heads where tp is 4 wide: each rank takes whole heads)
 gpt="--model gpt --data $top/data/mobydick.h5 --layers 2 --embd 32 --ctx 16 --batch 8"
@@ -90,6 +97,18 @@ check "pp: a line per pipeline rank: exit $?" test "$(grep -c '^  rank [0-3]: me
 check "... the end stages send one boundary's activations or gradients, 1 MiB in 8 transfers" \
     sh -c "grep -q '^  rank 0: .*send 1048576 B in 8 transfers' $tmp/out && grep -q '^  rank 3: .*send 1048576 B in 8 transfers' $tmp/out"
 check "... the middle ones both, 2 MiB in 16" grep -q '^  rank 1: .*send 2097152 B in 16 transfers' "$tmp/out"
+"$prog" plan --estimate --mesh 4 --parallel=pp --layers 1024,1024,1024,1024,1024 \
+    --microbatches 8 --batch 256 --flops 100 --bandwidth 5 --latency 5 >"$tmp/out" 2>&1
+check "--parallel=pp is a pipeline too (was: train's step, all on one rank): exit $?" \
+    test "$(grep -c '^  rank [0-3]: memory' "$tmp/out")" -eq 4
+# pp in a config file: plan.c never sees it, and train's walk knows no pipeline
+printf 'mesh = 2\nparallel = pp\ndepth = 4\n' >"$tmp/pp.conf"
+"$prog" plan --estimate --config "$tmp/pp.conf" >"$tmp/out" 2>&1
+check "pp from a config file is refused (was: a step estimated without the pipeline): exit $?" \
+    sh -c "test $? -eq 2 && grep -q \"meshgrad: error: plan --estimate: parallel 'pp' of .*pp.conf is a pipeline\" $tmp/out"
+"$prog" plan --estimate --config "$tmp/pp.conf" --parallel pp >"$tmp/out" 2>&1
+check "--config with --parallel pp names plan's flags: exit $?" \
+    grep -q "meshgrad: error: plan: --config is read by plan --estimate without pp" "$tmp/out"
 
 # bad input: one message, exit 2
 "$prog" plan --estimate --mesh 2x2 --parallel dp >"$tmp/out" 2>&1

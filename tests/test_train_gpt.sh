@@ -7,7 +7,7 @@
 #   param_checksum line) and every step's loss and the final val_loss are within
 #   1e-4 (relative) of the 1-rank run's.
 # - --grad-accum 4 (1 rank) and 2 (2 ranks dp): every loss within 1e-6 of the
-#   one-batch run's.
+#   one-batch run's; with 4, under half of its activation memory.
 # - checkpoints: saved and resumed on 2 ranks dp, the losses and the final
 #   checkpoint are bitwise those of the uninterrupted run; a 2-rank tp
 #   checkpoint resumed on 2 ranks dp, and a 2-rank dp one on 2x2 dp,tp, follow
@@ -89,6 +89,12 @@ done
 # ---- gradient accumulation ------------------------------------------------------------
 train accum4 1 --grad-accum 4 &&
     check_output "--grad-accum 4: the one-batch losses within 1e-6" close accum4 ref 1e-6 $((STEPS + 1))
+# each micro-batch's activations are given back after its backward: 4 micro-batches of
+# 2 windows take about a quarter of one batch of 8 (they took all of it: the step
+# arena kept every micro-batch's tensors to the step's end)
+act() { sed -n 's/.*"memory":{[^}]*"activations":\([0-9]*\).*/\1/p' "$tmp/$1.jsonl"; }
+check "--grad-accum 4: activations $(act accum4) B, under half of one batch's $(act ref) B" \
+    awk -v a="$(act accum4)" -v r="$(act ref)" 'BEGIN { exit !(a > 0 && r > 0 && a < 0.5 * r) }'
 train accum2-dp 2 --mesh 2 --parallel dp --grad-accum 2 &&
     check_output "2 ranks dp, --grad-accum 2: the one-batch losses within 1e-6" \
         close accum2-dp mesh-2-dp 1e-6 $((STEPS + 1))

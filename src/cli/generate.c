@@ -225,8 +225,9 @@ static int setup(generator *g) {
     if (rc == MG_OK) rc = mg_plan_check(&g->plan, g->mesh, INT64_MAX); /* no batch to split */
     if (rc == MG_OK && mg_plan_pp_dim(&g->plan) >= 0)
         rc = mg_error(MG_EINVAL, "generate: --parallel %s has pp, which cuts a model into stages "
-                      "for training; generation runs every block on each rank: give dp, tp or "
-                      "fsdp (a checkpoint saved under pp loads on any of them)", o->parallel);
+                      "for training; generation runs every block on each rank: give dp, tp, "
+                      "fsdp, sp or tp+sp (a checkpoint saved under pp loads on any of them)",
+                      o->parallel);
     if (rc != MG_OK) return rc;
 
     if (mg_rank() == 0) rc = mg_checkpoint_resolve(o->resume, g->path, sizeof g->path);

@@ -194,19 +194,19 @@ int main(int argc, char **argv) {
         case 'h': usage(stdout); return stdout_failed();
         case 'V': version(); return stdout_failed();
         default:
-            fprintf(stderr, "meshgrad: unknown option '%s'\n", argv[optind - 1]);
+            fprintf(stderr, "meshgrad: error: unknown option '%s'\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
     }
     if (optind >= argc) {
-        fprintf(stderr, "meshgrad: no command given\n");
+        fprintf(stderr, "meshgrad: error: no command given: give one of the commands below\n");
         usage(stderr);
         return 2;
     }
     const mg_cli_command *cmd = mg_cli_command_find(commands, N_COMMANDS, argv[optind]);
     if (!cmd) {
-        fprintf(stderr, "meshgrad: unknown command '%s'\n", argv[optind]);
+        fprintf(stderr, "meshgrad: error: unknown command '%s': give one of the commands below\n", argv[optind]);
         usage(stderr);
         return 2;
     }

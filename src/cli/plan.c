@@ -182,7 +182,14 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             break;
         case 'e': o->estimate = 1; break;
         case 'h': return 1;
-        default: rc = mg_cli_bad_flag("plan", argv);
+        default:
+            if (strncmp(argv[optind - 1], "--config", 8) == 0) /* train's flag, not plan's */
+                rc = mg_error(MG_EINVAL, "plan: --config is read by plan --estimate without pp "
+                              "(a step of meshgrad train); a pipeline (pp in --parallel) is "
+                              "planned from plan's own flags: --layers W0,W1,... --batch B "
+                              "--microbatches M ... (meshgrad plan --help)");
+            else
+                rc = mg_cli_bad_flag("plan", argv);
         }
     }
     if (rc == MG_OK && o->layers_arg && o->gpt)
@@ -433,9 +440,12 @@ static int train_estimate(int argc, char **argv) {
     int estimate = 0, pp = 0;
     for (int i = 1; i < argc; i++) {
         estimate |= strcmp(argv[i], "--estimate") == 0;
-        if (i + 1 < argc && strcmp(argv[i], "--parallel") == 0)
-            for (const char *p = argv[i + 1]; (p = strstr(p, "pp")); p += 2)
-                pp |= (p == argv[i + 1] || p[-1] == ',') && (p[2] == '\0' || p[2] == ',');
+        /* --parallel P or --parallel=P (getopt takes both) */
+        const char *plans = strncmp(argv[i], "--parallel=", 11) == 0 ? argv[i] + 11
+                            : i + 1 < argc && strcmp(argv[i], "--parallel") == 0 ? argv[i + 1]
+                                                                                 : NULL;
+        for (const char *p = plans; p && (p = strstr(p, "pp")); p += 2)
+            pp |= (p == plans || p[-1] == ',') && (p[2] == '\0' || p[2] == ',');
     }
     return estimate && !pp;
 }

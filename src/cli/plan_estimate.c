@@ -3,8 +3,8 @@
  * (nn/estimate.h): the peak memory of the largest rank by part and the bytes
  * each collective moves per step, the figures train prints at its end. The
  * flags are train's (--config FILE, --mesh, --parallel, --model, --hidden,
- * --channels, --batch, --optimizer, --momentum, --clip; the rest are taken
- * and ignored), plus --input RxC and --classes K (the data set's: 8x8 and 10
+ * --channels, --depth, --batch, --optimizer, --momentum, --clip; the rest are
+ * taken and ignored), plus --input RxC and --classes K (the data set's: 8x8 and 10
  * for the digits), --vocab V (the GPT's: 256, the bytes of the text) and
  * --nodes N (the ranks' nodes: data-parallel ranks on one node share memory).
  * --model gpt takes train's --layers --heads --embd --ctx (nn/estimate_gpt.c).
@@ -145,6 +145,14 @@ int mg_cli_plan_estimate(int argc, char **argv) {
     ec.mesh[0] = mg_world_size();
     if (c->mesh[0] && (ec.mesh_ndim = mg_mesh_parse(c->mesh, ec.mesh)) < 0) return 2;
     if (mg_plan_parse(c->parallel, &ec.plan) != MG_OK) return 2;
+    if (mg_plan_pp_dim(&ec.plan) >= 0) { /* pp from a config file: plan.c saw no --parallel pp */
+        mg_error(MG_EINVAL, "plan --estimate: parallel '%s'%s%s is a pipeline, whose estimate "
+                 "is `meshgrad plan`'s (with plan's flags: --layers W0,W1,... --batch "
+                 "--microbatches ...; not --config): give --parallel %s on the command line, "
+                 "without --config", c->parallel, c->config[0] ? " of " : "", c->config,
+                 c->parallel);
+        return 2;
+    }
     int dp = 1;
     for (int m = 0; m < ec.mesh_ndim && m < ec.plan.ndim; m++)
         if (ec.plan.kind[m] != MG_PLAN_TP) dp *= ec.mesh[m];
@@ -169,9 +177,9 @@ int mg_cli_plan_estimate(int argc, char **argv) {
         if (mg_gpt_check(&g, &ec.plan, &mesh) != MG_OK || mg_estimate_gpt(&g, &ec, &e) != MG_OK)
             return 2;
     } else {
-        mg_est_layer layers[16];
+        mg_est_layer layers[MG_EST_MODEL_MAX_LAYERS];
         int n = mg_est_layers_model(c->model, o.input[0], o.input[1], c->hidden, c->channels,
-                                    o.classes, layers, 16);
+                                    o.classes, (int)c->depth, layers, MG_EST_MODEL_MAX_LAYERS);
         if (n < 0 || mg_estimate_step(layers, n, &ec, &e) != MG_OK) return 2;
     }
     if (mg_rank() == 0) {

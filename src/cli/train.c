@@ -275,6 +275,7 @@ static void teardown(trainer *tr) {
     if (tr->have_model) mg_model_free(&tr->model);
     mg_train_pp_free(tr->pp);
     mg_gpt_pp_free(tr->gpt_pp);
+    mg_arena_free(tr->micro);
     free(tr->host);
     if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
     if (tr->have_test_loader) mg_loader_free(&tr->test_loader);
@@ -400,10 +401,43 @@ static int first_nonfinite_grad(const mg_param_table *t) {
     return -1;
 }
 
+/* The arena of one micro-batch's tensor data (--grad-accum N > 1), made once.
+ * Its activations are dead once its backward has handed the gradients to the
+ * reducer, so it is reset after each: N micro-batches take one micro-batch's
+ * memory, not the whole batch's (as the pipeline's arenas, nn/pipeline_exec.c). */
+static int micro_arena(trainer *tr) {
+    if (tr->micro) return MG_OK;
+    int dev = mg_arena_device(mg_step_arena());
+    tr->micro = dev == MG_DEVICE_CPU ? mg_arena_new(1 << 20)
+                                     : mg_arena_new_device(1 << 20, &mg_ctx()->memory[dev]);
+    return tr->micro ? MG_OK : mg_last_code();
+}
+
+/* The loss of batch (x, y), scaled by 1 / --grad-accum, and its backward. */
+static int forward_backward(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, int64_t micro,
+                            double *loss_out) {
+    int64_t n = tr->cfg.grad_accum;
+    int rc;
+    mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
+    mg_dtensor *logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
+    mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
+    if (loss && n > 1) loss = mg_scale(loss, 1.0f / (float)n);
+    mg_trace_end();
+    if (!loss) return mg_last_code();
+    if (n > 1) mg_set_grad_sync(micro == n - 1);
+    mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
+    rc = mg_backward(loss);
+    mg_trace_end();
+    if (n > 1) mg_set_grad_sync(1);
+    if (rc == MG_OK) rc = mg_dtensor_item(loss, loss_out);
+    return rc;
+}
+
 /* Forward and backward of micro-batch `micro` of step `step` (the pipeline's
  * schedule with pp; the GPT's --grad-accum N: the loss scaled by 1/N, the
- * gradients summed across ranks only after the last); *loss_out gets its
- * (scaled) loss, *data_s adds the time spent waiting for the batch. */
+ * gradients summed across ranks only after the last, each micro-batch's
+ * tensor data in tr->micro, given back after its backward); *loss_out gets
+ * its (scaled) loss, *data_s adds the time spent waiting for the batch. */
 static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out, double *data_s) {
     int64_t n = tr->cfg.grad_accum;
     mg_dtensor *x = NULL, *y = NULL;
@@ -424,18 +458,14 @@ static int micro_step(trainer *tr, int64_t step, int64_t micro, double *loss_out
         mg_trace_end();
         return rc;
     }
-    mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
-    mg_dtensor *logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
-    mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
-    if (loss && n > 1) loss = mg_scale(loss, 1.0f / (float)n);
-    mg_trace_end();
-    if (!loss) return mg_last_code();
-    if (n > 1) mg_set_grad_sync(micro == n - 1);
-    mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
-    rc = mg_backward(loss);
-    mg_trace_end();
-    if (n > 1) mg_set_grad_sync(1);
-    if (rc == MG_OK) rc = mg_dtensor_item(loss, loss_out);
+    if (n > 1 && (rc = micro_arena(tr)) != MG_OK) return rc;
+    mg_arena *step_arena = mg_step_arena();
+    mg_arena *was = n > 1 ? mg_arena_redirect_data(step_arena, tr->micro) : NULL;
+    rc = forward_backward(tr, x, y, micro, loss_out);
+    if (n > 1) {
+        mg_arena_redirect_data(step_arena, was);
+        mg_arena_reset(tr->micro);
+    }
     return rc;
 }
 

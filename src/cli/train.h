@@ -40,6 +40,7 @@ typedef struct {
     int have_model;
     struct mg_train_pp *pp; /* pp in the plan: the pipeline (train_pp.h) */
     struct mg_gpt_pp *gpt_pp; /* the same for --model gpt (nn/gpt_pipeline.h) */
+    struct mg_arena *micro;   /* gpt --grad-accum N > 1: one micro-batch's tensor data */
     float *host;              /* gpt with pp: the step's windows on the host */
     size_t host_cap;
     mg_optimizer opt;

@@ -108,6 +108,7 @@ static void measure(const trainer *tr, mg_train_memory *m) {
             if (p->state[s]) m->optim += 4.0 * (double)p->state[s]->local->numel * share;
     }
     m->activations = (double)mg_arena_peak(mg_step_arena());
+    if (tr->micro) m->activations += (double)mg_arena_peak(tr->micro); /* --grad-accum */
     m->scratch = (double)mg_arena_peak(mg_scratch_arena());
     m->buffers = (double)mg_reducer_buffer_bytes();
     const mg_context *c = mg_ctx();

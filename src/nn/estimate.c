@@ -605,22 +605,28 @@ static mg_est_layer linear(int index, int64_t in, int64_t out) {
 }
 
 int mg_est_layers_model(mg_model_kind kind, int64_t rows, int64_t cols, int64_t hidden,
-                        int64_t channels, int64_t classes, mg_est_layer *out, int max) {
-    mg_est_layer l[8];
+                        int64_t channels, int64_t classes, int depth, mg_est_layer *out, int max) {
+    /* model.h: layer i is Linear i with the ReLU after it (the last: none) */
+    int pmlp = kind == MG_MODEL_PERMUTE_MLP, least = pmlp ? 3 : 2;
+    if (depth == 0) depth = least;
+    if (depth < least || depth > MG_MODEL_MAX_LAYERS)
+        return mg_error(MG_EINVAL, "estimate: %s has %d to %d linear layers; --depth %d is out of "
+                        "range", mg_model_kind_name(kind), least, MG_MODEL_MAX_LAYERS, depth);
+    mg_est_layer l[MG_EST_MODEL_MAX_LAYERS];
     int n = 0;
-    if (kind == MG_MODEL_MLP) {
+    if (!pmlp) {
         l[n++] = (mg_est_layer){.kind = MG_EST_RESHAPE, .ndim = 2, .shape = {0, rows * cols}};
         l[n++] = linear(0, rows * cols, hidden);
-        l[n++] = (mg_est_layer){.kind = MG_EST_RELU};
-        l[n++] = linear(1, hidden, classes);
-    } else { /* permute-mlp */
+    } else {
         l[n++] = (mg_est_layer){.kind = MG_EST_PERMUTE, .ndim = 3, .perm = {0, 2, 1}};
         l[n++] = linear(0, rows, channels);
         l[n++] = (mg_est_layer){.kind = MG_EST_RELU};
         l[n++] = (mg_est_layer){.kind = MG_EST_RESHAPE, .ndim = 2, .shape = {0, cols * channels}};
         l[n++] = linear(1, cols * channels, hidden);
+    }
+    for (int i = pmlp ? 2 : 1; i < depth; i++) { /* Linear(H, H), ..., Linear(H, K) */
         l[n++] = (mg_est_layer){.kind = MG_EST_RELU};
-        l[n++] = linear(2, hidden, classes);
+        l[n++] = linear(i, hidden, i == depth - 1 ? classes : hidden);
     }
     l[n++] = (mg_est_layer){.kind = MG_EST_CROSS_ENTROPY};
     if (n > max) return mg_error(MG_EINVAL, "estimate: %d layers, room for %d", n, max);

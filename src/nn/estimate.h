@@ -33,7 +33,8 @@
  * scratch and tp's gathered copies not counted.
  *
  * Exports: mg_est_kind, mg_est_layer, mg_est_config, mg_estimate,
- * mg_estimate_step, mg_est_layers_model, mg_estimate_total, mg_estimate_gpt. */
+ * mg_estimate_step, mg_est_layers_model, MG_EST_MODEL_MAX_LAYERS, mg_estimate_total,
+ * mg_estimate_gpt. */
 #ifndef MG_NN_ESTIMATE_H
 #define MG_NN_ESTIMATE_H
 
@@ -90,9 +91,12 @@ typedef struct {
  * with a message for shapes that do not fit or a plan that does not fit the
  * mesh. */
 int mg_estimate_step(const mg_est_layer *layers, int n, const mg_est_config *cfg, mg_estimate *out);
-/* The layers of `meshgrad train`'s models (model.h); how many (at most max). */
+/* The layers of `meshgrad train`'s models (model.h) of `depth` linear layers
+ * (0: the model's least, as --depth 0); how many (at most max, which
+ * MG_EST_MODEL_MAX_LAYERS always is enough for). */
+#define MG_EST_MODEL_MAX_LAYERS (2 * MG_MODEL_MAX_LAYERS + 2)
 int mg_est_layers_model(mg_model_kind kind, int64_t rows, int64_t cols, int64_t hidden,
-                        int64_t channels, int64_t classes, mg_est_layer *out, int max);
+                        int64_t channels, int64_t classes, int depth, mg_est_layer *out, int max);
 double mg_estimate_total(const mg_estimate *e);
 /* The GPT's step (estimate_gpt.c) on batches of cfg->batch windows of
  * g->ctx tokens. */

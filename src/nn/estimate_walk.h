@@ -12,7 +12,7 @@
 #include "dist/rules.h"
 #include "nn/estimate.h"
 
-#define MAX_LAYERS 64
+#define MAX_LAYERS MG_EST_MODEL_MAX_LAYERS /* the deepest model of train */
 /* bytes as an arena hands them out: whole 64-byte blocks */
 #define ROUND64(b) ((double)(((int64_t)(b) + 63) / 64 * 64))
 
