@@ -59,7 +59,8 @@ int mg_optim_grad_norm(mg_optim *, double *norm);
  * norm exceeds max_norm, every gradient is scaled by max_norm / (norm + 1e-6).
  * *norm (may be NULL) gets the norm before clipping. */
 int mg_optim_clip_grads(mg_optim *, double max_norm, double *norm);
-void mg_optim_free(mg_optim *); /* frees its state; the parameters are the caller's */
+void mg_optim_free(mg_optim *); /* frees its state; the parameters are the caller's (refused,
+                                 * with a message, while a checkpoint holds it) */
 
 /* ---- learning-rate schedules ----------------------------------------------- */
 typedef struct mg_schedule mg_schedule;

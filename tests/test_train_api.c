@@ -332,6 +332,12 @@ START_TEST(optimizer_refusals) {
     mg_assert_all(mg_optim_zero_grad(o) == MG_OK, "%s", mg_last_error());
     mg_ckpt *ck = mg_ckpt_new();
     mg_assert_all(mg_ckpt_add(ck, "w", m.p[0]) == MG_OK, "%s", mg_last_error());
+    /* nor an optimizer a checkpoint holds (its save read freed state) */
+    mg_assert_all(mg_ckpt_set_optim(ck, o) == MG_OK, "%s", mg_last_error());
+    mg_optim_free(o);
+    REFUSED(mg_last_code() == MG_ESTATE, "1 checkpoint(s) still hold this optimizer");
+    mg_assert_all(mg_optim_zero_grad(o) == MG_OK, "the optimizer was freed: %s", mg_last_error());
+    mg_assert_all(mg_ckpt_set_optim(ck, NULL) == MG_OK, "%s", mg_last_error());
     mg_optim_free(o);
     mg_dtensor_free(m.p[0]);
     REFUSED(mg_last_code() == MG_ESTATE, "1 optimizer(s) or checkpoint(s) still hold");

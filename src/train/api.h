@@ -22,6 +22,7 @@
 struct mg_optim {
     mg_optimizer opt;      /* kind, settings, updates taken */
     mg_param_table params; /* p[i].value: the caller's tensor (not owned); state owned */
+    int holders;           /* checkpoints that hold it (mg_ckpt_set_optim): mg_optim_free refuses */
 };
 
 #define MG_API_HASH_START 0xcbf29ce484222325ull /* FNV-1a 64 offset basis */

@@ -42,6 +42,7 @@ mg_ckpt *mg_ckpt_new(void) {
 void mg_ckpt_free(mg_ckpt *ck) {
     if (!ck) return;
     for (int i = 0; i < ck->n; i++) ck->tensors[i]->holders--;
+    if (ck->optim) ck->optim->holders--;
     free(ck->names);
     free(ck->tensors);
     free(ck->attrs);
@@ -70,7 +71,9 @@ int mg_ckpt_add(mg_ckpt *ck, const char *name, mg_dtensor *tensor) {
 
 int mg_ckpt_set_optim(mg_ckpt *ck, mg_optim *optim) {
     if (!mg_arg_given(ck, "mg_ckpt_set_optim", "the checkpoint")) return MG_EINVAL;
+    if (ck->optim) ck->optim->holders--;
     ck->optim = optim;
+    if (optim) optim->holders++; /* mg_optim_free refuses it until mg_ckpt_free */
     return MG_OK;
 }
 

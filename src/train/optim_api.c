@@ -169,6 +169,13 @@ int mg_optim_clip_grads(mg_optim *o, double max_norm, double *norm) {
 
 void mg_optim_free(mg_optim *o) {
     if (!o) return;
+    if (o->holders > 0) { /* they would save or load through a dangling pointer */
+        mg_error(MG_ESTATE, "mg_optim_free: nothing freed: %d checkpoint(s) still hold this "
+                            "optimizer (mg_ckpt_set_optim): mg_ckpt_free them first, or give them "
+                            "another with mg_ckpt_set_optim",
+                 o->holders);
+        return;
+    }
     for (int i = 0; i < o->params.n; i++) {
         o->params.p[i].value->holders--;
         for (int s = 0; s < MG_PARAM_STATE_MAX; s++) mg_dtensor_free(o->params.p[i].state[s]);
