@@ -1,13 +1,13 @@
 /* train.h: what the files of `meshgrad train` share. train.c builds the run
  * and drives the loop; train_text.c is the GPT's side of it (token data,
  * micro-batches, the validation loss); train_ckpt.c checks where the run may
- * write before step 1, saves it, and resumes it; train_report.c reports on the
- * run (train_report.h). The trainer holds the run: configuration, mesh, plan,
+ * write before step 1, saves it, and resumes it; train_eval.c evaluates it;
+ * train_report.c reports on the run (train_report.h). The trainer holds the run: configuration, mesh, plan,
  * data, model, optimizer, metrics file, where it saves.
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
  * mg_train_resume, mg_train_report_end, mg_train_text_setup,
  * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate,
- * mg_cli_gpt_fits (also bench step --model gpt's). */
+ * mg_train_evaluate, mg_cli_gpt_fits (also bench step --model gpt's). */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
@@ -107,6 +107,9 @@ int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y,
 /* Collective. The mean loss over every non-overlapping T-window of /val,
  * without autograd. */
 int mg_train_text_evaluate(trainer *tr, double *val_loss);
+/* Collective. The evaluation after `step` (train_eval.c): the MLP's test loss
+ * and accuracy, the GPT's val_loss; printed on rank 0, in the metrics. */
+int mg_train_evaluate(trainer *tr, int64_t step);
 /* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
  * the batch), when a GPT step of `batch` windows on the mesh and plan (no pp:
  * mg_pipeline_make checks those) is estimated to need more than this

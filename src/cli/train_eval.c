@@ -1,0 +1,114 @@
+/* train_eval.c: the evaluation of `meshgrad train`, without autograd: the
+ * MLP's loss and accuracy on the test split, the GPT's val_loss on /val
+ * (train_text.c), printed on rank 0 and written to the metrics.
+ * Exports: mg_train_evaluate (train.h). */
+#include <math.h>
+#include <stdio.h>
+
+#include "cli/train.h"
+#include "cli/train_pp.h"
+#include "context.h"
+#include "status.h"
+
+/* Collective, without autograd: the loss and the correct predictions of the
+ * model (the pipeline's with pp) on x (N, rows, cols), y (N). */
+static int eval_batch(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss_out,
+                      int64_t *correct) {
+    if (tr->pp) return mg_train_pp_evaluate(tr->pp, x, y, loss_out, correct);
+    mg_dtensor *logits = mg_model_forward(&tr->model, x);
+    mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
+    if (!loss) return mg_last_code();
+    int rc = mg_dtensor_item(loss, loss_out);
+    mg_tensor *lf = NULL, *yf = NULL;
+    if (rc == MG_OK && !(lf = mg_full_tensor(logits))) rc = mg_last_code();
+    if (rc == MG_OK && !(yf = mg_full_tensor(y))) rc = mg_last_code();
+    if (rc == MG_OK) {
+        // lf: (N, K) logits, yf: (N) labels
+        int64_t n = lf->shape[0], K = lf->shape[1];
+        for (int64_t i = 0; i < n; i++) {
+            const float *row = lf->data + i * K;
+            int64_t best = 0;
+            for (int64_t k = 1; k < K; k++)
+                if (row[k] > row[best]) best = k;
+            *correct += (float)best == yf->data[i];
+        }
+    }
+    mg_tensor_free(lf);
+    mg_tensor_free(yf);
+    return rc;
+}
+
+/* Collective. The GPT's val_loss (train_text.c), printed and in the metrics. */
+static int evaluate_text(trainer *tr, int64_t step) {
+    double val_loss = 0;
+    int rc = mg_train_text_evaluate(tr, &val_loss);
+    if (rc != MG_OK) return rc;
+    if (tr->rank == 0) {
+        printf("eval %lld | val_loss %.6f\n", (long long)step, val_loss);
+        mg_train_log_flush();
+    }
+    if (isfinite(val_loss))
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
+    else
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
+    return MG_OK;
+}
+
+/* The loss and correct predictions of the n test rows from row `first`:
+ * specs of n rows, placed as the training batch's. */
+static int eval_chunk(trainer *tr, int64_t first, int64_t n, double *loss, int64_t *correct) {
+    const int64_t *sample = mg_dataset_sample_shape(tr->test);
+    int64_t xs[3] = {n, sample[0], sample[1]};
+    mg_spec x_spec, y_spec;
+    int rc = mg_spec_make(&x_spec, tr->mesh, tr->x_spec.p, tr->mesh->ndim, 3, xs,
+                          "test inputs");
+    if (rc == MG_OK)
+        rc = mg_spec_make(&y_spec, tr->mesh, tr->y_spec.p, tr->mesh->ndim, 1, &n,
+                          "test labels");
+    mg_dtensor *x = NULL, *y = NULL;
+    if (rc == MG_OK)
+        rc = mg_loader_rows(&tr->test_loader, first, n, &x_spec, &y_spec, &x, &y, mg_step_arena());
+    return rc == MG_OK ? eval_batch(tr, x, y, loss, correct) : rc;
+}
+
+/* The MLP's: loss and accuracy on the whole test split in chunks of as many
+ * rows as a training forward takes at once (the batch; with pp,
+ * mg_train_pp_eval_rows), so evaluating needs no more memory than a step,
+ * whatever the split's length; nothing without a test split. */
+int mg_train_evaluate(trainer *tr, int64_t step) {
+    if (tr->cfg.model == MG_MODEL_GPT) return evaluate_text(tr, step);
+    if (!tr->test) return MG_OK;
+    int64_t n = mg_dataset_rows(tr->test);
+    int64_t chunk = tr->pp ? mg_train_pp_eval_rows(tr->pp) : tr->cfg.batch;
+    int pp = mg_plan_pp_dim(&tr->plan), degree = mg_plan_data_degree(&tr->plan, tr->mesh);
+    if (pp >= 0) degree *= tr->mesh->shape[pp]; /* a row per data-parallel rank, of each micro-batch */
+    int64_t chunks = (n + chunk - 1) / chunk;
+    if (n / chunks < degree) chunks = n / degree; /* every chunk >= degree */
+    int prev = mg_set_grad_enabled(0);
+    double test_loss = 0;
+    int64_t correct = 0;
+    int rc = MG_OK;
+    for (int64_t k = 0, first = 0; rc == MG_OK && k < chunks; k++) {
+        int64_t rows = n / chunks + (k < n % chunks); /* sizes differ by one at most */
+        double loss = 0;
+        rc = eval_chunk(tr, first, rows, &loss, &correct);
+        test_loss += loss * (double)rows / (double)n;
+        first += rows;
+        mg_step_end();
+    }
+    mg_set_grad_enabled(prev);
+    if (rc != MG_OK) return rc;
+    double acc = n ? (double)correct / (double)n : 0;
+    if (tr->rank == 0) {
+        printf("eval %lld | test loss %.6f | accuracy %.2f%% (%lld/%lld)\n", (long long)step,
+               test_loss, 100 * acc, (long long)correct, (long long)n);
+        mg_train_log_flush();
+    }
+    if (isfinite(test_loss)) /* JSON has no NaN: a diverged model's loss is null */
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
+                              (long long)step, test_loss, acc);
+    else
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":null,\"eval_accuracy\":%.9g}\n",
+                              (long long)step, acc);
+    return MG_OK;
+}
