@@ -206,7 +206,8 @@ int main(int argc, char **argv) {
     }
     const mg_cli_command *cmd = mg_cli_command_find(commands, N_COMMANDS, argv[optind]);
     if (!cmd) {
-        fprintf(stderr, "meshgrad: error: unknown command '%s': give one of the commands below\n", argv[optind]);
+        fprintf(stderr, "meshgrad: error: unknown command '%s': give one of the commands below\n",
+                argv[optind]);
         usage(stderr);
         return 2;
     }

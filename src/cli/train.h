@@ -2,8 +2,9 @@
  * and drives the loop; train_text.c is the GPT's side of it (token data,
  * micro-batches, the validation loss); train_ckpt.c checks where the run may
  * write before step 1, saves it, and resumes it; train_eval.c evaluates it;
- * train_report.c reports on the run (train_report.h). The trainer holds the run: configuration, mesh, plan,
- * data, model, optimizer, metrics file, where it saves.
+ * train_report.c reports on the run (train_report.h). The trainer holds the
+ * run: configuration, mesh, plan, data, model, optimizer, metrics file, where
+ * it saves.
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
  * mg_train_resume, mg_train_report_end, mg_train_text_setup,
  * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate,

@@ -81,7 +81,7 @@ int mg_train_evaluate(trainer *tr, int64_t step) {
     int64_t n = mg_dataset_rows(tr->test);
     int64_t chunk = tr->pp ? mg_train_pp_eval_rows(tr->pp) : tr->cfg.batch;
     int pp = mg_plan_pp_dim(&tr->plan), degree = mg_plan_data_degree(&tr->plan, tr->mesh);
-    if (pp >= 0) degree *= tr->mesh->shape[pp]; /* a row per data-parallel rank, of each micro-batch */
+    if (pp >= 0) degree *= tr->mesh->shape[pp]; /* a row per data-parallel rank of each micro-batch */
     int64_t chunks = (n + chunk - 1) / chunk;
     if (n / chunks < degree) chunks = n / degree; /* every chunk >= degree */
     int prev = mg_set_grad_enabled(0);

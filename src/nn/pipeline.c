@@ -117,8 +117,10 @@ static double activation_bytes(const mg_pipeline *p, const mg_pp_stage_costs *c,
                                const mg_pp_sim *sim, int r, int64_t most_here) {
     int v = p->schedule.virtual_stages;
     double mb = 0; /* the largest micro-batch's forward on this rank */
-    for (int s = r; s < p->split.stages; s += p->ranks)
-        mb = c->saved_bytes[s] * (double)most_here > mb ? c->saved_bytes[s] * (double)most_here : mb;
+    for (int s = r; s < p->split.stages; s += p->ranks) {
+        double b = c->saved_bytes[s] * (double)most_here;
+        mb = b > mb ? b : mb;
+    }
     int live = sim->peak_live_rank[r], sends = r > 0 || v > 1;
     int arenas = live + sends, eval = p->ranks * v;
     return sim->peak_bytes[r] + live * mb + (sends ? 2 * mb : 0) +

@@ -140,7 +140,8 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
     mg_spec target;
     int rc = mg_spec_make(&target, x->spec.mesh, p, n, x->spec.ndim, x->spec.shape,
                           "mg_redistribute");
-    if (x->spec.mesh->size == mg_world_size()) rc = mg_dtensor_agree(rc, &target, "mg_redistribute");
+    if (x->spec.mesh->size == mg_world_size())
+        rc = mg_dtensor_agree(rc, &target, "mg_redistribute");
     if (rc != MG_OK) return NULL;
     return redistribute_recorded(x, &target, false);
 }
