@@ -8,7 +8,8 @@
  * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
  * mg_train_resume, mg_train_report_end, mg_train_text_setup,
  * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate,
- * mg_train_evaluate, mg_cli_gpt_fits (also bench step --model gpt's). */
+ * mg_train_evaluate, mg_train_eval_chunks, mg_train_eval_least_rows,
+ * mg_cli_gpt_fits (also bench step --model gpt's). */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
@@ -111,6 +112,13 @@ int mg_train_text_evaluate(trainer *tr, double *val_loss);
 /* Collective. The evaluation after `step` (train_eval.c): the MLP's test loss
  * and accuracy, the GPT's val_loss; printed on rank 0, in the metrics. */
 int mg_train_evaluate(trainer *tr, int64_t step);
+/* The chunks an evaluation of n rows (windows) takes, of sizes that differ by
+ * one at most, each no larger than a training forward and at least
+ * mg_train_eval_least_rows. */
+int64_t mg_train_eval_chunks(const trainer *tr, int64_t n);
+/* Rows an evaluation chunk needs at least: one per data-parallel rank (with
+ * pp, of each of the pipeline's `ranks` micro-batches). */
+int mg_train_eval_least_rows(const trainer *tr);
 /* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
  * the batch), when a GPT step of `batch` windows on the mesh and plan (no pp:
  * mg_pipeline_make checks those) is estimated to need more than this

@@ -1,13 +1,15 @@
 /* train_eval.c: the evaluation of `meshgrad train`, without autograd: the
  * MLP's loss and accuracy on the test split, the GPT's val_loss on /val
  * (train_text.c), printed on rank 0 and written to the metrics.
- * Exports: mg_train_evaluate (train.h). */
+ * Exports: mg_train_evaluate, mg_train_eval_chunks, mg_train_eval_least_rows
+ * (train.h). */
 #include <math.h>
 #include <stdio.h>
 
 #include "cli/train.h"
 #include "cli/train_pp.h"
 #include "context.h"
+#include "nn/gpt_pipeline.h"
 #include "status.h"
 
 /* Collective, without autograd: the loss and the correct predictions of the
@@ -71,19 +73,32 @@ static int eval_chunk(trainer *tr, int64_t first, int64_t n, double *loss, int64
     return rc == MG_OK ? eval_batch(tr, x, y, loss, correct) : rc;
 }
 
-/* The MLP's: loss and accuracy on the whole test split in chunks of as many
- * rows as a training forward takes at once (the batch; with pp,
- * mg_train_pp_eval_rows), so evaluating needs no more memory than a step,
- * whatever the split's length; nothing without a test split. */
+int mg_train_eval_least_rows(const trainer *tr) {
+    int degree = mg_plan_data_degree(&tr->plan, tr->mesh), pp = mg_plan_pp_dim(&tr->plan);
+    return pp < 0 ? degree : degree * tr->mesh->shape[pp];
+}
+
+/* As many rows as a training forward takes at once (the batch, or its part
+ * of --grad-accum; with pp, the evaluation's micro-batches of the step's
+ * largest), so evaluating needs no more memory than a step, which was
+ * checked, whatever the split's length. (Chunks of at least a batch held a
+ * whole batch's activations on every pipeline rank: the GPT at --batch 2048,
+ * pp 2, took 4.9 GiB a rank, 2.6 without them.) */
+int64_t mg_train_eval_chunks(const trainer *tr, int64_t n) {
+    const mg_pipeline *p = tr->pp ? mg_train_pp_pipeline(tr->pp)
+                           : tr->gpt_pp ? mg_gpt_pp_pipeline(tr->gpt_pp)
+                                        : NULL;
+    int64_t chunk = p ? mg_pipeline_eval_rows(p) : tr->cfg.batch / tr->cfg.grad_accum;
+    int64_t chunks = (n + chunk - 1) / chunk, least = mg_train_eval_least_rows(tr);
+    return n / chunks < least ? n / least : chunks; /* every chunk >= least */
+}
+
+/* The MLP's: loss and accuracy on the whole test split in chunks
+ * (mg_train_eval_chunks); nothing without a test split. */
 int mg_train_evaluate(trainer *tr, int64_t step) {
     if (tr->cfg.model == MG_MODEL_GPT) return evaluate_text(tr, step);
     if (!tr->test) return MG_OK;
-    int64_t n = mg_dataset_rows(tr->test);
-    int64_t chunk = tr->pp ? mg_train_pp_eval_rows(tr->pp) : tr->cfg.batch;
-    int pp = mg_plan_pp_dim(&tr->plan), degree = mg_plan_data_degree(&tr->plan, tr->mesh);
-    if (pp >= 0) degree *= tr->mesh->shape[pp]; /* a row per data-parallel rank of each micro-batch */
-    int64_t chunks = (n + chunk - 1) / chunk;
-    if (n / chunks < degree) chunks = n / degree; /* every chunk >= degree */
+    int64_t n = mg_dataset_rows(tr->test), chunks = mg_train_eval_chunks(tr, n);
     int prev = mg_set_grad_enabled(0);
     double test_loss = 0;
     int64_t correct = 0;

@@ -216,11 +216,7 @@ int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip
     return mg_pipeline_update(&t->p, &t->model->params, NULL, opt, lr, clip, norm);
 }
 
-int64_t mg_train_pp_eval_rows(const mg_train_pp *t) {
-    int64_t most = 0;
-    for (int i = 0; i < t->p.microbatches; i++) most = t->p.rows[i] > most ? t->p.rows[i] : most;
-    return most * t->eval_schedule.microbatches;
-}
+const mg_pipeline *mg_train_pp_pipeline(const mg_train_pp *t) { return &t->p; }
 
 int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,
                          int64_t *correct) {

@@ -13,7 +13,7 @@
  *     forwards only, on the step's arenas;
  *   - the parameter checksum of the whole model, stage after stage.
  * Exports: mg_train_pp, mg_train_pp_options, mg_train_pp_memory, mg_train_pp_new, mg_train_pp_step,
- * mg_train_pp_update, mg_train_pp_eval_rows, mg_train_pp_evaluate, mg_train_pp_checksum,
+ * mg_train_pp_update, mg_train_pp_pipeline, mg_train_pp_evaluate, mg_train_pp_checksum,
  * mg_train_pp_free. */
 #ifndef MG_CLI_TRAIN_PP_H
 #define MG_CLI_TRAIN_PP_H
@@ -50,9 +50,8 @@ int mg_train_pp_step(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, d
  * (*norm, before clipping; 0 when clip is 0), then the optimizer step on this
  * rank's parameters. The caller zeroes the gradients and ends the step. */
 int mg_train_pp_update(mg_train_pp *t, mg_optimizer *opt, double lr, double clip, double *norm);
-/* The rows an evaluation forward takes at once: its micro-batches (one per
- * pipeline rank), each as large as the training's largest. */
-int64_t mg_train_pp_eval_rows(const mg_train_pp *t);
+/* The pipeline (its evaluation's rows: mg_pipeline_eval_rows). */
+const mg_pipeline *mg_train_pp_pipeline(const mg_train_pp *t);
 /* The loss on x, y (replicated; a chunk of the test split, cut into the
  * evaluation's micro-batches), its correct predictions added to *correct. */
 int mg_train_pp_evaluate(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, double *loss,

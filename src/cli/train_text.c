@@ -8,8 +8,9 @@
  * them (io/tokens.h), so every mesh, every resume and every --grad-accum sees
  * the same rows; micro-batch m of N takes rows [m B/N, (m + 1) B/N). The
  * validation loss is the mean loss over every non-overlapping T-window of
- * /val, in chunks of about 4M logits or B windows if more (each chunk's
- * mean weighted by its windows), the same on every mesh up to float reassociation.
+ * /val, in chunks of what a training forward takes at once
+ * (mg_train_eval_chunks; each chunk's mean weighted by its windows), the same
+ * on every mesh up to float reassociation.
  * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_pp_step,
  * mg_train_text_evaluate (train.h). */
 #include <stdlib.h>
@@ -93,13 +94,6 @@ int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *
                     on_node == 1 ? "" : "s", have / 1073741824.0, smaller);
 }
 
-/* Windows a val chunk needs at least: one per data-parallel rank (with pp,
- * of each of the pipeline's `ranks` micro-batches). */
-static int least_rows(trainer *tr) {
-    int degree = mg_plan_data_degree(&tr->plan, tr->mesh), pp = mg_plan_pp_dim(&tr->plan);
-    return pp < 0 ? degree : degree * tr->mesh->shape[pp];
-}
-
 int mg_train_text_setup(trainer *tr) {
     mg_train_config *c = &tr->cfg;
     mg_comm *world = tr->mesh->world;
@@ -114,12 +108,12 @@ int mg_train_text_setup(trainer *tr) {
     int rc = check_split(tr, tr->tokens, "train");
     if (rc == MG_OK && !(tr->val = mg_tokens_open(c->data, "val", world))) rc = mg_last_code();
     if (rc == MG_OK) rc = check_split(tr, tr->val, "val");
-    if (rc == MG_OK && mg_tokens_eval_windows(tr->val, c->ctx) < least_rows(tr))
+    if (rc == MG_OK && mg_tokens_eval_windows(tr->val, c->ctx) < mg_train_eval_least_rows(tr))
         rc = mg_error(MG_EINVAL, "%s: the val split holds %lld windows of --ctx %lld tokens, fewer "
                       "than the %d its evaluation needs (one per data-parallel rank, of each "
                       "pipeline rank's micro-batch)", c->data,
                       (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx,
-                      least_rows(tr));
+                      mg_train_eval_least_rows(tr));
     mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
     if (rc == MG_OK)
         rc = mg_cli_gpt_fits(&g, tr->mesh, &tr->plan, micro,
@@ -193,26 +187,10 @@ static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
     return MG_OK;
 }
 
-/* The windows of one evaluation forward: as many as a training forward takes
- * at once (the batch, or its part of --grad-accum; with pp, the evaluation's
- * `ranks` micro-batches of the training's largest), so evaluating needs no
- * more memory than a step, which was checked, whatever the split's length.
- * (Chunks of at least a batch held a whole batch's activations on every
- * pipeline rank: at --batch 2048, pp 2, 4.9 GiB a rank, 2.6 without them.) */
-static int64_t eval_chunk(const trainer *tr) {
-    if (!tr->gpt_pp) return tr->cfg.batch / tr->cfg.grad_accum;
-    const mg_pipeline *p = mg_gpt_pp_pipeline(tr->gpt_pp);
-    int64_t most = 0;
-    for (int i = 0; i < p->microbatches; i++) most = p->rows[i] > most ? p->rows[i] : most;
-    return most * p->ranks;
-}
-
 int mg_train_text_evaluate(trainer *tr, double *val_loss) {
     const mg_train_config *c = &tr->cfg;
-    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx), chunk = eval_chunk(tr);
-    int degree = least_rows(tr);
-    int64_t chunks = (windows + chunk - 1) / chunk;
-    if (windows / chunks < degree) chunks = windows / degree; /* every chunk >= degree */
+    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
+    int64_t chunks = mg_train_eval_chunks(tr, windows);
     int prev = mg_set_grad_enabled(0);
     double sum = 0;
     int rc = MG_OK;

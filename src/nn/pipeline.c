@@ -109,7 +109,7 @@ static int by_value(const void *a, const void *b) {
  * every live micro-batch counts twice; a rank that sends input gradients
  * holds one arena more while the last is in flight; and the evaluation's
  * `ranks` micro-batches a stage (forwards only, each at most the largest
- * training micro-batch: train_text.c, train.c) take the same arenas and make
+ * training micro-batch: mg_pipeline_eval_rows) take the same arenas and make
  * up the rest. The GPT of data/mobydick.conf at --batch 2048, pp 2, 1f1b:
  * 1604 and 1732 MiB predicted; the ranks' peak RSS 1744 and 1856 MiB, of
  * which about 139 are the program's own (its RSS at --batch 64). */
@@ -242,6 +242,12 @@ mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t st
     mg_backend *be = mg_backend_of(t);
     if (t->numel > 0) be->iface->from_host(be->context, t->data, data + (start + off[0]) * row, t->numel);
     return mg_dtensor_make(&spec, t, mg_step_arena());
+}
+
+int64_t mg_pipeline_eval_rows(const mg_pipeline *p) {
+    int64_t most = 0;
+    for (int i = 0; i < p->microbatches; i++) most = p->rows[i] > most ? p->rows[i] : most;
+    return most * p->ranks;
 }
 
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n) {

@@ -31,7 +31,7 @@
  * Exports: mg_pp_options, mg_pipeline, mg_pp_options_defaults,
  * mg_pp_int_list, mg_pipeline_make, mg_pipeline_free, mg_pipeline_holds,
  * mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
- * mg_pipeline_update, mg_pipeline_checksum. */
+ * mg_pipeline_eval_rows, mg_pipeline_update, mg_pipeline_checksum. */
 #ifndef MG_NN_PIPELINE_H
 #define MG_NN_PIPELINE_H
 
@@ -98,6 +98,10 @@ mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t st
 /* Collective over the pp dim: v[0..n) summed over the pipeline ranks (in
  * doubles: the loss of the last stage, squared norms of every stage). */
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n);
+/* The rows an evaluation forward takes at once: its micro-batches, one per
+ * pipeline rank, each as large as the step's largest (check_memory counts
+ * them so). */
+int64_t mg_pipeline_eval_rows(const mg_pipeline *p);
 /* Collective over the mesh. The update after a step: clipping by the norm of
  * every stage's gradients (*norm, before clipping; 0 when clip is 0), then
  * the optimizer step on this rank's `params`. `counted` (NULL: params) are
