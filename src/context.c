@@ -56,6 +56,14 @@ static mg_arena *device_arena(mg_arena **slot, size_t initial) {
     return *a;
 }
 
+mg_arena *mg_micro_arena_new(size_t initial) {
+    mg_arena *step = mg_step_arena();
+    if (!step) return NULL;
+    int dev = mg_arena_device(step);
+    return dev == MG_DEVICE_CPU ? mg_arena_new(initial)
+                                : mg_arena_new_device(initial, &context.memory[dev]);
+}
+
 /* The step arena starts at 1 MiB; the scratch arena holds one big tensor or
  * so at a time and grows to what that needs. */
 mg_arena *mg_step_arena(void) { return device_arena(context.step, (size_t)1 << 20); }

@@ -139,6 +139,11 @@ mg_context *mg_ctx(void);
  *   (mg_ops_release_all). */
 mg_arena *mg_step_arena(void);
 mg_arena *mg_scratch_arena(void);
+/* A new arena on the step arena's device, of `initial` bytes, the caller's to
+ * free: a micro-batch's tensor data, redirected there (mg_arena_redirect_data)
+ * and reset once its backward is done (the pipeline's slots, --grad-accum).
+ * NULL with a message. */
+mg_arena *mg_micro_arena_new(size_t initial);
 
 /* Frees this layer's members (arenas, arrays) and zeroes the whole context;
  * the layers above free theirs first (mg_finalize). */

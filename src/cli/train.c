@@ -304,10 +304,7 @@ static int first_nonfinite_grad(const mg_param_table *t) {
  * reducer, so it is reset after each: N micro-batches take one micro-batch's
  * memory, not the whole batch's (as the pipeline's arenas, nn/pipeline_exec.c). */
 static int micro_arena(trainer *tr) {
-    if (tr->micro) return MG_OK;
-    int dev = mg_arena_device(mg_step_arena());
-    tr->micro = dev == MG_DEVICE_CPU ? mg_arena_new(1 << 20)
-                                     : mg_arena_new_device(1 << 20, &mg_ctx()->memory[dev]);
+    if (!tr->micro) tr->micro = mg_micro_arena_new(1 << 20);
     return tr->micro ? MG_OK : mg_last_code();
 }
 

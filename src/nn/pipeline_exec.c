@@ -170,11 +170,7 @@ static int acquire(mg_pp_exec *e, slot *sl) {
         if (!all || !free_) return mg_error(MG_ENOMEM, "pipeline executor: out of memory");
         p->cap = cap;
     }
-    int dev = mg_arena_device(mg_step_arena());
-    mg_context *c = mg_ctx();
-    sl->arena = dev == MG_DEVICE_CPU ? mg_arena_new(1 << 20)
-                                     : mg_arena_new_device(1 << 20, &c->memory[dev]);
-    if (!sl->arena) return mg_last_code();
+    if (!(sl->arena = mg_micro_arena_new(1 << 20))) return mg_last_code();
     p->all[p->nall++] = sl->arena;
     return MG_OK;
 }
