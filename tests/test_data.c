@@ -276,6 +276,14 @@ START_TEST(test_loader_errors) {
     mg_assert_all(mg_loader_next(&L, &xs, &ys, &x, &y, NULL) == MG_EPLACEMENT, "%s",
                   mg_last_error());
     mg_assert_all(L.cursor == 0, "a refused call moved the loader");
+    L.cursor = 37 / 4; /* at the epoch's end: a refused call begins no new epoch */
+    mg_assert_all(mg_loader_next(&L, &xs, &ys, &x, &y, NULL) == MG_EPLACEMENT && L.epoch == 0 &&
+                      L.cursor == 37 / 4,
+                  "a refused call at the epoch's end moved the loader to epoch %lld",
+                  (long long)L.epoch);
+    mg_assert_all(mg_loader_rows(&L, 34, 4, &xs, &ys, &x, &y, NULL) == MG_EINVAL &&
+                      strstr(mg_last_error(), "rows 34..37 are not in the 37"),
+                  "rows past the split: %s", mg_last_error());
     mg_loader_free(&L);
     mg_mesh_free(mesh);
     mg_dataset_close(ds);

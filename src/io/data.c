@@ -462,16 +462,21 @@ static int check_spec(const mg_spec *s, int ndim, const int64_t *shape, const ch
     return MG_OK;
 }
 
-/* The n global rows `rows` as x and y with the given specs (checked). */
-static int read_rows(mg_loader *L, const int64_t *rows, int64_t n, const mg_spec *x_spec,
-                     const mg_spec *y_spec, mg_dtensor **x, mg_dtensor **y, mg_arena *arena) {
-    mg_dataset *ds = L->data;
+/* The specs of a batch of n rows, checked before the loader changes. */
+static int check_specs(const mg_dataset *ds, int64_t n, const mg_spec *x_spec,
+                       const mg_spec *y_spec) {
     int64_t xshape[MG_MAX_DIMS];
     xshape[0] = n;
     for (int i = 0; i < ds->sample_ndim; i++) xshape[i + 1] = ds->sample_shape[i];
     int st = check_spec(x_spec, ds->sample_ndim + 1, xshape, "x");
-    if (st == MG_OK) st = check_spec(y_spec, 1, &n, "y");
-    if (st != MG_OK) return st;
+    return st == MG_OK ? check_spec(y_spec, 1, &n, "y") : st;
+}
+
+/* The global rows `rows` as x and y with the given specs (check_specs). */
+static int read_rows(mg_loader *L, const int64_t *rows, const mg_spec *x_spec,
+                     const mg_spec *y_spec, mg_dtensor **x, mg_dtensor **y, mg_arena *arena) {
+    mg_dataset *ds = L->data;
+    int st = MG_OK;
 
     // x local block: rows [xoff[0], +xl[0]) of the batch, box xoff[1..] x xl[1..]
     int64_t xl[MG_MAX_DIMS], xoff[MG_MAX_DIMS], yl[1], yoff[1];
@@ -516,13 +521,15 @@ int mg_loader_next(mg_loader *L, const mg_spec *x_spec, const mg_spec *y_spec, m
                    mg_dtensor **y, mg_arena *arena) {
     if (!L || !L->perm || !x || !y)
         return mg_error(MG_ESTATE, "loader: next on a loader not initialized");
+    int st = check_specs(L->data, L->batch, x_spec, y_spec);
+    if (st != MG_OK) return st;
     if (L->cursor >= batches_per_epoch(L)) {
         L->epoch++;
         L->cursor = 0;
         mg_rng_permutation(L->seed, (uint64_t)L->epoch, L->data->rows, L->perm);
     }
     /* the global batch: B rows */
-    int st = read_rows(L, L->perm + L->cursor * L->batch, L->batch, x_spec, y_spec, x, y, arena);
+    st = read_rows(L, L->perm + L->cursor * L->batch, x_spec, y_spec, x, y, arena);
     if (st != MG_OK) return st;
     L->cursor++;
     return MG_OK;
@@ -536,5 +543,6 @@ int mg_loader_rows(mg_loader *L, int64_t first, int64_t n, const mg_spec *x_spec
         return mg_error(MG_EINVAL, "loader: rows %lld..%lld are not in the %lld of %s /%s",
                         (long long)first, (long long)(first + n - 1), (long long)L->data->rows,
                         L->data->path, L->data->split);
-    return read_rows(L, L->perm + first, n, x_spec, y_spec, x, y, arena);
+    int st = check_specs(L->data, n, x_spec, y_spec);
+    return st == MG_OK ? read_rows(L, L->perm + first, x_spec, y_spec, x, y, arena) : st;
 }
