@@ -216,4 +216,7 @@ int mg_backend_cpu_threads(void);
  * than the machine has), at least 1. */
 long mg_backend_cpu_usable(void);
 
+/* The name of the OpenBLAS kernels this process runs ("Haswell", "SkylakeX"). */
+const char *mg_blas_core(void);
+
 #endif

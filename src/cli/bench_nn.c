@@ -197,7 +197,8 @@ int mg_cli_bench_nn(char *json, size_t len) {
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc != MG_OK || mg_rank() != 0) return rc;
-    printf("network kernels, 1 thread, rank 0 (best of %d)\n", REPS);
+    printf("network kernels, 1 thread, rank 0, OpenBLAS %s kernels (best of %d)\n", mg_blas_core(),
+           REPS);
     printf("  %-44s %8.1f GFLOP/s   cblas_sgemm same FLOPs %6.1f   ratio %.2f (target >= 0.5)\n",
            "attention fwd+bwd B=8 H=4 T=256 D=64", r.attention, r.sgemm, r.attention / r.sgemm);
     printf("  %-44s %8.1f GFLOP/s   (causal FLOPs: half)\n", "attention fwd+bwd, causal",

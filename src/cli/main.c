@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/device.h"
 #include "cli/cli.h"
 #include "context.h"
@@ -56,9 +57,9 @@ static void version(void) {
 #ifdef MG_HAVE_CUDA
     char gpus[1024];
     mg_cuda_describe(gpus, sizeof gpus);
-    printf("backends: cpu (OpenBLAS), cuda\ncuda: %s\n", gpus);
+    printf("backends: cpu (OpenBLAS, %s kernels), cuda\ncuda: %s\n", mg_blas_core(), gpus);
 #else
-    printf("backends: cpu (OpenBLAS)\n");
+    printf("backends: cpu (OpenBLAS, %s kernels)\n", mg_blas_core());
 #endif
 }
 
