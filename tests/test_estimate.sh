@@ -9,7 +9,8 @@
 # and buffer bytes; mg_comm_stats over the steps after the first). Prints
 # both side by side. The same for a tiny GPT (2 layers, embd 32, ctx 16, batch
 # 8 windows of data/mobydick.h5) on 1, 2 and 4 ranks under every plan it has:
-# dp, tp, sp, fsdp, tp+sp, dp,tp and fsdp,tp. The MLPs again at other --depth.
+# dp, tp, sp, fsdp, tp+sp, dp,tp and fsdp,tp, and with --grad-accum. The MLPs
+# again at other --depth.
 # A pipeline plan's estimate (plan --estimate with pp) is checked for the
 # bytes its ranks send; pp in a config file is refused.
 . "$(dirname "$0")/check.sh"
@@ -87,6 +88,13 @@ for p in dp tp sp fsdp tp+sp; do
     case_ 4 4 $p $gpt --heads 4
 done
 for p in dp,tp fsdp,tp; do case_ 4 2x2 $p $gpt --heads 2; done
+# --grad-accum: the micro-batches' data in an arena reset after each backward,
+# their headers kept until the step ends, their collectives but the gradients'
+# sums once each (the whole batch's step was estimated: 3x train's memory)
+case_ 1 1 dp $gpt --heads 2 --grad-accum 4
+for p in dp tp sp fsdp; do case_ 2 2 $p $gpt --heads 2 --grad-accum 2; done
+case_ 4 2x2 dp,tp $gpt --heads 2 --grad-accum 2
+case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
 
 # a pipeline plan: each pipeline rank's memory and the activations it sends
 # (8 micro-batches of 32 rows of 1024 floats cross each stage boundary, each
@@ -111,6 +119,13 @@ check "--config with --parallel pp names plan's flags: exit $?" \
     grep -q "meshgrad: error: plan: --config is read by plan --estimate without pp" "$tmp/out"
 
 # bad input: one message, exit 2
+"$prog" plan --estimate --model gpt --layers 2 --heads 2 --embd 32 --ctx 16 --batch 10 \
+    --grad-accum 4 >"$tmp/out" 2>&1
+check "--grad-accum not dividing the batch, refused as train refuses it: exit $?" \
+    grep -q "meshgrad: error: grad-accum 4 does not divide batch 10" "$tmp/out"
+"$prog" plan --estimate --grad-accum 4 >"$tmp/out" 2>&1
+check "--grad-accum with the MLP (train refuses it): exit $?" \
+    grep -q "meshgrad: error: grad-accum 4 applies to --model gpt" "$tmp/out"
 "$prog" plan --estimate --mesh 2x2 --parallel dp >"$tmp/out" 2>&1
 check "a plan count that is not the mesh's: exit $?" grep -q "meshgrad: error: estimate: 1 plans for a 2-d mesh" "$tmp/out"
 "$prog" plan --estimate --input 8y8 >"$tmp/out" 2>&1

@@ -166,7 +166,7 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     }
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
      * check is mg_pipeline_make's) */
-    if (mg_cli_gpt_fits(&o.g, mesh, &plan, o.batch, 2, 1, "--batch") != MG_OK) return 1;
+    if (mg_cli_gpt_fits(&o.g, mesh, &plan, o.batch, 1, 2, 1, "--batch") != MG_OK) return 1;
     mg_model model;
     mg_gpt_pp *pipe = NULL; /* pp in the plan */
     if (mg_plan_pp_dim(&plan) >= 0

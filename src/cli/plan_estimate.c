@@ -7,7 +7,8 @@
  * taken and ignored), plus --input RxC and --classes K (the data set's: 8x8 and 10
  * for the digits), --vocab V (the GPT's: 256, the bytes of the text) and
  * --nodes N (the ranks' nodes: data-parallel ranks on one node share memory).
- * --model gpt takes train's --layers --heads --embd --ctx (nn/estimate_gpt.c).
+ * --model gpt takes train's --layers --heads --embd --ctx --grad-accum
+ * (nn/estimate_gpt.c).
  * The mesh defaults to one dim of all ranks of mpirun (or 1). One process is enough. A last line gives the figures as JSON.
  * A pipeline plan (pp in --parallel) is planned by plan.c, which then asks
  * mg_plan_estimate_pipeline for each pipeline rank's memory (its stages'
@@ -90,6 +91,9 @@ static int parse(estimate_opts *o, int argc, char **argv) {
     o->nodes = (int)nodes;
     mg_train_config_defaults(&o->cfg);
     if (rc == MG_OK) rc = mg_train_config_parse_args(&o->cfg, n, rest);
+    /* a run train would refuse has no estimate (--grad-accum with the MLP, or
+     * not dividing the batch, was estimated as a step of the whole batch) */
+    if (rc == MG_OK) rc = mg_train_config_check(&o->cfg);
     free(rest);
     return rc;
 }
@@ -99,10 +103,11 @@ static void print(const estimate_opts *o, const mg_est_config *ec, const mg_esti
     const mg_train_config *c = &o->cfg;
     if (c->model == MG_MODEL_GPT)
         printf("estimate of a step of meshgrad train: gpt (%lld layers, %lld heads, embd %lld, ctx "
-               "%lld, vocabulary %lld) on mesh %s [%s], batch %lld, %s (%d state%s a parameter)%s; "
-               "the largest rank (coordinate 0):\n", (long long)c->layers, (long long)c->heads,
-               (long long)c->embd, (long long)c->ctx, (long long)o->vocab, mesh, c->parallel,
-               (long long)c->batch, mg_optim_kind_name(c->optimizer), ec->states,
+               "%lld, vocabulary %lld) on mesh %s [%s], batch %lld in %lld micro-batch%s, %s (%d "
+               "state%s a parameter)%s; the largest rank (coordinate 0):\n", (long long)c->layers,
+               (long long)c->heads, (long long)c->embd, (long long)c->ctx, (long long)o->vocab, mesh,
+               c->parallel, (long long)c->batch, (long long)c->grad_accum,
+               c->grad_accum == 1 ? "" : "es", mg_optim_kind_name(c->optimizer), ec->states,
                ec->states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "");
     else
     printf("estimate of a step of meshgrad train: %s (hidden %lld) on mesh %s [%s], batch %lld, %s "
@@ -162,6 +167,7 @@ int mg_cli_plan_estimate(int argc, char **argv) {
         return 2;
     }
     ec.batch = c->batch;
+    ec.micro = c->grad_accum;
     ec.sample_ndim = 2;
     ec.sample[0] = o.input[0];
     ec.sample[1] = o.input[1];

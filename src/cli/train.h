@@ -120,10 +120,11 @@ int64_t mg_train_eval_chunks(const trainer *tr, int64_t n);
  * pp, of each of the pipeline's `ranks` micro-batches). */
 int mg_train_eval_least_rows(const trainer *tr);
 /* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
- * the batch), when a GPT step of `batch` windows on the mesh and plan (no pp:
- * mg_pipeline_make checks those) is estimated to need more than this
- * machine's memory; `states` optimizer floats per parameter, `clip` on. */
+ * the batch), when a GPT step of `batch` windows in `micro` micro-batches
+ * (--grad-accum) on the mesh and plan (no pp: mg_pipeline_make checks those)
+ * is estimated to need more than this machine's memory; `states` optimizer
+ * floats per parameter, `clip` on. */
 int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
-                    int64_t batch, int states, int clip, const char *smaller);
+                    int64_t batch, int64_t micro, int states, int clip, const char *smaller);
 
 #endif

@@ -71,12 +71,13 @@ static int build_model(trainer *tr, const mg_gpt_config *g) {
  * before the first tensor failed. (The estimate walks no pipeline: pp runs
  * are checked by mg_pipeline_make.) Also bench step --model gpt's (cli.h). */
 int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
-                    int64_t batch, int states, int clip, const char *smaller) {
+                    int64_t batch, int64_t micro, int states, int clip, const char *smaller) {
     double have = mg_cli_memory_bytes();
     if (mg_plan_pp_dim(plan) >= 0 || !(have > 0)) return MG_OK;
     int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
-    mg_est_config ec = {.mesh_ndim = mesh->ndim, .plan = *plan, .batch = batch, .states = states,
-                        .clip = clip, .nodes = (mg_world_size() + on_node - 1) / on_node};
+    mg_est_config ec = {.mesh_ndim = mesh->ndim, .plan = *plan, .batch = batch, .micro = micro,
+                        .states = states, .clip = clip,
+                        .nodes = (mg_world_size() + on_node - 1) / on_node};
     for (int m = 0; m < mesh->ndim; m++) ec.mesh[m] = mesh->shape[m];
     mg_estimate e;
     if (mg_estimate_gpt(g, &ec, &e) != MG_OK) { /* no estimate: the run itself will tell */
@@ -116,7 +117,7 @@ int mg_train_text_setup(trainer *tr) {
                       mg_train_eval_least_rows(tr));
     mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
     if (rc == MG_OK)
-        rc = mg_cli_gpt_fits(&g, tr->mesh, &tr->plan, micro,
+        rc = mg_cli_gpt_fits(&g, tr->mesh, &tr->plan, c->batch, c->grad_accum,
                              c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
                              c->clip > 0, "--batch (or --grad-accum)");
     if (rc != MG_OK) return rc;

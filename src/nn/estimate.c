@@ -33,6 +33,7 @@ static double data_bytes(const mg_spec *s) {
 /* A tensor of the step arena: its data, its tensor and dtensor headers, and
  * the tape node when it is recorded. */
 static void made(walk *w, const mg_spec *s, bool data, bool node) {
+    w->data += data ? data_bytes(s) : 0;
     w->step += (data ? data_bytes(s) : 0) + ROUND64(sizeof(mg_tensor)) + ROUND64(sizeof(mg_dtensor)) +
                (node ? ROUND64(sizeof(mg_node)) : 0);
 }
@@ -78,11 +79,20 @@ static double moved(walk *w, const mg_spec *src, const mg_spec *dst) {
     return mg_spec_equal(src, dst) ? 0 : planned(w, src, dst, true, &last);
 }
 
+/* The tensor headers among a move's bytes: one a step, or a view's. */
+static double move_headers(const mg_spec *src, const mg_spec *dst) {
+    mg_redistribute_move mv[MG_REDISTRIBUTE_MAX_MOVES];
+    int n = mg_redistribute_moves(src, dst, mv, MG_REDISTRIBUTE_MAX_MOVES);
+    return ROUND64(sizeof(mg_tensor)) * (n > 0 ? n : 1);
+}
+
 /* A redistribution in the step arena (mg_op_redistribute; recorded when
  * `node`). */
 static void redistribute(walk *w, const mg_spec *src, const mg_spec *dst, bool node) {
     if (mg_spec_equal(src, dst)) return;
-    w->step += moved(w, src, dst) + ROUND64(sizeof(mg_dtensor)) + (node ? ROUND64(sizeof(mg_node)) : 0);
+    double bytes = moved(w, src, dst);
+    w->data += bytes - move_headers(src, dst);
+    w->step += bytes + ROUND64(sizeof(mg_dtensor)) + (node ? ROUND64(sizeof(mg_node)) : 0);
 }
 
 /* The rule's choice for n inputs. */
@@ -139,8 +149,14 @@ static void reduce(walk *w, const mg_spec *g, const mg_spec *store) {
     if (one_copy(w, store, &dim)) return;
     for (int m = 0; m < w->mesh.ndim; m++) {
         if (w->mesh.shape[m] == 1 || g->p[m].kind != MG_PLACE_PARTIAL) continue;
-        if (n >= MG_GRAD_LARGE_FLOATS) count(w, MG_COLL_ALL_REDUCE, w->mesh.shape[m], n);
-        else w->bucket_floats[m] += (double)n;
+        if (n >= MG_GRAD_LARGE_FLOATS) { /* summed on its own, once a step */
+            double bytes = w->e->bytes[MG_COLL_ALL_REDUCE];
+            count(w, MG_COLL_ALL_REDUCE, w->mesh.shape[m], n);
+            w->sync_bytes[MG_COLL_ALL_REDUCE] += w->e->bytes[MG_COLL_ALL_REDUCE] - bytes;
+            w->sync_calls[MG_COLL_ALL_REDUCE] += 1;
+            continue;
+        }
+        w->bucket_floats[m] += (double)n;
     }
 }
 
@@ -171,10 +187,7 @@ static void split_steps(walk *w, const mg_spec *stores, int n) {
  * whose data is in the gather arena, recorded); returns the gathered bytes. */
 static double gather(walk *w, const mg_spec *store, const mg_spec *use) {
     if (mg_spec_equal(store, use)) return 0;
-    double all = moved(w, store, use), headers = 0;
-    mg_redistribute_move mv[MG_REDISTRIBUTE_MAX_MOVES];
-    int n = mg_redistribute_moves(store, use, mv, MG_REDISTRIBUTE_MAX_MOVES);
-    headers = ROUND64(sizeof(mg_tensor)) * (n > 0 ? n : 1);
+    double all = moved(w, store, use), headers = move_headers(store, use);
     w->step += headers + ROUND64(sizeof(mg_dtensor)) + ROUND64(sizeof(mg_node));
     return all - headers;
 }
@@ -556,10 +569,10 @@ void mg_est_finish(walk *w, const mg_spec *loss, const mg_spec *stores, int ns) 
     const mg_est_config *cfg = w->cfg;
     mg_estimate *e = w->e;
     buckets(w);
-    mg_spec all = replicated(loss); /* the loss read on rank 0 */
+    mg_spec all = replicated(loss); /* the loss read on rank 0, each micro-batch's */
     for (int m = 0; m < cfg->mesh_ndim; m++) all.p[m] = MG_REPLICATE;
     double step = w->step;
-    moved(w, loss, &all);
+    for (int64_t i = 0; i < (cfg->micro > 1 ? cfg->micro : 1); i++) moved(w, loss, &all);
     w->step = step;
     control(w, MG_COLL_ALL_REDUCE, 8 * 5); /* the per-step agreement of train.c */
     if (cfg->clip) control(w, MG_COLL_ALL_REDUCE, 8);

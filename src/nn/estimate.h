@@ -27,8 +27,7 @@
  * offers the same rule candidates as its op and records what its VJP makes.
  * The GPT, which branches (residual stream, q/k/v), is walked by
  * estimate_gpt.c on a small tape of its own with the same steps
- * (estimate_walk.h). Its approximations (docs/OBSERVE.md): one 4-byte
- * all-reduce per step of batch-sharded plans not found; activations 1-6%
+ * (estimate_walk.h). Its approximations (docs/OBSERVE.md): activations 1-6%
  * high (every VJP output counted as a new tensor); the tied wte's gradient
  * scratch and tp's gathered copies not counted.
  *
@@ -71,6 +70,8 @@ typedef struct {
     int mesh[MG_MAX_MESH_DIMS];
     mg_plan plan;
     int64_t batch;                 /* global */
+    int64_t micro;                 /* GPT: micro-batches a step (--grad-accum), of batch / micro
+                                      windows each; 0 or 1: the whole batch at once */
     int sample_ndim;
     int64_t sample[MG_MAX_DIMS];   /* one input sample: (8, 8) for the digits */
     int64_t classes;

@@ -142,6 +142,10 @@ static int embed(gwalk *t, int ids, int wte, int wpe) {
                   true);
     if (x < 0) return x;
     s->out = x;
+    /* the ids' check, agreed over the mesh dims that shard them (ops_vocab.c) */
+    for (int m = 0; m < t->w->mesh.ndim; m++)
+        if (s->to[0].p[m].kind == MG_PLACE_SHARD && t->w->mesh.shape[m] > 1)
+            mg_est_count(t->w, MG_COLL_ALL_REDUCE, t->w->mesh.shape[m], 1);
     s = new_step(t, S_ADD);
     s->in[0] = x;
     s->param[1] = wpe;
@@ -492,10 +496,16 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
     mg_plan_batch(&cfg->plan, bp);
     mg_spec ids;
     int loss = -1;
-    rc = mg_est_spec(w, &ids, bp, 2, (int64_t[]){cfg->batch, g->ctx});
+    int64_t micro = cfg->micro > 1 ? cfg->micro : 1;
+    if (cfg->batch % micro != 0)
+        rc = mg_error(MG_EINVAL, "estimate: %lld micro-batches do not divide batch %lld",
+                      (long long)micro, (long long)cfg->batch);
+    if (rc == MG_OK) rc = mg_est_spec(w, &ids, bp, 2, (int64_t[]){cfg->batch / micro, g->ctx});
+    double ids_data = w->data;
     if (rc == MG_OK) {
         mg_est_made(w, &ids, true, false);
         mg_est_made(w, &ids, true, false);
+        ids_data = w->data - ids_data;
         mg_est_control(w, MG_COLL_ALL_REDUCE, 8); /* the loader's agreement */
         int x = new_slot(t, &ids, false);
         rc = forward(t, x, x, &loss);
@@ -503,12 +513,28 @@ int mg_estimate_gpt(const mg_gpt_config *g, const mg_est_config *cfg, mg_estimat
     if (rc == MG_OK) { /* the seed, d loss / d loss = 1, Replicate */
         mg_spec seed = mg_est_replicated(&t->slot[loss]);
         for (int m = 0; m < cfg->mesh_ndim; m++) seed.p[m] = MG_REPLICATE;
+        if (micro > 1) { /* the loss scaled by 1 / micro, and its gradient */
+            mg_est_made(w, &t->slot[loss], true, true);
+            mg_est_made(w, &seed, true, false);
+        }
         mg_est_made(w, &seed, true, false);
         t->grad[loss] = seed;
         t->has[loss] = true;
     }
     for (int i = t->nsteps - 1; i >= 0 && rc == MG_OK; i--)
         if (t->has[steps[i].out]) rc = backward_step(t, &steps[i]);
+    if (rc == MG_OK && micro > 1) {
+        /* train.c: each micro-batch's tensor data in an arena of its own, reset
+         * after its backward; its ids and labels, and every tensor's headers,
+         * in the step arena until the step ends. Its collectives, but for the
+         * gradients' sums, once a micro-batch. */
+        double headers = w->step - w->data, data = w->data - ids_data;
+        w->step = (double)micro * (headers + ids_data) + data;
+        for (int k = 0; k < MG_COLL_COUNT; k++) {
+            e->bytes[k] = (double)micro * (e->bytes[k] - w->sync_bytes[k]) + w->sync_bytes[k];
+            e->calls[k] = (double)micro * (e->calls[k] - w->sync_calls[k]) + w->sync_calls[k];
+        }
+    }
     if (rc == MG_OK) {
         mg_spec *stores = calloc((size_t)t->nparams, sizeof *stores);
         if (!stores) rc = mg_error(MG_ENOMEM, "estimate: out of memory");

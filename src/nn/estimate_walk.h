@@ -30,6 +30,10 @@ typedef struct {
     mg_estimate *e;
     mg_mesh mesh; /* described: shape, coordinate 0; no communicators */
     double step;  /* step arena bytes so far */
+    double data;  /* of them, tensor data (the rest: headers) */
+    /* of e's collectives, the gradients' sums, which a step makes once
+     * whatever its micro-batches (the buckets' are counted at its end) */
+    double sync_bytes[MG_COLL_COUNT], sync_calls[MG_COLL_COUNT];
     double bucket_floats[MG_MAX_MESH_DIMS]; /* small gradients summed over each dim */
     double staging[2]; /* floats of redistribute's two staging buffers (the largest asked) */
     op_record ops[MAX_LAYERS];
