@@ -435,6 +435,51 @@ START_TEST(lifetimes_are_checked) {
 }
 END_TEST
 
+/* An op's result dies with its step: used after mg_step_end (right after, or
+ * after the next step made the same tensors again, where its memory now holds
+ * theirs) it is refused with a message, never read as a tensor. */
+START_TEST(results_die_with_their_step) {
+    mg_mesh *mesh = mesh_1xw();
+    int64_t shape[2] = {4, 6};
+    mg_tensor *full = mg_tensor_new(2, shape);
+    for (int i = 0; i < 24; i++) full->data[i] = (float)i - 5.0f;
+    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
+    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
+    mg_assert_all(x != NULL, "%s", mg_last_error());
+
+    mg_dtensor *kept = mg_scale(x, 2.0f), *sum = kept ? mg_add(kept, x) : NULL;
+    mg_assert_all(sum != NULL, "%s", mg_last_error());
+    mg_step_end();
+    mg_assert_all(mg_add(kept, x) == NULL && mg_last_code() == MG_ESTATE &&
+                      strstr(mg_last_error(), "mg_add: this tensor is an op's result from 1 step "
+                                              "ago, and mg_step_end released it") != NULL,
+                  "an op on last step's result: %s", mg_last_error());
+    mg_assert_all(mg_dtensor_shape(kept) == NULL && strstr(mg_last_error(), "mg_dtensor_shape"),
+                  "a getter on last step's result: %s", mg_last_error());
+    mg_assert_all(mg_full_tensor(kept) == NULL && mg_last_code() == MG_ESTATE,
+                  "mg_full_tensor of last step's result: %s", mg_last_error());
+    mg_assert_all(mg_backward(sum) == MG_ESTATE, "mg_backward of last step's result: %s",
+                  mg_last_error());
+
+    /* the same ops again: without the shifted start, `kept` would point at
+     * this step's first result and the op would run on it */
+    mg_dtensor *again = mg_scale(x, 2.0f), *sum2 = again ? mg_add(again, x) : NULL;
+    mg_assert_all(sum2 != NULL, "x (a tensor of our own) lives across steps: %s", mg_last_error());
+    mg_assert_all(again != kept, "this step's result sits where last step's did");
+    mg_assert_all(mg_add(kept, x) == NULL && mg_last_code() == MG_ESTATE,
+                  "last step's result after this step made the same tensors: %s", mg_last_error());
+    mg_tensor *g = mg_full_tensor(sum2);
+    int bad = !g;
+    for (int i = 0; !bad && i < 24; i++) bad = g->data[i] != 3.0f * full->data[i];
+    mg_assert_all(!bad, "this step's 2x + x is not 3x after the refusals");
+    mg_tensor_free(g);
+    mg_step_end();
+    mg_dtensor_free(x);
+    mg_tensor_free(full);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     world = mg_world_size();
     me = mg_rank();
@@ -442,7 +487,7 @@ static Suite *make_suite(void) {
                             from_local_round_trip, distribute_refusals, from_local_wrong_shape,
                             ranks_must_agree, mixed_meshes_refused, make_checks_the_block,
                             fill_uniform_same_on_every_mesh, describe_names_the_blocks,
-                            lifetimes_are_checked, NULL};
+                            lifetimes_are_checked, results_die_with_their_step, NULL};
     return mg_test_suite("dtensor", tests);
 }
 

@@ -314,6 +314,8 @@ static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
  * (Partial made Replicate, as every gradient of a Partial value). */
 static mg_dtensor *make_seed(mg_dtensor *root, const mg_dtensor *grad, const char *who) {
     if (!root) return mg_error_null(MG_EINVAL, "%s: the output is NULL", who);
+    if (mg_dtensor_alive(root, who) != MG_OK || (grad && mg_dtensor_alive(grad, who) != MG_OK))
+        return NULL;
     if (!root->node && !root->requires_grad)
         return mg_error_null(MG_ESTATE,
                              "%s: the output does not depend on any tensor that requires grad "
@@ -359,6 +361,7 @@ static mg_dtensor *make_seed(mg_dtensor *root, const mg_dtensor *grad, const cha
 
 int mg_backward(mg_dtensor *loss) {
     if (mg_check_not_finalized("mg_backward") != MG_OK) return MG_ESTATE; /* its graph is gone */
+    if (loss && mg_dtensor_alive(loss, "mg_backward") != MG_OK) return mg_last_code();
     if (loss && loss->spec.ndim != 0) {
         char s[96];
         return mg_error(MG_ESHAPE,
@@ -397,12 +400,14 @@ int mg_backward_weight(mg_backward_weights *w) {
 
 mg_dtensor *mg_grad(const mg_dtensor *t) {
     if (!t) return mg_error_null(MG_EINVAL, "mg_grad: the tensor is NULL");
+    if (mg_dtensor_alive(t, "mg_grad") != MG_OK) return NULL;
     mg_clear_error();
     return mg_reducer_grad((mg_dtensor *)t);
 }
 
 int mg_zero_grad(mg_dtensor *t) {
     if (!t) return mg_error(MG_EINVAL, "mg_zero_grad: tensor is NULL");
+    if (mg_dtensor_alive(t, "mg_zero_grad") != MG_OK) return mg_last_code();
     if (t->node) t->grad = NULL, t->flags &= ~(unsigned)MG_DTENSOR_OWN_GRAD;
     else mg_reducer_zero(t);
     return MG_OK;
@@ -410,6 +415,7 @@ int mg_zero_grad(mg_dtensor *t) {
 
 int mg_set_requires_grad(mg_dtensor *t, int on) {
     if (!t) return mg_error(MG_EINVAL, "mg_set_requires_grad: tensor is NULL");
+    if (mg_dtensor_alive(t, "mg_set_requires_grad") != MG_OK) return mg_last_code();
     if (t->node)
         return mg_error(MG_EINVAL,
                         "mg_set_requires_grad: only leaf tensors (made by mg_distribute or "
@@ -422,6 +428,13 @@ int mg_set_requires_grad(mg_dtensor *t, int on) {
 void mg_step_end(void) {
     mg_ops_step_end();
     mg_reducer_step_end();
-    mg_arena_reset(mg_step_arena());
-    mg_ctx()->steps++; /* the graphs are gone: their tensors may be freed (dtensor.h) */
+    mg_arena *step = mg_step_arena();
+    mg_arena_reset(step);
+    /* the graphs are gone: their tensors may be freed (dtensor.h), and the
+     * step's results are dead (mg_dtensor_alive) */
+    int64_t steps = ++mg_ctx()->steps;
+    /* every other step starts 64 bytes in: a step that makes the same tensors
+     * in the same order as the last one then puts none where one of the last
+     * step's was, so a pointer kept to one finds no live tensor there */
+    if (step && steps % 2) mg_arena_alloc(step, 64);
 }

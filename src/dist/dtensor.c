@@ -61,10 +61,30 @@ static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) 
     }
     if (!arena) c->live[c->n_live++] = t;
     memset(t, 0, sizeof *t);
+    t->magic = MG_DTENSOR_ALIVE;
     t->spec = *spec;
     t->local = local;
     t->flags = arena ? 0 : MG_DTENSOR_HEAP;
+    t->made_step = arena && mg_is_step_arena(arena) ? c->steps : -1;
     return t;
+}
+
+int mg_dtensor_alive(const mg_dtensor *t, const char *who) {
+    /* after mg_finalize the arenas are gone: that is the message then */
+    int rc = mg_check_not_finalized(who);
+    if (rc != MG_OK) return rc;
+    if (t->magic != MG_DTENSOR_ALIVE)
+        return mg_error(MG_ESTATE, "%s: not a live tensor: it was freed (mg_dtensor_free), or is an "
+                        "op's result from a step that mg_step_end ended, whose memory is in use "
+                        "again", who);
+    int64_t now = mg_ctx()->steps;
+    if (t->made_step >= 0 && t->made_step != now)
+        return mg_error(MG_ESTATE, "%s: this tensor is an op's result from %lld step%s ago, and "
+                        "mg_step_end released it: an op's result lives until the step ends; to "
+                        "keep a value across steps, copy it out (mg_full_tensor) and back in "
+                        "(mg_distribute)", who, (long long)(now - t->made_step),
+                        now - t->made_step == 1 ? "" : "s");
+    return MG_OK;
 }
 
 mg_dtensor *mg_dtensor_make(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {
@@ -353,6 +373,7 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
 
 mg_tensor *mg_full_tensor(const mg_dtensor *t) {
     if (!t) return mg_error_null(MG_EINVAL, "mg_full_tensor: NULL tensor");
+    if (mg_dtensor_alive(t, "mg_full_tensor") != MG_OK) return NULL;
     if (mg_check_not_finalized("mg_full_tensor") != MG_OK) return NULL;
     mg_spec all = t->spec;
     for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
@@ -378,7 +399,7 @@ int mg_dtensor_item(const mg_dtensor *t, double *out) {
 }
 
 /* the getters: NULL (or -1) and a message for a NULL tensor */
-#define GIVEN(t, who) mg_arg_given(t, who, "the tensor")
+#define GIVEN(t, who) (mg_arg_given(t, who, "the tensor") && mg_dtensor_alive(t, who) == MG_OK)
 const mg_tensor *mg_local(const mg_dtensor *t) { return GIVEN(t, "mg_local") ? t->local : NULL; }
 const mg_mesh *mg_dtensor_mesh(const mg_dtensor *t) {
     return GIVEN(t, "mg_dtensor_mesh") ? t->spec.mesh : NULL;
@@ -406,6 +427,7 @@ static int block_text(char *buf, size_t len, const mg_spec *s, const int *coord)
 
 int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
     if (!t || (!buf && len)) return mg_error(MG_EINVAL, "mg_dtensor_describe: NULL argument");
+    if (mg_dtensor_alive(t, "mg_dtensor_describe") != MG_OK) return mg_last_code();
     const mg_spec *s = &t->spec;
     const mg_mesh *m = s->mesh;
     char sh[160], pl[96], ms[64];
@@ -445,6 +467,7 @@ static void release(mg_dtensor *t, int i) {
         if (g >= 0) release(t->grad, g);
     }
     mg_tensor_free(t->local);
+    t->magic = 0; /* a pointer kept to it is refused while the memory is not reused */
     free(t);
 }
 

@@ -20,7 +20,12 @@ enum {
     MG_DTENSOR_GRAD = 4,
 };
 
+/* The first word of a tensor that lives (anything else there: freed, or
+ * memory an arena has handed out again). */
+#define MG_DTENSOR_ALIVE 0x6d672d6474656e73ull
+
 struct mg_dtensor {
+    uint64_t magic; /* MG_DTENSOR_ALIVE */
     mg_spec spec;
     mg_tensor *local;
     unsigned flags;
@@ -34,6 +39,9 @@ struct mg_dtensor {
     /* the context's steps + 1 when an op of that step took it (ops/tape.c): its
      * graph needs it until mg_step_end, so mg_dtensor_free refuses; 0: never */
     int64_t graph_step;
+    /* made in the step arena: the context's steps then (the next mg_step_end
+     * releases it); -1: the heap's or another arena's */
+    int64_t made_step;
 };
 
 /* Wraps `local` (taken over, also on failure: it is freed then unless it lives
@@ -56,6 +64,12 @@ int mg_dtensor_item(const mg_dtensor *t, double *out);
  * message already set when not MG_OK). MG_OK when every rank passed the same
  * spec s (one all-reduce of a hash); else an error naming the ranks. */
 int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
+/* MG_OK for a tensor that lives (t not NULL); else MG_ESTATE with a message
+ * naming `who`: t was freed, or is an op's result from a step mg_step_end has
+ * ended, whose memory the step arena hands out again (mg_step_end shifts the
+ * arena's start every other step, so that such a pointer lands on no tensor
+ * of the next step). Every public call that takes a tensor asks. */
+int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* How many heap tensors not yet freed live on `mesh` (mg_mesh_free refuses then). */
 int mg_dtensor_live_on(const mg_mesh *mesh);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */

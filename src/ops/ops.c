@@ -57,12 +57,13 @@ int mg_ops_check_inputs(const char *who, int n, const mg_dtensor *const *xs) {
     const mg_dtensor *first = NULL;
     for (int i = 0; i < n; i++) {
         if (!xs[i]) continue;
+        int rc = mg_dtensor_alive(xs[i], who);
+        if (rc != MG_OK) return rc;
         if (!first) {
             first = xs[i];
             continue;
         }
-        int rc = mg_dtensor_same_mesh(first, xs[i], who);
-        if (rc != MG_OK) return rc;
+        if ((rc = mg_dtensor_same_mesh(first, xs[i], who)) != MG_OK) return rc;
     }
     if (!first) return mg_error(MG_EINVAL, "%s: input is NULL", who);
     return MG_OK;
@@ -136,6 +137,7 @@ mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target) {
  * watchdog for minutes) on a mesh of the whole world, as the user's are. */
 mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
     if (!x) return mg_error_null(MG_EINVAL, "mg_redistribute: input is NULL");
+    if (mg_dtensor_alive(x, "mg_redistribute") != MG_OK) return NULL;
     if (mg_check_not_finalized("mg_redistribute") != MG_OK) return NULL;
     mg_spec target;
     int rc = mg_spec_make(&target, x->spec.mesh, p, n, x->spec.ndim, x->spec.shape,
@@ -277,9 +279,11 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
     const mg_spec *specs[MG_RULE_MAX_INPUTS] = {0};
     mg_spec targets[MG_RULE_MAX_INPUTS];
     mg_trace_op_begin(who); /* --trace: the op's span starts */
-    for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
     int rc = mg_check_not_finalized(who);
+    for (int i = 0; i < n && rc == MG_OK; i++)
+        if (xs[i]) rc = mg_dtensor_alive(xs[i], who);
     if (rc != MG_OK) return rc;
+    for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
     rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());
     if ((rc = mg_ops_hold(n, xs)) != MG_OK) return rc;
