@@ -152,7 +152,8 @@ int mg_set_grad_enabled(int on); /* returns the previous setting (no-grad mode) 
  * they stay sharded. Returns the previous setting (on at the start). */
 int mg_set_grad_sync(int on);
 int mg_grad_sync(void);
-/* Ends a step: frees every tensor made by ops since the last call, and the graph. */
+/* Ends a step: frees every tensor made by ops since the last call, and the graph.
+ * Every call given one of those tensors afterwards refuses it (MG_ESTATE). */
 void mg_step_end(void);
 
 /* ---- ops (global shapes, sharding propagated) ----------------------------- */
