@@ -14,7 +14,9 @@
  *   tensor as it was, and a seed that is a leaf's own gradient (mg_grad) gives
  *   the gradient of the seed as it was when backward began;
  * - clear errors: shapes that do not fit, mixed meshes, backward on a non-scalar,
- *   a view with no valid strategy, backward twice; the library keeps working. */
+ *   a view with no valid strategy, backward twice; the library keeps working;
+ * - the ranks' graphs are compared before backward: a rank's own scale factor,
+ *   or an op one rank runs alone, is refused, naming the op. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -411,11 +413,61 @@ START_TEST(test_null_arguments) {
 }
 END_TEST
 
+/* A value that depends on the rank reaching an op (here a scale factor; or an
+ * op only some ranks run) used to give replicas that drift apart without a
+ * word; the ranks now compare their graphs before backward, which refuses,
+ * changing nothing, and names the op. */
+START_TEST(test_ranks_record_one_graph) {
+    int w = mg_world_size(), me = mg_rank();
+    mg_mesh *mesh = mg_test_mesh1d();
+    mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){4, 6}, MG_REPLICATE, 7);
+    mg_assert_all(x && mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
+
+    mg_dtensor *loss = mg_sum(mg_scale(x, me == 1 ? 0.5f : 1.0f));
+    int rc = mg_backward(loss);
+    if (w > 1) {
+        const char *e = mg_last_error();
+        mg_assert_all(rc == MG_ESTATE &&
+                          strstr(e, "mg_backward: the ranks of the mesh recorded different "
+                                    "graphs: op 2 of 2") &&
+                          strstr(e, "(here: scale"),
+                      "a rank's own scale factor: rc %d, %s", rc, mg_last_error());
+        mg_assert_all(mg_grad(x) == NULL, "the refused backward left a gradient");
+    } else {
+        mg_assert_all(rc == MG_OK, "one rank: %s", mg_last_error());
+    }
+    mg_step_end();
+    mg_zero_grad(x);
+
+    /* an op that only rank 0 runs */
+    mg_dtensor *y = me == 0 ? mg_scale(x, 2.0f) : x;
+    rc = mg_backward(mg_sum(mg_mul(y, x)));
+    if (w > 1)
+        mg_assert_all(rc == MG_ESTATE && strstr(mg_last_error(), "recorded different graphs"),
+                      "an op on rank 0 only: rc %d, %s", rc, mg_last_error());
+    mg_step_end();
+    mg_zero_grad(x);
+
+    /* the same graph on every rank: backward runs, d sum(3 x) / dx = 3 */
+    rc = mg_backward(mg_sum(mg_scale(x, 3.0f)));
+    mg_assert_all(rc == MG_OK, "the same graph everywhere: %s", mg_last_error());
+    mg_tensor *g = mg_full_tensor(mg_grad(x));
+    int bad = !g;
+    for (int i = 0; !bad && i < 24; i++) bad = mg_tensor_data(g)[i] != 3.0f;
+    mg_assert_all(!bad, "the gradient after the refusals is not 3");
+    mg_tensor_free(g);
+    mg_step_end();
+    mg_dtensor_free(x);
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     const TTest *tests[] = {test_seed_placements_refused, test_expand_global_sizes,
                             test_data_parallel_linear_comm, test_megatron_comm,
                             test_fsdp_gradient_reduce_scattered, test_accumulate_and_zero,
-                            test_backward_with_reads_its_gradient, test_clear_errors, test_null_arguments, NULL};
+                            test_backward_with_reads_its_gradient, test_clear_errors,
+                            test_null_arguments, test_ranks_record_one_graph, NULL};
     return mg_test_suite("autograd", tests);
 }
 

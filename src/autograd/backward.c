@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "autograd/agree.h"
 #include "autograd/backward.h"
 #include "autograd/vjp.h"
 #include "backend/backend.h"
@@ -268,6 +269,11 @@ static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_we
 static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
     int n = 0, nuses = 0;
     int rc = root->node ? collect(root->node, &n, &nuses) : MG_OK;
+    if (root->node) { /* the root's mesh recorded one graph (agree.h); a rank that refused joins */
+        int agreed = mg_graph_agree(root->spec.mesh, mg_ctx()->graph, rc == MG_OK ? n : -1,
+                                    "mg_backward");
+        if (rc == MG_OK) rc = agreed;
+    }
     if (rc != MG_OK) return rc; /* refused: nothing changed */
     mg_context *c = mg_ctx();
     if (w) { /* room for every contribution to be kept */

@@ -21,6 +21,7 @@
 
 #include "context.h"
 #include "dist/dtensor.h"
+#include "dist/watchdog.h"
 #include "status.h"
 
 #ifdef MG_HAVE_CUDA
@@ -300,4 +301,17 @@ void mg_mesh_pair_free(mg_mesh_pair *p) {
     if (!finalized && p->mpi != MPI_COMM_NULL) MPI_Comm_free(&p->mpi);
     p->comm = NULL;
     p->mpi = MPI_COMM_NULL;
+}
+
+int mg_mesh_agree(const mg_mesh *m, const uint64_t *v, int n, int *every, const char *who) {
+    uint64_t buf[64];
+    if (n < 0 || n > 32)
+        return mg_error(MG_EINVAL, "%s: %d values to agree on (at most 32)", who, n);
+    for (int i = 0; i < n; i++) buf[2 * i] = v[i], buf[2 * i + 1] = ~v[i];
+    mg_watchdog_begin_comm(who, m->cart);
+    int err = MPI_Allreduce(MPI_IN_PLACE, buf, 2 * n, MPI_UINT64_T, MPI_MAX, m->cart);
+    mg_watchdog_end();
+    if (err != MPI_SUCCESS) return mg_error(MG_ECOMM, "%s: agreeing across the mesh failed", who);
+    for (int i = 0; i < n; i++) every[i] = buf[2 * i] == v[i] && ~buf[2 * i + 1] == v[i];
+    return MG_OK;
 }

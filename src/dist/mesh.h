@@ -1,8 +1,8 @@
 /* mesh.h: the n-D device mesh (1..4 dims) over all ranks. Built on
  * MPI_Cart_create (rank order row-major in mesh coordinates) with one
  * sub-communicator per mesh dimension (MPI_Cart_sub), each wrapped in an mg_comm.
- * Exports struct mg_mesh and helpers, mg_mesh_pair (a comm of two ranks of a
- * dim); mg_mesh_new/free are public (meshgrad.h). */
+ * Exports struct mg_mesh and helpers, mg_mesh_agree, mg_mesh_pair (a comm of
+ * two ranks of a dim); mg_mesh_new/free are public (meshgrad.h). */
 #ifndef MG_MESH_H
 #define MG_MESH_H
 
@@ -34,6 +34,12 @@ int mg_mesh_parse(const char *text, int *shape);
  * other dims, in their order, with comms of its own; a 1-D mesh of 1 rank when
  * `dim` was the only one). Freed with mg_mesh_free. */
 mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim);
+
+/* Collective over the mesh, outside the collectives' statistics (a check,
+ * not the model's traffic; under the watchdog, as `who`): every[i] = whether
+ * all ranks passed the same v[i], i < n <= 32 (one all-reduce MAX of v and
+ * its complement: max == min). The verdicts are the same on every rank. */
+int mg_mesh_agree(const mg_mesh *m, const uint64_t *v, int n, int *every, const char *who);
 
 /* Two ranks along a dim: those at coordinates a and b of `dim` that share this
  * rank's other coordinates (a pipeline's first and last stage: the group that
