@@ -170,6 +170,7 @@ static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape) {
     }
     m->ndim = ndim;
     m->cart = cart;
+    m->checks = MPI_COMM_NULL;
     for (int i = 0; i < MG_MAX_MESH_DIMS; i++) m->dim_mpi[i] = MPI_COMM_NULL;
     for (int i = 0; i < ndim; i++) m->shape[i] = shape[i];
     MPI_Comm_set_errhandler(m->cart, MPI_ERRORS_RETURN);
@@ -182,6 +183,13 @@ static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape) {
         mpi_error("MPI_Cart_coords", err);
         goto fail;
     }
+    if ((err = MPI_Comm_dup(m->cart, &m->checks)) != MPI_SUCCESS) {
+        m->checks = MPI_COMM_NULL;
+        mpi_error("MPI_Comm_dup", err);
+        goto fail;
+    }
+    MPI_Comm_set_errhandler(m->checks, MPI_ERRORS_RETURN);
+    MPI_Comm_set_name(m->checks, "meshgrad mesh checks");
     for (int i = 0; i < ndim; i++) {
         int remain[MG_MAX_MESH_DIMS] = {0};
         remain[i] = 1;
@@ -250,6 +258,7 @@ void mg_mesh_free(mg_mesh *m) {
         if (!finalized && m->dim_mpi[i] != MPI_COMM_NULL) MPI_Comm_free(&m->dim_mpi[i]);
     }
     mg_comm_free(m->world);
+    if (!finalized && m->checks != MPI_COMM_NULL) MPI_Comm_free(&m->checks);
     if (!finalized && m->cart != MPI_COMM_NULL) MPI_Comm_free(&m->cart);
     free(m);
 }
@@ -308,8 +317,8 @@ int mg_mesh_agree(const mg_mesh *m, const uint64_t *v, int n, int *every, const 
     if (n < 0 || n > 32)
         return mg_error(MG_EINVAL, "%s: %d values to agree on (at most 32)", who, n);
     for (int i = 0; i < n; i++) buf[2 * i] = v[i], buf[2 * i + 1] = ~v[i];
-    mg_watchdog_begin_comm(who, m->cart);
-    int err = MPI_Allreduce(MPI_IN_PLACE, buf, 2 * n, MPI_UINT64_T, MPI_MAX, m->cart);
+    mg_watchdog_begin_comm(who, m->checks);
+    int err = MPI_Allreduce(MPI_IN_PLACE, buf, 2 * n, MPI_UINT64_T, MPI_MAX, m->checks);
     mg_watchdog_end();
     if (err != MPI_SUCCESS) return mg_error(MG_ECOMM, "%s: agreeing across the mesh failed", who);
     for (int i = 0; i < n; i++) every[i] = buf[2 * i] == v[i] && ~buf[2 * i + 1] == v[i];

@@ -17,6 +17,9 @@ struct mg_mesh {
     int coord[MG_MAX_MESH_DIMS]; /* this rank's coordinates */
     int rank, size;              /* in the mesh communicator */
     MPI_Comm cart;
+    /* a duplicate of cart for checks (mg_mesh_agree): never matched with the
+     * model's collectives, whatever order a failing rank takes them in */
+    MPI_Comm checks;
     MPI_Comm dim_mpi[MG_MAX_MESH_DIMS];
     mg_comm *dim_comm[MG_MAX_MESH_DIMS]; /* collectives along one mesh dim */
     mg_comm *world;                      /* collectives over the whole mesh */
@@ -36,7 +39,8 @@ int mg_mesh_parse(const char *text, int *shape);
 mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim);
 
 /* Collective over the mesh, outside the collectives' statistics (a check,
- * not the model's traffic; under the watchdog, as `who`): every[i] = whether
+ * not the model's traffic; on its own communicator, so it never matches
+ * one of theirs; under the watchdog, as `who`): every[i] = whether
  * all ranks passed the same v[i], i < n <= 32 (one all-reduce MAX of v and
  * its complement: max == min). The verdicts are the same on every rank. */
 int mg_mesh_agree(const mg_mesh *m, const uint64_t *v, int n, int *every, const char *who);
