@@ -95,6 +95,10 @@ case_ 1 1 dp $gpt --heads 2 --grad-accum 4
 for p in dp tp sp fsdp; do case_ 2 2 $p $gpt --heads 2 --grad-accum 2; done
 case_ 4 2x2 dp,tp $gpt --heads 2 --grad-accum 2
 case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
+# sp and tp+sp split the sequence, not the batch: one window is a run (an
+# estimate refused it as "smaller than the data-parallel degree 2")
+case_ 2 2 sp $gpt --heads 2 --batch 1
+case_ 2 2 tp+sp $gpt --heads 2 --batch 1
 
 # a pipeline plan: each pipeline rank's memory and the activations it sends
 # (8 micro-batches of 32 rows of 1024 floats cross each stage boundary, each
@@ -126,6 +130,11 @@ check "--grad-accum not dividing the batch, refused as train refuses it: exit $?
 "$prog" plan --estimate --grad-accum 4 >"$tmp/out" 2>&1
 check "--grad-accum with the MLP (train refuses it): exit $?" \
     grep -q "meshgrad: error: grad-accum 4 applies to --model gpt" "$tmp/out"
+# each data-parallel rank needs a row of each micro-batch, not only of the batch
+"$prog" plan --estimate --model gpt --layers 2 --heads 2 --embd 32 --ctx 16 --batch 8 \
+    --grad-accum 8 --mesh 4 --parallel dp >"$tmp/out" 2>&1
+check "a micro-batch smaller than the data-parallel degree, refused as train refuses it: exit $?" \
+    grep -q "meshgrad: error: plan --estimate: a micro-batch of 1 windows (batch 8 / grad-accum 8) is smaller than the data-parallel degree 4" "$tmp/out"
 "$prog" plan --estimate --mesh 2x2 --parallel dp >"$tmp/out" 2>&1
 check "a plan count that is not the mesh's: exit $?" grep -q "meshgrad: error: estimate: 1 plans for a 2-d mesh" "$tmp/out"
 "$prog" plan --estimate --input 8y8 >"$tmp/out" 2>&1

@@ -14,7 +14,8 @@
  * - the token loader: its windows are the ones io/tokens.h draws, read from
  *   the text itself, on every placement;
  * - refusals, each with its message: NULL lists, bad names, a tensor twice,
- *   one that does not require grad or is an op's result or Partial, settings
+ *   one that does not require grad, is an op's result (also last step's), is
+ *   freed (refused, not read), or is Partial, settings
  *   out of range, ranks that disagree, bad batches, a parameter freed while an
  *   optimizer or a checkpoint holds it. */
 #include <math.h>
@@ -311,7 +312,16 @@ START_TEST(optimizer_refusals) {
     mg_set_requires_grad(part[1], 1);
     REFUSED(!mg_optim_new_sgd(NP, part, names, 0, 0), "Partial");
     mg_dtensor_free(part[1]);
+    /* a freed tensor is refused without being read (it was read: a crash) */
+    REFUSED(!mg_optim_new_sgd(NP, part, names, 0, 0), "\"b\" is the result of an op, freed at "
+            "mg_step_end(), or a tensor freed already");
+    mg_ckpt *gone = mg_ckpt_new();
+    REFUSED(mg_ckpt_add(gone, "b", part[1]) != MG_OK, "or a tensor freed already");
     mg_step_end();
+    /* last step's result, as a freed one */
+    REFUSED(!mg_optim_new_sgd(NP, op, names, 0, 0), "\"b\" is the result of an op");
+    REFUSED(mg_ckpt_add(gone, "b", op[1]) != MG_OK, "\"b\" is the result of an op");
+    mg_ckpt_free(gone);
 
     mg_optim *o = mg_optim_new_sgd(NP, m.p, names, 0.9f, 0);
     mg_assert_all(o != NULL, "%s", mg_last_error());

@@ -158,12 +158,22 @@ int mg_cli_plan_estimate(int argc, char **argv) {
                  c->parallel);
         return 2;
     }
-    int dp = 1;
-    for (int m = 0; m < ec.mesh_ndim && m < ec.plan.ndim; m++)
-        if (ec.plan.kind[m] != MG_PLAN_TP) dp *= ec.mesh[m];
-    if (ec.plan.ndim == ec.mesh_ndim && c->batch < dp) {
-        mg_error(MG_EINVAL, "plan --estimate: batch %lld is smaller than the data-parallel degree %d",
-                 (long long)c->batch, dp);
+    mg_mesh mesh = {.ndim = ec.mesh_ndim};
+    for (int m = 0; m < ec.mesh_ndim; m++) mesh.shape[m] = ec.mesh[m];
+    /* train's refusals (mg_plan_check, mg_train_text_setup): every data-parallel
+     * rank (dp, fsdp; sp and tp+sp split the sequence) needs a row of each
+     * micro-batch, batch / --grad-accum rows (which divides: mg_train_config_check) */
+    int dp = mg_plan_data_degree(&ec.plan, &mesh);
+    int64_t rows = c->batch / c->grad_accum;
+    if (ec.plan.ndim == ec.mesh_ndim && rows < dp) {
+        if (c->grad_accum > 1)
+            mg_error(MG_EINVAL, "plan --estimate: a micro-batch of %lld windows (batch %lld / "
+                     "grad-accum %lld) is smaller than the data-parallel degree %d: every "
+                     "data-parallel rank needs a row (use a smaller --grad-accum)",
+                     (long long)rows, (long long)c->batch, (long long)c->grad_accum, dp);
+        else
+            mg_error(MG_EINVAL, "plan --estimate: batch %lld is smaller than the data-parallel "
+                     "degree %d", (long long)c->batch, dp);
         return 2;
     }
     ec.batch = c->batch;
@@ -178,8 +188,6 @@ int mg_cli_plan_estimate(int argc, char **argv) {
     mg_estimate e;
     if (c->model == MG_MODEL_GPT) { /* windows of --ctx tokens of the text's bytes */
         mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, o.vocab};
-        mg_mesh mesh = {.ndim = ec.mesh_ndim};
-        for (int m = 0; m < ec.mesh_ndim; m++) mesh.shape[m] = ec.mesh[m];
         if (mg_gpt_check(&g, &ec.plan, &mesh) != MG_OK || mg_estimate_gpt(&g, &ec, &e) != MG_OK)
             return 2;
     } else {

@@ -1,6 +1,7 @@
 /* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
  * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
- * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_item and the public calls
+ * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_item,
+ * mg_dtensor_alive, mg_dtensor_kept and the public calls
  * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
  * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
  * autograd node, lives with the ops.) Shards live on the current device
@@ -37,6 +38,8 @@ static int live_index(const mg_dtensor *t) {
         if (c->live[i] == t) return i;
     return -1;
 }
+
+int mg_dtensor_kept(const mg_dtensor *t) { return t && live_index(t) >= 0; }
 
 int mg_dtensor_live_on(const mg_mesh *mesh) {
     mg_context *c = mg_ctx();

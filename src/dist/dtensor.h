@@ -68,8 +68,13 @@ int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
  * naming `who`: t was freed, or is an op's result from a step mg_step_end has
  * ended, whose memory the step arena hands out again (mg_step_end shifts the
  * arena's start every other step, so that such a pointer lands on no tensor
- * of the next step). Every public call that takes a tensor asks. */
+ * of the next step; two steps on, a step that makes the same tensors puts one
+ * where it points again, and that one passes). Every public call that takes
+ * a tensor asks. */
 int mg_dtensor_alive(const mg_dtensor *t, const char *who);
+/* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
+ * looked up, t not read, so a freed one is safe to ask about. */
+int mg_dtensor_kept(const mg_dtensor *t);
 /* How many heap tensors not yet freed live on `mesh` (mg_mesh_free refuses then). */
 int mg_dtensor_live_on(const mg_mesh *mesh);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */

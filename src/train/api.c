@@ -55,9 +55,11 @@ int mg_api_name_check(const char *who, const char *kind, const char *name) {
 
 int mg_api_tensor_check(const char *who, const char *name, const mg_dtensor *t, int partial_ok) {
     if (!t) return mg_error(MG_EINVAL, "%s: the tensor of \"%s\" is NULL", who, name);
-    if (!(t->flags & MG_DTENSOR_HEAP))
-        return mg_error(MG_EINVAL, "%s: \"%s\" is the result of an op, freed at mg_step_end(): "
-                        "give a tensor made by mg_distribute or mg_from_local", who, name);
+    /* looked up before t is read: a freed tensor is not read at all */
+    if (!mg_dtensor_kept(t))
+        return mg_error(MG_EINVAL, "%s: \"%s\" is the result of an op, freed at mg_step_end(), "
+                        "or a tensor freed already (mg_dtensor_free): give a tensor made by "
+                        "mg_distribute or mg_from_local that is not freed", who, name);
     if (!partial_ok && mg_spec_has_partial(&t->spec))
         return mg_error(MG_EPLACEMENT, "%s: \"%s\" has a Partial placement; give it Shard or "
                         "Replicate placements (mg_redistribute)", who, name);

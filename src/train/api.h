@@ -38,9 +38,9 @@ int mg_api_agree(int rc, uint64_t hash, const char *who, const char *what);
 /* A tensor or attribute name: 1..63 of [A-Za-z0-9_.-], not starting with
  * '.' (a dataset name in every checkpoint, one level deep). */
 int mg_api_name_check(const char *who, const char *kind, const char *name);
-/* A tensor the caller keeps: made by mg_distribute or mg_from_local (not an
- * op's result, freed at mg_step_end), with no Partial placement unless
- * partial_ok. */
+/* A tensor the caller keeps: made by mg_distribute or mg_from_local and not
+ * freed (not an op's result, freed at mg_step_end; a freed one is refused
+ * without being read), with no Partial placement unless partial_ok. */
 int mg_api_tensor_check(const char *who, const char *name, const mg_dtensor *t, int partial_ok);
 
 #endif
