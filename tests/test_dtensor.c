@@ -474,6 +474,15 @@ START_TEST(results_die_with_their_step) {
     mg_assert_all(!bad, "this step's 2x + x is not 3x after the refusals");
     mg_tensor_free(g);
     mg_step_end();
+    /* and in each of the next steps that make them again, up to the arena's
+     * cycle of 8 starts */
+    for (int step = 2; step < 8; step++) {
+        mg_dtensor *y = mg_scale(x, 2.0f);
+        mg_assert_all(y && mg_add(y, x) != NULL, "step %d: %s", step, mg_last_error());
+        mg_assert_all(mg_add(kept, x) == NULL && mg_last_code() == MG_ESTATE,
+                      "step %d: step 0's result was taken: %s", step, mg_last_error());
+        mg_step_end();
+    }
     mg_dtensor_free(x);
     mg_tensor_free(full);
     mg_mesh_free(mesh);

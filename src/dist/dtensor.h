@@ -67,9 +67,9 @@ int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
 /* MG_OK for a tensor that lives (t not NULL); else MG_ESTATE with a message
  * naming `who`: t was freed, or is an op's result from a step mg_step_end has
  * ended, whose memory the step arena hands out again (mg_step_end shifts the
- * arena's start every other step, so that such a pointer lands on no tensor
- * of the next step; two steps on, a step that makes the same tensors puts one
- * where it points again, and that one passes). Every public call that takes
+ * arena's start by 64 bytes a step over 8 steps, so that such a pointer lands
+ * on no tensor of the next seven; eight steps on, a step that makes the same
+ * tensors puts one where it points again, and that one passes). Every public call that takes
  * a tensor asks. */
 int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
