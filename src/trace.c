@@ -14,6 +14,7 @@
 
 #include "array.h"
 #include "context.h"
+#include "hash.h"
 #include "status.h"
 
 #define MAX_DEPTH 32 /* open spans */
@@ -194,10 +195,8 @@ static void add(text *x, const char *fmt, ...) {
 /* The flow id of a transfer, the same on both ends (FNV-1a, 53 bits: JSON
  * numbers are doubles). */
 static int64_t flow_id(int64_t dim, int64_t from, int64_t to, int64_t seq) {
-    uint64_t h = 1469598103934665603ULL, v[4] = {(uint64_t)dim, (uint64_t)from, (uint64_t)to,
-                                                 (uint64_t)seq};
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 8; k++) h = (h ^ ((v[i] >> (8 * k)) & 0xff)) * 1099511628211ULL;
+    uint64_t h = mg_hash_i64(mg_hash_i64(mg_hash_i64(mg_hash_i64(MG_HASH_START, dim), from), to),
+                             seq);
     return (int64_t)(h & ((1ULL << 53) - 1));
 }
 

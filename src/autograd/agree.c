@@ -5,33 +5,29 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hash.h"
 #include "ops/ops.h"
 #include "status.h"
 
-static uint64_t fnv(uint64_t h, int64_t word) {
-    for (int i = 0; i < 8; i++) h = (h ^ ((uint64_t)word >> (8 * i) & 0xff)) * 1099511628211ull;
-    return h;
-}
-
 static uint64_t spec_hash(uint64_t h, const mg_spec *s) {
-    if (!s) return fnv(h, -1);
-    h = fnv(h, s->ndim);
-    for (int d = 0; d < s->ndim; d++) h = fnv(h, s->shape[d]);
-    for (int m = 0; m < s->mesh->ndim; m++) h = fnv(fnv(h, s->p[m].kind), s->p[m].dim);
+    if (!s) return mg_hash_i64(h, -1);
+    h = mg_hash_i64(h, s->ndim);
+    for (int d = 0; d < s->ndim; d++) h = mg_hash_i64(h, s->shape[d]);
+    for (int m = 0; m < s->mesh->ndim; m++) h = mg_hash_i64(mg_hash_i64(h, s->p[m].kind), s->p[m].dim);
     return h;
 }
 
 /* One node: its op, its arguments (the node is zeroed when made: unused ones
  * are 0 on every rank), and the specs of its output and inputs. */
 static uint64_t node_hash(const mg_node *n) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = MG_HASH_START;
     uint32_t farg;
     memcpy(&farg, &n->farg, sizeof farg);
-    h = fnv(fnv(fnv(h, n->op), n->n_inputs), n->n_iargs);
-    for (int i = 0; i < MG_MAX_DIMS; i++) h = fnv(fnv(h, n->iargs[i]), n->shape[i]);
-    h = fnv(fnv(h, farg), n->ndim);
+    h = mg_hash_i64(mg_hash_i64(mg_hash_i64(h, n->op), n->n_inputs), n->n_iargs);
+    for (int i = 0; i < MG_MAX_DIMS; i++) h = mg_hash_i64(mg_hash_i64(h, n->iargs[i]), n->shape[i]);
+    h = mg_hash_i64(mg_hash_i64(h, farg), n->ndim);
     for (int m = 0; m < MG_MAX_MESH_DIMS; m++)
-        h = fnv(fnv(h, n->placements[m].kind), n->placements[m].dim);
+        h = mg_hash_i64(mg_hash_i64(h, n->placements[m].kind), n->placements[m].dim);
     h = spec_hash(h, &n->output->spec);
     for (int i = 0; i < n->n_inputs; i++)
         h = spec_hash(h, n->inputs[i] ? &n->inputs[i]->spec : NULL);
@@ -53,9 +49,9 @@ static void describe(char *buf, size_t len, const mg_node *n) {
 
 int mg_graph_agree(const mg_mesh *mesh, mg_node *const *graph, int n, const char *who) {
     if (!mesh || mesh->size <= 1) return MG_OK;
-    uint64_t all = 1469598103934665603ull;
-    for (int k = 0; k < n; k++) all = fnv(all, (int64_t)node_hash(graph[k]));
-    all = fnv(all, n); /* n -1: this rank refused the backward; it still takes part */
+    uint64_t all = MG_HASH_START;
+    for (int k = 0; k < n; k++) all = mg_hash_i64(all, (int64_t)node_hash(graph[k]));
+    all = mg_hash_i64(all, n); /* n -1: this rank refused the backward; it still takes part */
     int same = 0;
     int rc = mg_mesh_agree(mesh, &all, 1, &same, who);
     if (rc != MG_OK || same) return rc;

@@ -25,6 +25,7 @@
 #include "dist/reducer.h"
 #include "dist/redistribute.h"
 #include "dist/watchdog.h"
+#include "hash.h"
 #include "rng.h"
 #include "status.h"
 
@@ -278,9 +279,7 @@ int mg_dtensor_agree(int rc, const mg_spec *s, const char *who) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     long long w[SPEC_WORDS] = {0};
     if (rc == MG_OK) spec_words(s, w);
-    unsigned long long h = 1469598103934665603ull; /* FNV-1a over the words */
-    for (size_t i = 0; i < sizeof w; i++)
-        h = (h ^ ((const unsigned char *)w)[i]) * 1099511628211ull;
+    unsigned long long h = mg_hash_bytes(MG_HASH_START, w, sizeof w);
     unsigned long long mine[3] = {h, ~h, rc != MG_OK ? ULLONG_MAX - (unsigned)rank : 0}, all[3];
     mg_watchdog_begin_comm(who, MPI_COMM_WORLD);
     int err = MPI_Allreduce(mine, all, 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "dist/reducer.h"
+#include "hash.h"
 #include "ops/ops.h"
 #include "status.h"
 
@@ -113,12 +114,7 @@ int mg_params_checksum_more(mg_param_table *t, int first, int n, uint64_t *out) 
     for (int i = first; i < first + n; i++) {
         mg_tensor *full = mg_full_tensor(t->p[i].value);
         if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-        const unsigned char *b = (const unsigned char *)full->data;
-        size_t nbytes = (size_t)full->numel * sizeof(float);
-        for (size_t k = 0; k < nbytes; k++) {
-            h ^= b[k];
-            h *= 0x100000001b3ull; /* FNV-1a 64 prime */
-        }
+        h = mg_hash_bytes(h, full->data, (size_t)full->numel * sizeof(float));
         mg_tensor_free(full);
     }
     *out = h;
@@ -126,7 +122,7 @@ int mg_params_checksum_more(mg_param_table *t, int first, int n, uint64_t *out) 
 }
 
 int mg_params_checksum(mg_param_table *t, uint64_t *out) {
-    *out = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    *out = MG_HASH_START;
     return mg_params_checksum_more(t, 0, t->n, out);
 }
 

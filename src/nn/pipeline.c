@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "context.h"
 #include "dist/dtensor.h"
+#include "hash.h"
 #include "dist/mesh.h"
 #include "dist/pipeline_verify.h"
 #include "status.h"
@@ -294,7 +295,7 @@ static int pass_hash(const mg_pipeline *p, uint64_t *h, int peer, int send) {
 
 int mg_pipeline_checksum(const mg_pipeline *p, int (*hash)(void *ctx, int stage, uint64_t *h),
                          void *ctx, uint64_t *out) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    uint64_t h = MG_HASH_START;
     int S = p->split.stages, rc = MG_OK;
     for (int s = 0; s < S && rc == MG_OK; s++) {
         int owner = s % p->ranks, prev = (s + p->ranks - 1) % p->ranks;

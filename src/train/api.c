@@ -9,11 +9,7 @@
 #include "io/h5util.h"
 #include "status.h"
 
-uint64_t mg_api_hash(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull; /* FNV-1a 64 prime */
-    return h;
-}
+uint64_t mg_api_hash(uint64_t h, const void *p, size_t n) { return mg_hash_bytes(h, p, n); }
 
 uint64_t mg_api_hash_tensor(uint64_t h, const char *name, const mg_dtensor *t) {
     const mg_spec *s = &t->spec;

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "meshgrad_train.h"
 #include "nn/optim.h"
 
@@ -25,7 +26,7 @@ struct mg_optim {
     int holders;           /* checkpoints that hold it (mg_ckpt_set_optim): mg_optim_free refuses */
 };
 
-#define MG_API_HASH_START 0xcbf29ce484222325ull /* FNV-1a 64 offset basis */
+#define MG_API_HASH_START MG_HASH_START
 /* FNV-1a 64 of n bytes, continuing from h. */
 uint64_t mg_api_hash(uint64_t h, const void *p, size_t n);
 /* The same of a name and a tensor's global shape and placements. */
