@@ -183,6 +183,12 @@ void mg_arena_reset(mg_arena *a) {
 }
 
 size_t mg_arena_used(const mg_arena *a) { return a->used; }
+int mg_arena_holds(const mg_arena *a, const void *p) {
+    const unsigned char *c = p;
+    for (const block *b = a ? a->first : NULL; b; b = b->next)
+        if (!a->on_device && c >= b->data && c < b->data + b->size) return 1;
+    return 0;
+}
 size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }
 size_t mg_arena_peak(const mg_arena *a) { return a->peak; }
 int mg_arena_grow_count(const mg_arena *a) { return a->grow_count; }

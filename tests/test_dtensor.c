@@ -483,6 +483,20 @@ START_TEST(results_die_with_their_step) {
                       "step %d: step 0's result was taken: %s", step, mg_last_error());
         mg_step_end();
     }
+    /* a step that outgrows the arena: at its end the blocks are merged into
+     * a new one and freed, and a result kept into them is refused unread (it
+     * was a crash: the check read unmapped memory) */
+    int64_t big[2] = {1024, 1024};
+    mg_tensor *bf = mg_tensor_new(2, big);
+    mg_dtensor *b = mg_distribute(mesh, bf, (mg_placement[]){MG_REPLICATE, MG_REPLICATE}, 2);
+    mg_dtensor *early = b ? mg_scale(b, 2.0f) : NULL;
+    for (int i = 0; early && i < 24; i++) mg_add(b, b); /* 96 MiB: more than any step before */
+    mg_step_end();
+    mg_assert_all(early && mg_add(early, b) == NULL && mg_last_code() == MG_ESTATE,
+                  "a result kept into a block the arena freed: %s", mg_last_error());
+    mg_step_end();
+    mg_dtensor_free(b);
+    mg_tensor_free(bf);
     mg_dtensor_free(x);
     mg_tensor_free(full);
     mg_mesh_free(mesh);

@@ -77,6 +77,11 @@ int mg_dtensor_alive(const mg_dtensor *t, const char *who) {
     /* after mg_finalize the arenas are gone: that is the message then */
     int rc = mg_check_not_finalized(who);
     if (rc != MG_OK) return rc;
+    /* read only where it may be: in an arena's block now (op results: the
+     * common case, first), or a heap tensor not freed */
+    if (!mg_ctx_arenas_hold(t) && live_index(t) < 0)
+        return mg_error(MG_ESTATE, "%s: not a live tensor: it was freed (mg_dtensor_free), or is an "
+                        "op's result from a step that mg_step_end ended, whose memory is gone", who);
     if (t->magic != MG_DTENSOR_ALIVE)
         return mg_error(MG_ESTATE, "%s: not a live tensor: it was freed (mg_dtensor_free), or is an "
                         "op's result from a step that mg_step_end ended, whose memory is in use "
