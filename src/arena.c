@@ -31,7 +31,11 @@ struct mg_arena {
     struct mg_arena *redirect;    /* mg_arena_redirect_data */
     void *hint;                   /* mg_arena_hint_data */
     size_t hint_bytes;
+    struct mg_arena *next_live;   /* the list of host arenas not freed (mg_arenas_hold) */
 };
+
+/* Every host arena not yet freed, newest first. */
+static mg_arena *live_arenas;
 
 static block *block_new(const mg_arena *a, size_t size) {
     block *b = malloc(sizeof *b);
@@ -60,6 +64,8 @@ mg_arena *mg_arena_new(size_t initial_bytes) {
     }
     a->capacity = initial_bytes;
     a->grow_count = 1;
+    a->next_live = live_arenas;
+    live_arenas = a;
     return a;
 }
 
@@ -75,6 +81,11 @@ static void free_blocks(const mg_arena *a, block *b) {
 
 void mg_arena_free(mg_arena *a) {
     if (!a) return;
+    for (mg_arena **p = &live_arenas; *p; p = &(*p)->next_live)
+        if (*p == a) {
+            *p = a->next_live;
+            break;
+        }
     mg_arena_free(a->data);
     free_blocks(a, a->first);
     free(a);
@@ -183,10 +194,11 @@ void mg_arena_reset(mg_arena *a) {
 }
 
 size_t mg_arena_used(const mg_arena *a) { return a->used; }
-int mg_arena_holds(const mg_arena *a, const void *p) {
+int mg_arenas_hold(const void *p) {
     const unsigned char *c = p;
-    for (const block *b = a ? a->first : NULL; b; b = b->next)
-        if (!a->on_device && c >= b->data && c < b->data + b->size) return 1;
+    for (const mg_arena *a = live_arenas; a; a = a->next_live)
+        for (const block *b = a->first; b; b = b->next)
+            if (c >= b->data && c < b->data + b->size) return 1;
     return 0;
 }
 size_t mg_arena_capacity(const mg_arena *a) { return a->capacity; }

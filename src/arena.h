@@ -16,10 +16,10 @@ void mg_arena_free(mg_arena *);
 void *mg_arena_alloc(mg_arena *, size_t bytes); /* NULL (and mg_error) when out of memory */
 void mg_arena_reset(mg_arena *);
 size_t mg_arena_used(const mg_arena *);     /* bytes handed out since the last reset */
-/* Does p lie in one of the arena's host blocks now (memory that may be read,
- * whatever it holds)? A block merged away at a reset is freed: a pointer kept
- * into it does not. */
-int mg_arena_holds(const mg_arena *, const void *p);
+/* Does p lie in a host block of some arena not freed (memory that may be
+ * read, whatever it holds now)? A block merged away at a reset is freed: a
+ * pointer kept into it does not. (One list of the process's arenas.) */
+int mg_arenas_hold(const void *p);
 size_t mg_arena_capacity(const mg_arena *); /* bytes held in all blocks */
 size_t mg_arena_peak(const mg_arena *);     /* most bytes used in one step */
 int mg_arena_grow_count(const mg_arena *);  /* how many times a new block was malloc'd */

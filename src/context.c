@@ -1,6 +1,6 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_is_step_arena, mg_ctx_arenas_hold, mg_scratch_arena. */
+ * mg_is_step_arena, mg_scratch_arena. */
 #include "context.h"
 
 #include <stdlib.h>
@@ -67,11 +67,6 @@ mg_arena *mg_micro_arena_new(size_t initial) {
 /* The step arena starts at 1 MiB; the scratch arena holds one big tensor or
  * so at a time and grows to what that needs. */
 mg_arena *mg_step_arena(void) { return device_arena(context.step, (size_t)1 << 20); }
-int mg_ctx_arenas_hold(const void *p) {
-    for (int d = 0; d < MG_DEVICE_KINDS; d++)
-        if (mg_arena_holds(context.step[d], p) || mg_arena_holds(context.scratch[d], p)) return 1;
-    return 0;
-}
 int mg_is_step_arena(const mg_arena *a) {
     for (int d = 0; d < MG_DEVICE_KINDS; d++)
         if (a && context.step[d] == a) return 1;

@@ -13,7 +13,7 @@
  * this layer's and zeroes the rest, so mg_init may start again.
  *
  * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena,
- * mg_is_step_arena, mg_ctx_arenas_hold, mg_scratch_arena. */
+ * mg_is_step_arena, mg_scratch_arena. */
 #ifndef MG_CONTEXT_H
 #define MG_CONTEXT_H
 
@@ -140,8 +140,6 @@ mg_context *mg_ctx(void);
 mg_arena *mg_step_arena(void);
 /* Is `a` a device's step arena? (Makes none.) */
 int mg_is_step_arena(const mg_arena *a);
-/* Does p lie in a block of a step or scratch arena now (mg_arena_holds)? */
-int mg_ctx_arenas_hold(const void *p);
 mg_arena *mg_scratch_arena(void);
 /* A new arena on the step arena's device, of `initial` bytes, the caller's to
  * free: a micro-batch's tensor data, redirected there (mg_arena_redirect_data)

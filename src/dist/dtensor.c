@@ -79,7 +79,7 @@ int mg_dtensor_alive(const mg_dtensor *t, const char *who) {
     if (rc != MG_OK) return rc;
     /* read only where it may be: in an arena's block now (op results: the
      * common case, first), or a heap tensor not freed */
-    if (!mg_ctx_arenas_hold(t) && live_index(t) < 0)
+    if (!mg_arenas_hold(t) && live_index(t) < 0)
         return mg_error(MG_ESTATE, "%s: not a live tensor: it was freed (mg_dtensor_free), or is an "
                         "op's result from a step that mg_step_end ended, whose memory is gone", who);
     if (t->magic != MG_DTENSOR_ALIVE)

@@ -70,7 +70,7 @@ int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
  * arena's start by 64 bytes a step over 8 steps, so that such a pointer lands
  * on no tensor of the next seven; eight steps on, a step that makes the same
  * tensors puts one where it points again, and that one passes). t is read
- * only where it may be: in a block an arena holds now, or on the list of heap
+ * only where it may be: in a block some arena holds now, or on the list of heap
  * tensors not freed (a block merged away at a reset is freed). Every public
  * call that takes a tensor asks. */
 int mg_dtensor_alive(const mg_dtensor *t, const char *who);
