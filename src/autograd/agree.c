@@ -13,7 +13,8 @@ static uint64_t spec_hash(uint64_t h, const mg_spec *s) {
     if (!s) return mg_hash_i64(h, -1);
     h = mg_hash_i64(h, s->ndim);
     for (int d = 0; d < s->ndim; d++) h = mg_hash_i64(h, s->shape[d]);
-    for (int m = 0; m < s->mesh->ndim; m++) h = mg_hash_i64(mg_hash_i64(h, s->p[m].kind), s->p[m].dim);
+    for (int m = 0; m < s->mesh->ndim; m++)
+        h = mg_hash_i64(mg_hash_i64(h, s->p[m].kind), s->p[m].dim);
     return h;
 }
 
@@ -24,7 +25,8 @@ static uint64_t node_hash(const mg_node *n) {
     uint32_t farg;
     memcpy(&farg, &n->farg, sizeof farg);
     h = mg_hash_i64(mg_hash_i64(mg_hash_i64(h, n->op), n->n_inputs), n->n_iargs);
-    for (int i = 0; i < MG_MAX_DIMS; i++) h = mg_hash_i64(mg_hash_i64(h, n->iargs[i]), n->shape[i]);
+    for (int i = 0; i < MG_MAX_DIMS; i++)
+        h = mg_hash_i64(mg_hash_i64(h, n->iargs[i]), n->shape[i]);
     h = mg_hash_i64(mg_hash_i64(h, farg), n->ndim);
     for (int m = 0; m < MG_MAX_MESH_DIMS; m++)
         h = mg_hash_i64(mg_hash_i64(h, n->placements[m].kind), n->placements[m].dim);
