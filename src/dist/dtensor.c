@@ -380,8 +380,7 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
 
 mg_tensor *mg_full_tensor(const mg_dtensor *t) {
     if (!t) return mg_error_null(MG_EINVAL, "mg_full_tensor: NULL tensor");
-    if (mg_dtensor_alive(t, "mg_full_tensor") != MG_OK) return NULL;
-    if (mg_check_not_finalized("mg_full_tensor") != MG_OK) return NULL;
+    if (mg_dtensor_alive(t, "mg_full_tensor") != MG_OK) return NULL; /* also after mg_finalize */
     mg_spec all = t->spec;
     for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
     mg_tensor *out = NULL;

@@ -279,11 +279,9 @@ int mg_ops_prepare(const char *who, const mg_candidates *cands, int n, const mg_
     const mg_spec *specs[MG_RULE_MAX_INPUTS] = {0};
     mg_spec targets[MG_RULE_MAX_INPUTS];
     mg_trace_op_begin(who); /* --trace: the op's span starts */
-    int rc = mg_check_not_finalized(who);
-    for (int i = 0; i < n && rc == MG_OK; i++)
-        if (xs[i]) rc = mg_dtensor_alive(xs[i], who);
-    if (rc != MG_OK) return rc;
     for (int i = 0; i < n; i++) specs[i] = xs[i] ? &xs[i]->spec : NULL;
+    int rc = mg_check_not_finalized(who); /* the inputs' lives: mg_ops_check_inputs, before */
+    if (rc != MG_OK) return rc;
     rc = mg_rules_choose(cands, n, specs, out_ndim, out_shape, targets, out_spec);
     if (rc != MG_OK) return mg_error(rc, "%s: %s", who, mg_last_error());
     if ((rc = mg_ops_hold(n, xs)) != MG_OK) return rc;
