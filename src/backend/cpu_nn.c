@@ -1,11 +1,12 @@
 /* cpu_nn.c: the CPU row kernels of the network ops: softmax and log_softmax
  * with their backward, layer norm (statistics of whole or split rows) with its
  * backward, embedding lookup and scatter-add, cross-entropy (whole rows, and a
- * shard of the classes), and GELU with its backward (elementwise). x (R, C) is R rows of the last dim; a row is handled
- * in one piece while it sits in cache, so each kernel reads its inputs from
- * memory once. A row's sums are float sums of blocks of SUM_BLOCK terms (which
- * vectorize) added up in double; the column sums of the layer norm weight
- * gradients add rows in order in float, as PyTorch does.
+ * shard of the classes), and GELU with its backward (elementwise). x (R, C) is
+ * R rows of the last dim; a row is handled in one piece while it sits in
+ * cache, so each kernel reads its inputs from memory once. A row's sums are
+ * float sums of blocks of SUM_BLOCK terms (which vectorize) added up in
+ * double; the column sums of the layer norm weight gradients add rows in
+ * order in float, as PyTorch does.
  * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h). */
 #include <math.h>
 #include <string.h>
@@ -38,29 +39,50 @@ static int64_t rows_of(const mg_tensor *t) {
         acc += part_;                                                                              \
     }
 
+/* the largest of x[0, c) (NaN skipped, as `>` does), in 32 lanes: with one
+ * running max, as a reduction clause compiles, each max waits on the last */
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
+    float lanes[32];
+    for (int l = 0; l < 32; l++) lanes[l] = -INFINITY;
+    int64_t cn = c / 32 * 32;
+    for (int64_t j0 = 0; j0 < cn; j0 += 32)
+#pragma omp simd
+        for (int l = 0; l < 32; l++) lanes[l] = x[j0 + l] > lanes[l] ? x[j0 + l] : lanes[l];
     float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
+    for (int l = 0; l < 32; l++) m = lanes[l] > m ? lanes[l] : m;
+    for (int64_t j = cn; j < c; j++) m = x[j] > m ? x[j] : m;
     return m;
 }
 
-/* out[j] = exp(x[j] - m); returns their sum. `next` (the row after, or NULL)
- * is asked for block by block: the exps run in cache, and the hardware
- * prefetcher only runs ahead of misses, so without it the next row's reads
- * would wait for this row's compute. BLOCK_SUM's order of additions. */
+/* out[j] = exp(x[j] - m); returns their sum. Term j goes to lane j % 16, a
+ * float, in blocks of SUM_BLOCK terms; each block's lanes are added into
+ * double lanes, and those in order at the end of the row. The exps are the
+ * work here, and a reduction clause (BLOCK_SUM) makes the compiler add the 16
+ * lanes one by one at every block: with row_max's lanes, the softmax forward
+ * on 8192 x 1024 went from 2.40-2.45 to 2.15-2.22 ms. The other sums, whose
+ * terms come from memory, keep the clause: in lanes they ran no faster
+ * (layer norm 0-7% slower). `next` (the row after, or NULL) is asked for
+ * block by block: the exps run in cache, and the hardware prefetcher only runs
+ * ahead of misses, so without it the next row's reads would wait for this
+ * row's compute. */
+enum { EXP_LANES = 16 };
 MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float *restrict out,
                              const float *next) {
-    double s = 0;
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
-        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+    double s = 0, lanes_d[EXP_LANES] = {0};
+    int64_t cn = c / EXP_LANES * EXP_LANES;
+    for (int64_t j0 = 0; j0 < cn; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < cn ? j0 + SUM_BLOCK : cn;
         if (next)
             for (int64_t j = j0; j < j1; j += 16) __builtin_prefetch(next + j);
-        float part = 0;
-#pragma omp simd reduction(+ : part)
-        for (int64_t j = j0; j < j1; j++) part += (out[j] = mg_cpu_exp(x[j] - m));
-        s += part;
+        float lanes[EXP_LANES] = {0};
+        for (int64_t jb = j0; jb < j1; jb += EXP_LANES)
+#pragma omp simd
+            for (int l = 0; l < EXP_LANES; l++)
+                lanes[l] += (out[jb + l] = mg_cpu_exp(x[jb + l] - m));
+        for (int l = 0; l < EXP_LANES; l++) lanes_d[l] += lanes[l];
     }
+    for (int l = 0; l < EXP_LANES; l++) s += lanes_d[l];
+    for (int64_t j = cn; j < c; j++) s += (out[j] = mg_cpu_exp(x[j] - m));
     return s;
 }
 
@@ -466,7 +488,8 @@ MG_CPU_CLONES void mg_cpu_gelu_backward(const float *restrict dy, const float *r
 #pragma omp simd
         for (int64_t i = c * CHUNK; i < i1; i++) {
             float v = x[i], t = gelu_tanh(v), v2 = v * v;
-            float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v2);
+            float g = 0.5f * (1.0f + t) +
+                      0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v2);
             dx[i] = dy[i] * g;
         }
     }
