@@ -190,6 +190,10 @@ MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_ten
             rstd = (float)(1.0 / sqrt(moments->data[rows + r] / (double)n + eps));
         } else {
             mean = c ? (float)(row_sum(xr, c) / c) : 0.0f;
+            /* the rest of the row runs from cache: ask for the next row now
+             * (8192 x 1024: 10-17% faster, both kernels in one program) */
+            if (r + 1 < rows)
+                for (int64_t j = 0; j < c; j += 16) __builtin_prefetch(xr + c + j);
             rstd = (float)(1.0 / sqrt((c ? row_squares(xr, c, mean) / c : 0.0) + eps));
         }
         stats->data[r] = mean;
@@ -273,17 +277,29 @@ MG_CPU_INLINE void backward_row_dx(const float *restrict xr, const float *restri
         for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] - ma - (xr[j] - mean) * rstd * mb);
 }
 
-/* backward_row_dx with the row's terms of dw and db added in the same pass */
+/* backward_row_dx with the row's terms of dw and db added in the same pass.
+ * This pass runs from cache while the memory would idle: the next row's x
+ * and dy (nx, ng; NULL for the last row) are asked for a block at a time
+ * (8192 x 1024: 5-16% faster, both kernels in one program, alternating) */
 MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restrict g,
                                     const float *restrict wd, int64_t c, float mean, float rstd,
                                     double a, double b, int64_t n, float *restrict dxr,
-                                    float *restrict dwd, float *restrict dbd) {
+                                    float *restrict dwd, float *restrict dbd, const float *nx,
+                                    const float *ng) {
     float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
-    for (int64_t j = 0; j < c; j++) {
-        float xhat = (xr[j] - mean) * rstd;
-        dxr[j] = rstd * (g[j] * wd[j] - ma - xhat * mb);
-        dwd[j] += g[j] * xhat;
-        dbd[j] += g[j];
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        if (nx)
+            for (int64_t j = j0; j < j1; j += 16) {
+                __builtin_prefetch(nx + j);
+                __builtin_prefetch(ng + j);
+            }
+        for (int64_t j = j0; j < j1; j++) {
+            float xhat = (xr[j] - mean) * rstd;
+            dxr[j] = rstd * (g[j] * wd[j] - ma - xhat * mb);
+            dwd[j] += g[j] * xhat;
+            dbd[j] += g[j];
+        }
     }
 }
 
@@ -313,7 +329,9 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
                 backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b);
             }
             if (wd && dwd && dbd) { /* the usual case in one pass: the loads are the work */
-                backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd, dbd);
+                bool more = r + 1 < rows;
+                backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd, dbd,
+                                 more ? xr + c : NULL, more ? g + c : NULL);
                 continue;
             }
             backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
