@@ -39,50 +39,35 @@ static int64_t rows_of(const mg_tensor *t) {
         acc += part_;                                                                              \
     }
 
-/* the largest of x[0, c) (NaN skipped, as `>` does), in 32 lanes: with one
- * running max, as a reduction clause compiles, each max waits on the last */
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
-    float lanes[32];
-    for (int l = 0; l < 32; l++) lanes[l] = -INFINITY;
-    int64_t cn = c / 32 * 32;
-    for (int64_t j0 = 0; j0 < cn; j0 += 32)
-#pragma omp simd
-        for (int l = 0; l < 32; l++) lanes[l] = x[j0 + l] > lanes[l] ? x[j0 + l] : lanes[l];
     float m = -INFINITY;
-    for (int l = 0; l < 32; l++) m = lanes[l] > m ? lanes[l] : m;
-    for (int64_t j = cn; j < c; j++) m = x[j] > m ? x[j] : m;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
     return m;
 }
 
-/* out[j] = exp(x[j] - m); returns their sum. Term j goes to lane j % 16, a
- * float, in blocks of SUM_BLOCK terms; each block's lanes are added into
- * double lanes, and those in order at the end of the row. The exps are the
- * work here, and a reduction clause (BLOCK_SUM) makes the compiler add the 16
- * lanes one by one at every block: with row_max's lanes, the softmax forward
- * on 8192 x 1024 went from 2.40-2.45 to 2.15-2.22 ms. The other sums, whose
- * terms come from memory, keep the clause: in lanes they ran no faster
- * (layer norm 0-7% slower). `next` (the row after, or NULL) is asked for
- * block by block: the exps run in cache, and the hardware prefetcher only runs
- * ahead of misses, so without it the next row's reads would wait for this
- * row's compute. */
-enum { EXP_LANES = 16 };
+/* out[j] = exp(x[j] - m); returns their sum, as BLOCK_SUM but in blocks of
+ * EXP_BLOCK terms: the compiler adds a block's vector lanes one by one, and
+ * here, where the exps are the work, that sum every 256 terms cost the
+ * softmax forward 4-5% (8192 x 1024; AVX-512 and AVX2 alike). Keeping the
+ * lanes in an array of 16 across the blocks instead was 10% faster with
+ * AVX-512 but 3% slower with AVX2, whose 16 registers it overflows. `next`
+ * (the row after, or NULL) is asked for block by block: the exps run in
+ * cache, and the hardware prefetcher only runs ahead of misses, so without
+ * it the next row's reads would wait for this row's compute. */
+#define EXP_BLOCK 1024
 MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float *restrict out,
                              const float *next) {
-    double s = 0, lanes_d[EXP_LANES] = {0};
-    int64_t cn = c / EXP_LANES * EXP_LANES;
-    for (int64_t j0 = 0; j0 < cn; j0 += SUM_BLOCK) {
-        int64_t j1 = j0 + SUM_BLOCK < cn ? j0 + SUM_BLOCK : cn;
+    double s = 0;
+    for (int64_t j0 = 0; j0 < c; j0 += EXP_BLOCK) {
+        int64_t j1 = j0 + EXP_BLOCK < c ? j0 + EXP_BLOCK : c;
         if (next)
             for (int64_t j = j0; j < j1; j += 16) __builtin_prefetch(next + j);
-        float lanes[EXP_LANES] = {0};
-        for (int64_t jb = j0; jb < j1; jb += EXP_LANES)
-#pragma omp simd
-            for (int l = 0; l < EXP_LANES; l++)
-                lanes[l] += (out[jb + l] = mg_cpu_exp(x[jb + l] - m));
-        for (int l = 0; l < EXP_LANES; l++) lanes_d[l] += lanes[l];
+        float part = 0;
+#pragma omp simd reduction(+ : part)
+        for (int64_t j = j0; j < j1; j++) part += (out[j] = mg_cpu_exp(x[j] - m));
+        s += part;
     }
-    for (int l = 0; l < EXP_LANES; l++) s += lanes_d[l];
-    for (int64_t j = cn; j < c; j++) s += (out[j] = mg_cpu_exp(x[j] - m));
     return s;
 }
 
