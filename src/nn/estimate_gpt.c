@@ -319,13 +319,19 @@ static void mirror_in(gwalk *t, const gstep *s, int i, mg_spec *g) {
     *g = back;
 }
 
-/* A parameter's gradient g computed at the spec the op took it at: back to
- * its use placements (the mirror of the op's move), then to the placements
- * of its gradient buffer but for Partial dims (the reducer's), then to the
- * buffer. */
+/* A parameter's gradient g computed at the spec the op took it at, then as
+ * the engine moves it (ops.c's parameter copies):
+ *   - an op that took the parameter itself (use == store) took a copy of it,
+ *     whose gradient goes straight to the reducer: no mirror of the op's move,
+ *     a Partial dim of g stays Partial for the reducer's buckets, once a step;
+ *   - an op that moved a copy (fsdp's gathered one) recorded the move, and the
+ *     mirror takes g back to the use placements, a Partial dim made Replicate
+ *     there: a sum per micro-batch.
+ * Then to the placements of its gradient buffer but for Partial dims (the
+ * reducer's), then to the buffer. */
 static double param_grad(gwalk *t, int p, mg_spec g, const mg_spec *taken) {
     const gparam *gp = &t->param[p];
-    if (!mg_spec_equal(taken, &gp->use)) {
+    if (!mg_spec_equal(taken, &gp->use) && !mg_spec_equal(&gp->use, &gp->store)) {
         mg_spec back = mg_est_replicated(&gp->use);
         mg_est_redistribute(t->w, &g, &back, false);
         g = back;
