@@ -113,7 +113,9 @@ int mg_dtensor_describe(const mg_dtensor *, char *buf, size_t len);
 /* Frees a tensor made by mg_distribute/mg_from_local (and its gradient). Tensors
  * made by ops live until mg_step_end() and are ignored here, as is a tensor
  * freed already. Refused with a message (nothing freed) while this step's graph,
- * an optimizer or a checkpoint still needs it, or for a gradient on its own. */
+ * an optimizer or a checkpoint still needs it, or for a gradient on its own.
+ * The pointer stays refused by every call until 1024 more tensors are freed
+ * (its memory is held back from malloc until then). */
 void mg_dtensor_free(mg_dtensor *);
 
 /* ---- autograd ------------------------------------------------------------- */

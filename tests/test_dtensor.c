@@ -403,6 +403,29 @@ START_TEST(lifetimes_are_checked) {
     mg_dtensor_free(gone); /* twice: nothing touched (it was a double free) */
     mg_assert_all(mg_dtensor_live_on(mesh) == 0, "live on the mesh after two frees: %d",
                   mg_dtensor_live_on(mesh));
+    /* the tensors made after it may get its memory from malloc: the freed
+     * pointer is still refused, and freeing it again frees none of them (it
+     * freed the newest, which malloc had put at the same address) */
+    enum { AFTER = 8 };
+    mg_dtensor *after[AFTER];
+    for (int i = 0; i < AFTER; i++) {
+        after[i] = mg_distribute(mesh, full, p, 2);
+        mg_assert_all(after[i] != NULL, "%s", mg_last_error());
+    }
+    mg_assert_all(mg_sum(gone) == NULL && mg_last_code() == MG_ESTATE &&
+                      strstr(mg_last_error(), "not a live tensor") != NULL,
+                  "a freed tensor given to an op after %d more were made: %s", AFTER,
+                  mg_last_error());
+    mg_dtensor_free(gone);
+    mg_assert_all(mg_dtensor_live_on(mesh) == AFTER, "live after freeing a freed tensor again: "
+                  "%d, not %d", mg_dtensor_live_on(mesh), AFTER);
+    for (int i = 0; i < AFTER; i++) {
+        mg_tensor *back = mg_full_tensor(after[i]);
+        mg_assert_all(back && back->data[23] == full->data[23], "tensor %d made after the free: "
+                      "%s", i, back ? "wrong data" : mg_last_error());
+        mg_tensor_free(back);
+        mg_dtensor_free(after[i]);
+    }
 
     mg_dtensor *x = mg_distribute(mesh, full, p, 2);
     mg_assert_all(x && mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());

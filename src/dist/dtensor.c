@@ -463,6 +463,21 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
     return (int)used;
 }
 
+/* A freed heap tensor's header stays allocated, off the live list and with
+ * magic 0, for the next QUARANTINE frees before it goes back to malloc: a
+ * pointer the program kept to it cannot meanwhile be taken for a new tensor
+ * that malloc put at the same address (an op would take that one; freed again,
+ * it would free that one). The oldest goes back as each new one comes. */
+#define QUARANTINE 1024
+static mg_dtensor *quarantine[QUARANTINE];
+static int quarantine_next;
+
+static void quarantine_put(mg_dtensor *t) {
+    free(quarantine[quarantine_next]);
+    quarantine[quarantine_next] = t;
+    quarantine_next = (quarantine_next + 1) % QUARANTINE;
+}
+
 /* Frees the heap tensor at index i of the live list, and its gradient. */
 static void release(mg_dtensor *t, int i) {
     mg_context *c = mg_ctx();
@@ -473,8 +488,8 @@ static void release(mg_dtensor *t, int i) {
         if (g >= 0) release(t->grad, g);
     }
     mg_tensor_free(t->local);
-    t->magic = 0; /* a pointer kept to it is refused while the memory is not reused */
-    free(t);
+    t->magic = 0;
+    quarantine_put(t);
 }
 
 /* Only a live heap tensor is freed: one not on the list (freed already, or an

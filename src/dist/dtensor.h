@@ -69,9 +69,11 @@ int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
  * ended, whose memory the step arena hands out again (mg_step_end shifts the
  * arena's start by 64 bytes a step over 8 steps, so that such a pointer lands
  * on no tensor of the next seven; eight steps on, a step that makes the same
- * tensors puts one where it points again, and that one passes). t is read
- * only where it may be: in a block some arena holds now, or on the list of heap
- * tensors not freed (a block merged away at a reset is freed). Every public
+ * tensors puts one where it points again, and that one passes). A freed heap
+ * tensor's memory is held back from malloc for the next 1024 frees, so no new
+ * tensor is put where it points until then. t is read only where it may be: in
+ * a block some arena holds now, or on the list of heap tensors not freed (a
+ * block merged away at a reset is freed). Every public
  * call that takes a tensor asks. */
 int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
