@@ -73,8 +73,8 @@ int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
  * tensor's memory is held back from malloc for the next 1024 frees, so no new
  * tensor is put where it points until then. t is read only where it may be: in
  * a block some arena holds now, or on the list of heap tensors not freed (a
- * block merged away at a reset is freed). Every public
- * call that takes a tensor asks. */
+ * block merged away at a reset is freed). Every public call that takes a
+ * tensor asks. */
 int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
  * looked up, t not read, so a freed one is safe to ask about. */
