@@ -155,9 +155,9 @@ int mg_set_grad_enabled(int on); /* returns the previous setting (no-grad mode) 
 int mg_set_grad_sync(int on);
 int mg_grad_sync(void);
 /* Ends a step: frees every tensor made by ops since the last call, and the graph.
- * A call given one of those tensors in the next step refuses it (MG_ESTATE);
- * steps later its memory may hold a tensor of that step, taken for it then:
- * copy out (mg_full_tensor) what you keep. */
+ * A call given one of those tensors in the next 15 steps refuses it (MG_ESTATE);
+ * later its memory may hold a tensor of that step, taken for it then: copy out
+ * (mg_full_tensor) what you keep. */
 void mg_step_end(void);
 
 /* ---- ops (global shapes, sharding propagated) ----------------------------- */

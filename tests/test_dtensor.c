@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dist/comm.h"
+#include "dist/dtensor.h"
 #include "rng.h"
 #include "status.h"
 #include "test_dist.h"
@@ -497,13 +498,23 @@ START_TEST(results_die_with_their_step) {
     mg_assert_all(!bad, "this step's 2x + x is not 3x after the refusals");
     mg_tensor_free(g);
     mg_step_end();
-    /* and in each of the next steps that make them again, up to the arena's
-     * cycle of 8 starts */
-    for (int step = 2; step < 8; step++) {
+    /* and in each of the next 14 steps that make them again, or make others:
+     * views (reshapes), whose headers sit closer together than the 64-byte
+     * shifts of the arena's start that this check used before (a pointer kept
+     * to one then found the next one in some later steps) */
+    mg_dtensor *view = mg_reshape(x, 2, (int64_t[]){6, 4});
+    mg_assert_all(view != NULL, "%s", mg_last_error());
+    mg_step_end();
+    for (int step = 3; step < MG_DTENSOR_STEPS; step++) {
         mg_dtensor *y = mg_scale(x, 2.0f);
         mg_assert_all(y && mg_add(y, x) != NULL, "step %d: %s", step, mg_last_error());
+        for (int k = 0; k < 8; k++) /* views, header after header */
+            mg_assert_all(mg_reshape(x, 2, (int64_t[]){k % 2 ? 6 : 2, k % 2 ? 4 : 12}) != NULL,
+                          "step %d: %s", step, mg_last_error());
         mg_assert_all(mg_add(kept, x) == NULL && mg_last_code() == MG_ESTATE,
                       "step %d: step 0's result was taken: %s", step, mg_last_error());
+        mg_assert_all(mg_dtensor_shape(view) == NULL && mg_last_code() == MG_ESTATE,
+                      "step %d: step 2's view was taken: %s", step, mg_last_error());
         mg_step_end();
     }
     /* a step that outgrows the arena: at its end the blocks are merged into

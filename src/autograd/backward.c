@@ -438,10 +438,5 @@ void mg_step_end(void) {
     mg_arena_reset(step);
     /* the graphs are gone: their tensors may be freed (dtensor.h), and the
      * step's results are dead (mg_dtensor_alive) */
-    int64_t steps = ++mg_ctx()->steps;
-    /* each step starts 64 bytes further in, over a cycle of 8 steps: a step
-     * that makes the same tensors in the same order as the last seven then
-     * puts none where one of theirs was, so a pointer kept to one finds no
-     * live tensor there (at most 448 bytes of the arena) */
-    if (step && steps % 8) mg_arena_alloc(step, 64 * (size_t)(steps % 8));
+    ++mg_ctx()->steps; /* each step's headers at an offset of their own (dtensor.c) */
 }

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,23 @@ int mg_dtensor_live_on(const mg_mesh *mesh) {
 
 /* ---- internal constructors -------------------------------------------------- */
 
+/* The header of a tensor in `arena`. In the step arena it sits 8 (steps % 16)
+ * bytes past a multiple of 128 (the first such address in a slot of
+ * MG_DTENSOR_STEP_BYTES): every header of a step sits at the step's offset,
+ * and a pointer kept to a result from one of the 15 steps before points where
+ * no header of this step can be, whatever the ops made (mg_dtensor_alive; a
+ * shift of the arena's start by 64 bytes a step did that only while the
+ * headers were further apart than the shifts). */
+static mg_dtensor *header_in(mg_arena *arena) {
+    if (!mg_is_step_arena(arena)) return mg_arena_alloc(arena, sizeof(mg_dtensor));
+    unsigned char *slot = mg_arena_alloc(arena, MG_DTENSOR_STEP_BYTES);
+    if (!slot) return NULL;
+    uintptr_t cycle = 8 * MG_DTENSOR_STEPS, at = (uintptr_t)slot;
+    uintptr_t want = 8 * (uintptr_t)(mg_ctx()->steps % MG_DTENSOR_STEPS);
+    at = (at - want + cycle - 1) / cycle * cycle + want;
+    return (mg_dtensor *)(slot + (at - (uintptr_t)slot));
+}
+
 static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {
     mg_context *c = mg_ctx();
     if (!arena && mg_array_grow((void **)&c->live, &c->cap_live, c->n_live + 1, sizeof *c->live,
@@ -58,7 +76,7 @@ static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) 
         mg_tensor_free(local);
         return NULL;
     }
-    mg_dtensor *t = arena ? mg_arena_alloc(arena, sizeof *t) : calloc(1, sizeof *t);
+    mg_dtensor *t = arena ? header_in(arena) : calloc(1, sizeof *t);
     if (!t) {
         mg_tensor_free(local);
         return mg_error_null(MG_ENOMEM, "dtensor: out of memory");

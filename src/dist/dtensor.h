@@ -44,6 +44,11 @@ struct mg_dtensor {
     int64_t made_step;
 };
 
+/* A result kept from one of the MG_DTENSOR_STEPS - 1 steps before is refused
+ * (mg_dtensor_alive); a header in the step arena takes MG_DTENSOR_STEP_BYTES. */
+#define MG_DTENSOR_STEPS 16
+#define MG_DTENSOR_STEP_BYTES ((sizeof(mg_dtensor) + 8 * MG_DTENSOR_STEPS - 1 + 63) / 64 * 64)
+
 /* Wraps `local` (taken over, also on failure: it is freed then unless it lives
  * in an arena) with `spec`. From `arena`, or the heap when NULL.
  * Checks local's shape against the spec for this rank. */
@@ -66,15 +71,15 @@ int mg_dtensor_item(const mg_dtensor *t, double *out);
 int mg_dtensor_agree(int rc, const mg_spec *s, const char *who);
 /* MG_OK for a tensor that lives (t not NULL); else MG_ESTATE with a message
  * naming `who`: t was freed, or is an op's result from a step mg_step_end has
- * ended, whose memory the step arena hands out again (mg_step_end shifts the
- * arena's start by 64 bytes a step over 8 steps, so that such a pointer lands
- * on no tensor of the next seven; eight steps on, a step that makes the same
- * tensors puts one where it points again, and that one passes). A freed heap
- * tensor's memory is held back from malloc for the next 1024 frees, so no new
- * tensor is put where it points until then. t is read only where it may be: in
- * a block some arena holds now, or on the list of heap tensors not freed (a
- * block merged away at a reset is freed). Every public call that takes a
- * tensor asks. */
+ * ended, whose memory the step arena hands out again (a step's headers sit at
+ * an offset of their own, 8 (steps % MG_DTENSOR_STEPS) bytes past a multiple
+ * of 8 MG_DTENSOR_STEPS, so such a pointer lands on no tensor of the next 15
+ * steps; on the 16th a tensor may sit where it points again, and that one
+ * passes). A freed heap tensor's memory is held back from malloc for the next
+ * 1024 frees, so no new tensor is put where it points until then. t is read
+ * only where it may be: in a block some arena holds now, or on the list of heap
+ * tensors not freed (a block merged away at a reset is freed). Every public
+ * call that takes a tensor asks. */
 int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
  * looked up, t not read, so a freed one is safe to ask about. */

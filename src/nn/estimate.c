@@ -34,7 +34,7 @@ static double data_bytes(const mg_spec *s) {
  * the tape node when it is recorded. */
 static void made(walk *w, const mg_spec *s, bool data, bool node) {
     w->data += data ? data_bytes(s) : 0;
-    w->step += (data ? data_bytes(s) : 0) + ROUND64(sizeof(mg_tensor)) + ROUND64(sizeof(mg_dtensor)) +
+    w->step += (data ? data_bytes(s) : 0) + ROUND64(sizeof(mg_tensor)) + MG_DTENSOR_STEP_BYTES +
                (node ? ROUND64(sizeof(mg_node)) : 0);
 }
 
@@ -92,7 +92,7 @@ static void redistribute(walk *w, const mg_spec *src, const mg_spec *dst, bool n
     if (mg_spec_equal(src, dst)) return;
     double bytes = moved(w, src, dst);
     w->data += bytes - move_headers(src, dst);
-    w->step += bytes + ROUND64(sizeof(mg_dtensor)) + (node ? ROUND64(sizeof(mg_node)) : 0);
+    w->step += bytes + MG_DTENSOR_STEP_BYTES + (node ? ROUND64(sizeof(mg_node)) : 0);
 }
 
 /* The rule's choice for n inputs. */
@@ -188,7 +188,7 @@ static void split_steps(walk *w, const mg_spec *stores, int n) {
 static double gather(walk *w, const mg_spec *store, const mg_spec *use) {
     if (mg_spec_equal(store, use)) return 0;
     double all = moved(w, store, use), headers = move_headers(store, use);
-    w->step += headers + ROUND64(sizeof(mg_dtensor)) + ROUND64(sizeof(mg_node));
+    w->step += headers + MG_DTENSOR_STEP_BYTES + ROUND64(sizeof(mg_node));
     return all - headers;
 }
 
@@ -197,7 +197,7 @@ static double gather(walk *w, const mg_spec *store, const mg_spec *use) {
  * headers) and back to the stored placements; a parameter used as stored
  * has it written straight into its buffer. Returns the scratch bytes. */
 static double contribute(walk *w, const mg_spec *g, const mg_spec *use, const mg_spec *store) {
-    w->step += ROUND64(sizeof(mg_tensor)) + ROUND64(sizeof(mg_dtensor));
+    w->step += ROUND64(sizeof(mg_tensor)) + MG_DTENSOR_STEP_BYTES;
     if (mg_spec_equal(use, store)) {
         reduce(w, g, store);
         return 0;
