@@ -63,10 +63,11 @@ static mg_dtensor *header_in(mg_arena *arena) {
     if (!mg_is_step_arena(arena)) return mg_arena_alloc(arena, sizeof(mg_dtensor));
     unsigned char *slot = mg_arena_alloc(arena, MG_DTENSOR_STEP_BYTES);
     if (!slot) return NULL;
-    uintptr_t cycle = 8 * MG_DTENSOR_STEPS, at = (uintptr_t)slot;
+    /* the bytes from slot to the next address that is `want` past a multiple
+     * of the cycle (a power of two) */
+    uintptr_t cycle = 8 * MG_DTENSOR_STEPS;
     uintptr_t want = 8 * (uintptr_t)(mg_ctx()->steps % MG_DTENSOR_STEPS);
-    at = (at - want + cycle - 1) / cycle * cycle + want;
-    return (mg_dtensor *)(slot + (at - (uintptr_t)slot));
+    return (mg_dtensor *)(slot + ((want - (uintptr_t)slot) & (cycle - 1)));
 }
 
 static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {

@@ -46,7 +46,7 @@ struct mg_dtensor {
 
 /* A result kept from one of the MG_DTENSOR_STEPS - 1 steps before is refused
  * (mg_dtensor_alive); a header in the step arena takes MG_DTENSOR_STEP_BYTES. */
-#define MG_DTENSOR_STEPS 16
+#define MG_DTENSOR_STEPS 16 /* a power of two */
 #define MG_DTENSOR_STEP_BYTES ((sizeof(mg_dtensor) + 8 * MG_DTENSOR_STEPS - 1 + 63) / 64 * 64)
 
 /* Wraps `local` (taken over, also on failure: it is freed then unless it lives
