@@ -6,7 +6,8 @@
  * cache, so each kernel reads its inputs from memory once. A row's sums are
  * float sums of blocks of SUM_BLOCK terms (which vectorize) added up in
  * double; the column sums of the layer norm weight gradients add rows in
- * order in float, as PyTorch does.
+ * order in float, as PyTorch does. The backward kernels write a dx too large
+ * to stay in cache with streaming stores (AVX-512), in the same bits.
  * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h). */
 #include <math.h>
 #include <string.h>
@@ -100,6 +101,34 @@ static bool exp_row_wide_runs(void) { return false; }
 #define exp_row_wide exp_row
 #endif
 
+/* Streaming stores for the backward kernels' dx. An ordinary store first reads
+ * the line it writes (the core must own it), so a kernel that writes one tensor
+ * moves it twice. When other tenants load the host's memory, those extra reads
+ * are what it waits on: then a plain store loop of 32 MiB runs at 0.66 of
+ * memcpy (which writes whole lines without reading them), and the layer norm
+ * backward at 0.5 of it. A streaming store writes the line without reading it
+ * and without keeping it in cache, so only outputs too large to stay in cache
+ * take them: STREAM_MIN bytes, past the share of the last-level cache a core
+ * of today's servers can count on (32 MiB shared by 8 cores). 8192 x 1024 from
+ * memory: the layer norm backward 14-28% faster (the more, the busier the
+ * host), the softmax backward 6-13%. The forwards are not streamed: their y the next
+ * kernel reads, and streamed they ran 8-10% slower on a quiet host (the
+ * softmax 14-33%). AVX-512 only, as `exp_row_wide`; rows 64-byte aligned. */
+#define STREAM_MIN ((int64_t)8 << 20)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+static bool streams(const mg_tensor *out) {
+    int64_t c = last_dim(out);
+    return out->numel * (int64_t)sizeof(float) >= STREAM_MIN && c % 16 == 0 &&
+           (uintptr_t)out->data % 64 == 0 && __builtin_cpu_supports("x86-64-v4");
+}
+/* the streamed lines reach memory before what follows the call reads them */
+static void stream_fence(void) { _mm_sfence(); }
+#else
+static bool streams(const mg_tensor *out) { (void)out; return false; }
+static void stream_fence(void) {}
+#endif
+
 /* ---- softmax ------------------------------------------------------------------- */
 
 MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max,
@@ -162,19 +191,42 @@ MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_te
         dot->data[r] = (float)dot_row(y->data + r * c, dy->data + r * c, c, as_log);
 }
 
+/* o = y (g - d) with streaming stores, c a multiple of 16, o 64-byte aligned */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("arch=x86-64-v4"))) static void softmax_dx_streamed(
+    const float *restrict yr, const float *restrict g, float d, int64_t c, float *restrict o) {
+    __m512 vd = _mm512_set1_ps(d);
+    for (int64_t j = 0; j < c; j += 16)
+        _mm512_stream_ps(o + j, _mm512_mul_ps(_mm512_loadu_ps(yr + j),
+                                              _mm512_sub_ps(_mm512_loadu_ps(g + j), vd)));
+}
+#else
+MG_CPU_INLINE void softmax_dx_streamed(const float *restrict yr, const float *restrict g, float d,
+                                       int64_t c, float *restrict o) {
+    for (int64_t j = 0; j < c; j++) o[j] = yr[j] * (g[j] - d);
+}
+#endif
+
 MG_CPU_CLONES void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
                                            const mg_tensor *dot, bool as_log, mg_tensor *dx) {
     (void)ctx;
     int64_t c = last_dim(y), rows = rows_of(y);
-#pragma omp parallel for if (y->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *restrict yr = y->data + r * c, *restrict g = dy->data + r * c;
-        float *restrict o = dx->data + r * c;
-        float d = dot ? dot->data[r] : (float)dot_row(yr, g, c, as_log);
-        if (as_log)
-            for (int64_t j = 0; j < c; j++) o[j] = g[j] - mg_cpu_exp(yr[j]) * d;
-        else
-            for (int64_t j = 0; j < c; j++) o[j] = yr[j] * (g[j] - d);
+    bool stream = !as_log && streams(dx);
+#pragma omp parallel if (y->numel > PAR_MIN)
+    {
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < rows; r++) {
+            const float *restrict yr = y->data + r * c, *restrict g = dy->data + r * c;
+            float *restrict o = dx->data + r * c;
+            float d = dot ? dot->data[r] : (float)dot_row(yr, g, c, as_log);
+            if (as_log)
+                for (int64_t j = 0; j < c; j++) o[j] = g[j] - mg_cpu_exp(yr[j]) * d;
+            else if (stream)
+                softmax_dx_streamed(yr, g, d, c, o);
+            else
+                for (int64_t j = 0; j < c; j++) o[j] = yr[j] * (g[j] - d);
+        }
+        if (stream) stream_fence();
     }
 }
 
@@ -321,6 +373,38 @@ MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restr
     }
 }
 
+/* backward_row_all with dx written by streaming stores, in its operations
+ * (the same bits): c a multiple of 16, dxr 64-byte aligned */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("arch=x86-64-v4"))) static void backward_row_streamed(
+    const float *restrict xr, const float *restrict g, const float *restrict wd, int64_t c,
+    float mean, float rstd, double a, double b, int64_t n, float *restrict dxr, float *restrict dwd,
+    float *restrict dbd, const float *nx, const float *ng) {
+    float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
+    __m512 vmean = _mm512_set1_ps(mean), vrstd = _mm512_set1_ps(rstd);
+    __m512 vma = _mm512_set1_ps(ma), vmb = _mm512_set1_ps(mb);
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        if (nx)
+            for (int64_t j = j0; j < j1; j += 16) {
+                __builtin_prefetch(nx + j);
+                __builtin_prefetch(ng + j);
+            }
+        for (int64_t j = j0; j < j1; j += 16) {
+            __m512 gj = _mm512_loadu_ps(g + j);
+            __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(xr + j), vmean), vrstd);
+            __m512 t = _mm512_fmsub_ps(gj, _mm512_loadu_ps(wd + j), vma); /* g w - ma */
+            t = _mm512_fnmadd_ps(xhat, vmb, t);                            /* - xhat mb */
+            _mm512_stream_ps(dxr + j, _mm512_mul_ps(vrstd, t));
+            _mm512_storeu_ps(dwd + j, _mm512_fmadd_ps(gj, xhat, _mm512_loadu_ps(dwd + j)));
+            _mm512_storeu_ps(dbd + j, _mm512_add_ps(_mm512_loadu_ps(dbd + j), gj));
+        }
+    }
+}
+#else
+#define backward_row_streamed backward_row_all
+#endif
+
 MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
                                               const mg_tensor *dy, const mg_tensor *stats,
                                               const mg_tensor *sums, int64_t n, mg_tensor *dx,
@@ -333,6 +417,8 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
     /* the weight gradients add rows in order: one thread then (the row's values
      * are in cache for both) */
     bool columns = dw || db;
+    /* streamed only on this one thread, which then fences */
+    bool stream = dx && wd && dw && db && streams(dx);
 #pragma omp parallel for if (!columns && x->numel > PAR_MIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c, *restrict g = dy->data + r * c;
@@ -347,9 +433,13 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
                 backward_row_sums(xr, g, wd, c, mean, rstd, &a, &b);
             }
             if (wd && dwd && dbd) { /* the usual case in one pass: the loads are the work */
-                bool more = r + 1 < rows;
-                backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd, dbd,
-                                 more ? xr + c : NULL, more ? g + c : NULL);
+                const float *nx = r + 1 < rows ? xr + c : NULL, *ng = nx ? g + c : NULL;
+                if (stream)
+                    backward_row_streamed(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c,
+                                          dwd, dbd, nx, ng);
+                else
+                    backward_row_all(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c, dwd,
+                                     dbd, nx, ng);
                 continue;
             }
             backward_row_dx(xr, g, wd, c, mean, rstd, a, b, n, dx->data + r * c);
@@ -365,6 +455,7 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
             for (int64_t j = 0; j < c; j++) dbd[j] += g[j];
         }
     }
+    if (stream) stream_fence();
 }
 
 /* ---- embedding ------------------------------------------------------------------- */
