@@ -5,7 +5,8 @@
  * sides), each forward and backward. Where a kernel takes statistics summed
  * over a split row, the row is split in two here, the halves' statistics are
  * combined as the op does across ranks, and the result must equal the whole
- * row's. Also mg_cpu_exp against exp. */
+ * row's. A large dx, written with streaming stores, against the same call
+ * on the cached path, bit for bit. Also mg_cpu_exp against exp. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -523,7 +524,8 @@ START_TEST(test_attention) {
 END_TEST
 
 int main(void) {
-    const TTest *tests[] = {test_exp,       test_softmax,   test_softmax_backward, test_layer_norm,
-                            test_streamed_dx, test_embedding, test_cross_entropy_sharded, test_attention, NULL};
+    const TTest *tests[] = {test_exp,        test_softmax,     test_softmax_backward,
+                            test_layer_norm, test_streamed_dx, test_embedding,
+                            test_cross_entropy_sharded, test_attention, NULL};
     return mg_test_run(mg_test_suite("nn_kernels", tests));
 }
