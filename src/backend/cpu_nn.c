@@ -347,6 +347,15 @@ MG_CPU_INLINE void backward_row_dx(const float *restrict xr, const float *restri
         for (int64_t j = 0; j < c; j++) dxr[j] = rstd * (g[j] - ma - (xr[j] - mean) * rstd * mb);
 }
 
+/* ask for columns [j0, j1) of the next row's x and dy (nx NULL: no next row) */
+MG_CPU_INLINE void ask_next_rows(const float *nx, const float *ng, int64_t j0, int64_t j1) {
+    if (nx)
+        for (int64_t j = j0; j < j1; j += 16) {
+            __builtin_prefetch(nx + j);
+            __builtin_prefetch(ng + j);
+        }
+}
+
 /* backward_row_dx with the row's terms of dw and db added in the same pass.
  * This pass runs from cache while the memory would idle: the next row's x
  * and dy (nx, ng; NULL for the last row) are asked for a block at a time
@@ -359,11 +368,7 @@ MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restr
     float ma = n ? (float)(a / n) : 0.0f, mb = n ? (float)(b / n) : 0.0f;
     for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
         int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
-        if (nx)
-            for (int64_t j = j0; j < j1; j += 16) {
-                __builtin_prefetch(nx + j);
-                __builtin_prefetch(ng + j);
-            }
+        ask_next_rows(nx, ng, j0, j1);
         for (int64_t j = j0; j < j1; j++) {
             float xhat = (xr[j] - mean) * rstd;
             dxr[j] = rstd * (g[j] * wd[j] - ma - xhat * mb);
@@ -385,11 +390,7 @@ __attribute__((target("arch=x86-64-v4"))) static void backward_row_streamed(
     __m512 vma = _mm512_set1_ps(ma), vmb = _mm512_set1_ps(mb);
     for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
         int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
-        if (nx)
-            for (int64_t j = j0; j < j1; j += 16) {
-                __builtin_prefetch(nx + j);
-                __builtin_prefetch(ng + j);
-            }
+        ask_next_rows(nx, ng, j0, j1);
         for (int64_t j = j0; j < j1; j += 16) {
             __m512 gj = _mm512_loadu_ps(g + j);
             __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(xr + j), vmean), vrstd);
