@@ -109,11 +109,12 @@ static bool exp_row_wide_runs(void) { return false; }
  * backward at 0.5 of it. A streaming store writes the line without reading it
  * and without keeping it in cache, so only outputs too large to stay in cache
  * take them: STREAM_MIN bytes, past the share of the last-level cache a core
- * of today's servers can count on (32 MiB shared by 8 cores). 8192 x 1024 from
- * memory: the layer norm backward 14-28% faster (the more, the busier the
- * host), the softmax backward 6-13%. The forwards are not streamed: their y the next
- * kernel reads, and streamed they ran 8-10% slower on a quiet host (the
- * softmax 14-33%). AVX-512 only, as `exp_row_wide`; rows 64-byte aligned. */
+ * of today's servers can count on (32 MiB shared by 8 cores). 8192 x 1024
+ * from memory: the layer norm backward 10-28% faster (the more, the busier
+ * the host), the softmax backward 6-13%. The forwards are not streamed: the
+ * next kernel reads their y, and streamed they ran 5-10% slower on a quiet
+ * host (the softmax 14-33%). AVX-512 only, as `exp_row_wide`; rows 64-byte
+ * aligned. */
 #define STREAM_MIN ((int64_t)8 << 20)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
