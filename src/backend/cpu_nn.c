@@ -21,6 +21,14 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
+/* AVX512_KERNELS: GCC on x86-64, where the AVX-512 versions below are built
+ * (target attributes, intrinsics) and picked at run time by CPU; elsewhere
+ * the plain versions stand in for them */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define AVX512_KERNELS 1
+#include <immintrin.h>
+#endif
+
 static int64_t last_dim(const mg_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
 static int64_t rows_of(const mg_tensor *t) {
     int64_t c = last_dim(t);
@@ -76,7 +84,7 @@ MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float 
  * there. With AVX2 (16 registers) the two vectors of lanes and the exp's
  * constants do not fit, and it was 3-4% slower than exp_row: the caller
  * picks by CPU. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef AVX512_KERNELS
 static bool exp_row_wide_runs(void) { return __builtin_cpu_supports("x86-64-v4"); }
 __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
     const float *restrict x, int64_t c, float m, float *restrict out, const float *next) {
@@ -116,8 +124,7 @@ static bool exp_row_wide_runs(void) { return false; }
  * host (the softmax 14-33%). AVX-512 only, as `exp_row_wide`; rows 64-byte
  * aligned. */
 #define STREAM_MIN ((int64_t)8 << 20)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
+#ifdef AVX512_KERNELS
 static bool streams(const mg_tensor *out) {
     int64_t c = last_dim(out);
     return out->numel * (int64_t)sizeof(float) >= STREAM_MIN && c % 16 == 0 &&
@@ -193,7 +200,7 @@ MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_te
 }
 
 /* o = y (g - d) with streaming stores, c a multiple of 16, o 64-byte aligned */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef AVX512_KERNELS
 __attribute__((target("arch=x86-64-v4"))) static void softmax_dx_streamed(
     const float *restrict yr, const float *restrict g, float d, int64_t c, float *restrict o) {
     __m512 vd = _mm512_set1_ps(d);
@@ -381,7 +388,7 @@ MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restr
 
 /* backward_row_all with dx written by streaming stores, in its operations
  * (the same bits): c a multiple of 16, dxr 64-byte aligned */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#ifdef AVX512_KERNELS
 __attribute__((target("arch=x86-64-v4"))) static void backward_row_streamed(
     const float *restrict xr, const float *restrict g, const float *restrict wd, int64_t c,
     float mean, float rstd, double a, double b, int64_t n, float *restrict dxr, float *restrict dwd,
