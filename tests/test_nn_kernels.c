@@ -5,12 +5,16 @@
  * sides), each forward and backward. Where a kernel takes statistics summed
  * over a split row, the row is split in two here, the halves' statistics are
  * combined as the op does across ranks, and the result must equal the whole
- * row's. A large dx, written with streaming stores, against the same call
- * on the cached path, bit for bit. Also mg_cpu_exp against exp. */
+ * row's. A large y and dx, written with streaming stores, against the same
+ * calls on the cached path and on two threads, bit for bit. Also mg_cpu_exp
+ * against exp. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "backend/cpu_internal.h"
 #include "kernel_testutil.h"
@@ -289,35 +293,73 @@ START_TEST(test_layer_norm) {
     }
     layer_norm_case(0, 6, 3, 0.0f);
     layer_norm_case(300, 256, 3, 1.0f);
+    /* rows of 16-float vectors (cpu_nn.c's AVX-512 forward, in runs of 64
+     * rows): shorter than a block of sums, a block and a part, a large mean */
+    for (int affine = 0; affine < 4; affine++) layer_norm_case(130, 272, affine, 50.0f);
+    layer_norm_case(70, 48, 3, 0.0f);
+    layer_norm_case(1, 16, 3, -20.0f);
     /* no columns: y and dx are empty, dw and db zeros of length 0 */
     layer_norm_case(4, 0, 0, 0.0f);
 }
 END_TEST
 
-/* A large dx is written with streaming stores (cpu_nn.c: 8 MiB and more, rows
- * 64-byte aligned, on CPUs with AVX-512). The same call into a dx one float off
- * the alignment takes the cached path: both must give the same bits, and the
- * weight gradients too. */
-START_TEST(test_streamed_dx) {
+/* A large y or dx is written with streaming stores (cpu_nn.c: 8 MiB and more,
+ * rows 64-byte aligned, on CPUs with AVX-512). The same calls into an output
+ * one float off the alignment take the cached path, the forward on two
+ * threads splits the rows differently, and the rows after the first, given
+ * alone, meet other rows on their way: all must give the same bits, the
+ * statistics and the weight gradients too. */
+static void expect_bits(const mg_tensor *a, const mg_tensor *b, const char *what) {
+    ck_assert_int_eq(a->numel, b->numel);
+    ck_assert_msg(memcmp(a->data, b->data, (size_t)a->numel * sizeof(float)) == 0, "%s differs",
+                  what);
+}
+
+START_TEST(test_streamed) {
     int64_t shape[2] = {2048, 1024}, c = 1024, n = 2048 * 1024;
     mg_tensor *x = rnd(2, shape, 60), *dy = rnd(2, shape, 61), *y = junk(2, shape);
     mg_tensor *w = rnd(1, &c, 62), *b = rnd(1, &c, 63), *stats = vec(2 * shape[0]);
-    mg_tensor *dx = junk(2, shape), *dw = vec(c), *db = vec(c), *dw2 = vec(c), *db2 = vec(c);
+    mg_tensor *stats2 = vec(2 * shape[0]), *dx = junk(2, shape);
+    mg_tensor *dw = vec(c), *db = vec(c), *dw2 = vec(c), *db2 = vec(c);
     mg_tensor *buf = junk(1, (int64_t[]){n + 1});
     mg_tensor *flat = mg_tensor_slice(NULL, buf, 1, n), *off = mg_tensor_view(NULL, flat, 2, shape);
     ck_assert_ptr_nonnull(off);
     BE->layer_norm(CTX, x, w, b, 1e-5f, NULL, c, stats, y);
+    BE->layer_norm(CTX, x, w, b, 1e-5f, NULL, c, stats2, off);
+    expect_bits(y, off, "layer norm y");
+    expect_bits(stats, stats2, "layer norm statistics");
+    { /* the rows after the first, alone: each row's y where it is in the batch */
+        int64_t rows = shape[0] - 1, s1[2] = {rows, c};
+        mg_tensor *x1 = junk(2, s1), *y1 = junk(2, s1), *st1 = vec(2 * rows);
+        memcpy(x1->data, x->data + c, (size_t)x1->numel * sizeof(float));
+        BE->layer_norm(CTX, x1, w, b, 1e-5f, NULL, c, st1, y1);
+        ck_assert_msg(memcmp(y1->data, y->data + c, (size_t)y1->numel * sizeof(float)) == 0,
+                      "layer norm y of rows 1.. alone differs");
+        ck_assert_msg(memcmp(st1->data, stats->data + 1, rows * sizeof(float)) == 0 &&
+                          memcmp(st1->data + rows, stats->data + shape[0] + 1,
+                                 rows * sizeof(float)) == 0,
+                      "layer norm statistics of rows 1.. alone differ");
+        mg_tensor_free(x1), mg_tensor_free(y1), mg_tensor_free(st1);
+    }
+#ifdef _OPENMP
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(2);
+    BE->layer_norm(CTX, x, w, b, 1e-5f, NULL, c, stats2, off);
+    omp_set_num_threads(threads);
+    expect_bits(y, off, "layer norm y on two threads");
+    expect_bits(stats, stats2, "layer norm statistics on two threads");
+#endif
     BE->layer_norm_backward(CTX, x, w, dy, stats, NULL, c, dx, dw, db);
     BE->layer_norm_backward(CTX, x, w, dy, stats, NULL, c, off, dw2, db2);
-    ck_assert_msg(memcmp(dx->data, off->data, n * sizeof(float)) == 0, "layer norm dx differs");
-    ck_assert_msg(memcmp(dw->data, dw2->data, c * sizeof(float)) == 0, "layer norm dw differs");
-    ck_assert_msg(memcmp(db->data, db2->data, c * sizeof(float)) == 0, "layer norm db differs");
+    expect_bits(dx, off, "layer norm dx");
+    expect_bits(dw, dw2, "layer norm dw");
+    expect_bits(db, db2, "layer norm db");
     BE->softmax(CTX, x, NULL, NULL, false, y);
     BE->softmax_backward(CTX, y, dy, NULL, false, dx);
     BE->softmax_backward(CTX, y, dy, NULL, false, off);
-    ck_assert_msg(memcmp(dx->data, off->data, n * sizeof(float)) == 0, "softmax dx differs");
-    mg_tensor *all[] = {off, flat, buf, x, dy, y, w, b, stats, dx, dw, db, dw2, db2};
-    for (int i = 0; i < 14; i++) mg_tensor_free(all[i]);
+    expect_bits(dx, off, "softmax dx");
+    mg_tensor *all[] = {off, flat, buf, x, dy, y, w, b, stats, stats2, dx, dw, db, dw2, db2};
+    for (int i = 0; i < 15; i++) mg_tensor_free(all[i]);
 }
 END_TEST
 
@@ -525,7 +567,7 @@ END_TEST
 
 int main(void) {
     const TTest *tests[] = {test_exp,        test_softmax,     test_softmax_backward,
-                            test_layer_norm, test_streamed_dx, test_embedding,
+                            test_layer_norm, test_streamed, test_embedding,
                             test_cross_entropy_sharded, test_attention, NULL};
     return mg_test_run(mg_test_suite("nn_kernels", tests));
 }
