@@ -1,8 +1,8 @@
 /* test_nn_kernels.c: the CPU kernels of the network ops (cpu_nn.c,
- * cpu_attention.c) against plain reference loops in double: softmax and
- * log_softmax, layer norm, embedding, cross-entropy over a shard of the
- * classes, fused attention (causal on global positions, tiles crossed, empty
- * sides), each forward and backward. Where a kernel takes statistics summed
+ * cpu_layer_norm.c, cpu_attention.c) against plain reference loops in
+ * double: softmax and log_softmax, layer norm, embedding, cross-entropy over
+ * a shard of the classes, fused attention (causal on global positions, tiles
+ * crossed, empty sides), each forward and backward. Where a kernel takes statistics summed
  * over a split row, the row is split in two here, the halves' statistics are
  * combined as the op does across ranks, and the result must equal the whole
  * row's. Layer norm and softmax in the same bits wherever a row sits in the
@@ -296,7 +296,7 @@ START_TEST(test_layer_norm) {
     }
     layer_norm_case(0, 6, 3, 0.0f);
     layer_norm_case(300, 256, 3, 1.0f);
-    /* rows of 16-float vectors (cpu_nn.c's AVX-512 forward, in runs of 64
+    /* rows of 16-float vectors (cpu_layer_norm.c's AVX-512 forward, in runs of 64
      * rows): shorter than a block of sums, a block and a part, a large mean */
     for (int affine = 0; affine < 4; affine++) layer_norm_case(130, 272, affine, 50.0f);
     layer_norm_case(70, 48, 3, 0.0f);
@@ -306,7 +306,7 @@ START_TEST(test_layer_norm) {
 }
 END_TEST
 
-/* A large y or dx is written with streaming stores (cpu_nn.c: 8 MiB and more,
+/* A large y or dx is written with streaming stores (cpu_rows.h: 8 MiB and more,
  * rows 64-byte aligned, on CPUs with AVX-512), and the layer norm and softmax
  * forwards go in runs of rows, each row's work woven into its neighbour's.
  * The same calls into an output one float off the alignment take the cached

@@ -1,6 +1,6 @@
 /* cpu.c: the CPU backend: its vtable, and the general kernels of backend.h on
- * host memory (the network ops' row kernels are in cpu_nn.c, attention in
- * cpu_attention.c). Matrix work goes to OpenBLAS (cblas_sgemm, row-major,
+ * host memory (the network ops' row kernels are in cpu_nn.c and
+ * cpu_layer_norm.c, attention in cpu_attention.c). Matrix work goes to OpenBLAS (cblas_sgemm, row-major,
  * transpose flags, never a transposed copy); big elementwise loops use OpenMP
  * (only past PAR_MIN elements, so small tensors pay nothing). Sums accumulate
  * in double. In bf16 mode (backend.h) the GEMMs of the vtable multiply inputs

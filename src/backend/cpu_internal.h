@@ -1,11 +1,12 @@
 /* cpu_internal.h: what the files of the CPU backend share. cpu.c holds the
  * vtable and the general kernels; cpu_nn.c the row kernels of the network ops
- * (softmax, layer norm, embedding, cross-entropy, GELU); cpu_attention.c the fused
- * attention. The vtable takes the kernels of the other two files from here.
+ * (softmax, embedding, cross-entropy, GELU) and cpu_layer_norm.c those of
+ * layer norm; cpu_attention.c the fused attention. The vtable takes the
+ * kernels of the other files from here.
  *
  * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm, mg_cpu_exp (a vectorizable expf for softmax
- * arguments) and the kernel functions of cpu_nn.c and cpu_attention.c (their
- * contracts are those of the vtable entries in backend.h). */
+ * arguments) and the kernel functions of cpu_nn.c, cpu_layer_norm.c and
+ * cpu_attention.c (their contracts are those of the vtable entries in backend.h). */
 #ifndef MG_BACKEND_CPU_INTERNAL_H
 #define MG_BACKEND_CPU_INTERNAL_H
 
@@ -105,16 +106,6 @@ void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const mg_tensor *dy,
                              const mg_tensor *dot, bool log, mg_tensor *dx);
 void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_tensor *dy, bool log,
                         mg_tensor *dot);
-void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
-                       float eps, const mg_tensor *moments, int64_t n, mg_tensor *stats,
-                       mg_tensor *y);
-void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
-                               mg_tensor *out);
-void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
-                                const mg_tensor *dy, const mg_tensor *stats, const mg_tensor *sums,
-                                int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db);
-void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
-                                     const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums);
 int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table, int64_t v0,
                          int64_t v, mg_tensor *out);
 void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
@@ -130,6 +121,18 @@ void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_
 /* GELU (tanh approximation) of n contiguous floats, and dx = dy gelu'(x) */
 void mg_cpu_gelu(const float *x, float *out, int64_t n);
 void mg_cpu_gelu_backward(const float *dy, const float *x, float *dx, int64_t n);
+
+/* cpu_layer_norm.c */
+void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,
+                       float eps, const mg_tensor *moments, int64_t n, mg_tensor *stats,
+                       mg_tensor *y);
+void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
+                               mg_tensor *out);
+void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                const mg_tensor *dy, const mg_tensor *stats, const mg_tensor *sums,
+                                int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db);
+void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                     const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums);
 
 /* cpu_attention.c */
 void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
