@@ -2,10 +2,10 @@
  * cpu_layer_norm.c, cpu_attention.c) against plain reference loops in
  * double: softmax and log_softmax, layer norm, embedding, cross-entropy over
  * a shard of the classes, fused attention (causal on global positions, tiles
- * crossed, empty sides), each forward and backward. Where a kernel takes statistics summed
- * over a split row, the row is split in two here, the halves' statistics are
- * combined as the op does across ranks, and the result must equal the whole
- * row's. Layer norm and softmax in the same bits wherever a row sits in the
+ * crossed, empty sides), each forward and backward. Where a kernel takes
+ * statistics summed over a split row, the row is split in two here, the
+ * halves' statistics are combined as the op does across ranks, and the result
+ * must equal the whole row's. Layer norm and softmax in the same bits wherever a row sits in the
  * batch, on one thread or two, and with outputs streamed or cached. Also
  * mg_cpu_exp against exp. */
 #include <math.h>
@@ -118,7 +118,7 @@ static void split_stats(const mg_tensor *x, int64_t half, mg_tensor *m, mg_tenso
 START_TEST(test_softmax) {
     /* with AVX-512, rows up to 4096 long go in runs of 64 (cpu_nn.c): runs
      * cut short, rows of whole vectors, rows too long for the runs */
-    static const int64_t shapes[][2] = {{5, 7},     {3, 1},   {0, 4},   {4, 0},
+    static const int64_t shapes[][2] = {{5, 7},    {3, 1},      {0, 4},    {4, 0},
                                         {40, 300}, {200, 1000}, {130, 48}, {3, 5000}};
     for (int s = 0; s < 8; s++)
         for (int as_log = 0; as_log < 2; as_log++) {
@@ -296,8 +296,9 @@ START_TEST(test_layer_norm) {
     }
     layer_norm_case(0, 6, 3, 0.0f);
     layer_norm_case(300, 256, 3, 1.0f);
-    /* rows of 16-float vectors (cpu_layer_norm.c's AVX-512 forward, in runs of 64
-     * rows): shorter than a block of sums, a block and a part, a large mean */
+    /* rows of 16-float vectors (cpu_layer_norm.c's AVX-512 forward, in runs
+     * of 64 rows): shorter than a block of sums, a block and a part, a large
+     * mean */
     for (int affine = 0; affine < 4; affine++) layer_norm_case(130, 272, affine, 50.0f);
     layer_norm_case(70, 48, 3, 0.0f);
     layer_norm_case(1, 16, 3, -20.0f);

@@ -19,9 +19,9 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-/* AVX512_KERNELS: GCC on x86-64, where the AVX-512 versions of the kernels are built
- * (target attributes, intrinsics) and picked at run time by CPU; elsewhere
- * the plain versions stand in for them */
+/* AVX512_KERNELS: GCC on x86-64, where the kernels' AVX-512 versions are
+ * built (target attributes, intrinsics) and picked at run time by CPU;
+ * elsewhere the plain versions stand in for them */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define AVX512_KERNELS 1
 #include <immintrin.h>
