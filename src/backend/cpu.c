@@ -1,10 +1,11 @@
 /* cpu.c: the CPU backend: its vtable, and the general kernels of backend.h on
  * host memory (the network ops' row kernels are in cpu_nn.c and
- * cpu_layer_norm.c, attention in cpu_attention.c). Matrix work goes to OpenBLAS (cblas_sgemm, row-major,
- * transpose flags, never a transposed copy); big elementwise loops use OpenMP
- * (only past PAR_MIN elements, so small tensors pay nothing). Sums accumulate
- * in double. In bf16 mode (backend.h) the GEMMs of the vtable multiply inputs
- * rounded by cpu_bf16.c; the kernels' own GEMMs (mg_cpu_gemm) stay fp32.
+ * cpu_layer_norm.c, attention in cpu_attention.c). Matrix work goes to
+ * OpenBLAS (cblas_sgemm, row-major, transpose flags, never a transposed
+ * copy); big elementwise loops use OpenMP (only past PAR_MIN elements, so
+ * small tensors pay nothing). Sums accumulate in double. In bf16 mode
+ * (backend.h) the GEMMs of the vtable multiply inputs rounded by cpu_bf16.c;
+ * the kernels' own GEMMs (mg_cpu_gemm) stay fp32.
  * Exports: mg_backend_cpu(), mg_cpu_gemm (cpu_internal.h). */
 #include "backend/backend.h"
 #include "backend/cpu_bf16.h"

@@ -4,9 +4,10 @@
  * layer norm; cpu_attention.c the fused attention. The vtable takes the
  * kernels of the other files from here.
  *
- * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm, mg_cpu_exp (a vectorizable expf for softmax
- * arguments) and the kernel functions of cpu_nn.c, cpu_layer_norm.c and
- * cpu_attention.c (their contracts are those of the vtable entries in backend.h). */
+ * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm,
+ * mg_cpu_exp (a vectorizable expf for softmax arguments) and the kernel
+ * functions of cpu_nn.c, cpu_layer_norm.c and cpu_attention.c (their
+ * contracts are those of the vtable entries in backend.h). */
 #ifndef MG_BACKEND_CPU_INTERNAL_H
 #define MG_BACKEND_CPU_INTERNAL_H
 
