@@ -7,7 +7,7 @@
  * halves' statistics are combined as the op does across ranks, and the result
  * must equal the whole row's. Layer norm and softmax in the same bits wherever a row sits in the
  * batch, on one thread or two, and with outputs streamed or cached. Also
- * mg_cpu_exp against exp. */
+ * mg_cpu_exp and the AVX-512 softmax forward's mg_cpu_exp16 against exp. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include <omp.h>
 #endif
 
+#include "backend/cpu_exp16.h"
 #include "backend/cpu_internal.h"
 #include "kernel_testutil.h"
 
@@ -84,6 +85,50 @@ START_TEST(test_exp) {
     ck_assert(isnan(out[3]));
     ck_assert(out[17] == 0.0f && out[40] == 0.0f && out[41] == 0.0f && out[63] == 0.0f);
     ck_assert(fabs(out[5] - exp(-5.0)) < 3e-7 * exp(-5.0));
+}
+END_TEST
+
+#ifdef MG_CPU_EXP16
+/* mg_cpu_exp16 on 16 floats, lanes by lane */
+__attribute__((target("arch=x86-64-v4"))) static void exp16_of(const float *in, float *out) {
+    _mm512_storeu_ps(out, mg_cpu_exp16(_mm512_loadu_ps(in)));
+}
+#endif
+
+/* the softmax forward's exp with AVX-512: within 2 ulp of exp on every 61st
+ * float from -104 to 0 and on [0, 88] (the sweep's step is odd so that it
+ * meets every last mantissa bit), 0 at the bottom of the range and for -inf,
+ * NaN through */
+START_TEST(test_exp16) {
+#ifdef MG_CPU_EXP16
+    if (!__builtin_cpu_supports("x86-64-v4")) return;
+    /* the bits of 0 and 88, then of -0 and -104 */
+    static const uint32_t from[2] = {0x00000000u, 0x80000000u}, to[2] = {0x42B00000u, 0xC2D00000u};
+    float in[16], out[16];
+    double worst = 0;
+    for (int side = 0; side < 2; side++)
+        for (uint32_t bits = from[side]; bits <= to[side];) {
+            int n = 0;
+            for (; n < 16 && bits <= to[side]; n++, bits += 61) memcpy(&in[n], &bits, sizeof bits);
+            exp16_of(in, out);
+            for (int i = 0; i < n; i++) {
+                double want = exp((double)in[i]);
+                if (want < 0x1p-126) /* subnormal or 0: within a subnormal's ulp or two */
+                    ck_assert_msg(fabs(out[i] - want) <= 0x1p-148, "exp16(%g) = %g, want %g",
+                                  in[i], out[i], want);
+                else
+                    worst = fmax(worst, fabs(out[i] - want) / ldexp(1.0, ilogb(want) - 23));
+            }
+        }
+    ck_assert_msg(worst < 2.0, "worst error %g ulp", worst);
+    float special[16] = {-INFINITY, NAN,   0.0f,     -0.0f, -88.5f, -103.0f, -104.0f, -1e30f,
+                         88.7f,     89.0f, INFINITY, 1.0f,  -1.0f,  -0.5f,   0.5f,    -87.0f};
+    exp16_of(special, out);
+    ck_assert(out[0] == 0.0f && isnan(out[1]) && out[2] == 1.0f && out[3] == 1.0f);
+    ck_assert(out[4] > 0.0f && out[4] < 0x1p-126f); /* a subnormal */
+    ck_assert(out[6] == 0.0f && out[7] == 0.0f);
+    ck_assert(isfinite(out[8]) && isinf(out[9]) && isinf(out[10]));
+#endif
 }
 END_TEST
 
@@ -586,7 +631,7 @@ START_TEST(test_attention) {
 END_TEST
 
 int main(void) {
-    const TTest *tests[] = {test_exp,        test_softmax,     test_softmax_backward,
+    const TTest *tests[] = {test_exp,        test_exp16,       test_softmax,     test_softmax_backward,
                             test_layer_norm, test_streamed, test_embedding,
                             test_cross_entropy_sharded, test_attention, NULL};
     return mg_test_run(mg_test_suite("nn_kernels", tests));

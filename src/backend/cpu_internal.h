@@ -49,7 +49,7 @@
  * NaN (1.05 ulp at worst, measured over every float in [-87.3, 88]). The range
  * reduction is Cephes's expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two
  * parts), exp(r) by a polynomial, 2^n put into the exponent bits. In the
- * softmax forward it is the work per element, so it is short: about 20 vector
+ * softmax it is the work per element, so it is short: about 20 vector
  * instructions for 8 lanes, no masks, and as few multiplies as it can (the
  * loop waits for the two FMA units).
  *   - Each clamp is one max or min that lets NaN through (`a > b ? a : b`
@@ -58,7 +58,9 @@
  *     know them here: with constants it folds the whole function at each
  *     bound and blends the results in, eight more instructions a loop.
  *   - Clamped at -88, n is -127 and 2^n's exponent bits are 0: the scale is
- *     0.0, so the result is exactly 0 with no compare. */
+ *     0.0, so the result is exactly 0 with no compare.
+ * With AVX-512 the whole-row softmax forward takes mg_cpu_exp16 (cpu_exp16.h)
+ * instead: a table of 16, 25% fewer cycles. */
 extern const float mg_cpu_exp_lo, mg_cpu_exp_hi;
 static inline float mg_cpu_exp(float x) {
     const float lo = mg_cpu_exp_lo, hi = mg_cpu_exp_hi;
