@@ -631,8 +631,9 @@ START_TEST(test_attention) {
 END_TEST
 
 int main(void) {
-    const TTest *tests[] = {test_exp,        test_exp16,       test_softmax,     test_softmax_backward,
-                            test_layer_norm, test_streamed, test_embedding,
-                            test_cross_entropy_sharded, test_attention, NULL};
+    const TTest *tests[] = {test_exp,       test_exp16,      test_softmax,
+                            test_softmax_backward,      test_layer_norm, test_streamed,
+                            test_embedding, test_cross_entropy_sharded, test_attention,
+                            NULL};
     return mg_test_run(mg_test_suite("nn_kernels", tests));
 }

@@ -5,8 +5,8 @@
  * the last dim; a row is handled in one piece while it sits in cache, so
  * each kernel reads its inputs from memory once. A row's sums are float sums
  * of blocks of SUM_BLOCK terms (which vectorize) added up in double. The
- * softmax backward writes a dx too large to stay in cache with streaming
- * stores (AVX-512), in the same bits.
+ * softmax forward and backward write an output too large to stay in cache
+ * with streaming stores (AVX-512), in the same bits.
  * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h)
  * but the layer norm kernels. */
 #include <math.h>
@@ -59,7 +59,7 @@ MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float 
 static bool exp_row_wide_runs(void) { return __builtin_cpu_supports("x86-64-v4"); }
 __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
     const float *restrict x, int64_t c, float m, float *restrict out, const float *next,
-    const float *restrict prev, float inv, float *restrict yp) {
+    const float *restrict prev, float inv, bool stream, float *restrict yp) {
     double s = 0, lanes_d[16] = {0};
     int64_t cn = c / 16 * 16;
     __m512 vinv = _mm512_set1_ps(inv), vm = _mm512_set1_ps(m);
@@ -72,7 +72,9 @@ __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
             __m512 e = mg_cpu_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + jb), vm));
             _mm512_storeu_ps(out + jb, e);
             lanes = _mm512_add_ps(lanes, e);
-            if (prev)
+            if (prev && stream)
+                _mm512_stream_ps(yp + jb, _mm512_mul_ps(_mm512_loadu_ps(prev + jb), vinv));
+            else if (prev)
                 _mm512_storeu_ps(yp + jb, _mm512_mul_ps(_mm512_loadu_ps(prev + jb), vinv));
         }
         float part[16];
@@ -90,14 +92,27 @@ __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
         for (int64_t j = cn; j < c; j++) yp[j] = prev[j] * inv;
     return s;
 }
+
+/* y = e inv, streamed: c a multiple of 16, y 64-byte aligned */
+__attribute__((target("arch=x86-64-v4"))) static void scale_row_streamed(
+    const float *restrict e, float inv, int64_t c, float *restrict y) {
+    __m512 vinv = _mm512_set1_ps(inv);
+    for (int64_t j = 0; j < c; j += 16)
+        _mm512_stream_ps(y + j, _mm512_mul_ps(_mm512_loadu_ps(e + j), vinv));
+}
 #else
 static bool exp_row_wide_runs(void) { return false; }
 MG_CPU_INLINE double exp_row_wide(const float *restrict x, int64_t c, float m, float *restrict out,
                                   const float *next, const float *restrict prev, float inv,
-                                  float *restrict yp) {
+                                  bool stream, float *restrict yp) {
+    (void)stream;
     if (prev)
         for (int64_t j = 0; j < c; j++) yp[j] = prev[j] * inv;
     return exp_row(x, c, m, out, next);
+}
+MG_CPU_INLINE void scale_row_streamed(const float *restrict e, float inv, int64_t c,
+                                      float *restrict y) {
+    for (int64_t j = 0; j < c; j++) y[j] = e[j] * inv;
 }
 #endif
 
@@ -112,8 +127,13 @@ MG_CPU_INLINE double exp_row_wide(const float *restrict x, int64_t c, float m, f
  * row after its exps (2026-12-03): the forward 10% faster (median, 1-17%;
  * 2.17 ms against 2.43), softmax against the copy 0.76 -> 0.81. The exps
  * written to y and row r - 1 scaled there in place: 5-6% slower than the
- * buffer; streaming y from the buffer: 2-18% slower than no pipeline. Rows
- * longer than SM_ROW_MAX (two buffers on the stack) take the plain kernel. */
+ * buffer. A y too large to stay in cache is streamed from the buffer
+ * (`streams`): while the exps were mg_cpu_exp's that was 2-18% slower, with
+ * mg_cpu_exp16's it is faster (400 runs alternating: the forward 3%, the
+ * backward after it 9%, which no longer evicts y's dirty lines; in the
+ * bench's order, after the layer norm backward, softmax against the copy
+ * 0.885 -> 0.903). Rows longer than SM_ROW_MAX (two buffers on the stack)
+ * take the plain kernel. */
 #define SM_RUN 64
 #define SM_ROW_MAX 4096
 
@@ -124,22 +144,30 @@ MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor
     bool wide = exp_row_wide_runs();
     if (wide && !max && !sum && !as_log && c <= SM_ROW_MAX) {
         int64_t runs = (rows + SM_RUN - 1) / SM_RUN;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-        for (int64_t k = 0; k < runs; k++) {
-            _Alignas(64) float buf[2 * SM_ROW_MAX];
-            int64_t r1 = (k + 1) * SM_RUN < rows ? (k + 1) * SM_RUN : rows;
-            const float *prev = NULL;
-            float inv = 0;
-            for (int64_t r = k * SM_RUN; r < r1; r++) {
-                const float *xr = x->data + r * c, *next = r + 1 < rows ? xr + c : NULL;
-                float *e = buf + (r % 2) * c;
-                float *yp = prev ? out->data + (r - 1) * c : NULL;
-                double s = exp_row_wide(xr, c, row_max(xr, c), e, next, prev, inv, yp);
-                prev = e;
-                inv = (float)(1.0 / s);
+        bool stream = streams(out);
+#pragma omp parallel if (x->numel > PAR_MIN)
+        {
+#pragma omp for schedule(static) nowait
+            for (int64_t k = 0; k < runs; k++) {
+                _Alignas(64) float buf[2 * SM_ROW_MAX];
+                int64_t r1 = (k + 1) * SM_RUN < rows ? (k + 1) * SM_RUN : rows;
+                const float *prev = NULL;
+                float inv = 0;
+                for (int64_t r = k * SM_RUN; r < r1; r++) {
+                    const float *xr = x->data + r * c, *next = r + 1 < rows ? xr + c : NULL;
+                    float *e = buf + (r % 2) * c;
+                    float *yp = prev ? out->data + (r - 1) * c : NULL;
+                    double s = exp_row_wide(xr, c, row_max(xr, c), e, next, prev, inv, stream, yp);
+                    prev = e;
+                    inv = (float)(1.0 / s);
+                }
+                float *yl = out->data + (r1 - 1) * c;
+                if (stream)
+                    scale_row_streamed(prev, inv, c, yl);
+                else
+                    for (int64_t j = 0; j < c; j++) yl[j] = prev[j] * inv;
             }
-            float *yl = out->data + (r1 - 1) * c;
-            for (int64_t j = 0; j < c; j++) yl[j] = prev[j] * inv;
+            if (stream) stream_fence();
         }
         return;
     }
@@ -150,7 +178,7 @@ MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor
         float m = max ? max->data[r] : row_max(xr, c);
         const float *next = r + 1 < rows ? xr + c : NULL;
         double s = sum ? sum->data[r]
-                 : wide ? exp_row_wide(xr, c, m, o, next, NULL, 0, NULL)
+                 : wide ? exp_row_wide(xr, c, m, o, next, NULL, 0, false, NULL)
                         : exp_row(xr, c, m, o, next);
         if (as_log) { /* (x - m) first: exact where x and m are close */
             float ls = (float)log(s);

@@ -56,10 +56,10 @@ static inline int64_t rows_of(const mg_tensor *t) {
  * take them: STREAM_MIN bytes, past the share of the last-level cache a core
  * of today's servers can count on (32 MiB shared by 8 cores). 8192 x 1024
  * from memory: the layer norm backward 10-28% faster (the more, the busier
- * the host), the softmax backward 6-13%. The layer norm forward streams its
- * y from the loop that reads the next row (cpu_layer_norm.c); streamed after
- * a row's passes it ran 5-10% slower on a quiet host, and the softmax forward
- * 14-33%. AVX-512 only; rows 64-byte aligned. */
+ * the host), the softmax backward 6-13%. The forwards stream their y from
+ * the loop that works on the next row (the layer norm's sum, the softmax's
+ * exps); streamed after a row's passes they ran slower on a quiet host, the
+ * layer norm 5-10%, the softmax 14-33%. AVX-512 only; rows 64-byte aligned. */
 #define STREAM_MIN ((int64_t)8 << 20)
 #ifdef AVX512_KERNELS
 static inline bool streams(const mg_tensor *out) {
