@@ -89,7 +89,7 @@ START_TEST(test_exp) {
 END_TEST
 
 #ifdef MG_CPU_EXP16
-/* mg_cpu_exp16 on 16 floats, lanes by lane */
+/* mg_cpu_exp16 on 16 floats, lane by lane */
 __attribute__((target("arch=x86-64-v4"))) static void exp16_of(const float *in, float *out) {
     _mm512_storeu_ps(out, mg_cpu_exp16(_mm512_loadu_ps(in)));
 }
