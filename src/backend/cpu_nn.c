@@ -12,7 +12,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu_exp16.h"
 #include "backend/cpu_rows.h"
 
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/cpu_exp16.h"
 #include "backend/cpu_internal.h"
 
 /* Fused multiply-adds where the clone has them (GCC's ISO C mode leaves them
@@ -21,10 +22,11 @@
 
 /* AVX512_KERNELS: GCC on x86-64, where the kernels' AVX-512 versions are
  * built (target attributes, intrinsics) and picked at run time by CPU;
- * elsewhere the plain versions stand in for them */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * elsewhere the plain versions stand in for them. The same place as
+ * mg_cpu_exp16's, which the softmax's wide kernel calls: one condition,
+ * cpu_exp16.h's. */
+#ifdef MG_CPU_EXP16
 #define AVX512_KERNELS 1
-#include <immintrin.h>
 #endif
 
 static inline int64_t last_dim(const mg_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
