@@ -318,14 +318,30 @@ static void layer_norm_case(int64_t rows, int64_t c, int affine, float offset) {
             for (int i = 0; i < 5; i++) mg_tensor_free(all[i]);
         }
         expect_close_d(whole->data, ref.y, x->numel, 2e-5, "layer_norm of split rows");
+        /* dx from the summed sums; with weight and bias their gradients too, each
+         * half's columns (the AVX-512 backward takes given sums where c is a
+         * multiple of 16: the halves of 256 columns) */
+        float *sdw = calloc((size_t)c + 1, sizeof(float));
+        float *sdb = calloc((size_t)c + 1, sizeof(float));
         for (int h = 0; h < 2; h++) {
             mg_tensor *wp = slice(w, c0[h], n[h]), *gp = columns(dy, c0[h], n[h]);
-            mg_tensor *dp = mat(rows, n[h]);
-            BE->layer_norm_backward(CTX, part[h], wp, gp, st, sums, c, dp, NULL, NULL);
+            mg_tensor *dp = mat(rows, n[h]), *dwp = w && b ? vec(n[h]) : NULL;
+            mg_tensor *dbp = w && b ? vec(n[h]) : NULL;
+            BE->layer_norm_backward(CTX, part[h], wp, gp, st, sums, c, dp, dwp, dbp);
             put_columns(wdx, dp, c0[h]);
-            mg_tensor_free(wp), mg_tensor_free(gp), mg_tensor_free(dp);
+            if (dwp) {
+                memcpy(sdw + c0[h], dwp->data, (size_t)n[h] * sizeof(float));
+                memcpy(sdb + c0[h], dbp->data, (size_t)n[h] * sizeof(float));
+            }
+            mg_tensor *all[] = {wp, gp, dp, dwp, dbp};
+            for (int i = 0; i < 5; i++) mg_tensor_free(all[i]);
         }
         expect_close_d(wdx->data, ref.dx, x->numel, 2e-5, "layer_norm dx of split rows");
+        if (w && b) {
+            expect_close_d(sdw, ref.dw, c, 2e-5, "layer_norm dw of split rows");
+            expect_close_d(sdb, ref.db, c, 2e-5, "layer_norm db of split rows");
+        }
+        free(sdw), free(sdb);
         mg_tensor *all[] = {part[0], part[1], mom, tmp, sums, mean, whole, wdx, st};
         for (int i = 0; i < 9; i++) mg_tensor_free(all[i]);
     }
