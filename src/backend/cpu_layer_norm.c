@@ -42,7 +42,7 @@ MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean)
  * pass from cache) makes it faster: 10% (200 runs alternating, 2026-12-03;
  * into the L2 only: 16% slower than into the L1; three rows ahead: the same).
  * The row's sums in four vectors of lanes (LANES4_SUM below): from memory
- * 3% faster, from L2 17%. Every row's sum is taken in the same order, whether
+ * 2% faster (300 runs alternating), from cache 13-20%. Every row's sum is taken in the same order, whether
  * read alone (a run's first row) or in the loop (the others), and the stores
  * do not change the values: the same bits at every size, alignment and
  * number of threads. */
@@ -58,7 +58,7 @@ static bool layer_norm_wide_runs(int64_t c) {
  * vector k, a block's last vectors short of 64 to vector 0. One vector was a
  * chain of c / 16 additions, each waiting on the last: the kernels ran at
  * the adds' latency, even from cache (8192 x 1024 from L2, 2026-12-03: the
- * forward 1.84 -> 1.52 ms, the backward 1.83 -> 1.05 with its two sums so). */
+ * forward 1.27 -> 1.02 ms, the backward 1.84 -> 1.06 with its two sums so). */
 #define LANES4_SUM(acc, j0, j1, TERM_AT)                                                           \
     {                                                                                              \
         __m512 v0_ = _mm512_setzero_ps(), v1_ = v0_, v2_ = v0_, v3_ = v0_;                         \
@@ -309,8 +309,8 @@ MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restr
 
 /* The usual backward (weights, both their gradients) on CPUs with AVX-512,
  * c a multiple of 16: backward_row_sums with each of its two sums in four
- * vectors of lanes, as LANES4_SUM (8192 x 1024 from L2: 1.83 -> 1.05 ms;
- * from memory 4-6% faster), then backward_row_all's pass, dx streamed where
+ * vectors of lanes, as LANES4_SUM (8192 x 1024 from L2: 1.84 -> 1.06 ms;
+ * from memory 6% faster), then backward_row_all's pass, dx streamed where
  * it is too large to stay in cache (`streams`; dx 64-byte aligned), in the
  * same bits either way. */
 #ifdef AVX512_KERNELS
