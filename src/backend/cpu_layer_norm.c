@@ -42,10 +42,10 @@ MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean)
  * pass from cache) makes it faster: 10% (200 runs alternating, 2026-12-03;
  * into the L2 only: 16% slower than into the L1; three rows ahead: the same).
  * The row's sums in four vectors of lanes (LANES4_SUM below): from memory
- * 2% faster (300 runs alternating), from cache 13-20%. Every row's sum is taken in the same order, whether
- * read alone (a run's first row) or in the loop (the others), and the stores
- * do not change the values: the same bits at every size, alignment and
- * number of threads. */
+ * 2% faster (300 runs alternating), from cache 13-20%. Every row's sum is
+ * taken in the same order, whether read alone (a run's first row) or in the
+ * loop (the others), and the stores do not change the values: the same bits
+ * at every size, alignment and number of threads. */
 #ifdef AVX512_KERNELS
 #define LN_RUN 64
 static bool layer_norm_wide_runs(int64_t c) {
@@ -83,8 +83,10 @@ __attribute__((target("arch=x86-64-v4"))) static double row_sum_wide(const float
                                                                      int64_t c) {
     double s = 0;
 #define TERM_AT(j) _mm512_loadu_ps(x + (j))
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK)
-        LANES4_SUM(s, j0, j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c, TERM_AT)
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        LANES4_SUM(s, j0, j1, TERM_AT)
+    }
 #undef TERM_AT
     return s;
 }
@@ -100,8 +102,10 @@ __attribute__((target("arch=x86-64-v4"))) static double row_squares_wide(const f
     __m512 vmean = _mm512_set1_ps(mean);
     double s = 0;
 #define TERM_AT(j) square_at(x + (j), vmean)
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK)
-        LANES4_SUM(s, j0, j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c, TERM_AT)
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        LANES4_SUM(s, j0, j1, TERM_AT)
+    }
 #undef TERM_AT
     return s;
 }
@@ -128,8 +132,10 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) static inline double ro
     __m512 vmean = _mm512_set1_ps(mean), vrstd = _mm512_set1_ps(rstd);
     double s = 0;
 #define TERM_AT(j) out_at(xr, wd, bd, vmean, vrstd, nx, stream, yr, j)
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK)
-        LANES4_SUM(s, j0, j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c, TERM_AT)
+    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
+        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
+        LANES4_SUM(s, j0, j1, TERM_AT)
+    }
 #undef TERM_AT
     return s;
 }
@@ -314,6 +320,7 @@ MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restr
  * it is too large to stay in cache (`streams`; dx 64-byte aligned), in the
  * same bits either way. */
 #ifdef AVX512_KERNELS
+/* the two sums' terms at columns [j, j + 16): a += g w, b += g w xhat */
 __attribute__((target("arch=x86-64-v4"), always_inline)) static inline void sums_at(
     const float *restrict xr, const float *restrict g, const float *restrict wd, __m512 vmean,
     __m512 vrstd, int64_t j, __m512 *a, __m512 *b) {
