@@ -52,24 +52,25 @@ static bool layer_norm_wide_runs(int64_t c) {
     return c > 0 && c % 16 == 0 && __builtin_cpu_supports("x86-64-v4");
 }
 
-/* acc (a double) += the sum of the terms TERM_AT(j) (16 at a time, j from
- * j0 to j1 in steps of 16) in four vectors of float lanes, then those added
- * ((v0 + v1) + (v2 + v3)) and their lanes: the terms j0 + 64 i + 16 k go to
- * vector k, a block's last vectors short of 64 to vector 0. One vector was a
- * chain of c / 16 additions, each waiting on the last: the kernels ran at
- * the adds' latency, even from cache (8192 x 1024 from L2, 2026-12-03: the
- * forward 1.27 -> 1.02 ms, the backward 1.84 -> 1.06 with its two sums so). */
-#define LANES4_SUM(acc, j0, j1, TERM_AT)                                                           \
-    {                                                                                              \
+/* acc (a double) += the sum of the terms TERM_AT(j), 16 at a time for j in
+ * [0, c) in steps of 16: a block of SUM_BLOCK at a time, each in four vectors
+ * of float lanes, then those added ((v0 + v1) + (v2 + v3)) and their lanes.
+ * The terms j0 + 64 i + 16 k of the block from j0 go to vector k, its last
+ * vectors short of 64 to vector 0. One vector was a chain of c / 16
+ * additions, each waiting on the last: the kernels ran at the adds' latency,
+ * even from cache (8192 x 1024 from L2, 2026-12-03: the forward 1.27 -> 1.02
+ * ms, the backward 1.84 -> 1.06 with its two sums so). */
+#define LANES4_SUM(acc, c, TERM_AT)                                                                \
+    for (int64_t j0_ = 0; j0_ < (c); j0_ += SUM_BLOCK) {                                           \
+        int64_t j1_ = j0_ + SUM_BLOCK < (c) ? j0_ + SUM_BLOCK : (c), j_ = j0_;                     \
         __m512 v0_ = _mm512_setzero_ps(), v1_ = v0_, v2_ = v0_, v3_ = v0_;                         \
-        int64_t j_ = (j0);                                                                         \
-        for (; j_ + 64 <= (j1); j_ += 64) {                                                        \
+        for (; j_ + 64 <= j1_; j_ += 64) {                                                         \
             v0_ = _mm512_add_ps(v0_, TERM_AT(j_));                                                 \
             v1_ = _mm512_add_ps(v1_, TERM_AT(j_ + 16));                                            \
             v2_ = _mm512_add_ps(v2_, TERM_AT(j_ + 32));                                            \
             v3_ = _mm512_add_ps(v3_, TERM_AT(j_ + 48));                                            \
         }                                                                                          \
-        for (; j_ < (j1); j_ += 16) v0_ = _mm512_add_ps(v0_, TERM_AT(j_));                         \
+        for (; j_ < j1_; j_ += 16) v0_ = _mm512_add_ps(v0_, TERM_AT(j_));                          \
         acc += lanes4_sum(v0_, v1_, v2_, v3_);                                                     \
     }
 
@@ -78,15 +79,12 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) static inline float lan
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
 }
 
-/* row_sum and row_squares in LANES4_SUM's order, a block of SUM_BLOCK at a time */
+/* row_sum and row_squares in LANES4_SUM's order */
 __attribute__((target("arch=x86-64-v4"))) static double row_sum_wide(const float *restrict x,
                                                                      int64_t c) {
     double s = 0;
 #define TERM_AT(j) _mm512_loadu_ps(x + (j))
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
-        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
-        LANES4_SUM(s, j0, j1, TERM_AT)
-    }
+    LANES4_SUM(s, c, TERM_AT);
 #undef TERM_AT
     return s;
 }
@@ -102,10 +100,7 @@ __attribute__((target("arch=x86-64-v4"))) static double row_squares_wide(const f
     __m512 vmean = _mm512_set1_ps(mean);
     double s = 0;
 #define TERM_AT(j) square_at(x + (j), vmean)
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
-        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
-        LANES4_SUM(s, j0, j1, TERM_AT)
-    }
+    LANES4_SUM(s, c, TERM_AT);
 #undef TERM_AT
     return s;
 }
@@ -132,10 +127,7 @@ __attribute__((target("arch=x86-64-v4"), always_inline)) static inline double ro
     __m512 vmean = _mm512_set1_ps(mean), vrstd = _mm512_set1_ps(rstd);
     double s = 0;
 #define TERM_AT(j) out_at(xr, wd, bd, vmean, vrstd, nx, stream, yr, j)
-    for (int64_t j0 = 0; j0 < c; j0 += SUM_BLOCK) {
-        int64_t j1 = j0 + SUM_BLOCK < c ? j0 + SUM_BLOCK : c;
-        LANES4_SUM(s, j0, j1, TERM_AT)
-    }
+    LANES4_SUM(s, c, TERM_AT);
 #undef TERM_AT
     return s;
 }
