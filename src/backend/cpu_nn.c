@@ -94,8 +94,8 @@ __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
 
 /* row_max in four vectors of lanes: one was a chain of c / 16 maxes, each
  * waiting on the last (8192 x 1024, 2026-12-03: the forward 7% faster from
- * memory, 12-15% from cache). The max of a set of floats is one of them whatever
- * the order, NaN skipped as there: the same value. */
+ * memory, 12-15% from cache). The max of a set of floats is one of them
+ * whatever the order, NaN skipped as there: the same value. */
 __attribute__((target("arch=x86-64-v4"))) static float row_max_wide(const float *restrict x,
                                                                     int64_t c) {
     __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
