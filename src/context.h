@@ -122,6 +122,7 @@ struct mg_context {
     mg_param_copy_entry *copies; /* ops.c: this step's parameter copies */
     int n_copies, cap_copies;
     size_t gathered_bytes;       /* ops.c: the scratch arena's data that gathers took since its reset */
+    double op_flops, op_bytes;   /* ops.c: the kernels' cost so far (op_def.h's mg_op_cost) */
 };
 typedef struct mg_context mg_context;
 

@@ -23,11 +23,12 @@ static uint64_t spec_hash(uint64_t h, const mg_spec *s) {
 static uint64_t node_hash(const mg_node *n) {
     uint64_t h = MG_HASH_START;
     uint32_t farg;
-    memcpy(&farg, &n->farg, sizeof farg);
-    h = mg_hash_i64(mg_hash_i64(mg_hash_i64(h, n->op), n->n_inputs), n->n_iargs);
+    memcpy(&farg, &n->args.f, sizeof farg);
+    h = mg_hash_bytes(h, n->def->name, strlen(n->def->name));
+    h = mg_hash_i64(mg_hash_i64(mg_hash_i64(h, n->n_inputs), n->args.ni), n->args.flag);
     for (int i = 0; i < MG_MAX_DIMS; i++)
-        h = mg_hash_i64(mg_hash_i64(h, n->iargs[i]), n->shape[i]);
-    h = mg_hash_i64(mg_hash_i64(h, farg), n->ndim);
+        h = mg_hash_i64(mg_hash_i64(h, n->args.i[i]), n->args.shape[i]);
+    h = mg_hash_i64(mg_hash_i64(h, farg), n->args.ndim);
     for (int m = 0; m < MG_MAX_MESH_DIMS; m++)
         h = mg_hash_i64(mg_hash_i64(h, n->placements[m].kind), n->placements[m].dim);
     h = spec_hash(h, &n->output->spec);
@@ -40,13 +41,13 @@ static uint64_t node_hash(const mg_node *n) {
 static void describe(char *buf, size_t len, const mg_node *n) {
     char shape[160], place[96];
     const mg_spec *s = &n->output->spec;
-    size_t used = (size_t)snprintf(buf, len, "%s, out %s %s", mg_op_names[n->op],
+    size_t used = (size_t)snprintf(buf, len, "%s, out %s %s", n->def->name,
                                    mg_shape_format(shape, sizeof shape, s->ndim, s->shape),
                                    mg_placements_format(place, sizeof place, s->p, s->mesh->ndim));
-    if (n->farg != 0.0f && used < len)
-        used += (size_t)snprintf(buf + used, len - used, ", %g", n->farg);
-    for (int i = 0; i < n->n_iargs && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? " " : ", args ", n->iargs[i]);
+    if (n->args.f != 0.0f && used < len)
+        used += (size_t)snprintf(buf + used, len - used, ", %g", n->args.f);
+    for (int i = 0; i < n->args.ni && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? " " : ", args ", n->args.i[i]);
 }
 
 int mg_graph_agree(const mg_mesh *mesh, mg_node *const *graph, int n, const char *who) {

@@ -32,7 +32,6 @@
 #include "array.h"
 #include "autograd/agree.h"
 #include "autograd/backward.h"
-#include "autograd/vjp.h"
 #include "backend/backend.h"
 #include "context.h"
 #include "dist/reducer.h"
@@ -46,6 +45,25 @@
 static mg_dtensor *leaf_of(mg_dtensor *t) {
     if (!t->node) return t->requires_grad ? t : NULL;
     return mg_ops_param_of(t);
+}
+
+/* ---- the records' VJPs ------------------------------------------------------------- */
+
+/* The gradients of the inputs whose bit is set in `mask` (and that want
+ * one): grads_in[i], or NULL. */
+static int vjp(mg_node *node, mg_dtensor *grad_out, unsigned mask, mg_dtensor **grads_in) {
+    for (int i = 0; i < MG_NODE_MAX_INPUTS; i++) grads_in[i] = NULL;
+    node->want_mask = mask;
+    if (!node->def->vjp)
+        return mg_error(MG_ESTATE, "backward: op %s has no VJP", node->def->name);
+    return node->def->vjp(node, grad_out, grads_in);
+}
+
+/* The gradient of node's output as its VJP reads it, when that is the same
+ * for every input (op_def.h's grad_at_output): summed here, once, rather
+ * than once per input that wants a gradient; others get g back. */
+static mg_dtensor *vjp_grad_in(const mg_node *node, mg_dtensor *g) {
+    return node->def->grad_at_output ? mg_ops_grad_at(g, &node->output->spec) : g;
 }
 
 /* ---- the graph --------------------------------------------------------------------- */
@@ -96,7 +114,7 @@ static int collect(mg_node *root, int *n, int *nuses) {
             return mg_error(MG_ESTATE,
                             "mg_backward: part of this graph (op %s) was already freed by an "
                             "earlier mg_backward: run the forward pass again (one backward per "
-                            "forward)", mg_op_names[node->op]);
+                            "forward)", node->def->name);
         for (int i = 0; i < node->n_inputs; i++) {
             mg_dtensor *in = node->inputs[i];
             if (!in || !mg_tape_wants_grad(in)) continue;
@@ -119,7 +137,7 @@ static int collect(mg_node *root, int *n, int *nuses) {
 /* ---- one node -------------------------------------------------------------------- */
 
 /* An intermediate's gradient: summed at the first contribution's spec. `own`:
- * g was made for t alone (a narrow's VJP); a sum always is, and later
+ * g was made for t alone (op_def.h's vjp_fresh); a sum always is, and later
  * contributions are added into it in place. */
 static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
     if (!mg_shape_equal(t->spec.ndim, t->spec.shape, g->spec.ndim, g->spec.shape)) {
@@ -148,15 +166,16 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
     return MG_OK;
 }
 
-/* A narrow's gradient goes into its slice of the input's gradient, in place,
- * where that gradient is the engine's own tensor and keeps the narrowed dim
- * whole; else the VJP's zeros around the slice are summed in. GPT's q, k and v
+/* An op whose VJP can add into its input's gradient in place (vjp_add: a
+ * narrow's gradient goes into its slice) does so where that gradient is the
+ * engine's own tensor; else the VJP's result is summed in. GPT's q, k and v
  * are narrows of one qkv: three zero (B, T, 3C) tensors and two whole adds
- * before, one and two adds of a third now (the same sums, bit for bit). */
-static bool narrow_in_place(const mg_node *node) {
+ * the other way, one and two adds of a third this way (the same sums, bit
+ * for bit). Returns 1 where it cannot. */
+static int add_in_place(mg_node *node, mg_dtensor *g) {
     const mg_dtensor *t = node->inputs[0];
-    return node->op == MG_OP_NARROW && t->grad && (t->flags & MG_DTENSOR_OWN_GRAD) &&
-           !mg_ops_shard_mask(&t->grad->spec, node->iargs[0]);
+    if (!node->def->vjp_add || !t->grad || !(t->flags & MG_DTENSOR_OWN_GRAD)) return 1;
+    return node->def->vjp_add(node, g, t->grad);
 }
 
 /* A leaf input's contribution, as the reducer asks for it. */
@@ -175,13 +194,13 @@ static mg_dtensor *contribution_value(mg_leaf_grad *lg, void *dest, size_t bytes
     mg_arena *was = mg_arena_redirect_data(step, scratch);
     mg_arena_hint_data(scratch, dest, bytes);
     mg_dtensor *grads[MG_NODE_MAX_INPUTS];
-    int rc = mg_vjp(c->node, c->g, 1u << c->i, grads);
+    int rc = vjp(c->node, c->g, 1u << c->i, grads);
     mg_arena_hint_data(scratch, NULL, 0);
     mg_arena_redirect_data(step, was);
     if (rc != MG_OK) return NULL;
     if (!grads[c->i])
         return mg_error_null(MG_ESTATE, "backward: the VJP of %s gave input %d no gradient",
-                             mg_op_names[c->node->op], c->i);
+                             c->node->def->name, c->i);
     return grads[c->i];
 }
 
@@ -208,7 +227,7 @@ static int hand_over(mg_dtensor *leaf, mg_node *node, mg_dtensor *g, int i, bool
                       .node = node, .g = g, .i = i};
     /* the factors as they are now: not a parameter copy given back since the
      * forward (its data is gone until an op gathers it again; value() does) */
-    if (!node || !mg_vjp_rows(node, g, i, &c.base.rows_a, &c.base.rows_b) ||
+    if (!node || !node->def->rows || !node->def->rows(node, g, i, &c.base.rows_a, &c.base.rows_b) ||
         mg_ops_copy_released(c.base.rows_a) || mg_ops_copy_released(c.base.rows_b))
         c.base.rows_a = c.base.rows_b = NULL;
     return mg_reducer_add(leaf, &c.base, last);
@@ -241,16 +260,14 @@ static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_we
     }
     /* a gradient several calls sum the same way is summed once (a layer norm's
      * x, weight and bias: one all-reduce of a Partial gradient, not three) */
-    if (calls > 1 && !(g = mg_vjp_grad_in(node, g))) return mg_last_code();
-    int rc = MG_OK;
-    if (others && narrow_in_place(node)) {
-        rc = mg_op_narrow_backward_add(g, node->inputs[0]->grad, node->iargs[0], node->shape[0]);
-    } else if (others) {
+    if (calls > 1 && !(g = vjp_grad_in(node, g))) return mg_last_code();
+    int rc = others ? add_in_place(node, g) : MG_OK;
+    if (rc == 1) {
         mg_dtensor *grads[MG_NODE_MAX_INPUTS];
-        rc = mg_vjp(node, g, others, grads);
+        rc = vjp(node, g, others, grads);
         for (int i = 0; i < node->n_inputs && rc == MG_OK; i++)
             if (grads[i] && (others >> i & 1u))
-                rc = accumulate(node->inputs[i], grads[i], node->op == MG_OP_NARROW);
+                rc = accumulate(node->inputs[i], grads[i], node->def->vjp_fresh);
     }
     for (int i = 0; i < node->n_inputs && rc == MG_OK; i++) {
         if (!(leaves >> i & 1u)) continue;
@@ -297,7 +314,7 @@ static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
         node->freed = true;
         mg_dtensor *g = node->output->grad;
         if (rc != MG_OK || !g) continue;
-        mg_trace_begin(MG_TRACE_BACKWARD, mg_op_names[node->op], node->seq); /* --trace */
+        mg_trace_begin(MG_TRACE_BACKWARD, node->def->name, node->seq); /* --trace */
         rc = backward_node(node, g, nuses, w);
         mg_trace_end();
         mg_ops_release_all();
@@ -426,7 +443,7 @@ int mg_set_requires_grad(mg_dtensor *t, int on) {
         return mg_error(MG_EINVAL,
                         "mg_set_requires_grad: only leaf tensors (made by mg_distribute or "
                         "mg_from_local) can be asked for gradients; this one is the output of %s",
-                        mg_op_names[t->node->op]);
+                        t->node->def->name);
     t->requires_grad = on ? 1 : 0;
     return MG_OK;
 }

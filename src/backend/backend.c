@@ -1,5 +1,5 @@
-/* backend.c: what every backend shares: the op name tables (kept in step with
- * the enums by static_assert), mg_backend_of(tensor), the bf16 GEMM switch and
+/* backend.c: what every backend shares: the pointwise kernels' names (from
+ * kernel_math.h's lists), mg_backend_of(tensor), the bf16 GEMM switch and
  * the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_backend_of, mg_backend_cuda (a
  * stub returning NULL when built without CUDA), mg_backend_set_gemm_bf16,
@@ -28,15 +28,9 @@
 void openblas_set_num_threads(int num_threads);
 int openblas_get_parallel(void); /* 0 sequential, 1 pthreads, 2 OpenMP */
 
-const char *const mg_binary_names[MG_BINARY_COUNT] = {
-    "add", "sub", "mul", "relu_backward", "gelu_backward",
-};
-static_assert(MG_BINARY_COUNT == 5, "mg_binary_op changed: update mg_binary_names");
-
-const char *const mg_unary_names[MG_UNARY_COUNT] = {
-    "relu", "gelu", "scale", "log",
-};
-static_assert(MG_UNARY_COUNT == 4, "mg_unary_op changed: update mg_unary_names");
+#define KERNEL_NAME(E, name, f) #name,
+const char *const mg_binary_names[MG_BINARY_COUNT] = {MG_BINARY_KERNELS(KERNEL_NAME)};
+const char *const mg_unary_names[MG_UNARY_COUNT] = {MG_UNARY_KERNELS(KERNEL_NAME)};
 
 #ifndef MG_HAVE_CUDA
 mg_backend *mg_backend_cuda(void) { return NULL; }

@@ -3,8 +3,8 @@
  * layers above never touch tensor memory except through these.
  *
  * Exports: struct mg_backend_iface, mg_backend, mg_backend_cpu(),
- * mg_backend_cuda() (NULL without CUDA), mg_backend_of(tensor), op enums and
- * their name tables, the bf16 GEMM switch, mg_binary_dims (the broadcast layout
+ * mg_backend_cuda() (NULL without CUDA), mg_backend_of(tensor), the pointwise
+ * kernels' enums (one line each in kernel_math.h) and their names, the bf16 GEMM switch, mg_binary_dims (the broadcast layout
  * that the CPU and CUDA binary kernels share).
  *
  * Conventions:
@@ -23,24 +23,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/kernel_math.h"
 #include "tensor.h"
 
-typedef enum {
-    MG_BINARY_ADD = 0,
-    MG_BINARY_SUB,
-    MG_BINARY_MUL,
-    MG_BINARY_RELU_BACKWARD, /* a = dy, b = x: dy * (x > 0) */
-    MG_BINARY_GELU_BACKWARD, /* a = dy, b = x: dy * gelu'(x) (tanh approximation) */
-    MG_BINARY_COUNT
-} mg_binary_op;
-
-typedef enum {
-    MG_UNARY_RELU = 0,
-    MG_UNARY_GELU,  /* tanh approximation, as torch's gelu(approximate="tanh") */
-    MG_UNARY_SCALE, /* alpha * x */
-    MG_UNARY_LOG,
-    MG_UNARY_COUNT
-} mg_unary_op;
+/* The pointwise kernels (their formulas: kernel_math.h). */
+#define MG_KERNEL_ENUM_UNARY(E, name, f) MG_UNARY_##E,
+#define MG_KERNEL_ENUM_BINARY(E, name, f) MG_BINARY_##E,
+typedef enum { MG_UNARY_KERNELS(MG_KERNEL_ENUM_UNARY) MG_UNARY_COUNT } mg_unary_op;
+typedef enum { MG_BINARY_KERNELS(MG_KERNEL_ENUM_BINARY) MG_BINARY_COUNT } mg_binary_op;
 
 extern const char *const mg_binary_names[MG_BINARY_COUNT];
 extern const char *const mg_unary_names[MG_UNARY_COUNT];

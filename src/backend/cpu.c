@@ -246,12 +246,9 @@ static void cpu_axpy(void *ctx, float alpha, const mg_tensor *x, mg_tensor *y) {
 
 static void binary_run(mg_binary_op op, const float *a, int64_t sa, const float *b, int64_t sb,
                        float *out, int64_t n) {
+#define BINARY_KERNEL(E, name, f) BINARY_CASE(MG_BINARY_##E, f)
     switch (op) {
-        BINARY_CASE(MG_BINARY_ADD, x + y)
-        BINARY_CASE(MG_BINARY_SUB, x - y)
-        BINARY_CASE(MG_BINARY_MUL, x * y)
-        BINARY_CASE(MG_BINARY_RELU_BACKWARD, y > 0.0f ? x : 0.0f)
-        BINARY_CASE(MG_BINARY_GELU_BACKWARD, x * mg_kernel_gelu_grad(y))
+        MG_BINARY_KERNELS(BINARY_KERNEL)
     default:
         break;
     }
@@ -305,11 +302,13 @@ static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha
     const float *xd = x->data;
     float *od = out->data;
     int64_t n = out->numel;
+    if (op == MG_UNARY_GELU) {
+        mg_cpu_gelu(xd, od, n); /* cpu_nn.c: vectorized */
+        return;
+    }
+#define UNARY_KERNEL(E, name, f) UNARY_CASE(MG_UNARY_##E, f)
     switch (op) {
-        UNARY_CASE(MG_UNARY_RELU, x > 0.0f || x != x ? x : 0.0f) /* NaN stays NaN */
-    case MG_UNARY_GELU: mg_cpu_gelu(xd, od, n); break; /* cpu_nn.c: vectorized */
-        UNARY_CASE(MG_UNARY_SCALE, alpha * x)
-        UNARY_CASE(MG_UNARY_LOG, logf(x))
+        MG_UNARY_KERNELS(UNARY_KERNEL)
     default:
         break;
     }

@@ -420,14 +420,11 @@ MG_CPU_CLONES void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *log
 
 /* ---- GELU (tanh approximation) --------------------------------------------------- */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-/* tanh(K (x + C x^3)) as 1 - 2 / (exp(2u) + 1): the vectorizable exp instead of
- * glibc's tanhf, a call per element that took a third of a GPT step. Saturates
- * to +-1 where exp overflows or underflows; NaN stays NaN. */
+/* tanh(u) of kernel_math.h's GELU as 1 - 2 / (exp(2u) + 1): the vectorizable
+ * exp instead of glibc's tanhf, a call per element that took a third of a GPT
+ * step. Saturates to +-1 where exp overflows or underflows; NaN stays NaN. */
 MG_CPU_INLINE float gelu_tanh(float x) {
-    float u = GELU_K * (x + GELU_C * x * x * x);
+    float u = mg_kernel_gelu_arg(x);
     return 1.0f - 2.0f / (mg_cpu_exp(2.0f * u) + 1.0f);
 }
 
@@ -437,7 +434,7 @@ MG_CPU_CLONES void mg_cpu_gelu(const float *restrict x, float *restrict out, int
     for (int64_t c = 0; c < chunks; c++) {
         int64_t i1 = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
 #pragma omp simd
-        for (int64_t i = c * CHUNK; i < i1; i++) out[i] = 0.5f * x[i] * (1.0f + gelu_tanh(x[i]));
+        for (int64_t i = c * CHUNK; i < i1; i++) out[i] = mg_kernel_gelu_of(x[i], gelu_tanh(x[i]));
     }
 }
 
@@ -449,10 +446,8 @@ MG_CPU_CLONES void mg_cpu_gelu_backward(const float *restrict dy, const float *r
         int64_t i1 = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
 #pragma omp simd
         for (int64_t i = c * CHUNK; i < i1; i++) {
-            float v = x[i], t = gelu_tanh(v), v2 = v * v;
-            float g = 0.5f * (1.0f + t) +
-                      0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v2);
-            dx[i] = dy[i] * g;
+            float v = x[i];
+            dx[i] = dy[i] * mg_kernel_gelu_grad_of(v, gelu_tanh(v));
         }
     }
 }

@@ -149,13 +149,11 @@ static void cuda_permute(void *ctx, const mg_tensor *x, const int *perm, mg_tens
 
 /* ---- elementwise ---------------------------------------------------------------- */
 
+#define BINARY_KERNEL(E, name, f) \
+    case MG_BINARY_##E: return (f);
 __device__ __forceinline__ float binary_apply(int op, float x, float y) {
     switch (op) {
-    case MG_BINARY_ADD: return x + y;
-    case MG_BINARY_SUB: return x - y;
-    case MG_BINARY_MUL: return x * y;
-    case MG_BINARY_RELU_BACKWARD: return y > 0.0f ? x : 0.0f;
-    case MG_BINARY_GELU_BACKWARD: return x * mg_kernel_gelu_grad(y);
+        MG_BINARY_KERNELS(BINARY_KERNEL)
     default: return 0.0f;
     }
 }
@@ -203,11 +201,10 @@ static void cuda_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg
 __global__ void k_unary(int op, const float *xd, float alpha, float *od, int64_t n) {
     FOR_EACH(i, n) {
         float x = xd[i], y;
+#define UNARY_KERNEL(E, name, f) \
+    case MG_UNARY_##E: y = (f); break;
         switch (op) {
-        case MG_UNARY_RELU: y = x > 0.0f || x != x ? x : 0.0f; break; /* NaN stays NaN */
-        case MG_UNARY_GELU: y = mg_kernel_gelu(x); break;
-        case MG_UNARY_SCALE: y = alpha * x; break;
-        case MG_UNARY_LOG: y = logf(x); break;
+            MG_UNARY_KERNELS(UNARY_KERNEL)
         default: y = 0.0f; break;
         }
         od[i] = y;

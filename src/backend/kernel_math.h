@@ -1,18 +1,26 @@
 /* kernel_math.h: the arithmetic that the CPU kernels (cpu.c) and the CUDA kernels
  * (cuda_kernels.cu) share, compiled for the host and, under nvcc, for the device:
+ * - the pointwise kernels, one line each in MG_UNARY_KERNELS and
+ *   MG_BINARY_KERNELS: the enum of backend.h, the name of --trace, and the
+ *   formula of one element, from which the CPU and CUDA loops are made;
  * - mg_kernel_gelu, mg_kernel_gelu_grad: GELU in the tanh approximation (as torch's
- *   gelu(approximate="tanh")) and its derivative;
+ *   gelu(approximate="tanh")) and its derivative, and their parts (_arg, _of,
+ *   _grad_of) for a caller with a tanh of its own;
  * - mg_unravel2: item i of a box of dims, as offsets in two arrays of their own
  *   strides (a copy's source and destination, a binary op's two inputs).
- * Exports MG_KERNEL (the functions' qualifiers) and the three functions. */
+ * Exports MG_KERNEL (the functions' qualifiers), the two lists and the functions. */
 #ifndef MG_BACKEND_KERNEL_MATH_H
 #define MG_BACKEND_KERNEL_MATH_H
 
 #include <math.h>
 #include <stdint.h>
 
+/* always inlined: the CPU's vectorized loops (cpu_internal.h's clones) call
+ * these, and out of line they would run the baseline code */
 #ifdef __CUDACC__
 #define MG_KERNEL static __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define MG_KERNEL static inline __attribute__((always_inline))
 #else
 #define MG_KERNEL static inline
 #endif
@@ -20,16 +28,37 @@
 #define MG_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define MG_GELU_C 0.044715f
 
-MG_KERNEL float mg_kernel_gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(MG_GELU_K * (x + MG_GELU_C * x * x * x)));
+/* GELU as 0.5 x (1 + t), t = tanh(u), u = K (x + C x^3), and its derivative,
+ * from t: the CPU computes t its own vectorizable way (cpu_nn.c) */
+MG_KERNEL float mg_kernel_gelu_arg(float x) { return MG_GELU_K * (x + MG_GELU_C * x * x * x); }
+
+MG_KERNEL float mg_kernel_gelu_of(float x, float t) { return 0.5f * x * (1.0f + t); }
+
+MG_KERNEL float mg_kernel_gelu_grad_of(float x, float t) {
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * MG_GELU_K * (1.0f + 3.0f * MG_GELU_C * (x * x));
 }
 
+MG_KERNEL float mg_kernel_gelu(float x) { return mg_kernel_gelu_of(x, tanhf(mg_kernel_gelu_arg(x))); }
+
 MG_KERNEL float mg_kernel_gelu_grad(float x) {
-    float x2 = x * x;
-    float t = tanhf(MG_GELU_K * (x + MG_GELU_C * x2 * x));
-    return 0.5f * (1.0f + t) +
-           0.5f * x * (1.0f - t * t) * MG_GELU_K * (1.0f + 3.0f * MG_GELU_C * x2);
+    return mg_kernel_gelu_grad_of(x, tanhf(mg_kernel_gelu_arg(x)));
 }
+
+/* The pointwise kernels: K(ENUM, name, formula), the formula of one element
+ * of out from x (and alpha, the factor of SCALE) or from x and y (a binary
+ * op's two inputs: a gradient op's are dy and the forward's input). */
+#define MG_UNARY_KERNELS(K)                                                         \
+    K(RELU, relu, x > 0.0f || x != x ? x : 0.0f) /* NaN stays NaN */                \
+    K(GELU, gelu, mg_kernel_gelu(x))                                                \
+    K(SCALE, scale, alpha * x)                                                      \
+    K(LOG, log, logf(x))
+#define MG_BINARY_KERNELS(K)                                                        \
+    K(ADD, add, x + y)                                                              \
+    K(SUB, sub, x - y)                                                              \
+    K(MUL, mul, x * y)                                                              \
+    K(RELU_BACKWARD, relu_backward, y > 0.0f ? x : 0.0f)                            \
+    K(GELU_BACKWARD, gelu_backward, x * mg_kernel_gelu_grad(y))
 
 /* Item i (row-major, the last dim fastest) of the box of nd dims of sizes n: its
  * offsets *o1 by the strides s1 and *o2 by the strides s2. */

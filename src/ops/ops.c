@@ -1,7 +1,7 @@
-/* ops.c: the dispatch path every op walks (validate -> rule -> redistribute ->
- * kernel -> record), the public mg_redistribute, and the op name table.
- * The ops themselves are in ops_shape.c (permute, expand, reshape, view),
- * ops_math.c (pointwise, reductions, losses) and ops_matmul.c (linear, matmul). */
+/* ops.c: the dispatch path every op walks (mg_op_run: validate -> shape ->
+ * rule -> redistribute -> kernel -> record, op_def.h), the redistribute op
+ * and the public mg_redistribute, and the parameter copies. The ops
+ * themselves are in ops_*.c (ops.h lists them). */
 #include "ops/ops.h"
 
 #include <assert.h>
@@ -17,31 +17,23 @@
 #include "status.h"
 #include "trace.h"
 
-const char *const mg_op_names[MG_OP_COUNT] = {
-    [MG_OP_REDISTRIBUTE] = "redistribute",
-    [MG_OP_PERMUTE] = "permute",
-    [MG_OP_EXPAND] = "expand",
-    [MG_OP_RESHAPE] = "reshape",
-    [MG_OP_LINEAR] = "linear",
-    [MG_OP_MATMUL] = "matmul",
-    [MG_OP_SUM] = "sum",
-    [MG_OP_ADD] = "add",
-    [MG_OP_SUB] = "sub",
-    [MG_OP_MUL] = "mul",
-    [MG_OP_SCALE] = "scale",
-    [MG_OP_RELU] = "relu",
-    [MG_OP_GELU] = "gelu",
-    [MG_OP_CROSS_ENTROPY] = "cross_entropy",
-    [MG_OP_MSE] = "mse_loss",
-    [MG_OP_SOFTMAX] = "softmax",
-    [MG_OP_LOG_SOFTMAX] = "log_softmax",
-    [MG_OP_LAYER_NORM] = "layer_norm",
-    [MG_OP_EMBEDDING] = "embedding",
-    [MG_OP_ATTENTION] = "attention",
-    [MG_OP_NARROW] = "narrow",
-    [MG_OP_CAT] = "cat",
+/* ---- redistribute ----------------------------------------------------------- */
+
+/* The mirror: back to the source placements, a Partial source taking a
+ * Replicate gradient (each addend's gradient is the whole gradient). */
+static int redistribute_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    mg_spec target = n->inputs[0]->spec;
+    for (int m = 0; m < target.mesh->ndim; m++)
+        if (n->placements[m].kind == MG_PLACE_PARTIAL) target.p[m] = MG_REPLICATE;
+        else target.p[m] = n->placements[m];
+    NEED(out[0] = mg_op_redistribute(g, &target));
+    return MG_OK;
+}
+
+/* Run by redistribute_recorded, not mg_op_run: the move is the op. */
+static const mg_op_def redistribute_def = {
+    .name = "redistribute", .arity = 1, .required = 1, .vjp = redistribute_vjp,
 };
-static_assert(MG_OP_COUNT == 22, "mg_op changed: name the new op in mg_op_names");
 
 int mg_ops_dim(const char *who, int dim, int ndim) {
     int d = dim < 0 ? dim + ndim : dim;
@@ -93,19 +85,29 @@ mg_dtensor *mg_ops_output(const mg_spec *spec) {
     return mg_dtensor_make(spec, t, arena);
 }
 
-mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *out) {
-    if (op != MG_OP_REDISTRIBUTE) mg_trace_op_end(); /* --trace: the op's span ends */
+bool mg_vjp_wants(const mg_node *n, int i) {
+    return (n->want_mask >> i & 1u) && n->inputs[i] && mg_tape_wants_grad(n->inputs[i]);
+}
+
+mg_node *mg_ops_record(const mg_op_def *def, int n, mg_dtensor *const *inputs, mg_dtensor *out) {
+    if (def != &redistribute_def) mg_trace_op_end(); /* --trace: the op's span ends */
     if (!mg_grad_enabled()) return NULL;
     bool want = false;
     for (int i = 0; i < n; i++) want |= mg_tape_wants_grad(inputs[i]);
     if (!want) return NULL;
-    return mg_tape_push(op, n, inputs, out);
+    /* a heap tensor (or the one an op's copy stands for) must outlive the graph */
+    for (int i = 0; i < n; i++) {
+        mg_dtensor *held = inputs[i] ? mg_ops_param_of(inputs[i]) : NULL;
+        if (!held) held = inputs[i];
+        if (held && (held->flags & MG_DTENSOR_HEAP)) held->graph_step = mg_ctx()->steps + 1;
+    }
+    return mg_tape_push(def, n, inputs, out);
 }
 
 /* y is x moved to other placements: recorded so that backward moves its
  * gradient back. */
 static mg_node *record_redistribute(mg_dtensor *x, mg_dtensor *y) {
-    mg_node *node = mg_ops_record(MG_OP_REDISTRIBUTE, 1, &x, y);
+    mg_node *node = mg_ops_record(&redistribute_def, 1, &x, y);
     if (node)
         for (int m = 0; m < x->spec.mesh->ndim; m++) node->placements[m] = x->spec.p[m];
     return node;
@@ -313,4 +315,48 @@ mg_dtensor *mg_op_scalar(const mg_mesh *mesh, float v) {
     if (!t) return NULL;
     mg_backend_of(t->local)->iface->fill(mg_backend_of(t->local)->context, t->local, v);
     return t;
+}
+
+/* ---- the path of a record ----------------------------------------------------- */
+
+/* The kernel's cost, summed for the step (mg_ops_cost). */
+static void add_cost(const mg_op_def *def, const mg_op_call *c, mg_dtensor *const *in,
+                     const mg_dtensor *out) {
+    mg_op_cost k = {0, 4.0 * (double)out->local->numel};
+    if (def->cost) def->cost(c, in, out, &k);
+    mg_context *ctx = mg_ctx();
+    ctx->op_flops += k.flops;
+    ctx->op_bytes += k.bytes;
+}
+
+mg_dtensor *mg_op_run(const mg_op_def *def, mg_op_call *c) {
+    c->def = def;
+    if (!c->who) c->who = def->name;
+    if (mg_ops_check_given(c->who, c->n, c->x, def->required, def->required_names) != MG_OK ||
+        def->shape(c) != MG_OK)
+        return NULL;
+    mg_candidates cands;
+    def->rule(c, &cands);
+    mg_dtensor *in[MG_OP_MAX_INPUTS] = {NULL};
+    mg_dtensor *y = mg_ops_begin(c->who, &cands, c->n, c->x, c->out_ndim, c->out_shape, in);
+    if (!y || def->kernel(c, in, y) != MG_OK) return NULL;
+    add_cost(def, c, in, y);
+    if (!def->vjp) return y; /* a gradient op: its span ends at the next op's start */
+    mg_node *node = mg_ops_record(def, c->n, in, y);
+    if (node) {
+        node->args = c->args;
+        node->saved = c->saved;
+    }
+    return y;
+}
+
+mg_dtensor *mg_op_run1(const mg_op_def *def, const char *who, const mg_dtensor *x, float f) {
+    mg_op_call c = {.who = who, .n = 1, .x = {x}, .args.f = f};
+    return mg_op_run(def, &c);
+}
+
+mg_dtensor *mg_op_run2(const mg_op_def *def, const char *who, const mg_dtensor *a,
+                       const mg_dtensor *b) {
+    mg_op_call c = {.who = who, .n = 2, .x = {a, b}};
+    return mg_op_run(def, &c);
 }

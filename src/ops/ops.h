@@ -1,12 +1,14 @@
-/* ops.h: inside the ops layer. The op enum (one entry per recorded op, with its
- * name table kept in step by a static_assert), the internal ops the VJPs use
- * (gradients of linear/matmul, relu/gelu/cross-entropy backward, sum_to, and
- * those of the transformer ops), and the shared dispatch helpers of src/ops*.c.
- *
- * Every op: validate global shapes and meshes -> dist/rules picks target specs
- * -> inputs redistributed (recorded, so backward runs the mirror) -> local kernel
- * on local shards (size arguments made local here, from the output spec) ->
- * a tape node (autograd/tape.h) when gradients are wanted. */
+/* ops.h: inside the ops layer: the gradient ops that the VJPs of several
+ * files use, and the dispatch helpers of src/ops*.c. Each op is a record
+ * (op_def.h) beside its public function; mg_op_run walks it through
+ *   validate global shapes and meshes -> dist/rules picks target specs ->
+ *   inputs redistributed (recorded, so backward runs the mirror) -> local
+ *   kernel on local shards (size arguments made local from the output spec)
+ *   -> a tape node (ops/tape.h) when gradients are wanted.
+ * Files: ops.c (the path, redistribute, parameter copies), ops_shape.c
+ * (layout), ops_math.c (pointwise, reductions, mse), ops_matmul.c (linear,
+ * matmul), ops_nn.c (softmax, layer norm), ops_vocab.c (embedding,
+ * cross-entropy), ops_attention.c. */
 #ifndef MG_OPS_H
 #define MG_OPS_H
 
@@ -16,77 +18,18 @@
 #include "dist/comm.h"
 #include "dist/dtensor.h"
 #include "dist/rules.h"
+#include "ops/op_def.h"
+#include "ops/tape.h"
 
-typedef enum {
-    MG_OP_REDISTRIBUTE = 0,
-    MG_OP_PERMUTE,
-    MG_OP_EXPAND,
-    MG_OP_RESHAPE,
-    MG_OP_LINEAR,
-    MG_OP_MATMUL,
-    MG_OP_SUM,
-    MG_OP_ADD,
-    MG_OP_SUB,
-    MG_OP_MUL,
-    MG_OP_SCALE,
-    MG_OP_RELU,
-    MG_OP_GELU,
-    MG_OP_CROSS_ENTROPY,
-    MG_OP_MSE,
-    MG_OP_SOFTMAX,
-    MG_OP_LOG_SOFTMAX,
-    MG_OP_LAYER_NORM,
-    MG_OP_EMBEDDING,
-    MG_OP_ATTENTION,
-    MG_OP_NARROW,
-    MG_OP_CAT,
-    MG_OP_COUNT
-} mg_op;
+/* ---- gradient ops (used by the VJPs; run with grad off, never recorded) ---- */
 
-extern const char *const mg_op_names[MG_OP_COUNT];
-
-/* ---- internal ops (used by the VJPs; recorded like any op if grad is on) --- */
-
-/* x brought to `target` (same mesh and global shape); x itself when equal. */
+/* x brought to `target` (same mesh and global shape); x itself when equal.
+ * Recorded when gradients are on (its VJP is the mirror move). */
 mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target);
 /* dy (..., N), w (N, K) -> dx (..., K) = dy w */
 mg_dtensor *mg_op_linear_input_grad(const mg_dtensor *dy, const mg_dtensor *w);
 /* dy (..., N), x (..., K) -> dw (N, K) = sum over the batch of dy^T x */
 mg_dtensor *mg_op_linear_weight_grad(const mg_dtensor *dy, const mg_dtensor *x);
-/* dc (Z.., M, N), b (Z.., K, N) or (K, N) -> da (Z.., M, K) = dc b^T */
-mg_dtensor *mg_op_matmul_grad_a(const mg_dtensor *dc, const mg_dtensor *b);
-/* a (Z.., M, K), dc (Z.., M, N) -> db (Z.., K, N) = a^T dc, or (K, N) summed over Z
- * when b_ndim == 2 */
-mg_dtensor *mg_op_matmul_grad_b(const mg_dtensor *a, const mg_dtensor *dc, int b_ndim);
-mg_dtensor *mg_op_relu_backward(const mg_dtensor *dy, const mg_dtensor *x);
-mg_dtensor *mg_op_gelu_backward(const mg_dtensor *dy, const mg_dtensor *x);
-/* The gradients of the transformer ops, at the placements the forward used
- * (ops_nn.c, ops_vocab.c, ops_attention.c, ops_shape.c). `out` is the forward's
- * output (what it saved for backward is on its node, out->node->saved), g its gradient. */
-/* dx of y = softmax(x) or log_softmax(x) over the last dim */
-mg_dtensor *mg_op_softmax_backward(const mg_dtensor *out, const mg_dtensor *g, bool as_log);
-/* dx, dw, db of layer norm (NULL where not asked for) */
-int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
-                              const mg_dtensor *out, const mg_dtensor *g, bool want[3],
-                              mg_dtensor **grads);
-/* dtable of out = embedding(ids, table) */
-mg_dtensor *mg_op_embedding_backward(const mg_dtensor *ids, const mg_dtensor *table,
-                                     const mg_dtensor *out, const mg_dtensor *g);
-/* dlogits = dloss / N * (softmax(logits) - onehot(labels)) */
-mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dtensor *labels,
-                                         const mg_dtensor *out, const mg_dtensor *dloss);
-/* dq, dk, dv of attention (all three) */
-int mg_op_attention_backward(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
-                             const mg_dtensor *out, const mg_dtensor *g, bool causal,
-                             mg_dtensor **grads);
-/* g placed at [start, start + g's size) of `dim` in zeros of the global shape
- * (ndim, shape): the gradient of a narrow */
-mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *shape, int dim,
-                                  int64_t start);
-/* The same gradient added into grad (the narrowed tensor's gradient) in place,
- * at grad's placements: where they keep `dim` whole (no mesh dim of size > 1
- * shards it); MG_EINVAL where they do not. */
-int mg_op_narrow_backward_add(const mg_dtensor *g, mg_dtensor *grad, int dim, int64_t start);
 /* Sums g (a broadcast of `shape`) back to `shape`: the gradient of a broadcast. */
 mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape);
 /* sum over dims, times `scale` (mean = sum * 1/n) */
@@ -117,8 +60,10 @@ mg_dtensor *mg_ops_begin(const char *who, const mg_candidates *cands, int n,
                          mg_dtensor **xs_out);
 /* A new output tensor of `spec`, local data uninitialized, from the step arena. */
 mg_dtensor *mg_ops_output(const mg_spec *spec);
-/* Records a node when gradients are on and any input wants one. */
-struct mg_node *mg_ops_record(mg_op op, int n, mg_dtensor *const *inputs, mg_dtensor *out);
+/* Records a node of `def` when gradients are on and any input wants one. */
+mg_node *mg_ops_record(const mg_op_def *def, int n, mg_dtensor *const *inputs, mg_dtensor *out);
+/* In a VJP: input i wants a gradient (asked for, and it takes one). */
+bool mg_vjp_wants(const mg_node *n, int i);
 /* Parameter copies (ops.c): a parameter (a leaf that requires grad) brought to
  * `target` for use, with its data in the scratch arena, given back when an op
  * starts that does not take it and gathered again when an op takes it.

@@ -10,14 +10,14 @@
  * Attention is linear in v: v Partial or sharded on D passes with q, k
  * Replicate. The gradients take the forward's placements, with Partial where
  * each rank holds a part of a sum: dk, dv where q was sharded on T (every
- * rank's queries add to them), dq, dk where v was Partial or sharded on D. */
+ * rank's queries add to them), dq, dk where v was Partial or sharded on D.
+ * The record (op_def.h): attention, args.flag = causal. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "ops/ops.h"
-#include "ops/tape.h"
 #include "status.h"
 
 static int64_t offset_of(const mg_spec *s, int d) {
@@ -31,47 +31,53 @@ static float scale_of(const mg_dtensor *q) {
     return d > 0 ? 1.0f / sqrtf((float)d) : 1.0f;
 }
 
-mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
-                         int causal) {
-    const char *who = "mg_attention";
-    const mg_dtensor *xs[3] = {q, k, v};
-    if (mg_ops_check_given(who, 3, xs, 3, "q, k or v") != MG_OK) return NULL;
-    const mg_spec *Q = &q->spec, *K = &k->spec, *V = &v->spec;
+static int attention_shape(mg_op_call *c) {
+    const mg_spec *Q = &c->x[0]->spec, *K = &c->x[1]->spec, *V = &c->x[2]->spec;
     bool fits = Q->ndim == 4 && K->ndim == 4 && V->ndim == 4;
     for (int d = 0; fits && d < 2; d++)
         fits = Q->shape[d] == K->shape[d] && K->shape[d] == V->shape[d];
     fits = fits && Q->shape[3] == K->shape[3] && K->shape[2] == V->shape[2];
     if (!fits) {
-        char a[96], b[96], c[96];
-        return mg_error_null(MG_ESHAPE,
-                             "%s: q %s, k %s and v %s do not fit: want (B, H, T, D) each, k and v "
-                             "of one length T, q and k of one D",
-                             who, mg_shape_format(a, sizeof a, Q->ndim, Q->shape),
-                             mg_shape_format(b, sizeof b, K->ndim, K->shape),
-                             mg_shape_format(c, sizeof c, V->ndim, V->shape));
+        char a[96], b[96], d[96];
+        return mg_error(MG_ESHAPE,
+                        "%s: q %s, k %s and v %s do not fit: want (B, H, T, D) each, k and v of "
+                        "one length T, q and k of one D",
+                        c->who, mg_shape_format(a, sizeof a, Q->ndim, Q->shape),
+                        mg_shape_format(b, sizeof b, K->ndim, K->shape),
+                        mg_shape_format(d, sizeof d, V->ndim, V->shape));
     }
     int64_t out_shape[4] = {Q->shape[0], Q->shape[1], Q->shape[2], V->shape[3]};
-    mg_candidates c;
-    mg_rules_attention(&c);
-    mg_dtensor *in[3];
-    mg_dtensor *y = mg_ops_begin(who, &c, 3, xs, 4, out_shape, in);
-    mg_tensor *lse = y ? mg_ops_temp(3, y->local->shape) : NULL;
-    if (!lse) return NULL;
-    mg_backend *be = mg_backend_of(y->local);
-    be->iface->attention(be->context, in[0]->local, in[1]->local, in[2]->local, scale_of(q),
-                         causal != 0, offset_of(&in[0]->spec, 2), offset_of(&in[1]->spec, 2),
-                         y->local, lse);
-    mg_node *node = mg_ops_record(MG_OP_ATTENTION, 3, in, y);
-    if (node) {
-        node->iargs[0] = causal != 0;
-        node->n_iargs = 1;
-        node->saved = lse;
-    }
-    return y;
+    c->out_ndim = 4;
+    memcpy(c->out_shape, out_shape, sizeof out_shape);
+    return MG_OK;
+}
+
+static void attention_rule(const mg_op_call *c, mg_candidates *cands) {
+    (void)c;
+    mg_rules_attention(cands);
+}
+
+static int attention_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    mg_tensor *lse = c->saved = mg_ops_temp(3, out->local->shape);
+    if (!lse) return mg_last_code();
+    mg_backend *be = mg_backend_of(out->local);
+    be->iface->attention(be->context, in[0]->local, in[1]->local, in[2]->local, scale_of(in[0]),
+                         c->args.flag != 0, offset_of(&in[0]->spec, 2), offset_of(&in[1]->spec, 2),
+                         out->local, lse);
+    return MG_OK;
+}
+
+/* q k^T and p v, each 2 B H Tq Tk D: half of it under a causal mask */
+static void attention_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                           mg_op_cost *cost) {
+    const mg_tensor *q = in[0]->local, *k = in[1]->local, *v = in[2]->local;
+    double pairs = (double)q->numel / (double)(q->shape[3] ? q->shape[3] : 1) * (double)k->shape[2];
+    cost->flops = 2.0 * pairs * (double)(q->shape[3] + v->shape[3]) * (c->args.flag ? 0.5 : 1.0);
+    cost->bytes = 4.0 * (double)(q->numel + k->numel + v->numel + out->local->numel);
 }
 
 /* The gradient's spec of input i (0 q, 1 k, 2 v) from the forward's specs. */
-static mg_spec grad_spec(const mg_dtensor *const *in, int i) {
+static mg_spec grad_spec(mg_dtensor *const *in, int i) {
     mg_spec s = in[i]->spec;
     for (int m = 0; m < s.mesh->ndim; m++) {
         mg_placement pq = in[0]->spec.p[m], pv = in[2]->spec.p[m];
@@ -85,23 +91,38 @@ static mg_spec grad_spec(const mg_dtensor *const *in, int i) {
     return s;
 }
 
-int mg_op_attention_backward(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
-                             const mg_dtensor *out, const mg_dtensor *g, bool causal,
-                             mg_dtensor **grads) {
-    const mg_dtensor *in[3] = {q, k, v};
+/* dq, dk, dv (all three are computed; those not wanted are dropped) */
+static int attention_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
+    mg_dtensor *const *in = node->inputs;
+    const mg_dtensor *q = in[0], *k = in[1], *v = in[2];
     /* any of them may be a parameter copy given back since the forward */
-    int rc = mg_ops_hold(3, in);
+    const mg_dtensor *held[3] = {q, k, v};
+    int rc = mg_ops_hold(3, held);
     if (rc != MG_OK) return rc;
-    mg_dtensor *dout = mg_ops_grad_at(g, &out->spec);
-    if (!dout) return mg_last_code();
+    mg_dtensor *dout = mg_ops_grad_at(g, &node->output->spec), *d[3];
+    NEED(dout);
     for (int i = 0; i < 3; i++) {
         mg_spec s = grad_spec(in, i);
-        if (!(grads[i] = mg_ops_output(&s))) return mg_last_code();
+        NEED(d[i] = mg_ops_output(&s));
     }
     mg_backend *be = mg_backend_of(dout->local);
-    be->iface->attention_backward(be->context, q->local, k->local, v->local, out->local, out->node->saved,
-                                  dout->local, scale_of(q), causal, offset_of(&q->spec, 2),
-                                  offset_of(&k->spec, 2), grads[0]->local, grads[1]->local,
-                                  grads[2]->local);
+    be->iface->attention_backward(be->context, q->local, k->local, v->local, node->output->local,
+                                  node->saved, dout->local, scale_of(q), node->args.flag != 0,
+                                  offset_of(&q->spec, 2), offset_of(&k->spec, 2), d[0]->local,
+                                  d[1]->local, d[2]->local);
+    for (int i = 0; i < 3; i++)
+        if (mg_vjp_wants(node, i)) grads[i] = d[i];
     return MG_OK;
+}
+
+static const mg_op_def attention_def = {
+    .name = "attention", .arity = 3, .required = 3, .required_names = "q, k or v",
+    .shape = attention_shape, .rule = attention_rule, .kernel = attention_kernel,
+    .cost = attention_cost, .vjp = attention_vjp, .grad_at_output = true,
+};
+
+mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                         int causal) {
+    mg_op_call c = {.who = "mg_attention", .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
+    return mg_op_run(&attention_def, &c);
 }

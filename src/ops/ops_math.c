@@ -1,11 +1,16 @@
-/* ops_math.c: pointwise ops with broadcasting (mg_add, mg_sub, mg_mul,
- * mg_scale, mg_relu, mg_gelu and the relu/gelu backward), reductions (mg_sum,
- * mg_sum_dims, mg_mean, mg_mean_dims, sum_to) and mg_mse_loss. (Cross-entropy
- * is in ops_vocab.c.) */
+/* ops_math.c: the pointwise family and its ops (mg_add, mg_sub, mg_mul,
+ * mg_scale, mg_relu, mg_gelu and the gradient ops of the
+ * activations), reductions (mg_sum, mg_sum_dims, mg_mean, mg_mean_dims,
+ * sum_to) and mg_mse_loss, each a record (op_def.h). Cross-entropy is in
+ * ops_vocab.c.
+ *
+ * A pointwise record names its backend kernel (MG_UNARY_* or MG_BINARY_*,
+ * whose formulas live in backend/kernel_math.h for the CPU and CUDA alike),
+ * how a Partial input passes (mg_linearity) and its FLOPs per element; the
+ * shape (broadcasting), rule, kernel call and cost are the family's. */
 #include <math.h>
 #include <string.h>
 
-#include "ops/tape.h"
 #include "backend/backend.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
@@ -13,6 +18,8 @@
 #include "status.h"
 
 static mg_backend *backend(const mg_dtensor *t) { return mg_backend_of(t->local); }
+
+/* ---- the pointwise family ------------------------------------------------------ */
 
 /* local tensor seen with `ndim` dims (leading 1s) */
 static mg_tensor *aligned_view(mg_tensor *t, int ndim) {
@@ -22,10 +29,14 @@ static mg_tensor *aligned_view(mg_tensor *t, int ndim) {
     return mg_tensor_view(mg_step_arena(), t, ndim, shape);
 }
 
-/* ---- binary pointwise -------------------------------------------------------- */
-
-static int broadcast_shape(const char *who, const mg_spec *a, const mg_spec *b, int *ndim,
-                           int64_t *shape) {
+int mg_op_pointwise_shape(mg_op_call *c) {
+    const mg_spec *a = &c->x[0]->spec;
+    if (c->n == 1) {
+        c->out_ndim = a->ndim;
+        memcpy(c->out_shape, a->shape, sizeof c->out_shape);
+        return MG_OK;
+    }
+    const mg_spec *b = &c->x[1]->spec;
     int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
     for (int i = 0; i < nd; i++) {
         int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
@@ -35,123 +46,246 @@ static int broadcast_shape(const char *who, const mg_spec *a, const mg_spec *b, 
             return mg_error(MG_ESHAPE,
                             "%s: shapes %s and %s do not broadcast: dim %d has sizes %lld and "
                             "%lld (dims must be equal or 1, aligned from the right)",
-                            who, mg_shape_format(x, sizeof x, a->ndim, a->shape),
+                            c->who, mg_shape_format(x, sizeof x, a->ndim, a->shape),
                             mg_shape_format(y, sizeof y, b->ndim, b->shape), i, (long long)sa,
                             (long long)sb);
         }
-        shape[i] = sa == 1 ? sb : sa;
+        c->out_shape[i] = sa == 1 ? sb : sa;
     }
-    *ndim = nd;
+    c->out_ndim = nd;
     return MG_OK;
 }
 
-static mg_dtensor *binary(const char *who, mg_op op, mg_binary_op kernel, mg_linearity lin,
-                          const mg_dtensor *a, const mg_dtensor *b) {
-    const mg_dtensor *xs[2] = {a, b};
-    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
-    int nd = 0;
-    int64_t out_shape[MG_MAX_DIMS];
-    if (broadcast_shape(who, &a->spec, &b->spec, &nd, out_shape) != MG_OK) return NULL;
-    int ndims[2] = {a->spec.ndim, b->spec.ndim};
-    const int64_t *shapes[2] = {a->spec.shape, b->spec.shape};
-    mg_candidates c;
-    mg_rules_pointwise(&c, 2, ndims, shapes, nd, out_shape, lin);
-    mg_dtensor *in[2];
-    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, nd, out_shape, in);
-    if (!y) return NULL;
-    mg_tensor *la = aligned_view(in[0]->local, nd), *lb = aligned_view(in[1]->local, nd);
-    if (!la || !lb) return NULL;
-    backend(y)->iface->binary(backend(y)->context, kernel, la, lb, y->local);
-    if (op != MG_OP_COUNT) mg_ops_record(op, 2, in, y);
-    return y;
+void mg_op_pointwise_rule(const mg_op_call *c, mg_candidates *cands) {
+    int ndims[2];
+    const int64_t *shapes[2];
+    for (int i = 0; i < c->n; i++) {
+        ndims[i] = c->x[i]->spec.ndim;
+        shapes[i] = c->x[i]->spec.shape;
+    }
+    mg_rules_pointwise(cands, c->n, ndims, shapes, c->out_ndim, c->out_shape, c->def->linearity);
 }
+
+int mg_op_unary_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    mg_backend *be = backend(out);
+    be->iface->unary(be->context, (mg_unary_op)c->def->kind, in[0]->local, c->args.f,
+                     out->local);
+    return MG_OK;
+}
+
+int mg_op_binary_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int nd = c->out_ndim;
+    mg_tensor *la = aligned_view(in[0]->local, nd), *lb = aligned_view(in[1]->local, nd);
+    if (!la || !lb) return mg_last_code();
+    mg_backend *be = backend(out);
+    be->iface->binary(be->context, (mg_binary_op)c->def->kind, la, lb, out->local);
+    return MG_OK;
+}
+
+void mg_op_pointwise_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                          mg_op_cost *cost) {
+    double n = (double)out->local->numel, read = 0;
+    for (int i = 0; i < c->n; i++) read += (double)in[i]->local->numel;
+    cost->flops = c->def->flops_per_element * n;
+    cost->bytes = 4.0 * (read + n);
+}
+
+/* The family's fields of a record: its kernel call (unary or binary), how a
+ * Partial input passes, its FLOPs per element. */
+#define POINTWISE(call, lin, fpe)                                                         \
+    .shape = mg_op_pointwise_shape, .rule = mg_op_pointwise_rule, .kernel = (call),       \
+    .cost = mg_op_pointwise_cost, .linearity = (lin), .flops_per_element = (fpe)
+
+/* ---- add, sub, mul ------------------------------------------------------------------- */
+
+static int add_sub_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out, float sign_b) {
+    const mg_spec *a = &n->inputs[0]->spec, *b = &n->inputs[1]->spec;
+    if (mg_vjp_wants(n, 0)) NEED(out[0] = mg_op_sum_to(g, a->ndim, a->shape));
+    if (mg_vjp_wants(n, 1)) {
+        mg_dtensor *gb = mg_op_sum_to(g, b->ndim, b->shape);
+        NEED(gb);
+        if (sign_b != 1.0f) NEED(gb = mg_scale(gb, sign_b));
+        out[1] = gb;
+    }
+    return MG_OK;
+}
+static int add_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    return add_sub_vjp(n, g, out, 1.0f);
+}
+static int sub_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    return add_sub_vjp(n, g, out, -1.0f);
+}
+
+static int mul_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    mg_dtensor *a = n->inputs[0], *b = n->inputs[1];
+    if (mg_vjp_wants(n, 0)) {
+        mg_dtensor *t = mg_mul(g, b);
+        NEED(t);
+        NEED(out[0] = mg_op_sum_to(t, a->spec.ndim, a->spec.shape));
+    }
+    if (mg_vjp_wants(n, 1)) {
+        mg_dtensor *t = mg_mul(g, a);
+        NEED(t);
+        NEED(out[1] = mg_op_sum_to(t, b->spec.ndim, b->spec.shape));
+    }
+    return MG_OK;
+}
+
+static const mg_op_def add_def = {
+    .name = "add", .arity = 2, .required = 2, .required_names = "input", .vjp = add_vjp,
+    .kind = MG_BINARY_ADD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_SUM, 1),
+};
+static const mg_op_def sub_def = {
+    .name = "sub", .arity = 2, .required = 2, .required_names = "input", .vjp = sub_vjp,
+    .kind = MG_BINARY_SUB, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_SUM, 1),
+};
+static const mg_op_def mul_def = {
+    .name = "mul", .arity = 2, .required = 2, .required_names = "input", .vjp = mul_vjp,
+    .kind = MG_BINARY_MUL, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_ANY, 1),
+};
 
 mg_dtensor *mg_add(const mg_dtensor *a, const mg_dtensor *b) {
-    return binary("mg_add", MG_OP_ADD, MG_BINARY_ADD, MG_LINEARITY_SUM, a, b);
+    return mg_op_run2(&add_def, "mg_add", a, b);
 }
 mg_dtensor *mg_sub(const mg_dtensor *a, const mg_dtensor *b) {
-    return binary("mg_sub", MG_OP_SUB, MG_BINARY_SUB, MG_LINEARITY_SUM, a, b);
+    return mg_op_run2(&sub_def, "mg_sub", a, b);
 }
 mg_dtensor *mg_mul(const mg_dtensor *a, const mg_dtensor *b) {
-    return binary("mg_mul", MG_OP_MUL, MG_BINARY_MUL, MG_LINEARITY_ANY, a, b);
-}
-/* internal: no node (their VJPs are never needed: backward runs without grad) */
-mg_dtensor *mg_op_relu_backward(const mg_dtensor *dy, const mg_dtensor *x) {
-    return binary("relu_backward", MG_OP_COUNT, MG_BINARY_RELU_BACKWARD, MG_LINEARITY_FIRST, dy, x);
-}
-mg_dtensor *mg_op_gelu_backward(const mg_dtensor *dy, const mg_dtensor *x) {
-    return binary("gelu_backward", MG_OP_COUNT, MG_BINARY_GELU_BACKWARD, MG_LINEARITY_FIRST, dy, x);
+    return mg_op_run2(&mul_def, "mg_mul", a, b);
 }
 
-/* ---- unary pointwise ---------------------------------------------------------- */
+/* ---- scale ------------------------------------------------------------------------- */
 
-static mg_dtensor *unary(const char *who, mg_op op, mg_unary_op kernel, mg_linearity lin,
-                         float alpha, const mg_dtensor *x) {
-    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
-    int nd = x->spec.ndim;
-    const int64_t *shape = x->spec.shape;
-    mg_candidates c;
-    mg_rules_pointwise(&c, 1, &nd, &shape, nd, shape, lin);
-    mg_dtensor *in;
-    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, shape, &in);
-    if (!y) return NULL;
-    backend(y)->iface->unary(backend(y)->context, kernel, in->local, alpha, y->local);
-    mg_node *node = mg_ops_record(op, 1, &in, y);
-    if (node) node->farg = alpha;
-    return y;
+static int scale_shape(mg_op_call *c) {
+    if (!isfinite(c->args.f))
+        return mg_error(MG_EINVAL, "%s: the factor is %g; give a finite number", c->who,
+                        c->args.f);
+    return mg_op_pointwise_shape(c);
 }
 
-mg_dtensor *mg_relu(const mg_dtensor *x) {
-    return unary("mg_relu", MG_OP_RELU, MG_UNARY_RELU, MG_LINEARITY_NONE, 0, x);
+static int scale_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_scale(g, n->args.f));
+    return MG_OK;
 }
-mg_dtensor *mg_gelu(const mg_dtensor *x) {
-    return unary("mg_gelu", MG_OP_GELU, MG_UNARY_GELU, MG_LINEARITY_NONE, 0, x);
-}
+
+static const mg_op_def scale_def = {
+    .name = "scale", .arity = 1, .required = 1, .required_names = "input", .vjp = scale_vjp,
+    .shape = scale_shape, .rule = mg_op_pointwise_rule, .kernel = mg_op_unary_kernel,
+    .cost = mg_op_pointwise_cost, .kind = MG_UNARY_SCALE, .linearity = MG_LINEARITY_FIRST,
+    .flops_per_element = 1,
+};
+
 mg_dtensor *mg_scale(const mg_dtensor *x, float s) {
-    return unary("mg_scale", MG_OP_SCALE, MG_UNARY_SCALE, MG_LINEARITY_FIRST, s, x);
+    return mg_op_run1(&scale_def, "mg_scale", x, s);
 }
 
-/* ---- reductions ------------------------------------------------------------------ */
+/* ---- activations: y = f(x), dx = dy f'(x) -------------------------------------------- */
+
+/* The gradient ops, dy (a) and x (b): dy * f'(x). */
+static const mg_op_def relu_backward_def = {
+    .name = "relu_backward", .arity = 2, .required = 2, .required_names = "input",
+    .kind = MG_BINARY_RELU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 1),
+};
+static const mg_op_def gelu_backward_def = {
+    .name = "gelu_backward", .arity = 2, .required = 2, .required_names = "input",
+    .kind = MG_BINARY_GELU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 20),
+};
+
+static int relu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_op_run2(&relu_backward_def, NULL, g, n->inputs[0]));
+    return MG_OK;
+}
+static int gelu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_op_run2(&gelu_backward_def, NULL, g, n->inputs[0]));
+    return MG_OK;
+}
+
+static const mg_op_def relu_def = {
+    .name = "relu", .arity = 1, .required = 1, .required_names = "input", .vjp = relu_vjp,
+    .kind = MG_UNARY_RELU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 1),
+};
+static const mg_op_def gelu_def = {
+    .name = "gelu", .arity = 1, .required = 1, .required_names = "input", .vjp = gelu_vjp,
+    .kind = MG_UNARY_GELU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 15),
+};
+
+mg_dtensor *mg_relu(const mg_dtensor *x) { return mg_op_run1(&relu_def, "mg_relu", x, 0); }
+mg_dtensor *mg_gelu(const mg_dtensor *x) { return mg_op_run1(&gelu_def, "mg_gelu", x, 0); }
+
+/* ---- reductions ------------------------------------------------------------------
+ * args: i[d] = 1 where dim d is reduced (ni = x's ndim), flag = keepdim, f = the
+ * scale, (ndim, shape) = x's global shape. */
+
+static int sum_shape(mg_op_call *c) {
+    const mg_spec *x = &c->x[0]->spec;
+    int nd = x->ndim;
+    c->out_ndim = 0;
+    for (int d = 0; d < nd; d++)
+        if (!c->args.i[d] || c->args.flag)
+            c->out_shape[c->out_ndim++] = c->args.i[d] ? 1 : x->shape[d];
+    return MG_OK;
+}
+
+static void sum_rule(const mg_op_call *c, mg_candidates *cands) {
+    bool reduced[MG_MAX_DIMS];
+    for (int d = 0; d < c->args.ni; d++) reduced[d] = c->args.i[d] != 0;
+    mg_rules_reduce(cands, c->args.ni, reduced, c->args.flag);
+}
+
+static int sum_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int nd = c->args.ni;
+    int64_t local_kept[MG_MAX_DIMS];
+    for (int d = 0; d < nd; d++) local_kept[d] = c->args.i[d] ? 1 : in[0]->local->shape[d];
+    mg_tensor *yv = mg_tensor_view(mg_step_arena(), out->local, nd, local_kept);
+    if (!yv) return mg_last_code();
+    mg_backend *be = backend(out);
+    be->iface->reduce_sum(be->context, in[0]->local, yv);
+    float scale = c->args.f;
+    if (scale != 1.0f) be->iface->unary(be->context, MG_UNARY_SCALE, out->local, scale, out->local);
+    return MG_OK;
+}
+
+static int sum_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    int64_t kept[MG_MAX_DIMS];
+    for (int d = 0; d < n->args.ndim; d++) kept[d] = n->args.i[d] ? 1 : n->args.shape[d];
+    mg_dtensor *k = mg_reshape(g, n->args.ndim, kept);
+    NEED(k);
+    mg_dtensor *e = mg_expand(k, n->args.ndim, n->args.shape);
+    NEED(e);
+    if (n->args.f != 1.0f) NEED(e = mg_scale(e, n->args.f));
+    out[0] = e;
+    return MG_OK;
+}
+
+static void sum_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                     mg_op_cost *cost) {
+    (void)c;
+    cost->flops = (double)in[0]->local->numel;
+    cost->bytes = 4.0 * (double)(in[0]->local->numel + out->local->numel);
+}
+
+static const mg_op_def sum_def = {
+    .name = "sum", .arity = 1, .required = 1, .required_names = "input", .shape = sum_shape,
+    .rule = sum_rule, .kernel = sum_kernel, .cost = sum_cost, .vjp = sum_vjp,
+};
 
 mg_dtensor *mg_op_sum_scaled(const mg_dtensor *x, int n, const int *dims, int keepdim, float scale,
                              const char *who) {
     if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
     int nd = x->spec.ndim;
     if (n < 0 || (n > 0 && !dims)) return mg_error_null(MG_EINVAL, "%s: bad dims list", who);
-    bool reduced[MG_MAX_DIMS] = {false};
+    mg_op_call c = {.who = who, .n = 1, .x = {x}};
     for (int i = 0; i < n; i++) {
         int d = mg_ops_dim(who, dims[i], nd);
         if (d < 0) return NULL;
-        if (reduced[d]) return mg_error_null(MG_EINVAL, "%s: dim %d is listed twice", who, d);
-        reduced[d] = true;
+        if (c.args.i[d]) return mg_error_null(MG_EINVAL, "%s: dim %d is listed twice", who, d);
+        c.args.i[d] = 1;
     }
-    int64_t kept_shape[MG_MAX_DIMS], out_shape[MG_MAX_DIMS];
-    int out_nd = 0;
-    for (int d = 0; d < nd; d++) {
-        kept_shape[d] = reduced[d] ? 1 : x->spec.shape[d];
-        if (!reduced[d] || keepdim) out_shape[out_nd++] = kept_shape[d];
-    }
-    mg_candidates c;
-    mg_rules_reduce(&c, nd, reduced, keepdim);
-    mg_dtensor *in;
-    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, out_nd, out_shape, &in);
-    if (!y) return NULL;
-    int64_t local_kept[MG_MAX_DIMS];
-    for (int d = 0; d < nd; d++) local_kept[d] = reduced[d] ? 1 : in->local->shape[d];
-    mg_tensor *yv = mg_tensor_view(mg_step_arena(), y->local, nd, local_kept);
-    if (!yv) return NULL;
-    mg_backend *be = backend(y);
-    be->iface->reduce_sum(be->context, in->local, yv);
-    if (scale != 1.0f) be->iface->unary(be->context, MG_UNARY_SCALE, y->local, scale, y->local);
-    mg_node *node = mg_ops_record(MG_OP_SUM, 1, &in, y);
-    if (node) {
-        node->farg = scale;
-        node->n_iargs = nd;
-        for (int d = 0; d < nd; d++) node->iargs[d] = reduced[d];
-        node->ndim = nd;
-        memcpy(node->shape, x->spec.shape, sizeof node->shape);
-    }
-    return y;
+    c.args.ni = c.args.ndim = nd;
+    c.args.flag = keepdim != 0;
+    c.args.f = scale;
+    memcpy(c.args.shape, x->spec.shape, sizeof c.args.shape);
+    return mg_op_run(&sum_def, &c);
 }
 
 static float inverse_count(const mg_dtensor *x, int n, const int *dims, bool all) {
@@ -207,28 +341,60 @@ mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape) {
     return mg_reshape(s, ndim, shape);
 }
 
-/* ---- losses ---------------------------------------------------------------------- */
+/* ---- mse loss ------------------------------------------------------------------------ */
+
+static int mse_shape(mg_op_call *c) {
+    const mg_spec *p = &c->x[0]->spec, *t = &c->x[1]->spec;
+    char a[96], b[96];
+    if (!mg_shape_equal(p->ndim, p->shape, t->ndim, t->shape))
+        return mg_error(MG_ESHAPE, "%s: pred %s and target %s must have the same shape", c->who,
+                        mg_shape_format(a, sizeof a, p->ndim, p->shape),
+                        mg_shape_format(b, sizeof b, t->ndim, t->shape));
+    c->out_ndim = 0;
+    return MG_OK;
+}
+
+static void mse_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_elementwise_loss(cands, c->x[0]->spec.ndim);
+}
+
+static int mse_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    mg_tensor *diff = mg_tensor_alloc(mg_step_arena(), in[0]->local->ndim, in[0]->local->shape);
+    if (!diff) return mg_last_code();
+    mg_backend *be = backend(out);
+    be->iface->binary(be->context, MG_BINARY_SUB, in[0]->local, in[1]->local, diff);
+    const mg_spec *p = &c->x[0]->spec;
+    int64_t n = mg_shape_numel(p->ndim, p->shape);
+    float v = n > 0 ? (float)(be->iface->sum_squares(be->context, diff) / (double)n) : 0.0f;
+    be->iface->from_host(be->context, out->local->data, &v, 1);
+    return MG_OK;
+}
+
+static int mse_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    const mg_spec *p = &n->inputs[0]->spec;
+    int64_t count = mg_shape_numel(p->ndim, p->shape);
+    mg_dtensor *d = mg_sub(n->inputs[0], n->inputs[1]);
+    NEED(d);
+    NEED(d = mg_scale(d, count ? 2.0f / (float)count : 0.0f));
+    NEED(d = mg_mul(d, g));
+    if (mg_vjp_wants(n, 0)) out[0] = d;
+    if (mg_vjp_wants(n, 1)) NEED(out[1] = mg_scale(d, -1.0f));
+    return MG_OK;
+}
+
+static void mse_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                     mg_op_cost *cost) {
+    (void)c, (void)out;
+    double n = (double)in[0]->local->numel;
+    cost->flops = 3 * n;
+    cost->bytes = 4.0 * 4 * n; /* both inputs read, the difference written and read */
+}
+
+static const mg_op_def mse_def = {
+    .name = "mse_loss", .arity = 2, .required = 2, .required_names = "input", .shape = mse_shape,
+    .rule = mse_rule, .kernel = mse_kernel, .cost = mse_cost, .vjp = mse_vjp,
+};
 
 mg_dtensor *mg_mse_loss(const mg_dtensor *pred, const mg_dtensor *target) {
-    const char *who = "mg_mse_loss";
-    const mg_dtensor *xs[2] = {pred, target};
-    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
-    char a[96], b[96];
-    if (!mg_shape_equal(pred->spec.ndim, pred->spec.shape, target->spec.ndim, target->spec.shape))
-        return mg_error_null(MG_ESHAPE, "%s: pred %s and target %s must have the same shape", who,
-                             mg_shape_format(a, sizeof a, pred->spec.ndim, pred->spec.shape),
-                             mg_shape_format(b, sizeof b, target->spec.ndim, target->spec.shape));
-    mg_candidates c;
-    mg_rules_elementwise_loss(&c, pred->spec.ndim);
-    mg_dtensor *in[2];
-    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, 0, NULL, in);
-    mg_tensor *diff = mg_tensor_alloc(mg_step_arena(), in[0]->local->ndim, in[0]->local->shape);
-    if (!y || !diff) return NULL;
-    mg_backend *be = backend(y);
-    be->iface->binary(be->context, MG_BINARY_SUB, in[0]->local, in[1]->local, diff);
-    int64_t n = mg_shape_numel(pred->spec.ndim, pred->spec.shape);
-    float v = n > 0 ? (float)(be->iface->sum_squares(be->context, diff) / (double)n) : 0.0f;
-    be->iface->from_host(be->context, y->local->data, &v, 1);
-    mg_ops_record(MG_OP_MSE, 2, in, y);
-    return y;
+    return mg_op_run2(&mse_def, "mg_mse_loss", pred, target);
 }

@@ -4,10 +4,11 @@
  * (mg_rules_contraction) gives every strategy: batch/row dims sharded -> output
  * sharded; w sharded on N -> output sharded on its last dim; the contracted dim
  * sharded on both -> Partial output. The local kernel is one cblas-style GEMM
- * with transpose flags (no transposed copies). */
+ * with transpose flags (no transposed copies). Each op and gradient op is a
+ * record (op_def.h) whose `kind` is its GEMM; the contraction's labels follow
+ * from the kind and the inputs' global shapes (contraction_of). */
 #include <string.h>
 
-#include "ops/tape.h"
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "ops/ops.h"
@@ -52,13 +53,34 @@ static bool add_bias_here(const mg_spec *out) {
     return true;
 }
 
+/* The contracted length of a call of `kind` on local shards. */
+static int64_t gemm_inner(gemm_kind kind, const mg_tensor *a, const mg_tensor *b,
+                          const mg_tensor *out, int b_ndim) {
+    switch (kind) {
+    case GEMM_LINEAR: return a->shape[a->ndim - 1];
+    case GEMM_LINEAR_DX: return a->shape[a->ndim - 1];
+    case GEMM_LINEAR_DW: {
+        int64_t n = a->shape[a->ndim - 1], k = b->shape[b->ndim - 1];
+        return n ? a->numel / n : k ? b->numel / k : 0;
+    }
+    case GEMM_MATMUL:
+    case GEMM_MATMUL_DA: return a->shape[a->ndim - 1];
+    case GEMM_MATMUL_DB: {
+        int nd = a->ndim;
+        return b_ndim == 2 ? prod(a->shape, nd - 2) * a->shape[nd - 2] : a->shape[nd - 2];
+    }
+    }
+    (void)out;
+    return 0;
+}
+
 /* local GEMM for each kind; shapes are the local shards at the chosen specs */
-static void run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, const mg_tensor *bias,
+static int run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, const mg_tensor *bias,
                      bool with_bias, mg_tensor *out, int b_ndim) {
     mg_backend *be = mg_backend_of(out);
     void *ctx = be->context;
     const struct mg_backend_iface *f = be->iface;
-    if (out->numel == 0) return;
+    if (out->numel == 0) return MG_OK;
     int64_t inner = 0; /* contracted length */
     switch (kind) {
     case GEMM_LINEAR: {
@@ -73,11 +95,11 @@ static void run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, con
             mg_tensor *ov = mg_tensor_view(mg_step_arena(), out, 2, shape);
             mg_tensor *bv = mg_tensor_view(mg_step_arena(), (mg_tensor *)bias, 2, bshape);
             mg_tensor *zero = mg_tensor_alloc(mg_step_arena(), 0, NULL);
-            if (!ov || !bv || !zero) return;
+            if (!ov || !bv || !zero) return mg_last_code();
             f->fill(ctx, zero, 0.0f);
             f->binary(ctx, MG_BINARY_ADD, bv, zero, ov); /* out = bias, broadcast over rows */
             if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 1.0f, out->data, n);
-            return;
+            return MG_OK;
         }
         if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 0.0f, out->data, n);
         break;
@@ -131,139 +153,241 @@ static void run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, con
     }
     }
     if (inner == 0) f->fill(ctx, out, 0.0f); /* an empty contraction sums to zero */
+    return MG_OK;
 }
 
-static mg_dtensor *contract(const char *who, gemm_kind kind, mg_op op, const mg_dtensor *a,
-                            const mg_dtensor *b, const mg_dtensor *bias, const contraction *ct,
-                            int b_ndim) {
-    const mg_dtensor *xs[3] = {a, b, bias};
-    int n = bias ? 3 : 2;
-    const int *labels[3] = {ct->labels[0], ct->labels[1], ct->labels[2]};
-    mg_candidates c;
-    mg_rules_contraction(&c, n, ct->ndim, labels, ct->out_ndim, ct->out_labels, bias != NULL);
-    mg_dtensor *in[3] = {NULL, NULL, NULL};
-    mg_dtensor *y = mg_ops_begin(who, &c, n, xs, ct->out_ndim, ct->out_shape, in);
-    if (!y) return NULL;
-    run_gemm(kind, in[0]->local, in[1]->local, bias ? in[2]->local : NULL,
-             bias && add_bias_here(&y->spec), y->local, b_ndim);
-    if (op != MG_OP_COUNT) {
-        mg_node *node = mg_ops_record(op, n, in, y);
-        if (node) node->ndim = b_ndim;
+/* The labels and the output's global shape of a call of GEMM `kind` (the
+ * matmul's b_ndim: c->args.ndim). */
+static void contraction_of(const mg_op_call *c, contraction *ct) {
+    const mg_spec *A = &c->x[0]->spec, *B = &c->x[1]->spec;
+    int nd = A->ndim, b_ndim = c->args.ndim;
+    switch ((gemm_kind)c->def->kind) {
+    case GEMM_LINEAR: { /* x (.., K), w (N, K) [, b (N)] */
+        int nb = nd - 1;
+        ct->ndim[0] = nd;
+        set_labels(ct->labels[0], nb, LABEL_K, -1);
+        ct->ndim[1] = 2;
+        set_labels(ct->labels[1], 0, LABEL_N, LABEL_K);
+        ct->ndim[2] = 1;
+        set_labels(ct->labels[2], 0, LABEL_N, -1);
+        ct->out_ndim = nd;
+        set_labels(ct->out_labels, nb, LABEL_N, -1);
+        memcpy(ct->out_shape, A->shape, sizeof ct->out_shape);
+        ct->out_shape[nb] = B->shape[0];
+        break;
     }
-    return y;
+    case GEMM_LINEAR_DX: { /* dy (.., N), w (N, K) */
+        int nb = nd - 1;
+        ct->ndim[0] = nd;
+        set_labels(ct->labels[0], nb, LABEL_N, -1);
+        ct->ndim[1] = 2;
+        set_labels(ct->labels[1], 0, LABEL_N, LABEL_K);
+        ct->out_ndim = nd;
+        set_labels(ct->out_labels, nb, LABEL_K, -1);
+        memcpy(ct->out_shape, A->shape, sizeof ct->out_shape);
+        ct->out_shape[nb] = B->shape[1];
+        break;
+    }
+    case GEMM_LINEAR_DW: { /* dy (.., N), x (.., K) */
+        int nb = nd - 1;
+        ct->ndim[0] = nd;
+        set_labels(ct->labels[0], nb, LABEL_N, -1);
+        ct->ndim[1] = B->ndim;
+        set_labels(ct->labels[1], nb, LABEL_K, -1);
+        ct->out_ndim = 2;
+        set_labels(ct->out_labels, 0, LABEL_N, LABEL_K);
+        ct->out_shape[0] = A->shape[nb];
+        ct->out_shape[1] = B->shape[nb];
+        break;
+    }
+    case GEMM_MATMUL: { /* a (Z.., M, K), b (Z.., K, N) or (K, N) */
+        int nb = nd - 2;
+        ct->ndim[0] = nd;
+        set_labels(ct->labels[0], nb, LABEL_M, LABEL_K);
+        ct->ndim[1] = B->ndim;
+        set_labels(ct->labels[1], B->ndim == 2 ? 0 : nb, LABEL_K, LABEL_N);
+        ct->out_ndim = nd;
+        set_labels(ct->out_labels, nb, LABEL_M, LABEL_N);
+        memcpy(ct->out_shape, A->shape, sizeof ct->out_shape);
+        ct->out_shape[nd - 1] = B->shape[B->ndim - 1];
+        break;
+    }
+    case GEMM_MATMUL_DA: { /* dc (Z.., M, N), b (Z.., K, N) or (K, N) */
+        int nb = nd - 2, bnd = B->ndim;
+        ct->ndim[0] = nd;
+        set_labels(ct->labels[0], nb, LABEL_M, LABEL_N);
+        ct->ndim[1] = bnd;
+        set_labels(ct->labels[1], bnd == 2 ? 0 : nb, LABEL_K, LABEL_N);
+        ct->out_ndim = nd;
+        set_labels(ct->out_labels, nb, LABEL_M, LABEL_K);
+        memcpy(ct->out_shape, A->shape, sizeof ct->out_shape);
+        ct->out_shape[nd - 1] = B->shape[bnd - 2];
+        break;
+    }
+    case GEMM_MATMUL_DB: { /* a (Z.., M, K), dc (Z.., M, N) -> b's shape */
+        int nb = nd - 2;
+        ct->ndim[0] = nd;
+        set_labels(ct->labels[0], nb, LABEL_M, LABEL_K);
+        ct->ndim[1] = nd;
+        set_labels(ct->labels[1], nb, LABEL_M, LABEL_N);
+        ct->out_ndim = b_ndim;
+        set_labels(ct->out_labels, b_ndim == 2 ? 0 : nb, LABEL_K, LABEL_N);
+        if (b_ndim == 2) {
+            ct->out_shape[0] = A->shape[nd - 1];
+            ct->out_shape[1] = B->shape[nd - 1];
+        } else {
+            memcpy(ct->out_shape, A->shape, sizeof ct->out_shape);
+            ct->out_shape[nd - 2] = A->shape[nd - 1];
+            ct->out_shape[nd - 1] = B->shape[nd - 1];
+        }
+        break;
+    }
+    }
 }
+
+/* The gradient ops' inputs come from the forward: their shapes fit. */
+static int contraction_shape(mg_op_call *c) {
+    contraction ct;
+    contraction_of(c, &ct);
+    c->out_ndim = ct.out_ndim;
+    memcpy(c->out_shape, ct.out_shape, sizeof c->out_shape);
+    return MG_OK;
+}
+
+static void contraction_rule(const mg_op_call *c, mg_candidates *cands) {
+    contraction ct;
+    contraction_of(c, &ct);
+    const int *labels[3] = {ct.labels[0], ct.labels[1], ct.labels[2]};
+    mg_rules_contraction(cands, c->n, ct.ndim, labels, ct.out_ndim, ct.out_labels, c->n == 3);
+}
+
+static int contraction_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    bool bias = c->n == 3;
+    return run_gemm((gemm_kind)c->def->kind, in[0]->local, in[1]->local,
+                    bias ? in[2]->local : NULL, bias && add_bias_here(&out->spec), out->local,
+                    c->args.ndim);
+}
+
+static void contraction_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                             mg_op_cost *cost) {
+    const mg_tensor *a = in[0]->local, *b = in[1]->local;
+    cost->flops = 2.0 * (double)out->local->numel *
+                  (double)gemm_inner((gemm_kind)c->def->kind, a, b, out->local, c->args.ndim);
+    cost->bytes = 4.0 * (double)(a->numel + b->numel + out->local->numel);
+}
+
+#define CONTRACTION(gemm)                                                                  \
+    .kind = (gemm), .shape = contraction_shape, .rule = contraction_rule,                  \
+    .kernel = contraction_kernel, .cost = contraction_cost
 
 /* ---- linear ---------------------------------------------------------------------- */
 
+static int linear_shape(mg_op_call *c) {
+    const mg_spec *X = &c->x[0]->spec, *W = &c->x[1]->spec;
+    const mg_dtensor *b = c->x[2];
+    if (X->ndim < 1 || W->ndim != 2 || X->shape[X->ndim - 1] != W->shape[1]) {
+        mg_ops_shape_error(c->who, "x", X, "w", W, "want x (..., K) and w (N, K)");
+        return mg_last_code();
+    }
+    if (b && (b->spec.ndim != 1 || b->spec.shape[0] != W->shape[0])) {
+        mg_ops_shape_error(c->who, "w", W, "bias", &b->spec,
+                           "the bias must be (N) with N = w's first dim");
+        return mg_last_code();
+    }
+    c->args.ndim = 2;
+    return contraction_shape(c);
+}
+
+static int linear_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    mg_dtensor *x = n->inputs[0], *w = n->inputs[1];
+    if (mg_vjp_wants(n, 0)) NEED(out[0] = mg_op_linear_input_grad(g, w));
+    if (mg_vjp_wants(n, 1)) NEED(out[1] = mg_op_linear_weight_grad(g, x));
+    if (n->inputs[2] && mg_vjp_wants(n, 2)) {
+        int dims[MG_MAX_DIMS], nb = g->spec.ndim - 1;
+        for (int d = 0; d < nb; d++) dims[d] = d;
+        NEED(out[2] = nb ? mg_op_sum_scaled(g, nb, dims, 0, 1.0f, "linear bias grad") : g);
+    }
+    return MG_OK;
+}
+
+/* dW (N, K) = dy^T x over the rows */
+static bool linear_rows(const mg_node *n, mg_dtensor *g, int i, const mg_dtensor **a,
+                        const mg_dtensor **b) {
+    if (i != 1) return false;
+    *a = g;            /* dy (..., N) */
+    *b = n->inputs[0]; /* x (..., K) */
+    return true;
+}
+
+static const mg_op_def linear_def = {
+    .name = "linear", .arity = 3, .required = 2, .required_names = "x or w",
+    .kind = GEMM_LINEAR, .shape = linear_shape, .rule = contraction_rule,
+    .kernel = contraction_kernel, .cost = contraction_cost, .vjp = linear_vjp, .rows = linear_rows,
+};
+static const mg_op_def linear_input_grad_def = {
+    .name = "linear_input_grad", .arity = 2, .required = 2, CONTRACTION(GEMM_LINEAR_DX),
+};
+static const mg_op_def linear_weight_grad_def = {
+    .name = "linear_weight_grad", .arity = 2, .required = 2, CONTRACTION(GEMM_LINEAR_DW),
+};
+
 mg_dtensor *mg_linear(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b) {
-    const char *who = "mg_linear";
-    const mg_dtensor *xs[3] = {x, w, b};
-    if (mg_ops_check_given(who, 3, xs, 2, "x or w") != MG_OK) return NULL;
-    const mg_spec *X = &x->spec, *W = &w->spec;
-    if (X->ndim < 1 || W->ndim != 2 || X->shape[X->ndim - 1] != W->shape[1])
-        return mg_ops_shape_error(who, "x", &x->spec, "w", &w->spec,
-                                  "want x (..., K) and w (N, K)");
-    if (b && (b->spec.ndim != 1 || b->spec.shape[0] != W->shape[0]))
-        return mg_ops_shape_error(who, "w", &w->spec, "bias", &b->spec,
-                                  "the bias must be (N) with N = w's first dim");
-    contraction ct;
-    int nb = X->ndim - 1;
-    ct.ndim[0] = X->ndim;
-    set_labels(ct.labels[0], nb, LABEL_K, -1);
-    ct.ndim[1] = 2;
-    set_labels(ct.labels[1], 0, LABEL_N, LABEL_K);
-    ct.ndim[2] = 1;
-    set_labels(ct.labels[2], 0, LABEL_N, -1);
-    ct.out_ndim = X->ndim;
-    set_labels(ct.out_labels, nb, LABEL_N, -1);
-    memcpy(ct.out_shape, X->shape, sizeof ct.out_shape);
-    ct.out_shape[nb] = W->shape[0];
-    return contract(who, GEMM_LINEAR, MG_OP_LINEAR, x, w, b, &ct, 2);
+    mg_op_call c = {.who = "mg_linear", .n = b ? 3 : 2, .x = {x, w, b}};
+    return mg_op_run(&linear_def, &c);
 }
 
 mg_dtensor *mg_op_linear_input_grad(const mg_dtensor *dy, const mg_dtensor *w) {
-    contraction ct;
-    int nb = dy->spec.ndim - 1;
-    ct.ndim[0] = dy->spec.ndim;
-    set_labels(ct.labels[0], nb, LABEL_N, -1);
-    ct.ndim[1] = 2;
-    set_labels(ct.labels[1], 0, LABEL_N, LABEL_K);
-    ct.out_ndim = dy->spec.ndim;
-    set_labels(ct.out_labels, nb, LABEL_K, -1);
-    memcpy(ct.out_shape, dy->spec.shape, sizeof ct.out_shape);
-    ct.out_shape[nb] = w->spec.shape[1];
-    return contract("linear_input_grad", GEMM_LINEAR_DX, MG_OP_COUNT, dy, w, NULL, &ct, 2);
+    mg_op_call c = {.n = 2, .x = {dy, w}, .args.ndim = 2};
+    return mg_op_run(&linear_input_grad_def, &c);
 }
 
 mg_dtensor *mg_op_linear_weight_grad(const mg_dtensor *dy, const mg_dtensor *x) {
-    contraction ct;
-    int nb = dy->spec.ndim - 1;
-    ct.ndim[0] = dy->spec.ndim;
-    set_labels(ct.labels[0], nb, LABEL_N, -1);
-    ct.ndim[1] = x->spec.ndim;
-    set_labels(ct.labels[1], nb, LABEL_K, -1);
-    ct.out_ndim = 2;
-    set_labels(ct.out_labels, 0, LABEL_N, LABEL_K);
-    ct.out_shape[0] = dy->spec.shape[nb];
-    ct.out_shape[1] = x->spec.shape[nb];
-    return contract("linear_weight_grad", GEMM_LINEAR_DW, MG_OP_COUNT, dy, x, NULL, &ct, 2);
+    mg_op_call c = {.n = 2, .x = {dy, x}, .args.ndim = 2};
+    return mg_op_run(&linear_weight_grad_def, &c);
 }
 
-/* ---- matmul ---------------------------------------------------------------------- */
+/* ---- matmul: args.ndim is b's rank (2: one weight for the whole batch) ---------- */
+
+static int matmul_shape(mg_op_call *c) {
+    const mg_spec *A = &c->x[0]->spec, *B = &c->x[1]->spec;
+    int nd = A->ndim, nb = nd - 2;
+    if (nd < 2 || B->ndim < 2 || A->shape[nd - 1] != B->shape[B->ndim - 2]) {
+        mg_ops_shape_error(c->who, "a", A, "b", B, "want a (..., M, K) and b (..., K, N) or (K, N)");
+        return mg_last_code();
+    }
+    if (B->ndim != 2 && (B->ndim != nd || !mg_shape_equal(nb, A->shape, nb, B->shape))) {
+        mg_ops_shape_error(c->who, "a", A, "b", B, "b must be (K, N) or have a's batch dims");
+        return mg_last_code();
+    }
+    c->args.ndim = B->ndim;
+    return contraction_shape(c);
+}
+
+static const mg_op_def matmul_grad_a_def = {
+    .name = "matmul_grad_a", .arity = 2, .required = 2, CONTRACTION(GEMM_MATMUL_DA),
+};
+static const mg_op_def matmul_grad_b_def = {
+    .name = "matmul_grad_b", .arity = 2, .required = 2, CONTRACTION(GEMM_MATMUL_DB),
+};
+
+static int matmul_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    if (mg_vjp_wants(n, 0)) {
+        mg_op_call c = {.n = 2, .x = {g, n->inputs[1]}, .args.ndim = n->inputs[1]->spec.ndim};
+        NEED(out[0] = mg_op_run(&matmul_grad_a_def, &c));
+    }
+    if (mg_vjp_wants(n, 1)) {
+        mg_op_call c = {.n = 2, .x = {n->inputs[0], g}, .args.ndim = n->args.ndim};
+        NEED(out[1] = mg_op_run(&matmul_grad_b_def, &c));
+    }
+    return MG_OK;
+}
+
+static const mg_op_def matmul_def = {
+    .name = "matmul", .arity = 2, .required = 2, .required_names = "input",
+    .kind = GEMM_MATMUL, .shape = matmul_shape, .rule = contraction_rule,
+    .kernel = contraction_kernel, .cost = contraction_cost, .vjp = matmul_vjp,
+};
 
 mg_dtensor *mg_matmul(const mg_dtensor *a, const mg_dtensor *b) {
-    const char *who = "mg_matmul";
-    const mg_dtensor *xs[2] = {a, b};
-    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
-    const mg_spec *A = &a->spec, *B = &b->spec;
-    int nd = A->ndim, nb = nd - 2;
-    if (nd < 2 || B->ndim < 2 || A->shape[nd - 1] != B->shape[B->ndim - 2])
-        return mg_ops_shape_error(who, "a", A, "b", B,
-                                  "want a (..., M, K) and b (..., K, N) or (K, N)");
-    if (B->ndim != 2 && (B->ndim != nd || !mg_shape_equal(nb, A->shape, nb, B->shape)))
-        return mg_ops_shape_error(who, "a", A, "b", B, "b must be (K, N) or have a's batch dims");
-    contraction ct;
-    ct.ndim[0] = nd;
-    set_labels(ct.labels[0], nb, LABEL_M, LABEL_K);
-    ct.ndim[1] = B->ndim;
-    set_labels(ct.labels[1], B->ndim == 2 ? 0 : nb, LABEL_K, LABEL_N);
-    ct.out_ndim = nd;
-    set_labels(ct.out_labels, nb, LABEL_M, LABEL_N);
-    memcpy(ct.out_shape, A->shape, sizeof ct.out_shape);
-    ct.out_shape[nd - 1] = B->shape[B->ndim - 1];
-    return contract(who, GEMM_MATMUL, MG_OP_MATMUL, a, b, NULL, &ct, B->ndim);
-}
-
-mg_dtensor *mg_op_matmul_grad_a(const mg_dtensor *dc, const mg_dtensor *b) {
-    int nd = dc->spec.ndim, nb = nd - 2, bnd = b->spec.ndim;
-    contraction ct;
-    ct.ndim[0] = nd;
-    set_labels(ct.labels[0], nb, LABEL_M, LABEL_N);
-    ct.ndim[1] = bnd;
-    set_labels(ct.labels[1], bnd == 2 ? 0 : nb, LABEL_K, LABEL_N);
-    ct.out_ndim = nd;
-    set_labels(ct.out_labels, nb, LABEL_M, LABEL_K);
-    memcpy(ct.out_shape, dc->spec.shape, sizeof ct.out_shape);
-    ct.out_shape[nd - 1] = b->spec.shape[bnd - 2];
-    return contract("matmul_grad_a", GEMM_MATMUL_DA, MG_OP_COUNT, dc, b, NULL, &ct, bnd);
-}
-
-mg_dtensor *mg_op_matmul_grad_b(const mg_dtensor *a, const mg_dtensor *dc, int b_ndim) {
-    int nd = a->spec.ndim, nb = nd - 2;
-    contraction ct;
-    ct.ndim[0] = nd;
-    set_labels(ct.labels[0], nb, LABEL_M, LABEL_K);
-    ct.ndim[1] = nd;
-    set_labels(ct.labels[1], nb, LABEL_M, LABEL_N);
-    ct.out_ndim = b_ndim;
-    set_labels(ct.out_labels, b_ndim == 2 ? 0 : nb, LABEL_K, LABEL_N);
-    if (b_ndim == 2) {
-        ct.out_shape[0] = a->spec.shape[nd - 1];
-        ct.out_shape[1] = dc->spec.shape[nd - 1];
-    } else {
-        memcpy(ct.out_shape, a->spec.shape, sizeof ct.out_shape);
-        ct.out_shape[nd - 2] = a->spec.shape[nd - 1];
-        ct.out_shape[nd - 1] = dc->spec.shape[nd - 1];
-    }
-    return contract("matmul_grad_b", GEMM_MATMUL_DB, MG_OP_COUNT, a, dc, NULL, &ct, b_ndim);
+    return mg_op_run2(&matmul_def, "mg_matmul", a, b);
 }

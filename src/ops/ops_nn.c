@@ -10,14 +10,15 @@
  *   layer norm  row sum (-> mean), sum of squared deviations (-> rstd);
  *               backward: the row sums of g and g xhat, in one all-reduce
  * Layer norm keeps (mean, rstd) for backward on its node (node->saved).
- * Softmax over another dim than the last is a permute to the end and back. */
+ * Softmax over another dim than the last is a permute to the end and back.
+ * Records (op_def.h): softmax, log_softmax (args.flag: log), layer_norm
+ * (args.f: eps); each VJP reads the gradient at the output's placements. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "ops/ops.h"
-#include "ops/tape.h"
 #include "status.h"
 
 static mg_backend *backend(const mg_tensor *t) { return mg_backend_of(t); }
@@ -86,6 +87,61 @@ static int softmax_local(const mg_dtensor *x, mg_dtensor *y, bool as_log) {
     return MG_OK;
 }
 
+static int softmax_shape(mg_op_call *c) {
+    c->out_ndim = c->x[0]->spec.ndim;
+    memcpy(c->out_shape, c->x[0]->spec.shape, sizeof c->out_shape);
+    return MG_OK;
+}
+
+static void softmax_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_softmax(cands, c->x[0]->spec.ndim);
+}
+
+static int softmax_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    return softmax_local(in[0], out, c->args.flag != 0);
+}
+
+static void softmax_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                         mg_op_cost *cost) {
+    (void)c, (void)in;
+    double n = (double)out->local->numel;
+    cost->flops = 5 * n; /* max, exp, sum, divide */
+    cost->bytes = 4.0 * 3 * n;
+}
+
+/* dx of y = softmax(x) or log_softmax(x) over the last dim */
+static int softmax_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **grads) {
+    const mg_dtensor *out = n->output;
+    bool as_log = n->args.flag != 0;
+    mg_dtensor *dy = mg_ops_grad_at(g, &out->spec), *dx = mg_ops_output(&out->spec);
+    NEED(dy && dx);
+    mg_backend *be = backend(dx->local);
+    int nd = out->spec.ndim;
+    unsigned mask = nd ? mg_ops_shard_mask(&out->spec, nd - 1) : 0;
+    mg_tensor *dot = NULL;
+    if (mask) {
+        int64_t rows = local_rows(out->local);
+        NEED(dot = mg_ops_temp(1, &rows));
+        be->iface->softmax_dot(be->context, out->local, dy->local, as_log, dot);
+        int rc = mg_ops_reduce_over(out->spec.mesh, mask, dot->data, rows, MG_REDUCE_SUM);
+        if (rc != MG_OK) return rc;
+    }
+    be->iface->softmax_backward(be->context, out->local, dy->local, dot, as_log, dx->local);
+    grads[0] = dx;
+    return MG_OK;
+}
+
+static const mg_op_def softmax_def = {
+    .name = "softmax", .arity = 1, .required = 1, .required_names = "input",
+    .shape = softmax_shape, .rule = softmax_rule, .kernel = softmax_kernel,
+    .cost = softmax_cost, .vjp = softmax_vjp, .grad_at_output = true,
+};
+static const mg_op_def log_softmax_def = {
+    .name = "log_softmax", .arity = 1, .required = 1, .required_names = "input",
+    .shape = softmax_shape, .rule = softmax_rule, .kernel = softmax_kernel,
+    .cost = softmax_cost, .vjp = softmax_vjp, .grad_at_output = true,
+};
+
 static mg_dtensor *softmax_op(const char *who, const mg_dtensor *x, int dim, bool as_log) {
     if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
     int nd = x->spec.ndim;
@@ -104,13 +160,8 @@ static mg_dtensor *softmax_op(const char *who, const mg_dtensor *x, int dim, boo
         if (t) t = softmax_op(who, t, -1, as_log);
         return t ? mg_permute(t, back) : NULL;
     }
-    mg_candidates c;
-    mg_rules_softmax(&c, nd);
-    mg_dtensor *in;
-    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, x->spec.shape, &in);
-    if (!y || softmax_local(in, y, as_log) != MG_OK) return NULL;
-    mg_ops_record(as_log ? MG_OP_LOG_SOFTMAX : MG_OP_SOFTMAX, 1, &in, y);
-    return y;
+    mg_op_call c = {.who = who, .n = 1, .x = {x}, .args.flag = as_log};
+    return mg_op_run(as_log ? &log_softmax_def : &softmax_def, &c);
 }
 
 mg_dtensor *mg_softmax(const mg_dtensor *x, int dim) {
@@ -118,24 +169,6 @@ mg_dtensor *mg_softmax(const mg_dtensor *x, int dim) {
 }
 mg_dtensor *mg_log_softmax(const mg_dtensor *x, int dim) {
     return softmax_op("mg_log_softmax", x, dim, true);
-}
-
-mg_dtensor *mg_op_softmax_backward(const mg_dtensor *out, const mg_dtensor *g, bool as_log) {
-    mg_dtensor *dy = mg_ops_grad_at(g, &out->spec), *dx = mg_ops_output(&out->spec);
-    if (!dy || !dx) return NULL;
-    mg_backend *be = backend(dx->local);
-    int nd = out->spec.ndim;
-    unsigned mask = nd ? mg_ops_shard_mask(&out->spec, nd - 1) : 0;
-    mg_tensor *dot = NULL;
-    if (mask) {
-        int64_t rows = local_rows(out->local);
-        if (!(dot = mg_ops_temp(1, &rows))) return NULL;
-        be->iface->softmax_dot(be->context, out->local, dy->local, as_log, dot);
-        if (mg_ops_reduce_over(out->spec.mesh, mask, dot->data, rows, MG_REDUCE_SUM) != MG_OK)
-            return NULL;
-    }
-    be->iface->softmax_backward(be->context, out->local, dy->local, dot, as_log, dx->local);
-    return dx;
 }
 
 /* ---- layer norm ----------------------------------------------------------------- */
@@ -179,33 +212,39 @@ static int check_affine(const char *who, const mg_dtensor *x, const mg_dtensor *
                     mg_shape_format(b, sizeof b, x->spec.ndim, x->spec.shape), (long long)c);
 }
 
-mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const mg_dtensor *bias,
-                          float eps) {
-    const char *who = "mg_layer_norm";
-    const mg_dtensor *xs[3] = {x, weight, bias};
-    if (mg_ops_check_given(who, 3, xs, 1, "x") != MG_OK) return NULL;
+static int layer_norm_shape(mg_op_call *c) {
+    const mg_dtensor *x = c->x[0];
     if (x->spec.ndim < 1)
-        return mg_error_null(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", who);
-    if (check_affine(who, x, weight, "weight") != MG_OK ||
-        check_affine(who, x, bias, "bias") != MG_OK)
-        return NULL;
+        return mg_error(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", c->who);
+    int rc = check_affine(c->who, x, c->x[1], "weight");
+    if (rc == MG_OK) rc = check_affine(c->who, x, c->x[2], "bias");
+    if (rc != MG_OK) return rc;
+    float eps = c->args.f;
     if (!(eps >= 0.0f) || isinf(eps))
-        return mg_error_null(MG_EINVAL, "%s: eps is %g; it must be a finite number >= 0", who, eps);
-    int nd = x->spec.ndim;
-    mg_candidates c;
-    mg_rules_layer_norm(&c, nd);
-    mg_dtensor *in[3];
-    mg_dtensor *y = mg_ops_begin(who, &c, 3, xs, nd, x->spec.shape, in);
-    if (!y) return NULL;
-    int64_t two = 2 * local_rows(y->local);
+        return mg_error(MG_EINVAL, "%s: eps is %g; it must be a finite number >= 0", c->who, eps);
+    c->out_ndim = x->spec.ndim;
+    memcpy(c->out_shape, x->spec.shape, sizeof c->out_shape);
+    return MG_OK;
+}
+
+static void layer_norm_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_layer_norm(cands, c->x[0]->spec.ndim);
+}
+
+static int layer_norm_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int64_t two = 2 * local_rows(out->local);
     mg_tensor *stats = mg_ops_temp(1, &two); /* (mean, rstd) of every row */
-    if (!stats || layer_norm_local(in[0], in[1], in[2], eps, y, stats) != MG_OK) return NULL;
-    mg_node *node = mg_ops_record(MG_OP_LAYER_NORM, 3, in, y);
-    if (node) {
-        node->farg = eps;
-        node->saved = stats;
-    }
-    return y;
+    if (!stats) return mg_last_code();
+    c->saved = stats;
+    return layer_norm_local(in[0], in[1], in[2], c->args.f, out, stats);
+}
+
+static void layer_norm_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                            mg_op_cost *cost) {
+    (void)c, (void)in;
+    double n = (double)out->local->numel;
+    cost->flops = 8 * n; /* mean, deviations, squares, scale and shift */
+    cost->bytes = 4.0 * 2 * n;
 }
 
 /* The spec of the gradient of weight or bias p: p's own, Partial on the mesh
@@ -219,15 +258,17 @@ static mg_spec affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p) {
     return s;
 }
 
-int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg_dtensor *b,
-                              const mg_dtensor *out, const mg_dtensor *g, bool want[3],
-                              mg_dtensor **grads) {
+/* dx, dw, db of layer norm (those wanted) */
+static int layer_norm_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
+    const mg_dtensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
+    const mg_dtensor *out = node->output;
+    bool want[3] = {mg_vjp_wants(node, 0), mg_vjp_wants(node, 1), mg_vjp_wants(node, 2)};
     /* x and w may be parameter copies given back since the forward: both are read */
     const mg_dtensor *held[2] = {x, w};
     int rc = mg_ops_hold(2, held);
     if (rc != MG_OK) return rc;
     mg_dtensor *dy = mg_ops_grad_at(g, &out->spec);
-    if (!dy) return mg_last_code();
+    NEED(dy);
     mg_spec ws, bs;
     if (want[1]) ws = affine_grad_spec(x, w);
     if (want[2]) bs = affine_grad_spec(x, b);
@@ -241,16 +282,29 @@ int mg_op_layer_norm_backward(const mg_dtensor *x, const mg_dtensor *w, const mg
     mg_tensor *sums = NULL;
     const mg_tensor *wl = w ? w->local : NULL;
     if (mask && dx) { /* the row sums of g and g xhat over the whole row */
-        if (!(sums = mg_ops_temp(1, &two))) return mg_last_code();
-        be->iface->layer_norm_backward_sums(be->context, x->local, wl, dy->local, out->node->saved, sums);
+        NEED(sums = mg_ops_temp(1, &two));
+        be->iface->layer_norm_backward_sums(be->context, x->local, wl, dy->local, node->saved,
+                                            sums);
         if ((rc = mg_ops_reduce_over(x->spec.mesh, mask, sums->data, two, MG_REDUCE_SUM)) != MG_OK)
             return rc;
     }
-    be->iface->layer_norm_backward(be->context, x->local, wl, dy->local, out->node->saved, sums, n,
+    be->iface->layer_norm_backward(be->context, x->local, wl, dy->local, node->saved, sums, n,
                                    dx ? dx->local : NULL, dw ? dw->local : NULL,
                                    db ? db->local : NULL);
     grads[0] = dx;
     grads[1] = dw;
     grads[2] = db;
     return MG_OK;
+}
+
+static const mg_op_def layer_norm_def = {
+    .name = "layer_norm", .arity = 3, .required = 1, .required_names = "x",
+    .shape = layer_norm_shape, .rule = layer_norm_rule, .kernel = layer_norm_kernel,
+    .cost = layer_norm_cost, .vjp = layer_norm_vjp, .grad_at_output = true,
+};
+
+mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const mg_dtensor *bias,
+                          float eps) {
+    mg_op_call c = {.who = "mg_layer_norm", .n = 3, .x = {x, weight, bias}, .args.f = eps};
+    return mg_op_run(&layer_norm_def, &c);
 }

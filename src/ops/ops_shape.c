@@ -1,47 +1,71 @@
 /* ops_shape.c: layout ops on distributed tensors: mg_permute, mg_transpose,
- * mg_expand, mg_reshape, mg_view, mg_narrow, mg_cat (and the gradient of a
- * narrow). Every size argument is GLOBAL; the local
- * sizes the kernel gets come from the output spec (mg_spec_local), never from
- * an input's local shape. */
+ * mg_expand, mg_reshape, mg_view, mg_narrow, mg_cat, each a record
+ * (op_def.h), and the gradient of a narrow. Every size argument is GLOBAL;
+ * the local sizes the kernel gets come from the output spec
+ * (mg_spec_local), never from an input's local shape. */
 #include <string.h>
 
-#include "ops/tape.h"
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "ops/ops.h"
 #include "status.h"
+
+/* ---- permute: args.i = the permutation (ni = its length) ------------------------ */
+
+static int permute_shape(mg_op_call *c) {
+    int nd = c->x[0]->spec.ndim;
+    bool seen[MG_MAX_DIMS] = {false};
+    for (int i = 0; i < nd; i++) {
+        int d = mg_ops_dim(c->who, c->args.i[i], nd);
+        if (d < 0) return mg_last_code();
+        if (seen[d])
+            return mg_error(MG_EINVAL, "%s: dim %d appears twice in the permutation", c->who, d);
+        seen[d] = true;
+        c->args.i[i] = d;
+        c->out_shape[i] = c->x[0]->spec.shape[d];
+    }
+    c->args.ni = c->out_ndim = nd;
+    return MG_OK;
+}
+
+static void permute_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_permute(cands, c->args.ni, c->args.i);
+}
+
+static int permute_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    mg_backend *be = mg_backend_of(in[0]->local);
+    be->iface->permute(be->context, in[0]->local, c->args.i, out->local);
+    return MG_OK;
+}
+
+static int permute_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    int inv[MG_MAX_DIMS];
+    for (int i = 0; i < n->args.ni; i++) inv[n->args.i[i]] = i;
+    NEED(out[0] = mg_permute(g, inv));
+    return MG_OK;
+}
+
+static void copy_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                      mg_op_cost *cost) {
+    (void)c, (void)in;
+    cost->flops = 0;
+    cost->bytes = 8.0 * (double)out->local->numel; /* read and written */
+}
+
+static const mg_op_def permute_def = {
+    .name = "permute", .arity = 1, .required = 1, .required_names = "input",
+    .shape = permute_shape, .rule = permute_rule, .kernel = permute_kernel, .cost = copy_cost,
+    .vjp = permute_vjp,
+};
 
 mg_dtensor *mg_permute(const mg_dtensor *x, const int *perm) {
     const char *who = "mg_permute";
     if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
     int nd = x->spec.ndim;
     if (nd > 0 && !perm) return mg_error_null(MG_EINVAL, "%s: perm is NULL", who);
-    int p[MG_MAX_DIMS];
-    bool seen[MG_MAX_DIMS] = {false};
-    for (int i = 0; i < nd; i++) {
-        p[i] = mg_ops_dim(who, perm[i], nd);
-        if (p[i] < 0) return NULL;
-        if (seen[p[i]])
-            return mg_error_null(MG_EINVAL, "%s: dim %d appears twice in the permutation", who,
-                                 p[i]);
-        seen[p[i]] = true;
-    }
-    int64_t out_shape[MG_MAX_DIMS];
-    for (int i = 0; i < nd; i++) out_shape[i] = x->spec.shape[p[i]];
-
-    mg_candidates c;
-    mg_rules_permute(&c, nd, p);
-    mg_dtensor *xin;
-    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, out_shape, &xin);
-    if (!y) return NULL;
-    mg_backend *be = mg_backend_of(xin->local);
-    be->iface->permute(be->context, xin->local, p, y->local);
-    mg_node *node = mg_ops_record(MG_OP_PERMUTE, 1, &xin, y);
-    if (node) {
-        node->n_iargs = nd;
-        for (int i = 0; i < nd; i++) node->iargs[i] = p[i];
-    }
-    return y;
+    mg_op_call c = {.who = who, .n = 1, .x = {x}};
+    if (nd > 0) memcpy(c.args.i, perm, (size_t)nd * sizeof *perm);
+    return mg_op_run(&permute_def, &c);
 }
 
 mg_dtensor *mg_transpose(const mg_dtensor *x, int dim0, int dim1) {
@@ -57,69 +81,106 @@ mg_dtensor *mg_transpose(const mg_dtensor *x, int dim0, int dim1) {
     return mg_permute(x, perm);
 }
 
-mg_dtensor *mg_expand(const mg_dtensor *x, int ndim, const int64_t *global_shape) {
-    const char *who = "mg_expand";
-    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
-    if (mg_shape_check(ndim, global_shape, who) != MG_OK) {
-        /* -1 means "keep this dim": allowed, checked below */
-        bool only_minus_one = ndim >= 0 && ndim <= MG_MAX_DIMS && global_shape;
-        for (int i = 0; only_minus_one && i < ndim; i++)
-            if (global_shape[i] < -1) only_minus_one = false;
-        if (!only_minus_one) return NULL;
-    }
-    const mg_spec *xs = &x->spec;
+/* ---- expand: c->out_shape holds the target as given (-1: keep the dim);
+ * args (ndim, shape) = x's global shape, where the gradient is summed back to */
+
+static int expand_shape(mg_op_call *c) {
+    const mg_spec *xs = &c->x[0]->spec;
+    int ndim = c->out_ndim;
+    int64_t *shape = c->out_shape;
     char a[96], b[96];
     if (ndim < xs->ndim)
-        return mg_error_null(MG_ESHAPE,
-                             "%s: cannot expand %s to %s: the target has fewer dims than the tensor",
-                             who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
-                             mg_shape_format(b, sizeof b, ndim, global_shape));
+        return mg_error(MG_ESHAPE,
+                        "%s: cannot expand %s to %s: the target has fewer dims than the tensor",
+                        c->who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
+                        mg_shape_format(b, sizeof b, ndim, shape));
     int lead = ndim - xs->ndim;
-    int64_t out_shape[MG_MAX_DIMS];
     for (int i = 0; i < ndim; i++) {
-        int64_t want = global_shape[i];
+        int64_t want = shape[i];
         if (i < lead) {
             if (want < 0)
-                return mg_error_null(MG_ESHAPE, "%s: -1 is not allowed for the new leading dim %d",
-                                     who, i);
-            out_shape[i] = want;
+                return mg_error(MG_ESHAPE, "%s: -1 is not allowed for the new leading dim %d",
+                                c->who, i);
             continue;
         }
         int64_t have = xs->shape[i - lead];
         if (want == -1) want = have;
         if (have != want && have != 1)
-            return mg_error_null(
-                MG_ESHAPE,
-                "%s: cannot expand global shape %s to %s: dim %d has size %lld, which is neither "
-                "%lld nor 1 (sizes are global, not per-rank)",
-                who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
-                mg_shape_format(b, sizeof b, ndim, global_shape), i, (long long)have,
-                (long long)want);
-        out_shape[i] = want;
+            return mg_error(MG_ESHAPE,
+                            "%s: cannot expand global shape %s to %s: dim %d has size %lld, which "
+                            "is neither %lld nor 1 (sizes are global, not per-rank)",
+                            c->who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
+                            mg_shape_format(b, sizeof b, ndim, shape), i, (long long)have,
+                            (long long)want);
     }
-    mg_candidates c;
-    mg_rules_expand(&c, xs->ndim, xs->shape, ndim, out_shape);
-    mg_dtensor *xin;
-    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, ndim, out_shape, &xin);
-    if (!y) return NULL;
-    /* local kernel: broadcast the local input (aligned right, leading 1s) into the
-     * local output whose sizes come from the output spec */
-    int64_t aligned[MG_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) aligned[i] = i < lead ? 1 : xin->local->shape[i - lead];
-    mg_tensor *xv = mg_tensor_view(mg_step_arena(), xin->local, ndim, aligned);
-    int64_t ones[MG_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) ones[i] = 1;
-    mg_tensor *zero = mg_tensor_zeros(mg_step_arena(), ndim, ones);
-    if (!xv || !zero) return NULL;
-    mg_backend *be = mg_backend_of(y->local);
-    be->iface->binary(be->context, MG_BINARY_ADD, xv, zero, y->local);
-    mg_node *node = mg_ops_record(MG_OP_EXPAND, 1, &xin, y);
-    if (node) {
-        node->ndim = xs->ndim;
-        memcpy(node->shape, xs->shape, sizeof node->shape);
-    }
-    return y;
+    for (int i = lead; i < ndim; i++)
+        if (shape[i] == -1) shape[i] = xs->shape[i - lead];
+    c->args.ndim = xs->ndim;
+    memcpy(c->args.shape, xs->shape, sizeof c->args.shape);
+    return MG_OK;
 }
+
+static void expand_rule(const mg_op_call *c, mg_candidates *cands) {
+    const mg_spec *xs = &c->x[0]->spec;
+    mg_rules_expand(cands, xs->ndim, xs->shape, c->out_ndim, c->out_shape);
+}
+
+/* the local input (aligned right, leading 1s) broadcast into the local
+ * output, whose sizes come from the output spec */
+static int expand_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int ndim = c->out_ndim, lead = ndim - in[0]->local->ndim;
+    int64_t aligned[MG_MAX_DIMS], ones[MG_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) {
+        aligned[i] = i < lead ? 1 : in[0]->local->shape[i - lead];
+        ones[i] = 1;
+    }
+    mg_tensor *xv = mg_tensor_view(mg_step_arena(), in[0]->local, ndim, aligned);
+    mg_tensor *zero = mg_tensor_zeros(mg_step_arena(), ndim, ones);
+    if (!xv || !zero) return mg_last_code();
+    mg_backend *be = mg_backend_of(out->local);
+    be->iface->binary(be->context, MG_BINARY_ADD, xv, zero, out->local);
+    return MG_OK;
+}
+
+static int expand_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_op_sum_to(g, n->args.ndim, n->args.shape));
+    return MG_OK;
+}
+
+static const mg_op_def expand_def = {
+    .name = "expand", .arity = 1, .required = 1, .required_names = "input",
+    .shape = expand_shape, .rule = expand_rule, .kernel = expand_kernel, .cost = copy_cost,
+    .vjp = expand_vjp,
+};
+
+mg_dtensor *mg_expand(const mg_dtensor *x, int ndim, const int64_t *global_shape) {
+    const char *who = "mg_expand";
+    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
+    if (mg_shape_check(ndim, global_shape, who) != MG_OK) {
+        /* -1 means "keep this dim": allowed, checked by expand_shape */
+        bool only_minus_one = ndim >= 0 && ndim <= MG_MAX_DIMS && global_shape;
+        for (int i = 0; only_minus_one && i < ndim; i++)
+            if (global_shape[i] < -1) only_minus_one = false;
+        if (!only_minus_one) return NULL;
+    }
+    mg_op_call c = {.who = who, .n = 1, .x = {x}, .out_ndim = ndim};
+    if (ndim > 0) memcpy(c.out_shape, global_shape, (size_t)ndim * sizeof *global_shape);
+    return mg_op_run(&expand_def, &c);
+}
+
+/* ---- reshape and view: no kernel (a rank's block keeps its order), so they
+ * take a path of their own: mg_rules_reshape says, for the actual spec, which
+ * placements stay; the others are made Replicate first (reshape) or refused
+ * (view). args (ndim, shape) = x's global shape, for the VJP. */
+
+static int reshape_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_reshape(g, n->args.ndim, n->args.shape));
+    return MG_OK;
+}
+
+static const mg_op_def reshape_def = {
+    .name = "reshape", .arity = 1, .required = 1, .vjp = reshape_vjp,
+};
 
 /* reshape (copy allowed: redistributes what cannot stay sharded) or view */
 static mg_dtensor *reshape_impl(const char *who, const mg_dtensor *x, int ndim,
@@ -186,10 +247,10 @@ static mg_dtensor *reshape_impl(const char *who, const mg_dtensor *x, int ndim,
     if (!lv) return NULL;
     mg_dtensor *y = mg_dtensor_make(&out_spec, lv, mg_step_arena());
     if (!y) return NULL;
-    mg_node *node = mg_ops_record(MG_OP_RESHAPE, 1, &xin, y);
+    mg_node *node = mg_ops_record(&reshape_def, 1, &xin, y);
     if (node) {
-        node->ndim = xs->ndim;
-        memcpy(node->shape, xs->shape, sizeof node->shape);
+        node->args.ndim = xs->ndim;
+        memcpy(node->args.shape, xs->shape, sizeof node->args.shape);
     }
     return y;
 }
@@ -205,8 +266,9 @@ mg_dtensor *mg_view(const mg_dtensor *x, int ndim, const int64_t *global_shape) 
 /* ---- narrow and cat --------------------------------------------------------------
  * Along a dim that is not sharded both are local block copies; a shard of that
  * dim is undone first (mg_rules_narrow), the inputs of cat brought to one
- * placement. A tape node holds at most MG_NODE_MAX_INPUTS inputs, so a cat of
- * more is a tree of cats of that many. */
+ * placement. A tape node holds at most MG_OP_MAX_INPUTS inputs, so a cat of
+ * more is a tree of cats of that many.
+ * args: i[0] = the dim; a narrow's shape[0] = its start. */
 
 /* dst[dst_off + i] = src[src_off + i] for i in src's (narrow: dst's) local box */
 static void copy_along(const mg_tensor *src, int64_t src_start, mg_tensor *dst, int64_t dst_start,
@@ -226,6 +288,66 @@ static mg_dtensor *narrow_dim(const char *who, const mg_dtensor *x, int *dim) {
     return *dim < 0 ? NULL : (mg_dtensor *)x;
 }
 
+static void narrow_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_narrow(cands, c->n, c->out_ndim, c->args.i[0]);
+}
+
+/* The shape is set by the caller (mg_narrow, narrow_vjp): these take it. */
+static int preset_shape(mg_op_call *c) {
+    (void)c;
+    return MG_OK;
+}
+
+static int narrow_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    copy_along(in[0]->local, c->args.shape[0], out->local, 0, c->args.i[0], out->local->shape);
+    return MG_OK;
+}
+
+/* g placed at [start, start + g's size) of the dim, in zeros of x's shape */
+static int narrow_backward_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    mg_backend *be = mg_backend_of(out->local);
+    be->iface->fill(be->context, out->local, 0.0f);
+    copy_along(in[0]->local, 0, out->local, c->args.shape[0], c->args.i[0], in[0]->local->shape);
+    return MG_OK;
+}
+
+static const mg_op_def narrow_backward_def = {
+    .name = "narrow_backward", .arity = 1, .required = 1, .shape = preset_shape,
+    .rule = narrow_rule, .kernel = narrow_backward_kernel, .cost = copy_cost,
+};
+
+static int narrow_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    const mg_spec *x = &n->inputs[0]->spec;
+    mg_op_call c = {.n = 1, .x = {g}, .args = n->args, .out_ndim = x->ndim};
+    memcpy(c.out_shape, x->shape, sizeof c.out_shape);
+    NEED(out[0] = mg_op_run(&narrow_backward_def, &c));
+    return MG_OK;
+}
+
+/* g added into grad (the narrowed tensor's gradient) in place, at grad's
+ * placements, where they keep the dim whole (no mesh dim of size > 1
+ * shards it); 1 where they do not. */
+static int narrow_vjp_add(mg_node *n, mg_dtensor *g, mg_dtensor *grad) {
+    int dim = n->args.i[0];
+    if (mg_ops_shard_mask(&grad->spec, dim)) return 1;
+    mg_spec at_grad = grad->spec; /* g's shape, grad's placements */
+    at_grad.shape[dim] = g->spec.shape[dim];
+    mg_dtensor *gg = mg_op_redistribute(g, &at_grad);
+    NEED(gg);
+    int64_t zero[MG_MAX_DIMS] = {0}, at[MG_MAX_DIMS] = {0};
+    at[dim] = n->args.shape[0]; /* dim is whole on every rank */
+    if (gg->local->numel == 0) return MG_OK;
+    mg_backend *be = mg_backend_of(grad->local);
+    be->iface->add_block(be->context, gg->local, zero, grad->local, at, gg->local->shape);
+    return MG_OK;
+}
+
+static const mg_op_def narrow_def = {
+    .name = "narrow", .arity = 1, .required = 1, .required_names = "input",
+    .shape = preset_shape, .rule = narrow_rule, .kernel = narrow_kernel, .cost = copy_cost,
+    .vjp = narrow_vjp, .vjp_fresh = true, .vjp_add = narrow_vjp_add,
+};
+
 mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t length) {
     const char *who = "mg_narrow";
     if (!narrow_dim(who, x, &dim)) return NULL;
@@ -234,78 +356,55 @@ mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t lengt
         return mg_error_null(
             MG_EINVAL, "%s: [%lld, %lld + %lld) is not inside dim %d of size %lld (global)", who,
             (long long)start, (long long)start, (long long)length, dim, (long long)size);
-    int nd = x->spec.ndim;
-    int64_t out_shape[MG_MAX_DIMS];
-    memcpy(out_shape, x->spec.shape, sizeof out_shape);
-    out_shape[dim] = length;
-    mg_candidates c;
-    mg_rules_narrow(&c, 1, nd, dim);
-    mg_dtensor *in;
-    mg_dtensor *y = mg_ops_begin(who, &c, 1, &x, nd, out_shape, &in);
-    if (!y) return NULL;
-    copy_along(in->local, start, y->local, 0, dim, y->local->shape);
-    mg_node *node = mg_ops_record(MG_OP_NARROW, 1, &in, y);
-    if (node) {
-        node->iargs[0] = dim;
-        node->n_iargs = 1;
-        node->shape[0] = start; /* where the gradient goes back */
+    mg_op_call c = {.who = who, .n = 1, .x = {x}, .out_ndim = x->spec.ndim};
+    memcpy(c.out_shape, x->spec.shape, sizeof c.out_shape);
+    c.out_shape[dim] = length;
+    c.args.i[0] = dim;
+    c.args.ni = 1;
+    c.args.shape[0] = start; /* where the gradient goes back */
+    return mg_op_run(&narrow_def, &c);
+}
+
+static int cat_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int64_t at = 0;
+    int dim = c->args.i[0];
+    for (int i = 0; i < c->n; i++) {
+        copy_along(in[i]->local, 0, out->local, at, dim, in[i]->local->shape);
+        at += in[i]->local->shape[dim];
     }
-    return y;
-}
-
-mg_dtensor *mg_op_narrow_backward(const mg_dtensor *g, int ndim, const int64_t *shape, int dim,
-                                  int64_t start) {
-    mg_candidates c;
-    mg_rules_narrow(&c, 1, ndim, dim);
-    mg_dtensor *in;
-    mg_dtensor *y = mg_ops_begin("narrow_backward", &c, 1, &g, ndim, shape, &in);
-    if (!y) return NULL;
-    mg_backend *be = mg_backend_of(y->local);
-    be->iface->fill(be->context, y->local, 0.0f);
-    copy_along(in->local, 0, y->local, start, dim, in->local->shape);
-    return y;
-}
-
-int mg_op_narrow_backward_add(const mg_dtensor *g, mg_dtensor *grad, int dim, int64_t start) {
-    if (mg_ops_shard_mask(&grad->spec, dim))
-        return mg_error(MG_EINVAL, "narrow backward: the gradient shards dim %d; add a whole one",
-                        dim);
-    mg_spec at_grad = grad->spec; /* g's shape, grad's placements */
-    at_grad.shape[dim] = g->spec.shape[dim];
-    mg_dtensor *gg = mg_op_redistribute(g, &at_grad);
-    if (!gg) return mg_last_code();
-    int64_t zero[MG_MAX_DIMS] = {0}, at[MG_MAX_DIMS] = {0};
-    at[dim] = start; /* dim is whole on every rank */
-    if (gg->local->numel == 0) return MG_OK;
-    mg_backend *be = mg_backend_of(grad->local);
-    be->iface->add_block(be->context, gg->local, zero, grad->local, at, gg->local->shape);
     return MG_OK;
 }
 
-/* one node: n <= MG_NODE_MAX_INPUTS inputs */
+static int cat_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    int dim = n->args.i[0];
+    int64_t at = 0;
+    for (int i = 0; i < n->n_inputs; i++) {
+        int64_t len = n->inputs[i]->spec.shape[dim];
+        if (mg_vjp_wants(n, i)) NEED(out[i] = mg_narrow(g, dim, at, len));
+        at += len;
+    }
+    return MG_OK;
+}
+
+static const mg_op_def cat_def = {
+    .name = "cat", .arity = MG_OP_MAX_INPUTS, .required = 1, .required_names = "input",
+    .shape = preset_shape, .rule = narrow_rule, .kernel = cat_kernel, .cost = copy_cost,
+    .vjp = cat_vjp,
+};
+
+/* one node: n <= MG_OP_MAX_INPUTS inputs */
 static mg_dtensor *cat_node(const char *who, int n, const mg_dtensor *const *xs, int dim) {
     const mg_spec *first = &xs[0]->spec;
-    int nd = first->ndim;
-    int64_t out_shape[MG_MAX_DIMS];
-    memcpy(out_shape, first->shape, sizeof out_shape);
-    out_shape[dim] = 0;
-    for (int i = 0; i < n; i++) out_shape[dim] += xs[i]->spec.shape[dim];
-    mg_candidates c;
-    mg_rules_narrow(&c, n, nd, dim);
-    mg_dtensor *in[MG_NODE_MAX_INPUTS];
-    mg_dtensor *y = mg_ops_begin(who, &c, n, xs, nd, out_shape, in);
-    if (!y) return NULL;
-    int64_t at = 0;
+    mg_op_call c = {.who = who, .n = n, .out_ndim = first->ndim};
+    memcpy(c.out_shape, first->shape, sizeof c.out_shape);
+    c.out_shape[dim] = 0;
     for (int i = 0; i < n; i++) {
-        copy_along(in[i]->local, 0, y->local, at, dim, in[i]->local->shape);
-        at += in[i]->local->shape[dim];
+        c.x[i] = xs[i];
+        c.out_shape[dim] += xs[i]->spec.shape[dim];
     }
-    mg_node *node = mg_ops_record(MG_OP_CAT, n, in, y);
-    if (node) {
-        node->iargs[0] = dim;
-        node->n_iargs = 1;
-    }
-    return y;
+    c.args.i[0] = dim;
+    c.args.ni = 1;
+    return mg_op_run(&cat_def, &c);
 }
 
 mg_dtensor *mg_cat(int n, const mg_dtensor *const *xs, int dim) {
@@ -328,14 +427,14 @@ mg_dtensor *mg_cat(int n, const mg_dtensor *const *xs, int dim) {
                                  mg_shape_format(s0, sizeof s0, a->ndim, a->shape), dim);
         }
     }
-    if (n <= MG_NODE_MAX_INPUTS) return cat_node(who, n, xs, dim);
-    /* a tree: groups of MG_NODE_MAX_INPUTS joined, then the groups */
-    int ng = (n + MG_NODE_MAX_INPUTS - 1) / MG_NODE_MAX_INPUTS;
+    if (n <= MG_OP_MAX_INPUTS) return cat_node(who, n, xs, dim);
+    /* a tree: groups of MG_OP_MAX_INPUTS joined, then the groups */
+    int ng = (n + MG_OP_MAX_INPUTS - 1) / MG_OP_MAX_INPUTS;
     mg_dtensor **parts = mg_arena_alloc(mg_step_arena(), (size_t)ng * sizeof *parts);
     if (!parts) return NULL;
     for (int g = 0; g < ng; g++) {
-        int first = g * MG_NODE_MAX_INPUTS,
-            k = n - first < MG_NODE_MAX_INPUTS ? n - first : MG_NODE_MAX_INPUTS;
+        int first = g * MG_OP_MAX_INPUTS,
+            k = n - first < MG_OP_MAX_INPUTS ? n - first : MG_OP_MAX_INPUTS;
         if (!(parts[g] = cat_node(who, k, xs + first, dim))) return NULL;
     }
     return mg_cat(ng, (const mg_dtensor *const *)parts, dim);

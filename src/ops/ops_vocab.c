@@ -12,14 +12,15 @@
  *                  holds it (one all-reduce of 2N floats): O(N) floats move,
  *                  never the (N, V) logits. The rows' log-sum-exp is kept on the
  *                  node (node->saved) for backward.
- * Logits not sharded on V take the whole-row kernels, as before. */
+ * Logits not sharded on V take the whole-row kernels.
+ * Records (op_def.h): embedding, cross_entropy; their VJPs read the gradient
+ * at the output's placements. */
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "dist/mesh.h"
 #include "ops/ops.h"
-#include "ops/tape.h"
 #include "status.h"
 
 static mg_backend *backend(const mg_tensor *t) { return mg_backend_of(t); }
@@ -40,50 +41,52 @@ static unsigned sharded_dims(const mg_spec *s) {
 
 /* ---- embedding ------------------------------------------------------------------ */
 
-mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table) {
-    const char *who = "mg_embedding";
-    const mg_dtensor *xs[2] = {ids, table};
-    if (mg_ops_check_given(who, 2, xs, 2, "ids or table") != MG_OK) return NULL;
-    const mg_spec *I = &ids->spec, *T = &table->spec;
+static int embedding_shape(mg_op_call *c) {
+    const mg_spec *I = &c->x[0]->spec, *T = &c->x[1]->spec;
     if (T->ndim != 2 || I->ndim + 1 > MG_MAX_DIMS) {
         char want[96];
         snprintf(want, sizeof want, "want a table (V, C) and ids of at most %d dims",
                  MG_MAX_DIMS - 1);
-        return mg_ops_shape_error(who, "ids", I, "table", T, want);
+        mg_ops_shape_error(c->who, "ids", I, "table", T, want);
+        return mg_last_code();
     }
-    int64_t out_shape[MG_MAX_DIMS];
-    memcpy(out_shape, I->shape, sizeof(int64_t) * (size_t)I->ndim);
-    out_shape[I->ndim] = T->shape[1];
-    mg_candidates c;
-    mg_rules_embedding(&c, I->ndim);
-    mg_dtensor *in[2];
-    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, I->ndim + 1, out_shape, in);
-    if (!y) return NULL;
-    mg_backend *be = backend(y->local);
-    int64_t n = in[0]->local->numel, rows[2] = {n, y->local->shape[I->ndim]};
+    memcpy(c->out_shape, I->shape, sizeof(int64_t) * (size_t)I->ndim);
+    c->out_shape[I->ndim] = T->shape[1];
+    c->out_ndim = I->ndim + 1;
+    return MG_OK;
+}
+
+static void embedding_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_embedding(cands, c->x[0]->spec.ndim);
+}
+
+static int embedding_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    const mg_spec *I = &c->x[0]->spec, *T = &c->x[1]->spec;
+    mg_backend *be = backend(out->local);
+    int64_t n = in[0]->local->numel, rows[2] = {n, out->local->shape[I->ndim]};
     mg_tensor *flat_ids = mg_tensor_view(mg_step_arena(), in[0]->local, 1, &n);
-    mg_tensor *flat_out = mg_tensor_view(mg_step_arena(), y->local, 2, rows);
-    if (!flat_ids || !flat_out) return NULL;
+    mg_tensor *flat_out = mg_tensor_view(mg_step_arena(), out->local, 2, rows);
+    if (!flat_ids || !flat_out) return mg_last_code();
     float bad = (float)be->iface->embedding(be->context, flat_ids, in[1]->local,
                                             offset_of(&in[1]->spec, 0), T->shape[0], flat_out);
     /* ranks holding other ids agree on their validity (replicated ids agree already) */
-    if (mg_ops_reduce_over(I->mesh, sharded_dims(&in[0]->spec), &bad, 1, MG_REDUCE_MAX) != MG_OK)
-        return NULL;
+    int rc = mg_ops_reduce_over(I->mesh, sharded_dims(&in[0]->spec), &bad, 1, MG_REDUCE_MAX);
+    if (rc != MG_OK) return rc;
     if (bad > 0)
-        return mg_error_null(MG_EINVAL,
-                             "%s: ids must be row indices 0..%lld of the table (integers "
-                             "stored as floats); %g ids on some rank are not",
-                             who, (long long)T->shape[0] - 1, bad);
-    mg_ops_record(MG_OP_EMBEDDING, 2, in, y);
-    return y;
+        return mg_error(MG_EINVAL,
+                        "%s: ids must be row indices 0..%lld of the table (integers stored as "
+                        "floats); %g ids on some rank are not",
+                        c->who, (long long)T->shape[0] - 1, bad);
+    return MG_OK;
 }
 
-mg_dtensor *mg_op_embedding_backward(const mg_dtensor *ids, const mg_dtensor *table,
-                                     const mg_dtensor *out, const mg_dtensor *g) {
-    mg_dtensor *dy = mg_ops_grad_at(g, &out->spec);
-    if (!dy) return NULL;
-    /* the table's placements, but Replicate where the forward used a Partial
-     * table, and Partial where a replicated table met sharded ids */
+/* dtable: the table's placements, but Replicate where the forward used a
+ * Partial table, and Partial where a replicated table met sharded ids */
+static int embedding_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
+    if (!mg_vjp_wants(node, 1)) return MG_OK; /* ids are data: no gradient */
+    const mg_dtensor *ids = node->inputs[0], *table = node->inputs[1];
+    mg_dtensor *dy = mg_ops_grad_at(g, &node->output->spec);
+    NEED(dy);
     mg_spec s = table->spec;
     for (int m = 0; m < s.mesh->ndim; m++) {
         if (s.p[m].kind == MG_PLACE_PARTIAL)
@@ -92,15 +95,33 @@ mg_dtensor *mg_op_embedding_backward(const mg_dtensor *ids, const mg_dtensor *ta
             s.p[m] = MG_PARTIAL_SUM;
     }
     mg_dtensor *dt = mg_ops_output(&s);
-    if (!dt) return NULL;
+    NEED(dt);
     mg_backend *be = backend(dt->local);
     int64_t n = ids->local->numel, rows[2] = {n, dt->local->shape[1]};
     mg_tensor *flat_ids = mg_tensor_view(mg_step_arena(), ids->local, 1, &n);
     mg_tensor *flat_dy = mg_tensor_view(mg_step_arena(), dy->local, 2, rows);
-    if (!flat_ids || !flat_dy) return NULL;
+    NEED(flat_ids && flat_dy);
     be->iface->embedding_backward(be->context, flat_ids, flat_dy, offset_of(&table->spec, 0),
                                   dt->local);
-    return dt;
+    grads[1] = dt;
+    return MG_OK;
+}
+
+static void embedding_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                           mg_op_cost *cost) {
+    (void)c;
+    cost->flops = 0;
+    cost->bytes = 4.0 * (double)(in[0]->local->numel + 2 * out->local->numel);
+}
+
+static const mg_op_def embedding_def = {
+    .name = "embedding", .arity = 2, .required = 2, .required_names = "ids or table",
+    .shape = embedding_shape, .rule = embedding_rule, .kernel = embedding_kernel,
+    .cost = embedding_cost, .vjp = embedding_vjp, .grad_at_output = true,
+};
+
+mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table) {
+    return mg_op_run2(&embedding_def, "mg_embedding", ids, table);
 }
 
 /* ---- cross-entropy ---------------------------------------------------------------- */
@@ -150,58 +171,84 @@ static int64_t cross_entropy_sharded(const mg_dtensor *logits, mg_tensor *lg, mg
     return bad;
 }
 
-mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels) {
-    const char *who = "mg_cross_entropy";
-    const mg_dtensor *xs[2] = {logits, labels};
-    if (mg_ops_check_given(who, 2, xs, 2, "input") != MG_OK) return NULL;
-    const mg_spec *L = &logits->spec, *Y = &labels->spec;
+static int cross_entropy_shape(mg_op_call *c) {
+    const mg_spec *L = &c->x[0]->spec, *Y = &c->x[1]->spec;
     if (L->ndim < 1 || Y->ndim != L->ndim - 1 ||
-        !mg_shape_equal(Y->ndim, Y->shape, Y->ndim, L->shape))
-        return mg_ops_shape_error(who, "logits", L, "labels", Y,
-                                  "want logits (..., V) and labels (...), e.g. (B, C) and (B)");
-    int64_t n = mg_shape_numel(Y->ndim, Y->shape), v = L->shape[L->ndim - 1];
-    mg_candidates c;
-    mg_rules_cross_entropy(&c, L->ndim);
-    mg_dtensor *in[2];
-    mg_dtensor *y = mg_ops_begin(who, &c, 2, xs, 0, NULL, in);
-    mg_tensor *lg, *lb;
-    if (!y || flat_rows(in[0], in[1], &lg, &lb) != MG_OK) return NULL;
-    mg_backend *be = backend(y->local);
-    float scale = n > 0 ? 1.0f / (float)n : 0.0f;
-    unsigned mask = mg_ops_shard_mask(&in[0]->spec, L->ndim - 1);
-    mg_tensor *lse = NULL;
-    int64_t bad = mask ? cross_entropy_sharded(in[0], lg, lb, mask, scale, y, &lse)
-                       : be->iface->cross_entropy(be->context, lg, lb, scale, y->local);
-    if (bad < 0) return NULL;
-    /* labels are local: agree on their validity so no rank goes on alone */
-    float bad_f = (float)bad;
-    if (mg_comm_all_reduce(L->mesh->world, &bad_f, 1, MG_REDUCE_MAX) != MG_OK) return NULL;
-    if (bad_f > 0)
-        return mg_error_null(MG_EINVAL,
-                             "%s: labels must be class indices in 0..%lld; %g rows on some rank "
-                             "are outside",
-                             who, (long long)v - 1, bad_f);
-    mg_node *node = mg_ops_record(MG_OP_CROSS_ENTROPY, 2, in, y);
-    if (node) node->saved = lse;
-    return y;
+        !mg_shape_equal(Y->ndim, Y->shape, Y->ndim, L->shape)) {
+        mg_ops_shape_error(c->who, "logits", L, "labels", Y,
+                           "want logits (..., V) and labels (...), e.g. (B, C) and (B)");
+        return mg_last_code();
+    }
+    c->out_ndim = 0;
+    return MG_OK;
 }
 
-mg_dtensor *mg_op_cross_entropy_backward(const mg_dtensor *logits, const mg_dtensor *labels,
-                                         const mg_dtensor *out, const mg_dtensor *dloss) {
+static void cross_entropy_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_cross_entropy(cands, c->x[0]->spec.ndim);
+}
+
+static int cross_entropy_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    const mg_spec *L = &c->x[0]->spec, *Y = &c->x[1]->spec;
+    mg_tensor *lg, *lb;
+    int rc = flat_rows(in[0], in[1], &lg, &lb);
+    if (rc != MG_OK) return rc;
+    int64_t n = mg_shape_numel(Y->ndim, Y->shape), v = L->shape[L->ndim - 1];
+    mg_backend *be = backend(out->local);
+    float scale = n > 0 ? 1.0f / (float)n : 0.0f;
+    unsigned mask = mg_ops_shard_mask(&in[0]->spec, L->ndim - 1);
+    int64_t bad = mask ? cross_entropy_sharded(in[0], lg, lb, mask, scale, out, &c->saved)
+                       : be->iface->cross_entropy(be->context, lg, lb, scale, out->local);
+    if (bad < 0) return (int)bad;
+    /* labels are local: agree on their validity so no rank goes on alone */
+    float bad_f = (float)bad;
+    if ((rc = mg_comm_all_reduce(L->mesh->world, &bad_f, 1, MG_REDUCE_MAX)) != MG_OK) return rc;
+    if (bad_f > 0)
+        return mg_error(MG_EINVAL,
+                        "%s: labels must be class indices in 0..%lld; %g rows on some rank are "
+                        "outside",
+                        c->who, (long long)v - 1, bad_f);
+    return MG_OK;
+}
+
+/* dlogits = dloss / N * (softmax(logits) - onehot(labels)) */
+static int cross_entropy_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
+    if (!mg_vjp_wants(node, 0)) return MG_OK; /* labels are data: no gradient */
+    const mg_dtensor *logits = node->inputs[0], *labels = node->inputs[1];
     /* the logits may be a parameter copy given back since the forward */
-    if (mg_ops_hold(1, &logits) != MG_OK) return NULL;
-    mg_dtensor *g = mg_ops_grad_at(dloss, &out->spec), *dx = mg_ops_output(&logits->spec);
-    mg_tensor *lg, *lb, *dl;
-    if (!g || !dx || flat_rows(logits, labels, &lg, &lb) != MG_OK) return NULL;
-    if (!(dl = mg_tensor_view(mg_step_arena(), dx->local, 2, lg->shape))) return NULL;
+    int rc = mg_ops_hold(1, &logits);
+    if (rc != MG_OK) return rc;
+    mg_dtensor *dl = mg_ops_grad_at(g, &node->output->spec), *dx = mg_ops_output(&logits->spec);
+    mg_tensor *lg, *lb, *dflat;
+    NEED(dl && dx);
+    if ((rc = flat_rows(logits, labels, &lg, &lb)) != MG_OK) return rc;
+    NEED(dflat = mg_tensor_view(mg_step_arena(), dx->local, 2, lg->shape));
     float gv = 0;
     mg_backend *be = backend(dx->local);
-    be->iface->to_host(be->context, &gv, g->local->data, 1);
+    be->iface->to_host(be->context, &gv, dl->local->data, 1);
     int nd = logits->spec.ndim;
     int64_t n = mg_shape_numel(nd - 1, logits->spec.shape), v = logits->spec.shape[nd - 1];
     bool sharded = mg_ops_shard_mask(&logits->spec, nd - 1) != 0;
-    be->iface->cross_entropy_backward(be->context, lg, lb, sharded ? out->node->saved : NULL,
+    be->iface->cross_entropy_backward(be->context, lg, lb, sharded ? node->saved : NULL,
                                       sharded ? offset_of(&logits->spec, nd - 1) : 0, v,
-                                      n > 0 ? gv / (float)n : 0.0f, dl);
-    return dx;
+                                      n > 0 ? gv / (float)n : 0.0f, dflat);
+    grads[0] = dx;
+    return MG_OK;
+}
+
+static void cross_entropy_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                               mg_op_cost *cost) {
+    (void)c, (void)out;
+    double n = (double)in[0]->local->numel;
+    cost->flops = 4 * n; /* max, exp, sum */
+    cost->bytes = 4.0 * 2 * n;
+}
+
+static const mg_op_def cross_entropy_def = {
+    .name = "cross_entropy", .arity = 2, .required = 2, .required_names = "input",
+    .shape = cross_entropy_shape, .rule = cross_entropy_rule, .kernel = cross_entropy_kernel,
+    .cost = cross_entropy_cost, .vjp = cross_entropy_vjp, .grad_at_output = true,
+};
+
+mg_dtensor *mg_cross_entropy(const mg_dtensor *logits, const mg_dtensor *labels) {
+    return mg_op_run2(&cross_entropy_def, "mg_cross_entropy", logits, labels);
 }

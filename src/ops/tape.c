@@ -6,23 +6,16 @@
 #include <string.h>
 
 #include "context.h"
-#include "ops/ops.h"
 #include "status.h"
 
-mg_node *mg_tape_push(int op, int n_inputs, mg_dtensor *const *inputs, mg_dtensor *output) {
+mg_node *mg_tape_push(const mg_op_def *def, int n_inputs, mg_dtensor *const *inputs, mg_dtensor *output) {
     mg_context *c = mg_ctx();
     mg_node *n = mg_arena_alloc(mg_step_arena(), sizeof *n);
     if (!n) return NULL;
     memset(n, 0, sizeof *n);
-    n->op = op;
+    n->def = def;
     n->n_inputs = n_inputs;
-    for (int i = 0; i < n_inputs; i++) {
-        n->inputs[i] = inputs[i];
-        /* a heap tensor (or the one an op's copy stands for) must outlive the graph */
-        mg_dtensor *held = inputs[i] ? mg_ops_param_of(inputs[i]) : NULL;
-        if (!held) held = inputs[i];
-        if (held && (held->flags & MG_DTENSOR_HEAP)) held->graph_step = c->steps + 1;
-    }
+    for (int i = 0; i < n_inputs; i++) n->inputs[i] = inputs[i];
     n->output = output;
     n->seq = c->tape_seq++;
     output->node = n;
