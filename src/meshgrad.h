@@ -178,6 +178,7 @@ mg_dtensor *mg_mul(const mg_dtensor *a, const mg_dtensor *b);
 mg_dtensor *mg_scale(const mg_dtensor *, float s);
 mg_dtensor *mg_relu(const mg_dtensor *);
 mg_dtensor *mg_gelu(const mg_dtensor *); /* tanh approximation */
+mg_dtensor *mg_silu(const mg_dtensor *); /* x sigmoid(x), as torch's silu (Llama's SwiGLU) */
 /* logits (..., V); labels (...) hold class indices as floats; the mean over every
  * label position (logits (B, C) and labels (B): the mean over the global batch).
  * Logits sharded on V are not gathered: each rank sums its classes' exponentials

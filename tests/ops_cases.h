@@ -54,6 +54,7 @@ static mg_dtensor *apply_mul(mg_dtensor **in) { return mg_mul(in[0], in[1]); }
 static mg_dtensor *apply_scale(mg_dtensor **in) { return mg_scale(in[0], -1.5f); }
 static mg_dtensor *apply_relu(mg_dtensor **in) { return mg_relu(in[0]); }
 static mg_dtensor *apply_gelu(mg_dtensor **in) { return mg_gelu(in[0]); }
+static mg_dtensor *apply_silu(mg_dtensor **in) { return mg_silu(in[0]); }
 static mg_dtensor *apply_ce(mg_dtensor **in) { return mg_cross_entropy(in[0], in[1]); }
 static mg_dtensor *apply_mse(mg_dtensor **in) { return mg_mse_loss(in[0], in[1]); }
 static mg_dtensor *apply_redistribute_r(mg_dtensor **in) {
@@ -145,6 +146,7 @@ static const op_case op_cases[] = {
     {"scale", 1, {2}, {{3, 5}}, {T}, {T}, {0}, apply_scale},
     {"relu", 1, {2}, {{4, 5}}, {T}, {T}, {DATA_AWAY_FROM_ZERO}, apply_relu},
     {"gelu", 1, {2}, {{4, 5}}, {T}, {T}, {0}, apply_gelu},
+    {"silu", 1, {3}, {{2, 3, 4}}, {T}, {T}, {0}, apply_silu},
     {"cross_entropy", 2, {2, 1}, {{6, 5}, {6}}, {T, F}, {T, F}, {0, DATA_LABELS}, apply_ce},
     {"mse_loss", 2, {2, 2}, {{4, 3}, {4, 3}}, {T, T}, {T, T}, {0}, apply_mse},
     {"redistribute_to_R", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_redistribute_r},

@@ -400,6 +400,13 @@ static double gelu_grad_ref(double x) {
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
+
+static double silu_grad_ref(double x) {
+    double s = 1.0 / (1.0 + exp(-x));
+    return s * (1.0 + x * (1.0 - s));
+}
+
 static double binary_ref(mg_binary_op op, double x, double y) {
     switch (op) {
     case MG_BINARY_ADD: return x + y;
@@ -407,6 +414,7 @@ static double binary_ref(mg_binary_op op, double x, double y) {
     case MG_BINARY_MUL: return x * y;
     case MG_BINARY_RELU_BACKWARD: return y > 0 ? x : 0;
     case MG_BINARY_GELU_BACKWARD: return x * gelu_grad_ref(y);
+    case MG_BINARY_SILU_BACKWARD: return x * silu_grad_ref(y);
     default: return NAN;
     }
 }
@@ -502,6 +510,8 @@ START_TEST(test_unary) {
                 case MG_UNARY_GELU: want = gelu_ref(v); break;
                 case MG_UNARY_SCALE: want = -0.75 * v; break;
                 case MG_UNARY_LOG: want = log(v); break;
+                case MG_UNARY_SILU: want = silu_ref(v); break;
+                default: ck_abort_msg("no reference for unary kernel %s", mg_unary_names[op]);
                 }
                 ck_assert_msg(fabs(out->data[i] - want) <= 1e-6 + 2e-6 * fabs(want),
                               "%s(%g): got %.9g want %.9g", mg_unary_names[op], v, out->data[i], want);
@@ -542,7 +552,7 @@ START_TEST(test_axpy) {
 }
 END_TEST
 
-/* relu and gelu backward against central differences of the forward kernels */
+/* relu, gelu and silu backward against central differences of the forward kernels */
 START_TEST(test_activation_backward_fd) {
     int64_t n[1] = {200};
     mg_tensor *x = rnd(1, n, 22), *dy = rnd(1, n, 23), *dx = junk(1, n);
@@ -552,9 +562,12 @@ START_TEST(test_activation_backward_fd) {
         if (fabsf(x->data[i]) < 0.05f) x->data[i] = 0.5f; /* keep relu away from its kink */
     }
     const float h = 1e-3f;
-    for (int act = 0; act < 2; act++) {
-        mg_unary_op fwd = act ? MG_UNARY_GELU : MG_UNARY_RELU;
-        mg_binary_op bwd = act ? MG_BINARY_GELU_BACKWARD : MG_BINARY_RELU_BACKWARD;
+    static const mg_unary_op fwds[3] = {MG_UNARY_RELU, MG_UNARY_GELU, MG_UNARY_SILU};
+    static const mg_binary_op bwds[3] = {MG_BINARY_RELU_BACKWARD, MG_BINARY_GELU_BACKWARD,
+                                         MG_BINARY_SILU_BACKWARD};
+    for (int act = 0; act < 3; act++) {
+        mg_unary_op fwd = fwds[act];
+        mg_binary_op bwd = bwds[act];
         for (int64_t i = 0; i < 200; i++) {
             xp->data[i] = x->data[i] + h;
             xm->data[i] = x->data[i] - h;

@@ -5,7 +5,7 @@
  *   formula of one element, from which the CPU and CUDA loops are made;
  * - mg_kernel_gelu, mg_kernel_gelu_grad: GELU in the tanh approximation (as torch's
  *   gelu(approximate="tanh")) and its derivative, and their parts (_arg, _of,
- *   _grad_of) for a caller with a tanh of its own;
+ *   _grad_of) for a caller with a tanh of its own; SiLU's sigmoid and derivative;
  * - mg_unravel2: item i of a box of dims, as offsets in two arrays of their own
  *   strides (a copy's source and destination, a binary op's two inputs).
  * Exports MG_KERNEL (the functions' qualifiers), the two lists and the functions. */
@@ -45,6 +45,14 @@ MG_KERNEL float mg_kernel_gelu_grad(float x) {
     return mg_kernel_gelu_grad_of(x, tanhf(mg_kernel_gelu_arg(x)));
 }
 
+/* SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)), s = sigmoid(x) */
+MG_KERNEL float mg_kernel_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+MG_KERNEL float mg_kernel_silu_grad(float x) {
+    float s = mg_kernel_sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
 /* The pointwise kernels: K(ENUM, name, formula), the formula of one element
  * of out from x (and alpha, the factor of SCALE) or from x and y (a binary
  * op's two inputs: a gradient op's are dy and the forward's input). */
@@ -52,13 +60,15 @@ MG_KERNEL float mg_kernel_gelu_grad(float x) {
     K(RELU, relu, x > 0.0f || x != x ? x : 0.0f) /* NaN stays NaN */                \
     K(GELU, gelu, mg_kernel_gelu(x))                                                \
     K(SCALE, scale, alpha * x)                                                      \
-    K(LOG, log, logf(x))
+    K(LOG, log, logf(x))                                                            \
+    K(SILU, silu, x * mg_kernel_sigmoid(x))
 #define MG_BINARY_KERNELS(K)                                                        \
     K(ADD, add, x + y)                                                              \
     K(SUB, sub, x - y)                                                              \
     K(MUL, mul, x * y)                                                              \
     K(RELU_BACKWARD, relu_backward, y > 0.0f ? x : 0.0f)                            \
-    K(GELU_BACKWARD, gelu_backward, x * mg_kernel_gelu_grad(y))
+    K(GELU_BACKWARD, gelu_backward, x * mg_kernel_gelu_grad(y))                     \
+    K(SILU_BACKWARD, silu_backward, x * mg_kernel_silu_grad(y))
 
 /* Item i (row-major, the last dim fastest) of the box of nd dims of sizes n: its
  * offsets *o1 by the strides s1 and *o2 by the strides s2. */

@@ -1,5 +1,5 @@
 /* ops_math.c: the pointwise family and its ops (mg_add, mg_sub, mg_mul,
- * mg_scale, mg_relu, mg_gelu and the gradient ops of the
+ * mg_scale, mg_relu, mg_gelu, mg_silu and the gradient ops of the
  * activations), reductions (mg_sum, mg_sum_dims, mg_mean, mg_mean_dims,
  * sum_to) and mg_mse_loss, each a record (op_def.h). Cross-entropy is in
  * ops_vocab.c.
@@ -190,6 +190,10 @@ static const mg_op_def gelu_backward_def = {
     .name = "gelu_backward", .arity = 2, .required = 2, .required_names = "input",
     .kind = MG_BINARY_GELU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 20),
 };
+static const mg_op_def silu_backward_def = {
+    .name = "silu_backward", .arity = 2, .required = 2, .required_names = "input",
+    .kind = MG_BINARY_SILU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 8),
+};
 
 static int relu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     NEED(out[0] = mg_op_run2(&relu_backward_def, NULL, g, n->inputs[0]));
@@ -197,6 +201,10 @@ static int relu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
 }
 static int gelu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     NEED(out[0] = mg_op_run2(&gelu_backward_def, NULL, g, n->inputs[0]));
+    return MG_OK;
+}
+static int silu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_op_run2(&silu_backward_def, NULL, g, n->inputs[0]));
     return MG_OK;
 }
 
@@ -208,9 +216,14 @@ static const mg_op_def gelu_def = {
     .name = "gelu", .arity = 1, .required = 1, .required_names = "input", .vjp = gelu_vjp,
     .kind = MG_UNARY_GELU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 15),
 };
+static const mg_op_def silu_def = {
+    .name = "silu", .arity = 1, .required = 1, .required_names = "input", .vjp = silu_vjp,
+    .kind = MG_UNARY_SILU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 5),
+};
 
 mg_dtensor *mg_relu(const mg_dtensor *x) { return mg_op_run1(&relu_def, "mg_relu", x, 0); }
 mg_dtensor *mg_gelu(const mg_dtensor *x) { return mg_op_run1(&gelu_def, "mg_gelu", x, 0); }
+mg_dtensor *mg_silu(const mg_dtensor *x) { return mg_op_run1(&silu_def, "mg_silu", x, 0); }
 
 /* ---- reductions ------------------------------------------------------------------
  * args: i[d] = 1 where dim d is reduced (ni = x's ndim), flag = keepdim, f = the
