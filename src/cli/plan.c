@@ -440,10 +440,7 @@ static int train_estimate(int argc, char **argv) {
     int estimate = 0, pp = 0;
     for (int i = 1; i < argc; i++) {
         estimate |= strcmp(argv[i], "--estimate") == 0;
-        /* --parallel P or --parallel=P (getopt takes both) */
-        const char *plans = strncmp(argv[i], "--parallel=", 11) == 0 ? argv[i] + 11
-                            : i + 1 < argc && strcmp(argv[i], "--parallel") == 0 ? argv[i + 1]
-                                                                                 : NULL;
+        const char *plans = mg_cli_flag_at(argc, argv, i, "--parallel"); /* getopt takes both */
         for (const char *p = plans; p && (p = strstr(p, "pp")); p += 2)
             pp |= (p == plans || p[-1] == ',') && (p[2] == '\0' || p[2] == ',');
     }
