@@ -40,12 +40,9 @@ gpt="--model gpt --data $text --layers 2 --heads 4 --embd 16 --ctx 16 --batch 8 
 train() {
     tag=$1 np=$2
     shift 2
-    if "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $gpt --metrics "$tmp/$tag.jsonl" "$@" \
-        >"$tmp/$tag.out" 2>&1; then
-        return 0
-    fi
+    train_run "$tag" "$np" $gpt "$@" && return 0
     fail "$tag: run failed"
-    sed 's/^/  | /' "$tmp/$tag.out"
+    show_log "$tmp/$tag.out"
     return 1
 }
 
