@@ -223,7 +223,8 @@ static int parse(comm_opts *o, int argc, char **argv) {
  * take is refused, not left for the kernel to kill. */
 static int fits_memory(const comm_opts *o) {
     double most = 0;
-    for (int s = 0; s < o->nsizes; s++) most = (double)o->sizes[s] > most ? (double)o->sizes[s] : most;
+    for (int s = 0; s < o->nsizes; s++)
+        most = (double)o->sizes[s] > most ? (double)o->sizes[s] : most;
     return mg_cli_check_memory("bench comm: the largest of --sizes",
                                most * (1.0 + 1.0 / mg_world_size()), "give smaller --sizes");
 }

@@ -30,8 +30,6 @@
 #include "rng.h"
 #include "status.h"
 
-#define WARMUP 2 /* steps before the measured ones */
-
 static const char usage[] =
     "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
     "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
@@ -48,10 +46,11 @@ typedef struct {
     mg_pp_options pp;
 } bench_options;
 
-/* What the step runs on: mesh, plan, model (with pp: this rank's stages),
- * optimizer and the token ids and targets, on the mesh or (with pp) on the
- * host. */
+/* What the step runs on: options, mesh, plan, model (with pp: this rank's
+ * stages), optimizer and the token ids and targets, on the mesh or (with pp)
+ * on the host. */
 typedef struct {
+    const bench_options *o;
     mg_mesh *mesh;
     mg_plan plan;
     mg_model model;
@@ -153,7 +152,8 @@ static float *host_ids(int64_t B, int64_t T, int64_t V, uint64_t stream) {
 }
 
 /* The ids and targets: on the host for a pipeline, else on the mesh. 0, or 1. */
-static int make_data(gpt_job *j, const bench_options *o) {
+static int make_data(gpt_job *j) {
+    const bench_options *o = j->o;
     const int64_t B = o->batch, T = o->g.ctx, V = o->g.vocab;
     if (j->pipe) {
         j->ids = host_ids(B, T, V, 1);
@@ -168,7 +168,8 @@ static int make_data(gpt_job *j, const bench_options *o) {
 /* The device, mesh, plan, model (a pipeline's with pp in the plan), AdamW
  * and the data: 0, or the exit code (1, or 2 for a mesh or plan that is
  * not one or does not fit). */
-static int setup(gpt_job *j, const bench_options *o) {
+static int setup(gpt_job *j) {
+    const bench_options *o = j->o;
     if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
     if (mg_cli_use_device(o->device, o->tf32, 0)) return 1;
     int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
@@ -177,23 +178,24 @@ static int setup(gpt_job *j, const bench_options *o) {
      * check is mg_pipeline_make's) */
     if (mg_cli_gpt_fits(&o->g, j->mesh, &j->plan, o->batch, 1, 2, 1, "--batch") != MG_OK) return 1;
     if (mg_plan_pp_dim(&j->plan) >= 0
-            ? mg_gpt_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->g, 1, o->batch, &j->model) != MG_OK
+            ? mg_gpt_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->g, 1, o->batch,
+                            &j->model) != MG_OK
             : mg_model_init_gpt(&j->model, j->mesh, &j->plan, &o->g, 1) != MG_OK)
         return 1;
     mg_optimizer_init(&j->opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
     j->opt.beta2 = 0.95f;
     if (mg_optimizer_add_state(&j->opt, &j->model.params) != MG_OK) return 1;
-    return make_data(j, o);
+    return make_data(j);
 }
 
 /* One step of the pipeline: parts[] its seconds, the whole step, its forward
  * and backward as one (in the forward's place) and the update. 0, or 1. */
-static int pipeline_step(gpt_job *j, const bench_options *o, double parts[4]) {
+static int pipeline_step(gpt_job *j, double parts[4]) {
     double t0 = mg_cli_clock(), loss, norm;
     int rc = mg_gpt_pp_step(j->pipe, j->ids, j->targets, &loss);
     if (rc == MG_OK) rc = mg_device_synchronize();
     double t1 = mg_cli_clock();
-    if (rc == MG_OK) rc = mg_gpt_pp_update(j->pipe, &j->opt, o->lr, 1.0, &norm);
+    if (rc == MG_OK) rc = mg_gpt_pp_update(j->pipe, &j->opt, j->o->lr, 1.0, &norm);
     if (rc == MG_OK) rc = mg_params_zero_grads(&j->model.params);
     mg_step_end();
     if (rc == MG_OK) rc = mg_device_synchronize();
@@ -204,7 +206,7 @@ static int pipeline_step(gpt_job *j, const bench_options *o, double parts[4]) {
 
 /* One step on the whole model: parts[] its seconds, the whole step and its
  * forward, backward and optimizer. 0, or 1. */
-static int model_step(gpt_job *j, const bench_options *o, double parts[4]) {
+static int model_step(gpt_job *j, double parts[4]) {
     mg_param_table *params = &j->model.params;
     double t0 = mg_cli_clock();
     mg_dtensor *logits = mg_model_forward(&j->model, j->x); // logits: (B, T, V)
@@ -216,7 +218,7 @@ static int model_step(gpt_job *j, const bench_options *o, double parts[4]) {
     if (mg_device_synchronize() != MG_OK) return 1;
     double t2 = mg_cli_clock();
     if (mg_clip_grad_norm(params, 1.0, NULL) != MG_OK ||
-        mg_optimizer_step(&j->opt, params, (float)o->lr) != MG_OK)
+        mg_optimizer_step(&j->opt, params, (float)j->o->lr) != MG_OK)
         return 1;
     mg_params_zero_grads(params);
     mg_step_end();
@@ -226,26 +228,27 @@ static int model_step(gpt_job *j, const bench_options *o, double parts[4]) {
     return 0;
 }
 
+/* mg_cli_bench_steps' step: the pipeline's or the whole model's, after a
+ * barrier. */
+static int one_step(void *ctx, int64_t s, double parts[4]) {
+    gpt_job *j = ctx;
+    (void)s;
+    if (mg_comm_barrier(j->mesh->world) != MG_OK) return 1;
+    return j->pipe ? pipeline_step(j, parts) : model_step(j, parts);
+}
+
 /* The warm-up steps, then the measured ones: 0, or 1 on failure. */
-static int run(gpt_job *j, const bench_options *o, gpt_result *r) {
+static int run(gpt_job *j, gpt_result *r) {
     mg_comm *world = j->mesh->world;
-    mg_cli_step_times times;
-    if (mg_cli_step_times_init(&times, o->steps) != MG_OK) return 1;
-    for (int64_t s = -WARMUP; s < o->steps; s++) {
-        double parts[4];
-        if (mg_comm_barrier(world) != MG_OK) return 1;
-        if (j->pipe ? pipeline_step(j, o, parts) : model_step(j, o, parts)) return 1;
-        if (mg_cli_step_times_add(&times, world, s, parts) != MG_OK) return 1;
-    }
-    mg_cli_step_times_medians(&times, r->ms);
-    mg_cli_step_times_free(&times);
+    if (mg_cli_bench_steps(world, j->o->steps, one_step, j, r->ms)) return 1;
     r->rss = mg_cli_peak_rss_mb(world);
     r->arena = (double)mg_arena_peak(mg_step_arena()) / 1048576.0;
     return mg_comm_all_reduce_f64(world, &r->arena, 1, MG_CONTROL_MAX) != MG_OK;
 }
 
 /* The table and the JSON line (rank 0). */
-static void report(const gpt_job *j, const bench_options *o, const gpt_result *r) {
+static void report(const gpt_job *j, const gpt_result *r) {
+    const bench_options *o = j->o;
     if (mg_rank() != 0) return;
     const int64_t B = o->batch, T = o->g.ctx, C = o->g.embd, L = o->g.layers, V = o->g.vocab;
     double weights = (double)L * 12 * C * C + (double)V * C; /* the GEMMs': blocks and the head */
@@ -258,7 +261,7 @@ static void report(const gpt_job *j, const bench_options *o, const gpt_result *r
            "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
            "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o->g.heads,
            (long long)C, (long long)V, (long long)mg_gpt_param_count(&o->g), mg_world_size(), mt,
-           pt, mg_backend_cpu_threads(), (long long)o->steps, WARMUP);
+           pt, mg_backend_cpu_threads(), (long long)o->steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
            r->ms[0], gflops, r->rss, r->arena);
     if (j->pipe)
@@ -283,13 +286,13 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
     bench_options o;
     int code = parse(argc, argv, &o);
     if (code) return code == 1 ? 0 : code;
-    gpt_job j = {0};
+    gpt_job j = {.o = &o};
     gpt_result r;
-    if ((code = setup(&j, &o)) != 0) return code;
+    if ((code = setup(&j)) != 0) return code;
     /* a failed step leaves what it made: freeing a tensor that its graph
      * still holds would put another error in place of the step's */
-    if (run(&j, &o, &r)) return 1;
-    report(&j, &o, &r);
+    if (run(&j, &r)) return 1;
+    report(&j, &r);
     free(j.ids), free(j.targets);
     mg_dtensor_free(j.x), mg_dtensor_free(j.y);
     mg_model_free(&j.model);

@@ -31,7 +31,6 @@
 #include "trace.h"
 
 #define MAX_WIDTHS 32 /* --layers: up to 31 linear layers */
-#define WARMUP 2      /* steps before the measured ones */
 
 static const char usage[] =
     "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
@@ -49,8 +48,10 @@ typedef struct {
     const char *trace, *trace_steps, *flight_dir;
 } step_opts;
 
-/* What the step runs on: mesh, plan, parameters, optimizer, data, timeline. */
+/* What the step runs on: options, mesh, plan, parameters, optimizer, data,
+ * timeline. */
 typedef struct {
+    const step_opts *o;
     mg_mesh *mesh;
     mg_plan plan;
     mg_param_table params;
@@ -154,7 +155,8 @@ static int step_fits(const int64_t *w, int nl, int64_t batch) {
 
 /* Linear(l[i], l[i+1]) for each layer, placed by the plan, and the optimizer
  * with its momentum: 0, or 1 on failure. */
-static int make_params(step_job *j, const step_opts *o) {
+static int make_params(step_job *j) {
+    const step_opts *o = j->o;
     for (int i = 0; i + 1 < o->nl; i++) {
         mg_placement ws[4], wu[4], bs[4], bu[4];
         mg_plan_linear(&j->plan, i, ws, wu, bs, bu);
@@ -175,7 +177,8 @@ static int make_params(step_job *j, const step_opts *o) {
 }
 
 /* Fixed x (B, l0) and target (B, lN) on the plan's batch placements: 0, or 1. */
-static int make_data(step_job *j, const step_opts *o) {
+static int make_data(step_job *j) {
+    const step_opts *o = j->o;
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&j->plan, bp);
     mg_tensor *xf = mg_tensor_new(2, (int64_t[]){o->batch, o->layers[0]});
@@ -184,8 +187,10 @@ static int make_data(step_job *j, const step_opts *o) {
         mg_tensor_free(xf);
         return 1;
     }
-    for (int64_t i = 0; i < mg_tensor_numel(xf); i++) mg_tensor_data(xf)[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-    for (int64_t i = 0; i < mg_tensor_numel(tf); i++) mg_tensor_data(tf)[i] = (float)((i * 3) % 7) / 7.0f;
+    for (int64_t i = 0; i < mg_tensor_numel(xf); i++)
+        mg_tensor_data(xf)[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    for (int64_t i = 0; i < mg_tensor_numel(tf); i++)
+        mg_tensor_data(tf)[i] = (float)((i * 3) % 7) / 7.0f;
     j->x = mg_distribute(j->mesh, xf, bp, j->mesh->ndim);
     j->target = mg_distribute(j->mesh, tf, bp, j->mesh->ndim);
     mg_tensor_free(xf);
@@ -196,36 +201,42 @@ static int make_data(step_job *j, const step_opts *o) {
 /* The device, mesh, plan, flight recorder, timeline, parameters and data:
  * 0, or the exit code (1, or 2 for a mesh or plan that is not
  * one or does not fit). */
-static int setup(step_job *j, const step_opts *o) {
+static int setup(step_job *j) {
+    const step_opts *o = j->o;
     if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
     if (mg_cli_use_device(o->device, o->tf32, o->bf16)) return 1;
     int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
     if (code) return code;
-    if (step_fits(o->layers, o->nl, o->batch) != MG_OK || mg_observe_flight(o->flight_dir) != MG_OK ||
-        mg_timeline_prepare(&j->timeline, o->trace, o->trace_steps, 1, o->steps, j->mesh->world) != MG_OK)
+    if (step_fits(o->layers, o->nl, o->batch) != MG_OK ||
+        mg_observe_flight(o->flight_dir) != MG_OK ||
+        mg_timeline_prepare(&j->timeline, o->trace, o->trace_steps, 1, o->steps,
+                            j->mesh->world) != MG_OK)
         return 1;
-    return make_params(j, o) || make_data(j, o);
+    return make_params(j) || make_data(j);
 }
 
 /* The forward of the MLP and its loss, or NULL. */
-static mg_dtensor *forward(step_job *j, const step_opts *o) {
+static mg_dtensor *forward(step_job *j) {
     mg_dtensor *h = j->x;
-    for (int i = 0; i + 1 < o->nl; i++) {
+    int nl = j->o->nl;
+    for (int i = 0; i + 1 < nl; i++) {
         h = mg_linear(h, mg_params_use(&j->params, 2 * i), mg_params_use(&j->params, 2 * i + 1));
-        if (h && i + 2 < o->nl) h = mg_relu(h);
+        if (h && i + 2 < nl) h = mg_relu(h);
         if (!h) return NULL;
     }
     return mg_mse_loss(h, j->target);
 }
 
-/* Step s (from 1 after the warm-up's): parts[] its seconds, the whole step
- * and its forward, backward and optimizer. 0, or 1 on failure. */
-static int one_step(step_job *j, const step_opts *o, int64_t s, double parts[4]) {
+/* Step s (the measured ones from 1, the warm-up's 0 and below): parts[] its
+ * seconds, the whole step and its forward, backward and optimizer. 0, or 1
+ * on failure. */
+static int one_step(step_job *j, int64_t s, double parts[4]) {
+    const step_opts *o = j->o;
     if (mg_comm_barrier(j->mesh->world) != MG_OK) return 1;
     mg_trace_begin(MG_TRACE_STEP, "step", s);
     mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
     double t0 = mg_cli_clock();
-    mg_dtensor *loss = forward(j, o);
+    mg_dtensor *loss = forward(j);
     if (!loss || mg_device_synchronize() != MG_OK) return 1;
     double t1 = mg_cli_clock();
     mg_trace_end();
@@ -247,21 +258,22 @@ static int one_step(step_job *j, const step_opts *o, int64_t s, double parts[4])
     return 0;
 }
 
-/* The warm-up steps, then the measured ones: 0, or 1 on failure. */
-static int run(step_job *j, const step_opts *o, step_result *r) {
+/* mg_cli_bench_steps' step s (below 0: warm-up), the measured ones on the
+ * timeline. */
+static int timed_step(void *ctx, int64_t s, double parts[4]) {
+    step_job *j = ctx;
     mg_comm *world = j->mesh->world;
-    mg_cli_step_times times;
-    if (mg_cli_step_times_init(&times, o->steps) != MG_OK) return 1;
-    for (int64_t s = -WARMUP; s < o->steps; s++) {
-        double parts[4];
-        if (s >= 0 && mg_timeline_step_begin(&j->timeline, s + 1, world) != MG_OK) return 1;
-        if (one_step(j, o, s + 1, parts)) return 1;
-        if (s >= 0 && mg_timeline_step_end(&j->timeline, s + 1, world) != MG_OK) return 1;
-        if (mg_cli_step_times_add(&times, world, s, parts) != MG_OK) return 1;
-    }
-    if (mg_timeline_finish(&j->timeline, world) != MG_OK) return 1;
-    mg_cli_step_times_medians(&times, r->ms);
-    mg_cli_step_times_free(&times);
+    if (s >= 0 && mg_timeline_step_begin(&j->timeline, s + 1, world) != MG_OK) return 1;
+    if (one_step(j, s + 1, parts)) return 1;
+    return s >= 0 && mg_timeline_step_end(&j->timeline, s + 1, world) != MG_OK;
+}
+
+/* The warm-up steps, then the measured ones: 0, or 1 on failure. */
+static int run(step_job *j, step_result *r) {
+    mg_comm *world = j->mesh->world;
+    if (mg_cli_bench_steps(world, j->o->steps, timed_step, j, r->ms) ||
+        mg_timeline_finish(&j->timeline, world) != MG_OK)
+        return 1;
     r->rss = mg_cli_peak_rss_mb(world);
     /* where the memory of a step went (largest rank): the step arena's peak and
      * the size of the scratch arena (one op's gathered weights, or one gradient
@@ -274,7 +286,8 @@ static int run(step_job *j, const step_opts *o, step_result *r) {
 }
 
 /* The table and the JSON line (rank 0). */
-static void report(const step_job *j, const step_opts *o, const step_result *r) {
+static void report(const step_job *j, const step_result *r) {
+    const step_opts *o = j->o;
     if (mg_rank() != 0) return;
     double flops = 0;
     for (int i = 0; i + 1 < o->nl; i++)
@@ -288,7 +301,7 @@ static void report(const step_job *j, const step_opts *o, const step_result *r) 
     for (int i = 0; i < o->nl; i++) printf("%s%lld", i ? "," : "", (long long)o->layers[i]);
     printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s  (median of %lld after %d "
            "warm-up)\n", mg_world_size(), mt, pt, mg_backend_cpu_threads(), device,
-           mg_cli_gemm_math(o->device), (long long)o->steps, WARMUP);
+           mg_cli_gemm_math(o->device), (long long)o->steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
            "(step arena %.0f MB, scratch %.0f MB)\n",
            r->ms[0], gflops, r->rss, r->arena, r->scratch);
@@ -306,13 +319,13 @@ int mg_cli_bench_step_mlp(int argc, char **argv) {
     step_opts o;
     int code = parse(&o, argc, argv);
     if (code) return code == 1 ? 0 : code;
-    step_job j = {0};
+    step_job j = {.o = &o};
     step_result r;
-    if ((code = setup(&j, &o)) != 0) return code;
+    if ((code = setup(&j)) != 0) return code;
     /* a failed step leaves what it made: freeing a tensor that its graph
      * still holds would put another error in place of the step's */
-    if (run(&j, &o, &r)) return 1;
-    report(&j, &o, &r);
+    if (run(&j, &r)) return 1;
+    report(&j, &r);
     mg_dtensor_free(j.x), mg_dtensor_free(j.target);
     mg_params_free(&j.params);
     mg_mesh_free(j.mesh);

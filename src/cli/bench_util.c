@@ -108,24 +108,23 @@ int mg_cli_bench_mesh_new(const char *mesh_text, const char *plan_text, int64_t 
     return 0;
 }
 
-int mg_cli_step_times_init(mg_cli_step_times *t, int64_t steps) {
-    t->steps = steps;
-    t->s = calloc((size_t)(4 * steps), sizeof *t->s);
-    return t->s ? MG_OK : mg_error(MG_ENOMEM, "bench step: out of memory for %lld steps' times",
-                                   (long long)steps);
-}
-
-int mg_cli_step_times_add(mg_cli_step_times *t, mg_comm *world, int64_t i, double parts[4]) {
-    int rc = mg_comm_all_reduce_f64(world, parts, 4, MG_CONTROL_MAX);
-    for (int k = 0; rc == MG_OK && i >= 0 && k < 4; k++) t->s[k * t->steps + i] = parts[k];
+int mg_cli_bench_steps(mg_comm *world, int64_t steps,
+                       int (*step)(void *ctx, int64_t s, double parts[4]), void *ctx,
+                       double ms[4]) {
+    double *times = calloc((size_t)(4 * steps), sizeof *times); /* part k of step s: k * steps + s */
+    if (!times) {
+        mg_error(MG_ENOMEM, "bench step: out of memory for the times of %lld steps",
+                 (long long)steps);
+        return 1;
+    }
+    int rc = 0;
+    for (int64_t s = -MG_CLI_WARMUP; !rc && s < steps; s++) {
+        double parts[4];
+        rc = step(ctx, s, parts) ||
+             mg_comm_all_reduce_f64(world, parts, 4, MG_CONTROL_MAX) != MG_OK;
+        for (int k = 0; !rc && s >= 0 && k < 4; k++) times[k * steps + s] = parts[k];
+    }
+    for (int k = 0; !rc && k < 4; k++) ms[k] = mg_cli_median(times + k * steps, (int)steps) * 1e3;
+    free(times);
     return rc;
-}
-
-void mg_cli_step_times_medians(mg_cli_step_times *t, double ms[4]) {
-    for (int k = 0; k < 4; k++) ms[k] = mg_cli_median(t->s + k * t->steps, (int)t->steps) * 1e3;
-}
-
-void mg_cli_step_times_free(mg_cli_step_times *t) {
-    free(t->s);
-    t->s = NULL;
 }

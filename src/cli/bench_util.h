@@ -6,8 +6,7 @@
  * mg_cli_peak_rss_mb, mg_cli_parse_count, mg_cli_parse_positive,
  * mg_cli_parse_device, mg_cli_parse_dtype, mg_cli_use_device, mg_cli_gemm_math,
  * mg_cli_bench_usage, mg_cli_bench_bad_value, mg_cli_bench_flags_end,
- * mg_cli_bench_mesh_new, mg_cli_step_times, mg_cli_step_times_init,
- * mg_cli_step_times_add, mg_cli_step_times_medians, mg_cli_step_times_free. */
+ * mg_cli_bench_mesh_new, MG_CLI_WARMUP, mg_cli_bench_steps. */
 #ifndef MG_CLI_BENCH_UTIL_H
 #define MG_CLI_BENCH_UTIL_H
 
@@ -58,19 +57,16 @@ int mg_cli_bench_flags_end(int rc, const char *cmd, int argc, char **argv, const
 int mg_cli_bench_mesh_new(const char *mesh_text, const char *plan_text, int64_t batch,
                           mg_mesh **mesh, mg_plan *plan);
 
-/* The measured steps of a step benchmark: per step, the slowest rank's
- * seconds of the whole step and of its forward, backward and optimizer. */
-typedef struct {
-    int64_t steps;
-    double *s; /* part k of step i at s[k * steps + i] */
-} mg_cli_step_times;
-/* MG_OK, or MG_ENOMEM with the error set. */
-int mg_cli_step_times_init(mg_cli_step_times *t, int64_t steps);
-/* Collective over world: the largest parts[0..4) of the ranks, kept as step
- * i when i >= 0 (warm-up steps count below 0). */
-int mg_cli_step_times_add(mg_cli_step_times *t, mg_comm *world, int64_t i, double parts[4]);
-/* The median of each part over the steps, in milliseconds. */
-void mg_cli_step_times_medians(mg_cli_step_times *t, double ms[4]);
-void mg_cli_step_times_free(mg_cli_step_times *t);
+#define MG_CLI_WARMUP 2 /* a step benchmark's steps before the measured ones */
+
+/* A step benchmark's steps: step(ctx, s, parts) runs step s, from
+ * -MG_CLI_WARMUP (below 0 the warm-up) to steps - 1, and gives its seconds in
+ * parts[]: the whole step, its forward, backward and optimizer (0, or 1 on
+ * failure). Collective over world: per step the slowest rank's parts; ms[]
+ * the median of each over the measured steps, in milliseconds. 0, or 1 on
+ * failure (the error set). */
+int mg_cli_bench_steps(mg_comm *world, int64_t steps,
+                       int (*step)(void *ctx, int64_t s, double parts[4]), void *ctx,
+                       double ms[4]);
 
 #endif

@@ -160,14 +160,16 @@ static int bench_setup(bench_job *j, const bench_opts *o) {
     j->entries = calloc((size_t)j->n, sizeof *j->entries);
     j->names = calloc((size_t)j->n, sizeof *j->names);
     j->sums = calloc((size_t)j->n, sizeof *j->sums);
-    int st = j->entries && j->names && j->sums ? MG_OK : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
+    int st = j->entries && j->names && j->sums ? MG_OK
+                                               : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
     const char *kinds[3] = {"", "/exp_avg", "/exp_avg_sq"};
     for (int t = 0; st == MG_OK && t < ntensors; t++) {
         int64_t rows = rows_total - t * max_rows < max_rows ? rows_total - t * max_rows : max_rows;
         int64_t shape[2] = {rows, cols};
         for (int k = 0; k < 3; k++) {
             int i = 3 * t + k;
-            snprintf(j->names[i], sizeof j->names[i], "%s/w%d%s", k ? "optim" : "params", t, kinds[k]);
+            snprintf(j->names[i], sizeof j->names[i], "%s/w%d%s", k ? "optim" : "params", t,
+                     kinds[k]);
             mg_spec spec;
             mg_placement p = MG_SHARD(0);
             st = mg_spec_make(&spec, j->mesh, &p, 1, 2, shape, "ckpt bench");
@@ -216,7 +218,8 @@ static int save_and_load(bench_job *j, bench_result *r) {
     for (int i = 0; i < j->n; i++)
         if (sum_of(j->entries[i].tensor->local) != j->sums[i]) ok = 0;
     if ((st = mg_comm_all_reduce_i64(world, &ok, 1, MG_CONTROL_MIN)) != MG_OK) return st;
-    return ok ? MG_OK : mg_error(MG_EFORMAT, "ckpt bench: the loaded values differ from the saved ones");
+    return ok ? MG_OK
+              : mg_error(MG_EFORMAT, "ckpt bench: the loaded values differ from the saved ones");
 }
 
 /* Rank 0: the file's size, then (the file removed unless --keep) the disk's
