@@ -348,7 +348,8 @@ static int most_waited(const waits_t *g) {
     int best = -1;
     for (int m = 0; m < g->job->world; m++) {
         if (!g->waited[m]) continue;
-        const entry_t *e = waiting_entry(g->job, m), *b = best >= 0 ? waiting_entry(g->job, best) : NULL;
+        const entry_t *e = waiting_entry(g->job, m);
+        const entry_t *b = best >= 0 ? waiting_entry(g->job, best) : NULL;
         int64_t step = e ? e->step : -1, best_step = b ? b->step : -1;
         if (best < 0 || g->waited[m] > g->waited[best] ||
             (g->waited[m] == g->waited[best] && step > best_step))
@@ -456,26 +457,25 @@ static int waits(const job_t *job, para *p, char *blk) {
     return nwait;
 }
 
+/* " 0, 2, 3": the ranks that left a dump (have 1) or none (have 0); returns how many. */
+static int say_ranks(para *p, const job_t *job, int have) {
+    int n = 0;
+    for (int r = 0; r < job->world; r++)
+        if (!job->d[r] == !have) say(p, "%s %d", n++ ? "," : "", r);
+    return n;
+}
+
 static int analyze(job_t *job, const char *dir) {
     para p = {0};
-    int W = job->world, have = 0;
+    int W = job->world;
     char *blk = calloc((size_t)W * (size_t)W + 1, 1);
     if (!blk) return mg_error(MG_ENOMEM, "trace analyze: out of memory");
     say(&p, "%s: dumps of rank", dir);
-    for (int r = 0, first = 1; r < W; r++)
-        if (job->d[r]) {
-            say(&p, "%s %d", first ? "" : ",", r);
-            first = 0;
-            have++;
-        }
+    int have = say_ranks(&p, job, 1);
     say(&p, " of %d", W);
     if (have < W) {
         say(&p, " (none of rank");
-        for (int r = 0, first = 1; r < W; r++)
-            if (!job->d[r]) {
-                say(&p, "%s %d", first ? "" : ",", r);
-                first = 0;
-            }
+        say_ranks(&p, job, 0);
         say(&p, ")");
     }
     for (int r = 0; r < W; r++)
