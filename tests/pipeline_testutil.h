@@ -4,6 +4,7 @@
  * - mg_test_pp_config and mg_test_pp_start: one configuration (mesh shape,
  *   plan, schedule, virtual stages, micro-batches, a --microbatch-rows or a
  *   --pp-layers list) made into its mesh, plan and mg_pp_options;
+ *   mg_test_pp_meshes: the meshes a suite runs on;
  * - mg_test_accumulate: the reference, gradient accumulation over the same
  *   micro-batches (sums off but for the last);
  * - mg_test_pp_grads and mg_test_grad_diff: a parameter's gradients in a
@@ -30,6 +31,17 @@ typedef struct {
     const int *layers;    /* NULL: stages balanced by cost */
     int nlayers;
 } mg_test_pp_config;
+
+/* The meshes and plans a suite runs its pipelines on: pp over every rank,
+ * and on 4 ranks each of `plans` (NULL-ended) on 2x2. Returns how many it
+ * wrote to out (room for one more than the plans). */
+static inline int mg_test_pp_meshes(mg_test_pp_config *out, const char *const *plans) {
+    int w = mg_world_size(), n = 0;
+    out[n++] = (mg_test_pp_config){.ndim = 1, .shape = {w}, .plan = "pp"};
+    for (int i = 0; w == 4 && plans[i]; i++)
+        out[n++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = plans[i]};
+    return n;
+}
 
 /* The mesh, plan and options of c: 1, or 0 with the reason in msg (nothing
  * left to free). */

@@ -134,17 +134,9 @@ static int run_config(const mg_test_pp_config *c, char *msg, size_t len) {
 }
 
 START_TEST(test_gpt_schedules_equal_accumulation) {
-    int w = mg_world_size();
+    static const char *const plans[] = {"pp,dp", "pp,tp", "pp,fsdp", "pp,sp", "pp,tp+sp", NULL};
     mg_test_pp_config meshes[6];
-    int nm = 0;
-    meshes[nm++] = (mg_test_pp_config){.ndim = 1, .shape = {w}, .plan = "pp"};
-    if (w == 4) {
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,fsdp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,sp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp+sp"};
-    }
+    int nm = mg_test_pp_meshes(meshes, plans);
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
         for (int k = 0; k < MG_PP_KIND_COUNT; k++) {

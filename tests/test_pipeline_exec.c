@@ -215,14 +215,9 @@ static int run_config(const mg_test_pp_config *c, char *msg, size_t len) {
 START_TEST(test_schedules_equal_accumulation) {
     int w = mg_world_size();
     static const int64_t rows[4] = {5, 7, 3, 7};
+    static const char *const plans[] = {"pp,dp", "pp,tp", "fsdp,pp", NULL};
     mg_test_pp_config meshes[4];
-    int nm = 0;
-    meshes[nm++] = (mg_test_pp_config){.ndim = 1, .shape = {w}, .plan = "pp"};
-    if (w == 4) {
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "fsdp,pp"};
-    }
+    int nm = mg_test_pp_meshes(meshes, plans);
     if (w == 2) meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 1}, .plan = "pp,dp"};
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
@@ -302,13 +297,9 @@ static double machine_need(const mg_pipeline *p, const mg_layer_cost *costs, int
  * fit. */
 START_TEST(test_memory_check) {
     int w = mg_world_size();
+    static const char *const plans[] = {"pp,dp", "pp,tp", NULL};
     mg_test_pp_config meshes[3];
-    int nm = 0;
-    meshes[nm++] = (mg_test_pp_config){.ndim = 1, .shape = {w}, .plan = "pp"};
-    if (w == 4) {
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
-        meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
-    }
+    int nm = mg_test_pp_meshes(meshes, plans);
     for (int i = 0; i < nm; i++) {
         mg_test_pp_config *k = &meshes[i];
         k->kind = MG_PP_1F1B, k->v = 1, k->m = 4;
