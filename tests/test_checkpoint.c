@@ -161,6 +161,23 @@ static int load_set(const char *path, const mg_mesh *mesh, const mg_placement *p
     return ok;
 }
 
+/* On rank 0: mg_checkpoint_info(path) returns want_st, with `err` in its
+ * error when not NULL, and prints every line of `says` (NULL-ended); else 0,
+ * after printing what it said. 1 on the other ranks. */
+static int info_says(const char *path, int want_st, const char *err, const char *const *says) {
+    if (rank != 0) return 1;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    int st = mg_checkpoint_info(path, out);
+    fclose(out);
+    int ok = st == want_st && (!err || strstr(mg_last_error(), err));
+    for (int i = 0; ok && says[i]; i++) ok = strstr(text, says[i]) != NULL;
+    if (!ok) fprintf(stderr, "info said (%d: %s):\n%s", st, mg_last_error(), text);
+    free(text);
+    return ok;
+}
+
 START_TEST(test_roundtrip_across_meshes) {
     const mg_placement saves[][2] = {
         {MG_SHARD(0), MG_REPLICATE},   {MG_REPLICATE, MG_SHARD(1)},   {MG_SHARD(0), MG_SHARD(1)},
@@ -261,17 +278,9 @@ START_TEST(test_file_layout) {
     mg_assert_all(load_set(path, m1, s1, 1, NULL), "1-D [S(1)] load: %s", mg_last_error());
     mg_assert_all(load_set(path, m1, r1, 1, NULL), "1-D [R] load: %s", mg_last_error());
     // info verifies every checksum
-    if (rank == 0) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *out = open_memstream(&text, &len);
-        int st = mg_checkpoint_info(path, out);
-        fclose(out);
-        ok = st == MG_OK && strstr(text, "checksums: all 6 datasets verify") &&
-             strstr(text, "step = 42") && strstr(text, "/params/big  (1100, 1000)  float32");
-        if (!ok) fprintf(stderr, "info said (%d: %s):\n%s", st, mg_last_error(), text);
-        free(text);
-    }
+    ok = info_says(path, MG_OK, NULL,
+                   (const char *[]){"checksums: all 6 datasets verify", "step = 42",
+                                    "/params/big  (1100, 1000)  float32", NULL});
     mg_assert_all(ok, "mg_checkpoint_info on a good file");
     mg_mesh_free(m1);
     mg_mesh_free(m2);
@@ -369,19 +378,11 @@ START_TEST(test_corrupt) {
     snprintf(want, sizeof want, "checksum mismatch in %s dataset /params/big: the file is corrupt",
              path);
     expect_load_fails(path, want, NULL);
-    int ok = 1;
-    if (rank == 0) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *out = open_memstream(&text, &len);
-        int st = mg_checkpoint_info(path, out);
-        fclose(out);
-        ok = st == MG_EFORMAT && strstr(mg_last_error(), want) &&
-             strstr(text, "checksums: 1 of 6 datasets FAIL: /params/big") &&
-             strstr(text, "/params/fc1.weight  (7, 5)  float32  chunks (7, 5)  fletcher32  ok");
-        if (!ok) fprintf(stderr, "info said (%d: %s):\n%s", st, mg_last_error(), text);
-        free(text);
-    }
+    int ok = info_says(path, MG_EFORMAT, want,
+                       (const char *[]){"checksums: 1 of 6 datasets FAIL: /params/big",
+                                        "/params/fc1.weight  (7, 5)  float32  chunks (7, 5)  "
+                                        "fletcher32  ok",
+                                        NULL});
     mg_assert_all(ok, "mg_checkpoint_info on a corrupt file");
     mg_mesh_free(m1);
 }
