@@ -388,52 +388,53 @@ static void say_circle(waits_t *g) {
     }
 }
 
-/* The ranks not said yet that wait for ranks that wait. */
-static void say_chained(waits_t *g) {
-    const job_t *job = g->job;
-    int W = job->world;
+/* Waiting rank w, which waits in e for ranks that wait. */
+static void say_chained(waits_t *g, int w, const entry_t *e) {
+    int W = g->job->world;
     char buf[512], op[256];
-    for (int w = 0; w < W; w++) {
-        const entry_t *e = waiting_entry(job, w);
-        if (!e || g->said[w] || !g->blocked[w]) continue;
-        g->said[w] = 1;
-        what(op, sizeof op, job, e);
-        list_ranks(buf, sizeof buf, g->blk + (size_t)w * W, W);
-        say(g->p, "Rank %d waits in %s (step %lld) for rank%s %s. ", w, op, (long long)e->step,
-            strchr(buf, ',') ? "s" : "", buf);
-    }
+    g->said[w] = 1;
+    what(op, sizeof op, g->job, e);
+    list_ranks(buf, sizeof buf, g->blk + (size_t)w * W, W);
+    say(g->p, "Rank %d waits in %s (step %lld) for rank%s %s. ", w, op, (long long)e->step,
+        strchr(buf, ',') ? "s" : "", buf);
 }
 
-/* The ranks not said yet: each in a collective every member has reached,
- * with those waiting in the same one. */
-static void say_reached(waits_t *g) {
+/* Waiting rank w, in e, a collective every member has reached, with the
+ * ranks waiting in the same one. */
+static void say_reached(waits_t *g, int w, const entry_t *e) {
     const job_t *job = g->job;
     int W = job->world;
+    const comm_t *c = &job->comms[e->comm];
+    char *group = g->blk + (size_t)w * W; /* no blockers: its row is free to use */
+    int together = e->peer < 0;
+    for (int i = 0; i < c->nranks; i++) {
+        int m = c->ranks[i];
+        const entry_t *o = m >= 0 && m < W && !g->said[m] ? waiting_entry(job, m) : NULL;
+        int in = o && same_wait(o, e);
+        if (in) group[m] = 1;
+        together &= in;
+    }
+    for (int m = 0; m < W; m++) g->said[m] |= group[m];
     char buf[512], op[256];
-    for (int w = 0; w < W; w++) {
-        const entry_t *e = waiting_entry(job, w);
-        if (!e || g->said[w]) continue;
-        const comm_t *c = &job->comms[e->comm];
-        char *group = g->blk + (size_t)w * W; /* no blockers: its row is free to use */
-        int together = e->peer < 0;
-        for (int i = 0; i < c->nranks; i++) {
-            int m = c->ranks[i];
-            const entry_t *o = m >= 0 && m < W && !g->said[m] ? waiting_entry(job, m) : NULL;
-            int in = o && same_wait(o, e);
-            if (in) group[m] = 1;
-            together &= in;
-        }
-        for (int m = 0; m < W; m++) g->said[m] |= group[m];
-        int n = list_ranks(buf, sizeof buf, group, W);
-        what(op, sizeof op, job, e);
-        if (together)
-            say(g->p, "Ranks %s are all in %s (step %lld): it was in progress when the dumps were "
-                      "taken; nobody is behind there. ", buf, op, (long long)e->step);
-        else
-            say(g->p, "Rank%s %s wait%s in %s (step %lld), which every member has reached%s. ",
-                n == 1 ? "" : "s", buf, n == 1 ? "s" : "", op, (long long)e->step,
-                e->peer < 0 && first_mismatch(job, e->comm) >= 0 ? ", some with another call "
-                                                                   "(the mismatch above)" : "");
+    int n = list_ranks(buf, sizeof buf, group, W);
+    what(op, sizeof op, job, e);
+    if (together)
+        say(g->p, "Ranks %s are all in %s (step %lld): it was in progress when the dumps were "
+                  "taken; nobody is behind there. ", buf, op, (long long)e->step);
+    else
+        say(g->p, "Rank%s %s wait%s in %s (step %lld), which every member has reached%s. ",
+            n == 1 ? "" : "s", buf, n == 1 ? "s" : "", op, (long long)e->step,
+            e->peer < 0 && first_mismatch(job, e->comm) >= 0 ? ", some with another call "
+                                                               "(the mismatch above)" : "");
+}
+
+/* say_one(g, w, e) for each waiting rank w not said yet (blocked: only those
+ * that wait for a rank), in rank order, e what w waits in. */
+static void say_rest(waits_t *g, int blocked,
+                     void (*say_one)(waits_t *g, int w, const entry_t *e)) {
+    for (int w = 0; w < g->job->world; w++) {
+        const entry_t *e = waiting_entry(g->job, w);
+        if (e && !g->said[w] && (!blocked || g->blocked[w])) say_one(g, w, e);
     }
 }
 
@@ -450,8 +451,8 @@ static int waits(const job_t *job, para *p, char *blk) {
             for (int m = 0; m < W; m++)
                 if (blk[(size_t)w * W + m]) g.waited[m]++, g.blocked[w]++;
         if (!say_behind(&g)) say_circle(&g);
-        say_chained(&g);
-        say_reached(&g);
+        say_rest(&g, 1, say_chained);
+        say_rest(&g, 0, say_reached);
     }
     free(g.waited), free(g.blocked), free(g.said);
     return nwait;
