@@ -176,13 +176,9 @@ static void size_text(char *buf, size_t len, int64_t bytes) {
 
 /* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
 static int parse(comm_opts *o, int argc, char **argv) {
-    static const struct option options[] = {
-        {"sizes", required_argument, NULL, 's'},
-        {"iters", required_argument, NULL, 'i'},
-        {"mesh", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    static const struct option options[] = {{"sizes", 1, 0, 's'}, {"iters", 1, 0, 'i'},
+                                            {"mesh", 1, 0, 'm'},  {"help", 0, 0, 'h'},
+                                            {0, 0, 0, 0}};
     *o = (comm_opts){.sizes = {1 << 20, 16 << 20}, .nsizes = 2, .iters = 20,
                      .shape = {mg_world_size()}, .ndim = 1};
     int opt;

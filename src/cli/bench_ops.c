@@ -61,19 +61,17 @@ static int linear_parse(linear_opts *o, int argc, char **argv) {
     int c, idx = 0, rc = MG_OK;
     opterr = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        int64_t *count = c == 'm' ? &o->m : c == 'k' ? &o->k : c == 'n' ? &o->n
+                       : c == 'i' ? &o->iters : c == 't' ? &o->threads : NULL;
         const char *bad = NULL; /* what the flag takes, when its value is not that */
-        switch (c) {
-        case 'm': bad = mg_cli_parse_count(optarg, &o->m) ? MG_CLI_COUNT : NULL; break;
-        case 'k': bad = mg_cli_parse_count(optarg, &o->k) ? MG_CLI_COUNT : NULL; break;
-        case 'n': bad = mg_cli_parse_count(optarg, &o->n) ? MG_CLI_COUNT : NULL; break;
-        case 'i': bad = mg_cli_parse_count(optarg, &o->iters) ? MG_CLI_COUNT : NULL; break;
-        case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? MG_CLI_COUNT : NULL; break;
-        case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
-        case 'y': bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL; break;
-        case 'f': o->tf32 = 1; break;
-        case 'h': mg_cli_bench_usage(stdout, linear_usage); return 1;
-        default: rc = mg_cli_bad_flag(cmd, argv);
-        }
+        if (count) bad = mg_cli_parse_count(optarg, count) ? MG_CLI_COUNT : NULL;
+        else if (c == 'd') bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL;
+        else if (c == 'y') bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL;
+        else if (c == 'f') o->tf32 = 1;
+        else if (c == 'h') {
+            mg_cli_bench_usage(stdout, linear_usage);
+            return 1;
+        } else rc = mg_cli_bad_flag(cmd, argv);
         if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
     }
     return mg_cli_bench_flags_end(rc, cmd, argc, argv, linear_usage);

@@ -104,13 +104,9 @@ typedef struct {
 
 /* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
 static int bench_parse(bench_opts *o, int argc, char **argv) {
-    static const struct option options[] = {
-        {"params", required_argument, NULL, 'p'},
-        {"dir", required_argument, NULL, 'd'},
-        {"keep", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    static const struct option options[] = {{"params", 1, 0, 'p'}, {"dir", 1, 0, 'd'},
+                                            {"keep", 0, 0, 'k'},   {"help", 0, 0, 'h'},
+                                            {0, 0, 0, 0}};
     *o = (bench_opts){.params = 100000000, .dir = "."};
     int opt;
     optind = 0;
