@@ -178,6 +178,13 @@ static int info_says(const char *path, int want_st, const char *err, const char 
     return ok;
 }
 
+/* The set (with the big tensor or not) saved to path at Shard(0) over m1, a
+ * 1-D mesh of every rank, asserted. */
+static void save_1d(const char *path, const mg_mesh *m1, int with_big) {
+    const mg_placement p[1] = {MG_SHARD(0)};
+    mg_assert_all(save_set(path, m1, p, with_big) == MG_OK, "save: %s", mg_last_error());
+}
+
 START_TEST(test_roundtrip_across_meshes) {
     const mg_placement saves[][2] = {
         {MG_SHARD(0), MG_REPLICATE},   {MG_REPLICATE, MG_SHARD(1)},   {MG_SHARD(0), MG_SHARD(1)},
@@ -291,7 +298,7 @@ START_TEST(test_attrs) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     const char *path = mg_test_path("attrs.h5");
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     mg_ckpt_attr got[2];
     int n = 0;
     mg_assert_all(mg_checkpoint_read_attrs(path, got, 2, &n) == MG_OK && n == 2 &&
@@ -369,9 +376,8 @@ static void corrupt_chunk(const char *path, const char *name, hsize_t idx) {
 
 START_TEST(test_corrupt) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
-    const mg_placement p[1] = {MG_SHARD(0)};
     const char *path = mg_test_path("corrupt.h5");
-    mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 1);
     // chunk 1 (rows 1048..1099) is read only by the last rank under S(0)
     corrupt_chunk(path, "params/big", 1);
     char want[600];
@@ -393,7 +399,7 @@ START_TEST(test_bad_files) {
     const mg_placement p[1] = {MG_SHARD(0)};
     // truncated
     const char *path = mg_test_path("truncated.h5");
-    mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 1);
     if (rank == 0) {
         struct stat sb;
         stat(path, &sb);
@@ -415,7 +421,7 @@ START_TEST(test_bad_files) {
     expect_load_fails(mg_test_dir(), "is a directory", NULL);
     // wrong version, and an HDF5 file that is not a checkpoint
     path = mg_test_path("version.h5");
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     if (rank == 0) {
         hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
         hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
@@ -435,7 +441,7 @@ START_TEST(test_bad_files) {
     expect_load_fails(path, "version.h5 is an HDF5 file but not a meshgrad checkpoint", NULL);
     // a dataset of another shape, and a missing one
     path = mg_test_path("shape.h5");
-    mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 1);
     tdef other = {"params/fc1.weight", 2, {7, 6}};
     mg_ckpt_entry e = {.name = other.name, .tensor = zeros_like(m1, &other, p)};
     int st = mg_checkpoint_load(path, &e, 1, NULL, 0, NULL);
@@ -490,7 +496,6 @@ static int files_are(const char *dir_, const char *const *keep, int nkeep, const
 
 START_TEST(test_resolve_prune) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
-    const mg_placement p[1] = {MG_SHARD(0)};
     char sub[300];
     snprintf(sub, sizeof sub, "%.250s/run", mg_test_dir());
     if (rank == 0) mkdir(sub, 0755);
@@ -501,7 +506,7 @@ START_TEST(test_resolve_prune) {
     const int steps[3] = {5, 12, 9};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/ckpt-%d.h5", sub, steps[i]);
-        mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+        save_1d(path, m1, 0);
     }
     // a crash leftover with a higher step, and a checkpoint named otherwise (step 42)
     if (rank == 0) {
@@ -511,7 +516,7 @@ START_TEST(test_resolve_prune) {
         fclose(f);
     }
     snprintf(path, sizeof path, "%s/latest.h5", sub);
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     st = mg_checkpoint_resolve(sub, out, sizeof out);
     mg_assert_all(st == MG_OK && strcmp(out, path) == 0, "resolve gave %.200s: %.200s", out,
                   mg_last_error());
@@ -520,7 +525,7 @@ START_TEST(test_resolve_prune) {
     // pruning after ckpt-12.h5 was written: only older ckpt-<step>.h5 checkpoints go;
     // another name, a later step and a file so named that is no checkpoint stay
     snprintf(path, sizeof path, "%s/ckpt-20.h5", sub);
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     if (rank == 0) {
         snprintf(path, sizeof path, "%s/ckpt-3.h5", sub);
         FILE *f = fopen(path, "w");
