@@ -4,7 +4,8 @@
  * - mg_test_pp_config and mg_test_pp_start: one configuration (mesh shape,
  *   plan, schedule, virtual stages, micro-batches, a --microbatch-rows or a
  *   --pp-layers list) made into its mesh, plan and mg_pp_options;
- *   mg_test_pp_meshes: the meshes a suite runs on;
+ *   mg_test_pp_meshes: the meshes a suite runs on; mg_test_pp_schedule: one
+ *   of them with a schedule;
  * - mg_test_accumulate: the reference, gradient accumulation over the same
  *   micro-batches (sums off but for the last);
  * - mg_test_pp_grads and mg_test_grad_diff: a parameter's gradients in a
@@ -41,6 +42,15 @@ static inline int mg_test_pp_meshes(mg_test_pp_config *out, const char *const *p
     for (int i = 0; w == 4 && plans[i]; i++)
         out[n++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 2}, .plan = plans[i]};
     return n;
+}
+
+/* Mesh configuration c with schedule k: 2 virtual stages for interleaved-1f1b,
+ * else 1. */
+static inline mg_test_pp_config mg_test_pp_schedule(const mg_test_pp_config *c, int k) {
+    mg_test_pp_config s = *c;
+    s.kind = (mg_pp_kind)k;
+    s.v = k == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+    return s;
 }
 
 /* The mesh, plan and options of c: 1, or 0 with the reason in msg (nothing

@@ -140,9 +140,7 @@ START_TEST(test_gpt_schedules_equal_accumulation) {
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
         for (int k = 0; k < MG_PP_KIND_COUNT; k++) {
-            mg_test_pp_config c = meshes[i];
-            c.kind = (mg_pp_kind)k;
-            c.v = k == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+            mg_test_pp_config c = mg_test_pp_schedule(&meshes[i], k);
             if (c.v * c.shape[0] > cfg.layers) continue; /* more stages than blocks */
             c.m = k == MG_PP_INTERLEAVED_1F1B ? 2 * c.shape[0] : 4;
             if (c.ndim == 2) c.m = 2; /* rows of 4 windows: 2 per data-parallel rank */

@@ -222,9 +222,7 @@ START_TEST(test_schedules_equal_accumulation) {
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
         for (int k = 0; k < MG_PP_KIND_COUNT; k++) {
-            mg_test_pp_config c = meshes[i];
-            c.kind = (mg_pp_kind)k;
-            c.v = k == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+            mg_test_pp_config c = mg_test_pp_schedule(&meshes[i], k);
             int pp = c.plan[0] == 'p' ? c.shape[0] : c.shape[1];
             if (c.v * pp > NW - 1) continue; /* more stages than layers */
             c.m = k == MG_PP_INTERLEAVED_1F1B ? 2 * pp : 4;
