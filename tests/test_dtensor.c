@@ -393,6 +393,14 @@ static mg_tensor *ramp_4x6(float step, float start) {
     return full;
 }
 
+/* full at [Replicate, Shard(1)] on mesh (asserted made). */
+static mg_dtensor *placed(const mg_mesh *mesh, const mg_tensor *full) {
+    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
+    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
+    mg_assert_all(x != NULL, "%s", mg_last_error());
+    return x;
+}
+
 /* t's full value is k times full's, element by element. */
 static int is_times(const mg_dtensor *t, float k, const mg_tensor *full) {
     mg_tensor *g = mg_full_tensor(t);
@@ -409,9 +417,7 @@ static int is_times(const mg_dtensor *t, float k, const mg_tensor *full) {
 START_TEST(lifetimes_are_checked) {
     mg_mesh *mesh = mesh_1xw();
     mg_tensor *full = ramp_4x6(0.5f, -3.0f);
-    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
-    mg_dtensor *gone = mg_distribute(mesh, full, p, 2);
-    mg_assert_all(gone != NULL, "%s", mg_last_error());
+    mg_dtensor *gone = placed(mesh, full);
     mg_assert_all(mg_dtensor_live_on(mesh) == 1, "live on the mesh: %d, not 1",
                   mg_dtensor_live_on(mesh));
     mg_dtensor_free(gone);
@@ -423,10 +429,7 @@ START_TEST(lifetimes_are_checked) {
      * freed the newest, which malloc had put at the same address) */
     enum { AFTER = 8 };
     mg_dtensor *after[AFTER];
-    for (int i = 0; i < AFTER; i++) {
-        after[i] = mg_distribute(mesh, full, p, 2);
-        mg_assert_all(after[i] != NULL, "%s", mg_last_error());
-    }
+    for (int i = 0; i < AFTER; i++) after[i] = placed(mesh, full);
     mg_assert_all(mg_sum(gone) == NULL && mg_last_code() == MG_ESTATE &&
                       strstr(mg_last_error(), "not a live tensor") != NULL,
                   "a freed tensor given to an op after %d more were made: %s", AFTER,
@@ -442,8 +445,8 @@ START_TEST(lifetimes_are_checked) {
         mg_dtensor_free(after[i]);
     }
 
-    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
-    mg_assert_all(x && mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
+    mg_dtensor *x = placed(mesh, full);
+    mg_assert_all(mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
     mg_mesh_free(mesh); /* x still lives on it: refused */
     mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "still alive") != NULL,
                   "mesh freed under a tensor: %s", mg_last_error());
@@ -475,9 +478,7 @@ END_TEST
 START_TEST(results_die_with_their_step) {
     mg_mesh *mesh = mesh_1xw();
     mg_tensor *full = ramp_4x6(1.0f, -5.0f);
-    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
-    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
-    mg_assert_all(x != NULL, "%s", mg_last_error());
+    mg_dtensor *x = placed(mesh, full);
 
     mg_dtensor *kept = mg_scale(x, 2.0f), *sum = kept ? mg_add(kept, x) : NULL;
     mg_assert_all(sum != NULL, "%s", mg_last_error());
