@@ -145,9 +145,27 @@ static uint64_t sum_of(const mg_tensor *l) {
     return sum;
 }
 
-/* The parameters in tensors of at most 4096 x 4096, each with its two
- * AdamW states, Shard(0) over j->mesh, filled and summed; the file's path.
- * MG_OK or an error. */
+/* Entry i: a tensor of `shape` at Shard(0) over j->mesh, block t's parameter
+ * (k 0) or one of its two AdamW states, filled and summed. MG_OK or an error. */
+static int make_entry(bench_job *j, int i, int t, int k, const int64_t *shape) {
+    static const char *const kinds[3] = {"", "/exp_avg", "/exp_avg_sq"};
+    snprintf(j->names[i], sizeof j->names[i], "%s/w%d%s", k ? "optim" : "params", t, kinds[k]);
+    mg_spec spec;
+    mg_placement p = MG_SHARD(0);
+    int st = mg_spec_make(&spec, j->mesh, &p, 1, 2, shape, "ckpt bench");
+    mg_dtensor *dt = st == MG_OK ? mg_dtensor_zeros(&spec, NULL) : NULL;
+    if (!dt) return mg_last_code();
+    float *x = dt->local->data;
+    for (int64_t e = 0; e < dt->local->numel; e++)
+        x[e] = (float)((e * 2654435761u + (uint64_t)i) % 1000003) * 1e-3f;
+    j->sums[i] = sum_of(dt->local);
+    j->entries[i].name = j->names[i];
+    j->entries[i].tensor = dt;
+    return MG_OK;
+}
+
+/* The parameters in blocks of at most 4096 x 4096, each with its two AdamW
+ * states (make_entry); the file's path. MG_OK or an error. */
 static int bench_setup(bench_job *j, const bench_opts *o) {
     const int64_t cols = 4096, max_rows = 4096;
     int64_t rows_total = (o->params + cols - 1) / cols;
@@ -158,29 +176,10 @@ static int bench_setup(bench_job *j, const bench_opts *o) {
     j->sums = calloc((size_t)j->n, sizeof *j->sums);
     int st = j->entries && j->names && j->sums ? MG_OK
                                                : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
-    const char *kinds[3] = {"", "/exp_avg", "/exp_avg_sq"};
     for (int t = 0; st == MG_OK && t < ntensors; t++) {
         int64_t rows = rows_total - t * max_rows < max_rows ? rows_total - t * max_rows : max_rows;
         int64_t shape[2] = {rows, cols};
-        for (int k = 0; k < 3; k++) {
-            int i = 3 * t + k;
-            snprintf(j->names[i], sizeof j->names[i], "%s/w%d%s", k ? "optim" : "params", t,
-                     kinds[k]);
-            mg_spec spec;
-            mg_placement p = MG_SHARD(0);
-            st = mg_spec_make(&spec, j->mesh, &p, 1, 2, shape, "ckpt bench");
-            mg_dtensor *dt = st == MG_OK ? mg_dtensor_zeros(&spec, NULL) : NULL;
-            if (!dt) {
-                st = mg_last_code();
-                break;
-            }
-            float *x = dt->local->data;
-            for (int64_t e = 0; e < dt->local->numel; e++)
-                x[e] = (float)((e * 2654435761u + (uint64_t)i) % 1000003) * 1e-3f;
-            j->sums[i] = sum_of(dt->local);
-            j->entries[i].name = j->names[i];
-            j->entries[i].tensor = dt;
-        }
+        for (int k = 0; st == MG_OK && k < 3; k++) st = make_entry(j, 3 * t + k, t, k, shape);
     }
     if ((st = mg_status_agree(st)) != MG_OK) return st;
     if ((size_t)snprintf(j->path, sizeof j->path, "%s/ckpt-bench.h5", o->dir) >=
