@@ -29,8 +29,8 @@
  * executor (pipeline_exec.h) runs the stages through callbacks.
  *
  * Exports: mg_pp_options, mg_pipeline, mg_pp_options_defaults,
- * mg_pp_int_list, mg_pp_int_list_parse, mg_pipeline_make, mg_pipeline_free, mg_pipeline_holds,
- * mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
+ * mg_pp_int_list, mg_pp_int_list_parse, mg_pipeline_make, mg_pipeline_free,
+ * mg_pipeline_holds, mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
  * mg_pipeline_eval_rows, mg_pipeline_update, mg_pipeline_checksum. */
 #ifndef MG_NN_PIPELINE_H
 #define MG_NN_PIPELINE_H
