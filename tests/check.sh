@@ -36,6 +36,20 @@
 #   check_invariant TAG GOT REF STEPS RTOL SECONDS
 #                         one check: the --metrics file GOT starts from REF's parameters
 #                         (the same param_checksum) and follows its losses (losses_close)
+#   train_run TAG NP ARGS...
+#                         `$MPIRUN -np NP $prog train ARGS...` with its metrics in
+#                         $tmp/TAG.jsonl and its output in $tmp/TAG.out, killed after
+#                         $train_limit seconds (120 unless the script sets it); its status
+#   train_reference TAG STEPS ARGS...
+#                         the 1-rank run (train_run TAG 1 ARGS...) that others are held
+#                         to: one check that it wrote a param_checksum and STEPS losses;
+#                         on a failure it shows the output and the summary and exits 1
+#   train_invariant TAG NP REF STEPS RTOL ARGS...
+#                         one check: train_run TAG NP ARGS..., then check_invariant of it
+#                         against REF's metrics ($tmp/REF.jsonl); a failed run shows its
+#                         output
+#   show_log FILE         prints FILE (or, without one, stdin) indented ("  | "): the
+#                         output under a failure
 #   rank_pid PID RANK     the pid of that rank of the mpirun whose pid is PID
 #   check_summary         prints the Check-style summary line that scripts/test.sh
 #                         adds up, "P%: Checks: N, Failures: F, Errors: 0", and
@@ -74,7 +88,7 @@ check_output() {
         pass "$_check_desc${_check_last:+: $_check_last}"
     else
         fail "$_check_desc"
-        printf '%s\n' "$_check_out" | sed 's/^/  | /'
+        printf '%s\n' "$_check_out" | show_log
     fi
 }
 
@@ -98,7 +112,7 @@ check_refused() {
         pass "$_ref_name (exit $_ref_rc, ${_ref_secs}s): $(grep 'meshgrad: error:' "$tmp/refused.out")"
         return 0
     fi
-    sed 's/^/  | /' "$tmp/refused.out"
+    show_log "$tmp/refused.out"
 }
 
 program_test_env() {
@@ -110,6 +124,8 @@ program_test_env() {
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/mg-$1.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
 }
+
+show_log() { sed 's/^/  | /' "$@"; }
 
 show_out_err() {
     for f in "$tmp/out" "$tmp/err"; do [ -s "$f" ] && sed "s|^|  $(basename "$f")> |" "$f"; done
@@ -143,6 +159,41 @@ check_invariant() {
         pass "$(printf '%-30s checksum %s | %s | %ss' "$1" "$_inv_c" "$_inv_msg" "$6")"
     else
         fail "$1: $_inv_msg"
+    fi
+}
+
+train_run() {
+    _run_tag=$1 _run_np=$2
+    shift 2
+    "$TIMEOUT" -k 5 "${train_limit:-120}" "$MPIRUN" -np "$_run_np" "$prog" train "$@" \
+        --metrics "$tmp/$_run_tag.jsonl" >"$tmp/$_run_tag.out" 2>&1
+}
+
+train_reference() {
+    _tref_tag=$1 _tref_steps=$2
+    shift 2
+    if train_run "$_tref_tag" 1 "$@" && [ -n "$(metrics_checksum "$tmp/$_tref_tag.jsonl")" ] &&
+        [ "$(metrics_losses "$tmp/$_tref_tag.jsonl" | wc -l)" -eq "$_tref_steps" ]; then
+        pass "$(printf '%-24s checksum %s | reference' "$_tref_tag" \
+            "$(metrics_checksum "$tmp/$_tref_tag.jsonl")")"
+    else
+        fail "$_tref_tag: the 1-rank reference run failed"
+        show_log "$tmp/$_tref_tag.out"
+        check_summary
+        exit 1
+    fi
+}
+
+train_invariant() {
+    _tinv_tag=$1 _tinv_np=$2 _tinv_ref=$3 _tinv_steps=$4 _tinv_rtol=$5
+    shift 5
+    _tinv_start=$(date +%s)
+    if train_run "$_tinv_tag" "$_tinv_np" "$@"; then
+        check_invariant "$_tinv_tag" "$tmp/$_tinv_tag.jsonl" "$tmp/$_tinv_ref.jsonl" "$_tinv_steps" \
+            "$_tinv_rtol" $(($(date +%s) - _tinv_start))
+    else
+        fail "$_tinv_tag: run failed"
+        show_log "$tmp/$_tinv_tag.out"
     fi
 }
 

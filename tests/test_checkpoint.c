@@ -161,6 +161,30 @@ static int load_set(const char *path, const mg_mesh *mesh, const mg_placement *p
     return ok;
 }
 
+/* On rank 0: mg_checkpoint_info(path) returns want_st, with `err` in its
+ * error when not NULL, and prints every line of `says` (NULL-ended); else 0,
+ * after printing what it said. 1 on the other ranks. */
+static int info_says(const char *path, int want_st, const char *err, const char *const *says) {
+    if (rank != 0) return 1;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    int st = mg_checkpoint_info(path, out);
+    fclose(out);
+    int ok = st == want_st && (!err || strstr(mg_last_error(), err));
+    for (int i = 0; ok && says[i]; i++) ok = strstr(text, says[i]) != NULL;
+    if (!ok) fprintf(stderr, "info said (%d: %s):\n%s", st, mg_last_error(), text);
+    free(text);
+    return ok;
+}
+
+/* The set (with the big tensor or not) saved to path at Shard(0) over m1, a
+ * 1-D mesh of every rank, asserted. */
+static void save_1d(const char *path, const mg_mesh *m1, int with_big) {
+    const mg_placement p[1] = {MG_SHARD(0)};
+    mg_assert_all(save_set(path, m1, p, with_big) == MG_OK, "save: %s", mg_last_error());
+}
+
 START_TEST(test_roundtrip_across_meshes) {
     const mg_placement saves[][2] = {
         {MG_SHARD(0), MG_REPLICATE},   {MG_REPLICATE, MG_SHARD(1)},   {MG_SHARD(0), MG_SHARD(1)},
@@ -261,17 +285,9 @@ START_TEST(test_file_layout) {
     mg_assert_all(load_set(path, m1, s1, 1, NULL), "1-D [S(1)] load: %s", mg_last_error());
     mg_assert_all(load_set(path, m1, r1, 1, NULL), "1-D [R] load: %s", mg_last_error());
     // info verifies every checksum
-    if (rank == 0) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *out = open_memstream(&text, &len);
-        int st = mg_checkpoint_info(path, out);
-        fclose(out);
-        ok = st == MG_OK && strstr(text, "checksums: all 6 datasets verify") &&
-             strstr(text, "step = 42") && strstr(text, "/params/big  (1100, 1000)  float32");
-        if (!ok) fprintf(stderr, "info said (%d: %s):\n%s", st, mg_last_error(), text);
-        free(text);
-    }
+    ok = info_says(path, MG_OK, NULL,
+                   (const char *[]){"checksums: all 6 datasets verify", "step = 42",
+                                    "/params/big  (1100, 1000)  float32", NULL});
     mg_assert_all(ok, "mg_checkpoint_info on a good file");
     mg_mesh_free(m1);
     mg_mesh_free(m2);
@@ -282,7 +298,7 @@ START_TEST(test_attrs) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     const char *path = mg_test_path("attrs.h5");
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     mg_ckpt_attr got[2];
     int n = 0;
     mg_assert_all(mg_checkpoint_read_attrs(path, got, 2, &n) == MG_OK && n == 2 &&
@@ -360,28 +376,19 @@ static void corrupt_chunk(const char *path, const char *name, hsize_t idx) {
 
 START_TEST(test_corrupt) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
-    const mg_placement p[1] = {MG_SHARD(0)};
     const char *path = mg_test_path("corrupt.h5");
-    mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 1);
     // chunk 1 (rows 1048..1099) is read only by the last rank under S(0)
     corrupt_chunk(path, "params/big", 1);
     char want[600];
     snprintf(want, sizeof want, "checksum mismatch in %s dataset /params/big: the file is corrupt",
              path);
     expect_load_fails(path, want, NULL);
-    int ok = 1;
-    if (rank == 0) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *out = open_memstream(&text, &len);
-        int st = mg_checkpoint_info(path, out);
-        fclose(out);
-        ok = st == MG_EFORMAT && strstr(mg_last_error(), want) &&
-             strstr(text, "checksums: 1 of 6 datasets FAIL: /params/big") &&
-             strstr(text, "/params/fc1.weight  (7, 5)  float32  chunks (7, 5)  fletcher32  ok");
-        if (!ok) fprintf(stderr, "info said (%d: %s):\n%s", st, mg_last_error(), text);
-        free(text);
-    }
+    int ok = info_says(path, MG_EFORMAT, want,
+                       (const char *[]){"checksums: 1 of 6 datasets FAIL: /params/big",
+                                        "/params/fc1.weight  (7, 5)  float32  chunks (7, 5)  "
+                                        "fletcher32  ok",
+                                        NULL});
     mg_assert_all(ok, "mg_checkpoint_info on a corrupt file");
     mg_mesh_free(m1);
 }
@@ -392,7 +399,7 @@ START_TEST(test_bad_files) {
     const mg_placement p[1] = {MG_SHARD(0)};
     // truncated
     const char *path = mg_test_path("truncated.h5");
-    mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 1);
     if (rank == 0) {
         struct stat sb;
         stat(path, &sb);
@@ -414,7 +421,7 @@ START_TEST(test_bad_files) {
     expect_load_fails(mg_test_dir(), "is a directory", NULL);
     // wrong version, and an HDF5 file that is not a checkpoint
     path = mg_test_path("version.h5");
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     if (rank == 0) {
         hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
         hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
@@ -434,7 +441,7 @@ START_TEST(test_bad_files) {
     expect_load_fails(path, "version.h5 is an HDF5 file but not a meshgrad checkpoint", NULL);
     // a dataset of another shape, and a missing one
     path = mg_test_path("shape.h5");
-    mg_assert_all(save_set(path, m1, p, 1) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 1);
     tdef other = {"params/fc1.weight", 2, {7, 6}};
     mg_ckpt_entry e = {.name = other.name, .tensor = zeros_like(m1, &other, p)};
     int st = mg_checkpoint_load(path, &e, 1, NULL, 0, NULL);
@@ -489,7 +496,6 @@ static int files_are(const char *dir_, const char *const *keep, int nkeep, const
 
 START_TEST(test_resolve_prune) {
     mg_mesh *m1 = mg_mesh_new(1, &world);
-    const mg_placement p[1] = {MG_SHARD(0)};
     char sub[300];
     snprintf(sub, sizeof sub, "%.250s/run", mg_test_dir());
     if (rank == 0) mkdir(sub, 0755);
@@ -500,7 +506,7 @@ START_TEST(test_resolve_prune) {
     const int steps[3] = {5, 12, 9};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/ckpt-%d.h5", sub, steps[i]);
-        mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+        save_1d(path, m1, 0);
     }
     // a crash leftover with a higher step, and a checkpoint named otherwise (step 42)
     if (rank == 0) {
@@ -510,7 +516,7 @@ START_TEST(test_resolve_prune) {
         fclose(f);
     }
     snprintf(path, sizeof path, "%s/latest.h5", sub);
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     st = mg_checkpoint_resolve(sub, out, sizeof out);
     mg_assert_all(st == MG_OK && strcmp(out, path) == 0, "resolve gave %.200s: %.200s", out,
                   mg_last_error());
@@ -519,7 +525,7 @@ START_TEST(test_resolve_prune) {
     // pruning after ckpt-12.h5 was written: only older ckpt-<step>.h5 checkpoints go;
     // another name, a later step and a file so named that is no checkpoint stay
     snprintf(path, sizeof path, "%s/ckpt-20.h5", sub);
-    mg_assert_all(save_set(path, m1, p, 0) == MG_OK, "save: %s", mg_last_error());
+    save_1d(path, m1, 0);
     if (rank == 0) {
         snprintf(path, sizeof path, "%s/ckpt-3.h5", sub);
         FILE *f = fopen(path, "w");

@@ -386,18 +386,38 @@ START_TEST(describe_names_the_blocks) {
 }
 END_TEST
 
+/* A (4, 6) tensor of start, start + step, start + 2 step, ... */
+static mg_tensor *ramp_4x6(float step, float start) {
+    mg_tensor *full = mg_tensor_new(2, (int64_t[]){4, 6});
+    for (int i = 0; i < 24; i++) full->data[i] = step * (float)i + start;
+    return full;
+}
+
+/* full at [Replicate, Shard(1)] on mesh (asserted made). */
+static mg_dtensor *placed(const mg_mesh *mesh, const mg_tensor *full) {
+    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
+    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
+    mg_assert_all(x != NULL, "%s", mg_last_error());
+    return x;
+}
+
+/* t's full value is k times full's, element by element. */
+static int is_times(const mg_dtensor *t, float k, const mg_tensor *full) {
+    mg_tensor *g = mg_full_tensor(t);
+    int ok = g != NULL;
+    for (int64_t i = 0; ok && i < full->numel; i++) ok = g->data[i] == k * full->data[i];
+    mg_tensor_free(g);
+    return ok;
+}
+
 /* Misused handles change nothing and say so: a tensor freed twice, a mesh freed
  * under its tensors, a tensor freed while this step's graph needs it, a
  * parameter's gradient freed on its own. Each used to end in a double free or
  * a read of freed memory. */
 START_TEST(lifetimes_are_checked) {
     mg_mesh *mesh = mesh_1xw();
-    int64_t shape[2] = {4, 6};
-    mg_tensor *full = mg_tensor_new(2, shape);
-    for (int i = 0; i < 24; i++) full->data[i] = 0.5f * (float)i - 3.0f;
-    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
-    mg_dtensor *gone = mg_distribute(mesh, full, p, 2);
-    mg_assert_all(gone != NULL, "%s", mg_last_error());
+    mg_tensor *full = ramp_4x6(0.5f, -3.0f);
+    mg_dtensor *gone = placed(mesh, full);
     mg_assert_all(mg_dtensor_live_on(mesh) == 1, "live on the mesh: %d, not 1",
                   mg_dtensor_live_on(mesh));
     mg_dtensor_free(gone);
@@ -409,10 +429,7 @@ START_TEST(lifetimes_are_checked) {
      * freed the newest, which malloc had put at the same address) */
     enum { AFTER = 8 };
     mg_dtensor *after[AFTER];
-    for (int i = 0; i < AFTER; i++) {
-        after[i] = mg_distribute(mesh, full, p, 2);
-        mg_assert_all(after[i] != NULL, "%s", mg_last_error());
-    }
+    for (int i = 0; i < AFTER; i++) after[i] = placed(mesh, full);
     mg_assert_all(mg_sum(gone) == NULL && mg_last_code() == MG_ESTATE &&
                       strstr(mg_last_error(), "not a live tensor") != NULL,
                   "a freed tensor given to an op after %d more were made: %s", AFTER,
@@ -428,8 +445,8 @@ START_TEST(lifetimes_are_checked) {
         mg_dtensor_free(after[i]);
     }
 
-    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
-    mg_assert_all(x && mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
+    mg_dtensor *x = placed(mesh, full);
+    mg_assert_all(mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
     mg_mesh_free(mesh); /* x still lives on it: refused */
     mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "still alive") != NULL,
                   "mesh freed under a tensor: %s", mg_last_error());
@@ -441,11 +458,7 @@ START_TEST(lifetimes_are_checked) {
     mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "mg_step_end") != NULL,
                   "free under a graph: %s", mg_last_error());
     mg_assert_all(mg_backward(loss) == MG_OK, "backward: %s", mg_last_error());
-    mg_tensor *g = mg_full_tensor(mg_grad(x));
-    int bad = !g;
-    for (int i = 0; !bad && i < 24; i++) bad = g->data[i] != 2.0f * full->data[i];
-    mg_assert_all(!bad, "d sum(x*x)/dx is not 2x after the refused frees");
-    mg_tensor_free(g);
+    mg_assert_all(is_times(mg_grad(x), 2.0f, full), "d sum(x*x)/dx is not 2x after the refused frees");
     mg_dtensor_free(mg_grad(x)); /* the gradient goes with its parameter only */
     mg_assert_all(mg_last_code() == MG_ESTATE && strstr(mg_last_error(), "gradient") != NULL,
                   "gradient freed alone: %s", mg_last_error());
@@ -464,12 +477,8 @@ END_TEST
  * theirs) it is refused with a message, never read as a tensor. */
 START_TEST(results_die_with_their_step) {
     mg_mesh *mesh = mesh_1xw();
-    int64_t shape[2] = {4, 6};
-    mg_tensor *full = mg_tensor_new(2, shape);
-    for (int i = 0; i < 24; i++) full->data[i] = (float)i - 5.0f;
-    mg_placement p[2] = {MG_REPLICATE, MG_SHARD(1)};
-    mg_dtensor *x = mg_distribute(mesh, full, p, 2);
-    mg_assert_all(x != NULL, "%s", mg_last_error());
+    mg_tensor *full = ramp_4x6(1.0f, -5.0f);
+    mg_dtensor *x = placed(mesh, full);
 
     mg_dtensor *kept = mg_scale(x, 2.0f), *sum = kept ? mg_add(kept, x) : NULL;
     mg_assert_all(sum != NULL, "%s", mg_last_error());
@@ -492,11 +501,7 @@ START_TEST(results_die_with_their_step) {
     mg_assert_all(again != kept, "this step's result sits where last step's did");
     mg_assert_all(mg_add(kept, x) == NULL && mg_last_code() == MG_ESTATE,
                   "last step's result after this step made the same tensors: %s", mg_last_error());
-    mg_tensor *g = mg_full_tensor(sum2);
-    int bad = !g;
-    for (int i = 0; !bad && i < 24; i++) bad = g->data[i] != 3.0f * full->data[i];
-    mg_assert_all(!bad, "this step's 2x + x is not 3x after the refusals");
-    mg_tensor_free(g);
+    mg_assert_all(is_times(sum2, 3.0f, full), "this step's 2x + x is not 3x after the refusals");
     mg_step_end();
     /* and in each of the next 14 steps that make them again, or make others:
      * views (reshapes), whose headers sit closer together than the 64-byte

@@ -37,30 +37,33 @@ run() {
     secs=$(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a + 0.5 }')
     echo "--- MG_COLLECTIVE_TIMEOUT=$1, $2 ranks, mesh $3: rank $6 late by $7 s to $5 on dim $4:" \
         "exit $rc, ${secs}s after the stall began; its output:"
-    sed 's/^/  | /' "$out"
+    show_log "$out"
+}
+
+# ended DESCRIPTION: two checks, that the job ended on its own (non-zero, not
+# killed by the timeout) and within 10 s of the stall
+ended() {
+    check "$1" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
+    check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
 }
 
 run 3 2 1x2 1 all_reduce 1 60
-check "a rank that never enters all_reduce ends the job" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
-check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
+ended "a rank that never enters all_reduce ends the job"
 check "... naming the op, mesh dim 1, its ranks and rank 1" grep -q \
     "meshgrad: error: collective all_reduce on mesh dim 1 (ranks 0,1) has not completed after [0-9]* s: rank(s) 1 are not answering" "$out"
 
 run 3 4 2x2 0 all_gather 3 60
-check "4 ranks, rank 3 never enters all_gather on dim 0: the job ends" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
-check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
+ended "4 ranks, rank 3 never enters all_gather on dim 0: the job ends"
 check "... and rank 1, its partner on dim 0, names rank 3" grep -q \
     "collective all_gather on mesh dim 0 (ranks 1,3) has not completed after [0-9]* s: rank(s) 3 are not answering (rank 1 waits" "$out"
 
 run 3 4 4 0 recv 2 60
-check "4 ranks, rank 2 never sends its point-to-point message: the job ends" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
-check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
+ended "4 ranks, rank 2 never sends its point-to-point message: the job ends"
 check "... and rank 3, its receiver, names rank 2 alone" grep -q \
     "collective recv on mesh dim 0 (ranks 3,2) has not completed after [0-9]* s: rank(s) 2 are not answering (rank 3 waits" "$out"
 
 run 3 4 4 0 flops 1 20
-check "4 ranks, rank 1 stalls while measuring the FLOP rate: the job ends" test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -ne 137
-check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
+ended "4 ranks, rank 1 stalls while measuring the FLOP rate: the job ends"
 check "... named by the ranks that wait in the all-reduce, rank 1 not among them" sh -c \
     "grep -q 'collective all_reduce on mesh dim 0 (ranks 0,1,2,3) has not completed after' '$out' && ! grep -q '(rank 1 waits' '$out'"
 

@@ -23,6 +23,7 @@
 #include "dist/mesh.h"
 #include "nn/gpt_pipeline.h"
 #include "ops/ops.h"
+#include "pipeline_testutil.h"
 #include "status.h"
 #include "testutil.h"
 
@@ -47,62 +48,35 @@ static mg_dtensor *tokens(const mg_mesh *mesh, const mg_plan *plan, const float 
     return d ? mg_op_redistribute(d, &spec) : NULL;
 }
 
-/* The gradient accumulation the pipeline replaces: *loss gets the sum. */
-static int reference(mg_model *m, const mg_pipeline *p, const float *ids, const float *targets,
-                     double *loss) {
-    *loss = 0;
-    for (int mb = 0, start = 0; mb < p->microbatches; start += (int)p->rows[mb], mb++) {
-        mg_set_grad_sync(mb == p->microbatches - 1);
-        mg_dtensor *x = tokens(p->stage_mesh, &p->stage_plan, ids, start, p->rows[mb]);
-        mg_dtensor *y = x ? tokens(p->stage_mesh, &p->stage_plan, targets, start, p->rows[mb]) : NULL;
-        mg_dtensor *logits = y ? mg_model_forward(m, x) : NULL;
-        mg_dtensor *l = logits ? mg_cross_entropy(logits, y) : NULL;
-        if (l) l = mg_scale(l, (float)((double)p->rows[mb] / (double)BATCH));
-        if (!l || mg_backward(l) != MG_OK) return 0;
-        mg_tensor *v = mg_full_tensor(l);
-        *loss += mg_tensor_data(v)[0];
-        mg_tensor_free(v);
-    }
-    mg_set_grad_sync(1);
-    return 1;
-}
-
-/* Relative difference of two gradients (full tensors): the largest element
- * difference over the reference's largest element. */
-static double worst_of(const mg_dtensor *a, const mg_dtensor *b, int *bitwise) {
-    mg_tensor *x = mg_full_tensor(a), *y = mg_full_tensor(b);
-    double diff = 0, big = 0;
-    for (int64_t i = 0; i < mg_tensor_numel(x); i++) {
-        float u = mg_tensor_data(x)[i], v = mg_tensor_data(y)[i];
-        if (u != v) *bitwise = 0;
-        diff = fmax(diff, fabs((double)u - v));
-        big = fmax(big, fabs((double)v));
-    }
-    double worst = diff / fmax(big, 1e-30);
-    mg_tensor_free(x);
-    mg_tensor_free(y);
-    return worst;
-}
-
+/* The reference: the whole GPT on a pipeline's stage mesh, and the tokens. */
 typedef struct {
-    int ndim, shape[2];
-    const char *plan;
-    mg_pp_kind kind;
-    int v, m;
-} config;
+    mg_model *model;
+    const mg_pipeline *p;
+    const float *ids, *targets;
+} reference;
 
-static int run_config(const config *c, char *msg, size_t len) {
-    mg_mesh *mesh = mg_mesh_new(c->ndim, c->shape);
+/* Micro-batch mb's loss on the whole GPT: its share (rows / batch) of the
+ * batch's mean. */
+static mg_dtensor *reference_loss(void *ctx, int mb) {
+    const reference *r = ctx;
+    const mg_pipeline *p = r->p;
+    int64_t start = 0;
+    for (int i = 0; i < mb; i++) start += p->rows[i];
+    mg_dtensor *x = tokens(p->stage_mesh, &p->stage_plan, r->ids, start, p->rows[mb]);
+    mg_dtensor *y = x ? tokens(p->stage_mesh, &p->stage_plan, r->targets, start, p->rows[mb]) : NULL;
+    mg_dtensor *logits = y ? mg_model_forward(r->model, x) : NULL;
+    mg_dtensor *l = logits ? mg_cross_entropy(logits, y) : NULL;
+    return l ? mg_scale(l, (float)((double)p->rows[mb] / (double)BATCH)) : NULL;
+}
+
+static int run_config(const mg_test_pp_config *c, char *msg, size_t len) {
+    mg_mesh *mesh;
     mg_plan plan;
     mg_pp_options o;
-    mg_pp_options_defaults(&o);
-    o.kind = c->kind;
-    o.virtual_stages = c->v;
-    o.microbatches = c->m;
     mg_gpt_pp *t = NULL;
     mg_model stage, ref;
-    if (!mesh || mg_plan_parse(c->plan, &plan) != MG_OK ||
-        mg_gpt_pp_new(&t, mesh, &plan, &o, &cfg, 5, BATCH, &stage) != MG_OK) {
+    if (!mg_test_pp_start(c, &mesh, &plan, &o, msg, len)) return 0;
+    if (mg_gpt_pp_new(&t, mesh, &plan, &o, &cfg, 5, BATCH, &stage) != MG_OK) {
         snprintf(msg, len, "%s %s: %s", c->plan, mg_pp_kind_name(c->kind), mg_last_error());
         mg_mesh_free(mesh);
         return 0;
@@ -119,31 +93,27 @@ static int run_config(const config *c, char *msg, size_t len) {
         snprintf(msg, len, "%s %s: %s", c->plan, mg_pp_kind_name(c->kind), mg_last_error());
         ok = 0;
     }
-    if (ok && !reference(&ref, p, ids, targets, &ref_loss)) {
+    reference r = {&ref, p, ids, targets};
+    if (ok && !mg_test_accumulate(p->microbatches, reference_loss, &r, &ref_loss)) {
         snprintf(msg, len, "reference: %s", mg_last_error());
         ok = 0;
     }
     int bitwise = ok && (float)loss == (float)ref_loss, blocks_bitwise = 1;
     double worst = ok ? fabs(loss - ref_loss) / fabs(ref_loss) : 1;
     for (int k = 0; ok && k < mg_gpt_param_total(&cfg); k++) {
-        mg_param *pp = mg_model_param(&stage, k, NULL), *pr = mg_model_param(&ref, k, NULL);
-        if (!pp) continue;
-        mg_dtensor *ga = mg_grad(pp->value), *gb = mg_grad(pr->value);
-        if (!ga || !gb) {
-            snprintf(msg, len, "parameter %d has no gradient (%s)", k, mg_last_error());
-            ok = 0;
-            break;
-        }
-        int same = 1;
-        worst = fmax(worst, worst_of(ga, gb, &same));
-        if (k == 0) bitwise &= same;
-        else blocks_bitwise &= same;
+        mg_dtensor *ga, *gb;
+        int held = mg_test_pp_grads(&stage, &ref, k, &ga, &gb, msg, len);
+        if (held < 0) ok = 0;
+        if (held <= 0) continue;
+        mg_test_diff d = mg_test_grad_diff(ga, gb);
+        worst = fmax(worst, d.of_largest);
+        if (k == 0) bitwise &= d.bitwise;
+        else blocks_bitwise &= d.bitwise;
     }
     ok = mg_test_agree(ok);
     bitwise = mg_test_agree(bitwise);
     blocks_bitwise = mg_test_agree(blocks_bitwise);
-    double all = worst;
-    MPI_Allreduce(&worst, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double all = mg_test_max_all(worst);
     if (ok && mg_rank() == 0)
         printf("  %-8s %-16s v=%d M=%d: loss %.9g; wte and loss %s, other parameters %s "
                "(worst relative %.2e)\n", c->plan, mg_pp_kind_name(c->kind), c->v, p->microbatches,
@@ -164,23 +134,13 @@ static int run_config(const config *c, char *msg, size_t len) {
 }
 
 START_TEST(test_gpt_schedules_equal_accumulation) {
-    int w = mg_world_size();
-    config meshes[6];
-    int nm = 0;
-    meshes[nm++] = (config){.ndim = 1, .shape = {w}, .plan = "pp"};
-    if (w == 4) {
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,fsdp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,sp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp+sp"};
-    }
+    static const char *const plans[] = {"pp,dp", "pp,tp", "pp,fsdp", "pp,sp", "pp,tp+sp", NULL};
+    mg_test_pp_config meshes[6];
+    int nm = mg_test_pp_meshes(meshes, plans);
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
         for (int k = 0; k < MG_PP_KIND_COUNT; k++) {
-            config c = meshes[i];
-            c.kind = (mg_pp_kind)k;
-            c.v = k == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+            mg_test_pp_config c = mg_test_pp_schedule(&meshes[i], k);
             if (c.v * c.shape[0] > cfg.layers) continue; /* more stages than blocks */
             c.m = k == MG_PP_INTERLEAVED_1F1B ? 2 * c.shape[0] : 4;
             if (c.ndim == 2) c.m = 2; /* rows of 4 windows: 2 per data-parallel rank */

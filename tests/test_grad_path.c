@@ -77,6 +77,22 @@ static mg_dtensor *use_replicated(mg_dtensor *w) {
 
 enum { L = 6, D = 512, BATCH = 8 };
 
+/* A batch of `cols` columns of data from seed: split by rows (*x) and whole
+ * on every rank (*xr, the reference's). */
+static void inputs(const mg_mesh *mesh, int64_t cols, uint64_t seed, mg_dtensor **x,
+                   mg_dtensor **xr) {
+    *x = leaf(mesh, 2, (int64_t[]){BATCH, cols}, MG_SHARD(0), seed, 1.0f, 0.0f);
+    *xr = leaf(mesh, 2, (int64_t[]){BATCH, cols}, MG_REPLICATE, seed, 1.0f, 0.0f);
+}
+
+/* Frees a[i] and b[i] for i < n: tensors and their references. */
+static void free_pairs(mg_dtensor **a, mg_dtensor **b, int n) {
+    for (int i = 0; i < n; i++) {
+        mg_dtensor_free(a[i]);
+        mg_dtensor_free(b[i]);
+    }
+}
+
 /* relu(linear(...)) L times, no relu after the last; copies = 1: through parameter copies */
 static mg_dtensor *mlp(mg_dtensor *x, mg_dtensor *const *ws, int copies) {
     mg_dtensor *h = x;
@@ -102,8 +118,8 @@ START_TEST(fsdp_param_copies) {
     mg_dtensor *ws[L], *rs[L];
     make_weights(mesh, MG_SHARD(0), ws);
     make_weights(mesh, MG_REPLICATE, rs);
-    mg_dtensor *x = leaf(mesh, 2, (int64_t[]){BATCH, D}, MG_SHARD(0), 1, 1.0f, 0.0f);
-    mg_dtensor *xr = leaf(mesh, 2, (int64_t[]){BATCH, D}, MG_REPLICATE, 1, 1.0f, 0.0f);
+    mg_dtensor *x, *xr;
+    inputs(mesh, D, 1, &x, &xr);
 
     /* training step through copies; memory looked at before the reference runs */
     mg_dtensor *loss = mg_sum(mlp(x, ws, 1));
@@ -170,12 +186,8 @@ START_TEST(fsdp_param_copies) {
     mg_set_grad_enabled(was);
     mg_step_end();
 
-    for (int l = 0; l < L; l++) {
-        mg_dtensor_free(ws[l]);
-        mg_dtensor_free(rs[l]);
-    }
-    mg_dtensor_free(x);
-    mg_dtensor_free(xr);
+    free_pairs(ws, rs, L);
+    free_pairs(&x, &xr, 1);
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -316,8 +328,8 @@ START_TEST(small_gradients_packed) {
         }
     }
     mg_assert_all(small_floats <= ((int64_t)1 << 20), "the small ones do not fit one 4 MiB pack");
-    mg_dtensor *x = leaf(mesh, 2, (int64_t[]){BATCH, IN}, MG_SHARD(0), 3, 1.0f, 0.0f);
-    mg_dtensor *xr = leaf(mesh, 2, (int64_t[]){BATCH, IN}, MG_REPLICATE, 3, 1.0f, 0.0f);
+    mg_dtensor *x, *xr;
+    inputs(mesh, IN, 3, &x, &xr);
 
     for (int step = 0; step < 2; step++) { /* the second reuses the packing buffer */
         for (int i = 0; i < NPARAM; i++) {
@@ -343,12 +355,8 @@ START_TEST(small_gradients_packed) {
                           "step %d parameter %d: %s", step, i, msg);
         }
     }
-    for (int i = 0; i < NPARAM; i++) {
-        mg_dtensor_free(ps[i]);
-        mg_dtensor_free(rs[i]);
-    }
-    mg_dtensor_free(x);
-    mg_dtensor_free(xr);
+    free_pairs(ps, rs, NPARAM);
+    free_pairs(&x, &xr, 1);
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -371,8 +379,7 @@ START_TEST(micro_batches) {
     make_chain(mesh, ps);
     make_chain(mesh, rs);
     for (int m = 0; m < MICRO; m++) {
-        x[m] = leaf(mesh, 2, (int64_t[]){BATCH, IN}, MG_SHARD(0), 30 + (uint64_t)m, 1.0f, 0.0f);
-        xr[m] = leaf(mesh, 2, (int64_t[]){BATCH, IN}, MG_REPLICATE, 30 + (uint64_t)m, 1.0f, 0.0f);
+        inputs(mesh, IN, 30 + (uint64_t)m, &x[m], &xr[m]);
     }
     for (int peek = 0; peek < 2; peek++) {
         for (int i = 0; i < NPARAM; i++) {
@@ -410,14 +417,8 @@ START_TEST(micro_batches) {
         mg_step_end();
     }
     mg_assert_all(mg_grad_sync() == 1, "gradient sync is not on at the end");
-    for (int i = 0; i < NPARAM; i++) {
-        mg_dtensor_free(ps[i]);
-        mg_dtensor_free(rs[i]);
-    }
-    for (int m = 0; m < MICRO; m++) {
-        mg_dtensor_free(x[m]);
-        mg_dtensor_free(xr[m]);
-    }
+    free_pairs(ps, rs, NPARAM);
+    free_pairs(x, xr, MICRO);
     mg_mesh_free(mesh);
 }
 END_TEST
@@ -433,8 +434,8 @@ START_TEST(direct_sharded_parameter) {
         ws[l] = param(mesh, 2, (int64_t[]){DD, DD}, MG_SHARD(0), 200 + (uint64_t)l, 0.2f, 0.0f);
         rs[l] = param(mesh, 2, (int64_t[]){DD, DD}, MG_REPLICATE, 200 + (uint64_t)l, 0.2f, 0.0f);
     }
-    mg_dtensor *x = leaf(mesh, 2, (int64_t[]){BATCH, DD}, MG_SHARD(0), 4, 1.0f, 0.0f);
-    mg_dtensor *xr = leaf(mesh, 2, (int64_t[]){BATCH, DD}, MG_REPLICATE, 4, 1.0f, 0.0f);
+    mg_dtensor *x, *xr;
+    inputs(mesh, DD, 4, &x, &xr);
     /* w0, w1, w2, then w0 again: the op's own gathered copy is gathered again */
     mg_dtensor *const *sets[2] = {ws, rs};
     mg_dtensor *in[2] = {x, xr};
@@ -452,11 +453,9 @@ START_TEST(direct_sharded_parameter) {
         mg_assert_all(is_shard0(mg_grad(ws[l])), "weight %d: gradient not Shard(0)", l);
         mg_assert_all(mg_test_same_full(mg_grad(ws[l]), mg_grad(rs[l]), RTOL, msg, sizeof msg),
                       "weight %d: %s", l, msg);
-        mg_dtensor_free(ws[l]);
-        mg_dtensor_free(rs[l]);
     }
-    mg_dtensor_free(x);
-    mg_dtensor_free(xr);
+    free_pairs(ws, rs, NW);
+    free_pairs(&x, &xr, 1);
     mg_mesh_free(mesh);
 }
 END_TEST

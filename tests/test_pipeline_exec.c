@@ -26,12 +26,20 @@
 #include "nn/model.h"
 #include "nn/pipeline.h"
 #include "nn/pipeline_exec.h"
+#include "pipeline_testutil.h"
 #include "status.h"
 #include "testutil.h"
 
 #define BATCH 22
 #define NW 9
 static const int64_t widths[NW] = {10, 12, 9, 12, 8, 11, 7, 9, 6}; /* 8 layers */
+
+/* The MLP of these widths, Linear + ReLU (bench step's kind), seed 5. */
+static mg_model_config mlp_config(void) {
+    return (mg_model_config){.kind = MG_MODEL_MLP, .rows = 1, .cols = widths[0], .hidden = 1,
+                             .channels = 1, .classes = widths[NW - 1], .depth = NW - 1,
+                             .widths = widths, .seed = 5};
+}
 
 typedef struct {
     mg_model *model;           /* a stage's, or the whole model (the reference) */
@@ -68,89 +76,43 @@ static int stage_reduce(void *ctx, int stage) {
     return MG_OK;
 }
 
-/* The gradient accumulation the pipeline replaces: *loss gets the sum. */
-static int reference(job *j, int m, double *loss) {
-    *loss = 0;
-    for (int mb = 0; mb < m; mb++) {
-        mg_set_grad_sync(mb == m - 1);
-        mg_dtensor *x = rows_of(j, j->x, widths[0], mb);
-        mg_dtensor *out = x ? mg_model_forward(j->model, x) : NULL;
-        mg_dtensor *l = out ? loss_of(j, out, mb) : NULL;
-        if (!l || mg_backward(l) != MG_OK) return 0;
-        mg_tensor *v = mg_full_tensor(l);
-        *loss += mg_tensor_data(v)[0];
-        mg_tensor_free(v);
-    }
-    mg_set_grad_sync(1);
-    return 1;
+/* Micro-batch mb's loss on the whole model (the reference). */
+static mg_dtensor *reference_loss(void *ctx, int mb) {
+    job *j = ctx;
+    mg_dtensor *x = rows_of(j, j->x, widths[0], mb);
+    mg_dtensor *out = x ? mg_model_forward(j->model, x) : NULL;
+    return out ? loss_of(j, out, mb) : NULL;
 }
 
-/* Worst relative difference of two gradients (full tensors). */
-static double worst_of(const mg_dtensor *a, const mg_dtensor *b, int *bitwise) {
-    mg_tensor *x = mg_full_tensor(a), *y = mg_full_tensor(b);
-    double worst = 0;
-    for (int64_t i = 0; i < mg_tensor_numel(x); i++) {
-        float u = mg_tensor_data(x)[i], v = mg_tensor_data(y)[i];
-        if (u != v) *bitwise = 0;
-        double d = fabs((double)u - v) / (fabs((double)v) > 1e-6 ? fabs((double)v) : 1e-6);
-        if (d > worst) worst = d;
-    }
-    mg_tensor_free(x);
-    mg_tensor_free(y);
-    return worst;
+/* The layers' costs are the model's: its shape built once, without
+ * parameters. 1, or 0. */
+static int mlp_costs(const mg_mesh *mesh, const mg_plan *plan, mg_layer_cost *costs) {
+    mg_model_config mc = mlp_config();
+    unsigned char none[NW] = {0};
+    mg_model whole;
+    if (mg_model_build(&whole, &mc, mesh, plan, none) != MG_OK) return 0;
+    int rc = mg_model_layer_costs(&whole, costs);
+    mg_model_free(&whole);
+    return rc == MG_OK;
 }
 
-/* One pp configuration: mesh shape, plan, schedule, v, M or a rows list. */
-typedef struct {
-    int ndim, shape[3];
-    const char *plan;
-    mg_pp_kind kind;
-    int v, m;
-    const int64_t *rows; /* NULL: the batch in m */
-    int nrows;
-    int uneven; /* --pp-layers: 3, 1, 2, 2, ... (the rest) */
-} config;
-
-static int run_config(const config *c, char *msg, size_t len) {
+static int run_config(const mg_test_pp_config *c, char *msg, size_t len) {
     int ok = 1;
-    mg_mesh *mesh = mg_mesh_new(c->ndim, c->shape);
+    mg_mesh *mesh;
     mg_plan plan;
     mg_pp_options o;
-    mg_pp_options_defaults(&o);
-    o.kind = c->kind;
-    o.virtual_stages = c->v;
-    o.microbatches = c->rows ? 0 : c->m;
-    for (int i = 0; i < c->nrows; i++) o.rows[i] = c->rows[i];
-    o.nrows = c->nrows;
-    if (c->uneven) { /* 3, 1, then 2 each, the last taking what is left */
-        int S = c->v * (c->plan[0] == 'p' ? c->shape[0] : c->shape[1]), left = NW - 1;
-        for (int i = 0; i < S; i++) {
-            o.layers[i] = i == S - 1 ? left : i == 0 ? 3 : i == 1 ? 1 : 2;
-            left -= o.layers[i];
-        }
-        o.nlayers = S;
-    }
-    mg_model_config mc = {.kind = MG_MODEL_MLP, .rows = 1, .cols = widths[0], .hidden = 1,
-                          .channels = 1, .classes = widths[NW - 1], .depth = NW - 1,
-                          .widths = widths, .seed = 5};
     mg_layer_cost costs[NW];
-    mg_model whole;
     mg_pipeline p;
-    if (!mesh || mg_plan_parse(c->plan, &plan) != MG_OK) {
-        snprintf(msg, len, "%s: %s", c->plan, mg_last_error());
-        return 0;
-    }
-    /* the costs are the model's: build the model's shape once without parameters */
-    unsigned char none[NW] = {0}, held[NW] = {0};
-    if (mg_model_build(&whole, &mc, mesh, &plan, none) != MG_OK ||
-        mg_model_layer_costs(&whole, costs) != MG_OK ||
+    if (!mg_test_pp_start(c, &mesh, &plan, &o, msg, len)) return 0;
+    if (!mlp_costs(mesh, &plan, costs) ||
         mg_pipeline_make(&p, mesh, &plan, &o, costs, NW - 1, BATCH) != MG_OK) {
         snprintf(msg, len, "%s: %s", c->plan, mg_last_error());
         mg_mesh_free(mesh);
         return 0;
     }
-    mg_model_free(&whole);
+    unsigned char held[NW] = {0};
     for (int i = 0; i < NW - 1; i++) held[i] = mg_pipeline_holds(&p, i);
+    mg_model_config mc = mlp_config();
     mg_model stage, ref;
     int rc = mg_model_build(&stage, &mc, p.stage_mesh, &p.stage_plan, held);
     if (rc == MG_OK) rc = mg_model_build(&ref, &mc, p.stage_mesh, &p.stage_plan, NULL);
@@ -170,7 +132,7 @@ static int run_config(const config *c, char *msg, size_t len) {
         snprintf(msg, len, "%s %s: %s", c->plan, mg_pp_kind_name(c->kind), mg_last_error());
         ok = 0;
     }
-    if (ok && !reference(&rj, p.microbatches, &ref_loss)) {
+    if (ok && !mg_test_accumulate(p.microbatches, reference_loss, &rj, &ref_loss)) {
         snprintf(msg, len, "reference: %s", mg_last_error());
         ok = 0;
     }
@@ -180,16 +142,13 @@ static int run_config(const config *c, char *msg, size_t len) {
     int bitwise = ok && (float)loss == (float)ref_loss;
     double worst = ok ? fabs(loss - ref_loss) / fabs(ref_loss) : 1;
     for (int k = 0; ok && k < 2 * (NW - 1); k++) {
-        mg_param *pp = mg_model_param(&stage, k, NULL), *pr = mg_model_param(&ref, k, NULL);
-        if (!pp) continue;
-        mg_dtensor *ga = mg_grad(pp->value), *gb = mg_grad(pr->value);
-        if (!ga || !gb) {
-            snprintf(msg, len, "parameter %d has no gradient (%s)", k, mg_last_error());
-            ok = 0;
-            break;
-        }
-        double w = worst_of(ga, gb, &bitwise);
-        if (w > worst) worst = w;
+        mg_dtensor *ga, *gb;
+        int held_k = mg_test_pp_grads(&stage, &ref, k, &ga, &gb, msg, len);
+        if (held_k < 0) ok = 0;
+        if (held_k <= 0) continue;
+        mg_test_diff d = mg_test_grad_diff(ga, gb);
+        bitwise &= d.bitwise;
+        if (d.per_element > worst) worst = d.per_element;
     }
     /* memory: the micro-batches held at once, as the verifier counts them */
     mg_pp_sim sim = {0};
@@ -232,12 +191,11 @@ static int run_config(const config *c, char *msg, size_t len) {
     }
     ok = mg_test_agree(ok);
     bitwise = mg_test_agree(bitwise);
-    double all = worst;
-    MPI_Allreduce(&worst, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double all = mg_test_max_all(worst);
     if (ok && mg_rank() == 0)
         printf("  %-10s %-16s v=%d M=%d%s%s: loss %.9g, %s (worst relative %.2e)\n", c->plan,
                mg_pp_kind_name(c->kind), c->v, p.microbatches, c->rows ? " (rows list)" : "",
-               c->uneven ? " (--pp-layers 3,1,2..)" : "", ref_loss,
+               c->layers ? " (--pp-layers 3,1,2..)" : "", ref_loss,
                bitwise ? "bitwise equal" : "NOT bitwise", all);
     if (ok && !bitwise) {
         snprintf(msg, len, "%s %s: losses or gradients differ from gradient accumulation "
@@ -257,21 +215,14 @@ static int run_config(const config *c, char *msg, size_t len) {
 START_TEST(test_schedules_equal_accumulation) {
     int w = mg_world_size();
     static const int64_t rows[4] = {5, 7, 3, 7};
-    config meshes[4];
-    int nm = 0;
-    meshes[nm++] = (config){.ndim = 1, .shape = {w}, .plan = "pp"};
-    if (w == 4) {
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "fsdp,pp"};
-    }
-    if (w == 2) meshes[nm++] = (config){.ndim = 2, .shape = {2, 1}, .plan = "pp,dp"};
+    static const char *const plans[] = {"pp,dp", "pp,tp", "fsdp,pp", NULL};
+    mg_test_pp_config meshes[4];
+    int nm = mg_test_pp_meshes(meshes, plans);
+    if (w == 2) meshes[nm++] = (mg_test_pp_config){.ndim = 2, .shape = {2, 1}, .plan = "pp,dp"};
     char msg[512] = "";
     for (int i = 0; i < nm; i++)
         for (int k = 0; k < MG_PP_KIND_COUNT; k++) {
-            config c = meshes[i];
-            c.kind = (mg_pp_kind)k;
-            c.v = k == MG_PP_INTERLEAVED_1F1B ? 2 : 1;
+            mg_test_pp_config c = mg_test_pp_schedule(&meshes[i], k);
             int pp = c.plan[0] == 'p' ? c.shape[0] : c.shape[1];
             if (c.v * pp > NW - 1) continue; /* more stages than layers */
             c.m = k == MG_PP_INTERLEAVED_1F1B ? 2 * pp : 4;
@@ -282,8 +233,15 @@ START_TEST(test_schedules_equal_accumulation) {
                 c.nrows = 4;
                 mg_assert_all(run_config(&c, msg, sizeof msg), "%s", msg);
             }
-            if (k == MG_PP_INTERLEAVED_1F1B && i == 0 && c.v * pp <= 5) { /* uneven stages */
-                c.uneven = 1;
+            if (k == MG_PP_INTERLEAVED_1F1B && i == 0 && c.v * pp <= 5) {
+                /* uneven stages: 3, 1, then 2 each, the last taking what is left */
+                int layers[5], left = NW - 1;
+                for (int s = 0; s < c.v * pp; s++) {
+                    layers[s] = s == c.v * pp - 1 ? left : s == 0 ? 3 : s == 1 ? 1 : 2;
+                    left -= layers[s];
+                }
+                c.layers = layers;
+                c.nlayers = c.v * pp;
                 mg_assert_all(run_config(&c, msg, sizeof msg), "%s", msg);
             }
         }
@@ -337,33 +295,19 @@ static double machine_need(const mg_pipeline *p, const mg_layer_cost *costs, int
  * fit. */
 START_TEST(test_memory_check) {
     int w = mg_world_size();
-    config meshes[3];
-    int nm = 0;
-    meshes[nm++] = (config){.ndim = 1, .shape = {w}, .plan = "pp"};
-    if (w == 4) {
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,dp"};
-        meshes[nm++] = (config){.ndim = 2, .shape = {2, 2}, .plan = "pp,tp"};
-    }
+    static const char *const plans[] = {"pp,dp", "pp,tp", NULL};
+    mg_test_pp_config meshes[3];
+    int nm = mg_test_pp_meshes(meshes, plans);
     for (int i = 0; i < nm; i++) {
-        const config *k = &meshes[i];
-        mg_mesh *mesh = mg_mesh_new(k->ndim, k->shape);
+        mg_test_pp_config *k = &meshes[i];
+        k->kind = MG_PP_1F1B, k->v = 1, k->m = 4;
+        mg_mesh *mesh;
         mg_plan plan;
-        mg_assert_all(mesh && mg_plan_parse(k->plan, &plan) == MG_OK, "%s: %s", k->plan,
-                      mg_last_error());
-        mg_model_config mc = {.kind = MG_MODEL_MLP, .rows = 1, .cols = widths[0], .hidden = 1,
-                              .channels = 1, .classes = widths[NW - 1], .depth = NW - 1,
-                              .widths = widths, .seed = 5};
-        mg_layer_cost costs[NW];
-        unsigned char none[NW] = {0};
-        mg_model whole;
-        mg_assert_all(mg_model_build(&whole, &mc, mesh, &plan, none) == MG_OK &&
-                          mg_model_layer_costs(&whole, costs) == MG_OK,
-                      "%s", mg_last_error());
-        mg_model_free(&whole);
         mg_pp_options o;
-        mg_pp_options_defaults(&o);
-        o.kind = MG_PP_1F1B;
-        o.microbatches = 4;
+        char msg[512] = "";
+        mg_assert_all(mg_test_pp_start(k, &mesh, &plan, &o, msg, sizeof msg), "%s", msg);
+        mg_layer_cost costs[NW];
+        mg_assert_all(mlp_costs(mesh, &plan, costs), "%s", mg_last_error());
         o.node_ranks = w;
         o.param_copies = 4; /* AdamW */
         o.machine_bytes = 1e30;
@@ -439,17 +383,15 @@ START_TEST(test_backward_with_and_split) {
     for (int i = 0; i < 4; i++) none &= mg_grad(p[2][i]) == NULL;
     mg_assert_all(none && bw.n == 4, "Bi reached the weights (%d kept)", bw.n);
     mg_assert_all(mg_backward_weight(&bw) == MG_OK, "%s", mg_last_error());
-    int same = 1;
-    double worst = worst_of(mg_grad(x[1]), mg_grad(x[0]), &same);
+    double worst = mg_test_grad_diff(mg_grad(x[1]), mg_grad(x[0])).per_element;
     for (int i = 0; i < 4; i++) {
-        double d = worst_of(mg_grad(p[1][i]), mg_grad(p[0][i]), &same);
+        double d = mg_test_grad_diff(mg_grad(p[1][i]), mg_grad(p[0][i])).per_element;
         worst = d > worst ? d : worst;
     }
     mg_assert_all(worst < 1e-6, "mg_backward_with differs from the backward of sum(y * g) by %.2e",
                   worst);
-    int split_same = 1;
-    worst_of(mg_grad(x[2]), mg_grad(x[1]), &split_same);
-    for (int i = 0; i < 4; i++) worst_of(mg_grad(p[2][i]), mg_grad(p[1][i]), &split_same);
+    int split_same = mg_test_grad_diff(mg_grad(x[2]), mg_grad(x[1])).bitwise;
+    for (int i = 0; i < 4; i++) split_same &= mg_test_grad_diff(mg_grad(p[2][i]), mg_grad(p[1][i])).bitwise;
     mg_assert_all(split_same, "Bi then W is not bitwise one backward");
     /* a gradient of the wrong shape is refused */
     mg_dtensor *y3 = small_net(x[1], p[1]);

@@ -73,14 +73,17 @@ static int layouts(layout *out) {
     return n;
 }
 
-static char *layout_name(char *buf, size_t len, const layout *l) {
+/* The mesh of layout l (asserted made), and its name ("mesh 2x2 [S(0), R]") in name. */
+static mg_mesh *layout_mesh(const layout *l, char *name, size_t len) {
     char pb[64];
     mg_placements_format(pb, sizeof pb, l->p, l->ndim);
     if (l->ndim == 2)
-        snprintf(buf, len, "mesh %dx%d %s", l->shape[0], l->shape[1], pb);
+        snprintf(name, len, "mesh %dx%d %s", l->shape[0], l->shape[1], pb);
     else
-        snprintf(buf, len, "mesh %d %s", l->shape[0], pb);
-    return buf;
+        snprintf(name, len, "mesh %d %s", l->shape[0], pb);
+    mg_mesh *mesh = mg_mesh_new(l->ndim, l->shape);
+    ck_assert_msg(mesh, "%s", mg_last_error());
+    return mesh;
 }
 
 static void sgd_ref(double *p, const float *g, double *buf, int64_t n, double lr, double mom,
@@ -116,9 +119,7 @@ static void check_optimizer(mg_optim_kind kind, double lr, double momentum, doub
     int nl = layouts(ls);
     for (int li = 0; li < nl; li++) {
         char name[96];
-        layout_name(name, sizeof name, &ls[li]);
-        mg_mesh *mesh = mg_mesh_new(ls[li].ndim, ls[li].shape);
-        ck_assert_msg(mesh, "%s", mg_last_error());
+        mg_mesh *mesh = layout_mesh(&ls[li], name, sizeof name);
         mg_param_table t = {0};
         ck_assert_int_eq(mg_params_add(&t, mesh, "w", 2, shape, ls[li].p, ls[li].p, 7, -1, 1), 0);
         mg_optimizer opt;
@@ -198,9 +199,7 @@ START_TEST(test_clip_norm_sharded_vs_replicated) {
     int nl = layouts(ls);
     for (int li = 0; li < nl; li++) {
         char name[96];
-        layout_name(name, sizeof name, &ls[li]);
-        mg_mesh *mesh = mg_mesh_new(ls[li].ndim, ls[li].shape);
-        ck_assert_msg(mesh, "%s", mg_last_error());
+        mg_mesh *mesh = layout_mesh(&ls[li], name, sizeof name);
         /* a second parameter that is replicated everywhere: counted once */
         mg_placement rep[2] = {MG_REPLICATE, MG_REPLICATE};
         mg_param_table t = {0};

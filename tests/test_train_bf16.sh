@@ -19,11 +19,10 @@ train() {
     tag=$1 np=$2
     shift 2
     # shellcheck disable=SC2086
-    "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $job --mesh "$np" --metrics "$tmp/$tag.jsonl" \
-        "$@" >"$tmp/$tag.out" 2>&1
+    train_run "$tag" "$np" $job --mesh "$np" "$@"
     rc=$?
     check "$tag: exits 0" test "$rc" -eq 0
-    [ "$rc" -eq 0 ] || sed 's/^/  | /' "$tmp/$tag.out"
+    [ "$rc" -eq 0 ] || show_log "$tmp/$tag.out"
 }
 
 losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }

@@ -38,15 +38,14 @@ train() {
     tag=$1 np=$2
     shift 2
     start=$(date +%s)
-    "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $common --metrics "$tmp/$tag.jsonl" "$@" \
-        >"$tmp/$tag.out" 2>&1
+    train_run "$tag" "$np" $common "$@"
     rc=$?
     secs=$(($(date +%s) - start))
     if [ "$rc" -eq 0 ]; then
         pass "$tag: np $np, ${secs}s"
     else
         fail "$tag: exit $rc"
-        sed 's/^/  | /' "$tmp/$tag.out"
+        show_log "$tmp/$tag.out"
     fi
 }
 

@@ -40,12 +40,9 @@ gpt="--model gpt --data $text --layers 2 --heads 4 --embd 16 --ctx 16 --batch 8 
 train() {
     tag=$1 np=$2
     shift 2
-    if "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $gpt --metrics "$tmp/$tag.jsonl" "$@" \
-        >"$tmp/$tag.out" 2>&1; then
-        return 0
-    fi
+    train_run "$tag" "$np" $gpt "$@" && return 0
     fail "$tag: run failed"
-    sed 's/^/  | /' "$tmp/$tag.out"
+    show_log "$tmp/$tag.out"
     return 1
 }
 
@@ -69,6 +66,15 @@ close() {
               exit !(n == want && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
 }
 
+# follows TAG REF WHAT: TAG starts from REF's parameters and its losses are REF's within 1e-4
+follows() {
+    if [ "$(checksum "$1")" != "$(checksum "$2")" ]; then
+        fail "$3: param_checksum $(checksum "$1"), 1-rank run $(checksum "$2")"
+        return
+    fi
+    check_output "$3: same init, the 1-rank losses within 1e-4" close "$1" "$2" 1e-4 $((STEPS + 1))
+}
+
 # ---- mesh invariance ----------------------------------------------------------------
 if train ref 1 && [ -n "$(checksum ref)" ] && [ "$(losses ref | wc -l)" -eq $((STEPS + 1)) ]; then
     pass "1 rank: the reference, checksum $(checksum ref), val_loss $(losses ref | tail -n 1)"
@@ -78,12 +84,7 @@ for run in 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp; do
 $run
 EOF
     tag=mesh-$mesh-$plan
-    train "$tag" "$np" --mesh "$mesh" --parallel "$plan" || continue
-    if [ "$(checksum "$tag")" != "$(checksum ref)" ]; then
-        fail "$mesh [$plan]: param_checksum $(checksum "$tag"), 1-rank run $(checksum ref)"
-        continue
-    fi
-    check_output "$mesh [$plan]: same init, the 1-rank losses within 1e-4" close "$tag" ref 1e-4 $((STEPS + 1))
+    train "$tag" "$np" --mesh "$mesh" --parallel "$plan" && follows "$tag" ref "$mesh [$plan]"
 done
 
 # ---- gradient accumulation ------------------------------------------------------------
@@ -102,16 +103,23 @@ train accum2-dp 2 --mesh 2 --parallel dp --grad-accum 2 &&
 # ---- checkpoints --------------------------------------------------------------------------
 ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
 half=$((STEPS / 2))
-if train dp-full 2 --mesh 2 --parallel dp --save "$tmp/dp/" --save-every $half &&
-    train dp-resumed 2 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/dp" $half)" \
-        --save "$tmp/dp-resumed.h5"; then
-    losses dp-full | tail -n $((half + 1)) >"$tmp/want.txt"
-    losses dp-resumed >"$tmp/got.txt"
-    check "2 ranks dp, resumed at $half: the same loss text at every step and val" \
+# resumed NAME NP WHAT ARGS...: NAME-full saves in $tmp/NAME/ at half the steps,
+# NAME-resumed resumes there: the same loss text at every step and val, and a
+# final checkpoint bitwise the uninterrupted run's
+resumed() {
+    _name=$1 _np=$2 _what=$3
+    shift 3
+    train "$_name-full" "$_np" "$@" --save "$tmp/$_name/" --save-every $half &&
+        train "$_name-resumed" "$_np" "$@" --resume "$(ckpt "$tmp/$_name" $half)" \
+            --save "$tmp/$_name-resumed.h5" || return
+    losses "$_name-full" | tail -n $((half + 1)) >"$tmp/want.txt"
+    losses "$_name-resumed" >"$tmp/got.txt"
+    check "$_what, resumed at $half: the same loss text at every step and val" \
         cmp -s "$tmp/want.txt" "$tmp/got.txt"
-    check_output "2 ranks dp, resumed: the final checkpoint is bitwise the uninterrupted run's" \
-        "$tool" compare "$(ckpt "$tmp/dp" $STEPS)" "$tmp/dp-resumed.h5"
-fi
+    check_output "$_what, resumed: the final checkpoint is bitwise the uninterrupted run's" \
+        "$tool" compare "$(ckpt "$tmp/$_name" $STEPS)" "$tmp/$_name-resumed.h5"
+}
+resumed dp 2 "2 ranks dp" --mesh 2 --parallel dp
 if train tp-full 2 --mesh 2 --parallel tp --save "$tmp/tp/" --save-every $half &&
     train tp-on-dp 2 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/tp" $half)"; then
     check_output "2 tp -> 2 dp: the losses within 1e-5" close tp-on-dp tp-full 1e-5 $((half + 1))
@@ -132,23 +140,10 @@ $run
 EOF
     tag=pipe-$mesh-$plan
     train "$tag" "$np" --layers 4 --mesh "$mesh" --parallel "$plan" --pp-schedule "$sched" \
-        --virtual-stages "$v" --microbatches 4 || continue
-    if [ "$(checksum "$tag")" != "$(checksum ref4)" ]; then
-        fail "$mesh [$plan]: param_checksum $(checksum "$tag"), 1-rank run $(checksum ref4)"
-        continue
-    fi
-    check_output "$mesh [$plan] $sched: same init, the 1-rank losses within 1e-4" close "$tag" ref4 1e-4 $((STEPS + 1))
+        --virtual-stages "$v" --microbatches 4 && follows "$tag" ref4 "$mesh [$plan] $sched"
 done
 pp2="--layers 4 --mesh 2 --parallel pp --microbatches 4"
-if train pp-full 2 $pp2 --save "$tmp/pp/" --save-every $half &&
-    train pp-resumed 2 $pp2 --resume "$(ckpt "$tmp/pp" $half)" --save "$tmp/pp-resumed.h5"; then
-    losses pp-full | tail -n $((half + 1)) >"$tmp/want.txt"
-    losses pp-resumed >"$tmp/got.txt"
-    check "pp=2, resumed at $half on pp=2: the same loss text at every step and val" \
-        cmp -s "$tmp/want.txt" "$tmp/got.txt"
-    check_output "pp=2, resumed: the final checkpoint is bitwise the uninterrupted run's" \
-        "$tool" compare "$(ckpt "$tmp/pp" $STEPS)" "$tmp/pp-resumed.h5"
-fi
+resumed pp 2 "pp=2" $pp2
 train pp-on-dp 2 --layers 4 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/pp" $half)" &&
     check_output "pp=2 -> 2 dp: the losses within 1e-5" close pp-on-dp pp-full 1e-5 $((half + 1))
 train one-on-ppdp 4 --layers 4 --mesh 2x2 --parallel pp,dp --microbatches 2 \

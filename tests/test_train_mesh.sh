@@ -19,39 +19,13 @@ common="--data $data --steps $STEPS --batch 30 --seed 11 --log-every 0 --threads
 mlp="--model mlp --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0"
 pmlp="--model permute-mlp --hidden 20 --channels 6 --optimizer sgd --lr 0.03 --momentum 0.9 --clip 1.0"
 
-# train TAG NP MESH PLAN MODEL-FLAGS: metrics in $tmp/TAG.jsonl; 0 on success
-train() {
-    "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$2" "$prog" train $common $5 --mesh "$3" --parallel "$4" \
-        --metrics "$tmp/$1.jsonl" >"$tmp/$1.out" 2>&1
-}
-
-checksum() { metrics_checksum "$1"; }
-losses() { metrics_losses "$1"; }
-
-# case TAG NP MESH PLAN MODEL REF
-case_() {
-    tag=$1
-    start=$(date +%s)
-    if ! train "$1" "$2" "$3" "$4" "$5"; then
-        fail "$tag: run failed"
-        sed 's/^/  | /' "$tmp/$tag.out"
-        return
-    fi
-    check_invariant "$tag" "$tmp/$tag.jsonl" "$tmp/$6.jsonl" "$STEPS" "$RTOL" $(($(date +%s) - start))
-}
+# case TAG NP MESH PLAN MODEL REF: TAG starts from REF's parameters and follows its losses
+case_() { train_invariant "$1" "$2" "$6" "$STEPS" "$RTOL" $common $5 --mesh "$3" --parallel "$4"; }
 
 # the references
 for m in mlp pmlp; do
     eval flags=\$$m
-    if train "$m-1-dp" 1 1 dp "$flags" && [ -n "$(checksum "$tmp/$m-1-dp.jsonl")" ] &&
-        [ "$(losses "$tmp/$m-1-dp.jsonl" | wc -l)" -eq $STEPS ]; then
-        pass "$(printf '%-24s checksum %s | reference' "$m-1-dp" "$(checksum "$tmp/$m-1-dp.jsonl")")"
-    else
-        fail "$m-1-dp: the 1-rank reference run failed"
-        sed 's/^/  | /' "$tmp/$m-1-dp.out"
-        check_summary
-        exit 1
-    fi
+    train_reference "$m-1-dp" $STEPS $common $flags --mesh 1 --parallel dp
 done
 
 for plan in dp tp fsdp; do

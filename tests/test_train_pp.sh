@@ -25,6 +25,7 @@
 . "$(dirname "$0")/check.sh"
 program_test_env train-pp
 STEPS=100
+train_limit=180
 
 common="--data $data --batch 32 --seed 11 --log-every 0 --threads 1"
 mlp="--model mlp --hidden 24 --depth 4 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0"
@@ -32,41 +33,26 @@ pmlp="--model permute-mlp --hidden 20 --channels 6 --optimizer sgd --lr 0.03 --m
 
 # train TAG NP ARGS...: metrics in $tmp/TAG.jsonl, output in $tmp/TAG.out; 0 on success
 train() {
-    tag=$1 np=$2
+    _tag=$1 _np=$2
     shift 2
-    "$TIMEOUT" -k 5 180 "$MPIRUN" -np "$np" "$prog" train $common --metrics "$tmp/$tag.jsonl" "$@" \
-        >"$tmp/$tag.out" 2>&1
+    train_run "$_tag" "$_np" $common "$@"
 }
 
-checksum() { metrics_checksum "$1"; }
 losses() { metrics_losses "$tmp/$1.jsonl"; }
 # close TAG REF STEPS RTOL: STEPS steps, each loss within RTOL of REF's; prints the worst
 close() { losses_close "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" "$4"; }
 
 # invariant TAG NP REF ARGS...: starts from REF's parameters and follows its losses
 invariant() {
-    tag=$1 np=$2 ref=$3
+    _tag=$1 _np=$2 _ref=$3
     shift 3
-    start=$(date +%s)
-    if ! train "$tag" "$np" --steps $STEPS "$@"; then
-        fail "$tag: run failed"
-        sed 's/^/  | /' "$tmp/$tag.out"
-        return
-    fi
-    check_invariant "$tag" "$tmp/$tag.jsonl" "$tmp/$ref.jsonl" $STEPS 1e-4 $(($(date +%s) - start))
+    train_invariant "$_tag" "$_np" "$_ref" $STEPS 1e-4 $common --steps $STEPS "$@"
 }
 
 # ---- the references ------------------------------------------------------------
 for m in mlp pmlp; do
     eval flags=\$$m
-    if train "$m-1" 1 --steps $STEPS $flags && [ -n "$(checksum "$tmp/$m-1.jsonl")" ]; then
-        pass "$m-1: the 1-rank reference, checksum $(checksum "$tmp/$m-1.jsonl")"
-    else
-        fail "$m-1: the 1-rank reference run failed"
-        sed 's/^/  | /' "$tmp/$m-1.out"
-        check_summary
-        exit 1
-    fi
+    train_reference "$m-1" $STEPS $common --steps $STEPS $flags
 done
 
 # ---- mesh invariance --------------------------------------------------------------

@@ -1,18 +1,43 @@
 /* bench.c: `meshgrad bench KIND [ARGS...]`: picks one benchmark and runs it.
  * Exports mg_cli_bench (cli.h). Kinds: comm (collective bandwidth, bench_comm.c),
- * linear, step and ops (compute and dispatch, bench_ops.c). */
+ * linear and ops (compute and dispatch, bench_ops.c), step (a training step:
+ * the MLP's, bench_step.c; the GPT's, bench_gpt.c; a pipeline's, bench_pp.c). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "meshgrad.h"
+#include "nn/plan.h"
 #include "status.h"
+
+/* --parallel names pp: the pipeline's benchmark (bench_pp.c) takes the flags. */
+static int wants_pipeline(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *v = mg_cli_flag_at(argc, argv, i, "--parallel");
+        mg_plan plan;
+        if (v && mg_plan_parse(v, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0) return 1;
+    }
+    return 0;
+}
+
+/* `bench step`: the GPT's with --model gpt (with pp or not; the first --model
+ * decides, and the MLP's refuses any other), a pipeline's with pp in
+ * --parallel, else the MLP's. */
+static int step(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *model = mg_cli_flag_at(argc, argv, i, "--model");
+        if (model && strcmp(model, "gpt") == 0) return mg_cli_bench_step_gpt(argc, argv);
+        if (model) return mg_cli_bench_step_mlp(argc, argv);
+    }
+    if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
+    return mg_cli_bench_step_mlp(argc, argv);
+}
 
 static const mg_cli_command kinds[] = {
     {"comm", mg_cli_bench_comm, "collective bandwidth on each mesh dimension, by message size"},
     {"linear", mg_cli_bench_linear, "mg_linear forward + backward GFLOP/s next to raw cblas_sgemm"},
-    {"step", mg_cli_bench_step, "a training step on any mesh and plan: an MLP (ReLU, MSE, SGD), "
+    {"step", step, "a training step on any mesh and plan: an MLP (ReLU, MSE, SGD), "
                                 "or the GPT (--model gpt); pipelines with pp in --parallel"},
     {"ops", mg_cli_bench_ops, "per-op dispatch overhead next to MPI latency; attention, layer "
                               "norm and softmax kernels next to sgemm and a copy"},

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench_util.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
@@ -29,6 +30,20 @@
 
 typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_COUNT } bench_op;
 static const char *const op_names[OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter"};
+
+typedef struct {
+    int64_t sizes[MAX_SIZES]; /* bytes */
+    int nsizes, iters;
+    int shape[MG_MAX_MESH_DIMS], ndim;
+} comm_opts;
+
+/* The JSON object, written as the rows come (rank 0 prints it at the end). */
+typedef struct {
+    FILE *f;
+    char *text;
+    size_t len;
+    int rows;
+} comm_json;
 
 static void usage(FILE *out) {
     if (mg_rank() != 0) return;
@@ -87,11 +102,6 @@ static int parse_sizes(const char *text, int64_t *sizes) {
     return n;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* One collective on buffers of `n` floats (all-reduce buffer, gathered output,
  * scattered input), meshgrad's when `raw` is 0, MPI's otherwise. */
 static int run_op(mg_comm *c, bench_op op, int raw, float *big, float *small, int *counts,
@@ -146,7 +156,7 @@ static int time_op(mg_comm *c, bench_op op, int64_t n, int iters, double t[2]) {
     }
     if (rc == MG_OK) {
         for (int raw = 0; raw < 2; raw++) {
-            qsort(times + raw * iters, (size_t)iters, sizeof(double), cmp_double);
+            mg_cli_sort(times + raw * iters, iters);
             t[raw] = times[raw * iters + iters / 2];
         }
     }
@@ -164,24 +174,19 @@ static void size_text(char *buf, size_t len, int64_t bytes) {
     else snprintf(buf, len, "%lld B", (long long)bytes);
 }
 
-int mg_cli_bench_comm(int argc, char **argv) {
-    static const struct option options[] = {
-        {"sizes", required_argument, NULL, 's'},
-        {"iters", required_argument, NULL, 'i'},
-        {"mesh", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int64_t sizes[MAX_SIZES] = {1 << 20, 16 << 20};
-    int nsizes = 2, iters = 20, world = mg_world_size();
-    int mshape[MG_MAX_MESH_DIMS] = {world}, mnd = 1;
+/* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
+static int parse(comm_opts *o, int argc, char **argv) {
+    static const struct option options[] = {{"sizes", 1, 0, 's'}, {"iters", 1, 0, 'i'},
+                                            {"mesh", 1, 0, 'm'},  {"help", 0, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    *o = (comm_opts){.sizes = {1 << 20, 16 << 20}, .nsizes = 2, .iters = 20,
+                     .shape = {mg_world_size()}, .ndim = 1};
     int opt;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (opt) {
         case 's':
-            nsizes = parse_sizes(optarg, sizes);
-            if (nsizes < 0) return 2;
+            if ((o->nsizes = parse_sizes(optarg, o->sizes)) < 0) return 2;
             break;
         case 'i': {
             char *end;
@@ -191,93 +196,121 @@ int mg_cli_bench_comm(int argc, char **argv) {
                          optarg);
                 return 2;
             }
-            iters = (int)v;
+            o->iters = (int)v;
             break;
         }
         case 'm':
-            mnd = mg_mesh_parse(optarg, mshape);
-            if (mnd < 0) return 2;
+            if ((o->ndim = mg_mesh_parse(optarg, o->shape)) < 0) return 2;
             break;
-        case 'h': usage(stdout); return 0;
+        case 'h': usage(stdout); return 1;
         default:
             usage(stderr);
             mg_error(MG_EINVAL, "bench comm: unknown option '%s'", argv[optind - 1]);
             return 2;
         }
     }
-    if (optind < argc) {
-        usage(stderr);
-        mg_error(MG_EINVAL, "bench comm: unexpected argument '%s'", argv[optind]);
-        return 2;
-    }
-    mg_mesh *mesh = mg_mesh_new(mnd, mshape);
-    if (!mesh) return 1;
-    /* the largest size's buffer and its block, touched: a size the memory
-     * cannot take is refused, not left for the kernel to kill */
+    if (optind >= argc) return 0;
+    usage(stderr);
+    mg_error(MG_EINVAL, "bench comm: unexpected argument '%s'", argv[optind]);
+    return 2;
+}
+
+/* The largest size's buffer and its block, touched: a size the memory cannot
+ * take is refused, not left for the kernel to kill. */
+static int fits_memory(const comm_opts *o) {
     double most = 0;
-    for (int s = 0; s < nsizes; s++) most = (double)sizes[s] > most ? (double)sizes[s] : most;
-    if (mg_cli_check_memory("bench comm: the largest of --sizes", most * (1.0 + 1.0 / world),
-                            "give smaller --sizes") != MG_OK) {
-        mg_mesh_free(mesh);
-        return 1;
-    }
-    int rank = mg_rank(), rc = MG_OK;
-    char ms[64];
-    mg_mesh_format(ms, sizeof ms, mesh);
-    if (rank == 0) {
+    for (int s = 0; s < o->nsizes; s++)
+        most = (double)o->sizes[s] > most ? (double)o->sizes[s] : most;
+    return mg_cli_check_memory("bench comm: the largest of --sizes",
+                               most * (1.0 + 1.0 / mg_world_size()), "give smaller --sizes");
+}
+
+/* The floats of a buffer of `bytes` on c, in equal blocks for gather and
+ * scatter: MG_OK, or MG_EINVAL when a block would hold none or past 2^31. */
+static int floats_of(const mg_comm *c, int64_t bytes, int64_t *n) {
+    *n = bytes / (int64_t)sizeof(float);
+    *n -= *n % c->size;
+    if (*n / c->size > 0x7fffffff || *n < c->size)
+        return mg_error(MG_EINVAL,
+                        "bench comm: size %lld bytes does not fit %d ranks (1 float "
+                        "per rank at least, 2^31 at most)",
+                        (long long)bytes, c->size);
+    return MG_OK;
+}
+
+/* The table's head (rank 0) and the start of the JSON object. */
+static void report_head(const comm_opts *o, const char *mesh, comm_json *js) {
+    int world = mg_world_size();
+    if (mg_rank() == 0) {
         printf(
             "meshgrad bench comm: %d rank%s, mesh %s, %d iterations (median of the slowest rank)\n",
-            world, world == 1 ? "" : "s", ms, iters);
+            world, world == 1 ? "" : "s", mesh, o->iters);
         printf("algorithm bandwidth = buffer size / time; ratio = meshgrad / raw MPI\n\n");
         printf("%-4s %-15s %10s %15s %12s %7s\n", "dim", "collective", "size", "meshgrad GB/s",
                "MPI GB/s", "ratio");
     }
-    char *json = NULL;
-    size_t json_len = 0;
-    FILE *js = open_memstream(&json, &json_len);
-    fprintf(js, "{\"bench\":\"comm\",\"ranks\":%d,\"mesh\":\"%s\",\"iters\":%d,\"results\":[",
-            world, ms, iters);
-    int first = 1;
+    fprintf(js->f, "{\"bench\":\"comm\",\"ranks\":%d,\"mesh\":\"%s\",\"iters\":%d,\"results\":[",
+            world, mesh, o->iters);
+}
+
+/* One row: collective op on n floats over the `ranks` ranks of mesh dim d,
+ * t[0] and t[1] the median seconds of meshgrad's and MPI's. */
+static void report_row(int d, int ranks, bench_op op, int64_t n, const double t[2], comm_json *js) {
+    double bytes = (double)n * sizeof(float);
+    double gm = bytes / t[0] / 1e9, gr = bytes / t[1] / 1e9, ratio = gm / gr;
+    if (mg_rank() == 0) {
+        char st[32];
+        size_text(st, sizeof st, (int64_t)bytes);
+        printf("%-4d %-15s %10s %15.2f %12.2f %7.3f\n", d, op_names[op], st, gm, gr, ratio);
+        fflush(stdout);
+    }
+    fprintf(js->f,
+            "%s{\"dim\":%d,\"ranks\":%d,\"op\":\"%s\",\"bytes\":%lld,\"meshgrad_gbps\":"
+            "%.4f,"
+            "\"mpi_gbps\":%.4f,\"ratio\":%.4f}",
+            js->rows++ ? "," : "", d, ranks, op_names[op], (long long)bytes, gm, gr, ratio);
+}
+
+/* Every collective at every size on each mesh dim of more than one rank (the
+ * one dim of a single rank too), a row each as it is measured. */
+static int run(const mg_mesh *mesh, const comm_opts *o, comm_json *js) {
+    int rc = MG_OK;
     for (int d = 0; d < mesh->ndim && rc == MG_OK; d++) {
         mg_comm *c = mesh->dim_comm[d];
         if (c->size < 2 && mesh->size > 1) continue;
-        for (int s = 0; s < nsizes && rc == MG_OK; s++) {
-            int64_t n = sizes[s] / (int64_t)sizeof(float);
-            n -= n % c->size; /* equal blocks for gather and scatter */
-            if (n / c->size > 0x7fffffff || n < c->size) {
-                rc = mg_error(MG_EINVAL,
-                              "bench comm: size %lld bytes does not fit %d ranks (1 float "
-                              "per rank at least, 2^31 at most)",
-                              (long long)sizes[s], c->size);
-                break;
-            }
+        for (int s = 0; s < o->nsizes && rc == MG_OK; s++) {
+            int64_t n;
+            rc = floats_of(c, o->sizes[s], &n);
             for (int op = 0; op < OP_COUNT && rc == MG_OK; op++) {
-                double t[2];
-                rc = time_op(c, (bench_op)op, n, iters, t);
-                if (rc != MG_OK) break;
-                double bytes = (double)n * sizeof(float);
-                double gm = bytes / t[0] / 1e9, gr = bytes / t[1] / 1e9, ratio = gm / gr;
-                if (rank == 0) {
-                    char st[32];
-                    size_text(st, sizeof st, (int64_t)bytes);
-                    printf("%-4d %-15s %10s %15.2f %12.2f %7.3f\n", d, op_names[op], st, gm, gr,
-                           ratio);
-                    fflush(stdout);
-                }
-                fprintf(js,
-                        "%s{\"dim\":%d,\"ranks\":%d,\"op\":\"%s\",\"bytes\":%lld,\"meshgrad_gbps\":"
-                        "%.4f,"
-                        "\"mpi_gbps\":%.4f,\"ratio\":%.4f}",
-                        first ? "" : ",", d, c->size, op_names[op], (long long)bytes, gm, gr,
-                        ratio);
-                first = 0;
+                double t[2] = {0, 0};
+                rc = time_op(c, (bench_op)op, n, o->iters, t);
+                if (rc == MG_OK) report_row(d, c->size, (bench_op)op, n, t, js);
             }
         }
     }
-    fprintf(js, "]}");
-    fclose(js);
-    if (rc == MG_OK && rank == 0) printf("%s\n", json);
-    free(json);
+    return rc;
+}
+
+int mg_cli_bench_comm(int argc, char **argv) {
+    comm_opts o;
+    int code = parse(&o, argc, argv);
+    if (code) return code == 1 ? 0 : code;
+    mg_mesh *mesh = mg_mesh_new(o.ndim, o.shape);
+    if (!mesh) return 1;
+    if (fits_memory(&o) != MG_OK) {
+        mg_mesh_free(mesh);
+        return 1;
+    }
+    char ms[64];
+    mg_mesh_format(ms, sizeof ms, mesh);
+    comm_json js = {0};
+    js.f = open_memstream(&js.text, &js.len);
+    report_head(&o, ms, &js);
+    int rc = run(mesh, &o, &js);
+    fprintf(js.f, "]}");
+    fclose(js.f);
+    if (rc == MG_OK && mg_rank() == 0) printf("%s\n", js.text);
+    free(js.text);
     mg_mesh_free(mesh);
     return rc == MG_OK ? 0 : 1;
 }

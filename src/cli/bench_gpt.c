@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/device.h"
+#include "cli/bench_util.h"
 #include "cli/cli.h"
 #include "cli/train.h"
 #include "cli/train_pp.h"
@@ -29,6 +30,13 @@
 #include "rng.h"
 #include "status.h"
 
+static const char usage[] =
+    "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
+    "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
+    "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
+    "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
+    " (with pp in --parallel; --pp-layers counts blocks)";
+
 typedef struct {
     mg_gpt_config g;
     int64_t batch, steps, threads;
@@ -38,12 +46,29 @@ typedef struct {
     mg_pp_options pp;
 } bench_options;
 
+/* What the step runs on: options, mesh, plan, model (with pp: this rank's
+ * stages), optimizer and the token ids and targets, on the mesh or (with pp)
+ * on the host. */
+typedef struct {
+    const bench_options *o;
+    mg_mesh *mesh;
+    mg_plan plan;
+    mg_model model;
+    mg_gpt_pp *pipe; /* pp in the plan */
+    mg_optimizer opt;
+    mg_dtensor *x, *y;
+    float *ids, *targets;
+} gpt_job;
+
+/* What it measured: the medians (ms) of the step and of its forward,
+ * backward (with pp: the two as one, in the forward's place) and optimizer;
+ * the largest rank's peak RSS and step arena peak (MB). */
+typedef struct {
+    double ms[4], rss, arena;
+} gpt_result;
+
+/* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
 static int parse(int argc, char **argv, bench_options *o) {
-    const char *usage = "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
-                        "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
-                        "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
-                        "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
-                        " (with pp in --parallel; --pp-layers counts blocks)";
     static const struct option opts[] = {
         {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
         {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
@@ -54,7 +79,7 @@ static int parse(int argc, char **argv, bench_options *o) {
     *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
     mg_pp_options_defaults(&o->pp);
     mg_train_pp_memory(&o->pp, 2); /* AdamW */
-    const char *cmd = "bench step --model gpt", *count = "a count from 1 to 2147483647";
+    const char *cmd = "bench step --model gpt";
     int c, idx = 0, rc = MG_OK;
     int64_t n, list[MG_PP_LIST_MAX];
     opterr = 0;
@@ -63,19 +88,19 @@ static int parse(int argc, char **argv, bench_options *o) {
         switch (c) {
         case 'M': bad = strcmp(optarg, "gpt") != 0 ? "gpt (the MLP's bench takes no --model)" : NULL;
             break;
-        case 'L': bad = mg_cli_parse_count(optarg, &o->g.layers) ? count : NULL; break;
-        case 'H': bad = mg_cli_parse_count(optarg, &o->g.heads) ? count : NULL; break;
-        case 'C': bad = mg_cli_parse_count(optarg, &o->g.embd) ? count : NULL; break;
-        case 'T': bad = mg_cli_parse_count(optarg, &o->g.ctx) ? count : NULL; break;
-        case 'V': bad = mg_cli_parse_count(optarg, &o->g.vocab) ? count : NULL; break;
-        case 'b': bad = mg_cli_parse_count(optarg, &o->batch) ? count : NULL; break;
-        case 's': bad = mg_cli_parse_count(optarg, &o->steps) ? count : NULL; break;
-        case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? count : NULL; break;
+        case 'L': bad = mg_cli_parse_count(optarg, &o->g.layers) ? MG_CLI_COUNT : NULL; break;
+        case 'H': bad = mg_cli_parse_count(optarg, &o->g.heads) ? MG_CLI_COUNT : NULL; break;
+        case 'C': bad = mg_cli_parse_count(optarg, &o->g.embd) ? MG_CLI_COUNT : NULL; break;
+        case 'T': bad = mg_cli_parse_count(optarg, &o->g.ctx) ? MG_CLI_COUNT : NULL; break;
+        case 'V': bad = mg_cli_parse_count(optarg, &o->g.vocab) ? MG_CLI_COUNT : NULL; break;
+        case 'b': bad = mg_cli_parse_count(optarg, &o->batch) ? MG_CLI_COUNT : NULL; break;
+        case 's': bad = mg_cli_parse_count(optarg, &o->steps) ? MG_CLI_COUNT : NULL; break;
+        case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? MG_CLI_COUNT : NULL; break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
         case 'r': bad = mg_cli_parse_positive(optarg, &o->lr) ? "a finite number above 0" : NULL;
             break;
-        case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? "cpu or cuda" : NULL; break;
+        case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
         case 'f': o->tf32 = 1; break;
         case 'N':
             if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES)
@@ -96,18 +121,12 @@ static int parse(int argc, char **argv, bench_options *o) {
             for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
             o->pp.nlayers = n > 0 ? (int)n : 0;
             break;
-        case 'h':
-            if (mg_rank() == 0) printf("usage: meshgrad bench %s\n", usage);
-            return 1;
+        case 'h': mg_cli_bench_usage(stdout, usage); return 1;
         default: rc = mg_cli_bad_flag(cmd, argv);
         }
-        if (bad)
-            rc = mg_error(MG_EINVAL, "%s: --%s '%s' is not %s", cmd, opts[idx].name, optarg, bad);
+        if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
     }
-    if (rc == MG_OK) rc = mg_cli_no_arguments_left(cmd, argc, argv);
-    if (rc == MG_OK) return 0;
-    if (mg_rank() == 0) fprintf(stderr, "usage: meshgrad bench %s\n", usage);
-    return 2;
+    return mg_cli_bench_flags_end(rc, cmd, argc, argv, usage);
 }
 
 /* ids (B, T) at the plan's batch placements: Philox draws below V */
@@ -132,140 +151,152 @@ static float *host_ids(int64_t B, int64_t T, int64_t V, uint64_t stream) {
     return f;
 }
 
-/* One step of the pipeline: *pipe_s its forward and backward, *opt_s the update. */
-static int pp_step(mg_gpt_pp *t, mg_model *m, mg_optimizer *opt, const float *ids,
-                   const float *targets, double lr, double *pipe_s, double *opt_s) {
-    double t0 = mg_cli_clock(), loss;
-    int rc = mg_gpt_pp_step(t, ids, targets, &loss);
+/* The ids and targets: on the host for a pipeline, else on the mesh. 0, or 1. */
+static int make_data(gpt_job *j) {
+    const bench_options *o = j->o;
+    const int64_t B = o->batch, T = o->g.ctx, V = o->g.vocab;
+    if (j->pipe) {
+        j->ids = host_ids(B, T, V, 1);
+        j->targets = j->ids ? host_ids(B, T, V, 2) : NULL;
+        return !j->targets;
+    }
+    j->x = token_ids(j->mesh, &j->plan, B, T, V, 1);
+    j->y = j->x ? token_ids(j->mesh, &j->plan, B, T, V, 2) : NULL;
+    return !j->y;
+}
+
+/* The device, mesh, plan, model (a pipeline's with pp in the plan), AdamW
+ * and the data: 0, or the exit code (1, or 2 for a mesh or plan that is
+ * not one or does not fit). */
+static int setup(gpt_job *j) {
+    const bench_options *o = j->o;
+    if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
+    if (mg_cli_use_device(o->device, o->tf32, 0)) return 1;
+    int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
+    if (code) return code;
+    /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
+     * check is mg_pipeline_make's) */
+    if (mg_cli_gpt_fits(&o->g, j->mesh, &j->plan, o->batch, 1, 2, 1, "--batch") != MG_OK) return 1;
+    if (mg_plan_pp_dim(&j->plan) >= 0
+            ? mg_gpt_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->g, 1, o->batch,
+                            &j->model) != MG_OK
+            : mg_model_init_gpt(&j->model, j->mesh, &j->plan, &o->g, 1) != MG_OK)
+        return 1;
+    mg_optimizer_init(&j->opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
+    j->opt.beta2 = 0.95f;
+    if (mg_optimizer_add_state(&j->opt, &j->model.params) != MG_OK) return 1;
+    return make_data(j);
+}
+
+/* One step of the pipeline: parts[] its seconds, the whole step, its forward
+ * and backward as one (in the forward's place) and the update. 0, or 1. */
+static int pipeline_step(gpt_job *j, double parts[4]) {
+    double t0 = mg_cli_clock(), loss, norm;
+    int rc = mg_gpt_pp_step(j->pipe, j->ids, j->targets, &loss);
     if (rc == MG_OK) rc = mg_device_synchronize();
-    double t1 = mg_cli_clock(), norm;
-    if (rc == MG_OK) rc = mg_gpt_pp_update(t, opt, lr, 1.0, &norm);
-    if (rc == MG_OK) rc = mg_params_zero_grads(&m->params);
+    double t1 = mg_cli_clock();
+    if (rc == MG_OK) rc = mg_gpt_pp_update(j->pipe, &j->opt, j->o->lr, 1.0, &norm);
+    if (rc == MG_OK) rc = mg_params_zero_grads(&j->model.params);
     mg_step_end();
     if (rc == MG_OK) rc = mg_device_synchronize();
-    *pipe_s = t1 - t0;
-    *opt_s = mg_cli_clock() - t1;
-    return rc;
+    double t2 = mg_cli_clock();
+    parts[0] = t2 - t0, parts[1] = t1 - t0, parts[2] = 0, parts[3] = t2 - t1;
+    return rc != MG_OK;
+}
+
+/* One step on the whole model: parts[] its seconds, the whole step and its
+ * forward, backward and optimizer. 0, or 1. */
+static int model_step(gpt_job *j, double parts[4]) {
+    mg_param_table *params = &j->model.params;
+    double t0 = mg_cli_clock();
+    mg_dtensor *logits = mg_model_forward(&j->model, j->x); // logits: (B, T, V)
+    mg_dtensor *loss = logits ? mg_cross_entropy(logits, j->y) : NULL;
+    if (mg_device_synchronize() != MG_OK) return 1;
+    double t1 = mg_cli_clock();
+    if (!loss || mg_backward(loss) != MG_OK) return 1;
+    mg_params_collect_grads(params);
+    if (mg_device_synchronize() != MG_OK) return 1;
+    double t2 = mg_cli_clock();
+    if (mg_clip_grad_norm(params, 1.0, NULL) != MG_OK ||
+        mg_optimizer_step(&j->opt, params, (float)j->o->lr) != MG_OK)
+        return 1;
+    mg_params_zero_grads(params);
+    mg_step_end();
+    if (mg_device_synchronize() != MG_OK) return 1;
+    double t3 = mg_cli_clock();
+    parts[0] = t3 - t0, parts[1] = t1 - t0, parts[2] = t2 - t1, parts[3] = t3 - t2;
+    return 0;
+}
+
+/* mg_cli_bench_steps' step: the pipeline's or the whole model's, after a
+ * barrier. */
+static int one_step(void *ctx, int64_t s, double parts[4]) {
+    gpt_job *j = ctx;
+    (void)s;
+    if (mg_comm_barrier(j->mesh->world) != MG_OK) return 1;
+    return j->pipe ? pipeline_step(j, parts) : model_step(j, parts);
+}
+
+/* The warm-up steps, then the measured ones: 0, or 1 on failure. */
+static int run(gpt_job *j, gpt_result *r) {
+    mg_comm *world = j->mesh->world;
+    if (mg_cli_bench_steps(world, j->o->steps, one_step, j, r->ms)) return 1;
+    r->rss = mg_cli_peak_rss_mb(world);
+    r->arena = (double)mg_arena_peak(mg_step_arena()) / 1048576.0;
+    return mg_comm_all_reduce_f64(world, &r->arena, 1, MG_CONTROL_MAX) != MG_OK;
+}
+
+/* The table and the JSON line (rank 0). */
+static void report(const gpt_job *j, const gpt_result *r) {
+    const bench_options *o = j->o;
+    if (mg_rank() != 0) return;
+    const int64_t B = o->batch, T = o->g.ctx, C = o->g.embd, L = o->g.layers, V = o->g.vocab;
+    double weights = (double)L * 12 * C * C + (double)V * C; /* the GEMMs': blocks and the head */
+    double flops = (6 * weights + 6.0 * L * T * C) * (double)(B * T); /* attention causal: half of 12 */
+    double gflops = flops / (r->ms[0] * 1e-3) * 1e-9;
+    char mt[32], pt[32];
+    mg_mesh_format(mt, sizeof mt, j->mesh);
+    mg_plan_format(pt, sizeof pt, &j->plan);
+    printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
+           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
+           "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o->g.heads,
+           (long long)C, (long long)V, (long long)mg_gpt_param_count(&o->g), mg_world_size(), mt,
+           pt, mg_backend_cpu_threads(), (long long)o->steps, MG_CLI_WARMUP);
+    printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
+           r->ms[0], gflops, r->rss, r->arena);
+    if (j->pipe)
+        printf("  pipeline (forward and backward) %.2f ms   optimizer %.2f ms  (medians, "
+               "slowest rank)\n", r->ms[1], r->ms[3]);
+    else
+        printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest "
+               "rank)\n", r->ms[1], r->ms[2], r->ms[3]);
+    char split[96]; /* a pipeline's forward and backward are one */
+    if (j->pipe) snprintf(split, sizeof split, "\"pipeline_ms\":%.3f", r->ms[1]);
+    else snprintf(split, sizeof split, "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f", r->ms[1], r->ms[2]);
+    printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
+           "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
+           "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
+           "\"math\":\"%s\"}\n",
+           mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0], gflops, r->rss, r->arena,
+           split, r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
+           mg_cli_gemm_math(o->device));
 }
 
 int mg_cli_bench_step_gpt(int argc, char **argv) {
     bench_options o;
-    int rc = parse(argc, argv, &o);
-    if (rc) return rc == 1 ? 0 : rc;
-    if (o.threads) mg_backend_cpu_set_threads((int)o.threads);
-    if (mg_cli_use_device(o.device, o.tf32, 0)) return 1;
-    int world = mg_world_size(), shape[MG_MAX_MESH_DIMS] = {world}, nd = 1;
-    if (o.mesh[0] && (nd = mg_mesh_parse(o.mesh, shape)) < 0) return 2;
-    mg_mesh *mesh = mg_mesh_new(nd, shape);
-    mg_plan plan;
-    if (!mesh) return 1;
-    /* a plan that is not one, or does not fit the mesh: a usage error */
-    if (mg_plan_parse(o.plan, &plan) != MG_OK || mg_plan_check(&plan, mesh, o.batch) != MG_OK) {
-        mg_mesh_free(mesh);
-        return 2;
-    }
-    /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
-     * check is mg_pipeline_make's) */
-    if (mg_cli_gpt_fits(&o.g, mesh, &plan, o.batch, 1, 2, 1, "--batch") != MG_OK) return 1;
-    mg_model model;
-    mg_gpt_pp *pipe = NULL; /* pp in the plan */
-    if (mg_plan_pp_dim(&plan) >= 0
-            ? mg_gpt_pp_new(&pipe, mesh, &plan, &o.pp, &o.g, 1, o.batch, &model) != MG_OK
-            : mg_model_init_gpt(&model, mesh, &plan, &o.g, 1) != MG_OK)
-        return 1;
-    mg_param_table *params = &model.params;
-    mg_optimizer opt;
-    mg_optimizer_init(&opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
-    opt.beta2 = 0.95f;
-    if (mg_optimizer_add_state(&opt, params) != MG_OK) return 1;
-    const int64_t B = o.batch, T = o.g.ctx;
-    mg_dtensor *x = NULL, *y = NULL;
-    float *ids = NULL, *targets = NULL;
-    if (pipe) {
-        ids = host_ids(B, T, o.g.vocab, 1);
-        if (!ids || !(targets = host_ids(B, T, o.g.vocab, 2))) return 1;
-    } else {
-        x = token_ids(mesh, &plan, B, T, o.g.vocab, 1);
-        y = x ? token_ids(mesh, &plan, B, T, o.g.vocab, 2) : NULL;
-        if (!y) return 1;
-    }
-    const int warmup = 2;
-    int64_t steps = o.steps;
-    double *times = calloc((size_t)(4 * steps), sizeof(double));
-    if (!times) return 1;
-    for (int64_t s = -warmup; s < steps; s++) {
-        if (mg_comm_barrier(mesh->world) != MG_OK) return 1;
-        double t0 = mg_cli_clock();
-        if (pipe) { /* forward and backward as one (the pipeline's) */
-            double slowest[4] = {0};
-            if (pp_step(pipe, &model, &opt, ids, targets, o.lr, &slowest[1], &slowest[3]) != MG_OK)
-                return 1;
-            slowest[0] = mg_cli_clock() - t0;
-            if (mg_comm_all_reduce_f64(mesh->world, slowest, 4, MG_CONTROL_MAX) != MG_OK) return 1;
-            for (int k = 0; s >= 0 && k < 4; k++) times[k * steps + s] = slowest[k];
-            continue;
-        }
-        mg_dtensor *logits = mg_model_forward(&model, x); // logits: (B, T, V)
-        mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
-        if (mg_device_synchronize() != MG_OK) return 1;
-        double t1 = mg_cli_clock();
-        if (!loss || mg_backward(loss) != MG_OK) return 1;
-        mg_params_collect_grads(params);
-        if (mg_device_synchronize() != MG_OK) return 1;
-        double t2 = mg_cli_clock();
-        if (mg_clip_grad_norm(params, 1.0, NULL) != MG_OK ||
-            mg_optimizer_step(&opt, params, (float)o.lr) != MG_OK)
-            return 1;
-        mg_params_zero_grads(params);
-        mg_step_end();
-        if (mg_device_synchronize() != MG_OK) return 1;
-        double t3 = mg_cli_clock(), slowest[4] = {t3 - t0, t1 - t0, t2 - t1, t3 - t2};
-        if (mg_comm_all_reduce_f64(mesh->world, slowest, 4, MG_CONTROL_MAX) != MG_OK) return 1;
-        if (s >= 0)
-            for (int k = 0; k < 4; k++) times[k * steps + s] = slowest[k];
-    }
-    const int64_t C = o.g.embd, L = o.g.layers, V = o.g.vocab;
-    double weights = (double)L * 12 * C * C + (double)V * C; /* the GEMMs': blocks and the head */
-    double flops = (6 * weights + 6.0 * L * T * C) * (double)(B * T); /* attention causal: half of 12 */
-    double ms = mg_cli_median(times, (int)steps) * 1e3, rss = mg_cli_peak_rss_mb(mesh->world);
-    double fwd = mg_cli_median(times + steps, (int)steps) * 1e3,
-           bwd = mg_cli_median(times + 2 * steps, (int)steps) * 1e3,
-           upd = mg_cli_median(times + 3 * steps, (int)steps) * 1e3;
-    double arena = (double)mg_arena_peak(mg_step_arena()) / 1048576.0;
-    if (mg_comm_all_reduce_f64(mesh->world, &arena, 1, MG_CONTROL_MAX) != MG_OK) return 1;
-    if (mg_rank() == 0) {
-        char mt[32], pt[32];
-        mg_mesh_format(mt, sizeof mt, mesh);
-        mg_plan_format(pt, sizeof pt, &plan);
-        printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
-               "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
-               "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o.g.heads,
-               (long long)C, (long long)V, (long long)mg_gpt_param_count(&o.g), world, mt, pt,
-               mg_backend_cpu_threads(), (long long)steps, warmup);
-        printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
-               ms, flops / (ms * 1e-3) * 1e-9, rss, arena);
-        if (pipe)
-            printf("  pipeline (forward and backward) %.2f ms   optimizer %.2f ms  (medians, "
-                   "slowest rank)\n", fwd, upd);
-        else
-            printf("  forward %.2f ms   backward %.2f ms   optimizer %.2f ms  (medians, slowest "
-                   "rank)\n", fwd, bwd, upd);
-        char split[96]; /* a pipeline's forward and backward are one */
-        if (pipe) snprintf(split, sizeof split, "\"pipeline_ms\":%.3f", fwd);
-        else snprintf(split, sizeof split, "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f", fwd, bwd);
-        printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
-               "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
-               "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
-               "\"math\":\"%s\"}\n",
-               world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, arena,
-               split, upd, o.device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-               mg_cli_gemm_math(o.device));
-    }
-    free(times);
-    free(ids), free(targets);
-    mg_dtensor_free(x), mg_dtensor_free(y);
-    mg_model_free(&model);
-    mg_gpt_pp_free(pipe);
-    mg_mesh_free(mesh);
+    int code = parse(argc, argv, &o);
+    if (code) return code == 1 ? 0 : code;
+    gpt_job j = {.o = &o};
+    gpt_result r;
+    if ((code = setup(&j)) != 0) return code;
+    /* a failed step leaves what it made: freeing a tensor that its graph
+     * still holds would put another error in place of the step's */
+    if (run(&j, &r)) return 1;
+    report(&j, &r);
+    free(j.ids), free(j.targets);
+    mg_dtensor_free(j.x), mg_dtensor_free(j.y);
+    mg_model_free(&j.model);
+    mg_gpt_pp_free(j.pipe);
+    mg_mesh_free(j.mesh);
     return 0;
 }

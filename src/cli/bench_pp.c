@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/device.h"
+#include "cli/bench_util.h"
 #include "cli/cli.h"
 #include "cli/train_pp.h"
 #include "cli/plan_show.h"

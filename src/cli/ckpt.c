@@ -79,140 +79,187 @@ static double disk_mbps(const char *path, int64_t mb) {
     return bad ? -1 : (double)mb * (1 << 20) / 1e6 / t;
 }
 
-static int bench(int argc, char **argv) {
-    static const struct option options[] = {
-        {"params", required_argument, NULL, 'p'},
-        {"dir", required_argument, NULL, 'd'},
-        {"keep", no_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int64_t params = 100000000;
-    const char *dir = ".";
-    int keep = 0, opt;
+typedef struct {
+    int64_t params;
+    const char *dir;
+    int keep;
+} bench_opts;
+
+/* The tensors saved and loaded, with their names and the sums of their
+ * values (to check what comes back), and the file. */
+typedef struct {
+    mg_mesh *mesh;
+    int n; /* 3 tensors (a parameter and its two AdamW states) a block of rows */
+    mg_ckpt_entry *entries;
+    char (*names)[64];
+    uint64_t *sums;
+    char path[MG_PATH_MAX];
+} bench_job;
+
+/* What it measured: seconds to save and to load, the file's MB, the disk's
+ * MB/s (rank 0). */
+typedef struct {
+    double save_s, load_s, mb, disk_mbps;
+} bench_result;
+
+/* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
+static int bench_parse(bench_opts *o, int argc, char **argv) {
+    static const struct option options[] = {{"params", 1, 0, 'p'}, {"dir", 1, 0, 'd'},
+                                            {"keep", 0, 0, 'k'},   {"help", 0, 0, 'h'},
+                                            {0, 0, 0, 0}};
+    *o = (bench_opts){.params = 100000000, .dir = "."};
+    int opt;
     optind = 0;
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (opt) {
         case 'p':
-            if ((params = parse_count(optarg)) < 0) {
+            if ((o->params = parse_count(optarg)) < 0) {
                 mg_error(MG_EINVAL, "ckpt bench: --params %s: give a count such as 100M", optarg);
                 return 2;
             }
             break;
         case 'd':
-            dir = optarg;
+            o->dir = optarg;
             break;
         case 'k':
-            keep = 1;
+            o->keep = 1;
             break;
         case 'h':
             if (mg_rank() == 0)
                 printf("usage: meshgrad ckpt bench [--params N (default 100M)] [--dir DIR "
                        "(default .)] [--keep]\n  saves and loads N parameters + 2 AdamW states "
                        "(3N floats), Shard(0) over all ranks\n");
-            return 0;
+            return 1;
         default:
             mg_cli_bad_flag("ckpt bench", argv);
             return 2;
         }
     }
-    if (mg_cli_no_arguments_left("ckpt bench", argc, argv) != MG_OK) return 2;
-    int size = mg_world_size(), rank = mg_rank();
-    mg_mesh *mesh = mg_mesh_new(1, &size);
-    if (!mesh) return 1;
+    return mg_cli_no_arguments_left("ckpt bench", argc, argv) != MG_OK ? 2 : 0;
+}
+
+/* The sum that tells saved values from others. */
+static uint64_t sum_of(const mg_tensor *l) {
+    uint64_t sum = 0;
+    for (int64_t j = 0; j < l->numel; j++) sum += (uint64_t)(l->data[j] * 1e3f);
+    return sum;
+}
+
+/* Entry i: a tensor of `shape` at Shard(0) over j->mesh, block t's parameter
+ * (k 0) or one of its two AdamW states, filled and summed. MG_OK or an error. */
+static int make_entry(bench_job *j, int i, int t, int k, const int64_t *shape) {
+    static const char *const kinds[3] = {"", "/exp_avg", "/exp_avg_sq"};
+    snprintf(j->names[i], sizeof j->names[i], "%s/w%d%s", k ? "optim" : "params", t, kinds[k]);
+    mg_spec spec;
+    mg_placement p = MG_SHARD(0);
+    int st = mg_spec_make(&spec, j->mesh, &p, 1, 2, shape, "ckpt bench");
+    mg_dtensor *dt = st == MG_OK ? mg_dtensor_zeros(&spec, NULL) : NULL;
+    if (!dt) return mg_last_code();
+    float *x = dt->local->data;
+    for (int64_t e = 0; e < dt->local->numel; e++)
+        x[e] = (float)((e * 2654435761u + (uint64_t)i) % 1000003) * 1e-3f;
+    j->sums[i] = sum_of(dt->local);
+    j->entries[i].name = j->names[i];
+    j->entries[i].tensor = dt;
+    return MG_OK;
+}
+
+/* The parameters in blocks of at most 4096 x 4096, each with its two AdamW
+ * states (make_entry); the file's path. MG_OK or an error. */
+static int bench_setup(bench_job *j, const bench_opts *o) {
     const int64_t cols = 4096, max_rows = 4096;
-    int64_t rows_total = (params + cols - 1) / cols;
+    int64_t rows_total = (o->params + cols - 1) / cols;
     int ntensors = (int)((rows_total + max_rows - 1) / max_rows);
-    int n = 3 * ntensors;
-    mg_ckpt_entry *entries = calloc((size_t)n, sizeof *entries);
-    char(*names)[64] = calloc((size_t)n, sizeof *names);
-    uint64_t *sums = calloc((size_t)n, sizeof *sums);
-    int st = entries && names && sums ? MG_OK : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
-    const char *kinds[3] = {"", "/exp_avg", "/exp_avg_sq"};
+    j->n = 3 * ntensors;
+    j->entries = calloc((size_t)j->n, sizeof *j->entries);
+    j->names = calloc((size_t)j->n, sizeof *j->names);
+    j->sums = calloc((size_t)j->n, sizeof *j->sums);
+    int st = j->entries && j->names && j->sums ? MG_OK
+                                               : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
     for (int t = 0; st == MG_OK && t < ntensors; t++) {
         int64_t rows = rows_total - t * max_rows < max_rows ? rows_total - t * max_rows : max_rows;
         int64_t shape[2] = {rows, cols};
-        for (int k = 0; k < 3; k++) {
-            int i = 3 * t + k;
-            snprintf(names[i], sizeof names[i], "%s/w%d%s", k ? "optim" : "params", t, kinds[k]);
-            mg_spec spec;
-            mg_placement p = MG_SHARD(0);
-            st = mg_spec_make(&spec, mesh, &p, 1, 2, shape, "ckpt bench");
-            mg_dtensor *dt = st == MG_OK ? mg_dtensor_zeros(&spec, NULL) : NULL;
-            if (!dt) {
-                st = mg_last_code();
-                break;
-            }
-            float *x = dt->local->data;
-            uint64_t sum = 0;
-            for (int64_t j = 0; j < dt->local->numel; j++) {
-                x[j] = (float)((j * 2654435761u + (uint64_t)i) % 1000003) * 1e-3f;
-                sum += (uint64_t)(x[j] * 1e3f);
-            }
-            sums[i] = sum;
-            entries[i].name = names[i];
-            entries[i].tensor = dt;
-        }
+        for (int k = 0; st == MG_OK && k < 3; k++) st = make_entry(j, 3 * t + k, t, k, shape);
     }
-    if ((st = mg_status_agree(st)) != MG_OK) goto done;
-    char path[MG_PATH_MAX];
-    if ((size_t)snprintf(path, sizeof path, "%s/ckpt-bench.h5", dir) >= sizeof path - MG_TMP_SUFFIX_MAX) {
-        st = mg_error(MG_EINVAL, "ckpt bench: --dir %s is too long a path", dir);
-        goto done;
-    }
+    if ((st = mg_status_agree(st)) != MG_OK) return st;
+    if ((size_t)snprintf(j->path, sizeof j->path, "%s/ckpt-bench.h5", o->dir) >=
+        sizeof j->path - MG_TMP_SUFFIX_MAX)
+        return mg_error(MG_EINVAL, "ckpt bench: --dir %s is too long a path", o->dir);
+    return MG_OK;
+}
+
+/* Between barriers: a save, then (the tensors zeroed) a load, each timed;
+ * the loaded values must be the saved ones. */
+static int save_and_load(bench_job *j, bench_result *r) {
     mg_ckpt_attr attr = {"step", "0"};
-    mg_comm *world = mesh->world;
-    double t0 = 0, t_save = 0, t_load = 0;
-    if ((st = mg_comm_barrier(world)) != MG_OK) goto done;
-    t0 = mg_cli_clock();
-    st = mg_checkpoint_save(path, entries, n, &attr, 1);
+    mg_comm *world = j->mesh->world;
+    int st = mg_comm_barrier(world);
+    if (st != MG_OK) return st;
+    double t0 = mg_cli_clock();
+    st = mg_checkpoint_save(j->path, j->entries, j->n, &attr, 1);
     if (st == MG_OK) st = mg_comm_barrier(world);
-    t_save = mg_cli_clock() - t0;
-    if (st != MG_OK) goto done;
-    for (int i = 0; i < n; i++)
-        memset(entries[i].tensor->local->data, 0,
-               (size_t)entries[i].tensor->local->numel * sizeof(float));
-    if ((st = mg_comm_barrier(world)) != MG_OK) goto done;
+    r->save_s = mg_cli_clock() - t0;
+    if (st != MG_OK) return st;
+    for (int i = 0; i < j->n; i++)
+        memset(j->entries[i].tensor->local->data, 0,
+               (size_t)j->entries[i].tensor->local->numel * sizeof(float));
+    if ((st = mg_comm_barrier(world)) != MG_OK) return st;
     t0 = mg_cli_clock();
-    st = mg_checkpoint_load(path, entries, n, NULL, 0, NULL);
+    st = mg_checkpoint_load(j->path, j->entries, j->n, NULL, 0, NULL);
     if (st == MG_OK) st = mg_comm_barrier(world);
-    t_load = mg_cli_clock() - t0;
-    if (st != MG_OK) goto done;
+    r->load_s = mg_cli_clock() - t0;
+    if (st != MG_OK) return st;
     int64_t ok = 1;
-    for (int i = 0; i < n; i++) {
-        const mg_tensor *l = entries[i].tensor->local;
-        uint64_t sum = 0;
-        for (int64_t j = 0; j < l->numel; j++) sum += (uint64_t)(l->data[j] * 1e3f);
-        if (sum != sums[i]) ok = 0;
+    for (int i = 0; i < j->n; i++)
+        if (sum_of(j->entries[i].tensor->local) != j->sums[i]) ok = 0;
+    if ((st = mg_comm_all_reduce_i64(world, &ok, 1, MG_CONTROL_MIN)) != MG_OK) return st;
+    return ok ? MG_OK
+              : mg_error(MG_EFORMAT, "ckpt bench: the loaded values differ from the saved ones");
+}
+
+/* Rank 0: the file's size, then (the file removed unless --keep) the disk's
+ * rate on a file of that size. */
+static void measure_disk(const bench_job *j, const bench_opts *o, bench_result *r) {
+    struct stat sb;
+    r->mb = stat(j->path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0;
+    if (!o->keep) unlink(j->path);
+    char dd[MG_PATH_MAX];
+    snprintf(dd, sizeof dd, "%s/ckpt-bench.dd", o->dir);
+    r->disk_mbps = disk_mbps(dd, (int64_t)(r->mb * 1e6 / (1 << 20)));
+}
+
+/* Rank 0's lines. */
+static void bench_report(const bench_job *j, const bench_opts *o, const bench_result *r) {
+    printf("ckpt bench: %d rank(s), %lld parameters + 2 AdamW states = %d tensors, "
+           "file %.1f MB (%s)\n",
+           mg_world_size(), (long long)o->params, j->n, r->mb, j->path);
+    printf("  save %7.2f s  %8.1f MB/s   (collective write, fletcher32, fsync, rename)\n",
+           r->save_s, r->mb / r->save_s);
+    printf("  load %7.2f s  %8.1f MB/s   (collective read, checksums verified)\n", r->load_s,
+           r->mb / r->load_s);
+    printf("  disk %8s  %8.1f MB/s   (1 MiB writes + fsync, as dd conv=fsync, same size)\n", "",
+           r->disk_mbps);
+}
+
+static int bench(int argc, char **argv) {
+    bench_opts o;
+    int code = bench_parse(&o, argc, argv);
+    if (code) return code == 1 ? 0 : code;
+    int size = mg_world_size();
+    bench_job j = {.mesh = mg_mesh_new(1, &size)}; /* a 1-D mesh of all ranks */
+    bench_result r = {0};
+    if (!j.mesh) return 1;
+    int st = bench_setup(&j, &o);
+    if (st == MG_OK) st = save_and_load(&j, &r);
+    if (st == MG_OK && mg_rank() == 0) {
+        measure_disk(&j, &o, &r);
+        bench_report(&j, &o, &r);
     }
-    if ((st = mg_comm_all_reduce_i64(world, &ok, 1, MG_CONTROL_MIN)) != MG_OK) goto done;
-    if (!ok) {
-        st = mg_error(MG_EFORMAT, "ckpt bench: the loaded values differ from the saved ones");
-        goto done;
-    }
-    if (rank == 0) {
-        struct stat sb;
-        double mb = stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0;
-        printf("ckpt bench: %d rank(s), %lld parameters + 2 AdamW states = %d tensors, "
-               "file %.1f MB (%s)\n",
-               size, (long long)params, n, mb, path);
-        printf("  save %7.2f s  %8.1f MB/s   (collective write, fletcher32, fsync, rename)\n",
-               t_save, mb / t_save);
-        printf("  load %7.2f s  %8.1f MB/s   (collective read, checksums verified)\n", t_load,
-               mb / t_load);
-        if (!keep) unlink(path);
-        char dd[MG_PATH_MAX];
-        snprintf(dd, sizeof dd, "%s/ckpt-bench.dd", dir);
-        double disk = disk_mbps(dd, (int64_t)(mb * 1e6 / (1 << 20)));
-        printf("  disk %8s  %8.1f MB/s   (1 MiB writes + fsync, as dd conv=fsync, same size)\n", "",
-               disk);
-    }
-done:
-    for (int i = 0; entries && i < n; i++) mg_dtensor_free(entries[i].tensor);
-    free(entries);
-    free(names);
-    free(sums);
-    mg_mesh_free(mesh);
+    for (int i = 0; j.entries && i < j.n; i++) mg_dtensor_free(j.entries[i].tensor);
+    free(j.entries);
+    free(j.names);
+    free(j.sums);
+    mg_mesh_free(j.mesh);
     return st == MG_OK ? 0 : 1;
 }
 

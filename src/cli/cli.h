@@ -8,7 +8,6 @@
 #define MG_CLI_H
 
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 
 /* One entry of a table of subcommands (main.c's commands, bench.c's kinds). */
@@ -21,10 +20,6 @@ typedef struct {
 const mg_cli_command *mg_cli_command_find(const mg_cli_command *table, int n, const char *name);
 /* "  NAME HELP", a line for each entry, the names padded to `width` (src/cli/command.c). */
 void mg_cli_command_list(FILE *out, const mg_cli_command *table, int n, int width);
-/* `meshgrad CMD SUB [ARGS...]` (src/cli/command.c): runs the entry of table[0..n) named
- * argv[1] with (argc - 1, argv + 1) and returns its exit code. --help or -h: rank 0
- * prints the line `usage` and the table (mg_cli_command_list), 0. No name or another
- * one: MG_EINVAL "CMD needs a subcommand: A, B or C (got X)", 2. */
 /* After getopt_long in `cmd` ("plan", "bench step", ...): the error for the flag it
  * did not know or that lacks its value, and MG_OK when no argument is left over (else
  * an error naming the first); both MG_EINVAL with "CMD: ..." (src/cli/command.c). */
@@ -33,8 +28,16 @@ int mg_cli_no_arguments_left(const char *cmd, int argc, char **argv);
 /* A command of one PATH (argv[1]): MG_OK, or MG_EINVAL naming the option or the
  * argument past PATH, else (no PATH) saying `usage` (src/cli/command.c). */
 int mg_cli_one_path(const char *cmd, int argc, char **argv, const char *usage);
+/* `meshgrad CMD SUB [ARGS...]` (src/cli/command.c): runs the entry of table[0..n) named
+ * argv[1] with (argc - 1, argv + 1) and returns its exit code. --help or -h: rank 0
+ * prints the line `usage` and the table (mg_cli_command_list), 0. No name or another
+ * one: MG_EINVAL "CMD needs a subcommand: A, B or C (got X)", 2. */
 int mg_cli_dispatch(const char *cmd, const char *usage, const mg_cli_command *table, int n,
                     int width, int argc, char **argv);
+/* The value argv[i] gives `flag` ("--model"): V of "--model=V", argv[i + 1]
+ * after "--model", else NULL: a look at one flag before getopt reads them all
+ * (src/cli/command.c). */
+const char *mg_cli_flag_at(int argc, char **argv, int i, const char *flag);
 
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
@@ -44,10 +47,13 @@ int mg_cli_text_info(const char *path);       /* src/cli/data_text.c */
 int mg_cli_bench(int argc, char **argv);        /* src/cli/bench.c: comm | linear | step | ops */
 int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */
-int mg_cli_bench_step(int argc, char **argv);   /* src/cli/bench_ops.c */
-int mg_cli_bench_step_pp(int argc, char **argv); /* src/cli/bench_pp.c: step with pp */
 int mg_cli_bench_ops(int argc, char **argv);    /* src/cli/bench_ops.c */
-int mg_cli_bench_step_gpt(int argc, char **argv); /* src/cli/bench_gpt.c: bench step --model gpt */
+/* bench step: bench.c picks one of the MLP's (src/cli/bench_step.c), the GPT's
+ * (--model gpt, src/cli/bench_gpt.c) and a pipeline's (pp in --parallel,
+ * src/cli/bench_pp.c). */
+int mg_cli_bench_step_mlp(int argc, char **argv);
+int mg_cli_bench_step_gpt(int argc, char **argv);
+int mg_cli_bench_step_pp(int argc, char **argv);
 int mg_cli_generate(int argc, char **argv);     /* src/cli/generate.c */
 int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 int mg_cli_plan_estimate(int argc, char **argv); /* src/cli/plan_estimate.c: plan --estimate */
@@ -63,24 +69,8 @@ double mg_cli_memory_bytes(void);
  * machine's ranks is over its memory: a run the kernel would kill, refused up
  * front (src/cli/main.c). */
 int mg_cli_check_memory(const char *what, double rank_bytes, const char *fix);
-/* src/cli/bench_ops.c, for the benchmarks: the median of v (sorted in place);
- * the largest peak RSS of the ranks of `world` in MB (collective); a count
- * from 1 to 2^31 - 1 from text, and a finite number > 0 (--lr) (0 ok, -1 not one). */
-struct mg_comm;
-double mg_cli_median(double *v, int n);
-double mg_cli_peak_rss_mb(struct mg_comm *world);
-int mg_cli_parse_count(const char *s, int64_t *out);
-int mg_cli_parse_positive(const char *s, double *out);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);
-/* src/cli/bench_ops.c, for the benchmarks: --device cpu|cuda (0, or -1 when s
- * is neither); the device and GEMM math before any mesh (0, or 1 with the error
- * set); "fp32", "tf32" or "bf16", the math the GEMMs use on `device`. */
-int mg_cli_parse_device(const char *s, int *device);
-int mg_cli_use_device(int device, int tf32, int bf16);
-const char *mg_cli_gemm_math(int device);
-/* The median of v[0..n) (sorts v), for the benchmarks (src/cli/bench_ops.c). */
-double mg_cli_median(double *v, int n);
 
 #endif

@@ -1,10 +1,11 @@
 /* command.c: tables of subcommands, shared by the program (main.c), `meshgrad
  * bench` (bench.c), `meshgrad ckpt` (ckpt.c) and `meshgrad data` (data.c): find
  * an entry by name, list the table, and run the one argv names.
- * Also the two errors of a command's getopt loop, and the check of a command
- * that takes one PATH.
+ * Also the two errors of a command's getopt loop, the check of a command
+ * that takes one PATH, and a look at one flag before getopt.
  * Exports mg_cli_command_find, mg_cli_command_list, mg_cli_dispatch,
- * mg_cli_bad_flag, mg_cli_no_arguments_left, mg_cli_one_path (cli.h). */
+ * mg_cli_bad_flag, mg_cli_no_arguments_left, mg_cli_one_path, mg_cli_flag_at
+ * (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,4 +62,10 @@ int mg_cli_one_path(const char *cmd, int argc, char **argv, const char *usage) {
         return mg_error(MG_EINVAL, "%s: unexpected argument '%s' after PATH '%s' (%s)", cmd,
                         argv[2], argv[1], usage);
     return mg_error(MG_EINVAL, "%s", usage);
+}
+
+const char *mg_cli_flag_at(int argc, char **argv, int i, const char *flag) {
+    size_t n = strlen(flag);
+    if (strncmp(argv[i], flag, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
+    return strcmp(argv[i], flag) == 0 && i + 1 < argc ? argv[i + 1] : NULL;
 }

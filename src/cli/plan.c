@@ -23,7 +23,6 @@
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <ctype.h>
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +37,7 @@
 #include "context.h"
 #include "dist/mesh.h"
 #include "nn/gpt_pipeline.h"
+#include "nn/pipeline.h"
 #include "nn/pipeline_cost.h"
 #include "status.h"
 
@@ -74,25 +74,6 @@ static const char usage_text[] =
     "  plan --estimate [train's flags: --config FILE --mesh M --parallel P --model\n"
     "       --hidden --batch --optimizer ...] [--input RxC] [--classes K] [--nodes N]";
 
-/* Comma-separated integers from lo to INT32_MAX into out (at most MAX_LIST);
- * count or -1. */
-static int parse_list(const char *text, int64_t *out, int64_t lo) {
-    int n = 0;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || errno == ERANGE || v < lo || v > INT32_MAX || n == MAX_LIST ||
-            (*end && *end != ','))
-            return -1;
-        out[n++] = v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) return -1; /* a trailing comma */
-    }
-    return n;
-}
-
 static int bad_value(const char *flag, const char *value, const char *want) {
     return mg_error(MG_EINVAL, "plan: %s '%s' is not %s", flag, value, want);
 }
@@ -109,7 +90,7 @@ static int parse_double(const char *flag, const char *text, double *out) {
 /* One count from 1 to `most` (a list of one) into *out; else the error naming flag. */
 static int parse_count(const char *flag, const char *text, int64_t most, int64_t *out) {
     int64_t one[1];
-    if (parse_list(text, one, 1) == 1 && one[0] <= most) {
+    if (mg_pp_int_list_parse(text, one, 1, 1) == 1 && one[0] <= most) {
         *out = one[0];
         return MG_OK;
     }
@@ -152,7 +133,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             o->microbatches = (int)n;
             break;
         case 'R':
-            o->n_mb_rows = parse_list(optarg, o->mb_rows, 1);
+            o->n_mb_rows = mg_pp_int_list_parse(optarg, o->mb_rows, MAX_LIST, 1);
             if (o->n_mb_rows < 1) rc = bad_value("--microbatch-rows", optarg, "row counts from 1 to 2147483647");
             break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
@@ -163,7 +144,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             o->virtual_stages = (int)n;
             break;
         case 'L':
-            o->n_pp_layers = parse_list(optarg, list, 0);
+            o->n_pp_layers = mg_pp_int_list_parse(optarg, list, MAX_LIST, 0);
             if (o->n_pp_layers < 1) rc = bad_value("--pp-layers", optarg, "layer counts, one per stage");
             for (int i = 0; i < o->n_pp_layers; i++) o->pp_layers[i] = (int)list[i];
             break;
@@ -195,7 +176,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
     if (rc == MG_OK && o->layers_arg && o->gpt)
         rc = parse_count("--layers", o->layers_arg, MAX_LIST - 2, &o->g.layers);
     if (rc == MG_OK && o->layers_arg && !o->gpt) {
-        o->nwidths = parse_list(o->layers_arg, o->widths, 1);
+        o->nwidths = mg_pp_int_list_parse(o->layers_arg, o->widths, MAX_LIST, 1);
         if (o->nwidths < 2) rc = bad_value("--layers", o->layers_arg, "two or more widths from 1 to 2147483647");
     }
     return rc == MG_OK ? mg_cli_no_arguments_left("plan", argc, argv) : rc;
@@ -440,10 +421,7 @@ static int train_estimate(int argc, char **argv) {
     int estimate = 0, pp = 0;
     for (int i = 1; i < argc; i++) {
         estimate |= strcmp(argv[i], "--estimate") == 0;
-        /* --parallel P or --parallel=P (getopt takes both) */
-        const char *plans = strncmp(argv[i], "--parallel=", 11) == 0 ? argv[i] + 11
-                            : i + 1 < argc && strcmp(argv[i], "--parallel") == 0 ? argv[i + 1]
-                                                                                 : NULL;
+        const char *plans = mg_cli_flag_at(argc, argv, i, "--parallel"); /* getopt takes both */
         for (const char *p = plans; p && (p = strstr(p, "pp")); p += 2)
             pp |= (p == plans || p[-1] == ',') && (p[2] == '\0' || p[2] == ',');
     }

@@ -288,135 +288,195 @@ static int64_t waited_step(const job_t *job, const char *blk, int m) {
     return most;
 }
 
+/* What waiting entry of rank r's dump waits in, or NULL (no dump, or it waits in nothing). */
+static const entry_t *waiting_entry(const job_t *job, int r) {
+    const dump_t *d = job->d[r];
+    return d && d->waiting >= 0 ? &d->e[d->waiting] : NULL;
+}
+
+/* Who waits for whom, and what the paragraph has said: blk[w * W + m] = 1
+ * when waiting rank w waits for rank m; waited[m] counts the ranks that wait
+ * for m, blocked[w] the ranks w waits for; said[w] = 1 once the paragraph
+ * says what w waits in. */
+typedef struct {
+    const job_t *job;
+    para *p;
+    char *blk;
+    int *waited, *blocked;
+    char *said;
+} waits_t;
+
+/* Fills blk for every waiting rank; returns how many ranks wait. */
+static int find_blockers(const job_t *job, char *blk) {
+    int W = job->world, nwait = 0;
+    for (int w = 0; w < W; w++) {
+        const entry_t *e = waiting_entry(job, w);
+        if (!e) continue;
+        nwait++;
+        blockers_of(job, w, e, blk + (size_t)w * W);
+    }
+    return nwait;
+}
+
+/* The ranks waited for that wait for nobody: "Rank m is behind" (or out of
+ * step, when it is past the step they wait in), and who waits for it in
+ * what. Returns how many. */
+static int say_behind(waits_t *g) {
+    const job_t *job = g->job;
+    int W = job->world, behind = 0;
+    char buf[512];
+    for (int m = 0; m < W; m++) {
+        if (!g->waited[m] || g->blocked[m]) continue;
+        behind++;
+        state_of(job, m, buf, sizeof buf);
+        int64_t theirs = waited_step(job, g->blk, m);
+        if (job->d[m] && theirs >= 0 && job->d[m]->step > theirs)
+            say(g->p, "Rank %d is out of step with the others: it is at step %lld, past step %lld "
+                      "of the collective they wait in, which it has not entered: it skipped a "
+                      "collective or took them in another order (a collective mismatch); now %s. ",
+                m, (long long)job->d[m]->step, (long long)theirs, buf);
+        else
+            say(g->p, "Rank %d is behind: %s. ", m, buf);
+        waiters(job, g->p, g->blk, m);
+        for (int w = 0; w < W; w++) g->said[w] |= g->blk[(size_t)w * W + m];
+    }
+    return behind;
+}
+
+/* The rank the most wait for (of them, the one at the latest step), or -1. */
+static int most_waited(const waits_t *g) {
+    int best = -1;
+    for (int m = 0; m < g->job->world; m++) {
+        if (!g->waited[m]) continue;
+        const entry_t *e = waiting_entry(g->job, m);
+        const entry_t *b = best >= 0 ? waiting_entry(g->job, best) : NULL;
+        int64_t step = e ? e->step : -1, best_step = b ? b->step : -1;
+        if (best < 0 || g->waited[m] > g->waited[best] ||
+            (g->waited[m] == g->waited[best] && step > best_step))
+            best = m;
+    }
+    return best;
+}
+
+/* Every waiting rank waits for another that waits (a circle): the rank the
+ * most wait for went its own way, when one stands out; else the circle is
+ * named. */
+static void say_circle(waits_t *g) {
+    const job_t *job = g->job;
+    int W = job->world, best = most_waited(g), unique = best >= 0;
+    const entry_t *b = best >= 0 ? waiting_entry(job, best) : NULL;
+    for (int m = 0; m < W && best >= 0; m++) {
+        const entry_t *e = waiting_entry(job, m);
+        if (m != best && g->waited[m] == g->waited[best] && e && e->step == b->step) unique = 0;
+    }
+    char buf[512], op[256];
+    if (unique) {
+        what(op, sizeof op, job, b);
+        say(g->p, "Rank %d is out of step with the others: it went on to %s (step %lld), which "
+                  "they have not reached, without entering the collective they wait in: it "
+                  "skipped a collective or took them in another order (a collective mismatch). ",
+            best, op, (long long)b->step);
+        waiters(job, g->p, g->blk, best);
+        g->said[best] = 1;
+        for (int w = 0; w < W; w++) g->said[w] |= g->blk[(size_t)w * W + best];
+    } else if (best >= 0) {
+        for (int m = 0; m < W; m++) buf[m < (int)sizeof buf ? m : 0] = g->blocked[m] > 0;
+        list_ranks(op, sizeof op, buf, W < (int)sizeof buf ? W : (int)sizeof buf);
+        say(g->p, "Ranks %s wait for one another, each in a collective another has not entered: "
+                  "one of them skipped a collective or took them in another order (a collective "
+                  "mismatch; with more ranks, the odd one out is named). ", op);
+    }
+}
+
+/* Waiting rank w, which waits in e for ranks that wait. */
+static void say_chained(waits_t *g, int w, const entry_t *e) {
+    int W = g->job->world;
+    char buf[512], op[256];
+    g->said[w] = 1;
+    what(op, sizeof op, g->job, e);
+    list_ranks(buf, sizeof buf, g->blk + (size_t)w * W, W);
+    say(g->p, "Rank %d waits in %s (step %lld) for rank%s %s. ", w, op, (long long)e->step,
+        strchr(buf, ',') ? "s" : "", buf);
+}
+
+/* Waiting rank w, in e, a collective every member has reached, with the
+ * ranks waiting in the same one. */
+static void say_reached(waits_t *g, int w, const entry_t *e) {
+    const job_t *job = g->job;
+    int W = job->world;
+    const comm_t *c = &job->comms[e->comm];
+    char *group = g->blk + (size_t)w * W; /* no blockers: its row is free to use */
+    int together = e->peer < 0;
+    for (int i = 0; i < c->nranks; i++) {
+        int m = c->ranks[i];
+        const entry_t *o = m >= 0 && m < W && !g->said[m] ? waiting_entry(job, m) : NULL;
+        int in = o && same_wait(o, e);
+        if (in) group[m] = 1;
+        together &= in;
+    }
+    for (int m = 0; m < W; m++) g->said[m] |= group[m];
+    char buf[512], op[256];
+    int n = list_ranks(buf, sizeof buf, group, W);
+    what(op, sizeof op, job, e);
+    if (together)
+        say(g->p, "Ranks %s are all in %s (step %lld): it was in progress when the dumps were "
+                  "taken; nobody is behind there. ", buf, op, (long long)e->step);
+    else
+        say(g->p, "Rank%s %s wait%s in %s (step %lld), which every member has reached%s. ",
+            n == 1 ? "" : "s", buf, n == 1 ? "s" : "", op, (long long)e->step,
+            e->peer < 0 && first_mismatch(job, e->comm) >= 0 ? ", some with another call "
+                                                               "(the mismatch above)" : "");
+}
+
+/* say_one(g, w, e) for each waiting rank w not said yet (blocked: only those
+ * that wait for a rank), in rank order, e what w waits in. */
+static void say_rest(waits_t *g, int blocked,
+                     void (*say_one)(waits_t *g, int w, const entry_t *e)) {
+    for (int w = 0; w < g->job->world; w++) {
+        const entry_t *e = waiting_entry(g->job, w);
+        if (e && !g->said[w] && (!blocked || g->blocked[w])) say_one(g, w, e);
+    }
+}
+
 /* The paragraph about ranks blocked in collectives: who is behind (waited for,
  * waiting for nobody), who is out of step (waited for by the most ranks in a
  * circle of waits: it skipped or reordered a collective), and what every
  * waiting rank waits in. Returns how many ranks wait. */
 static int waits(const job_t *job, para *p, char *blk) {
-    int W = job->world, nwait = 0;
-    for (int w = 0; w < W; w++) {
-        const dump_t *d = job->d[w];
-        if (!d || d->waiting < 0) continue;
-        nwait++;
-        blockers_of(job, w, &d->e[d->waiting], blk + (size_t)w * W);
-    }
-    char buf[512], op[256];
+    int W = job->world, nwait = find_blockers(job, blk);
     size_t nw = (unsigned)W;
-    int *waited = calloc(nw, sizeof *waited), *blocked = calloc(nw, sizeof *blocked);
-    char *said = calloc(nw, 1);
-    if (!waited || !blocked || !said) {
-        free(waited), free(blocked), free(said);
-        return nwait;
+    waits_t g = {job, p, blk, calloc(nw, sizeof(int)), calloc(nw, sizeof(int)), calloc(nw, 1)};
+    if (g.waited && g.blocked && g.said) {
+        for (int w = 0; w < W; w++)
+            for (int m = 0; m < W; m++)
+                if (blk[(size_t)w * W + m]) g.waited[m]++, g.blocked[w]++;
+        if (!say_behind(&g)) say_circle(&g);
+        say_rest(&g, 1, say_chained);
+        say_rest(&g, 0, say_reached);
     }
-    for (int w = 0; w < W; w++)
-        for (int m = 0; m < W; m++)
-            if (blk[(size_t)w * W + m]) waited[m]++, blocked[w]++;
-    int behind = 0;
-    for (int m = 0; m < W; m++) { /* waited for, waiting for nobody */
-        if (!waited[m] || blocked[m]) continue;
-        behind++;
-        state_of(job, m, buf, sizeof buf);
-        int64_t theirs = waited_step(job, blk, m);
-        if (job->d[m] && theirs >= 0 && job->d[m]->step > theirs)
-            say(p, "Rank %d is out of step with the others: it is at step %lld, past step %lld of "
-                   "the collective they wait in, which it has not entered: it skipped a "
-                   "collective or took them in another order (a collective mismatch); now %s. ",
-                m, (long long)job->d[m]->step, (long long)theirs, buf);
-        else
-            say(p, "Rank %d is behind: %s. ", m, buf);
-        waiters(job, p, blk, m);
-        for (int w = 0; w < W; w++) said[w] |= blk[(size_t)w * W + m];
-    }
-    if (!behind) { /* a circle: the rank the most wait for went its own way */
-        int best = -1;
-        for (int m = 0; m < W; m++) {
-            if (!waited[m]) continue;
-            int64_t step = job->d[m] && job->d[m]->waiting >= 0 ? job->d[m]->e[job->d[m]->waiting].step : -1;
-            int64_t best_step = best >= 0 ? job->d[best]->e[job->d[best]->waiting].step : -1;
-            if (best < 0 || waited[m] > waited[best] || (waited[m] == waited[best] && step > best_step))
-                best = m;
-        }
-        int unique = best >= 0;
-        for (int m = 0; m < W && best >= 0; m++)
-            if (m != best && waited[m] == waited[best] && job->d[m] && job->d[m]->waiting >= 0 &&
-                job->d[m]->e[job->d[m]->waiting].step == job->d[best]->e[job->d[best]->waiting].step)
-                unique = 0;
-        if (unique) {
-            what(op, sizeof op, job, &job->d[best]->e[job->d[best]->waiting]);
-            say(p, "Rank %d is out of step with the others: it went on to %s (step %lld), which "
-                   "they have not reached, without entering the collective they wait in: it "
-                   "skipped a collective or took them in another order (a collective mismatch). ",
-                best, op, (long long)job->d[best]->e[job->d[best]->waiting].step);
-            waiters(job, p, blk, best);
-            said[best] = 1;
-            for (int w = 0; w < W; w++) said[w] |= blk[(size_t)w * W + best];
-        } else if (best >= 0) {
-            for (int m = 0; m < W; m++) buf[m < (int)sizeof buf ? m : 0] = blocked[m] > 0;
-            list_ranks(op, sizeof op, buf, W < (int)sizeof buf ? W : (int)sizeof buf);
-            say(p, "Ranks %s wait for one another, each in a collective another has not entered: "
-                   "one of them skipped a collective or took them in another order (a collective "
-                   "mismatch; with more ranks, the odd one out is named). ", op);
-        }
-    }
-    for (int w = 0; w < W; w++) { /* the rest: waiting for ranks that wait */
-        const dump_t *d = job->d[w];
-        if (!d || d->waiting < 0 || said[w] || !blocked[w]) continue;
-        said[w] = 1;
-        what(op, sizeof op, job, &d->e[d->waiting]);
-        list_ranks(buf, sizeof buf, blk + (size_t)w * W, W);
-        say(p, "Rank %d waits in %s (step %lld) for rank%s %s. ", w, op,
-            (long long)d->e[d->waiting].step, strchr(buf, ',') ? "s" : "", buf);
-    }
-    for (int w = 0; w < W; w++) { /* in a collective every member has reached */
-        const dump_t *d = job->d[w];
-        if (!d || d->waiting < 0 || said[w]) continue;
-        const entry_t *e = &d->e[d->waiting];
-        const comm_t *c = &job->comms[e->comm];
-        char *group = blk + (size_t)w * W; /* no blockers: its row is free to use */
-        int together = e->peer < 0;
-        for (int i = 0; i < c->nranks; i++) {
-            int m = c->ranks[i];
-            const dump_t *o = m >= 0 && m < W ? job->d[m] : NULL;
-            int in = o && o->waiting >= 0 && !said[m] && same_wait(&o->e[o->waiting], e);
-            if (in) group[m] = 1;
-            together &= in;
-        }
-        for (int m = 0; m < W; m++) said[m] |= group[m];
-        int n = list_ranks(buf, sizeof buf, group, W);
-        what(op, sizeof op, job, e);
-        if (together)
-            say(p, "Ranks %s are all in %s (step %lld): it was in progress when the dumps were "
-                   "taken; nobody is behind there. ", buf, op, (long long)e->step);
-        else
-            say(p, "Rank%s %s wait%s in %s (step %lld), which every member has reached%s. ",
-                n == 1 ? "" : "s", buf, n == 1 ? "s" : "", op, (long long)e->step,
-                e->peer < 0 && first_mismatch(job, e->comm) >= 0 ? ", some with another call "
-                                                                   "(the mismatch above)" : "");
-    }
-    free(waited), free(blocked), free(said);
+    free(g.waited), free(g.blocked), free(g.said);
     return nwait;
+}
+
+/* " 0, 2, 3": the ranks that left a dump (have 1) or none (have 0); returns how many. */
+static int say_ranks(para *p, const job_t *job, int have) {
+    int n = 0;
+    for (int r = 0; r < job->world; r++)
+        if (!job->d[r] == !have) say(p, "%s %d", n++ ? "," : "", r);
+    return n;
 }
 
 static int analyze(job_t *job, const char *dir) {
     para p = {0};
-    int W = job->world, have = 0;
+    int W = job->world;
     char *blk = calloc((size_t)W * (size_t)W + 1, 1);
     if (!blk) return mg_error(MG_ENOMEM, "trace analyze: out of memory");
     say(&p, "%s: dumps of rank", dir);
-    for (int r = 0, first = 1; r < W; r++)
-        if (job->d[r]) {
-            say(&p, "%s %d", first ? "" : ",", r);
-            first = 0;
-            have++;
-        }
+    int have = say_ranks(&p, job, 1);
     say(&p, " of %d", W);
     if (have < W) {
         say(&p, " (none of rank");
-        for (int r = 0, first = 1; r < W; r++)
-            if (!job->d[r]) {
-                say(&p, "%s %d", first ? "" : ",", r);
-                first = 0;
-            }
+        say_ranks(&p, job, 0);
         say(&p, ")");
     }
     for (int r = 0; r < W; r++)

@@ -517,6 +517,13 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
     mg_train_log_flush();
 }
 
+/* Collective: the evaluation after `step`, the GPT's val_loss (train_text.c)
+ * or the MLP's test loss and accuracy (train_eval.c). */
+static int evaluate(trainer *tr, int64_t step) {
+    return tr->cfg.model == MG_MODEL_GPT ? mg_train_text_evaluate(tr, step)
+                                         : mg_train_evaluate(tr, step);
+}
+
 static int run(trainer *tr) {
     mg_train_config *c = &tr->cfg;
     int rc = setup(tr);
@@ -572,7 +579,7 @@ static int run(trainer *tr) {
             return MG_OK;
         }
         if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps) {
-            rc = mg_train_evaluate(tr, step);
+            rc = evaluate(tr, step);
             if (rc != MG_OK) return rc;
         }
         if (c->save[0] && c->save_every > 0 && step % c->save_every == 0 && step != c->steps) {
@@ -590,7 +597,7 @@ static int run(trainer *tr) {
         rc = mg_train_save(tr, c->steps, where, sizeof where);
         if (rc != MG_OK) return rc;
     }
-    rc = mg_train_evaluate(tr, c->steps);
+    rc = evaluate(tr, c->steps);
     if (rc == MG_OK)
         rc = mg_train_metrics_failed(tr, mg_status_agree(tr->metrics_errno ? -1 : 0) != 0);
     if (rc != MG_OK) return rc;

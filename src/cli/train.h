@@ -106,11 +106,12 @@ int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x
 /* Collective (gpt with pp). Forward and backward of the step's windows x,
  * y (batch, T), whole on every rank, over the pipeline; *loss the batch's. */
 int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss);
-/* Collective. The mean loss over every non-overlapping T-window of /val,
- * without autograd. */
-int mg_train_text_evaluate(trainer *tr, double *val_loss);
-/* Collective. The evaluation after `step` (train_eval.c): the MLP's test loss
- * and accuracy, the GPT's val_loss; printed on rank 0, in the metrics. */
+/* Collective. The GPT's evaluation after `step`: the mean loss over every
+ * non-overlapping T-window of /val, without autograd; printed on rank 0, in
+ * the metrics. */
+int mg_train_text_evaluate(trainer *tr, int64_t step);
+/* Collective. The MLP's evaluation after `step` (train_eval.c): its test loss
+ * and accuracy; printed on rank 0, in the metrics. */
 int mg_train_evaluate(trainer *tr, int64_t step);
 /* The chunks an evaluation of n rows (windows) takes, of sizes that differ by
  * one at most, each no larger than a training forward and at least

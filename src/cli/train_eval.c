@@ -1,6 +1,7 @@
 /* train_eval.c: the evaluation of `meshgrad train`, without autograd: the
- * MLP's loss and accuracy on the test split, the GPT's val_loss on /val
- * (train_text.c), printed on rank 0 and written to the metrics.
+ * MLP's loss and accuracy on the test split, printed on rank 0 and written to
+ * the metrics; and the chunks an evaluation takes, which the GPT's val_loss
+ * (train_text.c) shares.
  * Exports: mg_train_evaluate, mg_train_eval_chunks, mg_train_eval_least_rows
  * (train.h). */
 #include <math.h>
@@ -38,22 +39,6 @@ static int eval_batch(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, dou
     mg_tensor_free(lf);
     mg_tensor_free(yf);
     return rc;
-}
-
-/* Collective. The GPT's val_loss (train_text.c), printed and in the metrics. */
-static int evaluate_text(trainer *tr, int64_t step) {
-    double val_loss = 0;
-    int rc = mg_train_text_evaluate(tr, &val_loss);
-    if (rc != MG_OK) return rc;
-    if (tr->rank == 0) {
-        printf("eval %lld | val_loss %.6f\n", (long long)step, val_loss);
-        mg_train_log_flush();
-    }
-    if (isfinite(val_loss))
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
-    else
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
-    return MG_OK;
 }
 
 /* The loss and correct predictions of the n test rows from row `first`:
@@ -96,7 +81,6 @@ int64_t mg_train_eval_chunks(const trainer *tr, int64_t n) {
 /* The MLP's: loss and accuracy on the whole test split in chunks
  * (mg_train_eval_chunks); nothing without a test split. */
 int mg_train_evaluate(trainer *tr, int64_t step) {
-    if (tr->cfg.model == MG_MODEL_GPT) return evaluate_text(tr, step);
     if (!tr->test) return MG_OK;
     int64_t n = mg_dataset_rows(tr->test), chunks = mg_train_eval_chunks(tr, n);
     int prev = mg_set_grad_enabled(0);

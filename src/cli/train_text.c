@@ -13,6 +13,8 @@
  * on every mesh up to float reassociation.
  * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_pp_step,
  * mg_train_text_evaluate (train.h). */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,7 +190,9 @@ static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
     return MG_OK;
 }
 
-int mg_train_text_evaluate(trainer *tr, double *val_loss) {
+/* Collective. The mean loss over every non-overlapping T-window of /val,
+ * without autograd. */
+static int val_loss_of(trainer *tr, double *val_loss) {
     const mg_train_config *c = &tr->cfg;
     int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
     int64_t chunks = mg_train_eval_chunks(tr, windows);
@@ -206,4 +210,19 @@ int mg_train_text_evaluate(trainer *tr, double *val_loss) {
     mg_set_grad_enabled(prev);
     *val_loss = sum / (double)windows;
     return rc;
+}
+
+int mg_train_text_evaluate(trainer *tr, int64_t step) {
+    double val_loss = 0;
+    int rc = val_loss_of(tr, &val_loss);
+    if (rc != MG_OK) return rc;
+    if (tr->rank == 0) {
+        printf("eval %lld | val_loss %.6f\n", (long long)step, val_loss);
+        mg_train_log_flush();
+    }
+    if (isfinite(val_loss))
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
+    else
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
+    return MG_OK;
 }

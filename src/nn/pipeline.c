@@ -24,7 +24,7 @@ void mg_pp_options_defaults(mg_pp_options *o) {
     o->param_copies = 2;
 }
 
-int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, int64_t lo) {
+int mg_pp_int_list_parse(const char *text, int64_t *out, int max, int64_t lo) {
     int n = 0;
     const char *p = text;
     while (*p) {
@@ -32,19 +32,24 @@ int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, in
         errno = 0;
         long long v = strtoll(p, &end, 10);
         if (end == p || errno == ERANGE || v < lo || v > INT_MAX || n == max ||
-            (*end && *end != ',') || (*end && !end[1])) {
-            if (max == 1)
-                return mg_error(MG_EINVAL, "%s '%s' is not a count from %lld to %d", flag, text,
-                                (long long)lo, INT_MAX);
-            return mg_error(MG_EINVAL, "%s '%s' is not a list of at most %d counts from %lld to "
-                                       "%d separated by commas (e.g. 3,3,2)", flag, text, max,
-                            (long long)lo, INT_MAX);
-        }
+            (*end && *end != ',') || (*end && !end[1]))
+            return -1;
         out[n++] = v;
         p = *end ? end + 1 : end;
     }
-    if (n == 0) return mg_error(MG_EINVAL, "%s is empty: give counts separated by commas", flag);
     return n;
+}
+
+int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, int64_t lo) {
+    int n = mg_pp_int_list_parse(text, out, max, lo);
+    if (n > 0) return n;
+    if (n == 0) return mg_error(MG_EINVAL, "%s is empty: give counts separated by commas", flag);
+    if (max == 1)
+        return mg_error(MG_EINVAL, "%s '%s' is not a count from %lld to %d", flag, text,
+                        (long long)lo, INT_MAX);
+    return mg_error(MG_EINVAL, "%s '%s' is not a list of at most %d counts from %lld to "
+                               "%d separated by commas (e.g. 3,3,2)", flag, text, max,
+                    (long long)lo, INT_MAX);
 }
 
 void mg_pipeline_free(mg_pipeline *p) {

@@ -29,8 +29,8 @@
  * executor (pipeline_exec.h) runs the stages through callbacks.
  *
  * Exports: mg_pp_options, mg_pipeline, mg_pp_options_defaults,
- * mg_pp_int_list, mg_pipeline_make, mg_pipeline_free, mg_pipeline_holds,
- * mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
+ * mg_pp_int_list, mg_pp_int_list_parse, mg_pipeline_make, mg_pipeline_free,
+ * mg_pipeline_holds, mg_pipeline_stage_first, mg_pipeline_rows, mg_pipeline_sum,
  * mg_pipeline_eval_rows, mg_pipeline_update, mg_pipeline_checksum. */
 #ifndef MG_NN_PIPELINE_H
 #define MG_NN_PIPELINE_H
@@ -78,6 +78,9 @@ void mg_pp_options_defaults(mg_pp_options *o);
 /* "3,3,2" into out (at most max entries, each from lo to INT_MAX): the count, or MG_EINVAL
  * with a message naming `flag`. */
 int mg_pp_int_list(const char *flag, const char *text, int64_t *out, int max, int64_t lo);
+/* The same without a message, for a caller that says its own: the count (0 for
+ * empty text), or -1 when text is not such a list. */
+int mg_pp_int_list_parse(const char *text, int64_t *out, int max, int64_t lo);
 /* Collective over the mesh (the stage meshes are made at the end, after every
  * check). MG_EINVAL with a message for a plan without pp, or a bad option. */
 int mg_pipeline_make(mg_pipeline *p, const mg_mesh *mesh, const mg_plan *plan,
