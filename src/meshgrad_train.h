@@ -9,6 +9,9 @@
  *                    attributes, in the file format of `meshgrad train`
  *                    (read by `meshgrad ckpt info`)
  *   mg_token_loader  windows of a token data set (`meshgrad data text2h5`)
+ *   mg_train_config, mg_trainer
+ *                    a training run of a model meshgrad builds (the MLPs,
+ *                    the GPT): what `meshgrad train` runs, step by step
  *
  * These are the same optimizers, clipping, checkpoints and loader that
  * `meshgrad train` uses (a data-parallel parameter whose ranks share a node
@@ -20,6 +23,7 @@
 #ifndef MESHGRAD_TRAIN_H
 #define MESHGRAD_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "meshgrad.h"
@@ -138,6 +142,106 @@ int64_t mg_token_loader_eval_windows(const mg_token_loader *, int64_t T);
 int mg_token_loader_eval_batch(mg_token_loader *, int64_t first, int64_t B, int64_t T,
                                const mg_placement *p, int n, mg_dtensor **x, mg_dtensor **y);
 void mg_token_loader_close(mg_token_loader *);
+
+/* ---- training runs ------------------------------------------------------------
+ * The run of `meshgrad train`, for a program that drives it itself: a model
+ * meshgrad builds (mlp, permute-mlp, gpt) with its parallel plan, its data
+ * set, optimizer, schedule, clipping, gradient accumulation and pipeline,
+ * one call a step. The CLI is such a program; so is plan --estimate, which
+ * runs the same steps on a device with no data. */
+typedef struct mg_train_config mg_train_config;
+typedef struct mg_trainer mg_trainer;
+
+/* A configuration with every option at its default (`meshgrad train --help`
+ * lists them). */
+mg_train_config *mg_train_config_new(void);
+/* Sets one option from text, key as the flag without "--" ("lr", "parallel",
+ * "grad-accum"). MG_EINVAL naming the key on an unknown key or a bad value. */
+int mg_train_config_set(mg_train_config *, const char *key, const char *value);
+/* Reads a file of `key = value` lines ('#' starts a comment), as --config. */
+int mg_train_config_load(mg_train_config *, const char *path);
+void mg_train_config_free(mg_train_config *);
+
+/* Collective. The run of `cfg` on `mesh` (NULL: one made from the config's
+ * "mesh", over every rank, freed with the trainer): the plan, the data set
+ * (its "data"), the model with its initial parameters, the optimizer and the
+ * schedule. NULL with a message. */
+mg_trainer *mg_trainer_new(const mg_train_config *cfg, mg_mesh *mesh);
+void mg_trainer_free(mg_trainer *);
+
+/* One optimizer step. */
+#define MG_TRAIN_AGREE 3
+typedef struct {
+    /* in: values the ranks agree on with the step's own agreement (one
+     * all-reduce MAX after the backward): a stop request, an error of the
+     * caller's; out: each one's largest over the ranks */
+    int64_t agree[MG_TRAIN_AGREE];
+    /* out */
+    double loss;      /* the batch's mean loss */
+    double lr;        /* the learning rate the step took */
+    double grad_norm; /* before clipping (0 when not clipping) */
+    double data_s;    /* seconds this rank waited for the batch */
+    int64_t data_comm_ns; /* of them, nanoseconds in the loader's collectives */
+    int skipped;      /* the loss or a gradient was not finite and the run skips such
+                       * steps (config "on-nonfinite" skip): no update was made */
+    char nonfinite[256]; /* then: what was not finite */
+} mg_train_step;
+
+/* Collective. One step: the micro-batches' forward and backward (the
+ * pipeline's schedule with pp), the agreement, clipping and the update, the
+ * gradients zeroed. A step whose loss or gradient is not finite is refused
+ * (MG_ESTATE naming it, nothing updated) or, with on-nonfinite skip, skipped
+ * (st->skipped). */
+int mg_trainer_step(mg_trainer *, mg_train_step *st);
+
+/* An evaluation, without autograd. */
+typedef struct {
+    /* in: called during a long evaluation (NULL: not) with the windows or
+     * rows done and in all, on every rank */
+    void (*progress)(void *ctx, int64_t done, int64_t total);
+    void *ctx;
+    /* out */
+    double loss;     /* the mean loss: the GPT's over the val windows, the MLPs' over the
+                      * test split */
+    double accuracy; /* the MLPs' (0 for the GPT) */
+    int64_t rows;    /* windows or rows evaluated (0: none, a data set without a test split) */
+    int64_t correct; /* the MLPs' right predictions */
+} mg_train_eval;
+
+/* Collective. The GPT: the mean loss over the non-overlapping ctx-windows of
+ * /val (at most the config's "eval-tokens" tokens of them, from the start);
+ * the MLPs: loss and accuracy on the test split. */
+int mg_trainer_evaluate(mg_trainer *, mg_train_eval *ev);
+
+/* Collective. Saves the run (parameters, optimizer state, where the data and
+ * schedule stand, the settings) to path, atomically (mg_ckpt_save's rules). */
+int mg_trainer_save(mg_trainer *, const char *path);
+/* Collective. Loads a checkpoint of this run's model and optimizer (saved on
+ * any mesh) and moves the data and the step to where it stood; a setting that
+ * differs (lr, batch) is reported on stderr and the config's is used, a model
+ * or optimizer that differs is refused. `note` (may be NULL) gets a line
+ * saying where the run resumed. */
+int mg_trainer_resume(mg_trainer *, const char *path, char *note, size_t len);
+
+/* Steps done (the checkpoint's after a resume). */
+int64_t mg_trainer_steps(const mg_trainer *);
+/* The checkpoint file the last resume loaded ("" when none). */
+const char *mg_trainer_resumed_from(const mg_trainer *);
+/* The mesh the run is on. */
+const mg_mesh *mg_trainer_mesh(const mg_trainer *);
+/* Collective. FNV-1a 64 of every parameter of the whole model, in order: the
+ * same on every mesh for the same parameters. */
+int mg_trainer_checksum(mg_trainer *, uint64_t *out);
+/* Elements of every parameter of the whole model. */
+int64_t mg_trainer_numel(const mg_trainer *);
+
+/* A rank's memory, in bytes: parameters, gradients, optimizer state, the
+ * step arena's high-water mark (activations), the scratch arena's (gathered
+ * weights, gradients on their way), the reducer's and redistribute's buffers. */
+typedef struct {
+    double params, grads, optim, activations, scratch, buffers;
+} mg_train_memory;
+void mg_trainer_memory_get(const mg_trainer *, mg_train_memory *m);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@
 #include "nn/optim.h"
 #include "nn/param.h"
 #include "nn/plan.h"
-#include "cli/train_config.h"
+#include "train/config.h"
 #include "nn/train_state.h"
 #include "testutil.h"
 

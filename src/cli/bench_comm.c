@@ -144,9 +144,9 @@ static int time_op(mg_comm *c, bench_op op, int64_t n, int iters, double t[2]) {
         for (int j = 0; j < 2 && rc == MG_OK; j++) {
             int raw = (it & 1) ? 1 - j : j; /* alternate which goes first */
             if ((rc = mg_comm_barrier(c)) != MG_OK) break;
-            double t0 = mg_cli_clock();
+            double t0 = mg_clock();
             rc = run_op(c, op, raw, big, small, counts, n);
-            double dt = mg_cli_clock() - t0;
+            double dt = mg_clock() - t0;
             if (it >= 0) times[raw * iters + it] = dt;
         }
     if (rc == MG_OK) {
@@ -221,7 +221,7 @@ static int fits_memory(const comm_opts *o) {
     double most = 0;
     for (int s = 0; s < o->nsizes; s++)
         most = (double)o->sizes[s] > most ? (double)o->sizes[s] : most;
-    return mg_cli_check_memory("bench comm: the largest of --sizes",
+    return mg_machine_check_memory("bench comm: the largest of --sizes",
                                most * (1.0 + 1.0 / mg_world_size()), "give smaller --sizes");
 }
 

@@ -19,8 +19,8 @@
 #include "backend/device.h"
 #include "cli/bench_util.h"
 #include "cli/cli.h"
-#include "cli/train.h"
-#include "cli/train_pp.h"
+#include "train/trainer.h"
+#include "train/trainer_pp.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
@@ -176,7 +176,7 @@ static int setup(gpt_job *j) {
     if (code) return code;
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
      * check is mg_pipeline_make's) */
-    if (mg_cli_gpt_fits(&o->g, j->mesh, &j->plan, o->batch, 1, 2, 1, "--batch") != MG_OK) return 1;
+    if (mg_trainer_gpt_fits(&o->g, j->mesh, &j->plan, o->batch, 1, 2, 1, "--batch") != MG_OK) return 1;
     if (mg_plan_pp_dim(&j->plan) >= 0
             ? mg_gpt_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->g, 1, o->batch,
                             &j->model) != MG_OK
@@ -191,15 +191,15 @@ static int setup(gpt_job *j) {
 /* One step of the pipeline: parts[] its seconds, the whole step, its forward
  * and backward as one (in the forward's place) and the update. 0, or 1. */
 static int pipeline_step(gpt_job *j, double parts[4]) {
-    double t0 = mg_cli_clock(), loss, norm;
+    double t0 = mg_clock(), loss, norm;
     int rc = mg_gpt_pp_step(j->pipe, j->ids, j->targets, &loss);
     if (rc == MG_OK) rc = mg_device_synchronize();
-    double t1 = mg_cli_clock();
+    double t1 = mg_clock();
     if (rc == MG_OK) rc = mg_gpt_pp_update(j->pipe, &j->opt, j->o->lr, 1.0, &norm);
     if (rc == MG_OK) rc = mg_params_zero_grads(&j->model.params);
     mg_step_end();
     if (rc == MG_OK) rc = mg_device_synchronize();
-    double t2 = mg_cli_clock();
+    double t2 = mg_clock();
     parts[0] = t2 - t0, parts[1] = t1 - t0, parts[2] = 0, parts[3] = t2 - t1;
     return rc != MG_OK;
 }
@@ -208,22 +208,22 @@ static int pipeline_step(gpt_job *j, double parts[4]) {
  * forward, backward and optimizer. 0, or 1. */
 static int model_step(gpt_job *j, double parts[4]) {
     mg_param_table *params = &j->model.params;
-    double t0 = mg_cli_clock();
+    double t0 = mg_clock();
     mg_dtensor *logits = mg_model_forward(&j->model, j->x); // logits: (B, T, V)
     mg_dtensor *loss = logits ? mg_cross_entropy(logits, j->y) : NULL;
     if (mg_device_synchronize() != MG_OK) return 1;
-    double t1 = mg_cli_clock();
+    double t1 = mg_clock();
     if (!loss || mg_backward(loss) != MG_OK) return 1;
     mg_params_collect_grads(params);
     if (mg_device_synchronize() != MG_OK) return 1;
-    double t2 = mg_cli_clock();
+    double t2 = mg_clock();
     if (mg_clip_grad_norm(params, 1.0, NULL) != MG_OK ||
         mg_optimizer_step(&j->opt, params, (float)j->o->lr) != MG_OK)
         return 1;
     mg_params_zero_grads(params);
     mg_step_end();
     if (mg_device_synchronize() != MG_OK) return 1;
-    double t3 = mg_cli_clock();
+    double t3 = mg_clock();
     parts[0] = t3 - t0, parts[1] = t1 - t0, parts[2] = t2 - t1, parts[3] = t3 - t2;
     return 0;
 }

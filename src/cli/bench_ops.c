@@ -94,7 +94,7 @@ static int linear_setup(linear_job *j, const linear_opts *o) {
     char what[160];
     snprintf(what, sizeof what, "bench linear: m=%lld k=%lld n=%lld", (long long)m, (long long)k,
              (long long)n);
-    if (mg_cli_check_memory(what, 4.0 * floats, "give smaller --m, --k or --n") != MG_OK) return 1;
+    if (mg_machine_check_memory(what, 4.0 * floats, "give smaller --m, --k or --n") != MG_OK) return 1;
     int world = mg_world_size();
     if (!(j->mesh = mg_mesh_new(1, &world))) return 1;
     j->xf = mg_tensor_new(2, (int64_t[]){m, k}), j->wf = mg_tensor_new(2, (int64_t[]){n, k});
@@ -121,11 +121,11 @@ static int linear_setup(linear_job *j, const linear_opts *o) {
 /* mg_linear forward and backward, each round timed to j->t_mg: 0, or 1. */
 static int time_mg(linear_job *j, const linear_opts *o) {
     for (int64_t it = -WARMUP; it < o->iters; it++) {
-        double t0 = mg_cli_clock();
+        double t0 = mg_clock();
         mg_dtensor *y = mg_linear(j->x, j->w, NULL);
         mg_dtensor *loss = mg_sum(y);
         if (!loss || mg_backward(loss) != MG_OK || mg_device_synchronize() != MG_OK) return 1;
-        double t1 = mg_cli_clock();
+        double t1 = mg_clock();
         mg_step_end();
         mg_zero_grad(j->x);
         mg_zero_grad(j->w);
@@ -170,9 +170,9 @@ static int time_raw(linear_job *j, const linear_opts *o) {
         if (!out[0] || !out[1] || !out[2]) return 1;
     }
     for (int64_t it = -WARMUP; it < o->iters; it++) {
-        double t0 = mg_cli_clock();
+        double t0 = mg_clock();
         if (raw_gemms(be, o, X, W, out)) return 1;
-        if (it >= 0) j->t_raw[it] = mg_cli_clock() - t0;
+        if (it >= 0) j->t_raw[it] = mg_clock() - t0;
     }
     for (int i = 0; gpu && i < 3; i++) gpu->iface->free(gpu->context, out[i]);
     return 0;
@@ -258,19 +258,19 @@ static int time_ops(mg_mesh *mesh, int64_t iters, ops_result *r) {
     mg_set_requires_grad(w, 1);
     for (int mode = 0; mode < OPS_ROWS; mode++) {
         int was = mg_set_grad_enabled(mode != 0);
-        double t0 = mg_cli_clock();
+        double t0 = mg_clock();
         for (int64_t i = 0; i < iters; i++) {
             mg_dtensor *y = mode == 2 ? mg_linear(a, w, NULL) : mg_add(a, w);
             if (!y) return 1;
             if ((i & 255) == 255) mg_step_end();
         }
-        r->us[mode] = (mg_cli_clock() - t0) / iters * 1e6;
+        r->us[mode] = (mg_clock() - t0) / iters * 1e6;
         mg_step_end();
         mg_set_grad_enabled(was);
     }
-    double v = 1, t0 = mg_cli_clock();
+    double v = 1, t0 = mg_clock();
     for (int64_t i = 0; i < iters / 10; i++) mg_comm_all_reduce_f64(mesh->world, &v, 1, MG_CONTROL_SUM);
-    r->mpi_us = (mg_cli_clock() - t0) / (iters / 10) * 1e6;
+    r->mpi_us = (mg_clock() - t0) / (iters / 10) * 1e6;
     mg_dtensor_free(a), mg_dtensor_free(w);
     return 0;
 }

@@ -22,7 +22,7 @@
 #include "backend/device.h"
 #include "cli/bench_util.h"
 #include "cli/cli.h"
-#include "cli/train_pp.h"
+#include "train/trainer_pp.h"
 #include "cli/plan_show.h"
 #include "context.h"
 #include "dist/mesh.h"

@@ -147,7 +147,7 @@ static int step_fits(const int64_t *w, int nl, int64_t batch) {
            kept = (double)batch * (ends + outputs) / world + state;
     char what[96];
     snprintf(what, sizeof what, "bench step: a step of batch %lld", (long long)batch);
-    return mg_cli_check_memory(what, 4.0 * (whole > kept ? whole : kept),
+    return mg_machine_check_memory(what, 4.0 * (whole > kept ? whole : kept),
                                "use a smaller --batch or --layers (the step holds its whole input "
                                "and target, its layers' outputs, the parameters with their "
                                "gradients and momentum)");
@@ -235,23 +235,23 @@ static int one_step(step_job *j, int64_t s, double parts[4]) {
     if (mg_comm_barrier(j->mesh->world) != MG_OK) return 1;
     mg_trace_begin(MG_TRACE_STEP, "step", s);
     mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
-    double t0 = mg_cli_clock();
+    double t0 = mg_clock();
     mg_dtensor *loss = forward(j);
     if (!loss || mg_device_synchronize() != MG_OK) return 1;
-    double t1 = mg_cli_clock();
+    double t1 = mg_clock();
     mg_trace_end();
     mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
     if (mg_backward(loss) != MG_OK) return 1;
     mg_params_collect_grads(&j->params);
     if (mg_device_synchronize() != MG_OK) return 1;
-    double t2 = mg_cli_clock();
+    double t2 = mg_clock();
     mg_trace_end();
     mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
     if (mg_optimizer_step(&j->opt, &j->params, (float)o->lr) != MG_OK) return 1;
     mg_params_zero_grads(&j->params);
     mg_step_end();
     if (mg_device_synchronize() != MG_OK) return 1;
-    double t3 = mg_cli_clock();
+    double t3 = mg_clock();
     parts[0] = t3 - t0, parts[1] = t1 - t0, parts[2] = t2 - t1, parts[3] = t3 - t2;
     mg_trace_end();
     mg_trace_end();

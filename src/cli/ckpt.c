@@ -68,11 +68,11 @@ static double disk_mbps(const char *path, int64_t mb) {
         free(block);
         return -1;
     }
-    double t0 = mg_cli_clock();
+    double t0 = mg_clock();
     int bad = 0;
     for (int64_t i = 0; i < mb && !bad; i++) bad = write(fd, block, (size_t)1 << 20) != (1 << 20);
     bad |= fsync(fd) != 0;
-    double t = mg_cli_clock() - t0;
+    double t = mg_clock() - t0;
     close(fd);
     unlink(path);
     free(block);
@@ -195,19 +195,19 @@ static int save_and_load(bench_job *j, bench_result *r) {
     mg_comm *world = j->mesh->world;
     int st = mg_comm_barrier(world);
     if (st != MG_OK) return st;
-    double t0 = mg_cli_clock();
+    double t0 = mg_clock();
     st = mg_checkpoint_save(j->path, j->entries, j->n, &attr, 1);
     if (st == MG_OK) st = mg_comm_barrier(world);
-    r->save_s = mg_cli_clock() - t0;
+    r->save_s = mg_clock() - t0;
     if (st != MG_OK) return st;
     for (int i = 0; i < j->n; i++)
         memset(j->entries[i].tensor->local->data, 0,
                (size_t)j->entries[i].tensor->local->numel * sizeof(float));
     if ((st = mg_comm_barrier(world)) != MG_OK) return st;
-    t0 = mg_cli_clock();
+    t0 = mg_clock();
     st = mg_checkpoint_load(j->path, j->entries, j->n, NULL, 0, NULL);
     if (st == MG_OK) st = mg_comm_barrier(world);
-    r->load_s = mg_cli_clock() - t0;
+    r->load_s = mg_clock() - t0;
     if (st != MG_OK) return st;
     int64_t ok = 1;
     for (int i = 0; i < j->n; i++)

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "machine.h"
+
 /* One entry of a table of subcommands (main.c's commands, bench.c's kinds). */
 typedef struct {
     const char *name;
@@ -59,16 +61,6 @@ int mg_cli_plan(int argc, char **argv);         /* src/cli/plan.c */
 int mg_cli_plan_estimate(int argc, char **argv); /* src/cli/plan_estimate.c: plan --estimate */
 int mg_cli_trace(int argc, char **argv);        /* src/cli/trace.c: analyze DIR */
 
-/* Seconds on a monotonic clock (src/cli/main.c): for timings and progress. */
-double mg_cli_clock(void);
-/* This machine's memory in bytes, or its cgroup's memory limit when that is
- * smaller (a container's; src/cli/main.c); 0 when it cannot be read. */
-double mg_cli_memory_bytes(void);
-/* MG_OK, or MG_ENOMEM with "WHAT needs at least ... GiB a rank, ... more than its
- * ... GiB of memory: FIX" when rank_bytes a rank (counted low) times this
- * machine's ranks is over its memory: a run the kernel would kill, refused up
- * front (src/cli/main.c). */
-int mg_cli_check_memory(const char *what, double rank_bytes, const char *fix);
 /* src/cli/bench_nn.c: the network kernels' rows of `bench ops` (collective; rank 0
  * prints them and appends its JSON fields, starting with a comma, to json) */
 int mg_cli_bench_nn(char *json, size_t len);

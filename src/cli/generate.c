@@ -340,7 +340,7 @@ static int run(generator *g) {
     int64_t n = 0;
     for (int64_t i = plen - keep; i < plen && rc == MG_OK; i++) seq[n++] = (unsigned char)o->prompt[i];
     if (rank == 0) fputs(o->prompt, stdout);
-    double t0 = mg_cli_clock();
+    double t0 = mg_clock();
     int64_t prefilled = 0;
     if (rc == MG_OK && o->tokens > 0) rc = forward(g, seq, n, 0, logits);
     for (int64_t i = 0; rc == MG_OK && i < o->tokens; i++) {
@@ -368,7 +368,7 @@ static int run(generator *g) {
             prefilled++;
         }
     }
-    double seconds = mg_cli_clock() - t0;
+    double seconds = mg_clock() - t0;
     if (rank == 0) {
         putchar('\n');
         fflush(stdout);

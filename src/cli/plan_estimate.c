@@ -28,7 +28,7 @@
 
 #include "cli/cli.h"
 #include "cli/plan_show.h"
-#include "cli/train_config.h"
+#include "train/config.h"
 #include "dist/mesh.h"
 #include "nn/estimate.h"
 #include "status.h"
@@ -160,7 +160,7 @@ int mg_cli_plan_estimate(int argc, char **argv) {
     }
     mg_mesh mesh = {.ndim = ec.mesh_ndim};
     for (int m = 0; m < ec.mesh_ndim; m++) mesh.shape[m] = ec.mesh[m];
-    /* train's refusals (mg_plan_check, mg_train_text_setup): every data-parallel
+    /* train's refusals (mg_plan_check, mg_trainer_text_setup): every data-parallel
      * rank (dp, fsdp; sp and tp+sp split the sequence) needs a row of each
      * micro-batch, batch / --grad-accum rows (which divides: mg_train_config_check) */
     int dp = mg_plan_data_degree(&ec.plan, &mesh);

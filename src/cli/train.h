@@ -1,15 +1,12 @@
-/* train.h: what the files of `meshgrad train` share. train.c builds the run
- * and drives the loop; train_text.c is the GPT's side of it (token data,
- * micro-batches, the validation loss); train_ckpt.c checks where the run may
- * write before step 1, saves it, and resumes it; train_eval.c evaluates it;
- * train_report.c reports on the run (train_report.h). The trainer holds the
- * run: configuration, mesh, plan, data, model, optimizer, metrics file, where
- * it saves.
- * Exports: trainer, mg_train_check_paths, mg_train_prepare_save, mg_train_save,
- * mg_train_resume, mg_train_report_end, mg_train_text_setup,
- * mg_train_text_batch, mg_train_text_pp_step, mg_train_text_evaluate,
- * mg_train_evaluate, mg_train_eval_chunks, mg_train_eval_least_rows,
- * mg_cli_gpt_fits (also bench step --model gpt's). */
+/* train.h: what the files of `meshgrad train` share. The run itself is the
+ * library's (meshgrad_train.h's mg_trainer: model, data, optimizer, steps,
+ * evaluation, checkpoints); the program around it parses the flags, checks
+ * where it may write, drives the steps, handles signals, and reports:
+ * train.c the loop and its lines; train_ckpt.c where the run saves;
+ * train_metrics.c the --metrics file; train_report.c the progress line's
+ * figures and the end-of-run report (train_report.h).
+ * Exports: trainer, mg_train_metrics_*, mg_train_check_paths,
+ * mg_train_prepare_save, mg_train_save, mg_train_report_end. */
 #ifndef MG_CLI_TRAIN_H
 #define MG_CLI_TRAIN_H
 
@@ -17,37 +14,16 @@
 #include <stdio.h>
 
 #include "cli/observe.h"
-#include "cli/train_config.h"
 #include "cli/train_report.h"
-#include "dist/mesh.h"
-#include "io/data.h"
 #include "io/files.h"
-#include "io/tokens.h"
-#include "nn/gpt.h"
-#include "nn/model.h"
-#include "nn/optim.h"
-#include "nn/plan.h"
+#include "meshgrad_train.h"
 #include "status.h"
+#include "train/config.h"
 
 typedef struct {
     mg_train_config cfg;
-    mg_mesh *mesh;
-    mg_plan plan;
-    mg_dataset *train, *test; /* test: NULL when the data set has no test split */
-    mg_tokens *tokens, *val;  /* --model gpt: the train and val splits (instead) */
-    int64_t *starts;          /* gpt: window starts (room for a step's and for all of /val) */
-    mg_loader train_loader, test_loader;
-    int have_train_loader, have_test_loader;
-    mg_model model; /* with pp: only the layers of this rank's stages */
-    int have_model;
-    struct mg_train_pp *pp; /* pp in the plan: the pipeline (train_pp.h) */
-    struct mg_gpt_pp *gpt_pp; /* the same for --model gpt (nn/gpt_pipeline.h) */
-    struct mg_arena *micro;   /* gpt --grad-accum N > 1: one micro-batch's tensor data */
-    float *host;              /* gpt with pp: the step's windows on the host */
-    size_t host_cap;
-    mg_optimizer opt;
-    mg_lr_schedule sched;
-    mg_spec x_spec, y_spec;
+    mg_trainer *run;
+    const mg_mesh *mesh; /* the run's */
     FILE *metrics;
     int metrics_errno;           /* rank 0: the first failed write of the metrics file */
     int rank;
@@ -88,44 +64,9 @@ int mg_train_prepare_save(trainer *tr);
  * DIR/ckpt-<step>.h5, then keeps the newest --keep; on preemption without
  * --save to ./meshgrad-preempt.h5); *where gets the path. */
 int mg_train_save(trainer *tr, int64_t step, char *where, size_t len);
-/* Collective. --resume: loads the checkpoint into the current mesh and plan
- * and moves the loader to where the saved run stood. */
-int mg_train_resume(trainer *tr);
 /* Collective, after the last step (train_report.c): rank 0 prints the peak
  * memory of the largest rank and the bytes per step of each collective, and
  * gets them as a metrics line in json ("" elsewhere). */
 int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len);
-
-/* Collective (--model gpt). Opens the token splits of c->data, checks them
- * against --ctx (and the plan against the micro-batch), builds the GPT and its
- * batch specs. */
-int mg_train_text_setup(trainer *tr);
-/* Collective. Micro-batch `micro` of step `step`: rows [micro b, (micro + 1) b)
- * (b = batch / grad-accum) of the step's windows; ids x and targets y (b, T). */
-int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y);
-/* Collective (gpt with pp). Forward and backward of the step's windows x,
- * y (batch, T), whole on every rank, over the pipeline; *loss the batch's. */
-int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss);
-/* Collective. The GPT's evaluation after `step`: the mean loss over every
- * non-overlapping T-window of /val, without autograd; printed on rank 0, in
- * the metrics. */
-int mg_train_text_evaluate(trainer *tr, int64_t step);
-/* Collective. The MLP's evaluation after `step` (train_eval.c): its test loss
- * and accuracy; printed on rank 0, in the metrics. */
-int mg_train_evaluate(trainer *tr, int64_t step);
-/* The chunks an evaluation of n rows (windows) takes, of sizes that differ by
- * one at most, each no larger than a training forward and at least
- * mg_train_eval_least_rows. */
-int64_t mg_train_eval_chunks(const trainer *tr, int64_t n);
-/* Rows an evaluation chunk needs at least: one per data-parallel rank (with
- * pp, of each of the pipeline's `ranks` micro-batches). */
-int mg_train_eval_least_rows(const trainer *tr);
-/* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
- * the batch), when a GPT step of `batch` windows in `micro` micro-batches
- * (--grad-accum) on the mesh and plan (no pp: mg_pipeline_make checks those)
- * is estimated to need more than this machine's memory; `states` optimizer
- * floats per parameter, `clip` on. */
-int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
-                    int64_t batch, int64_t micro, int states, int clip, const char *smaller);
 
 #endif

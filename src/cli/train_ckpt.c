@@ -21,8 +21,8 @@
 
 #include "cli/cli.h"
 #include "cli/train.h"
+#include "dist/mesh.h"
 #include "io/checkpoint.h"
-#include "nn/train_state.h"
 #include "status.h"
 
 int mg_train_check_paths(trainer *tr) {
@@ -118,82 +118,15 @@ int mg_train_save(trainer *tr, int64_t step, char *where, size_t len) {
         snprintf(where, len, "%s/ckpt-%08lld.h5", tr->save_path, (long long)step);
     else
         snprintf(where, len, "%s", tr->save_path);
-    double t0 = mg_cli_clock();
-    mg_train_state st = {
-        .step = step, .seed = c->seed, .data_epoch = tr->train_loader.epoch,
-        .data_cursor = tr->train_loader.cursor, .batch = c->batch, .data_file = c->data,
-        .schedule = tr->sched, .clip = c->clip,
-    };
-    int rc = mg_train_state_save(where, &tr->model, &tr->opt, &tr->plan, &st);
+    double t0 = mg_clock();
+    int rc = mg_trainer_save(tr->run, where);
     if (rc == MG_OK && tr->save_dir && c->keep > 0)
         rc = mg_checkpoint_prune(tr->save_path, (int)c->keep, step);
     if (rc == MG_OK && tr->rank == 0) {
         printf("checkpoint %lld: saved %s (%.0f ms)\n", (long long)step, where,
-               (mg_cli_clock() - t0) * 1e3);
+               (mg_clock() - t0) * 1e3);
         fflush(stdout);
     }
     return rc;
 }
 
-/* A setting of the checkpoint that differs from the flags (nn/train_state.h). */
-static int resume_diff(void *ctx, const mg_train_state_diff *d) {
-    const trainer *tr = ctx;
-    const char *by = mg_train_config_flag_of(d->key);
-    if (d->must_match && by[0] == '-' && !strchr(by, ' '))
-        return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but %s is "
-                        "%s (the model and optimizer must match: run with %s %s, or start a new "
-                        "run without --resume)", d->path, d->key, d->saved, by, d->current, by,
-                        d->saved);
-    if (d->must_match)
-        return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but %s %s "
-                        "(the model and optimizer must match)", d->path, d->key, d->saved, by,
-                        d->current);
-    if (tr->rank == 0)
-        fprintf(stderr, "warning: resuming %s with %s %s, but it was saved with %s = %s; using "
-                "%s\n", d->path, by, d->current, d->key, d->saved, d->current);
-    return MG_OK;
-}
-
-int mg_train_resume(trainer *tr) {
-    mg_train_config *c = &tr->cfg;
-    char path[MG_PATH_MAX];
-    int st = MG_OK;
-    if (tr->rank == 0) st = mg_checkpoint_resolve(c->resume, path, sizeof path);
-    if ((st = mg_status_agree(st)) != MG_OK) return st;
-    if ((st = mg_comm_broadcast_bytes(tr->mesh->world, path, sizeof path, 0)) != MG_OK) return st;
-    mg_train_state cur = {
-        .step = 0, .seed = c->seed, .batch = c->batch, .data_file = c->data,
-        .schedule = tr->sched, .clip = c->clip,
-    };
-    mg_train_state saved;
-    st = mg_train_state_load(path, &tr->model, &tr->opt, &tr->plan, &cur, &saved, resume_diff,
-                             tr);
-    if (st != MG_OK) return st;
-    if (saved.step > c->steps)
-        return mg_error(MG_EINVAL, "checkpoint %s is at step %lld, past --steps %lld (the total "
-                        "length of the run): give --steps %lld or more", path,
-                        (long long)saved.step, (long long)c->steps, (long long)saved.step);
-    tr->start_step = saved.step;
-    snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
-    if (c->model == MG_MODEL_GPT) { /* windows come from (seed, step): nothing to seek */
-        snprintf(tr->resume_note, sizeof tr->resume_note,
-                 "resumed from %s: step %lld of %lld (saved on mesh %s [%s])", path,
-                 (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel);
-        return MG_OK;
-    }
-    /* the loader stood at batch `cursor` of its epoch: at most the epoch's batches */
-    int64_t rows = mg_dataset_rows(tr->train);
-    int64_t per_epoch = saved.batch >= 1 && saved.batch <= rows ? rows / saved.batch : 0;
-    if (saved.data_cursor > per_epoch)
-        return mg_error(MG_EFORMAT, "checkpoint %s: data.cursor %lld is past the %lld batches of "
-                        "an epoch of %s (data.batch %lld): the file is damaged, or was saved "
-                        "with another data set", path, (long long)saved.data_cursor,
-                        (long long)per_epoch, c->data, (long long)saved.batch);
-    st = mg_loader_seek(&tr->train_loader, saved.data_epoch, saved.data_cursor);
-    if (st != MG_OK) return st;
-    snprintf(tr->resume_note, sizeof tr->resume_note,
-             "resumed from %s: step %lld of %lld (saved on mesh %s [%s]), data epoch %lld batch %lld",
-             path, (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel,
-             (long long)saved.data_epoch, (long long)saved.data_cursor);
-    return MG_OK;
-}

@@ -12,7 +12,7 @@
 #include "cli/train.h"
 #include "context.h"
 #include "dist/flight.h"
-#include "dist/reducer.h"
+#include "dist/mesh.h"
 #include "status.h"
 
 #define RANK_BITS 20 /* the agreement's value: step time in microseconds, then the rank */
@@ -37,12 +37,12 @@ void mg_window_free(mg_train_window *w) {
 }
 
 void mg_window_step_begin(mg_train_window *w) {
-    w->t0 = mg_cli_clock();
+    w->t0 = mg_clock();
     w->comm_ns0 = mg_flight_wait_ns();
 }
 
 void mg_window_step_end(mg_train_window *w, int64_t step, double data_s) {
-    double s = mg_cli_clock() - w->t0;
+    double s = mg_clock() - w->t0;
     w->step_s += s;
     w->data_s += data_s;
     w->comm_s += (double)(mg_flight_wait_ns() - w->comm_ns0) * 1e-9;
@@ -92,30 +92,6 @@ double mg_train_memory_total(const mg_train_memory *m) {
 
 /* ---- the end of the run ----------------------------------------------------------- */
 
-/* This rank's memory now. A value or state kept once per node (nn/optim_shard.h)
- * counts its share, 1/k of it, on each of the k ranks that map it. */
-static void measure(const trainer *tr, mg_train_memory *m) {
-    memset(m, 0, sizeof *m);
-    const mg_param_table *t = &tr->model.params;
-    for (int i = 0; i < t->n; i++) {
-        const mg_param *p = &t->p[i];
-        double share = 1;
-        if (p->one_copy && p->shard_dim >= 0)
-            share = 1.0 / p->value->spec.mesh->dim_comm[p->shard_dim]->size;
-        m->params += 4.0 * (double)p->value->local->numel * share;
-        if (p->value->grad) m->grads += 4.0 * (double)p->value->grad->local->numel;
-        for (int s = 0; s < MG_PARAM_STATE_MAX; s++)
-            if (p->state[s]) m->optim += 4.0 * (double)p->state[s]->local->numel * share;
-    }
-    m->activations = (double)mg_arena_peak(mg_step_arena());
-    if (tr->micro) m->activations += (double)mg_arena_peak(tr->micro); /* --grad-accum */
-    m->scratch = (double)mg_arena_peak(mg_scratch_arena());
-    m->buffers = (double)mg_reducer_buffer_bytes();
-    const mg_context *c = mg_ctx();
-    for (int d = 0; d < MG_DEVICE_KINDS; d++)
-        for (int k = 0; k < 2; k++) m->buffers += (double)c->staging[d][k].bytes;
-}
-
 #define MIB (1024.0 * 1024.0)
 
 int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) {
@@ -135,7 +111,7 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
     }
     /* the memory of the largest rank: which one, then its parts */
     mg_train_memory m;
-    measure(tr, &m);
+    mg_trainer_memory_get(tr->run, &m);
     double most = mg_train_memory_total(&m);
     int64_t who = INT64_MAX;
     int rc = mg_comm_all_reduce_f64(world, per_step, 2 * MG_COLL_COUNT, MG_CONTROL_MAX);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "meshgrad.h"
+#include "meshgrad_train.h"
 
 typedef struct {
     /* this rank, summed over the steps since the last progress line */
@@ -54,13 +55,7 @@ void mg_window_slowest_add(mg_train_window *w, int64_t agreed);
  * (12.9 ms)"; starts a new window. `unit` names what batch counts ("samples"). */
 void mg_window_format(mg_train_window *w, char *buf, size_t len, int64_t batch, const char *unit);
 
-/* A rank's memory, in bytes (see the top of this file). */
-typedef struct {
-    double params, grads, optim, activations;
-    double scratch; /* the scratch arena: gathered weights, gradients on their way */
-    double buffers;
-} mg_train_memory;
-
+/* The sum of a rank's memory's parts (meshgrad_train.h's mg_train_memory). */
 double mg_train_memory_total(const mg_train_memory *m);
 
 /* fflush(stdout) after a line of the log. The first time stdout cannot take

@@ -1,4 +1,5 @@
-/* train_config.h: the configuration of a training job (`meshgrad train`):
+/* config.h: the configuration of a training job (`meshgrad train`, and
+ * meshgrad_train.h's mg_train_config, opaque there):
  * defaults, `key = value` config files and command-line flags, one table of
  * options shared by both (a key is the flag's name without "--"; '-' and '_'
  * are the same in keys). Flags override the file.
@@ -7,16 +8,17 @@
  * binary file (a NUL byte), an unknown key or a key given twice is refused
  * naming the file and line(s).
  *
- * Exports: mg_train_config, mg_train_config_defaults, mg_train_config_set,
+ * Exports: struct mg_train_config, mg_train_config_defaults, mg_train_config_set_at,
  * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
  * mg_train_config_check, mg_train_config_flag_of. */
-#ifndef MG_CLI_TRAIN_CONFIG_H
-#define MG_CLI_TRAIN_CONFIG_H
+#ifndef MG_TRAIN_CONFIG_H
+#define MG_TRAIN_CONFIG_H
 
 #include <stdint.h>
 #include <stdio.h>
 
 #include "io/files.h"
+#include "meshgrad_train.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
@@ -24,7 +26,7 @@
 /* where a preempted run saves when no --save was given */
 #define MG_TRAIN_PREEMPT_PATH "meshgrad-preempt.h5"
 
-typedef struct {
+struct mg_train_config {
     char config[MG_PATH_MAX];  /* the file read, "" when none */
     char mesh[64];             /* "2", "1x2"; "" = 1-D over every rank */
     char parallel[64];         /* "dp", "dp,tp" */
@@ -69,12 +71,13 @@ typedef struct {
     int64_t virtual_stages;
     char pp_layers[1024];      /* layers per stage "3,3,2", or "" (balanced) */
     int help;
-} mg_train_config;
+};
 
 void mg_train_config_defaults(mg_train_config *c);
 /* Sets one option from text. `where` ("file.conf:3" or "--lr") prefixes the
  * message of a bad value or unknown key. MG_EINVAL on failure. */
-int mg_train_config_set(mg_train_config *c, const char *key, const char *value, const char *where);
+int mg_train_config_set_at(mg_train_config *c, const char *key, const char *value,
+                           const char *where);
 /* Reads a `key = value` file (# starts a comment). Unknown keys, keys given
  * twice, malformed lines, NUL bytes and bad values are refused with file:line
  * in the message; so is a path that is not a regular file. */

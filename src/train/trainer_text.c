@@ -1,4 +1,4 @@
-/* train_text.c: the GPT's side of `meshgrad train` (see train.h): the token
+/* trainer_text.c: the GPT's side of a training run (see trainer.h): the token
  * splits of the data set, the windows of each step and micro-batch, and the
  * validation loss; with pp in the plan, the GPT's pipeline
  * (nn/gpt_pipeline.h): every rank loads the step's windows whole, the
@@ -9,26 +9,28 @@
  * the same rows; micro-batch m of N takes rows [m B/N, (m + 1) B/N). The
  * validation loss is the mean loss over every non-overlapping T-window of
  * /val, in chunks of what a training forward takes at once
- * (mg_train_eval_chunks; each chunk's mean weighted by its windows), the same
- * on every mesh up to float reassociation.
- * Exports mg_train_text_setup, mg_train_text_batch, mg_train_text_pp_step,
- * mg_train_text_evaluate (train.h). */
+ * (mg_trainer_eval_chunks; each chunk's mean weighted by its windows), the
+ * same on every mesh up to float reassociation. A meta run (trainer.h) opens
+ * no token file: the vocabulary and the val windows are given.
+ * Exports mg_trainer_text_setup, mg_trainer_text_batch,
+ * mg_trainer_text_pp_step, mg_trainer_text_evaluate, mg_trainer_gpt_fits
+ * (trainer.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "cli/cli.h"
-#include "cli/train.h"
-#include "cli/train_pp.h"
 #include "context.h"
+#include "machine.h"
 #include "nn/estimate.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
+#include "train/trainer.h"
+#include "train/trainer_pp.h"
 
 /* A split of at least T + 1 tokens, with the train split's vocabulary. */
-static int check_split(trainer *tr, const mg_tokens *t, const char *split) {
+static int check_split(mg_trainer *tr, const mg_tokens *t, const char *split) {
     const mg_train_config *c = &tr->cfg;
     if (mg_tokens_count(t) < c->ctx + 1)
         return mg_error(MG_EINVAL, "%s: the %s split holds %lld tokens, fewer than --ctx + 1 = %lld "
@@ -42,7 +44,7 @@ static int check_split(trainer *tr, const mg_tokens *t, const char *split) {
 
 /* The rows of all ranks' windows: the plan's batch placements; with pp the
  * whole of them on every rank (the pipeline cuts its micro-batches). */
-static int batch_spec(trainer *tr, int64_t rows, mg_spec *s, const char *what) {
+static int batch_spec(mg_trainer *tr, int64_t rows, mg_spec *s, const char *what) {
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&tr->plan, bp);
     for (int d = 0; tr->gpt_pp && d < tr->mesh->ndim; d++) bp[d] = MG_REPLICATE;
@@ -50,7 +52,7 @@ static int batch_spec(trainer *tr, int64_t rows, mg_spec *s, const char *what) {
 }
 
 /* The GPT of the run: the whole model, or with pp this rank's stages. */
-static int build_model(trainer *tr, const mg_gpt_config *g) {
+static int build_model(mg_trainer *tr, const mg_gpt_config *g) {
     mg_train_config *c = &tr->cfg;
     if (mg_plan_pp_dim(&tr->plan) < 0)
         return mg_model_init_gpt(&tr->model, tr->mesh, &tr->plan, g, (uint64_t)c->seed);
@@ -72,9 +74,9 @@ static int build_model(trainer *tr, const mg_gpt_config *g) {
  * is made: --batch 2147483647 took a minute to fill 16 GB of window starts
  * before the first tensor failed. (The estimate walks no pipeline: pp runs
  * are checked by mg_pipeline_make.) Also bench step --model gpt's (cli.h). */
-int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
+int mg_trainer_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
                     int64_t batch, int64_t micro, int states, int clip, const char *smaller) {
-    double have = mg_cli_memory_bytes();
+    double have = mg_machine_memory_bytes();
     if (mg_plan_pp_dim(plan) >= 0 || !(have > 0)) return MG_OK;
     int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
     mg_est_config ec = {.mesh_ndim = mesh->ndim, .plan = *plan, .batch = batch, .micro = micro,
@@ -97,9 +99,29 @@ int mg_cli_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *
                     on_node == 1 ? "" : "s", have / 1073741824.0, smaller);
 }
 
-int mg_train_text_setup(trainer *tr) {
+/* The token splits (a meta run: their shapes), checked against ctx. */
+static int open_splits(mg_trainer *tr) {
     mg_train_config *c = &tr->cfg;
+    if (tr->meta) return MG_OK;
     mg_comm *world = tr->mesh->world;
+    if (!(tr->tokens = mg_tokens_open(c->data, "train", world))) return mg_last_code();
+    int rc = check_split(tr, tr->tokens, "train");
+    if (rc == MG_OK && !(tr->val = mg_tokens_open(c->data, "val", world))) rc = mg_last_code();
+    if (rc == MG_OK) rc = check_split(tr, tr->val, "val");
+    return rc;
+}
+
+static int64_t vocab_of(const mg_trainer *tr) {
+    return tr->meta ? tr->shapes.vocab : mg_tokens_vocab(tr->tokens);
+}
+
+/* The non-overlapping ctx-windows of /val. */
+static int64_t val_windows(const mg_trainer *tr) {
+    return tr->meta ? tr->shapes.test_rows : mg_tokens_eval_windows(tr->val, tr->cfg.ctx);
+}
+
+int mg_trainer_text_setup(mg_trainer *tr) {
+    mg_train_config *c = &tr->cfg;
     int64_t micro = c->batch / c->grad_accum;
     int degree = mg_plan_data_degree(&tr->plan, tr->mesh);
     if (micro < degree)
@@ -107,23 +129,20 @@ int mg_train_text_setup(trainer *tr) {
                         "smaller than the data-parallel degree %d: every data-parallel rank needs a "
                         "row (use a smaller --grad-accum)", (long long)micro, (long long)c->batch,
                         (long long)c->grad_accum, degree);
-    if (!(tr->tokens = mg_tokens_open(c->data, "train", world))) return mg_last_code();
-    int rc = check_split(tr, tr->tokens, "train");
-    if (rc == MG_OK && !(tr->val = mg_tokens_open(c->data, "val", world))) rc = mg_last_code();
-    if (rc == MG_OK) rc = check_split(tr, tr->val, "val");
-    if (rc == MG_OK && mg_tokens_eval_windows(tr->val, c->ctx) < mg_train_eval_least_rows(tr))
+    int rc = open_splits(tr);
+    int64_t windows = rc == MG_OK ? val_windows(tr) : 0;
+    if (rc == MG_OK && !tr->meta && windows < mg_trainer_eval_least_rows(tr))
         rc = mg_error(MG_EINVAL, "%s: the val split holds %lld windows of --ctx %lld tokens, fewer "
                       "than the %d its evaluation needs (one per data-parallel rank, of each "
-                      "pipeline rank's micro-batch)", c->data,
-                      (long long)mg_tokens_eval_windows(tr->val, c->ctx), (long long)c->ctx,
-                      mg_train_eval_least_rows(tr));
-    mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, mg_tokens_vocab(tr->tokens)};
-    if (rc == MG_OK)
-        rc = mg_cli_gpt_fits(&g, tr->mesh, &tr->plan, c->batch, c->grad_accum,
-                             c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
-                             c->clip > 0, "--batch (or --grad-accum)");
+                      "pipeline rank's micro-batch)", c->data, (long long)windows,
+                      (long long)c->ctx, mg_trainer_eval_least_rows(tr));
     if (rc != MG_OK) return rc;
-    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
+    mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, vocab_of(tr)};
+    if (!tr->meta)
+        rc = mg_trainer_gpt_fits(&g, tr->mesh, &tr->plan, c->batch, c->grad_accum,
+                                 c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
+                                 c->clip > 0, "--batch (or --grad-accum)");
+    if (rc != MG_OK) return rc;
     if (!(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
         return mg_error(MG_ENOMEM, "train: out of memory for %lld windows", (long long)c->batch);
     if ((rc = build_model(tr, &g)) != MG_OK) return rc;
@@ -133,16 +152,19 @@ int mg_train_text_setup(trainer *tr) {
     return rc;
 }
 
-int mg_train_text_batch(trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y) {
+int mg_trainer_text_batch(mg_trainer *tr, int64_t step, int64_t micro, mg_dtensor **x,
+                          mg_dtensor **y) {
     const mg_train_config *c = &tr->cfg;
     int64_t b = c->batch / c->grad_accum;
-    if (micro == 0) mg_tokens_train_starts(tr->tokens, (uint64_t)c->seed, step, c->batch, c->ctx, tr->starts);
+    if (tr->meta) return mg_trainer_meta_batch(tr, &tr->x_spec, &tr->y_spec, x, y);
+    if (micro == 0)
+        mg_tokens_train_starts(tr->tokens, (uint64_t)c->seed, step, c->batch, c->ctx, tr->starts);
     return mg_tokens_batch(tr->tokens, tr->starts + micro * b, b, c->ctx, &tr->x_spec, &tr->y_spec,
                            x, y, mg_step_arena());
 }
 
 /* x (rows, T) and y, whole on this rank, copied to the host (tr->host). */
-static int to_host(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, float **ids,
+static int to_host(mg_trainer *tr, const mg_dtensor *x, const mg_dtensor *y, float **ids,
                    float **targets) {
     const mg_tensor *lx = mg_local(x), *ly = mg_local(y);
     size_t n = (size_t)lx->numel;
@@ -160,21 +182,26 @@ static int to_host(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, float 
     return MG_OK;
 }
 
-int mg_train_text_pp_step(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss) {
+int mg_trainer_text_pp_step(mg_trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss) {
     float *ids, *targets;
     int rc = to_host(tr, x, y, &ids, &targets);
     return rc == MG_OK ? mg_gpt_pp_step(tr->gpt_pp, ids, targets, loss) : rc;
 }
 
 /* The loss of `n` windows from window `first` of /val (a mean over n T). */
-static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
+static int chunk_loss(mg_trainer *tr, int64_t first, int64_t n, double *loss) {
     mg_spec xs, ys;
     int rc = batch_spec(tr, n, &xs, "val ids");
     if (rc == MG_OK) rc = batch_spec(tr, n, &ys, "val targets");
     if (rc != MG_OK) return rc;
-    mg_tokens_eval_starts(first, n, tr->cfg.ctx, tr->starts);
     mg_dtensor *x, *y, *l = NULL;
-    rc = mg_tokens_batch(tr->val, tr->starts, n, tr->cfg.ctx, &xs, &ys, &x, &y, mg_step_arena());
+    if (tr->meta) {
+        rc = mg_trainer_meta_batch(tr, &xs, &ys, &x, &y);
+    } else {
+        mg_tokens_eval_starts(first, n, tr->cfg.ctx, tr->starts);
+        rc = mg_tokens_batch(tr->val, tr->starts, n, tr->cfg.ctx, &xs, &ys, &x, &y,
+                             mg_step_arena());
+    }
     if (rc != MG_OK) return rc;
     if (tr->gpt_pp) {
         float *ids, *targets;
@@ -190,12 +217,9 @@ static int chunk_loss(trainer *tr, int64_t first, int64_t n, double *loss) {
     return MG_OK;
 }
 
-/* Collective. The mean loss over every non-overlapping T-window of /val,
- * without autograd. */
-static int val_loss_of(trainer *tr, double *val_loss) {
-    const mg_train_config *c = &tr->cfg;
-    int64_t windows = mg_tokens_eval_windows(tr->val, c->ctx);
-    int64_t chunks = mg_train_eval_chunks(tr, windows);
+int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {
+    int64_t windows = val_windows(tr);
+    int64_t chunks = mg_trainer_eval_chunks(tr, windows);
     int prev = mg_set_grad_enabled(0);
     double sum = 0;
     int rc = MG_OK;
@@ -206,23 +230,10 @@ static int val_loss_of(trainer *tr, double *val_loss) {
         sum += loss * (double)n;
         first += n;
         mg_step_end();
+        if (ev->progress) ev->progress(ev->ctx, first, windows);
     }
     mg_set_grad_enabled(prev);
-    *val_loss = sum / (double)windows;
+    ev->loss = sum / (double)windows;
+    ev->rows = windows;
     return rc;
-}
-
-int mg_train_text_evaluate(trainer *tr, int64_t step) {
-    double val_loss = 0;
-    int rc = val_loss_of(tr, &val_loss);
-    if (rc != MG_OK) return rc;
-    if (tr->rank == 0) {
-        printf("eval %lld | val_loss %.6f\n", (long long)step, val_loss);
-        mg_train_log_flush();
-    }
-    if (isfinite(val_loss))
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step, val_loss);
-    else
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
-    return MG_OK;
 }

@@ -1,8 +1,8 @@
-/* train_config.c: defaults, config files and flags of `meshgrad train`
- * (see train_config.h). One table lists every option: its key, type, where it
+/* config.c: defaults, config files and flags of a training job (see
+ * config.h), and meshgrad_train.h's mg_train_config_new/set/load/free. One table lists every option: its key, type, where it
  * lives in mg_train_config, its smallest value and its help line; a second
  * says which flag sets each checkpoint attribute (resume messages). */
-#include "cli/train_config.h"
+#include "train/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -134,7 +134,8 @@ static int prefix_error(int code, const char *where) {
     return mg_error(code, "%s: %s", where, msg);
 }
 
-int mg_train_config_set(mg_train_config *c, const char *key, const char *value, const char *where) {
+int mg_train_config_set_at(mg_train_config *c, const char *key, const char *value,
+                           const char *where) {
     const option_def *o = find_option(key);
     if (!o)
         return mg_error(MG_EINVAL, "%s: unknown option '%s' (see meshgrad train --help)", where, key);
@@ -310,7 +311,7 @@ int mg_train_config_load(mg_train_config *c, const char *path) {
             break;
         }
         *first = lineno;
-        rc = mg_train_config_set(c, key, value, where);
+        rc = mg_train_config_set_at(c, key, value, where);
     }
     if (rc == MG_OK && ferror(f))
         rc = mg_error(MG_EIO, "cannot read config file '%s': %s", path, strerror(errno));
@@ -356,7 +357,7 @@ int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv) {
             if (pass == 2) {
                 char where[80];
                 snprintf(where, sizeof where, "--%s", options[ch - 1000].key);
-                int rc = mg_train_config_set(c, options[ch - 1000].key, optarg ? optarg : "1", where);
+                int rc = mg_train_config_set_at(c, options[ch - 1000].key, optarg ? optarg : "1", where);
                 if (rc != MG_OK) return rc;
             }
         }
@@ -414,6 +415,23 @@ int mg_train_config_check(const mg_train_config *c) {
         return mg_error(MG_EINVAL, "dtype '%s' is not one of fp32, bf16", c->dtype);
     return MG_OK;
 }
+
+/* ---- the public calls (meshgrad_train.h) ------------------------------------------ */
+
+mg_train_config *mg_train_config_new(void) {
+    mg_train_config *c = malloc(sizeof *c);
+    if (!c) return mg_error_null(MG_ENOMEM, "mg_train_config_new: out of memory");
+    mg_train_config_defaults(c);
+    return c;
+}
+
+int mg_train_config_set(mg_train_config *c, const char *key, const char *value) {
+    if (!c || !key || !value)
+        return mg_error(MG_EINVAL, "mg_train_config_set: the config, key or value is NULL");
+    return mg_train_config_set_at(c, key, value, key);
+}
+
+void mg_train_config_free(mg_train_config *c) { free(c); }
 
 /* Which flag gives each setting a resume compares (nn/train_state.h). */
 static const struct {

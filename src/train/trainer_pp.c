@@ -1,14 +1,15 @@
-/* train_pp.c: `meshgrad train` with pp in its plan (see train_pp.h). */
-#include "cli/train_pp.h"
+/* trainer_pp.c: a training run of the MLPs with pp in its plan (see
+ * trainer_pp.h). */
+#include "train/trainer_pp.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "cli/cli.h"
 #include "context.h"
 #include "dist/mesh.h"
+#include "machine.h"
 #include "nn/pipeline.h"
 #include "nn/pipeline_exec.h"
 #include "status.h"
@@ -29,7 +30,7 @@ struct mg_train_pp {
 };
 
 void mg_train_pp_memory(mg_pp_options *o, int states) {
-    o->machine_bytes = mg_cli_memory_bytes();
+    o->machine_bytes = mg_machine_memory_bytes();
     o->node_ranks = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
     o->param_copies = 2 + states;
 }

@@ -1,21 +1,17 @@
-/* train_eval.c: the evaluation of `meshgrad train`, without autograd: the
- * MLP's loss and accuracy on the test split, printed on rank 0 and written to
- * the metrics; and the chunks an evaluation takes, which the GPT's val_loss
- * (train_text.c) shares.
- * Exports: mg_train_evaluate, mg_train_eval_chunks, mg_train_eval_least_rows
- * (train.h). */
-#include <math.h>
-#include <stdio.h>
-
-#include "cli/train.h"
-#include "cli/train_pp.h"
+/* trainer_eval.c: the evaluation of a training run, without autograd: the
+ * MLPs' loss and accuracy on the test split; and the chunks an evaluation
+ * takes, which the GPT's val_loss (trainer_text.c) shares.
+ * Exports mg_trainer_image_evaluate, mg_trainer_eval_chunks,
+ * mg_trainer_eval_least_rows (trainer.h). */
 #include "context.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
+#include "train/trainer.h"
+#include "train/trainer_pp.h"
 
 /* Collective, without autograd: the loss and the correct predictions of the
  * model (the pipeline's with pp) on x (N, rows, cols), y (N). */
-static int eval_batch(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss_out,
+static int eval_batch(mg_trainer *tr, const mg_dtensor *x, const mg_dtensor *y, double *loss_out,
                       int64_t *correct) {
     if (tr->pp) return mg_train_pp_evaluate(tr->pp, x, y, loss_out, correct);
     mg_dtensor *logits = mg_model_forward(&tr->model, x);
@@ -43,7 +39,7 @@ static int eval_batch(trainer *tr, const mg_dtensor *x, const mg_dtensor *y, dou
 
 /* The loss and correct predictions of the n test rows from row `first`:
  * specs of n rows, placed as the training batch's. */
-static int eval_chunk(trainer *tr, int64_t first, int64_t n, double *loss, int64_t *correct) {
+static int eval_chunk(mg_trainer *tr, int64_t first, int64_t n, double *loss, int64_t *correct) {
     const int64_t *sample = mg_dataset_sample_shape(tr->test);
     int64_t xs[3] = {n, sample[0], sample[1]};
     mg_spec x_spec, y_spec;
@@ -58,7 +54,7 @@ static int eval_chunk(trainer *tr, int64_t first, int64_t n, double *loss, int64
     return rc == MG_OK ? eval_batch(tr, x, y, loss, correct) : rc;
 }
 
-int mg_train_eval_least_rows(const trainer *tr) {
+int mg_trainer_eval_least_rows(const mg_trainer *tr) {
     int degree = mg_plan_data_degree(&tr->plan, tr->mesh), pp = mg_plan_pp_dim(&tr->plan);
     return pp < 0 ? degree : degree * tr->mesh->shape[pp];
 }
@@ -69,20 +65,20 @@ int mg_train_eval_least_rows(const trainer *tr) {
  * checked, whatever the split's length. (Chunks of at least a batch held a
  * whole batch's activations on every pipeline rank: the GPT at --batch 2048,
  * pp 2, took 4.9 GiB a rank, 2.6 without them.) */
-int64_t mg_train_eval_chunks(const trainer *tr, int64_t n) {
+int64_t mg_trainer_eval_chunks(const mg_trainer *tr, int64_t n) {
     const mg_pipeline *p = tr->pp ? mg_train_pp_pipeline(tr->pp)
                            : tr->gpt_pp ? mg_gpt_pp_pipeline(tr->gpt_pp)
                                         : NULL;
     int64_t chunk = p ? mg_pipeline_eval_rows(p) : tr->cfg.batch / tr->cfg.grad_accum;
-    int64_t chunks = (n + chunk - 1) / chunk, least = mg_train_eval_least_rows(tr);
+    int64_t chunks = (n + chunk - 1) / chunk, least = mg_trainer_eval_least_rows(tr);
     return n / chunks < least ? n / least : chunks; /* every chunk >= least */
 }
 
-/* The MLP's: loss and accuracy on the whole test split in chunks
- * (mg_train_eval_chunks); nothing without a test split. */
-int mg_train_evaluate(trainer *tr, int64_t step) {
+/* The MLPs': loss and accuracy on the whole test split in chunks
+ * (mg_trainer_eval_chunks); nothing without a test split. */
+int mg_trainer_image_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     if (!tr->test) return MG_OK;
-    int64_t n = mg_dataset_rows(tr->test), chunks = mg_train_eval_chunks(tr, n);
+    int64_t n = mg_dataset_rows(tr->test), chunks = mg_trainer_eval_chunks(tr, n);
     int prev = mg_set_grad_enabled(0);
     double test_loss = 0;
     int64_t correct = 0;
@@ -94,20 +90,13 @@ int mg_train_evaluate(trainer *tr, int64_t step) {
         test_loss += loss * (double)rows / (double)n;
         first += rows;
         mg_step_end();
+        if (ev->progress) ev->progress(ev->ctx, first, n);
     }
     mg_set_grad_enabled(prev);
     if (rc != MG_OK) return rc;
-    double acc = n ? (double)correct / (double)n : 0;
-    if (tr->rank == 0) {
-        printf("eval %lld | test loss %.6f | accuracy %.2f%% (%lld/%lld)\n", (long long)step,
-               test_loss, 100 * acc, (long long)correct, (long long)n);
-        mg_train_log_flush();
-    }
-    if (isfinite(test_loss)) /* JSON has no NaN: a diverged model's loss is null */
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
-                              (long long)step, test_loss, acc);
-    else
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":null,\"eval_accuracy\":%.9g}\n",
-                              (long long)step, acc);
+    ev->loss = test_loss;
+    ev->rows = n;
+    ev->correct = correct;
+    ev->accuracy = n ? (double)correct / (double)n : 0;
     return MG_OK;
 }

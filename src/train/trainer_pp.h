@@ -1,6 +1,6 @@
-/* train_pp.h: `meshgrad train` with pp in its plan (--parallel pp, pp,dp,
- * pp,tp, pp,fsdp, pp,dp,tp...). train.c keeps everything else (data,
- * optimizer, checkpoints, signals, metrics); this part gives it:
+/* trainer_pp.h: a training run of the MLPs with pp in its plan (--parallel
+ * pp, pp,dp, pp,tp, pp,fsdp, pp,dp,tp...). trainer.c keeps everything else
+ * (data, optimizer, checkpoints); this part gives it:
  *   - the model: only the layers this rank's stages hold, on its stage mesh
  *     (nn/pipeline.h), their parameters numbered by their place in the whole
  *     model (the same initial values as on any mesh);
@@ -15,15 +15,15 @@
  * Exports: mg_train_pp, mg_train_pp_options, mg_train_pp_memory, mg_train_pp_new, mg_train_pp_step,
  * mg_train_pp_update, mg_train_pp_pipeline, mg_train_pp_evaluate, mg_train_pp_checksum,
  * mg_train_pp_free. */
-#ifndef MG_CLI_TRAIN_PP_H
-#define MG_CLI_TRAIN_PP_H
+#ifndef MG_TRAIN_TRAINER_PP_H
+#define MG_TRAIN_TRAINER_PP_H
 
 #include <stdint.h>
 
-#include "cli/train_config.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/pipeline.h"
+#include "train/config.h"
 
 typedef struct mg_train_pp mg_train_pp;
 

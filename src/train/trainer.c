@@ -1,0 +1,464 @@
+/* trainer.c: a training run (meshgrad_train.h's mg_trainer, trainer.h): built
+ * from a config (mesh, plan, data set, model, optimizer, schedule), then one
+ * step a call:
+ *   batch -> forward -> loss -> backward (each micro-batch; the pipeline's
+ *   schedule with pp) -> agree -> clip -> optimizer step -> zero grads ->
+ *   mg_step_end()
+ * After the backward the ranks agree, in one small all-reduce over the mesh,
+ * on a non-finite loss or gradient (the step is refused before the update,
+ * naming the first parameter whose gradient is not finite, or skipped and
+ * counted) and on the caller's own values (mg_train_step's agree[]: a stop
+ * signal, a failed write of its log), so every rank takes the same way.
+ * Exports the trainer calls of meshgrad_train.h and mg_trainer_new_meta. */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/device.h"
+#include "context.h"
+#include "dist/comm.h"
+#include "dist/flight.h"
+#include "dist/reducer.h"
+#include "io/h5util.h"
+#include "machine.h"
+#include "nn/gpt_pipeline.h"
+#include "status.h"
+#include "trace.h"
+#include "train/trainer_pp.h"
+
+/* ---- building the run ------------------------------------------------------------- */
+
+/* A model whose parameters, gradients and optimizer state could not fit this
+ * machine's memory even split evenly over every rank is refused before it is
+ * made (one label of 16777215 in a data set asks for 16.7M classes: tens of
+ * GB, and the kernel would kill the job while it fills them). */
+static int check_fits(const mg_trainer *tr, const mg_model_config *mc) {
+    const mg_train_config *c = &tr->cfg;
+    if (tr->meta) return MG_OK;
+    double params = mg_model_config_params(mc), copies = c->optimizer == MG_OPTIM_ADAMW ? 4 : 3;
+    char what[sizeof c->data + 256];
+    snprintf(what, sizeof what, "the model of %.0f parameters (hidden %lld, %lld classes from the "
+             "labels of %s), with their gradients and optimizer state split over all %d ranks,",
+             params, (long long)mc->hidden, (long long)mc->classes, c->data, tr->mesh->size);
+    return mg_machine_check_memory(what, 4.0 * params * copies / tr->mesh->size,
+                                   "make the model smaller (--hidden, --depth), or check the labels");
+}
+
+/* Opens the test split when the data set has one (else a warning: nothing
+ * is evaluated) and checks its samples have the train split's shape. */
+static int open_test_split(mg_trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    int has = mg_dataset_has_split(c->data, "test", tr->mesh->world);
+    if (has < 0) return has;
+    if (!has) {
+        if (tr->rank == 0)
+            fprintf(stderr, "warning: %s has no test split (/test): the run evaluates nothing\n",
+                    c->data);
+        return MG_OK;
+    }
+    tr->test = mg_dataset_open(c->data, "test", tr->mesh->world);
+    if (!tr->test) return mg_last_code();
+    char want[128], have[128];
+    int n = mg_dataset_sample_ndim(tr->train);
+    if (!mg_shape_equal(mg_dataset_sample_ndim(tr->test), mg_dataset_sample_shape(tr->test), n,
+                        mg_dataset_sample_shape(tr->train)))
+        return mg_error(MG_EFORMAT, "%s: the test split holds samples of shape %s but the train "
+                        "split %s: both splits need one sample shape", c->data,
+                        mg_shape_format(have, sizeof have, mg_dataset_sample_ndim(tr->test),
+                                        mg_dataset_sample_shape(tr->test)),
+                        mg_shape_format(want, sizeof want, n, mg_dataset_sample_shape(tr->train)));
+    int64_t ntest = mg_dataset_rows(tr->test);
+    if (ntest < mg_plan_data_degree(&tr->plan, tr->mesh))
+        return mg_error(MG_EINVAL, "the test split of %s has %lld rows, fewer than the data-parallel "
+                                   "degree %d", c->data, (long long)ntest,
+                        mg_plan_data_degree(&tr->plan, tr->mesh));
+    return MG_OK;
+}
+
+/* The MLPs' data set: its splits (or, meta, their shapes), the sample shape,
+ * the classes, and the rows of the test split. */
+static int open_images(mg_trainer *tr, int64_t sample[2], int *classes, int64_t *ntest) {
+    mg_train_config *c = &tr->cfg;
+    if (tr->meta) {
+        sample[0] = tr->shapes.rows;
+        sample[1] = tr->shapes.cols;
+        *classes = (int)tr->shapes.classes;
+        *ntest = tr->shapes.test_rows;
+        return MG_OK;
+    }
+    tr->train = mg_dataset_open(c->data, "train", tr->mesh->world);
+    if (!tr->train) return mg_last_code();
+    if (mg_dataset_sample_ndim(tr->train) != 2)
+        return mg_error(MG_EFORMAT, "%s: the models take (rows, cols) images but samples are %d-d",
+                        c->data, mg_dataset_sample_ndim(tr->train));
+    int rc = open_test_split(tr);
+    if (rc != MG_OK) return rc;
+    memcpy(sample, mg_dataset_sample_shape(tr->train), 2 * sizeof *sample);
+    if (c->batch > mg_dataset_rows(tr->train))
+        return mg_error(MG_EINVAL, "batch %lld is larger than the %lld training rows of %s",
+                        (long long)c->batch, (long long)mg_dataset_rows(tr->train), c->data);
+    *classes = mg_dataset_num_classes(tr->train);
+    if (tr->test && mg_dataset_num_classes(tr->test) > *classes)
+        *classes = mg_dataset_num_classes(tr->test);
+    *ntest = tr->test ? mg_dataset_rows(tr->test) : 0;
+    return MG_OK;
+}
+
+/* The MLP or permute-MLP of the run, its loaders and batch specs. */
+static int image_setup(mg_trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    int64_t sample[2], ntest = 0;
+    int classes = 0;
+    int rc = open_images(tr, sample, &classes, &ntest);
+    if (rc != MG_OK) return rc;
+    mg_model_config mc = {.kind = c->model, .rows = sample[0], .cols = sample[1],
+                          .hidden = c->hidden, .channels = c->channels, .classes = classes,
+                          .depth = (int)c->depth, .seed = (uint64_t)c->seed};
+    if ((rc = check_fits(tr, &mc)) != MG_OK) return rc;
+    rc = mg_plan_pp_dim(&tr->plan) >= 0
+             ? mg_train_pp_new(&tr->pp, c, tr->mesh, &tr->plan, &mc, ntest, &tr->model)
+             : mg_model_build(&tr->model, &mc, tr->mesh, &tr->plan, NULL);
+    if (rc != MG_OK) return rc;
+    tr->have_model = 1;
+    if (!tr->meta) {
+        rc = mg_loader_init(&tr->train_loader, tr->train, c->batch, (uint64_t)c->seed);
+        if (rc != MG_OK) return rc;
+        tr->have_train_loader = 1;
+        if (tr->test) {
+            rc = mg_loader_init(&tr->test_loader, tr->test, ntest, (uint64_t)c->seed);
+            if (rc != MG_OK) return rc;
+            tr->have_test_loader = 1;
+        }
+    }
+    int ndim = tr->mesh->ndim;
+    mg_placement bp[MG_MAX_MESH_DIMS];
+    mg_plan_batch(&tr->plan, bp);
+    for (int d = 0; tr->pp && d < ndim; d++) bp[d] = MG_REPLICATE; /* micro-batches cut later */
+    int64_t xs[3] = {c->batch, sample[0], sample[1]}, ys[1] = {c->batch};
+    rc = mg_spec_make(&tr->x_spec, tr->mesh, bp, ndim, 3, xs, "train inputs");
+    if (rc == MG_OK) rc = mg_spec_make(&tr->y_spec, tr->mesh, bp, ndim, 1, ys, "train labels");
+    return rc;
+}
+
+/* The mesh of the config, over every rank (the device chosen first). */
+static mg_mesh *make_mesh(const mg_train_config *c) {
+    int shape[MG_MAX_MESH_DIMS], ndim = 1;
+    shape[0] = mg_world_size();
+    if (c->mesh[0]) {
+        ndim = mg_mesh_parse(c->mesh, shape);
+        if (ndim < 0) return NULL;
+        int64_t prod = 1;
+        for (int d = 0; d < ndim; d++) prod *= shape[d];
+        if (prod != mg_world_size())
+            return mg_error_null(MG_EMESH, "mesh %s has %lld ranks but mpirun started %d: run "
+                                 "mpirun -np %lld or pass a --mesh whose sizes multiply to %d",
+                                 c->mesh, (long long)prod, mg_world_size(), (long long)prod,
+                                 mg_world_size());
+    }
+    if (strcmp(c->device, "cuda") == 0 && mg_set_device(MG_DEVICE_CUDA) != MG_OK) return NULL;
+    return mg_mesh_new(ndim, shape);
+}
+
+/* After the model: the optimizer and the schedule. */
+static int setup_training(mg_trainer *tr) {
+    mg_train_config *c = &tr->cfg;
+    mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
+    tr->opt.beta1 = (float)c->betas[0];
+    tr->opt.beta2 = (float)c->betas[1];
+    int rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
+    tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps, c->lr_min};
+    return rc;
+}
+
+static int setup(mg_trainer *tr, mg_mesh *mesh) {
+    mg_train_config *c = &tr->cfg;
+    int rc = mg_train_config_check(c);
+    if (rc != MG_OK) return rc;
+    if (c->threads > 0) mg_backend_cpu_set_threads((int)c->threads);
+    if (c->tf32) mg_backend_cuda_set_tf32(1);
+    mg_backend_set_gemm_bf16(strcmp(c->dtype, "bf16") == 0);
+    tr->own_mesh = !mesh;
+    tr->mesh = mesh ? mesh : make_mesh(c);
+    if (!tr->mesh) return mg_last_code();
+    rc = mg_plan_parse(c->parallel, &tr->plan);
+    if (rc == MG_OK) rc = mg_plan_check(&tr->plan, tr->mesh, c->batch);
+    if (rc != MG_OK) return rc;
+    if (!c->data[0])
+        snprintf(c->data, sizeof c->data, "%s",
+                 c->model == MG_MODEL_GPT ? "data/mobydick.h5" : "data/digits.h5");
+    rc = c->model == MG_MODEL_GPT ? mg_trainer_text_setup(tr) : image_setup(tr);
+    return rc == MG_OK ? setup_training(tr) : rc;
+}
+
+static mg_trainer *make(const mg_train_config *cfg, mg_mesh *mesh, const mg_trainer_meta_data *data) {
+    if (!cfg) return mg_error_null(MG_EINVAL, "mg_trainer_new: the config is NULL");
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return mg_error_null(MG_ENOMEM, "mg_trainer_new: out of memory");
+    tr->cfg = *cfg;
+    tr->rank = mg_rank();
+    if (data) {
+        tr->meta = 1;
+        tr->shapes = *data;
+    }
+    if (setup(tr, mesh) != MG_OK) {
+        /* the message outlives the frees */
+        char msg[1024];
+        int rc = mg_last_code();
+        snprintf(msg, sizeof msg, "%s", mg_last_error());
+        mg_trainer_free(tr);
+        mg_error(rc ? rc : MG_ESTATE, "%s", msg);
+        return NULL;
+    }
+    return tr;
+}
+
+mg_trainer *mg_trainer_new(const mg_train_config *cfg, mg_mesh *mesh) {
+    return make(cfg, mesh, NULL);
+}
+
+mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
+                                const mg_trainer_meta_data *data) {
+    return make(cfg, mesh, data);
+}
+
+void mg_trainer_free(mg_trainer *tr) {
+    if (!tr) return;
+    if (tr->have_model) mg_model_free(&tr->model);
+    mg_train_pp_free(tr->pp);
+    mg_gpt_pp_free(tr->gpt_pp);
+    mg_arena_free(tr->micro);
+    free(tr->host);
+    if (tr->have_train_loader) mg_loader_free(&tr->train_loader);
+    if (tr->have_test_loader) mg_loader_free(&tr->test_loader);
+    if (tr->train) mg_dataset_close(tr->train);
+    if (tr->test) mg_dataset_close(tr->test);
+    mg_tokens_close(tr->tokens);
+    mg_tokens_close(tr->val);
+    free(tr->starts);
+    if (tr->own_mesh && tr->mesh) mg_mesh_free(tr->mesh);
+    free(tr);
+}
+
+/* ---- a step ---------------------------------------------------------------------- */
+
+/* What the ranks agree on after the backward (one all-reduce MAX): the
+ * caller's values, then the step's own. */
+enum { AGREE_BAD_GRAD = MG_TRAIN_AGREE, AGREE_BAD_LOSS, AGREE_N };
+
+/* This rank's first parameter whose gradient (the part this rank holds) is not
+ * finite, or -1. */
+static int first_nonfinite_grad(const mg_param_table *t) {
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].grad && !mg_reducer_finite(t->p[i].value)) return i;
+    return -1;
+}
+
+/* The arena of one micro-batch's tensor data (--grad-accum N > 1), made once.
+ * Its activations are dead once its backward has handed the gradients to the
+ * reducer, so it is reset after each: N micro-batches take one micro-batch's
+ * memory, not the whole batch's (as the pipeline's arenas, nn/pipeline_exec.c). */
+static int micro_arena(mg_trainer *tr) {
+    if (!tr->micro) tr->micro = mg_micro_arena_new(1 << 20);
+    return tr->micro ? MG_OK : mg_last_code();
+}
+
+/* The loss of batch (x, y), scaled by 1 / --grad-accum, and its backward. */
+static int forward_backward(mg_trainer *tr, const mg_dtensor *x, const mg_dtensor *y,
+                            int64_t micro, double *loss_out) {
+    int64_t n = tr->cfg.grad_accum;
+    int rc;
+    mg_trace_begin(MG_TRACE_PHASE, "forward", 0);
+    mg_dtensor *logits = mg_model_forward(&tr->model, x); // logits: (B, K) or (B, T, V)
+    mg_dtensor *loss = logits ? mg_cross_entropy(logits, y) : NULL;
+    if (loss && n > 1) loss = mg_scale(loss, 1.0f / (float)n);
+    mg_trace_end();
+    if (!loss) return mg_last_code();
+    if (n > 1) mg_set_grad_sync(micro == n - 1);
+    mg_trace_begin(MG_TRACE_PHASE, "backward", 0);
+    rc = mg_backward(loss);
+    mg_trace_end();
+    if (n > 1) mg_set_grad_sync(1);
+    if (rc == MG_OK) rc = mg_dtensor_item(loss, loss_out);
+    return rc;
+}
+
+/* The batch of micro-batch `micro` of step `step`. */
+static int batch(mg_trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y) {
+    if (tr->cfg.model == MG_MODEL_GPT) return mg_trainer_text_batch(tr, step, micro, x, y);
+    if (tr->meta) return mg_trainer_meta_batch(tr, &tr->x_spec, &tr->y_spec, x, y);
+    return mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, x, y, mg_step_arena());
+}
+
+/* Forward and backward of micro-batch `micro` of step `step` (the pipeline's
+ * schedule with pp; the GPT's --grad-accum N: the loss scaled by 1/N, the
+ * gradients summed across ranks only after the last, each micro-batch's
+ * tensor data in tr->micro, given back after its backward); *loss_out gets
+ * its (scaled) loss, st the time spent waiting for the batch. */
+static int micro_step(mg_trainer *tr, int64_t step, int64_t micro, double *loss_out,
+                      mg_train_step *st) {
+    int64_t n = tr->cfg.grad_accum;
+    mg_dtensor *x = NULL, *y = NULL;
+    double t_data = mg_clock();
+    int64_t comm_ns = mg_flight_wait_ns();
+    mg_trace_begin(MG_TRACE_PHASE, "data", 0);
+    int rc = batch(tr, step, micro, &x, &y);
+    mg_trace_end();
+    st->data_s += mg_clock() - t_data;
+    st->data_comm_ns += mg_flight_wait_ns() - comm_ns; /* the loader's own collectives */
+    if (rc != MG_OK) return rc;
+    if (tr->pp || tr->gpt_pp) { /* the pipeline's schedule: forward and backward */
+        mg_trace_begin(MG_TRACE_PHASE, "pipeline", 0);
+        rc = tr->pp ? mg_train_pp_step(tr->pp, x, y, loss_out)
+                    : mg_trainer_text_pp_step(tr, x, y, loss_out);
+        mg_trace_end();
+        return rc;
+    }
+    if (n > 1 && (rc = micro_arena(tr)) != MG_OK) return rc;
+    mg_arena *step_arena = mg_step_arena();
+    mg_arena *was = n > 1 ? mg_arena_redirect_data(step_arena, tr->micro) : NULL;
+    rc = forward_backward(tr, x, y, micro, loss_out);
+    if (n > 1) {
+        mg_arena_redirect_data(step_arena, was);
+        mg_arena_reset(tr->micro);
+    }
+    return rc;
+}
+
+/* What was not finite, for the message or the skip (agreed values). */
+static void nonfinite_what(const mg_trainer *tr, const int64_t *agreed, double loss, char *out,
+                           size_t len) {
+    const mg_param_table *t = &tr->model.params;
+    int pp = tr->pp || tr->gpt_pp;
+    int g = agreed[AGREE_BAD_GRAD] && !pp ? t->n - (int)agreed[AGREE_BAD_GRAD] : -1;
+    if (agreed[AGREE_BAD_GRAD] && pp)
+        snprintf(out, len, "the loss is %g and a gradient of some pipeline stage is not finite",
+                 loss);
+    else if (g >= 0)
+        snprintf(out, len, "the loss is %g and the gradient of %s is not finite (the first such "
+                 "parameter)", loss, t->p[g].name);
+    else
+        snprintf(out, len, "the loss is %g", loss);
+}
+
+/* The update: clipping and the optimizer step (the pipeline's, with pp). */
+static int update(mg_trainer *tr, double lr, double *norm) {
+    const mg_train_config *c = &tr->cfg;
+    if (tr->pp) return mg_train_pp_update(tr->pp, &tr->opt, lr, c->clip, norm);
+    if (tr->gpt_pp) return mg_gpt_pp_update(tr->gpt_pp, &tr->opt, lr, c->clip, norm);
+    int rc = c->clip > 0 ? mg_clip_grad_norm(&tr->model.params, c->clip, norm) : MG_OK;
+    return rc == MG_OK ? mg_optimizer_step(&tr->opt, &tr->model.params, (float)lr) : rc;
+}
+
+int mg_trainer_step(mg_trainer *tr, mg_train_step *st) {
+    if (!tr || !st) return mg_error(MG_EINVAL, "mg_trainer_step: the trainer or step is NULL");
+    mg_param_table *params = &tr->model.params;
+    int rc = MG_OK, pp = tr->pp || tr->gpt_pp;
+    int64_t s = tr->step;
+    st->loss = st->grad_norm = st->data_s = 0;
+    st->data_comm_ns = 0;
+    st->lr = mg_lr_at(&tr->sched, s);
+    st->skipped = 0;
+    st->nonfinite[0] = '\0';
+    for (int64_t m = 0; rc == MG_OK && m < tr->cfg.grad_accum; m++) {
+        double part = 0;
+        rc = micro_step(tr, s, m, &part, st);
+        st->loss += part;
+    }
+    if (rc == MG_OK && !pp) mg_params_collect_grads(params);
+    int64_t agreed[AGREE_N] = {0};
+    if (rc == MG_OK) {
+        int bad = first_nonfinite_grad(params);
+        memcpy(agreed, st->agree, sizeof st->agree);
+        /* MAX: the first bad one (with pp each rank holds its stages' table: a flag) */
+        agreed[AGREE_BAD_GRAD] = bad < 0 ? 0 : pp ? 1 : params->n - bad;
+        agreed[AGREE_BAD_LOSS] = !isfinite(st->loss);
+        rc = mg_comm_all_reduce_i64(tr->mesh->world, agreed, AGREE_N, MG_CONTROL_MAX);
+        memcpy(st->agree, agreed, sizeof st->agree);
+    }
+    int bad = rc == MG_OK && (agreed[AGREE_BAD_GRAD] || agreed[AGREE_BAD_LOSS]);
+    mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
+    if (rc == MG_OK && !bad) rc = update(tr, st->lr, &st->grad_norm);
+    if (rc == MG_OK) rc = mg_params_zero_grads(params);
+    if (rc == MG_OK) rc = mg_device_synchronize(); /* a device error surfaces here */
+    mg_step_end();
+    mg_trace_end();
+    if (rc != MG_OK) return rc;
+    tr->step++;
+    if (!bad) return MG_OK;
+    nonfinite_what(tr, agreed, st->loss, st->nonfinite, sizeof st->nonfinite);
+    if (strcmp(tr->cfg.on_nonfinite, "skip") != 0)
+        return mg_error(MG_ESTATE, "step %lld: %s; the run stops before the update, so the "
+                        "parameters (and any checkpoint) stay finite: lower --lr, clip the "
+                        "gradients (--clip), or give --on-nonfinite skip to skip such steps",
+                        (long long)tr->step, st->nonfinite);
+    tr->skipped++;
+    st->skipped = 1;
+    return MG_OK;
+}
+
+/* ---- what the run holds ------------------------------------------------------------ */
+
+int64_t mg_trainer_steps(const mg_trainer *tr) { return tr ? tr->step : -1; }
+
+const char *mg_trainer_resumed_from(const mg_trainer *tr) { return tr ? tr->resumed_from : ""; }
+
+const mg_mesh *mg_trainer_mesh(const mg_trainer *tr) { return tr ? tr->mesh : NULL; }
+
+int64_t mg_trainer_numel(const mg_trainer *tr) { return tr ? mg_model_numel(&tr->model) : -1; }
+
+int mg_trainer_checksum(mg_trainer *tr, uint64_t *out) {
+    return tr->pp       ? mg_train_pp_checksum(tr->pp, out)
+           : tr->gpt_pp ? mg_gpt_pp_checksum(tr->gpt_pp, out)
+                        : mg_params_checksum(&tr->model.params, out);
+}
+
+int mg_trainer_evaluate(mg_trainer *tr, mg_train_eval *ev) {
+    if (!tr || !ev) return mg_error(MG_EINVAL, "mg_trainer_evaluate: the trainer or eval is NULL");
+    ev->loss = ev->accuracy = 0;
+    ev->rows = ev->correct = 0;
+    return tr->cfg.model == MG_MODEL_GPT ? mg_trainer_text_evaluate(tr, ev)
+                                         : mg_trainer_image_evaluate(tr, ev);
+}
+
+void mg_trainer_memory_get(const mg_trainer *tr, mg_train_memory *m) {
+    memset(m, 0, sizeof *m);
+    const mg_param_table *t = &tr->model.params;
+    for (int i = 0; i < t->n; i++) {
+        const mg_param *p = &t->p[i];
+        double share = 1;
+        if (p->one_copy && p->shard_dim >= 0)
+            share = 1.0 / p->value->spec.mesh->dim_comm[p->shard_dim]->size;
+        m->params += 4.0 * (double)p->value->local->numel * share;
+        if (p->value->grad) m->grads += 4.0 * (double)p->value->grad->local->numel;
+        for (int s = 0; s < MG_PARAM_STATE_MAX; s++)
+            if (p->state[s]) m->optim += 4.0 * (double)p->state[s]->local->numel * share;
+    }
+    m->activations = (double)mg_arena_peak(mg_step_arena());
+    if (tr->micro) m->activations += (double)mg_arena_peak(tr->micro); /* --grad-accum */
+    m->scratch = (double)mg_arena_peak(mg_scratch_arena());
+    m->buffers = (double)mg_reducer_buffer_bytes();
+    const mg_context *c = mg_ctx();
+    for (int d = 0; d < MG_DEVICE_KINDS; d++)
+        for (int k = 0; k < 2; k++) m->buffers += (double)c->staging[d][k].bytes;
+}
+
+int mg_trainer_meta_batch(const mg_trainer *tr, const mg_spec *x_spec, const mg_spec *y_spec,
+                          mg_dtensor **x, mg_dtensor **y) {
+    /* as the loaders make one: the two blocks, the ranks' agreement on the
+     * read, the two tensors */
+    mg_arena *arena = mg_step_arena();
+    int64_t xl[MG_MAX_DIMS], yl[MG_MAX_DIMS];
+    mg_spec_local(x_spec, NULL, xl, NULL);
+    mg_spec_local(y_spec, NULL, yl, NULL);
+    mg_tensor *xt = mg_tensor_alloc(arena, x_spec->ndim, xl);
+    mg_tensor *yt = mg_tensor_alloc(arena, y_spec->ndim, yl);
+    int rc = mg_io_agree(tr->mesh->world, xt && yt ? MG_OK : MG_ENOMEM);
+    if (rc != MG_OK) return rc;
+    if (!(*x = mg_dtensor_make(x_spec, xt, arena))) return mg_last_code();
+    if (!(*y = mg_dtensor_make(y_spec, yt, arena))) return mg_last_code();
+    return MG_OK;
+}

@@ -1,0 +1,106 @@
+/* trainer.h: inside the trainer (meshgrad_train.h's mg_trainer), the training
+ * run of `meshgrad train` and of any program: configuration, mesh, plan, data,
+ * model, optimizer and schedule, and where the run stands. trainer.c builds
+ * it and takes its steps; trainer_text.c is the GPT's side (token data,
+ * micro-batches, the validation loss); trainer_pp.c the MLPs' pipeline;
+ * trainer_eval.c evaluates; trainer_ckpt.c saves and resumes.
+ *
+ * On the meta device (a mesh made by mg_mesh_new_meta, backend/meta.c) the
+ * same run reads no data set: its batches are tensors of the shapes a data
+ * set of `meta` would give (mg_trainer_new_meta), which is how `meshgrad plan
+ * --estimate` runs the real step without data.
+ *
+ * Exports struct mg_trainer, mg_trainer_meta_data, mg_trainer_new_meta, and
+ * the functions the trainer's files share. */
+#ifndef MG_TRAIN_TRAINER_H
+#define MG_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "dist/mesh.h"
+#include "io/data.h"
+#include "io/tokens.h"
+#include "meshgrad_train.h"
+#include "nn/gpt.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "nn/plan.h"
+#include "train/config.h"
+
+/* The shapes of a data set, for a run that reads none (the meta device's). */
+typedef struct {
+    int64_t rows, cols, classes; /* the MLPs': samples (rows, cols), classes */
+    int64_t vocab;               /* the GPT's */
+    int64_t train_rows, test_rows; /* the MLPs' splits; the GPT's: windows of /val */
+} mg_trainer_meta_data;
+
+struct mg_trainer {
+    mg_train_config cfg;
+    mg_mesh *mesh;
+    int own_mesh; /* made by mg_trainer_new (freed with the trainer) */
+    mg_plan plan;
+    int rank;
+    int meta;                 /* on the meta device: no data read */
+    mg_trainer_meta_data shapes; /* meta: the data set's shapes */
+    mg_dataset *train, *test; /* test: NULL when the data set has no test split */
+    mg_tokens *tokens, *val;  /* --model gpt: the train and val splits (instead) */
+    int64_t *starts;          /* gpt: window starts (room for a step's and for all of /val) */
+    mg_loader train_loader, test_loader;
+    int have_train_loader, have_test_loader;
+    mg_model model; /* with pp: only the layers of this rank's stages */
+    int have_model;
+    struct mg_train_pp *pp;   /* pp in the plan: the MLPs' pipeline (trainer_pp.h) */
+    struct mg_gpt_pp *gpt_pp; /* the same for the GPT (nn/gpt_pipeline.h) */
+    struct mg_arena *micro;   /* gpt --grad-accum N > 1: one micro-batch's tensor data */
+    float *host;              /* gpt with pp: the step's windows on the host */
+    size_t host_cap;
+    mg_optimizer opt;
+    mg_lr_schedule sched;
+    mg_spec x_spec, y_spec;
+    int64_t step;    /* optimizer steps done (a resume starts at the checkpoint's) */
+    char resumed_from[MG_PATH_MAX]; /* the checkpoint a resume loaded ("" none) */
+    int64_t skipped; /* steps skipped for a non-finite loss or gradient */
+};
+
+/* Collective. The run of `cfg` on `mesh` (on the meta device) with no data
+ * set read: its batches have the shapes of `data`. */
+mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
+                                const mg_trainer_meta_data *data);
+
+/* The GPT's side (trainer_text.c). Collective: opens the token splits of the
+ * data set, checks them against ctx (and the plan against the micro-batch),
+ * builds the GPT and its batch specs. */
+int mg_trainer_text_setup(mg_trainer *tr);
+/* Collective. Micro-batch `micro` of step `step`: rows [micro b, (micro + 1) b)
+ * (b = batch / grad-accum) of the step's windows; ids x and targets y (b, T). */
+int mg_trainer_text_batch(mg_trainer *tr, int64_t step, int64_t micro, mg_dtensor **x,
+                          mg_dtensor **y);
+/* Collective (gpt with pp). Forward and backward of the step's windows x,
+ * y (batch, T), whole on every rank, over the pipeline; *loss the batch's. */
+int mg_trainer_text_pp_step(mg_trainer *tr, const mg_dtensor *x, const mg_dtensor *y,
+                            double *loss);
+/* Collective. The mean loss over the evaluation windows of /val (at most
+ * eval-tokens of them), without autograd (trainer_text.c). */
+int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev);
+/* Collective. The MLPs' test loss and accuracy (trainer_eval.c). */
+int mg_trainer_image_evaluate(mg_trainer *tr, mg_train_eval *ev);
+/* The chunks an evaluation of n rows (windows) takes, of sizes that differ by
+ * one at most, each no larger than a training forward and at least
+ * mg_trainer_eval_least_rows (trainer_eval.c). */
+int64_t mg_trainer_eval_chunks(const mg_trainer *tr, int64_t n);
+/* Rows an evaluation chunk needs at least: one per data-parallel rank (with
+ * pp, of each of the pipeline's `ranks` micro-batches). */
+int mg_trainer_eval_least_rows(const mg_trainer *tr);
+/* Collective. A batch of tensors of x_spec and y_spec read from no data set
+ * (a meta run's), made as a data set's batch is made. */
+int mg_trainer_meta_batch(const mg_trainer *tr, const mg_spec *x_spec, const mg_spec *y_spec,
+                          mg_dtensor **x, mg_dtensor **y);
+/* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
+ * the batch), when a GPT step of `batch` windows in `micro` micro-batches on
+ * the mesh and plan (no pp: mg_pipeline_make checks those) is estimated to
+ * need more than this machine's memory; `states` optimizer floats per
+ * parameter, `clip` on (also bench step --model gpt's). */
+int mg_trainer_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
+                        int64_t batch, int64_t micro, int states, int clip, const char *smaller);
+
+#endif
