@@ -11,8 +11,9 @@
  * last), clips the gradients by global norm and takes an AdamW step at the
  * learning rate of a cosine schedule with warmup. The validation loss (the
  * mean over the non-overlapping windows of /val) is printed every few steps,
- * and the run ends with a checkpoint (`meshgrad ckpt info` reads it; -r
- * resumes from one, on any number of ranks).
+ * and the run ends with a checkpoint in the format of `meshgrad train
+ * --model gpt` (`meshgrad ckpt info` reads it, `meshgrad generate` samples
+ * from it; -r resumes from one, on any number of ranks).
  *
  * After `make install`, in the checkout (make builds build/data/mobydick.h5):
  *   mpicc -O2 examples/train_gpt.c $(pkg-config --cflags --libs meshgrad) -lm -o train_gpt
@@ -54,13 +55,15 @@ static double now(void) {
 
 /* ---- the model ------------------------------------------------------------------ */
 
-/* Each block's parameters, in GPT-2's names; PROJ and FC2 are the residual
+/* Each block's parameters, named as `meshgrad train --model gpt` names them,
+ * so that its checkpoints and this program's are one format (`meshgrad
+ * generate` and `train --resume` read either); PROJ and FC2 are the residual
  * projections, whose init is scaled by 1/sqrt(2L). */
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FC2W, FC2B, NBLOCK };
 static const char *const block_names[NBLOCK] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-    "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
+    "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+    "mlp.fc2.weight", "mlp.fc2.bias"};
 
 typedef struct {
     int L, H, C, T, V;
@@ -130,10 +133,12 @@ static mg_dtensor *gpt_loss(GPT *m, mg_dtensor *ids, mg_dtensor *targets, int64_
     for (int l = 0; l < m->L; l++) {
         mg_dtensor **w = block(m, l);
         mg_dtensor *qkv = mg_linear(mg_layer_norm(x, w[LN1W], w[LN1B], 1e-5f), w[QKVW], w[QKVB]);
-        mg_dtensor *qkvh[3]; // q, k, v: (B, H, T, D), from qkv: (B, T, 3C)
+        // qkv: (B, T, 3C), its rows per head (H, 3, D): q, k and v of a head together,
+        // so that splitting the rows over ranks (tensor parallel) splits whole heads
+        mg_dtensor *heads = mg_reshape(qkv, 4, (int64_t[]){B, T, H, 3 * D});
+        mg_dtensor *qkvh[3]; // q, k, v: (B, H, T, D)
         for (int s = 0; s < 3; s++)
-            qkvh[s] = mg_permute(mg_reshape(mg_narrow(qkv, 2, s * C, C), 4, (int64_t[]){B, T, H, D}),
-                                 (int[]){0, 2, 1, 3});
+            qkvh[s] = mg_permute(mg_narrow(heads, 3, s * D, D), (int[]){0, 2, 1, 3});
         mg_dtensor *a = mg_attention(qkvh[0], qkvh[1], qkvh[2], 1); // a: (B, H, T, D)
         a = mg_reshape(mg_permute(a, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
         x = mg_add(x, mg_linear(a, w[PROJW], w[PROJB]));
@@ -246,21 +251,26 @@ int main(int argc, char **argv) {
     mg_schedule *sched = mg_schedule_new_cosine(c.lr, c.lr_min, c.warmup, c.steps);
     if (!opt || !sched) die("optimizer");
 
-    // the checkpoint: every parameter, the optimizer's state, the step, the model
+    // the checkpoint: every parameter, the optimizer's state, the step, and the
+    // model's attributes as `meshgrad train` writes them
     char arch[128];
     snprintf(arch, sizeof arch, "gpt L%d H%d C%d T%d V%d", c.L, c.H, c.C, c.T, model.V);
+    const char *keys[5] = {"model.layers", "model.heads", "model.embd", "model.ctx", "model.vocab"};
+    int sizes[5] = {c.L, c.H, c.C, c.T, model.V};
     mg_ckpt *ckpt = mg_ckpt_new();
     for (int i = 0; ckpt && i < model.n; i++) CHECK(mg_ckpt_add(ckpt, model.name[i], model.p[i]));
     CHECK(mg_ckpt_set_optim(ckpt, opt));
     long start = 0;
     if (c.resume) {
         CHECK(mg_ckpt_load(ckpt, c.resume));
-        const char *saved = mg_ckpt_get_attr(ckpt, "model");
-        if (!saved || strcmp(saved, arch) != 0) {
-            if (rank == 0) fprintf(stderr, "train_gpt: %s holds %s, not %s\n", c.resume,
-                                   saved ? saved : "no model", arch);
-            mg_finalize();
-            return 1;
+        for (int k = 0; k < 5; k++) {
+            const char *saved = mg_ckpt_get_attr(ckpt, keys[k]);
+            if (!saved || atoi(saved) != sizes[k]) {
+                if (rank == 0) fprintf(stderr, "train_gpt: %s holds %s = %s, not %d\n", c.resume,
+                                       keys[k], saved ? saved : "(none)", sizes[k]);
+                mg_finalize();
+                return 1;
+            }
         }
         start = (long)mg_ckpt_step(ckpt);
     }
@@ -303,8 +313,15 @@ int main(int argc, char **argv) {
 
     if (c.out) {
         CHECK(mg_ckpt_set_step(ckpt, c.steps));
-        CHECK(mg_ckpt_set_attr(ckpt, "model", arch));
-        CHECK(mg_ckpt_set_attr(ckpt, "data", c.data));
+        CHECK(mg_ckpt_set_attr(ckpt, "model", "gpt"));
+        for (int k = 0; k < 5; k++) {
+            char v[32];
+            snprintf(v, sizeof v, "%d", sizes[k]);
+            CHECK(mg_ckpt_set_attr(ckpt, keys[k], v));
+        }
+        CHECK(mg_ckpt_set_attr(ckpt, "model.qkv_rows",
+                               "per head: (heads, 3, embd / heads), q k v of a head together"));
+        CHECK(mg_ckpt_set_attr(ckpt, "data.file", c.data));
         CHECK(mg_ckpt_save(ckpt, c.out));
         if (rank == 0) printf("saved %s (step %ld)\n", c.out, c.steps);
     }

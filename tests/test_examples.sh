@@ -8,7 +8,9 @@
 # 3. examples/train_gpt so built, a tiny GPT on data/mobydick.h5 for a few
 #    steps (two micro-batches a step): its loss falls, the losses and
 #    validation losses of 2 ranks are those of 1 rank within 1e-4 relative at
-#    every step, its checkpoint passes `meshgrad ckpt info`, and resumed on 1 rank it gives the 2-rank run's last validation
+#    every step, its checkpoint passes `meshgrad ckpt info` and `meshgrad
+#    generate` samples from it (one GPT checkpoint format for the program and
+#    the API), and resumed on 1 rank it gives the 2-rank run's last validation
 #    loss again (within 1e-4).
 # Prints a Check-style summary line.
 set -u
@@ -58,11 +60,20 @@ train_gpt_runs() {
     fi
     if "$top_builddir/meshgrad" ckpt info "$scratch/gpt2.h5" >"$scratch/info" 2>&1 &&
         grep -q 'checksums: all 84 datasets verify' "$scratch/info" &&
-        grep -q '^  model = gpt L2 H2 C32 T32 V256' "$scratch/info"; then
+        grep -q '^  model = gpt$' "$scratch/info" && grep -q '^  model.layers = 2$' "$scratch/info" &&
+        grep -q '^  model.embd = 32$' "$scratch/info"; then
         pass "meshgrad ckpt info reads the checkpoint: $(grep checksums "$scratch/info")"
     else
         cat "$scratch/info"
         fail "meshgrad ckpt info of the train_gpt checkpoint"
+    fi
+    if timeout 60 mpirun -np 2 "$top_builddir/meshgrad" generate --resume "$scratch/gpt2.h5" \
+        --mesh 2 --parallel tp --tokens 16 >"$scratch/gen" 2>"$scratch/gen.err" &&
+        grep -q '^generate: 16 tokens' "$scratch/gen.err"; then
+        pass "meshgrad generate samples from the example's checkpoint on 2 ranks (tp)"
+    else
+        cat "$scratch/gen" "$scratch/gen.err"
+        fail "meshgrad generate on the example's checkpoint"
     fi
     # shellcheck disable=SC2086
     timeout 120 mpirun -np 1 "$scratch/train_gpt" $tiny -r "$scratch/gpt2.h5" >"$scratch/resume.log" 2>&1

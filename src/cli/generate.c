@@ -188,16 +188,6 @@ static int read_config(const char *path, mg_gpt_config *cfg) {
     return rc;
 }
 
-/* The training run's optimizer and schedule may differ from the empty ones of
- * generation: only the parameters are loaded. */
-static int accept_training_settings(void *ctx, const mg_train_state_diff *d) {
-    (void)ctx;
-    if (strncmp(d->key, "model", 5) == 0) /* built from the file: cannot differ */
-        return mg_error(MG_EFORMAT, "checkpoint %s: %s = %s, but the model built from it has %s",
-                        d->path, d->key, d->saved, d->current);
-    return MG_OK;
-}
-
 typedef struct {
     gen_options o;
     mg_mesh *mesh;
@@ -237,11 +227,7 @@ static int setup(generator *g) {
     if ((rc = read_config(g->path, &cfg)) != MG_OK) return rc;
     if ((rc = mg_model_init_gpt(&g->model, g->mesh, &g->plan, &cfg, 0)) != MG_OK) return rc;
     g->have_model = 1;
-    mg_optimizer opt; /* no state: nothing of the optimizer is read */
-    mg_optimizer_init(&opt, MG_OPTIM_SGD, 0.0f, 0.0f);
-    mg_train_state cur = {.data_file = ""}, saved;
-    rc = mg_train_state_load(g->path, &g->model, &opt, &g->plan, &cur, &saved,
-                             accept_training_settings, NULL);
+    rc = mg_train_state_load_params(g->path, &g->model);
     if (rc == MG_OK) rc = mg_gpt_cache_init(&g->cache, &g->model.gpt, g->mesh, &g->plan);
     g->have_cache = rc == MG_OK;
     return rc;

@@ -289,6 +289,21 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
     return MG_OK;
 }
 
+int mg_train_state_load_params(const char *path, mg_model *model) {
+    if (model->params.n == 0)
+        return mg_error(MG_EINVAL, "checkpoint %s: the model has no parameters", path);
+    mg_optimizer none; /* no state: only the parameters are read */
+    mg_optimizer_init(&none, MG_OPTIM_SGD, 0.0f, 0.0f);
+    mg_ckpt_entry *e;
+    char *names;
+    int n, rc = build_entries(model, &none, 0, &e, &n, &names);
+    if (rc != MG_OK) return rc;
+    rc = mg_checkpoint_load(path, e, n, NULL, 0, NULL);
+    free(e);
+    free(names);
+    return rc;
+}
+
 int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, const mg_plan *plan,
                         const mg_train_state *cur, mg_train_state *saved,
                         mg_train_state_on_diff on_diff, void *ctx) {

@@ -18,7 +18,7 @@
  *   meshgrad.version
  *
  * Exports: mg_train_state, mg_train_state_diff, mg_train_state_save,
- * mg_train_state_load. */
+ * mg_train_state_load, mg_train_state_load_params. */
 #ifndef MG_NN_TRAIN_STATE_H
 #define MG_NN_TRAIN_STATE_H
 
@@ -73,5 +73,11 @@ typedef int (*mg_train_state_on_diff)(void *ctx, const mg_train_state_diff *diff
 int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, const mg_plan *plan,
                         const mg_train_state *cur, mg_train_state *saved,
                         mg_train_state_on_diff on_diff, void *ctx);
+
+/* Collective. Reads only the model's parameters (params/<name>) from the
+ * checkpoint at `path`, whatever run or program wrote it (the training API's
+ * too): for generation. The caller built the model from the file's model
+ * attributes. */
+int mg_train_state_load_params(const char *path, mg_model *model);
 
 #endif
