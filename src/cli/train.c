@@ -261,36 +261,58 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
     mg_train_log_flush();
 }
 
+/* A long evaluation says how far it got, on rank 0, every `every` seconds
+ * (MG_EVAL_PROGRESS_S, 10 by default: a test makes it 0). */
+typedef struct {
+    const trainer *tr;
+    int64_t step;
+    double t0, last, every;
+    const char *unit;
+} eval_progress;
+
+static void on_eval_progress(void *ctx, int64_t done, int64_t total) {
+    eval_progress *p = ctx;
+    double now = mg_clock();
+    if (p->tr->rank != 0 || done >= total || now - p->last < p->every) return;
+    p->last = now;
+    printf("eval %lld: %lld/%lld %s (%.1f s)\n", (long long)p->step, (long long)done,
+           (long long)total, p->unit, now - p->t0);
+    mg_train_log_flush();
+}
+
 /* Collective: the evaluation after `step` (the run's), printed on rank 0
- * and in the metrics. */
+ * with what it read and the time it took, and in the metrics. */
 static int evaluate(trainer *tr, int64_t step) {
-    mg_train_eval ev = {0};
+    int gpt = tr->cfg.model == MG_MODEL_GPT;
+    const char *every = getenv("MG_EVAL_PROGRESS_S");
+    eval_progress p = {tr, step, mg_clock(), mg_clock(), every ? atof(every) : 10.0,
+                       gpt ? "windows" : "rows"};
+    mg_train_eval ev = {.progress = on_eval_progress, .ctx = &p};
     int rc = mg_trainer_evaluate(tr->run, &ev);
     if (rc != MG_OK) return rc;
-    if (tr->cfg.model == MG_MODEL_GPT) {
+    double s = mg_clock() - p.t0;
+    if (!gpt && ev.rows == 0) return MG_OK; /* no test split */
+    char loss[32];
+    if (isfinite(ev.loss)) snprintf(loss, sizeof loss, "%.9g", ev.loss);
+    else snprintf(loss, sizeof loss, "null"); /* JSON has no NaN: a diverged model's loss */
+    if (gpt) {
         if (tr->rank == 0) {
-            printf("eval %lld | val_loss %.6f\n", (long long)step, ev.loss);
+            printf("eval %lld | val_loss %.6f | %lld windows in %.2f s\n", (long long)step, ev.loss,
+                   (long long)ev.rows, s);
             mg_train_log_flush();
         }
-        if (isfinite(ev.loss))
-            mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%.9g}\n", (long long)step,
-                                  ev.loss);
-        else
-            mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":null}\n", (long long)step);
+        mg_train_metrics_line(tr, "{\"step\":%lld,\"val_loss\":%s,\"eval_windows\":%lld,"
+                              "\"eval_s\":%.6g}\n", (long long)step, loss, (long long)ev.rows, s);
         return MG_OK;
     }
-    if (ev.rows == 0) return MG_OK; /* no test split */
     if (tr->rank == 0) {
-        printf("eval %lld | test loss %.6f | accuracy %.2f%% (%lld/%lld)\n", (long long)step,
-               ev.loss, 100 * ev.accuracy, (long long)ev.correct, (long long)ev.rows);
+        printf("eval %lld | test loss %.6f | accuracy %.2f%% (%lld/%lld) | %.2f s\n",
+               (long long)step, ev.loss, 100 * ev.accuracy, (long long)ev.correct,
+               (long long)ev.rows, s);
         mg_train_log_flush();
     }
-    if (isfinite(ev.loss)) /* JSON has no NaN: a diverged model's loss is null */
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
-                              (long long)step, ev.loss, ev.accuracy);
-    else
-        mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":null,\"eval_accuracy\":%.9g}\n",
-                              (long long)step, ev.accuracy);
+    mg_train_metrics_line(tr, "{\"step\":%lld,\"eval_loss\":%s,\"eval_accuracy\":%.9g,"
+                          "\"eval_s\":%.6g}\n", (long long)step, loss, ev.accuracy, s);
     return MG_OK;
 }
 
@@ -329,7 +351,7 @@ static int finish(trainer *tr, double seconds) {
         rc = mg_train_save(tr, c->steps, where, sizeof where);
         if (rc != MG_OK) return rc;
     }
-    rc = evaluate(tr, c->steps);
+    if (c->eval_every >= 0) rc = evaluate(tr, c->steps); /* -1: never */
     if (rc == MG_OK)
         rc = mg_train_metrics_failed(tr, mg_status_agree(tr->metrics_errno ? -1 : 0) != 0);
     if (rc != MG_OK) return rc;

@@ -57,7 +57,8 @@ static const option_def options[] = {
     {"grad-accum", OPT_INT, F(grad_accum), 1, "N", "gpt: micro-batches per step (batch / N rows each)"},
     {"clip", OPT_FLOAT, F(clip), 0, "NORM", "clip gradients to this global norm (0 = off)"},
     {"seed", OPT_INT, F(seed), 0, "S", "seed of the initial parameters and the data order"},
-    {"eval-every", OPT_INT, F(eval_every), 0, "N", "evaluate every N steps (0 = only at the end)"},
+    {"eval-every", OPT_INT, F(eval_every), 0, "N", "evaluate every N steps (0 = only at the end; never)"},
+    {"eval-tokens", OPT_INT, F(eval_tokens), 1, "N", "gpt: tokens of /val an evaluation reads, from its start (all)"},
     {"metrics", OPT_STRING, F(metrics), 0, "FILE", "write JSON lines of metrics here"},
     {"threads", OPT_INT, F(threads), 0, "N", "CPU threads per rank (0 = cores / ranks)"},
     {"log-every", OPT_INT, F(log_every), 0, "N", "print progress every N steps (0 = never)"},
@@ -83,6 +84,25 @@ static const option_def options[] = {
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
 
+/* The words some counts also take, and the value each stands for. */
+static const struct {
+    const char *key, *word;
+    int64_t value;
+} words[] = {
+    {"eval-every", "never", -1},
+    {"eval-tokens", "all", 0},
+};
+
+/* The word option o takes besides numbers, or NULL. */
+static const char *word_of(const option_def *o, int64_t *value) {
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(words[i].key, o->key) == 0) {
+            if (value) *value = words[i].value;
+            return words[i].word;
+        }
+    return NULL;
+}
+
 void mg_train_config_defaults(mg_train_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->parallel, sizeof c->parallel, "dp");
@@ -107,6 +127,7 @@ void mg_train_config_defaults(mg_train_config *c) {
     c->clip = 0;
     c->seed = 0;
     c->eval_every = 0;
+    c->eval_tokens = 65536;
     c->threads = 0;
     c->log_every = 100;
     snprintf(c->device, sizeof c->device, "cpu");
@@ -161,13 +182,20 @@ int mg_train_config_set_at(mg_train_config *c, const char *key, const char *valu
         snprintf(field, o->size, "%s", value);
         return MG_OK;
     case OPT_INT: {
+        int64_t stands_for = 0;
+        const char *word = word_of(o, &stands_for);
+        if (word && strcmp(value, word) == 0) {
+            *(int64_t *)field = stands_for;
+            return MG_OK;
+        }
         /* counts and sizes reach int code and products (batch x ctx x embd): at most
          * 2^31 - 1; the seed is any 64-bit number */
         long long most = strcmp(o->key, "seed") == 0 ? INT64_MAX : INT32_MAX;
         errno = 0;
         long long v = strtoll(value, &end, 10);
         if (isspace((unsigned char)*value) || end == value || *end != '\0')
-            return mg_error(MG_EINVAL, "%s: %s wants an integer, got '%s'", where, o->key, value);
+            return mg_error(MG_EINVAL, "%s: %s wants an integer%s%s, got '%s'", where, o->key,
+                            word ? " or " : "", word ? word : "", value);
         if (errno == ERANGE || v > most)
             return mg_error(MG_EINVAL, "%s: %s must be <= %lld, got %s", where, o->key, most, value);
         if (v < (long long)o->min)
@@ -477,7 +505,13 @@ static void format_value(const option_def *o, const mg_train_config *c, char *bu
     case OPT_STRING:
     case OPT_MESH:
     case OPT_PLAN: snprintf(buf, len, "%s", (const char *)field); break;
-    case OPT_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)field); break;
+    case OPT_INT: {
+        int64_t v = *(const int64_t *)field, stands_for = 0;
+        const char *word = word_of(o, &stands_for);
+        if (word && v == stands_for) snprintf(buf, len, "%s", word);
+        else snprintf(buf, len, "%lld", (long long)v);
+        break;
+    }
     case OPT_FLAG: snprintf(buf, len, "%s", *(const int64_t *)field ? "on" : "off"); break;
     case OPT_FLOAT: snprintf(buf, len, "%g", *(const double *)field); break;
     case OPT_BETAS:

@@ -46,7 +46,8 @@ struct mg_train_config {
     int64_t grad_accum;        /* micro-batches per step (gpt) */
     double clip;               /* 0 = no clipping */
     int64_t seed;
-    int64_t eval_every;        /* 0 = only at the end */
+    int64_t eval_every;        /* 0 = only at the end, -1 = never */
+    int64_t eval_tokens;       /* gpt: tokens of /val an evaluation reads at most (0: all) */
     char metrics[MG_PATH_MAX]; /* "" = none */
     int64_t threads;           /* 0 = default */
     int64_t log_every;         /* 0 = no progress lines */

@@ -7,10 +7,11 @@
  * A step's B windows of T + 1 tokens start where Philox(seed, step, row) puts
  * them (io/tokens.h), so every mesh, every resume and every --grad-accum sees
  * the same rows; micro-batch m of N takes rows [m B/N, (m + 1) B/N). The
- * validation loss is the mean loss over every non-overlapping T-window of
- * /val, in chunks of what a training forward takes at once
- * (mg_trainer_eval_chunks; each chunk's mean weighted by its windows), the
- * same on every mesh up to float reassociation. A meta run (trainer.h) opens
+ * validation loss is the mean loss over the non-overlapping T-windows of
+ * /val (the first of them that hold --eval-tokens tokens, or all), in chunks
+ * of what a training forward takes at once (mg_trainer_eval_chunks; each
+ * chunk's mean weighted by its windows), the same on every mesh up to float
+ * reassociation. A meta run (trainer.h) opens
  * no token file: the vocabulary and the val windows are given.
  * Exports mg_trainer_text_setup, mg_trainer_text_batch,
  * mg_trainer_text_pp_step, mg_trainer_text_evaluate, mg_trainer_gpt_fits
@@ -217,8 +218,19 @@ static int chunk_loss(mg_trainer *tr, int64_t first, int64_t n, double *loss) {
     return MG_OK;
 }
 
+/* The windows an evaluation reads: every one of /val, or the first of them
+ * that hold eval-tokens tokens (at least what one chunk needs), so a long
+ * split costs a bounded time and every evaluation reads the same text. */
+static int64_t eval_windows(const mg_trainer *tr) {
+    const mg_train_config *c = &tr->cfg;
+    int64_t all = val_windows(tr), bound = c->eval_tokens / c->ctx;
+    if (c->eval_tokens <= 0 || bound >= all) return all;
+    int64_t least = mg_trainer_eval_least_rows(tr);
+    return bound > least ? bound : least;
+}
+
 int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {
-    int64_t windows = val_windows(tr);
+    int64_t windows = eval_windows(tr);
     int64_t chunks = mg_trainer_eval_chunks(tr, windows);
     int prev = mg_set_grad_enabled(0);
     double sum = 0;
