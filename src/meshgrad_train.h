@@ -225,8 +225,11 @@ int mg_trainer_resume(mg_trainer *, const char *path, char *note, size_t len);
 
 /* Steps done (the checkpoint's after a resume). */
 int64_t mg_trainer_steps(const mg_trainer *);
-/* The checkpoint file the last resume loaded ("" when none). */
+/* The checkpoint file the last resume loaded ("" when none), and the
+ * settings of it the run changed ("data.file: a.h5 -> b.h5; schedule.lr:
+ * 0.001 -> 0.002", "" when none), each also reported on stderr. */
 const char *mg_trainer_resumed_from(const mg_trainer *);
+const char *mg_trainer_resume_changes(const mg_trainer *);
 /* The mesh the run is on. */
 const mg_mesh *mg_trainer_mesh(const mg_trainer *);
 /* Collective. FNV-1a 64 of every parameter of the whole model, in order: the

@@ -200,6 +200,22 @@ check_output "SIG$sig to a single process: ./meshgrad-preempt.h5 is a whole chec
     "$prog" ckpt info "$tmp/cwd/meshgrad-preempt.h5"
 cd "$tmp" || exit 1
 
+# ---- another data set ----------------------------------------------------------------
+# a resume on another data set than the checkpoint's goes on, saying so in
+# one line and in the metrics (it went on silently); the same file named
+# another way is no change
+h="$tmp/dp-half.h5"
+cp "$data" "$tmp/other-data.h5"
+"$TIMEOUT" -k 5 60 "$MPIRUN" -np 1 "$prog" train $common $sgd --steps 22 --resume "$h" \
+    --data "$tmp/other-data.h5" --metrics "$tmp/other.jsonl" >"$tmp/other.out" 2>&1
+check "a resume on another data set says so: $(grep -c '^warning: resuming' "$tmp/other.out") line" \
+    grep -q "^warning: resuming $h with --data $tmp/other-data.h5, but it was saved with data.file = .*; using $tmp/other-data.h5$" "$tmp/other.out"
+check "... and the metrics say so" grep -q "\"changed\":\"data.file: .* -> $tmp/other-data.h5\"" "$tmp/other.jsonl"
+ln -s "$data" "$tmp/same-data.h5"
+"$TIMEOUT" -k 5 60 "$MPIRUN" -np 1 "$prog" train $common $sgd --steps 22 --resume "$h" \
+    --data "$tmp/same-data.h5" >"$tmp/same.out" 2>&1
+check "the same data set through a link is no change" sh -c "! grep -q 'data.file' $tmp/same.out"
+
 # ---- refusals ----------------------------------------------------------------------
 # refuse NAME NP PATTERN ARGS...: `meshgrad train $common ARGS...` is refused (check.sh)
 refuse() { _n=$1 _np=$2 _p=$3; shift 3; check_refused "$_n" "$_np" "$_p" "$prog" train $common "$@"; }

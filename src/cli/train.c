@@ -227,11 +227,13 @@ static void print_start(trainer *tr, uint64_t checksum) {
                               (unsigned long long)checksum);
         return;
     }
-    char esc[2 * MG_PATH_MAX];
+    char esc[2 * MG_PATH_MAX], changes[4096];
     json_escape(esc, sizeof esc, tr->resumed_from);
+    json_escape(changes, sizeof changes, mg_trainer_resume_changes(tr->run));
     mg_train_metrics_line(tr,
-                          "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"}\n",
-                          (long long)tr->start_step, esc, (unsigned long long)checksum);
+                          "{\"step\":%lld,\"resumed_from\":\"%s\",\"param_checksum\":\"%016llx\"%s%s%s}\n",
+                          (long long)tr->start_step, esc, (unsigned long long)checksum,
+                          changes[0] ? ",\"changed\":\"" : "", changes, changes[0] ? "\"" : "");
 }
 
 /* Rank 0: the metrics line of a step, and every log_every steps a progress line. */

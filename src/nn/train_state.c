@@ -12,6 +12,7 @@
 #include "dist/mesh.h"
 #include "dist/placement.h"
 #include "io/checkpoint.h"
+#include "io/files.h"
 #include "status.h"
 
 #define MAX_FILE_ATTRS 256
@@ -224,6 +225,7 @@ static const setting settings[] = {
     {"optimizer", 1, ALL},
     {"optimizer.state", 1, ALL},
     {"seed", 0, ALL},
+    {"data.file", 0, ALL},
     {"data.batch", 0, ALL},
     {"schedule", 0, ALL},
     {"schedule.lr", 0, ALL},
@@ -282,6 +284,8 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
             continue;
         }
         if (strcmp(want, have) == 0) continue;
+        if (strcmp(s->key, "data.file") == 0 && mg_path_same_file(want, have))
+            continue; /* one file, named another way (another directory, a link) */
         mg_train_state_diff d = {path, s->key, have, want, s->must_match};
         int rc = (on_diff ? on_diff : refuse_diff)(ctx, &d);
         if (rc != MG_OK) return rc;

@@ -479,6 +479,7 @@ static const struct {
     {"optimizer", "--optimizer"},
     {"optimizer.state", "--optimizer and --momentum give"},
     {"seed", "--seed"},
+    {"data.file", "--data"},
     {"data.batch", "--batch"},
     {"schedule", "--schedule"},
     {"schedule.lr", "--lr"},

@@ -406,6 +406,10 @@ int64_t mg_trainer_steps(const mg_trainer *tr) { return tr ? tr->step : -1; }
 
 const char *mg_trainer_resumed_from(const mg_trainer *tr) { return tr ? tr->resumed_from : ""; }
 
+const char *mg_trainer_resume_changes(const mg_trainer *tr) {
+    return tr ? tr->resume_changes : "";
+}
+
 const mg_mesh *mg_trainer_mesh(const mg_trainer *tr) { return tr ? tr->mesh : NULL; }
 
 int64_t mg_trainer_numel(const mg_trainer *tr) { return tr ? mg_model_numel(&tr->model) : -1; }

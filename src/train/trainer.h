@@ -59,6 +59,7 @@ struct mg_trainer {
     mg_spec x_spec, y_spec;
     int64_t step;    /* optimizer steps done (a resume starts at the checkpoint's) */
     char resumed_from[MG_PATH_MAX]; /* the checkpoint a resume loaded ("" none) */
+    char resume_changes[2048]; /* its settings the run changed: "key: saved -> now; ..." */
     int64_t skipped; /* steps skipped for a non-finite loss or gradient */
 };
 

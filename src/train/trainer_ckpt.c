@@ -30,7 +30,7 @@ int mg_trainer_save(mg_trainer *tr, const char *path) {
 
 /* A setting of the checkpoint that differs from the flags (nn/train_state.h). */
 static int resume_diff(void *ctx, const mg_train_state_diff *d) {
-    const mg_trainer *tr = ctx;
+    mg_trainer *tr = ctx;
     const char *by = mg_train_config_flag_of(d->key);
     if (d->must_match && by[0] == '-' && !strchr(by, ' '))
         return mg_error(MG_EINVAL, "cannot resume from %s: it was saved with %s = %s but %s is "
@@ -44,6 +44,9 @@ static int resume_diff(void *ctx, const mg_train_state_diff *d) {
     if (tr->rank == 0)
         fprintf(stderr, "warning: resuming %s with %s %s, but it was saved with %s = %s; using "
                 "%s\n", d->path, by, d->current, d->key, d->saved, d->current);
+    size_t n = strlen(tr->resume_changes); /* "key: saved -> now; ..." for the caller */
+    snprintf(tr->resume_changes + n, sizeof tr->resume_changes - n, "%s%s: %s -> %s",
+             n ? "; " : "", d->key, d->saved, d->current);
     return MG_OK;
 }
 
@@ -53,6 +56,7 @@ int mg_trainer_resume(mg_trainer *tr, const char *from, char *note, size_t len) 
     char path[MG_PATH_MAX], unused[8];
     if (!note) note = unused, len = sizeof unused;
     int st = MG_OK;
+    tr->resume_changes[0] = '\0';
     if (tr->rank == 0) st = mg_checkpoint_resolve(from, path, sizeof path);
     if ((st = mg_status_agree(st)) != MG_OK) return st;
     if ((st = mg_comm_broadcast_bytes(tr->mesh->world, path, sizeof path, 0)) != MG_OK) return st;
