@@ -89,7 +89,7 @@ struct mg_context {
     int node_cpus;            /* world.c: the CPUs this machine's ranks may run on together */
     int oversubscribed;       /* world.c: this machine's ranks outnumber those CPUs */
     int next_mesh_id;         /* mesh.c */
-    int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */
+    int64_t mpi_max_count;    /* comm.c: the largest count per MPI call (0: INT_MAX) */
     struct mg_comm *world;    /* comm_control.c: the comm over MPI_COMM_WORLD */
     struct mg_comm **comms;   /* comm.c: live comms, whose counters mg_comm_stats sums */
     int n_comms, cap_comms;

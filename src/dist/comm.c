@@ -3,7 +3,10 @@
  * record the call in the flight recorder (flight.h), then dispatch under the
  * collective watchdog, watchdog.h), the registry that sums counters across
  * communicators, the MG_COMM_DEBUG table, and status agreement over the world.
- * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank), mg_mpi_failed, and the
+ * Also what the MPI iface's files (comm_mpi.c, comm_p2p.c) share: the largest
+ * count one MPI call is given, and MPI's errors as messages.
+ * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank),
+ * mg_comm_mpi_max_count, mg_comm_mpi_set_max_count, mg_mpi_failed, and the
  * public mg_comm_stats_get / mg_comm_stats_reset / mg_coll_name. */
 #include "dist/comm.h"
 
@@ -288,6 +291,17 @@ int mg_status_agree_rank(int status, int *first_rank) {
 }
 
 int mg_status_agree(int status) { return mg_status_agree_rank(status, NULL); }
+
+/* ---- MPI calls ------------------------------------------------------------------ */
+
+void mg_comm_mpi_set_max_count(int64_t n) {
+    mg_ctx()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
+}
+
+int64_t mg_comm_mpi_max_count(void) {
+    int64_t n = mg_ctx()->mpi_max_count;
+    return n > 0 ? n : INT_MAX;
+}
 
 int mg_mpi_failed(int err, const char *what, ...) {
     char text[512], s[MPI_MAX_ERROR_STRING];
