@@ -96,6 +96,8 @@ struct mg_context {
     mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */
     struct mg_reducer *reducer;           /* reducer.c */
     struct mg_watchdog *watchdog;         /* watchdog.c */
+    int (*watchdog_on_timeout)(const char *reason); /* watchdog.c: run on a timeout before
+                                                     * the job ends (flight.c's dump) */
     struct mg_flight *flight;             /* flight.c: the flight recorder */
     int comm_keyval;                      /* comm_info.c: the MPI attribute key + 1 (0: none) */
     struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
