@@ -9,8 +9,10 @@
  * The public API (meshgrad.h) takes no context argument, so a process has one:
  * mg_ctx() returns it. Members of layers above this one are forward-declared
  * pointers: this header includes nothing above src/. mg_finalize
- * (dist/world.c) frees the upper layers' members, then mg_context_reset frees
- * this layer's and zeroes the rest, so mg_init may start again.
+ * (dist/world.c) frees the upper layers' members (what the files above it
+ * registered with it, dist/world.h, then the comms' state), then
+ * mg_context_reset frees this layer's and zeroes the rest, so mg_init may
+ * start again.
  *
  * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena,
  * mg_is_step_arena, mg_scratch_arena. */
@@ -24,6 +26,7 @@
 #include "meshgrad.h"
 
 #define MG_DEVICE_KINDS 2 /* MG_DEVICE_CPU, MG_DEVICE_CUDA */
+#define MG_FINALIZERS 8   /* dist/world.h: what mg_finalize runs for the files above world.c */
 
 struct mg_dtensor;
 struct mg_node;
@@ -83,6 +86,8 @@ struct mg_context {
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
+    void (*finalizers[MG_FINALIZERS])(void); /* world.c: registered (world.h), run by */
+    int n_finalizers;                        /* mg_finalize, the newest first */
     int node_ranks, node_rank; /* world.c: ranks on this machine (counted by mg_init), and
                                 * this one's place among them */
     int node_is_world;        /* world.c: every rank runs on this machine */

@@ -23,15 +23,16 @@
  * the outermost one of size > 1 are contiguous and go to and from the
  * collective in place. Packing uses the backend (copy_block, copy, fill);
  * staging buffers are two process-wide scratch buffers per device kept between
- * calls. Device shards go through the same code: the backend of the shard does
- * the packing and the mesh's NCCL comms the collectives.
+ * calls (mg_finalize frees them: world.h). Device shards go through the same
+ * code: the backend of the shard does the packing and the mesh's NCCL comms
+ * the collectives.
  * mg_redistribute_cost walks the same plan on coordinate 0 (the largest block)
  * with mg_coll_bytes, so it needs only global metadata.
  *
  * mg_redistribute_moves lists that plan's collectives (the step estimate of
  * nn/estimate.h counts them).
  * Exports: mg_redistribute_local, mg_redistribute_cost, mg_redistribute_moves,
- * mg_redistribute_is_noop. */
+ * mg_redistribute_is_noop, mg_redistribute_release. */
 #include "dist/redistribute.h"
 
 #include <stdlib.h>
@@ -41,6 +42,7 @@
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
+#include "dist/world.h"
 #include "status.h"
 
 typedef struct {
@@ -201,6 +203,7 @@ static float *tmp_alloc(mg_backend *be, int slot, int64_t n) {
     mg_staging *s = staging(dev, slot);
     size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
     if (s->bytes < bytes) {
+        if (mg_world_on_finalize(mg_redistribute_release) != MG_OK) return NULL;
         scratch_release(dev, slot);
         s->p = be->iface->alloc(be->context, bytes);
         s->bytes = s->p ? bytes : 0;

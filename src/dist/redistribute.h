@@ -47,7 +47,8 @@ int mg_redistribute_moves(const mg_spec *src, const mg_spec *dst, mg_redistribut
  * differ only on mesh dims of size 1 (or not at all), so the local block is the
  * same tensor and the ops layer can hand out a view instead of a copy. */
 bool mg_redistribute_is_noop(const mg_spec *src, const mg_spec *dst);
-/* Frees the staging buffers the moves keep between calls (mg_finalize). */
+/* Frees the staging buffers the moves keep between calls (registered with
+ * mg_finalize when the first is made, world.h). */
 void mg_redistribute_release(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include "dist/redistribute.h"
 #include "dist/reducer_buckets.h"
 #include "dist/reducer_rows.h"
+#include "dist/world.h"
 #include "status.h"
 
 typedef struct {
@@ -34,9 +35,13 @@ struct mg_reducer {
     mg_buckets buckets;
 };
 
+/* The context's reducer, made on first use (mg_finalize frees it: world.h);
+ * NULL with a message. */
 static struct mg_reducer *reducer(void) {
     mg_context *c = mg_ctx();
-    if (!c->reducer && !(c->reducer = calloc(1, sizeof *c->reducer)))
+    if (c->reducer) return c->reducer;
+    if (mg_world_on_finalize(mg_reducer_free) != MG_OK) return NULL;
+    if (!(c->reducer = calloc(1, sizeof *c->reducer)))
         mg_error(MG_ENOMEM, "gradient reducer: out of memory");
     return c->reducer;
 }
