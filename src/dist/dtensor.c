@@ -1,9 +1,9 @@
 /* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
  * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
  * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_item,
- * mg_dtensor_alive, mg_dtensor_kept and the public calls
- * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
- * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
+ * mg_dtensor_alive, mg_dtensor_kept, mg_dtensor_live_on, mg_dtensor_agree and
+ * the public calls mg_distribute, mg_from_local, mg_full_tensor, mg_local, the
+ * accessors, mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
  * autograd node, lives with the ops.) Shards live on the current device
  * (mg_set_device): mg_distribute and mg_from_local copy the caller's tensor there,
  * mg_full_tensor hands back host memory. Both constructors are collective: they
@@ -43,12 +43,7 @@ static int live_index(const mg_dtensor *t) {
 
 int mg_dtensor_kept(const mg_dtensor *t) { return t && live_index(t) >= 0; }
 
-int mg_dtensor_live_on(const mg_mesh *mesh) {
-    mg_context *c = mg_ctx();
-    int n = 0;
-    for (int i = 0; i < c->n_live; i++) n += c->live[i]->spec.mesh == mesh;
-    return n;
-}
+int mg_dtensor_live_on(const mg_mesh *mesh) { return mesh->tensors; }
 
 /* ---- internal constructors -------------------------------------------------- */
 
@@ -82,7 +77,10 @@ static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) 
         mg_tensor_free(local);
         return mg_error_null(MG_ENOMEM, "dtensor: out of memory");
     }
-    if (!arena) c->live[c->n_live++] = t;
+    if (!arena) {
+        c->live[c->n_live++] = t;
+        mg_mesh_count_tensor(spec->mesh, 1);
+    }
     memset(t, 0, sizeof *t);
     t->magic = MG_DTENSOR_ALIVE;
     t->spec = *spec;
@@ -501,6 +499,7 @@ static void quarantine_put(mg_dtensor *t) {
 static void release(mg_dtensor *t, int i) {
     mg_context *c = mg_ctx();
     c->live[i] = c->live[--c->n_live];
+    mg_mesh_count_tensor(t->spec.mesh, -1);
     mg_reducer_forget(t);
     if (t->grad && t->grad != t) {
         int g = live_index(t->grad);

@@ -84,7 +84,8 @@ int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
  * looked up, t not read, so a freed one is safe to ask about. */
 int mg_dtensor_kept(const mg_dtensor *t);
-/* How many heap tensors not yet freed live on `mesh` (mg_mesh_free refuses then). */
+/* How many heap tensors not yet freed live on `mesh` (the mesh's count, which
+ * this file keeps; mg_mesh_free refuses while there are any). */
 int mg_dtensor_live_on(const mg_mesh *mesh);
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
