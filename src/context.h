@@ -114,6 +114,8 @@ struct mg_context {
      * program may free its tensors after mg_finalize) */
     struct mg_dtensor **live;
     int n_live, cap_live;
+    /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
+    void (*dtensor_on_free)(const struct mg_dtensor *t);
 
     /* ---- autograd/ (backward.c; memory kept between steps) ---- */
     int64_t walks;          /* backward passes so far: marks the nodes each one reached */

@@ -1,9 +1,10 @@
 /* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
  * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
  * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_item,
- * mg_dtensor_alive, mg_dtensor_kept, mg_dtensor_live_on, mg_dtensor_agree and
- * the public calls mg_distribute, mg_from_local, mg_full_tensor, mg_local, the
- * accessors, mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
+ * mg_dtensor_alive, mg_dtensor_kept, mg_dtensor_live_on, mg_dtensor_agree,
+ * mg_dtensor_on_free and the public calls mg_distribute, mg_from_local,
+ * mg_full_tensor, mg_local, the accessors, mg_dtensor_describe and
+ * mg_dtensor_free. (mg_redistribute, which records an
  * autograd node, lives with the ops.) Shards live on the current device
  * (mg_set_device): mg_distribute and mg_from_local copy the caller's tensor there,
  * mg_full_tensor hands back host memory. Both constructors are collective: they
@@ -23,7 +24,6 @@
 #include "backend/device.h"
 #include "context.h"
 #include "dist/mesh.h"
-#include "dist/reducer.h"
 #include "dist/redistribute.h"
 #include "dist/watchdog.h"
 #include "hash.h"
@@ -480,6 +480,8 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
     return (int)used;
 }
 
+void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t)) { mg_ctx()->dtensor_on_free = fn; }
+
 /* A freed heap tensor's header stays allocated, off the live list and with
  * magic 0, for the next QUARANTINE frees before it goes back to malloc: a
  * pointer the program kept to it cannot meanwhile be taken for a new tensor
@@ -500,7 +502,7 @@ static void release(mg_dtensor *t, int i) {
     mg_context *c = mg_ctx();
     c->live[i] = c->live[--c->n_live];
     mg_mesh_count_tensor(t->spec.mesh, -1);
-    mg_reducer_forget(t);
+    if (c->dtensor_on_free) c->dtensor_on_free(t);
     if (t->grad && t->grad != t) {
         int g = live_index(t->grad);
         if (g >= 0) release(t->grad, g);

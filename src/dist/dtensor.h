@@ -87,6 +87,10 @@ int mg_dtensor_kept(const mg_dtensor *t);
 /* How many heap tensors not yet freed live on `mesh` (the mesh's count, which
  * this file keeps; mg_mesh_free refuses while there are any). */
 int mg_dtensor_live_on(const mg_mesh *mesh);
+/* fn runs for each heap tensor as mg_dtensor_free frees it, before its memory
+ * goes (the gradient reducer registers mg_reducer_forget when it starts,
+ * reducer.h); NULL: nothing. */
+void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t));
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
 
