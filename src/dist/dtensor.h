@@ -62,9 +62,6 @@ int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float
 /* The same with mean + std * N(0, 1) (Box-Muller on Philox, rng.h). */
 int mg_dtensor_fill_normal(mg_dtensor *t, uint64_t seed, uint64_t stream, float mean, float std);
 
-/* The value of a 0-d tensor (a loss): read in place when it is replicated (no
- * allocation), else collective over its mesh (mg_full_tensor). */
-int mg_dtensor_item(const mg_dtensor *t, double *out);
 /* Collective over the world. rc: this rank's own verdict on its arguments (its
  * message already set when not MG_OK). MG_OK when every rank passed the same
  * spec s (one all-reduce of a hash); else an error naming the ranks. */
