@@ -9,8 +9,10 @@
  * The public API (meshgrad.h) takes no context argument, so a process has one:
  * mg_ctx() returns it. Members of layers above this one are forward-declared
  * pointers: this header includes nothing above src/. mg_finalize
- * (dist/world.c) frees the upper layers' members, then mg_context_reset frees
- * this layer's and zeroes the rest, so mg_init may start again.
+ * (dist/world.c) frees the upper layers' members (what the files above it
+ * registered with it, dist/world.h, then the comms' state), then
+ * mg_context_reset frees this layer's and zeroes the rest, so mg_init may
+ * start again.
  *
  * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena,
  * mg_is_step_arena, mg_scratch_arena. */
@@ -24,6 +26,7 @@
 #include "meshgrad.h"
 
 #define MG_DEVICE_KINDS 2 /* MG_DEVICE_CPU, MG_DEVICE_CUDA */
+#define MG_FINALIZERS 8   /* dist/world.h: what mg_finalize runs for the files above world.c */
 
 struct mg_dtensor;
 struct mg_node;
@@ -83,19 +86,23 @@ struct mg_context {
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
+    void (*finalizers[MG_FINALIZERS])(void); /* world.c: registered (world.h), run by */
+    int n_finalizers;                        /* mg_finalize, the newest first */
     int node_ranks, node_rank; /* world.c: ranks on this machine (counted by mg_init), and
                                 * this one's place among them */
     int node_is_world;        /* world.c: every rank runs on this machine */
     int node_cpus;            /* world.c: the CPUs this machine's ranks may run on together */
     int oversubscribed;       /* world.c: this machine's ranks outnumber those CPUs */
     int next_mesh_id;         /* mesh.c */
-    int64_t mpi_max_count;    /* comm_mpi.c: the largest count per MPI call (0: INT_MAX) */
+    int64_t mpi_max_count;    /* comm.c: the largest count per MPI call (0: INT_MAX) */
     struct mg_comm *world;    /* comm_control.c: the comm over MPI_COMM_WORLD */
     struct mg_comm **comms;   /* comm.c: live comms, whose counters mg_comm_stats sums */
     int n_comms, cap_comms;
     mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */
     struct mg_reducer *reducer;           /* reducer.c */
     struct mg_watchdog *watchdog;         /* watchdog.c */
+    int (*watchdog_on_timeout)(const char *reason); /* watchdog.c: run on a timeout before
+                                                     * the job ends (flight.c's dump) */
     struct mg_flight *flight;             /* flight.c: the flight recorder */
     int comm_keyval;                      /* comm_info.c: the MPI attribute key + 1 (0: none) */
     struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
@@ -107,6 +114,8 @@ struct mg_context {
      * program may free its tensors after mg_finalize) */
     struct mg_dtensor **live;
     int n_live, cap_live;
+    /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
+    void (*dtensor_on_free)(const struct mg_dtensor *t);
 
     /* ---- autograd/ (backward.c; memory kept between steps) ---- */
     int64_t walks;          /* backward passes so far: marks the nodes each one reached */

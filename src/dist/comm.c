@@ -3,7 +3,10 @@
  * record the call in the flight recorder (flight.h), then dispatch under the
  * collective watchdog, watchdog.h), the registry that sums counters across
  * communicators, the MG_COMM_DEBUG table, and status agreement over the world.
- * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank), mg_mpi_failed, and the
+ * Also what the MPI iface's files (comm_mpi.c, comm_p2p.c) share: the largest
+ * count one MPI call is given, and MPI's errors as messages.
+ * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank),
+ * mg_comm_mpi_max_count, mg_comm_mpi_set_max_count, mg_mpi_failed, and the
  * public mg_comm_stats_get / mg_comm_stats_reset / mg_coll_name. */
 #include "dist/comm.h"
 
@@ -94,11 +97,21 @@ void mg_comm_stats_reset(void) {
     for (int i = 0; i < c->n_comms; i++) memset(c->comms[i]->stats, 0, sizeof c->comms[i]->stats);
 }
 
+/* MPI is initialized and not yet finalized. */
+static int mpi_running(void) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    return initialized && !finalized;
+}
+
 void mg_comm_stats_print(FILE *out) {
     mg_comm_stats s[MG_COLL_COUNT];
     mg_comm_stats_get(s);
     int64_t calls = 0, bytes = 0;
-    fprintf(out, "meshgrad comm stats (rank %d; bytes this rank sent):\n", mg_rank());
+    int rank = 0; /* as mg_rank gives it (world.c, a file above this one) */
+    if (mpi_running()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    fprintf(out, "meshgrad comm stats (rank %d; bytes this rank sent):\n", rank);
     fprintf(out, "  %-15s %12s %16s %12s\n", "collective", "calls", "bytes", "MiB");
     for (int k = 0; k < MG_COLL_COUNT; k++) {
         fprintf(out, "  %-15s %12lld %16lld %12.2f\n", coll_names[k], (long long)s[k].calls,
@@ -262,10 +275,7 @@ int mg_comm_barrier(mg_comm *c) {
 /* ---- agreement -------------------------------------------------------------- */
 
 int mg_status_agree_rank(int status, int *first_rank) {
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (!initialized || finalized) {
+    if (!mpi_running()) {
         if (first_rank) *first_rank = status < 0 ? 0 : -1;
         return status;
     }
@@ -288,6 +298,17 @@ int mg_status_agree_rank(int status, int *first_rank) {
 }
 
 int mg_status_agree(int status) { return mg_status_agree_rank(status, NULL); }
+
+/* ---- MPI calls ------------------------------------------------------------------ */
+
+void mg_comm_mpi_set_max_count(int64_t n) {
+    mg_ctx()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
+}
+
+int64_t mg_comm_mpi_max_count(void) {
+    int64_t n = mg_ctx()->mpi_max_count;
+    return n > 0 ? n : INT_MAX;
+}
 
 int mg_mpi_failed(int err, const char *what, ...) {
     char text[512], s[MPI_MAX_ERROR_STRING];

@@ -95,8 +95,10 @@ struct mg_comm {
 mg_comm *mg_comm_mpi_new(MPI_Comm mpi);
 void mg_comm_free(mg_comm *); /* unregisters it too */
 /* Largest count the MPI iface passes to one MPI call (default INT_MAX); larger
- * counts are split. Lowered only by tests, to exercise the split paths. */
+ * counts are split. Lowered only by tests, to exercise the split paths; n <= 0
+ * or above INT_MAX restores the default (comm.c). */
 void mg_comm_mpi_set_max_count(int64_t n);
+int64_t mg_comm_mpi_max_count(void);
 
 /* Bytes a rank sends for one collective (the table above); `n` as in the calls. */
 int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root);
@@ -193,12 +195,11 @@ int mg_comm_p2p_test(mg_comm *, mg_p2p_request *req);
 int mg_comm_p2p_wait(mg_comm *, mg_p2p_request *req);
 int mg_comm_p2p_group_begin(mg_comm *);
 int mg_comm_p2p_group_end(mg_comm *);
-/* The MPI iface's entries (comm_p2p.c), and its count limit (comm_mpi.c). */
+/* The MPI iface's entries (comm_p2p.c). */
 int mg_comm_mpi_isend(mg_comm *, const float *buf, int64_t n, int peer, mg_p2p_request *req);
 int mg_comm_mpi_irecv(mg_comm *, float *buf, int64_t n, int peer, mg_p2p_request *req);
 int mg_comm_mpi_p2p_test(mg_comm *, mg_p2p_request *req);
 int mg_comm_mpi_p2p_wait(mg_comm *, mg_p2p_request *req);
-int64_t mg_comm_mpi_max_count(void);
 /* After an MPI call returned err (not MPI_SUCCESS): MG_ECOMM with the message
  * "WHAT: <MPI's own message>", WHAT printf-style (comm.c). */
 int mg_mpi_failed(int err, const char *what, ...) __attribute__((format(printf, 2, 3)));

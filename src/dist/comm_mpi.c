@@ -1,31 +1,22 @@
 /* comm_mpi.c: the MPI implementation of the comm iface, for host buffers.
  * One MPI call per collective when the count fits in an int; larger counts are
- * split into pieces of at most max_count floats (all_gather and all_to_all
- * address the strided pieces with a resized datatype, reduce_scatter packs
- * them). A communicator of one rank makes no MPI call. MPI errors come back as
- * MG_ECOMM with MPI's own message.
+ * split into pieces of at most the MPI count limit (mg_comm_mpi_max_count,
+ * comm.c; all_gather and all_to_all address the strided pieces with a resized
+ * datatype, reduce_scatter packs them). A communicator of one rank makes no
+ * MPI call. MPI errors come back as MG_ECOMM with MPI's own message.
  * reduce_scatter calls MPI_Reduce_scatter with equal counts rather than
  * MPI_Reduce_scatter_block: same result, and in Open MPI 4.1 the block variant
  * measured about 100x slower (0.07 vs 7.5 GB/s for 1 MiB on 2 ranks).
  * Non-blocking sums (iall_reduce) are rings over point-to-point (comm_ring.h),
  * or one pass over shared memory for buffers from alloc_shared (comm_shm.h).
- * Exports: mg_comm_mpi_new, mg_comm_mpi_set_max_count. */
-#include <limits.h>
+ * Exports: mg_comm_mpi_new. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "context.h"
 #include "dist/comm.h"
 #include "dist/comm_ring.h"
 #include "dist/comm_shm.h"
 #include "status.h"
-
-/* The largest count one MPI call is given (the context's `mpi_max_count`; 0:
- * INT_MAX); tests lower it to exercise the split paths. */
-static int64_t max_count(void) {
-    int64_t n = mg_ctx()->mpi_max_count;
-    return n > 0 ? n : INT_MAX;
-}
 
 #define MG_MPI_RINGS 8 /* non-blocking sums in flight per comm */
 
@@ -41,11 +32,6 @@ typedef struct {
     int64_t scratch_n[2];
     int scratch_next;
 } mpi_ctx;
-
-void mg_comm_mpi_set_max_count(int64_t n) {
-    mg_ctx()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
-}
-int64_t mg_comm_mpi_max_count(void) { return max_count(); }
 
 static int mpi_failed(const mg_comm *c, const char *what, int err) {
     return mg_mpi_failed(err, "%s over %d ranks failed", what, c->size);
@@ -65,7 +51,7 @@ static int piece_type(int64_t m, int64_t stride, MPI_Datatype *type) {
 static int mpi_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     if (c->size == 1 || n == 0) return MG_OK; /* sum, avg and max of one addend */
     MPI_Op mop = op == MG_REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    int64_t most = max_count();
+    int64_t most = mg_comm_mpi_max_count();
     for (int64_t o = 0; o < n; o += most) {
         int m = (int)(n - o < most ? n - o : most);
         int err = MPI_Allreduce(MPI_IN_PLACE, buf + o, m, MPI_FLOAT, mop, c->mpi);
@@ -96,7 +82,7 @@ static float *mpi_alloc_shared(mg_comm *c, int64_t n, bool one) {
 }
 
 /* Non-blocking sums: through shared memory when buf is in a shared window of
- * this comm (comm_shm.h), else as rings (comm_ring.h); counts above max_count
+ * this comm (comm_shm.h), else as rings (comm_ring.h); counts above the limit
  * are summed blocking. Sums take shm slots and rings in turn, waiting for the
  * previous holder when it is still busy: the same choice on every rank. */
 static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req) {
@@ -120,7 +106,7 @@ static int mpi_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *r
         req->id = op->id;
         return MG_OK;
     }
-    if (c->size == 1 || n == 0 || n > max_count()) {
+    if (c->size == 1 || n == 0 || n > mg_comm_mpi_max_count()) {
         req->done = 1;
         return mpi_all_reduce(c, buf, n, MG_REDUCE_SUM);
     }
@@ -188,12 +174,13 @@ static int no_call(const mg_comm *c, const float *send, float *recv, int64_t n) 
 }
 
 /* all_gather (gather, in place as MPI_IN_PLACE when in_place) or all_to_all of
- * blocks of n floats, above max_count: in pieces of at most max_count floats of
+ * blocks of n floats, above the count limit: in pieces of at most that many floats of
  * every block, addressed with a strided datatype (piece_type). */
 static int in_pieces(mg_comm *c, const float *send, int64_t n, float *recv, int gather,
                      int in_place) {
-    for (int64_t o = 0; o < n; o += max_count()) {
-        int64_t m = n - o < max_count() ? n - o : max_count();
+    int64_t most = mg_comm_mpi_max_count();
+    for (int64_t o = 0; o < n; o += most) {
+        int64_t m = n - o < most ? n - o : most;
         MPI_Datatype piece;
         int err = piece_type(m, n, &piece);
         if (err == MPI_SUCCESS) {
@@ -212,7 +199,7 @@ static int in_pieces(mg_comm *c, const float *send, int64_t n, float *recv, int 
 static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
     if (no_call(c, send, recv, n)) return MG_OK;
     int in_place = send == recv + (int64_t)c->rank * n;
-    if (n <= max_count()) {
+    if (n <= mg_comm_mpi_max_count()) {
         int err = MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)n, MPI_FLOAT, recv, (int)n,
                                 MPI_FLOAT, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_gather", err);
@@ -223,13 +210,13 @@ static int mpi_all_gather(mg_comm *c, const float *send, int64_t n, float *recv)
 static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
     if (no_call(c, send, recv, n)) return MG_OK;
     int *counts = ((mpi_ctx *)c->context)->counts;
-    if (n <= max_count()) {
+    if (n <= mg_comm_mpi_max_count()) {
         for (int r = 0; r < c->size; r++) counts[r] = (int)n;
         int err = MPI_Reduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "reduce_scatter", err);
     }
     /* pack piece [o, o+m) of every rank's block side by side, then reduce-scatter */
-    int64_t k = c->size, step = max_count();
+    int64_t k = c->size, step = mg_comm_mpi_max_count();
     float *pack = malloc((size_t)(k * step) * sizeof(float));
     if (!pack)
         return mg_error(MG_ENOMEM, "reduce_scatter: out of memory for a %lld-float staging buffer",
@@ -249,7 +236,7 @@ static int mpi_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_
 
 static int mpi_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv) {
     if (no_call(c, send, recv, n)) return MG_OK;
-    if (n <= max_count()) {
+    if (n <= mg_comm_mpi_max_count()) {
         int err = MPI_Alltoall(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi);
         return err == MPI_SUCCESS ? MG_OK : mpi_failed(c, "all_to_all", err);
     }
@@ -258,7 +245,7 @@ static int mpi_all_to_all(mg_comm *c, const float *send, int64_t n, float *recv)
 
 static int mpi_broadcast(mg_comm *c, float *buf, int64_t n, int root) {
     if (c->size == 1) return MG_OK;
-    int64_t most = max_count();
+    int64_t most = mg_comm_mpi_max_count();
     for (int64_t o = 0; o < n; o += most) {
         int m = (int)(n - o < most ? n - o : most);
         int err = MPI_Bcast(buf + o, m, MPI_FLOAT, root, c->mpi);

@@ -1,13 +1,14 @@
 /* dtensor.c: distributed tensors (see dtensor.h): a spec and this rank's block.
  * Exports the internal constructors mg_dtensor_make / mg_dtensor_zeros /
- * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_item,
- * mg_dtensor_alive, mg_dtensor_kept and the public calls
- * mg_distribute, mg_from_local, mg_full_tensor, mg_local, the accessors,
- * mg_dtensor_describe and mg_dtensor_free. (mg_redistribute, which records an
- * autograd node, lives with the ops.) Shards live on the current device
- * (mg_set_device): mg_distribute and mg_from_local copy the caller's tensor there,
- * mg_full_tensor hands back host memory. Both constructors are collective: they
- * check that every rank passed the same global shape and placements. */
+ * mg_dtensor_fill_uniform / _normal, mg_dtensor_same_mesh, mg_dtensor_alive,
+ * mg_dtensor_kept, mg_dtensor_live_on, mg_dtensor_agree, mg_dtensor_on_free
+ * and the public calls mg_distribute, mg_from_local, mg_local, the accessors,
+ * mg_dtensor_describe and mg_dtensor_free. (mg_full_tensor and mg_dtensor_item,
+ * which move data, live with redistribute; mg_redistribute, which records an
+ * autograd node, with the ops.) Shards live on the current device
+ * (mg_set_device): mg_distribute and mg_from_local copy the caller's tensor
+ * there. Both constructors are collective: they check that every rank passed
+ * the same global shape and placements. */
 #include "dist/dtensor.h"
 
 #include <limits.h>
@@ -23,8 +24,6 @@
 #include "backend/device.h"
 #include "context.h"
 #include "dist/mesh.h"
-#include "dist/reducer.h"
-#include "dist/redistribute.h"
 #include "dist/watchdog.h"
 #include "hash.h"
 #include "rng.h"
@@ -43,12 +42,7 @@ static int live_index(const mg_dtensor *t) {
 
 int mg_dtensor_kept(const mg_dtensor *t) { return t && live_index(t) >= 0; }
 
-int mg_dtensor_live_on(const mg_mesh *mesh) {
-    mg_context *c = mg_ctx();
-    int n = 0;
-    for (int i = 0; i < c->n_live; i++) n += c->live[i]->spec.mesh == mesh;
-    return n;
-}
+int mg_dtensor_live_on(const mg_mesh *mesh) { return mesh->tensors; }
 
 /* ---- internal constructors -------------------------------------------------- */
 
@@ -82,7 +76,10 @@ static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) 
         mg_tensor_free(local);
         return mg_error_null(MG_ENOMEM, "dtensor: out of memory");
     }
-    if (!arena) c->live[c->n_live++] = t;
+    if (!arena) {
+        c->live[c->n_live++] = t;
+        mg_mesh_count_tensor(spec->mesh, 1);
+    }
     memset(t, 0, sizeof *t);
     t->magic = MG_DTENSOR_ALIVE;
     t->spec = *spec;
@@ -397,32 +394,6 @@ mg_dtensor *mg_from_local(const mg_mesh *mesh, const mg_tensor *local, const mg_
     return wrap(&spec, copy, NULL);
 }
 
-mg_tensor *mg_full_tensor(const mg_dtensor *t) {
-    if (!t) return mg_error_null(MG_EINVAL, "mg_full_tensor: NULL tensor");
-    if (mg_dtensor_alive(t, "mg_full_tensor") != MG_OK) return NULL; /* also after mg_finalize */
-    mg_spec all = t->spec;
-    for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
-    mg_tensor *out = NULL;
-    if (mg_redistribute_local(&t->spec, t->local, &all, &out, NULL) != MG_OK) return NULL;
-    /* the caller gets host memory, wherever the shards live */
-    return mg_tensor_to_device(NULL, out, MG_DEVICE_CPU);
-}
-
-int mg_dtensor_item(const mg_dtensor *t, double *out) {
-    if (mg_spec_is_replicate(&t->spec) && t->local->numel == 1) { /* read in place */
-        float v;
-        mg_backend *be = mg_backend_of(t->local);
-        be->iface->to_host(be->context, &v, t->local->data, 1);
-        *out = v;
-        return MG_OK;
-    }
-    mg_tensor *full = mg_full_tensor(t);
-    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    *out = full->data[0];
-    mg_tensor_free(full);
-    return MG_OK;
-}
-
 /* the getters: NULL (or -1) and a message for a NULL tensor */
 #define GIVEN(t, who) (mg_arg_given(t, who, "the tensor") && mg_dtensor_alive(t, who) == MG_OK)
 const mg_tensor *mg_local(const mg_dtensor *t) { return GIVEN(t, "mg_local") ? t->local : NULL; }
@@ -482,6 +453,8 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
     return (int)used;
 }
 
+void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t)) { mg_ctx()->dtensor_on_free = fn; }
+
 /* A freed heap tensor's header stays allocated, off the live list and with
  * magic 0, for the next QUARANTINE frees before it goes back to malloc: a
  * pointer the program kept to it cannot meanwhile be taken for a new tensor
@@ -501,7 +474,8 @@ static void quarantine_put(mg_dtensor *t) {
 static void release(mg_dtensor *t, int i) {
     mg_context *c = mg_ctx();
     c->live[i] = c->live[--c->n_live];
-    mg_reducer_forget(t);
+    mg_mesh_count_tensor(t->spec.mesh, -1);
+    if (c->dtensor_on_free) c->dtensor_on_free(t);
     if (t->grad && t->grad != t) {
         int g = live_index(t->grad);
         if (g >= 0) release(t->grad, g);

@@ -62,9 +62,6 @@ int mg_dtensor_fill_uniform(mg_dtensor *t, uint64_t seed, uint64_t stream, float
 /* The same with mean + std * N(0, 1) (Box-Muller on Philox, rng.h). */
 int mg_dtensor_fill_normal(mg_dtensor *t, uint64_t seed, uint64_t stream, float mean, float std);
 
-/* The value of a 0-d tensor (a loss): read in place when it is replicated (no
- * allocation), else collective over its mesh (mg_full_tensor). */
-int mg_dtensor_item(const mg_dtensor *t, double *out);
 /* Collective over the world. rc: this rank's own verdict on its arguments (its
  * message already set when not MG_OK). MG_OK when every rank passed the same
  * spec s (one all-reduce of a hash); else an error naming the ranks. */
@@ -84,8 +81,13 @@ int mg_dtensor_alive(const mg_dtensor *t, const char *who);
 /* 1 when t is a heap tensor (mg_distribute, mg_from_local...) not yet freed;
  * looked up, t not read, so a freed one is safe to ask about. */
 int mg_dtensor_kept(const mg_dtensor *t);
-/* How many heap tensors not yet freed live on `mesh` (mg_mesh_free refuses then). */
+/* How many heap tensors not yet freed live on `mesh` (the mesh's count, which
+ * this file keeps; mg_mesh_free refuses while there are any). */
 int mg_dtensor_live_on(const mg_mesh *mesh);
+/* fn runs for each heap tensor as mg_dtensor_free frees it, before its memory
+ * goes (the gradient reducer registers mg_reducer_forget when it starts,
+ * reducer.h); NULL: nothing. */
+void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t));
 /* Same global tensor, all mesh dims checked for one mesh: error naming `who`. */
 int mg_dtensor_same_mesh(const mg_dtensor *a, const mg_dtensor *b, const char *who);
 

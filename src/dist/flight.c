@@ -103,7 +103,9 @@ static struct mg_flight *flight(void) {
     MPI_Comm_rank(MPI_COMM_WORLD, &f->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &f->world);
     read_hook(f);
-    return c->flight = f;
+    c->flight = f;
+    mg_watchdog_on_timeout(mg_flight_dump); /* a timeout dumps the ring before the job ends */
+    return f;
 }
 
 static entry *find(const struct mg_flight *f, int64_t id) {
@@ -463,4 +465,5 @@ void mg_flight_free(void) {
     free(f->ring);
     free(f);
     mg_ctx()->flight = NULL;
+    mg_watchdog_on_timeout(NULL);
 }

@@ -14,7 +14,8 @@
  *
  * The ring is written to DIR/rank-<r>.json (DIR: mg_flight_set_dir; nothing is
  * written before it is set) on a watchdog timeout, before the job is ended
- * (watchdog.c); on a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGABRT) and on
+ * (the recorder registers its dump with the watchdog when it starts:
+ * mg_watchdog_on_timeout); on a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGABRT) and on
  * SIGUSR2 once mg_flight_install_signals ran (SIGUSR2: the job goes on). The
  * writer uses async-signal-safe calls only (open, write, rename, mkdir: no
  * stdio, no malloc); the path and the host name are formatted beforehand. It

@@ -7,7 +7,8 @@
  * A submesh (mg_mesh_sub) is made the same way over the ranks that share one
  * coordinate of a dim (MPI_Cart_sub of the mesh, then MPI_Cart_create).
  * Exports: mg_mesh_new/free/ndim/shape/coord (public), mg_mesh_format,
- * mg_mesh_rank_of, mg_mesh_parse, mg_mesh_sub. */
+ * mg_mesh_rank_of, mg_mesh_count_tensor, mg_mesh_parse, mg_mesh_sub,
+ * mg_mesh_agree, mg_mesh_pair_new/free. */
 #include "config.h"
 
 #include "dist/mesh.h"
@@ -20,7 +21,6 @@
 #include <string.h>
 
 #include "context.h"
-#include "dist/dtensor.h"
 #include "dist/watchdog.h"
 #include "status.h"
 
@@ -71,6 +71,10 @@ int mg_mesh_rank_of(const mg_mesh *mesh, const int *coord) {
     int r = 0;
     for (int i = 0; i < mesh->ndim; i++) r = r * mesh->shape[i] + coord[i];
     return r;
+}
+
+void mg_mesh_count_tensor(const mg_mesh *mesh, int delta) {
+    ((mg_mesh *)mesh)->tensors += delta; /* a mesh is never const where it is made */
 }
 
 int mg_mesh_parse(const char *text, int *shape) {
@@ -242,7 +246,7 @@ mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim) {
 
 void mg_mesh_free(mg_mesh *m) {
     if (!m) return;
-    int live = mg_dtensor_live_on(m);
+    int live = m->tensors;
     if (live) { /* they would point to a freed mesh */
         char text[64];
         mg_error(MG_ESTATE, "mg_mesh_free: nothing freed: %d tensor(s) on mesh %s are still alive "

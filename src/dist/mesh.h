@@ -2,7 +2,8 @@
  * MPI_Cart_create (rank order row-major in mesh coordinates) with one
  * sub-communicator per mesh dimension (MPI_Cart_sub), each wrapped in an mg_comm.
  * Exports struct mg_mesh and helpers, mg_mesh_agree, mg_mesh_pair (a comm of
- * two ranks of a dim); mg_mesh_new/free are public (meshgrad.h). */
+ * two ranks of a dim), mg_mesh_count_tensor; mg_mesh_new/free are public
+ * (meshgrad.h). */
 #ifndef MG_MESH_H
 #define MG_MESH_H
 
@@ -24,12 +25,19 @@ struct mg_mesh {
     mg_comm *dim_comm[MG_MAX_MESH_DIMS]; /* collectives along one mesh dim */
     mg_comm *world;                      /* collectives over the whole mesh */
     int id;                              /* distinct per mesh made in this process */
+    /* heap tensors on it not yet freed (dtensor.c counts them with
+     * mg_mesh_count_tensor): mg_mesh_free refuses while there are any */
+    int tensors;
 };
 
 /* "2x2" (or "1" for a 1-D mesh of 1). Returns buf. */
 char *mg_mesh_format(char *buf, size_t len, const mg_mesh *mesh);
 /* Mesh rank of the given coordinates (row-major). */
 int mg_mesh_rank_of(const mg_mesh *mesh, const int *coord);
+/* A heap tensor on the mesh was made (delta 1) or freed (-1). The count is
+ * kept on a const mesh: a tensor's spec holds its mesh const, and the count
+ * is its users', not what the mesh is. */
+void mg_mesh_count_tensor(const mg_mesh *mesh, int delta);
 /* Parses "2", "1x2", "2x2" into shape; returns ndim or MG_EINVAL with a message. */
 int mg_mesh_parse(const char *text, int *shape);
 /* Collective over the mesh. The mesh without `dim`, over the ranks that share

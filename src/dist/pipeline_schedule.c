@@ -11,7 +11,7 @@
  * after it, and one reduce-grad per stage held at the end, last stage first.
  * A batch is posted at once (Megatron's send_forward_recv_backward), which is
  * what keeps the lists free of deadlock even where every send waits for its
- * receive (pipeline_verify.h).
+ * receive (pipeline_sim.h's MG_PP_P2P_RENDEZVOUS).
  * Exports: see pipeline_schedule.h. */
 #include "dist/pipeline_schedule.h"
 

@@ -2,8 +2,8 @@
  * is, for each rank of the pipeline mesh dim, the ordered list of what that
  * rank does in one training step: forwards, backwards, sends and receives of
  * activations and gradients, and the gradient reduction at the end. One small
- * generator per schedule makes the lists; pipeline_verify.h proves them and
- * times them; one executor (later) runs any list as a loop over its actions.
+ * generator per schedule makes the lists; pipeline_verify.h proves them,
+ * pipeline_sim.h times them; one executor (later) runs any list as a loop over its actions.
  *
  * Stages and ranks. The model's layers are cut into `stages` contiguous
  * stages, stage s on pipeline rank s % ranks: with v virtual stages per rank
@@ -24,7 +24,7 @@
  *   reduce-grad s              stage s's parameter gradients are complete: hand
  *                              them to the gradient reducer (once, at the end)
  * A send or receive is posted where it stands in the list and matched with
- * the peer's in order (see pipeline_verify.h for the exact semantics).
+ * the peer's in order (see pipeline_sim.h for the exact semantics).
  *
  * An executor is one loop over its rank's list (the lists are proven for
  * exactly this):

@@ -1,5 +1,5 @@
 /* pipeline_sim.c: runs a pipeline schedule's action lists against each other
- * under one of the two transfer models of pipeline_verify.h, and times them.
+ * under one of the two transfer models of pipeline_sim.h, and times them.
  *
  * Every rank walks its list; a rank that cannot go on waits, and the others
  * keep going. A round gives every rank the chance to move; when a round moves
@@ -7,16 +7,43 @@
  * a deadlock, reported with what each one waits for. Times follow from the
  * order alone (an action starts when its rank is free and what it waits for
  * has arrived), so which rank moves first in a round does not change them.
- * With shared cores (pipeline_verify.h) a second pass re-times the matched
+ * With shared cores (pipeline_sim.h) a second pass re-times the matched
  * run in global time, event by event (retime_shared).
- * Exports: mg_pp_simulate, mg_pp_sim_free. */
+ * The cost of one action (mg_pp_action_time) is here too.
+ * Exports: mg_pp_simulate, mg_pp_sim_free, mg_pp_action_time. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/pipeline_verify.h"
+#include "dist/pipeline_sim.h"
 #include "status.h"
+
+double mg_pp_action_time(const mg_pp_cost *c, const mg_pp_action *a) {
+    if (!c) {
+        switch (a->op) {
+        case MG_PP_FORWARD:
+        case MG_PP_BACKWARD_INPUT:
+        case MG_PP_BACKWARD_WEIGHT: return 1.0;
+        case MG_PP_BACKWARD: return 2.0;
+        default: return 0.0;
+        }
+    }
+    double rows = c->rows && a->mb >= 0 ? (double)c->rows[a->mb] : 1.0;
+    int s = a->stage;
+    switch (a->op) {
+    case MG_PP_FORWARD: return rows * c->forward[s];
+    case MG_PP_BACKWARD: return rows * (c->backward_input[s] + c->backward_weight[s]);
+    case MG_PP_BACKWARD_INPUT: return rows * c->backward_input[s];
+    case MG_PP_BACKWARD_WEIGHT: return rows * c->backward_weight[s];
+    case MG_PP_REDUCE_GRAD: return c->reduce ? c->reduce[s] : 0.0;
+    default: break;
+    }
+    /* a transfer: the output of stage s (send-act, recv-grad) or of s - 1 */
+    int boundary = a->op == MG_PP_SEND_ACT || a->op == MG_PP_RECV_GRAD ? s : s - 1;
+    double bytes = boundary >= 0 && c->act_bytes ? rows * c->act_bytes[boundary] : 0.0;
+    return c->latency + (c->bandwidth > 0 ? bytes / c->bandwidth : 0.0);
+}
 
 /* The transfers from one rank to another, in the order each side posted them. */
 typedef struct {

@@ -1,7 +1,7 @@
-/* pipeline_verify.c: the structure check of a pipeline schedule, the cost of
- * one action, and mg_pp_verify (structure, then both transfer models; see
- * pipeline_verify.h). The runs themselves are in pipeline_sim.c.
- * Exports: mg_pp_check, mg_pp_verify, mg_pp_action_time. */
+/* pipeline_verify.c: the structure check of a pipeline schedule and
+ * mg_pp_verify (structure, then both transfer models; see pipeline_verify.h).
+ * The runs themselves, and the cost of one action, are in pipeline_sim.c.
+ * Exports: mg_pp_check, mg_pp_verify. */
 #include "dist/pipeline_verify.h"
 
 #include <stdio.h>
@@ -9,32 +9,6 @@
 #include <string.h>
 
 #include "status.h"
-
-double mg_pp_action_time(const mg_pp_cost *c, const mg_pp_action *a) {
-    if (!c) {
-        switch (a->op) {
-        case MG_PP_FORWARD:
-        case MG_PP_BACKWARD_INPUT:
-        case MG_PP_BACKWARD_WEIGHT: return 1.0;
-        case MG_PP_BACKWARD: return 2.0;
-        default: return 0.0;
-        }
-    }
-    double rows = c->rows && a->mb >= 0 ? (double)c->rows[a->mb] : 1.0;
-    int s = a->stage;
-    switch (a->op) {
-    case MG_PP_FORWARD: return rows * c->forward[s];
-    case MG_PP_BACKWARD: return rows * (c->backward_input[s] + c->backward_weight[s]);
-    case MG_PP_BACKWARD_INPUT: return rows * c->backward_input[s];
-    case MG_PP_BACKWARD_WEIGHT: return rows * c->backward_weight[s];
-    case MG_PP_REDUCE_GRAD: return c->reduce ? c->reduce[s] : 0.0;
-    default: break;
-    }
-    /* a transfer: the output of stage s (send-act, recv-grad) or of s - 1 */
-    int boundary = a->op == MG_PP_SEND_ACT || a->op == MG_PP_RECV_GRAD ? s : s - 1;
-    double bytes = boundary >= 0 && c->act_bytes ? rows * c->act_bytes[boundary] : 0.0;
-    return c->latency + (c->bandwidth > 0 ? bytes / c->bandwidth : 0.0);
-}
 
 /* ---- structure --------------------------------------------------------------- */
 

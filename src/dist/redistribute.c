@@ -23,24 +23,30 @@
  * the outermost one of size > 1 are contiguous and go to and from the
  * collective in place. Packing uses the backend (copy_block, copy, fill);
  * staging buffers are two process-wide scratch buffers per device kept between
- * calls. Device shards go through the same code: the backend of the shard does
- * the packing and the mesh's NCCL comms the collectives.
+ * calls (mg_finalize frees them: world.h). Device shards go through the same
+ * code: the backend of the shard does the packing and the mesh's NCCL comms
+ * the collectives.
  * mg_redistribute_cost walks the same plan on coordinate 0 (the largest block)
  * with mg_coll_bytes, so it needs only global metadata.
  *
  * mg_redistribute_moves lists that plan's collectives (the step estimate of
  * nn/estimate.h counts them).
+ * mg_full_tensor (public) and mg_dtensor_item bring a tensor whole with the
+ * same moves, to every placement Replicate.
  * Exports: mg_redistribute_local, mg_redistribute_cost, mg_redistribute_moves,
- * mg_redistribute_is_noop. */
+ * mg_redistribute_is_noop, mg_redistribute_release, mg_dtensor_item and the
+ * public mg_full_tensor. */
 #include "dist/redistribute.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
+#include "dist/world.h"
 #include "status.h"
 
 typedef struct {
@@ -201,6 +207,7 @@ static float *tmp_alloc(mg_backend *be, int slot, int64_t n) {
     mg_staging *s = staging(dev, slot);
     size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
     if (s->bytes < bytes) {
+        if (mg_world_on_finalize(mg_redistribute_release) != MG_OK) return NULL;
         scratch_release(dev, slot);
         s->p = be->iface->alloc(be->context, bytes);
         s->bytes = s->p ? bytes : 0;
@@ -579,4 +586,32 @@ double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst) {
         if (moves[i].kind != MG_COLL_COUNT)
             bytes += mg_coll_bytes(moves[i].kind, moves[i].size, 0, moves[i].n, 0);
     return bytes;
+}
+
+/* ---- whole tensors ------------------------------------------------------------ */
+
+mg_tensor *mg_full_tensor(const mg_dtensor *t) {
+    if (!t) return mg_error_null(MG_EINVAL, "mg_full_tensor: NULL tensor");
+    if (mg_dtensor_alive(t, "mg_full_tensor") != MG_OK) return NULL; /* also after mg_finalize */
+    mg_spec all = t->spec;
+    for (int i = 0; i < all.mesh->ndim; i++) all.p[i] = MG_REPLICATE;
+    mg_tensor *out = NULL;
+    if (mg_redistribute_local(&t->spec, t->local, &all, &out, NULL) != MG_OK) return NULL;
+    /* the caller gets host memory, wherever the shards live */
+    return mg_tensor_to_device(NULL, out, MG_DEVICE_CPU);
+}
+
+int mg_dtensor_item(const mg_dtensor *t, double *out) {
+    if (mg_spec_is_replicate(&t->spec) && t->local->numel == 1) { /* read in place */
+        float v;
+        mg_backend *be = mg_backend_of(t->local);
+        be->iface->to_host(be->context, &v, t->local->data, 1);
+        *out = v;
+        return MG_OK;
+    }
+    mg_tensor *full = mg_full_tensor(t);
+    if (!full) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    *out = full->data[0];
+    mg_tensor_free(full);
+    return MG_OK;
 }

@@ -4,12 +4,14 @@
  * R->P keep on coordinate 0 and zeros elsewhere, S->P via R. Uneven shards are
  * padded for the collective and unpadded after. The planner orders the per-dim
  * steps so nested shardings are undone inner first.
+ * Also the whole tensor: mg_full_tensor (meshgrad.h) and mg_dtensor_item.
  * No autograd here: the public mg_redistribute (ops layer) records the node. */
 #ifndef MG_REDISTRIBUTE_H
 #define MG_REDISTRIBUTE_H
 
 #include "arena.h"
 #include "dist/comm.h"
+#include "dist/dtensor.h"
 #include "dist/placement.h"
 #include "tensor.h"
 
@@ -47,7 +49,13 @@ int mg_redistribute_moves(const mg_spec *src, const mg_spec *dst, mg_redistribut
  * differ only on mesh dims of size 1 (or not at all), so the local block is the
  * same tensor and the ops layer can hand out a view instead of a copy. */
 bool mg_redistribute_is_noop(const mg_spec *src, const mg_spec *dst);
-/* Frees the staging buffers the moves keep between calls (mg_finalize). */
+/* The value of a 0-d tensor (a loss): read in place when it is replicated (no
+ * allocation), else collective over its mesh (mg_full_tensor, which lives here
+ * too: meshgrad.h). */
+int mg_dtensor_item(const mg_dtensor *t, double *out);
+
+/* Frees the staging buffers the moves keep between calls (registered with
+ * mg_finalize when the first is made, world.h). */
 void mg_redistribute_release(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include "dist/redistribute.h"
 #include "dist/reducer_buckets.h"
 #include "dist/reducer_rows.h"
+#include "dist/world.h"
 #include "status.h"
 
 typedef struct {
@@ -34,10 +35,17 @@ struct mg_reducer {
     mg_buckets buckets;
 };
 
+/* The context's reducer, made on first use (mg_finalize frees it: world.h),
+ * told of every heap tensor freed (mg_dtensor_on_free); NULL with a message. */
 static struct mg_reducer *reducer(void) {
     mg_context *c = mg_ctx();
-    if (!c->reducer && !(c->reducer = calloc(1, sizeof *c->reducer)))
+    if (c->reducer) return c->reducer;
+    if (mg_world_on_finalize(mg_reducer_free) != MG_OK) return NULL;
+    if (!(c->reducer = calloc(1, sizeof *c->reducer))) {
         mg_error(MG_ENOMEM, "gradient reducer: out of memory");
+        return NULL;
+    }
+    mg_dtensor_on_free(mg_reducer_forget); /* a freed leaf's record goes with it */
     return c->reducer;
 }
 
@@ -48,6 +56,7 @@ void mg_reducer_free(void) {
     free(r->records);
     free(r);
     mg_ctx()->reducer = NULL;
+    mg_dtensor_on_free(NULL);
 }
 
 static leaf_record *find(const mg_dtensor *leaf) {

@@ -87,7 +87,9 @@ bool mg_reducer_deferred(const mg_dtensor *leaf);
 mg_grad_form mg_reducer_form(const mg_dtensor *leaf, int *dim);
 /* t's data overlaps a leaf's gradient buffer (which a backward writes). */
 bool mg_reducer_holds(const mg_tensor *t);
-/* The leaf is being freed. */
+/* The leaf is being freed: its record goes. The reducer registers it with
+ * mg_dtensor_on_free when it starts (dtensor.h), so every heap tensor freed
+ * is forgotten. */
 void mg_reducer_forget(const mg_dtensor *leaf);
 /* The step ends: leaves that lived in the step arena are gone. */
 void mg_reducer_step_end(void);

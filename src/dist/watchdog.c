@@ -6,10 +6,12 @@
  * the timeout (not counting time the process spent stopped) it prints the
  * report, gives the other waiting ranks a moment to print theirs, and calls
  * MPI_Abort on MPI_COMM_WORLD (then _exit, should that return); before the
- * pause it has the flight recorder write its dump (flight.h).
+ * pause it runs what was registered for a timeout (the context's
+ * `watchdog_on_timeout`: the flight recorder's dump, flight.h).
  * mg_watchdog_free stops the thread.
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
- * mg_watchdog_timeout, mg_watchdog_current, mg_watchdog_free. */
+ * mg_watchdog_timeout, mg_watchdog_current, mg_watchdog_on_timeout,
+ * mg_watchdog_free. */
 #include "dist/watchdog.h"
 
 #include <errno.h>
@@ -22,7 +24,6 @@
 
 #include "context.h"
 #include "dist/comm_info.h"
-#include "dist/flight.h"
 
 #define DEFAULT_TIMEOUT 300.0
 #define MAX_REPORT 4096 /* the report line */
@@ -181,10 +182,11 @@ static void *watch(void *arg) {
         char report[MAX_REPORT];
         format_report(w, report, sizeof report, waited);
         w->fired = 1;
+        int (*on_timeout)(const char *) = mg_ctx()->watchdog_on_timeout;
         pthread_mutex_unlock(&w->lock);
         fputs(report, stderr);
         fflush(stderr);
-        mg_flight_dump("watchdog timeout"); /* what this rank did last, before the end */
+        if (on_timeout) on_timeout("watchdog timeout"); /* the flight recorder's dump */
         /* the other waiting ranks time out about now too (each within a poll):
          * let their lines and dumps out */
         sleep_s(poll + (w->timeout_s < 1.0 ? w->timeout_s : 1.0));
@@ -233,6 +235,15 @@ void mg_watchdog_begin_comm(const char *op, MPI_Comm comm) {
         mg_watchdog_begin(op, info->mesh_dim, info->ranks, info->nranks);
     else /* out of memory: not watched, but begin/end stay paired */
         mg_watchdog_begin(op, MG_WATCHDOG_UNKNOWN_DIM, NULL, 0);
+}
+
+/* Set under the lock when the thread may be running: it reads it under the lock. */
+void mg_watchdog_on_timeout(int (*fn)(const char *reason)) {
+    mg_context *c = mg_ctx();
+    struct mg_watchdog *w = c->watchdog;
+    if (w) pthread_mutex_lock(&w->lock);
+    c->watchdog_on_timeout = fn;
+    if (w) pthread_mutex_unlock(&w->lock);
 }
 
 const char *mg_watchdog_current(int *mesh_dim, double *since, const int **ranks, int *nranks) {

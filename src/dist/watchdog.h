@@ -14,8 +14,12 @@
  * a moment before aborting so they all get out), and the stalled rank is the
  * one every line names and none prints.
  *
+ * On a timeout, between the report and the end, the watchdog runs what a file
+ * above it registered (mg_watchdog_on_timeout: the flight recorder's dump).
+ *
  * Exports: mg_watchdog_begin, mg_watchdog_begin_comm, mg_watchdog_end,
- * mg_watchdog_timeout, mg_watchdog_current, mg_watchdog_free. */
+ * mg_watchdog_timeout, mg_watchdog_current, mg_watchdog_on_timeout,
+ * mg_watchdog_free. */
 #ifndef MG_WATCHDOG_H
 #define MG_WATCHDOG_H
 
@@ -54,5 +58,10 @@ void mg_watchdog_begin_comm(const char *op, MPI_Comm comm);
  * Reads without the lock: a signal handler calls it (flight.c), and may see
  * the one before or after. */
 const char *mg_watchdog_current(int *mesh_dim, double *since, const int **ranks, int *nranks);
+
+/* What a timeout runs after its report and before it ends the job, with the
+ * reason "watchdog timeout" (its answer is not used); NULL: nothing. The flight
+ * recorder registers its dump when it starts (flight.c). */
+void mg_watchdog_on_timeout(int (*fn)(const char *reason));
 
 #endif

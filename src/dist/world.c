@@ -2,10 +2,13 @@
  * already did (then mg_finalize leaves it running) and sets MPI_ERRORS_RETURN
  * on MPI_COMM_WORLD so that MPI failures come back as MG_ECOMM instead of
  * aborting; mg_finalize prints the collective counters on rank 0 when
- * MG_COMM_DEBUG=1, frees the library's state (context.h) and stops MPI if it
- * started it. mg_set_device gives every rank the same device kind, a GPU each
- * (its rank on its node modulo the node's GPUs), or refuses on every rank.
- * Exports (public): mg_init, mg_finalize, mg_rank, mg_world_size, mg_version,
+ * MG_COMM_DEBUG=1, frees the library's state (context.h: first what the files
+ * above this one registered with mg_world_on_finalize, world.h, then the comm
+ * files' below it) and stops MPI if it started it. mg_set_device gives every
+ * rank the same device kind, a GPU each (its rank on its node modulo the
+ * node's GPUs), or refuses on every rank.
+ * Exports: mg_world_on_finalize, mg_check_not_finalized (context.h), and the
+ * public mg_init, mg_finalize, mg_rank, mg_world_size, mg_version,
  * mg_set_device. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -24,9 +27,8 @@
 #include "dist/comm.h"
 #include "dist/comm_info.h"
 #include "dist/flight.h"
-#include "dist/redistribute.h"
-#include "dist/reducer.h"
 #include "dist/watchdog.h"
+#include "dist/world.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -107,6 +109,17 @@ int mg_check_not_finalized(const char *who) { /* every op asks: a flag, no call 
                     "call mg_finalize last, after every use of them", who);
 }
 
+int mg_world_on_finalize(void (*fn)(void)) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < c->n_finalizers; i++)
+        if (c->finalizers[i] == fn) return MG_OK;
+    if (c->n_finalizers == MG_FINALIZERS)
+        return mg_error(MG_ESTATE, "mg_world_on_finalize: %d finalizers registered already",
+                        MG_FINALIZERS);
+    c->finalizers[c->n_finalizers++] = fn;
+    return MG_OK;
+}
+
 void mg_finalize(void) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
@@ -115,14 +128,14 @@ void mg_finalize(void) {
     library_finalized = 1;
     const char *debug = getenv("MG_COMM_DEBUG");
     if (debug && strcmp(debug, "1") == 0 && mg_rank() == 0) mg_comm_stats_print(stderr);
-    int we_started_mpi = mg_ctx()->started_mpi;
-    mg_comm_free(mg_ctx()->world);
-    mg_reducer_free();
+    mg_context *c = mg_ctx();
+    int we_started_mpi = c->started_mpi;
+    for (int i = c->n_finalizers - 1; i >= 0; i--) c->finalizers[i]();
+    mg_comm_free(c->world);
     mg_backend_trace_kernels(false); /* a trace the program left recording */
     mg_watchdog_free();
     mg_flight_free();
     mg_comm_info_free();
-    mg_redistribute_release();
     mg_context_reset();
     if (we_started_mpi) MPI_Finalize();
 }

@@ -5,7 +5,7 @@
  * compute, so ranks that share memory bandwidth measure the rate they will
  * get; the plan takes their mean. When the ranks outnumber the cores, only as
  * many ranks as there are cores measure: the plan wants a whole core's rate
- * and shares the cores out itself (pipeline_verify.h). Rank 0 measures the
+ * and shares the cores out itself (pipeline_sim.h). Rank 0 measures the
  * link; every rank gets the same figures, so every rank plans the same. See
  * pipeline_cost.h.
  * Exports: mg_pp_measure_flops, mg_pp_measure_link. */

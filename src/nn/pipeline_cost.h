@@ -1,6 +1,6 @@
 /* pipeline_cost.h: what a model's layers cost, how they are cut into pipeline
  * stages, and the per-stage costs a pipeline schedule is timed with
- * (dist/pipeline_verify.h's mg_pp_cost).
+ * (dist/pipeline_sim.h's mg_pp_cost).
  *
  * A layer is described per row of a micro-batch (a sample; for a language
  * model, one sequence): the FLOPs of its forward, backward-input and

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "dist/mesh.h"
 #include "dist/reducer.h"
+#include "dist/redistribute.h"
 #include "status.h"
 
 /* A header: magic, kind, micro-batch, stage, ndim, the global shape (two

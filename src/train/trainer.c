@@ -23,6 +23,7 @@
 #include "dist/comm.h"
 #include "dist/flight.h"
 #include "dist/reducer.h"
+#include "dist/redistribute.h"
 #include "io/h5util.h"
 #include "machine.h"
 #include "nn/gpt_pipeline.h"

@@ -4,6 +4,7 @@
  * Exports mg_trainer_image_evaluate, mg_trainer_eval_chunks,
  * mg_trainer_eval_least_rows (trainer.h). */
 #include "context.h"
+#include "dist/redistribute.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "train/trainer.h"
