@@ -2,7 +2,8 @@
  * an offset in the last block; reset rewinds to the first block, merging blocks
  * into one so the steady state is a single block and no malloc. An arena for a
  * device keeps a second arena whose blocks come from the backend's allocator,
- * for tensor data. */
+ * for tensor data; an arena on host-addressable device memory (the meta
+ * backend's) takes all its blocks from that allocator. */
 #include "arena.h"
 
 #include <stdint.h>
@@ -53,9 +54,15 @@ static block *block_new(const mg_arena *a, size_t size) {
     return b;
 }
 
-mg_arena *mg_arena_new(size_t initial_bytes) {
+/* A host-layout arena (headers and data together), its blocks from the heap
+ * or, given one, from `memory`. */
+static mg_arena *arena_make(size_t initial_bytes, const mg_device_memory *memory) {
     mg_arena *a = calloc(1, sizeof *a);
     if (!a) return mg_error_null(MG_ENOMEM, "arena: out of memory");
+    if (memory) {
+        a->on_device = 1;
+        a->allocator = *memory;
+    }
     if (initial_bytes < 4096) initial_bytes = 4096;
     a->first = a->current = block_new(a, initial_bytes);
     if (!a->first) {
@@ -67,6 +74,14 @@ mg_arena *mg_arena_new(size_t initial_bytes) {
     a->next_live = live_arenas;
     live_arenas = a;
     return a;
+}
+
+mg_arena *mg_arena_new(size_t initial_bytes) { return arena_make(initial_bytes, NULL); }
+
+mg_arena *mg_arena_new_on(size_t initial_bytes, const mg_device_memory *memory) {
+    if (!memory || !memory->alloc || !memory->free)
+        return mg_error_null(MG_EINVAL, "arena: an arena on a device needs its memory");
+    return arena_make(initial_bytes, memory);
 }
 
 static void free_blocks(const mg_arena *a, block *b) {
@@ -117,7 +132,9 @@ mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_device_memory *allo
 }
 
 int mg_arena_device(const mg_arena *a) {
-    return a && a->data ? a->data->allocator.device : MG_DEVICE_CPU;
+    if (!a) return MG_DEVICE_CPU;
+    if (a->data) return a->data->allocator.device;
+    return a->on_device ? a->allocator.device : MG_DEVICE_CPU;
 }
 
 void *mg_arena_alloc_data(mg_arena *a, size_t bytes) {

@@ -45,6 +45,10 @@ typedef struct {
  * used/capacity/peak/grow count the host blocks. */
 mg_arena *mg_arena_new_device(size_t initial_bytes, const mg_device_memory *memory);
 int mg_arena_device(const mg_arena *); /* where mg_arena_alloc_data's memory lives */
+/* An arena laid out as a host arena (headers and data in the same blocks),
+ * its blocks from `memory`, which the host can address: the meta backend's
+ * (backend/meta.c), so its figures are a host arena's. */
+mg_arena *mg_arena_new_on(size_t initial_bytes, const mg_device_memory *memory);
 /* Memory for tensor data: from the device blocks when the arena has them, else
  * the same as mg_arena_alloc. */
 void *mg_arena_alloc_data(mg_arena *, size_t bytes);

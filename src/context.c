@@ -47,6 +47,8 @@ static mg_arena *device_arena(mg_arena **slot, size_t initial) {
     if (*a) return *a;
     if (d == MG_DEVICE_CPU) {
         *a = mg_arena_new(initial);
+    } else if (d == MG_DEVICE_META && context.memory[d].alloc) {
+        *a = mg_arena_new_on(initial, &context.memory[d]);
     } else if (d > 0 && d < MG_DEVICE_KINDS && context.memory[d].alloc) {
         *a = mg_arena_new_device(initial, &context.memory[d]);
     } else {
@@ -60,8 +62,9 @@ mg_arena *mg_micro_arena_new(size_t initial) {
     mg_arena *step = mg_step_arena();
     if (!step) return NULL;
     int dev = mg_arena_device(step);
-    return dev == MG_DEVICE_CPU ? mg_arena_new(initial)
-                                : mg_arena_new_device(initial, &context.memory[dev]);
+    if (dev == MG_DEVICE_CPU) return mg_arena_new(initial);
+    if (dev == MG_DEVICE_META) return mg_arena_new_on(initial, &context.memory[dev]);
+    return mg_arena_new_device(initial, &context.memory[dev]);
 }
 
 /* The step arena starts at 1 MiB; the scratch arena holds one big tensor or

@@ -25,8 +25,12 @@
 #include "arena.h"
 #include "meshgrad.h"
 
-#define MG_DEVICE_KINDS 2 /* MG_DEVICE_CPU, MG_DEVICE_CUDA */
-#define MG_FINALIZERS 8   /* dist/world.h: what mg_finalize runs for the files above world.c */
+/* Beside meshgrad.h's MG_DEVICE_CPU and MG_DEVICE_CUDA, internal to the
+ * library: tensors with no data anyone reads, on which no kernel runs
+ * (backend/meta.c, the step estimate's). */
+#define MG_DEVICE_META 2
+#define MG_DEVICE_KINDS 3
+#define MG_FINALIZERS 8 /* dist/world.h: what mg_finalize runs for the files above world.c */
 
 struct mg_dtensor;
 struct mg_node;

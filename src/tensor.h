@@ -14,7 +14,7 @@
 #include "arena.h"
 #include "meshgrad.h"
 
-/* MG_DEVICE_CPU, MG_DEVICE_CUDA: meshgrad.h */
+/* MG_DEVICE_CPU, MG_DEVICE_CUDA: meshgrad.h; MG_DEVICE_META: context.h */
 enum {
     MG_TENSOR_OWNS_DATA = 1, /* data is freed with the tensor */
     MG_TENSOR_IN_ARENA = 2,  /* struct and data live in an arena */

@@ -40,6 +40,7 @@ mg_backend *mg_backend_of(const mg_tensor *t) {
     if (!t) return NULL;
     if (t->device == MG_DEVICE_CUDA) return mg_backend_cuda();
     if (t->device == MG_DEVICE_CPU) return mg_backend_cpu();
+    if (t->device == MG_DEVICE_META) return mg_backend_meta();
     return NULL;
 }
 

@@ -178,6 +178,10 @@ typedef struct mg_backend {
 
 mg_backend *mg_backend_cpu(void);
 mg_backend *mg_backend_cuda(void); /* NULL when built without CUDA or no GPU */
+/* The meta backend (meta.c): no data, no kernel run; mg_meta_start registers
+ * its memory, after which mg_device_use(MG_DEVICE_META) puts new tensors there. */
+mg_backend *mg_backend_meta(void);
+void mg_meta_start(void);
 mg_backend *mg_backend_of(const mg_tensor *t);
 
 /* bf16 GEMM inputs for the whole process (off by default: plain fp32); applies

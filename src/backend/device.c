@@ -9,6 +9,7 @@
 
 #include "backend/device.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -54,7 +55,8 @@ mg_tensor *mg_tensor_to_device(mg_arena *arena, mg_tensor *t, int device) {
 int mg_get_device(void) { return mg_ctx()->device; }
 
 int mg_device_use(int device) {
-    if (device != MG_DEVICE_CPU && !(device == MG_DEVICE_CUDA && mg_backend_cuda()))
+    bool meta = device == MG_DEVICE_META && mg_ctx()->memory[MG_DEVICE_META].alloc;
+    if (device != MG_DEVICE_CPU && !meta && !(device == MG_DEVICE_CUDA && mg_backend_cuda()))
         return mg_error(MG_EDEVICE, "device %d has no running backend (mg_set_device starts it)",
                         device);
     mg_ctx()->device = device;
