@@ -1,6 +1,6 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_is_step_arena, mg_scratch_arena. */
+ * mg_is_step_arena, mg_scratch_arena, mg_micro_arena_new, mg_context_drop_arenas. */
 #include "context.h"
 
 #include <stdlib.h>
@@ -56,6 +56,13 @@ static mg_arena *device_arena(mg_arena **slot, size_t initial) {
                              "call mg_set_device first)", d);
     }
     return *a;
+}
+
+void mg_context_drop_arenas(int device) {
+    if (device < 0 || device >= MG_DEVICE_KINDS) return;
+    mg_arena_free(context.step[device]);
+    mg_arena_free(context.scratch[device]);
+    context.step[device] = context.scratch[device] = NULL;
 }
 
 mg_arena *mg_micro_arena_new(size_t initial) {

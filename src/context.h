@@ -40,6 +40,7 @@ struct mg_watchdog;
 struct mg_flight;
 struct mg_comm_info;
 struct mg_trace;
+struct mg_pp_meta_headers;
 struct mg_backend_iface;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
@@ -136,6 +137,11 @@ struct mg_context {
     int n_copies, cap_copies;
     size_t gathered_bytes;       /* ops.c: the scratch arena's data that gathers took since its reset */
     double op_flops, op_bytes;   /* ops.c: the kernels' cost so far (op_def.h's mg_op_cost) */
+
+    /* ---- nn/ ---- */
+    /* pipeline_exec.c: activation headers a meta run sent, for a later run's
+     * receives (a plan estimate's runs, one per pipeline rank) */
+    struct mg_pp_meta_headers *pp_meta_headers;
 };
 typedef struct mg_context mg_context;
 
@@ -160,6 +166,10 @@ mg_arena *mg_scratch_arena(void);
  * and reset once its backward is done (the pipeline's slots, --grad-accum).
  * NULL with a message. */
 mg_arena *mg_micro_arena_new(size_t initial);
+/* Frees a device's step and scratch arenas (no tensor may be left in them):
+ * the next use makes new ones, whose high-water marks start at 0 (one run of
+ * the step estimate after another, train/estimate.c). */
+void mg_context_drop_arenas(int device);
 
 /* Frees this layer's members (arenas, arrays) and zeroes the whole context;
  * the layers above free theirs first (mg_finalize). */

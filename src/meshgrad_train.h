@@ -245,6 +245,8 @@ typedef struct {
     double params, grads, optim, activations, scratch, buffers;
 } mg_train_memory;
 void mg_trainer_memory_get(const mg_trainer *, mg_train_memory *m);
+/* The sum of its parts. */
+double mg_train_memory_total(const mg_train_memory *m);
 
 #ifdef __cplusplus
 }

@@ -188,6 +188,12 @@ const int64_t *mg_tensor_shape(const mg_tensor *t) {
 }
 int64_t mg_tensor_numel(const mg_tensor *t) { return GIVEN(t, "mg_tensor_numel") ? t->numel : 0; }
 
+bool mg_tensor_on_host(const mg_tensor *t) {
+    return t->device == MG_DEVICE_CPU || t->device == MG_DEVICE_META;
+}
+
+bool mg_tensor_is_meta(const mg_tensor *t) { return t->device == MG_DEVICE_META; }
+
 void mg_tensor_free(mg_tensor *t) {
     if (!t || (t->flags & MG_TENSOR_IN_ARENA)) return;
     if (t->flags & MG_TENSOR_OWNS_DATA) {

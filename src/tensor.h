@@ -25,9 +25,16 @@ struct mg_tensor {
     int64_t shape[MG_MAX_DIMS];
     int64_t numel;
     float *data; /* host or device memory, per `device` */
-    int device;  /* MG_DEVICE_CPU now; MG_DEVICE_CUDA in the GPU backend */
+    int device;  /* MG_DEVICE_CPU, MG_DEVICE_CUDA, or MG_DEVICE_META (context.h) */
     unsigned flags;
 };
+
+/* The CPU's, or the meta device's (backend/meta.c), which takes every path the
+ * CPU's takes so that a meta step allocates and moves what a CPU step does;
+ * code that reads or writes data itself on such a path skips meta tensors
+ * (mg_tensor_is_meta). */
+bool mg_tensor_on_host(const mg_tensor *t);
+bool mg_tensor_is_meta(const mg_tensor *t);
 
 /* Uninitialized tensor; from `arena` when not NULL, else the heap. It lives on
  * the arena's device (mg_arena_device), or for the heap on the current device

@@ -19,6 +19,7 @@
 #include "backend/device.h"
 #include "cli/bench_util.h"
 #include "cli/cli.h"
+#include "train/estimate.h"
 #include "train/trainer.h"
 #include "train/trainer_pp.h"
 #include "context.h"
@@ -176,7 +177,10 @@ static int setup(gpt_job *j) {
     if (code) return code;
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
      * check is mg_pipeline_make's) */
-    if (mg_trainer_gpt_fits(&o->g, j->mesh, &j->plan, o->batch, 1, 2, 1, "--batch") != MG_OK) return 1;
+    char plan[64];
+    if (mg_train_estimate_fits_gpt(&o->g, j->mesh, mg_plan_format(plan, sizeof plan, &j->plan), o->batch,
+                                   "use a smaller --batch, --embd or --layers") != MG_OK)
+        return 1;
     if (mg_plan_pp_dim(&j->plan) >= 0
             ? mg_gpt_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->g, 1, o->batch,
                             &j->model) != MG_OK

@@ -18,8 +18,10 @@
  * as one process (no mpirun needed: the link is then a copy within it) or
  * under mpirun (the link is then measured between ranks 0 and 1); every rank
  * plans the same and rank 0 prints.
- * With --estimate and no pp in --parallel it estimates a step of `meshgrad
- * train` instead (plan_estimate.c); with pp, the plan adds each pipeline
+ * --config FILE takes a train config's model, batch, mesh and pipeline.
+ * With --estimate it estimates a step of `meshgrad train` instead
+ * (plan_estimate.c), unless a pipeline is given by plan's own flags (the
+ * widths, --flops, --bandwidth, --latency): then the plan adds each pipeline
  * rank's memory and bytes per step.
  * Exports mg_cli_plan (cli.h). */
 #include <ctype.h>
@@ -40,6 +42,7 @@
 #include "nn/pipeline.h"
 #include "nn/pipeline_cost.h"
 #include "status.h"
+#include "train/config.h"
 
 #define MAX_LIST 1024 /* entries of a comma-separated flag */
 
@@ -70,9 +73,10 @@ static const char usage_text[] =
     "       [--microbatches M | --microbatch-rows R1,R2,...] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1]\n"
     "       [--virtual-stages V] [--pp-layers N1,N2,...] [--trace FILE] [--flops GFLOPS]\n"
-    "       [--bandwidth GB/s] [--latency us] [--threads T] [--estimate]\n"
+    "       [--bandwidth GB/s] [--latency us] [--threads T] [--estimate] [--config FILE]\n"
     "  plan --estimate [train's flags: --config FILE --mesh M --parallel P --model\n"
-    "       --hidden --batch --optimizer ...] [--input RxC] [--classes K] [--nodes N]";
+    "       --hidden --batch --optimizer ...] [--input RxC] [--classes K] [--vocab V]\n"
+    "       [--nodes N]";
 
 static int bad_value(const char *flag, const char *value, const char *want) {
     return mg_error(MG_EINVAL, "plan: %s '%s' is not %s", flag, value, want);
@@ -109,7 +113,7 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
         {"bandwidth", 1, 0, 'W'},     {"latency", 1, 0, 'a'},       {"threads", 1, 0, 'T'},
         {"help", 0, 0, 'h'},          {"estimate", 0, 0, 'e'},      {"heads", 1, 0, 'H'},
         {"embd", 1, 0, 'C'},          {"ctx", 1, 0, 'X'},           {"vocab", 1, 0, 'V'},
-        {0, 0, 0, 0}};
+        {"config", 1, 0, 'c'},        {0, 0, 0, 0}};
     int c, rc = MG_OK;
     int64_t list[MAX_LIST], n = 0;
     opterr = 0;
@@ -162,15 +166,9 @@ static int parse_args(plan_opts *o, int argc, char **argv) {
             o->threads = (int)n;
             break;
         case 'e': o->estimate = 1; break;
+        case 'c': break; /* read first (from_config) */
         case 'h': return 1;
-        default:
-            if (strncmp(argv[optind - 1], "--config", 8) == 0) /* train's flag, not plan's */
-                rc = mg_error(MG_EINVAL, "plan: --config is read by plan --estimate without pp "
-                              "(a step of meshgrad train); a pipeline (pp in --parallel) is "
-                              "planned from plan's own flags: --layers W0,W1,... --batch B "
-                              "--microbatches M ... (meshgrad plan --help)");
-            else
-                rc = mg_cli_bad_flag("plan", argv);
+        default: rc = mg_cli_bad_flag("plan", argv);
         }
     }
     if (rc == MG_OK && o->layers_arg && o->gpt)
@@ -334,6 +332,49 @@ typedef struct {
     char model[96]; /* "gpt L4 H4 C128 T64 V256" */
 } plan_job;
 
+/* --config FILE: the run of a train config (its model, batch, mesh, plan and
+ * pipeline options), which later flags may change. MG_OK when none is given. */
+static int from_config(plan_opts *o, int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++)
+        if (mg_cli_flag_at(argc, argv, i, "--config")) path = mg_cli_flag_at(argc, argv, i, "--config");
+    if (!path) return MG_OK;
+    mg_train_config c;
+    mg_train_config_defaults(&c);
+    int rc = mg_train_config_load(&c, path);
+    if (rc != MG_OK) return rc;
+    if (c.model == MG_MODEL_GPT) {
+        o->gpt = 1;
+        o->g = (mg_gpt_config){c.layers, c.heads, c.embd, c.ctx, o->g.vocab};
+    } else if (c.model == MG_MODEL_MLP) { /* digits: 8x8 inputs, 10 classes */
+        int depth = c.depth ? (int)c.depth : 2;
+        if (depth + 1 > MAX_LIST) return mg_error(MG_EINVAL, "plan: %s: depth %d", path, depth);
+        o->nwidths = depth + 1;
+        for (int i = 0; i <= depth; i++) o->widths[i] = i == 0 ? 64 : i == depth ? 10 : c.hidden;
+    } else {
+        return mg_error(MG_EINVAL, "plan: %s: model %s: plan's pipeline knows the mlp and the gpt "
+                        "(plan --estimate takes every model)", path, mg_model_kind_name(c.model));
+    }
+    o->batch = c.batch;
+    if (c.mesh[0]) snprintf(o->mesh, sizeof o->mesh, "%s", c.mesh);
+    snprintf(o->parallel, sizeof o->parallel, "%s", c.parallel);
+    if (c.microbatches) o->microbatches = (int)c.microbatches;
+    if (c.pp_schedule[0]) rc = mg_pp_kind_parse(c.pp_schedule, &o->schedule);
+    if (c.virtual_stages) o->virtual_stages = (int)c.virtual_stages;
+    if (c.microbatch_rows[0]) {
+        o->n_mb_rows = mg_pp_int_list_parse(c.microbatch_rows, o->mb_rows, MAX_LIST, 1);
+        if (o->n_mb_rows < 1) rc = bad_value("microbatch-rows", c.microbatch_rows, "row counts");
+    }
+    if (rc == MG_OK && c.pp_layers[0]) {
+        int64_t list[MAX_LIST];
+        o->n_pp_layers = mg_pp_int_list_parse(c.pp_layers, list, MAX_LIST, 0);
+        if (o->n_pp_layers < 1) rc = bad_value("pp-layers", c.pp_layers, "layer counts");
+        for (int i = 0; i < o->n_pp_layers; i++) o->pp_layers[i] = (int)list[i];
+    }
+    if (c.threads) o->threads = (int)c.threads;
+    return rc;
+}
+
 /* From the flags to the split: MG_OK, 1 for --help, or an error (usage). */
 static int prepare(plan_job *j, int argc, char **argv) {
     plan_opts *o = &j->o;
@@ -346,7 +387,8 @@ static int prepare(plan_job *j, int argc, char **argv) {
     o->virtual_stages = 1;
     snprintf(o->mesh, sizeof o->mesh, "%d", mg_world_size());
     snprintf(o->parallel, sizeof o->parallel, "pp");
-    int rc = parse_args(o, argc, argv);
+    int rc = from_config(o, argc, argv);
+    if (rc == MG_OK) rc = parse_args(o, argc, argv);
     if (rc != MG_OK) return rc;
     if (o->threads) mg_backend_cpu_set_threads(o->threads);
     if (!o->microbatches && !o->n_mb_rows) o->microbatches = 8;
@@ -416,16 +458,24 @@ static int run(plan_job *j) {
     return rc;
 }
 
-/* --estimate without pp in --parallel: a step of meshgrad train (plan_estimate.c). */
+/* --estimate: a step of meshgrad train (plan_estimate.c), run on the meta
+ * device from train's flags, unless pp is in --parallel and plan's own
+ * pipeline flags are given (the MLP's widths --layers W0,W1,..., or the
+ * machine's --flops, --bandwidth, --latency): then the pipeline planner's
+ * estimate of each pipeline rank. */
 static int train_estimate(int argc, char **argv) {
-    int estimate = 0, pp = 0;
+    int estimate = 0, pp = 0, planner = 0;
     for (int i = 1; i < argc; i++) {
         estimate |= strcmp(argv[i], "--estimate") == 0;
         const char *plans = mg_cli_flag_at(argc, argv, i, "--parallel"); /* getopt takes both */
         for (const char *p = plans; p && (p = strstr(p, "pp")); p += 2)
             pp |= (p == plans || p[-1] == ',') && (p[2] == '\0' || p[2] == ',');
+        const char *layers = mg_cli_flag_at(argc, argv, i, "--layers");
+        planner |= (layers && strchr(layers, ',')) || mg_cli_flag_at(argc, argv, i, "--flops") ||
+                   mg_cli_flag_at(argc, argv, i, "--bandwidth") ||
+                   mg_cli_flag_at(argc, argv, i, "--latency");
     }
-    return estimate && !pp;
+    return estimate && !(pp && planner);
 }
 
 int mg_cli_plan(int argc, char **argv) {

@@ -1,21 +1,19 @@
 /* plan_estimate.c: `meshgrad plan --estimate [train's flags]`: what one step
- * of `meshgrad train` with those flags will cost each rank, before it runs
- * (nn/estimate.h): the peak memory of the largest rank by part and the bytes
- * each collective moves per step, the figures train prints at its end. The
- * flags are train's (--config FILE, --mesh, --parallel, --model, --hidden,
- * --channels, --depth, --batch, --optimizer, --momentum, --clip; the rest are
- * taken and ignored), plus --input RxC and --classes K (the data set's: 8x8 and 10
- * for the digits), --vocab V (the GPT's: 256, the bytes of the text) and
- * --nodes N (the ranks' nodes: data-parallel ranks on one node share memory).
- * --model gpt takes train's --layers --heads --embd --ctx --grad-accum
- * (nn/estimate_gpt.c).
- * The mesh defaults to one dim of all ranks of mpirun (or 1). One process is enough. A last line gives the figures as JSON.
- * A pipeline plan (pp in --parallel) is planned by plan.c, which then asks
- * mg_plan_estimate_pipeline for each pipeline rank's memory (its stages'
- * parameters, gradients and optimizer state, and the peak of saved
- * activations the schedule's simulation found) and bytes sent per step (the
- * stage boundaries' activations forward and gradients back, per
- * micro-batch; the data-parallel sum of its stages' gradients).
+ * of `meshgrad train` with those flags will cost each rank, before it runs:
+ * train's step itself, run on the meta device (train/estimate.h), so its
+ * collectives are train's to the byte and call and its memory the largest
+ * rank's high-water marks. Prints the peak memory by part, the bytes and
+ * calls of each collective per step, and a last line of JSON. The flags are
+ * train's (--config FILE, --mesh, --parallel with pp too, --model ...; the
+ * ones a step does not use are taken and ignored), plus the data set's
+ * shapes, which are not read: --input RxC and --classes K (the digits': 8x8
+ * and 10), --vocab V (the text's bytes: 256), and --nodes N (the ranks'
+ * machines: data-parallel ranks on one node share memory). The mesh defaults
+ * to one dim of all ranks of mpirun (or 1). One process is enough.
+ * The pipeline planner's own estimate (plan.c: pp with a model given by
+ * widths) is mg_plan_estimate_pipeline: each pipeline rank's memory (its
+ * stages' parameters, gradients and optimizer state, and the peak of saved
+ * activations the schedule's simulation found) and bytes sent per step.
  * Exports mg_cli_plan_estimate (cli.h), mg_plan_estimate_pipeline
  * (plan_show.h). */
 #include <ctype.h>
@@ -30,7 +28,7 @@
 #include "cli/plan_show.h"
 #include "train/config.h"
 #include "dist/mesh.h"
-#include "nn/estimate.h"
+#include "train/estimate.h"
 #include "status.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -98,28 +96,31 @@ static int parse(estimate_opts *o, int argc, char **argv) {
     return rc;
 }
 
-static void print(const estimate_opts *o, const mg_est_config *ec, const mg_estimate *e,
-                  const char *mesh) {
+static void print(const estimate_opts *o, const mg_train_estimate *e, const char *mesh, int pp,
+                  int states) {
     const mg_train_config *c = &o->cfg;
+    char where[64] = "coordinate 0";
+    if (pp >= 0) snprintf(where, sizeof where, "pipeline rank %d", e->pp_rank);
     if (c->model == MG_MODEL_GPT)
         printf("estimate of a step of meshgrad train: gpt (%lld layers, %lld heads, embd %lld, ctx "
                "%lld, vocabulary %lld) on mesh %s [%s], batch %lld in %lld micro-batch%s, %s (%d "
-               "state%s a parameter)%s; the largest rank (coordinate 0):\n", (long long)c->layers,
+               "state%s a parameter)%s; the largest rank (%s):\n", (long long)c->layers,
                (long long)c->heads, (long long)c->embd, (long long)c->ctx, (long long)o->vocab, mesh,
-               c->parallel, (long long)c->batch, (long long)c->grad_accum,
-               c->grad_accum == 1 ? "" : "es", mg_optim_kind_name(c->optimizer), ec->states,
-               ec->states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "");
+               c->parallel, (long long)c->batch, (long long)(pp >= 0 ? c->microbatches : c->grad_accum),
+               (pp >= 0 ? c->microbatches : c->grad_accum) == 1 ? "" : "es",
+               mg_optim_kind_name(c->optimizer), states, states == 1 ? "" : "s",
+               c->clip > 0 ? ", clipped" : "", where);
     else
-    printf("estimate of a step of meshgrad train: %s (hidden %lld) on mesh %s [%s], batch %lld, %s "
-           "(%d state%s a parameter)%s; the largest rank (coordinate 0):\n",
-           mg_model_kind_name(c->model), (long long)c->hidden, mesh, c->parallel,
-           (long long)c->batch, mg_optim_kind_name(c->optimizer), ec->states,
-           ec->states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "");
+        printf("estimate of a step of meshgrad train: %s (hidden %lld) on mesh %s [%s], batch %lld, "
+               "%s (%d state%s a parameter)%s; the largest rank (%s):\n",
+               mg_model_kind_name(c->model), (long long)c->hidden, mesh, c->parallel,
+               (long long)c->batch, mg_optim_kind_name(c->optimizer), states,
+               states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "", where);
+    const mg_train_memory *m = &e->memory;
     printf("  memory: peak %.2f MiB: parameters %.2f, gradients %.2f, optimizer %.2f, activations "
-           "%.2f, gathered %.2f or gradient scratch %.2f (one arena: the larger), buffers %.2f "
-           "(MiB)\n",
-           mg_estimate_total(e) / MIB, e->params / MIB, e->grads / MIB, e->optim / MIB,
-           e->activations / MIB, e->gathered / MIB, e->scratch / MIB, e->buffers / MIB);
+           "%.2f, scratch (gathered weights, gradients) %.2f, buffers %.2f (MiB)\n",
+           mg_train_memory_total(m) / MIB, m->params / MIB, m->grads / MIB, m->optim / MIB,
+           m->activations / MIB, m->scratch / MIB, m->buffers / MIB);
     printf("  comm per step:");
     int any = 0;
     for (int k = 0; k < MG_COLL_COUNT; k++)
@@ -130,10 +131,9 @@ static void print(const estimate_opts *o, const mg_est_config *ec, const mg_esti
         }
     printf("%s\n", any ? "" : " none");
     printf("{\"estimate\":{\"peak\":%.0f,\"params\":%.0f,\"grads\":%.0f,\"optim\":%.0f,"
-           "\"activations\":%.0f,\"gathered\":%.0f,\"scratch\":%.0f,\"buffers\":%.0f},"
-           "\"comm_per_step\":{",
-           mg_estimate_total(e), e->params, e->grads, e->optim, e->activations, e->gathered,
-           e->scratch, e->buffers);
+           "\"activations\":%.0f,\"scratch\":%.0f,\"buffers\":%.0f},\"comm_per_step\":{",
+           mg_train_memory_total(m), m->params, m->grads, m->optim, m->activations, m->scratch,
+           m->buffers);
     for (int k = 0; k < MG_COLL_COUNT; k++)
         printf("%s\"%s\":{\"bytes\":%.1f,\"calls\":%.2f}", k ? "," : "",
                mg_coll_name((mg_coll_kind)k), e->bytes[k], e->calls[k]);
@@ -144,64 +144,27 @@ int mg_cli_plan_estimate(int argc, char **argv) {
     estimate_opts o;
     if (parse(&o, argc, argv) != MG_OK) return 2;
     const mg_train_config *c = &o.cfg;
-    mg_est_config ec;
-    memset(&ec, 0, sizeof ec);
-    ec.mesh_ndim = 1;
-    ec.mesh[0] = mg_world_size();
-    if (c->mesh[0] && (ec.mesh_ndim = mg_mesh_parse(c->mesh, ec.mesh)) < 0) return 2;
-    if (mg_plan_parse(c->parallel, &ec.plan) != MG_OK) return 2;
-    if (mg_plan_pp_dim(&ec.plan) >= 0) { /* pp from a config file: plan.c saw no --parallel pp */
-        mg_error(MG_EINVAL, "plan --estimate: parallel '%s'%s%s is a pipeline, whose estimate "
-                 "is `meshgrad plan`'s (with plan's flags: --layers W0,W1,... --batch "
-                 "--microbatches ...; not --config): give --parallel %s on the command line, "
-                 "without --config", c->parallel, c->config[0] ? " of " : "", c->config,
-                 c->parallel);
-        return 2;
-    }
-    mg_mesh mesh = {.ndim = ec.mesh_ndim};
-    for (int m = 0; m < ec.mesh_ndim; m++) mesh.shape[m] = ec.mesh[m];
-    /* train's refusals (mg_plan_check, mg_trainer_text_setup): every data-parallel
-     * rank (dp, fsdp; sp and tp+sp split the sequence) needs a row of each
-     * micro-batch, batch / --grad-accum rows (which divides: mg_train_config_check) */
-    int dp = mg_plan_data_degree(&ec.plan, &mesh);
-    int64_t rows = c->batch / c->grad_accum;
-    if (ec.plan.ndim == ec.mesh_ndim && rows < dp) {
-        if (c->grad_accum > 1)
-            mg_error(MG_EINVAL, "plan --estimate: a micro-batch of %lld windows (batch %lld / "
-                     "grad-accum %lld) is smaller than the data-parallel degree %d: every "
-                     "data-parallel rank needs a row (use a smaller --grad-accum)",
-                     (long long)rows, (long long)c->batch, (long long)c->grad_accum, dp);
-        else
-            mg_error(MG_EINVAL, "plan --estimate: batch %lld is smaller than the data-parallel "
-                     "degree %d", (long long)c->batch, dp);
-        return 2;
-    }
-    ec.batch = c->batch;
-    ec.micro = c->grad_accum;
-    ec.sample_ndim = 2;
-    ec.sample[0] = o.input[0];
-    ec.sample[1] = o.input[1];
-    ec.classes = o.classes;
-    ec.states = c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0;
-    ec.clip = c->clip > 0;
-    ec.nodes = o.nodes;
-    mg_estimate e;
-    if (c->model == MG_MODEL_GPT) { /* windows of --ctx tokens of the text's bytes */
-        mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, o.vocab};
-        if (mg_gpt_check(&g, &ec.plan, &mesh) != MG_OK || mg_estimate_gpt(&g, &ec, &e) != MG_OK)
-            return 2;
-    } else {
-        mg_est_layer layers[MG_EST_MODEL_MAX_LAYERS];
-        int n = mg_est_layers_model(c->model, o.input[0], o.input[1], c->hidden, c->channels,
-                                    o.classes, (int)c->depth, layers, MG_EST_MODEL_MAX_LAYERS);
-        if (n < 0 || mg_estimate_step(layers, n, &ec, &e) != MG_OK) return 2;
-    }
+    int shape[MG_MAX_MESH_DIMS] = {0}, ndim = 1;
+    shape[0] = mg_world_size();
+    if (c->mesh[0] && (ndim = mg_mesh_parse(c->mesh, shape)) < 0) return 2;
+    int64_t world = 1;
+    for (int m = 0; m < ndim; m++) world *= shape[m];
+    mg_plan plan;
+    if (mg_plan_parse(c->parallel, &plan) != MG_OK) return 2;
+    int pp = plan.ndim == ndim ? mg_plan_pp_dim(&plan) : -1;
+    /* the shapes of the data set the run would read (--input, --classes, --vocab) */
+    mg_trainer_meta_data data = {.rows = o.input[0], .cols = o.input[1], .classes = o.classes,
+                                 .vocab = o.vocab, .train_rows = c->batch, .test_rows = c->batch};
+    int node_ranks = (int)((world + o.nodes - 1) / o.nodes);
+    mg_train_estimate e;
+    if (mg_train_estimate_run(c, ndim, shape, node_ranks, &data, &e) != MG_OK) return 2;
     if (mg_rank() == 0) {
         char mesh[64];
         size_t k = 0;
-        for (int m = 0; m < ec.mesh_ndim; m++)
-            k += (size_t)snprintf(mesh + k, sizeof mesh - k, "%s%d", m ? "x" : "", ec.mesh[m]);
-        print(&o, &ec, &e, mesh);
+        for (int m = 0; m < ndim; m++)
+            k += (size_t)snprintf(mesh + k, sizeof mesh - k, "%s%d", m ? "x" : "", shape[m]);
+        int states = c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0;
+        print(&o, &e, mesh, pp, states);
     }
     return 0;
 }

@@ -2,7 +2,7 @@
  * memory and communication (see train_report.h, train.h).
  * Exports: mg_window_init, mg_window_free, mg_window_step_begin,
  * mg_window_step_end, mg_window_slowest_pack, mg_window_slowest_add,
- * mg_window_format, mg_train_memory_total, mg_train_report_end. */
+ * mg_window_format, mg_train_report_end. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,10 +84,6 @@ void mg_window_format(mg_train_window *w, char *buf, size_t len, int64_t batch, 
     w->steps = 0;
     memset(w->slow_steps, 0, (size_t)w->world * sizeof *w->slow_steps);
     memset(w->slow_s, 0, (size_t)w->world * sizeof *w->slow_s);
-}
-
-double mg_train_memory_total(const mg_train_memory *m) {
-    return m->params + m->grads + m->optim + m->activations + m->scratch + m->buffers;
 }
 
 /* ---- the end of the run ----------------------------------------------------------- */

@@ -55,8 +55,6 @@ void mg_window_slowest_add(mg_train_window *w, int64_t agreed);
  * (12.9 ms)"; starts a new window. `unit` names what batch counts ("samples"). */
 void mg_window_format(mg_train_window *w, char *buf, size_t len, int64_t batch, const char *unit);
 
-/* The sum of a rank's memory's parts (meshgrad_train.h's mg_train_memory). */
-double mg_train_memory_total(const mg_train_memory *m);
 
 /* fflush(stdout) after a line of the log. The first time stdout cannot take
  * it (closed, a full disk), one warning on stderr: the run goes on (its

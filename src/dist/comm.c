@@ -59,7 +59,7 @@ void mg_comm_register(mg_comm *comm) {
         if (c->comms[i] == comm) return;
     /* described now, while every member makes it: the flight recorder's
      * ordinal of a communicator is then the same on all of them */
-    mg_comm_info_of(comm->mpi);
+    if (!comm->meta) mg_comm_info_of(comm->mpi);
     if (mg_array_grow((void **)&c->comms, &c->cap_comms, c->n_comms + 1, sizeof *c->comms,
                       "comm registry") != MG_OK)
         return; /* counters of this comm are then not summed; nothing else breaks */
@@ -70,7 +70,8 @@ void mg_comm_unregister(mg_comm *comm) {
     mg_context *c = mg_ctx();
     for (int i = 0; i < c->n_comms; i++) {
         if (c->comms[i] != comm) continue;
-        for (int k = 0; k < MG_COLL_COUNT; k++) {
+        /* a meta comm's counts were an estimate's, never traffic of this process */
+        for (int k = 0; k < MG_COLL_COUNT && !comm->meta; k++) {
             c->retired[k].calls += comm->stats[k].calls;
             c->retired[k].bytes += comm->stats[k].bytes;
         }
@@ -132,10 +133,12 @@ void mg_comm_free(mg_comm *c) {
 
 /* ---- the calls: count, record, arm the watchdog, dispatch, disarm ------------ */
 
-/* Returns the flight record, or MG_FLIGHT_SKIP: the test hook skips the call. */
+/* Returns the flight record, or MG_FLIGHT_SKIP: the test hook skips the call,
+ * or the comm is a meta one (counted, never run). */
 static int64_t count(mg_comm *c, mg_coll_kind kind, int64_t n, int root) {
     c->stats[kind].calls++;
     c->stats[kind].bytes += mg_coll_bytes(kind, c->size, c->rank, n, root);
+    if (c->meta) return MG_FLIGHT_SKIP;
     int64_t f = mg_flight_post(c->mpi, coll_names[kind], 4 * n, MG_FLIGHT_FLOAT32, -1, 0, true);
     if (f != MG_FLIGHT_SKIP) mg_watchdog_begin_comm(coll_names[kind], c->mpi);
     return f;
@@ -167,7 +170,7 @@ int mg_comm_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req)
     req->shm = 0;
     req->flight = -1;
     if (n < 0) return bad_count("iall_reduce", n);
-    if (!c->iface->iall_reduce) { /* blocking, under the watchdog */
+    if (!c->iface->iall_reduce) { /* blocking, under the watchdog (a meta comm: counted) */
         int64_t f = count(c, MG_COLL_ALL_REDUCE, n, 0);
         if (f == MG_FLIGHT_SKIP) return MG_OK;
         return watched(f, c->iface->all_reduce(c, buf, n, MG_REDUCE_SUM));
@@ -200,6 +203,7 @@ int mg_comm_wait(mg_comm *c, mg_comm_request *req) {
 static float *alloc_shared(mg_comm *c, int64_t n, bool one) {
     mg_clear_error();
     if (!c->iface->alloc_shared || n <= 0) return NULL;
+    if (c->meta) return c->iface->alloc_shared(c, n, one);
     int64_t f = mg_flight_post(c->mpi, "alloc_shared", 4 * n, MG_FLIGHT_FLOAT32, -1, 0, true);
     mg_watchdog_begin_comm("alloc_shared", c->mpi); /* collective: a missing rank is reported */
     float *p = c->iface->alloc_shared(c, n, one);
@@ -213,6 +217,13 @@ float *mg_comm_alloc_shared_one(mg_comm *c, int64_t n) { return alloc_shared(c, 
 int mg_comm_share_tensor(mg_comm *c, mg_tensor *t, bool one) {
     float *shared = alloc_shared(c, t->numel, one);
     if (!shared) return mg_last_code(); /* MG_OK: none here */
+    mg_device_memory *dm = &mg_ctx()->memory[MG_DEVICE_META];
+    if (c->meta && t->device == MG_DEVICE_META) { /* no data to move */
+        dm->free(dm->ctx, t->data);
+        t->data = shared;
+        t->flags &= ~(unsigned)MG_TENSOR_OWNS_DATA;
+        return 1;
+    }
     if (!one || c->rank == 0) memcpy(shared, t->data, (size_t)t->numel * sizeof(float));
     free(t->data);
     t->data = shared;
@@ -223,6 +234,7 @@ int mg_comm_share_tensor(mg_comm *c, mg_tensor *t, bool one) {
 float *mg_comm_shared_scratch(mg_comm *c, int64_t n) {
     mg_clear_error();
     if (!c->iface->shared_scratch || n <= 0) return NULL;
+    if (c->meta) return c->iface->shared_scratch(c, n);
     int64_t f = mg_flight_post(c->mpi, "shared_scratch", 4 * n, MG_FLIGHT_FLOAT32, -1, 0, true);
     mg_watchdog_begin_comm("shared_scratch", c->mpi);
     float *p = c->iface->shared_scratch(c, n);

@@ -89,10 +89,18 @@ struct mg_comm {
     MPI_Comm mpi; /* the MPI communicator (control, and data for the MPI iface) */
     int rank, size;
     mg_comm_stats stats[MG_COLL_COUNT];
+    /* a meta comm (comm_meta.c): every call is counted as a real one of the
+     * same size would be, and none moves anything */
+    bool meta;
 };
 
 /* Wraps `mpi` (not duplicated, not freed) with MPI_ERRORS_RETURN. */
 mg_comm *mg_comm_mpi_new(MPI_Comm mpi);
+/* A meta comm (comm_meta.c): rank `rank` of `size` ranks that exist only in
+ * count. Collectives and transfers are counted and complete at once; with
+ * `node_local` (its ranks would share a node) it hands out shared memory on
+ * the meta device, as the MPI iface hands out a shared window. */
+mg_comm *mg_comm_meta_new(int size, int rank, bool node_local);
 void mg_comm_free(mg_comm *); /* unregisters it too */
 /* Largest count the MPI iface passes to one MPI call (default INT_MAX); larger
  * counts are split. Lowered only by tests, to exercise the split paths; n <= 0

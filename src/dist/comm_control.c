@@ -57,6 +57,7 @@ static int64_t count(mg_comm *c, mg_coll_kind kind, int64_t bytes, int root,
                      mg_flight_dtype dtype) {
     c->stats[kind].calls++;
     c->stats[kind].bytes += mg_coll_bytes(kind, c->size, c->rank, (bytes + 3) / 4, root);
+    if (c->meta) return MG_FLIGHT_SKIP; /* counted, never run: a meta comm's values stay */
     return mg_flight_post(c->mpi, mg_coll_name(kind), bytes, dtype, -1, 0, true);
 }
 
@@ -151,6 +152,7 @@ int mg_comm_gather_bytes(mg_comm *c, const void *buf, int64_t n, int root, char 
                         (long long)n, root, c->size);
     c->stats[MG_COLL_ALL_GATHER].calls++;
     c->stats[MG_COLL_ALL_GATHER].bytes += c->rank == root ? 0 : n;
+    if (c->meta) return MG_OK;
     int64_t f = mg_flight_post(c->mpi, "gather", n, MG_FLIGHT_BYTE, -1, 0, true);
     if (f == MG_FLIGHT_SKIP) return MG_OK;
     mg_watchdog_begin_comm("gather", c->mpi);

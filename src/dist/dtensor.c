@@ -159,6 +159,7 @@ static int fill_random(mg_dtensor *t, uint64_t seed, uint64_t stream, bool norma
         be->iface->fill(be->context, l, 0.0f);
         return MG_OK;
     }
+    if (mg_tensor_is_meta(l)) return MG_OK; /* no values to draw */
     float *host = l->data;
     if (l->device != MG_DEVICE_CPU) {
         host = malloc((size_t)l->numel * sizeof(float));

@@ -6,7 +6,9 @@
  * every rank (dims 0.., then the whole mesh).
  * A submesh (mg_mesh_sub) is made the same way over the ranks that share one
  * coordinate of a dim (MPI_Cart_sub of the mesh, then MPI_Cart_create).
- * Exports: mg_mesh_new/free/ndim/shape/coord (public), mg_mesh_format,
+ * A meta mesh (mg_mesh_new_meta) has the same shape, coordinates and comms,
+ * made without MPI: its comms count and never send (comm_meta.c).
+ * Exports: mg_mesh_new/free/ndim/shape/coord (public), mg_mesh_new_meta, mg_mesh_format,
  * mg_mesh_rank_of, mg_mesh_count_tensor, mg_mesh_parse, mg_mesh_sub,
  * mg_mesh_agree, mg_mesh_pair_new/free. */
 #include "config.h"
@@ -219,9 +221,90 @@ fail:
     return NULL;
 }
 
+/* ---- meta meshes ---------------------------------------------------------------- */
+
+static int meta_node(const mg_mesh *m, int64_t world) {
+    return m->meta_node_ranks > 0 ? (int)(world / m->meta_node_ranks) : 0;
+}
+
+/* A meta comm over `size` ranks from world rank `first`, `stride` apart (on
+ * one node when its first and last are: the nodes hold consecutive ranks). */
+static mg_comm *meta_comm(const mg_mesh *m, int size, int rank, int64_t first, int64_t stride) {
+    bool local = meta_node(m, first) == meta_node(m, first + (int64_t)(size - 1) * stride);
+    mg_comm *c = mg_comm_meta_new(size, rank, local);
+    if (c) mg_comm_register(c);
+    return c;
+}
+
+/* The meta mesh of `shape` at `coord`, its ranks at base + coord . stride. */
+static mg_mesh *meta_on(int ndim, const int *shape, const int *coord, int base,
+                        const int *stride, int node_ranks) {
+    mg_mesh *m = calloc(1, sizeof *m);
+    if (!m) return mg_error_null(MG_ENOMEM, "mg_mesh_new_meta: out of memory");
+    m->ndim = ndim;
+    m->meta = 1;
+    m->meta_base = base;
+    m->meta_node_ranks = node_ranks;
+    m->cart = m->checks = MPI_COMM_NULL;
+    m->size = 1;
+    for (int i = 0; i < MG_MAX_MESH_DIMS; i++) m->dim_mpi[i] = MPI_COMM_NULL;
+    for (int i = 0; i < ndim; i++) {
+        m->shape[i] = shape[i];
+        m->coord[i] = coord[i];
+        m->meta_stride[i] = stride[i];
+        m->size *= shape[i];
+    }
+    m->rank = mg_mesh_rank_of(m, coord);
+    int64_t here = base;
+    for (int i = 0; i < ndim; i++) here += (int64_t)coord[i] * stride[i];
+    for (int i = 0; i < ndim; i++) {
+        int64_t first = here - (int64_t)coord[i] * stride[i];
+        if (!(m->dim_comm[i] = meta_comm(m, shape[i], coord[i], first, stride[i]))) goto fail;
+    }
+    /* the whole mesh: on one node when its first and last rank are */
+    int64_t last = base;
+    for (int i = 0; i < ndim; i++) last += (int64_t)(shape[i] - 1) * stride[i];
+    m->world = mg_comm_meta_new(m->size, m->rank, meta_node(m, base) == meta_node(m, last));
+    if (!m->world) goto fail;
+    mg_comm_register(m->world);
+    m->id = ++mg_ctx()->next_mesh_id;
+    return m;
+fail:
+    mg_mesh_free(m);
+    return NULL;
+}
+
+mg_mesh *mg_mesh_new_meta(int ndim, const int *shape, const int *coord, int node_ranks) {
+    if (ndim < 1 || ndim > MG_MAX_MESH_DIMS || !shape || !coord)
+        return mg_error_null(MG_EMESH, "mg_mesh_new_meta: a mesh has 1 to %d dims, got %d",
+                             MG_MAX_MESH_DIMS, ndim);
+    int stride[MG_MAX_MESH_DIMS], s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (shape[i] < 1 || coord[i] < 0 || coord[i] >= shape[i])
+            return mg_error_null(MG_EMESH, "mg_mesh_new_meta: coordinate %d of dim %d is not in "
+                                 "0..%d", coord[i], i, shape[i] - 1);
+        stride[i] = s;
+        s *= shape[i];
+    }
+    return meta_on(ndim, shape, coord, 0, stride, node_ranks);
+}
+
 mg_mesh *mg_mesh_sub(const mg_mesh *m, int dim) {
     if (!m || dim < 0 || dim >= m->ndim)
         return mg_error_null(MG_EINVAL, "mg_mesh_sub: dim %d is not a dim of the mesh", dim);
+    if (m->meta) { /* the other dims, from this rank's coordinate on `dim` */
+        int shape[MG_MAX_MESH_DIMS] = {1}, coord[MG_MAX_MESH_DIMS] = {0},
+            stride[MG_MAX_MESH_DIMS] = {1}, n = 0;
+        for (int i = 0; i < m->ndim; i++)
+            if (i != dim) {
+                shape[n] = m->shape[i];
+                coord[n] = m->coord[i];
+                stride[n++] = m->meta_stride[i];
+            }
+        return meta_on(n > 0 ? n : 1, shape, coord,
+                       m->meta_base + m->coord[dim] * m->meta_stride[dim], stride,
+                       m->meta_node_ranks);
+    }
     int remain[MG_MAX_MESH_DIMS] = {0}, shape[MG_MAX_MESH_DIMS] = {1}, n = 0;
     for (int i = 0; i < m->ndim; i++)
         if (i != dim) {
@@ -285,6 +368,17 @@ int mg_mesh_pair_new(mg_mesh_pair *out, const mg_mesh *m, int dim, int a, int b)
         b >= m->shape[dim])
         return mg_error(MG_EINVAL, "mg_mesh_pair_new: coordinates %d and %d of dim %d", a, b, dim);
     int c = m->coord[dim], in = c == a || c == b;
+    if (m->meta) {
+        if (!in) return MG_OK;
+        int64_t here = m->meta_base;
+        for (int i = 0; i < m->ndim; i++) here += (int64_t)m->coord[i] * m->meta_stride[i];
+        int64_t at_a = here + (int64_t)(a - c) * m->meta_stride[dim];
+        int64_t at_b = here + (int64_t)(b - c) * m->meta_stride[dim];
+        out->comm = mg_comm_meta_new(2, c == a ? 0 : 1, meta_node(m, at_a) == meta_node(m, at_b));
+        if (!out->comm) return mg_last_code();
+        mg_comm_register(out->comm);
+        return MG_OK;
+    }
     int err = MPI_Comm_split(m->dim_mpi[dim], in ? 0 : MPI_UNDEFINED, c == a ? 0 : 1, &out->mpi);
     if (err != MPI_SUCCESS) return mg_mpi_failed(err, "mg_mesh_pair_new: MPI_Comm_split failed");
 #ifdef MG_HAVE_CUDA
@@ -320,6 +414,10 @@ int mg_mesh_agree(const mg_mesh *m, const uint64_t *v, int n, int *every, const 
     uint64_t buf[64];
     if (n < 0 || n > 32)
         return mg_error(MG_EINVAL, "%s: %d values to agree on (at most 32)", who, n);
+    if (m->meta) { /* the ranks that exist only in count agree with this one */
+        for (int i = 0; i < n; i++) every[i] = 1;
+        return MG_OK;
+    }
     for (int i = 0; i < n; i++) buf[2 * i] = v[i], buf[2 * i + 1] = ~v[i];
     mg_watchdog_begin_comm(who, m->checks);
     int err = MPI_Allreduce(MPI_IN_PLACE, buf, 2 * n, MPI_UINT64_T, MPI_MAX, m->checks);

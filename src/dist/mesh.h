@@ -25,10 +25,20 @@ struct mg_mesh {
     mg_comm *dim_comm[MG_MAX_MESH_DIMS]; /* collectives along one mesh dim */
     mg_comm *world;                      /* collectives over the whole mesh */
     int id;                              /* distinct per mesh made in this process */
+    /* a meta mesh (mg_mesh_new_meta): no MPI communicator, meta comms; the
+     * world rank of coordinates c is base + sum c[i] stride[i], and ranks
+     * r / node_ranks share a node */
+    int meta, meta_base, meta_stride[MG_MAX_MESH_DIMS], meta_node_ranks;
     /* heap tensors on it not yet freed (dtensor.c counts them with
      * mg_mesh_count_tensor): mg_mesh_free refuses while there are any */
     int tensors;
 };
+
+/* A mesh for the meta device (backend/meta.c): this process plays the rank at
+ * `coord` of a mesh of `shape` that exists only in count, `node_ranks` ranks
+ * to a node (0: all on one). Its comms are meta ones (comm_meta.c); no MPI
+ * call is made. Freed with mg_mesh_free. */
+mg_mesh *mg_mesh_new_meta(int ndim, const int *shape, const int *coord, int node_ranks);
 
 /* "2x2" (or "1" for a 1-D mesh of 1). Returns buf. */
 char *mg_mesh_format(char *buf, size_t len, const mg_mesh *mesh);

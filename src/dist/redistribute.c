@@ -29,8 +29,8 @@
  * mg_redistribute_cost walks the same plan on coordinate 0 (the largest block)
  * with mg_coll_bytes, so it needs only global metadata.
  *
- * mg_redistribute_moves lists that plan's collectives (the step estimate of
- * nn/estimate.h counts them).
+ * mg_redistribute_moves lists that plan's collectives (mg_redistribute_cost
+ * sums their bytes).
  * mg_full_tensor (public) and mg_dtensor_item bring a tensor whole with the
  * same moves, to every placement Replicate.
  * Exports: mg_redistribute_local, mg_redistribute_cost, mg_redistribute_moves,
@@ -191,7 +191,9 @@ static mg_staging *staging(int dev, int slot) { return &mg_ctx()->staging[dev][s
 
 static void scratch_release(int dev, int slot) {
     mg_staging *s = staging(dev, slot);
-    mg_backend *be = dev == MG_DEVICE_CPU ? mg_backend_cpu() : mg_backend_cuda();
+    mg_backend *be = dev == MG_DEVICE_CPU    ? mg_backend_cpu()
+                     : dev == MG_DEVICE_META ? mg_backend_meta()
+                                             : mg_backend_cuda();
     if (s->p && be) be->iface->free(be->context, s->p);
     s->p = NULL;
     s->bytes = 0;

@@ -187,7 +187,7 @@ static int only_dim(unsigned dims) {
  * not ours to move); negative: an error. */
 static int share(mg_tensor *buf, mg_comm *comm) {
     if (mg_comm_shared_peer(comm, buf->data, buf->numel, 0)) return 1;
-    if (buf->device != MG_DEVICE_CPU || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
+    if (!mg_tensor_on_host(buf) || !(buf->flags & MG_TENSOR_OWNS_DATA) ||
         buf->numel < MG_GRAD_LARGE_FLOATS || !comm->iface->alloc_shared)
         return 0;
     return mg_comm_share_tensor(comm, buf, false);
@@ -229,7 +229,7 @@ static int start_sum(struct mg_reducer *r, leaf_record *rec) {
     if (shared < 0) return shared;
     if (shared && rec->defer) return MG_OK; /* the optimizer step sums it */
     rec->form = MG_GRAD_FULL; /* once the buckets finish */
-    return mg_buckets_add(&r->buckets, comm, buf->data, buf->numel, buf->device == MG_DEVICE_CPU);
+    return mg_buckets_add(&r->buckets, comm, buf->data, buf->numel, mg_tensor_on_host(buf));
 }
 
 /* g brought to `target` (from the scratch arena; a view where no data moves;

@@ -17,7 +17,7 @@ void mg_rows_slice(int64_t rows, int k, int r, int64_t *lo, int64_t *hi) {
 /* t (B, F) on the CPU, its batch dim sharded over mesh dim d, whole elsewhere. */
 static bool batch_rows(const mg_dtensor *t, int d) {
     const mg_mesh *mesh = t->spec.mesh;
-    if (t->spec.ndim != 2 || t->local->device != MG_DEVICE_CPU) return false;
+    if (t->spec.ndim != 2 || !mg_tensor_on_host(t->local)) return false;
     for (int m = 0; m < mesh->ndim; m++) {
         mg_placement p = t->spec.p[m];
         if (m == d ? p.kind != MG_PLACE_SHARD || p.dim != 0
@@ -44,6 +44,7 @@ int mg_rows_dim(const mg_dtensor *w, const mg_dtensor *dy, const mg_dtensor *x) 
 
 /* This rank's batch rows of t (B, F) into the whole-batch staging copy. */
 static void stage(float *whole, const mg_dtensor *t) {
+    if (mg_tensor_is_meta(t->local)) return;
     int64_t shape[MG_MAX_DIMS], off[MG_MAX_DIMS];
     mg_spec_local(&t->spec, NULL, shape, off);
     memcpy(whole + off[0] * shape[1], t->local->data, (size_t)(shape[0] * shape[1]) * sizeof(float));
@@ -87,7 +88,7 @@ int mg_rows_gather(mg_dtensor *w, int dim) {
         int64_t lo, hi;
         mg_rows_slice(o, c->size, q, &lo, &hi);
         if (!theirs) rc = mg_error(MG_ESTATE, "gradient rows: a buffer left shared memory");
-        else memcpy(g->data + lo * in, theirs + lo * in, (size_t)((hi - lo) * in) * sizeof(float));
+        else if (!mg_tensor_is_meta(g)) memcpy(g->data + lo * in, theirs + lo * in, (size_t)((hi - lo) * in) * sizeof(float));
     }
     int after = mg_comm_barrier(c); /* nobody writes its rows before all copied them */
     return rc == MG_OK ? after : rc;

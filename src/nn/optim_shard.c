@@ -25,7 +25,7 @@ static mg_comm *shard_comm(const mg_param *p) {
 static int shard_dim(const mg_param *p) {
     const mg_mesh *mesh = p->value->spec.mesh;
     const mg_tensor *g = p->grad ? p->grad->local : NULL;
-    if (!g || g->device != MG_DEVICE_CPU || p->value->local->device != MG_DEVICE_CPU) return -1;
+    if (!g || !mg_tensor_on_host(g) || !mg_tensor_on_host(p->value->local)) return -1;
     for (int m = 0; m < mesh->ndim; m++) {
         mg_comm *c = mesh->dim_comm[m];
         if (p->value->spec.p[m].kind == MG_PLACE_REPLICATE && c->size > 1 && c->size <= MAX_PEERS &&
@@ -83,7 +83,7 @@ int mg_optim_shard_mark(mg_param_table *t) {
         int replicated = 0;
         for (int m = 0; m < mesh->ndim; m++)
             replicated |= mesh->shape[m] > 1 && v->spec.p[m].kind == MG_PLACE_REPLICATE;
-        if (replicated && v->local->device == MG_DEVICE_CPU &&
+        if (replicated && mg_tensor_on_host(v->local) &&
             v->local->numel >= MG_GRAD_LARGE_FLOATS) {
             int rc = mg_reducer_defer(v);
             if (rc != MG_OK) return rc;
@@ -143,6 +143,7 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
     bool unsummed = mg_reducer_form(p->value, NULL) == MG_GRAD_LOCAL;
     mg_tensor *w = p->value->local;
     const mg_tensor *g = p->grad->local;
+    if (mg_tensor_is_meta(w)) return; /* nothing to update */
     const float *grads[MAX_PEERS]; /* every rank's gradient buffer, mapped here */
     for (int q = 0; q < k; q++) grads[q] = mg_comm_shared_peer(c, g->data, g->numel, q);
     /* this rank's rows (dim 0), as the reducer slices ROWS gradients */

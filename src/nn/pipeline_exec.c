@@ -11,6 +11,7 @@
 
 #include "autograd/backward.h"
 #include "backend/backend.h"
+#include "array.h"
 #include "context.h"
 #include "dist/mesh.h"
 #include "dist/reducer.h"
@@ -264,11 +265,88 @@ static int header_read(mg_pp_exec *e, const float *w, int kind, int mb, int stag
     return mg_spec_make(spec, e->mesh, p, e->mesh->ndim, ndim, shape, "pipeline transfer");
 }
 
+/* ---- meta runs: headers without messages ---------------------------------------
+ * On a meta comm (dist/comm_meta.c) nothing arrives. A gradient's header is
+ * the receiving slot's own output's spec; an activation's is the one the
+ * sending rank's run recorded: a plan estimate runs the pipeline ranks one
+ * after another (train/estimate.c), and the store outlives each run, in the
+ * context, until mg_pp_meta_headers_free. */
+typedef struct {
+    int stage, mb;
+    float words[HEADER_WORDS];
+} meta_header;
+
+struct mg_pp_meta_headers {
+    meta_header *h;
+    int n, cap;
+    int missing; /* a receive found no header yet */
+};
+
+static struct mg_pp_meta_headers *meta_store(void) {
+    mg_context *c = mg_ctx();
+    if (!c->pp_meta_headers) c->pp_meta_headers = calloc(1, sizeof *c->pp_meta_headers);
+    return c->pp_meta_headers;
+}
+
+static meta_header *meta_find(struct mg_pp_meta_headers *m, int stage, int mb) {
+    for (int i = 0; m && i < m->n; i++)
+        if (m->h[i].stage == stage && m->h[i].mb == mb) return &m->h[i];
+    return NULL;
+}
+
+static int meta_record(const float *words, int stage, int mb) {
+    struct mg_pp_meta_headers *m = meta_store();
+    if (!m) return mg_error(MG_ENOMEM, "pipeline: out of memory");
+    meta_header *h = meta_find(m, stage, mb);
+    if (!h) {
+        if (mg_array_grow((void **)&m->h, &m->cap, m->n + 1, sizeof *m->h, "pipeline") != MG_OK)
+            return mg_last_code();
+        h = &m->h[m->n++];
+        h->stage = stage;
+        h->mb = mb;
+    }
+    memcpy(h->words, words, sizeof h->words);
+    return MG_OK;
+}
+
+/* The header a meta receive would have got, into x->words. */
+static int meta_header_of(slot *sl, xfer *x, int kind) {
+    if (kind == KIND_GRAD) {
+        if (!sl->y) return mg_error(MG_ESTATE, "pipeline: a gradient before its forward");
+        header_make(x->words, kind, sl->mb, sl->stage, &sl->y->spec);
+        return MG_OK;
+    }
+    struct mg_pp_meta_headers *m = meta_store();
+    meta_header *h = meta_find(m, sl->stage, sl->mb);
+    if (!h) {
+        if (m) m->missing = 1;
+        return mg_error(MG_ESTATE, "pipeline: stage %d's input of micro-batch %d is not known "
+                        "yet (the sending rank's run comes later)", sl->stage, sl->mb);
+    }
+    memcpy(x->words, h->words, sizeof x->words);
+    return MG_OK;
+}
+
+int mg_pp_meta_headers_missing(void) {
+    struct mg_pp_meta_headers *m = mg_ctx()->pp_meta_headers;
+    int was = m && m->missing;
+    if (m) m->missing = 0;
+    return was;
+}
+
+void mg_pp_meta_headers_free(void) {
+    struct mg_pp_meta_headers *m = mg_ctx()->pp_meta_headers;
+    if (m) free(m->h);
+    free(m);
+    mg_ctx()->pp_meta_headers = NULL;
+}
+
 /* The header of a receive is in: its tensor (in the slot's arena) and the
  * receive of its data. */
 static int post_data(mg_pp_exec *e, slot *sl, xfer *x, int kind, int peer) {
     mg_spec spec;
-    int rc = header_read(e, x->words, kind, sl->mb, sl->stage, peer, &spec);
+    int rc = e->pp->meta ? meta_header_of(sl, x, kind) : MG_OK;
+    if (rc == MG_OK) rc = header_read(e, x->words, kind, sl->mb, sl->stage, peer, &spec);
     if (rc == MG_OK) rc = acquire(e, sl);
     if (rc != MG_OK) return rc;
     int64_t local[MG_MAX_DIMS];
@@ -361,6 +439,10 @@ static int post_send(mg_pp_exec *e, slot *sl, xfer *x, int kind, const mg_dtenso
     memset(x, 0, sizeof *x);
     /* the header names the stage that receives it */
     header_make(x->words, kind, sl->mb, sl->stage + (kind == KIND_ACT ? 1 : -1), &t->spec);
+    if (e->pp->meta && kind == KIND_ACT) {
+        int rc = meta_record(x->words, sl->stage + 1, sl->mb);
+        if (rc != MG_OK) return rc;
+    }
     x->head_posted = 1;
     if (sl->sends_open++ == 0) e->sending[e->nsending++] = sl;
     int rc = mg_comm_isend(e->pp, x->words, HEADER_WORDS, peer, &x->head);

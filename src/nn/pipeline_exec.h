@@ -39,7 +39,8 @@
  * between forward and backward at once.
  *
  * Exports: mg_pp_stage_fns, mg_pp_exec_stats, mg_pp_exec, mg_pp_exec_new,
- * mg_pp_exec_step, mg_pp_exec_forward, mg_pp_exec_share_arenas, mg_pp_exec_free. */
+ * mg_pp_exec_step, mg_pp_exec_forward, mg_pp_exec_share_arenas, mg_pp_exec_free,
+ * mg_pp_meta_headers_missing, mg_pp_meta_headers_free. */
 #ifndef MG_NN_PIPELINE_EXEC_H
 #define MG_NN_PIPELINE_EXEC_H
 
@@ -100,5 +101,12 @@ int mg_pp_exec_forward(mg_pp_exec *e, const mg_pp_stage_fns *fns, mg_pp_exec_sta
  * hold the memory of the larger, not of both. Before e's first run. */
 int mg_pp_exec_share_arenas(mg_pp_exec *e, mg_pp_exec *with);
 void mg_pp_exec_free(mg_pp_exec *e);
+
+/* On a meta comm (a plan estimate, train/estimate.c) no header arrives: each
+ * activation's is taken from the sending rank's earlier run, kept in the
+ * context. Whether a receive found none since the last call (that rank's run
+ * must come again, after the sender's); and the store's end. */
+int mg_pp_meta_headers_missing(void);
+void mg_pp_meta_headers_free(void);
 
 #endif

@@ -29,6 +29,7 @@
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "trace.h"
+#include "train/estimate.h"
 #include "train/trainer_pp.h"
 
 /* ---- building the run ------------------------------------------------------------- */
@@ -37,16 +38,13 @@
  * machine's memory even split evenly over every rank is refused before it is
  * made (one label of 16777215 in a data set asks for 16.7M classes: tens of
  * GB, and the kernel would kill the job while it fills them). */
-static int check_fits(const mg_trainer *tr, const mg_model_config *mc) {
-    const mg_train_config *c = &tr->cfg;
-    if (tr->meta) return MG_OK;
-    double params = mg_model_config_params(mc), copies = c->optimizer == MG_OPTIM_ADAMW ? 4 : 3;
-    char what[sizeof c->data + 256];
-    snprintf(what, sizeof what, "the model of %.0f parameters (hidden %lld, %lld classes from the "
-             "labels of %s), with their gradients and optimizer state split over all %d ranks,",
-             params, (long long)mc->hidden, (long long)mc->classes, c->data, tr->mesh->size);
-    return mg_machine_check_memory(what, 4.0 * params * copies / tr->mesh->size,
-                                   "make the model smaller (--hidden, --depth), or check the labels");
+static int check_fits(const mg_trainer *tr, const mg_model_config *mc, int64_t ntest) {
+    mg_trainer_meta_data d = {.rows = mc->rows, .cols = mc->cols, .classes = mc->classes,
+                              .train_rows = tr->cfg.batch, .test_rows = ntest};
+    char fix[sizeof tr->cfg.data + 160];
+    snprintf(fix, sizeof fix, "make the model smaller (--hidden, --depth) or the --batch, or check "
+             "the labels of %s (%lld classes)", tr->cfg.data, (long long)mc->classes);
+    return mg_train_estimate_fits(&tr->cfg, tr->mesh, &d, mg_model_config_params(mc), fix);
 }
 
 /* Opens the test split when the data set has one (else a warning: nothing
@@ -119,7 +117,7 @@ static int image_setup(mg_trainer *tr) {
     mg_model_config mc = {.kind = c->model, .rows = sample[0], .cols = sample[1],
                           .hidden = c->hidden, .channels = c->channels, .classes = classes,
                           .depth = (int)c->depth, .seed = (uint64_t)c->seed};
-    if ((rc = check_fits(tr, &mc)) != MG_OK) return rc;
+    if ((rc = check_fits(tr, &mc, ntest)) != MG_OK) return rc;
     rc = mg_plan_pp_dim(&tr->plan) >= 0
              ? mg_train_pp_new(&tr->pp, c, tr->mesh, &tr->plan, &mc, ntest, &tr->model)
              : mg_model_build(&tr->model, &mc, tr->mesh, &tr->plan, NULL);
@@ -416,9 +414,13 @@ const mg_mesh *mg_trainer_mesh(const mg_trainer *tr) { return tr ? tr->mesh : NU
 int64_t mg_trainer_numel(const mg_trainer *tr) { return tr ? mg_model_numel(&tr->model) : -1; }
 
 int mg_trainer_checksum(mg_trainer *tr, uint64_t *out) {
-    return tr->pp       ? mg_train_pp_checksum(tr->pp, out)
-           : tr->gpt_pp ? mg_gpt_pp_checksum(tr->gpt_pp, out)
-                        : mg_params_checksum(&tr->model.params, out);
+    int rc = tr->pp       ? mg_train_pp_checksum(tr->pp, out)
+             : tr->gpt_pp ? mg_gpt_pp_checksum(tr->gpt_pp, out)
+                          : mg_params_checksum(&tr->model.params, out);
+    /* the whole parameters it gathered are no step's: their staging buffers
+     * go back, so a run's memory is its steps' */
+    mg_redistribute_release();
+    return rc;
 }
 
 int mg_trainer_evaluate(mg_trainer *tr, mg_train_eval *ev) {
@@ -427,6 +429,10 @@ int mg_trainer_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     ev->rows = ev->correct = 0;
     return tr->cfg.model == MG_MODEL_GPT ? mg_trainer_text_evaluate(tr, ev)
                                          : mg_trainer_image_evaluate(tr, ev);
+}
+
+double mg_train_memory_total(const mg_train_memory *m) {
+    return m->params + m->grads + m->optim + m->activations + m->scratch + m->buffers;
 }
 
 void mg_trainer_memory_get(const mg_trainer *tr, mg_train_memory *m) {

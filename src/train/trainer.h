@@ -96,12 +96,4 @@ int mg_trainer_eval_least_rows(const mg_trainer *tr);
  * (a meta run's), made as a data set's batch is made. */
 int mg_trainer_meta_batch(const mg_trainer *tr, const mg_spec *x_spec, const mg_spec *y_spec,
                           mg_dtensor **x, mg_dtensor **y);
-/* MG_OK, or MG_ENOMEM with a message naming `smaller` (the flags that shrink
- * the batch), when a GPT step of `batch` windows in `micro` micro-batches on
- * the mesh and plan (no pp: mg_pipeline_make checks those) is estimated to
- * need more than this machine's memory; `states` optimizer floats per
- * parameter, `clip` on (also bench step --model gpt's). */
-int mg_trainer_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
-                        int64_t batch, int64_t micro, int states, int clip, const char *smaller);
-
 #endif

@@ -84,6 +84,7 @@ int mg_train_pp_new(mg_train_pp **out, const mg_train_config *c, const mg_mesh *
     mg_layer_cost costs[MG_MODEL_MAX_LAYERS];
     unsigned char held[MG_MODEL_MAX_LAYERS] = {0};
     int rc = !o || !t ? mg_error(MG_ENOMEM, "train: out of memory") : mg_train_pp_options(c, o);
+    if (rc == MG_OK && mesh->meta) o->machine_bytes = 0; /* a plan, not this machine's run */
     /* the layers' shapes and costs, no parameters yet */
     if (rc == MG_OK) rc = mg_model_build(model, mc, mesh, plan, held);
     if (rc == MG_OK) rc = mg_model_layer_costs(model, costs);

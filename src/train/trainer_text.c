@@ -24,7 +24,7 @@
 #include "backend/backend.h"
 #include "context.h"
 #include "machine.h"
-#include "nn/estimate.h"
+#include "train/estimate.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "train/trainer.h"
@@ -63,41 +63,12 @@ static int build_model(mg_trainer *tr, const mg_gpt_config *g) {
                         (long long)c->grad_accum, (long long)c->grad_accum);
     mg_pp_options *o = malloc(sizeof *o);
     int rc = o ? mg_train_pp_options(c, o) : mg_error(MG_ENOMEM, "train: out of memory");
+    if (rc == MG_OK && tr->meta) o->machine_bytes = 0; /* a plan, not this machine's run */
     if (rc == MG_OK)
         rc = mg_gpt_pp_new(&tr->gpt_pp, tr->mesh, &tr->plan, o, g, (uint64_t)c->seed, c->batch,
                            &tr->model);
     free(o);
     return rc;
-}
-
-/* A step whose estimate (plan --estimate's, within a few percent of what a
- * run measures) cannot fit this machine's memory is refused before anything
- * is made: --batch 2147483647 took a minute to fill 16 GB of window starts
- * before the first tensor failed. (The estimate walks no pipeline: pp runs
- * are checked by mg_pipeline_make.) Also bench step --model gpt's (cli.h). */
-int mg_trainer_gpt_fits(const mg_gpt_config *g, const mg_mesh *mesh, const mg_plan *plan,
-                    int64_t batch, int64_t micro, int states, int clip, const char *smaller) {
-    double have = mg_machine_memory_bytes();
-    if (mg_plan_pp_dim(plan) >= 0 || !(have > 0)) return MG_OK;
-    int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
-    mg_est_config ec = {.mesh_ndim = mesh->ndim, .plan = *plan, .batch = batch, .micro = micro,
-                        .states = states, .clip = clip,
-                        .nodes = (mg_world_size() + on_node - 1) / on_node};
-    for (int m = 0; m < mesh->ndim; m++) ec.mesh[m] = mesh->shape[m];
-    mg_estimate e;
-    if (mg_estimate_gpt(g, &ec, &e) != MG_OK) { /* no estimate: the run itself will tell */
-        mg_clear_error();
-        return MG_OK;
-    }
-    double rank = mg_estimate_total(&e);
-    if (rank * on_node <= have) return MG_OK;
-    return mg_error(MG_ENOMEM, "a step of this GPT (batch %lld of --ctx %lld, --embd %lld, "
-                    "--layers %lld) needs about %.1f GiB a rank (meshgrad plan --estimate shows "
-                    "the parts), %.1f GiB for this machine's %d rank%s, more than its %.1f GiB of "
-                    "memory: use a smaller %s, --ctx, --embd or --layers, or more machines",
-                    (long long)batch, (long long)g->ctx, (long long)g->embd, (long long)g->layers,
-                    rank / 1073741824.0, rank * on_node / 1073741824.0, on_node,
-                    on_node == 1 ? "" : "s", have / 1073741824.0, smaller);
 }
 
 /* The token splits (a meta run: their shapes), checked against ctx. */
@@ -139,12 +110,15 @@ int mg_trainer_text_setup(mg_trainer *tr) {
                       (long long)c->ctx, mg_trainer_eval_least_rows(tr));
     if (rc != MG_OK) return rc;
     mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, vocab_of(tr)};
-    if (!tr->meta)
-        rc = mg_trainer_gpt_fits(&g, tr->mesh, &tr->plan, c->batch, c->grad_accum,
-                                 c->optimizer == MG_OPTIM_ADAMW ? 2 : c->momentum != 0 ? 1 : 0,
-                                 c->clip > 0, "--batch (or --grad-accum)");
+    mg_trainer_meta_data d = {.vocab = g.vocab, .train_rows = c->batch, .test_rows = windows};
+    rc = mg_gpt_check(&g, &tr->plan, tr->mesh);
+    if (rc == MG_OK)
+        rc = mg_train_estimate_fits(c, tr->mesh, &d, (double)mg_gpt_param_count(&g),
+                                    "use a smaller --batch (or more --grad-accum), --ctx, --embd "
+                                    "or --layers, or more machines");
     if (rc != MG_OK) return rc;
-    if (!(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
+    if (!tr->meta && /* a meta run reads no windows */
+        !(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
         return mg_error(MG_ENOMEM, "train: out of memory for %lld windows", (long long)c->batch);
     if ((rc = build_model(tr, &g)) != MG_OK) return rc;
     tr->have_model = 1;
