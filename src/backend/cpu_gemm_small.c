@@ -120,10 +120,11 @@ AVX2 static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const flo
 
 #if SMALL_GEMM
 /* The packed rows of x (mp x k floats): one buffer a thread, grown as needed
- * and kept, so the steady-state step allocates nothing (DESIGN.md); a thread's
- * own, as gemm may be called from several threads at once. The buffer is also
- * the thread's value of packed_key, whose destructor frees it when the thread
- * ends (a _Thread_local pointer alone would lose it then). */
+ * and kept, so the steady-state step allocates nothing (docs/DESIGN.md
+ * "Memory"); a thread's own, as gemm may be called from several threads at
+ * once. The buffer is also the thread's value of packed_key, whose destructor
+ * frees it when the thread ends (a _Thread_local pointer alone would lose it
+ * then). */
 static _Thread_local float *packed;
 static _Thread_local size_t packed_cap;
 static pthread_key_t packed_key;
