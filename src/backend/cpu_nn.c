@@ -26,7 +26,7 @@ MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
  * prefetcher only runs ahead of misses, so without it the next row's reads
  * would wait for this row's compute. The exps are the work here, and the sum
  * is in blocks longer than BLOCK_SUM's: the compiler adds a block's vector
- * lanes one by one, which every 256 terms cost the softmax forward 2-4%. */
+ * lanes one by one, which every 256 terms cost the softmax forward time. */
 #define EXP_BLOCK 1024
 MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float *restrict out,
                              const float *next) {
@@ -327,7 +327,7 @@ void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor 
 
 /* max and log(sum(exp(x - max))) of one row of C, both vectorized: a NaN
  * among the logits makes the sum, so the loss and every gradient, NaN, as in
- * torch (glibc's expf, a call per element, was 2.5% of a GPT step) */
+ * torch (glibc's expf, a call per element, showed in a GPT step's profile) */
 MG_CPU_INLINE void row_logsumexp(const float *restrict x, int64_t c, float *max_out,
                                  float *lse_out) {
     float m = row_max(x, c);

@@ -27,8 +27,8 @@
  * offers the same rule candidates as its op and records what its VJP makes.
  * The GPT, which branches (residual stream, q/k/v), is walked by
  * estimate_gpt.c on a small tape of its own with the same steps
- * (estimate_walk.h). Its approximations (docs/OBSERVE.md): activations 1-6%
- * high (every VJP output counted as a new tensor); the tied wte's gradient
+ * (estimate_walk.h). Its approximations: activations a few percent high
+ * (every VJP output counted as a new tensor); the tied wte's gradient
  * scratch and tp's gathered copies not counted.
  *
  * Exports: mg_est_kind, mg_est_layer, mg_est_config, mg_estimate,
