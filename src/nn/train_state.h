@@ -8,7 +8,8 @@
  *   seed, rng                 the seed; how the random streams are keyed
  *   data.epoch, data.cursor   the loader's position after the last step
  *   data.batch, data.file     the global batch; the data set (informational)
- *   model, model.hidden, model.channels, model.classes, model.input (the MLPs)
+ *   model, model.hidden, model.channels, model.depth, model.classes,
+ *   model.input (the MLPs)
  *   model.layers, model.heads, model.embd, model.ctx, model.vocab, model.qkv_rows
  *   (the GPT, gpt.h; qkv_rows says how the rows of attn.qkv are ordered)
  *   optimizer, optimizer.state, optimizer.step (updates taken, for AdamW's bias
