@@ -1,6 +1,6 @@
 #!/bin/sh
 # check-layers.sh: fails when a file under src/ includes a header of a layer
-# above its own. The layers, bottom to top (DESIGN.md, "Layers"): a file may
+# above its own. The layers, bottom to top (docs/DESIGN.md "Layers"): a file may
 # include headers of its own layer and of the layers below it, never above.
 #
 #   0 base      src/*.c src/*.h   status, tensor, arena, rng, context, meshgrad.h

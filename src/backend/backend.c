@@ -129,7 +129,7 @@ void mg_backend_cpu_set_threads(int threads) {
 #ifdef _OPENMP
     /* The threads go to GEMM. With a pthreads OpenBLAS (Debian's default) our
      * OpenMP loops would keep a second pool whose idle threads spin on the
-     * same cores as OpenBLAS's: a 2-thread MLP step took 129 ms instead of 70.
+     * same cores as OpenBLAS's, and a 2-thread step ran far slower.
      * Those loops are memory-bound anyway, so they share threads only with an
      * OpenMP OpenBLAS (one pool) and stay on one thread otherwise. */
     omp_set_num_threads(openblas_get_parallel() == 2 ? n : 1);

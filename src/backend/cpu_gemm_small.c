@@ -3,10 +3,10 @@
  *
  * sgemm packs the whole of B (here the weight) into a buffer for every call.
  * For a 256-row batch that copy is small beside the product; for the 32-row
- * micro-batches of a pipeline or of gradient accumulation it is not: one
- * thread, a 4096 x 1024 weight, eight 32-row forwards cost 1.3-1.4x the one
- * 256-row product. This kernel reads the weight's rows where they lie, once,
- * and packs only x (transposed, K x M):
+ * micro-batches of a pipeline or of gradient accumulation it is not: eight
+ * 32-row forwards cost clearly more than the one 256-row product
+ * (`meshgrad bench ops` times both). This kernel reads the weight's rows
+ * where they lie, once, and packs only x (transposed, K x M):
  *   C (M, N) = alpha A (M, K) B^T + beta C, B (N, K), M <= 64
  * (beta 0 overwrites C, as BLAS does). Every element of C is one sum over K in
  * order, in float with fused multiply-adds, so a row of C does not depend on
@@ -16,8 +16,8 @@
  * ours for them ran no faster than sgemm in a pipeline step.
  *
  * The register tile is AVX2's (8 lanes, 16 registers) and runs where the CPU
- * has AVX2 and FMA: the ISA OpenBLAS picks on this project's machines, so the
- * small products run at about the rate of the large ones, no faster. Other
+ * has AVX2 and FMA; beside OpenBLAS's AVX2 (Haswell) kernels the small
+ * products then run at about the rate of the large ones, no faster. Other
  * shapes, CPUs and compilers go to sgemm.
  * Exports mg_cpu_gemm_small (cpu_internal.h). */
 #include <pthread.h>
@@ -113,17 +113,18 @@ AVX2 static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const flo
 
 /* ---- dispatch ------------------------------------------------------------------------- */
 
-/* Rows up to which the kernel beats sgemm on a large weight, one thread:
- * 32 rows 1.2-1.3x. */
+/* Rows up to which the kernel beats sgemm on a large weight, one thread
+ * (`meshgrad bench ops` times it at 32 rows). */
 #define SMALL_ROWS 64
 #define LARGE_WEIGHT (1 << 16) /* floats: below, packing it costs sgemm little */
 
 #if SMALL_GEMM
 /* The packed rows of x (mp x k floats): one buffer a thread, grown as needed
- * and kept, so the steady-state step allocates nothing (DESIGN.md); a thread's
- * own, as gemm may be called from several threads at once. The buffer is also
- * the thread's value of packed_key, whose destructor frees it when the thread
- * ends (a _Thread_local pointer alone would lose it then). */
+ * and kept, so the steady-state step allocates nothing (docs/DESIGN.md
+ * "Memory"); a thread's own, as gemm may be called from several threads at
+ * once. The buffer is also the thread's value of packed_key, whose destructor
+ * frees it when the thread ends (a _Thread_local pointer alone would lose it
+ * then). */
 static _Thread_local float *packed;
 static _Thread_local size_t packed_cap;
 static pthread_key_t packed_key;

@@ -33,19 +33,16 @@ MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean)
  * r + 1 from memory for its sum, so the memory streams all the while: the
  * plain kernel reads a row, then normalizes it from cache while it asks for
  * the next row, and its reads come in bursts. A y too large to stay in cache
- * is written with streaming stores (`streams`). 8192 x 1024 from memory, 106
- * runs alternating with the plain kernel (2026-12-03): the forward 4.5%
- * faster (median), the backward after it 3% (it no longer evicts y's dirty
- * lines); layer norm against the copy 0.89 -> 0.92 (median), at its lowest
- * 0.57 -> 0.70. Asking for lines ahead of the loop's reads made it slower;
- * asking for the whole row after next before the row's squares (its first
- * pass from cache) makes it faster: 10% (200 runs alternating, 2026-12-03;
- * into the L2 only: 16% slower than into the L1; three rows ahead: the same).
- * The row's sums in four vectors of lanes (LANES4_SUM below): from memory
- * 2% faster (300 runs alternating), from cache 13-20%. Every row's sum is
- * taken in the same order, whether read alone (a run's first row) or in the
- * loop (the others), and the stores do not change the values: the same bits
- * at every size, alignment and number of threads. */
+ * is written with streaming stores (`streams`), which also spares the
+ * backward after it the eviction of y's dirty lines. Asking for lines ahead
+ * of the loop's reads made it slower; asking for the whole row after next
+ * (into the L1: into the L2 only was slower, and three rows ahead gained
+ * nothing more) before the row's squares, its first pass from cache, makes
+ * it faster. The row's sums go in four vectors of lanes (LANES4_SUM below).
+ * Every row's sum is taken in the same order, whether read alone (a run's
+ * first row) or in the loop (the others), and the stores do not change the
+ * values: the same bits at every size, alignment and number of threads.
+ * Figures: docs/PERFORMANCE.md "Transformer kernels". */
 #ifdef AVX512_KERNELS
 #define LN_RUN 64
 static bool layer_norm_wide_runs(int64_t c) {
@@ -58,8 +55,7 @@ static bool layer_norm_wide_runs(int64_t c) {
  * The terms j0 + 64 i + 16 k of the block from j0 go to vector k, its last
  * vectors short of 64 to vector 0. One vector was a chain of c / 16
  * additions, each waiting on the last: the kernels ran at the adds' latency,
- * even from cache (8192 x 1024 from L2, 2026-12-03: the forward 1.27 -> 1.02
- * ms, the backward 1.84 -> 1.06 with its two sums so). */
+ * even from cache. */
 #define LANES4_SUM(acc, c, TERM_AT)                                                                \
     for (int64_t j0_ = 0; j0_ < (c); j0_ += SUM_BLOCK) {                                           \
         int64_t j1_ = j0_ + SUM_BLOCK < (c) ? j0_ + SUM_BLOCK : (c), j_ = j0_;                     \
@@ -185,8 +181,8 @@ MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_ten
             rstd = (float)(1.0 / sqrt(moments->data[rows + r] / (double)n + eps));
         } else {
             mean = c ? (float)(row_sum(xr, c) / c) : 0.0f;
-            /* the rest of the row runs from cache: ask for the next row now
-             * (8192 x 1024: 10-17% faster, both kernels in one program) */
+            /* the rest of the row runs from cache: ask for the next row now,
+             * so the memory does not idle meanwhile */
             if (r + 1 < rows)
                 for (int64_t j = 0; j < c; j += 16) __builtin_prefetch(xr + c + j);
             rstd = (float)(1.0 / sqrt((c ? row_squares(xr, c, mean) / c : 0.0) + eps));
@@ -284,9 +280,7 @@ MG_CPU_INLINE void ask_next_rows(const float *nx, const float *ng, int64_t j0, i
 /* backward_row_dx with the row's terms of dw and db added in the same pass.
  * This pass runs from cache while the memory would idle: the x and dy of
  * the row after next (nx, ng; NULL near the end) are asked for a block at a
- * time (8192 x 1024, both kernels in one program, alternating: the next row
- * 5-16% faster than none; the row after next 2-7% faster than the next row,
- * three rows ahead 4% slower than two) */
+ * time (the row after next beat both the next row and three rows ahead) */
 MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restrict g,
                                     const float *restrict wd, int64_t c, float mean, float rstd,
                                     double a, double b, int64_t n, float *restrict dxr,
@@ -307,8 +301,8 @@ MG_CPU_INLINE void backward_row_all(const float *restrict xr, const float *restr
 
 /* The usual backward (weights, both their gradients) on CPUs with AVX-512,
  * c a multiple of 16: backward_row_sums with each of its two sums in four
- * vectors of lanes, as LANES4_SUM (8192 x 1024 from L2: 1.84 -> 1.06 ms;
- * from memory 6% faster), then backward_row_all's pass, dx streamed where
+ * vectors of lanes, as LANES4_SUM (one chain of additions waited on each
+ * add's latency), then backward_row_all's pass, dx streamed where
  * it is too large to stay in cache (`streams`; dx 64-byte aligned), in the
  * same bits either way. */
 #ifdef AVX512_KERNELS

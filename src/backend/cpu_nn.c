@@ -26,7 +26,7 @@ MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
  * prefetcher only runs ahead of misses, so without it the next row's reads
  * would wait for this row's compute. The exps are the work here, and the sum
  * is in blocks longer than BLOCK_SUM's: the compiler adds a block's vector
- * lanes one by one, which every 256 terms cost the softmax forward 2-4%. */
+ * lanes one by one, which every 256 terms cost the softmax forward time. */
 #define EXP_BLOCK 1024
 MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float *restrict out,
                              const float *next) {
@@ -43,15 +43,14 @@ MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float 
     return s;
 }
 
-/* exp_row for CPUs with AVX-512, its exps mg_cpu_exp16's (cpu_exp16.h: 25%
- * fewer cycles than mg_cpu_exp's, and the softmax forward of 8192 x 1024
- * from memory 11% faster), in its own order of additions: term j goes to
- * lane j % 16, a float, a block of SUM_BLOCK terms at a time; each block's
- * lanes are added into double lanes, those at the row's end, and then the
- * last c % 16 terms. No sum across a vector's lanes per block: 8192 x 1024
- * 10% faster than exp_row there. With AVX2 (16 registers) the two vectors of
- * lanes and the exp's constants do not fit, and it was 3-4% slower than
- * exp_row: the caller picks by CPU. yp = prev inv is written in the same
+/* exp_row for CPUs with AVX-512, its exps mg_cpu_exp16's (cpu_exp16.h:
+ * fewer cycles a vector than mg_cpu_exp's), in its own order of additions:
+ * term j goes to lane j % 16, a float, a block of SUM_BLOCK terms at a time;
+ * each block's lanes are added into double lanes, those at the row's end,
+ * and then the last c % 16 terms. No sum across a vector's lanes per block,
+ * which made it faster than exp_row there. With AVX2 (16 registers) the two
+ * vectors of lanes and the exp's constants do not fit, and it was slower
+ * than exp_row: the caller picks by CPU. yp = prev inv is written in the same
  * loop (prev NULL: not): the loop waits on the exps' latency, and those loads
  * and stores fill it (`mg_cpu_softmax`). */
 #ifdef AVX512_KERNELS
@@ -93,8 +92,7 @@ __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
 }
 
 /* row_max in four vectors of lanes: one was a chain of c / 16 maxes, each
- * waiting on the last (8192 x 1024, 2026-12-03: the forward 7% faster from
- * memory, 12-15% from cache). The max of a set of floats is one of them
+ * waiting on the last, from memory and from cache alike. The max of a set of floats is one of them
  * whatever the order, NaN skipped as there: the same value. */
 __attribute__((target("arch=x86-64-v4"))) static float row_max_wide(const float *restrict x,
                                                                     int64_t c) {
@@ -142,20 +140,15 @@ MG_CPU_INLINE void scale_row_streamed(const float *restrict e, float inv, int64_
  * threads), row r's exps into a buffer in L1 in the loop that writes row
  * r - 1's y, its buffer scaled by the inverse of its sum. That takes the
  * place of a pass of its own that scales each row, and the exps' stores
- * find their lines in L1. The same operations, so the same bits. 8192 x
- * 1024 from memory, 48 runs alternating with the kernel that scales each
- * row after its exps (2026-12-03): the forward 10% faster (median, 1-17%;
- * 2.17 ms against 2.43), softmax against the copy 0.76 -> 0.81. The exps
- * written to y and row r - 1 scaled there in place: 5-6% slower than the
- * buffer. A y too large to stay in cache is streamed from the buffer
- * (`streams`): while the exps were mg_cpu_exp's that was 2-18% slower, with
- * mg_cpu_exp16's it is faster (400 runs alternating: the forward 3%, the
- * backward after it 9%, which no longer evicts y's dirty lines; in the
- * bench's order, after the layer norm backward, softmax against the copy
- * 0.885 -> 0.903). Each row's exps ask for the row after next (that order,
- * 100 runs: the forward 7% faster than asking for the next row; the backward
- * asking the same way was 4% slower). Rows longer than SM_ROW_MAX (two
- * buffers on the stack) take the plain kernel. */
+ * find their lines in L1. The same operations, so the same bits. (The exps
+ * written to y and row r - 1 scaled there in place, without the buffer,
+ * were slower.) A y too large to stay in cache is streamed from the buffer
+ * (`streams`): with mg_cpu_exp16's exps that is faster, and it spares the
+ * backward after it the eviction of y's dirty lines. Each row's exps ask for
+ * the row after next, which beat the next row (the backward asking the same
+ * way was slower, so it does not). Rows longer than SM_ROW_MAX (two buffers
+ * on the stack) take the plain kernel. Figures: docs/PERFORMANCE.md
+ * "Transformer kernels". */
 #define SM_RUN 64
 #define SM_ROW_MAX 4096
 
@@ -334,7 +327,7 @@ void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor 
 
 /* max and log(sum(exp(x - max))) of one row of C, both vectorized: a NaN
  * among the logits makes the sum, so the loss and every gradient, NaN, as in
- * torch (glibc's expf, a call per element, was 2.5% of a GPT step) */
+ * torch (glibc's expf, a call per element, showed in a GPT step's profile) */
 MG_CPU_INLINE void row_logsumexp(const float *restrict x, int64_t c, float *max_out,
                                  float *lse_out) {
     float m = row_max(x, c);

@@ -15,7 +15,7 @@
 
 /* Fused multiply-adds where the clone has them (GCC's ISO C mode leaves them
  * off): the exps of these loops wait on their polynomial's latency, which FMA
- * halves (softmax forward: 6.0 -> 4.5 ms on 8192 x 1024). */
+ * shortens. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
@@ -51,17 +51,16 @@ static inline int64_t rows_of(const mg_tensor *t) {
 /* Streaming stores for large outputs. An ordinary store first reads
  * the line it writes (the core must own it), so a kernel that writes one tensor
  * moves it twice. When other tenants load the host's memory, those extra reads
- * are what it waits on: then a plain store loop of 32 MiB runs at 0.66 of
- * memcpy (which writes whole lines without reading them), and the layer norm
- * backward at 0.5 of it. A streaming store writes the line without reading it
- * and without keeping it in cache, so only outputs too large to stay in cache
- * take them: STREAM_MIN bytes, past the share of the last-level cache a core
- * of today's servers can count on (32 MiB shared by 8 cores). 8192 x 1024
- * from memory: the layer norm backward 10-28% faster (the more, the busier
- * the host), the softmax backward 6-13%. The forwards stream their y from
- * the loop that works on the next row (the layer norm's sum, the softmax's
- * exps); streamed after a row's passes they ran slower on a quiet host, the
- * layer norm 5-10%, the softmax 14-33%. AVX-512 only; rows 64-byte aligned. */
+ * are what it waits on (memcpy writes whole lines without reading them, so
+ * a kernel falls behind it there). A streaming store writes the line without
+ * reading it and without keeping it in cache, so only outputs too large to
+ * stay in cache take them: STREAM_MIN bytes, past the share of the
+ * last-level cache one core of a server can count on (32 MiB shared by 8
+ * cores, say). The backwards stream dx; the forwards stream their y from the
+ * loop that works on the next row (the layer norm's sum, the softmax's
+ * exps): streamed after a row's passes instead, they ran slower. AVX-512
+ * only; rows 64-byte aligned. Figures: docs/PERFORMANCE.md "Transformer
+ * kernels". */
 #define STREAM_MIN ((int64_t)8 << 20)
 #ifdef AVX512_KERNELS
 static inline bool streams(const mg_tensor *out) {

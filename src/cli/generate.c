@@ -19,7 +19,7 @@
  * at most by float reassociation (about 1e-6 relative): the text differs only
  * when u falls within that distance of a boundary of the cumulative
  * distribution (or two logits tie that closely under greedy), which
- * tests/test_generate.sh checks does not happen for its seeds and meshes.
+ * tests/test_generate_text.sh checks does not happen for its seeds and meshes.
  *
  * Context: a prompt longer than ctx keeps its last ctx bytes (a note on
  * stderr). When the cache is full (ctx positions), the window slides: the last

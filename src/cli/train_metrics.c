@@ -1,5 +1,5 @@
 /* train_metrics.c: the --metrics file of `meshgrad train` (JSON lines,
- * DESIGN.md "Metrics"), written by rank 0: where it may be opened, each line
+ * docs/DESIGN.md "Metrics"), written by rank 0: where it may be opened, each line
  * flushed as written, and a failed write turned into the run's error.
  * Exports: mg_train_metrics_open, mg_train_metrics_line,
  * mg_train_metrics_failed, mg_train_metrics_close (train.h). */

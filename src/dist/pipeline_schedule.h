@@ -3,7 +3,8 @@
  * rank does in one training step: forwards, backwards, sends and receives of
  * activations and gradients, and the gradient reduction at the end. One small
  * generator per schedule makes the lists; pipeline_verify.h proves them,
- * pipeline_sim.h times them; one executor (later) runs any list as a loop over its actions.
+ * pipeline_sim.h times them; one executor (nn/pipeline_exec.h) runs any list
+ * as a loop over its actions.
  *
  * Stages and ranks. The model's layers are cut into `stages` contiguous
  * stages, stage s on pipeline rank s % ranks: with v virtual stages per rank

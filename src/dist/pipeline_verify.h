@@ -14,8 +14,9 @@
  *
  * A schedule passes mg_pp_verify when its structure is sound and both models
  * run it to the end: every send meets exactly one receive, in order, and no
- * rank waits forever. The generators' lists all pass (tests/test_pipeline.c
- * runs every schedule for p <= 8, M <= 32, v <= 4).
+ * rank waits forever. The generators' lists all pass
+ * (tests/test_pipeline_schedule.c runs every schedule for p <= 8, M <= 32,
+ * v <= 4).
  *
  * Exports: mg_pp_check, mg_pp_verify. */
 #ifndef MG_PIPELINE_VERIFY_H

@@ -1,9 +1,9 @@
 /* redistribute.h: moves a local shard from one spec to another spec of the same
- * mesh and global shape, per mesh dimension (DESIGN.md): S->R all-gather,
- * P->R all-reduce, P->S reduce-scatter, R->S local slice, S(i)->S(j) all-to-all,
- * R->P keep on coordinate 0 and zeros elsewhere, S->P via R. Uneven shards are
- * padded for the collective and unpadded after. The planner orders the per-dim
- * steps so nested shardings are undone inner first.
+ * mesh and global shape, per mesh dimension (docs/DESIGN.md "Redistribute"):
+ * S->R all-gather, P->R all-reduce, P->S reduce-scatter, R->S local slice,
+ * S(i)->S(j) all-to-all, R->P keep on coordinate 0 and zeros elsewhere, S->P
+ * via R. Uneven shards are padded for the collective and unpadded after. The
+ * planner orders the per-dim steps so nested shardings are undone inner first.
  * Also the whole tensor: mg_full_tensor (meshgrad.h) and mg_dtensor_item.
  * No autograd here: the public mg_redistribute (ops layer) records the node. */
 #ifndef MG_REDISTRIBUTE_H

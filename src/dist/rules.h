@@ -1,4 +1,5 @@
-/* rules.h: sharding strategies per op, in global shapes (DESIGN.md "Rules").
+/* rules.h: sharding strategies per op, in global shapes (docs/DESIGN.md
+ * "Sharding rules").
  *
  * A rule lists candidate strategies for ONE mesh dimension: a target placement
  * for each input and the output placement that results. The same list applies

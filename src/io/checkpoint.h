@@ -1,4 +1,5 @@
-/* checkpoint.h: HDF5 checkpoints (DESIGN.md "Formats", docs/CHECKPOINTS.md).
+/* checkpoint.h: HDF5 checkpoints (docs/DESIGN.md "Checkpoints",
+ * docs/CHECKPOINTS.md).
  *
  * One file; each entry is a distributed tensor saved as a float32 dataset of its
  * GLOBAL shape at "/<name>" (names like "params/fc1.weight" or

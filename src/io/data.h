@@ -1,4 +1,4 @@
-/* data.h: HDF5 data sets (DESIGN.md "Formats") and the batch loader.
+/* data.h: HDF5 data sets (docs/DESIGN.md "Data sets") and the batch loader.
  *
  * File layout: /train/inputs float32 (N, ...), /train/labels int32 (N), the same
  * under /test/; root attributes "source" and "license".

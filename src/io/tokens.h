@@ -1,4 +1,5 @@
-/* tokens.h: token data sets (DESIGN.md "Token data set") and the window loader.
+/* tokens.h: token data sets (docs/DESIGN.md "Token data sets") and the window
+ * loader.
  *
  * File layout: /train/tokens and /val/tokens, 1-D uint8 (bytes: vocabulary
  * 256) or int32 (a larger vocabulary); root attributes "vocab_size",

@@ -116,9 +116,9 @@ static int by_value(const void *a, const void *b) {
  * holds one arena more while the last is in flight; and the evaluation's
  * `ranks` micro-batches a stage (forwards only, each at most the largest
  * training micro-batch: mg_pipeline_eval_rows) take the same arenas and make
- * up the rest. The GPT of data/mobydick.conf at --batch 2048, pp 2, 1f1b:
- * 1604 and 1732 MiB predicted; the ranks' peak RSS 1744 and 1856 MiB, of
- * which about 139 are the program's own (its RSS at --batch 64). */
+ * up the rest. The program's own memory (its libraries, MPI's buffers) is
+ * not counted: the prediction sits that much under the ranks' peak RSS
+ * (docs/PERFORMANCE.md "Pipelines"). */
 static double activation_bytes(const mg_pipeline *p, const mg_pp_stage_costs *c,
                                const mg_pp_sim *sim, int r, int64_t most_here) {
     int v = p->schedule.virtual_stages;

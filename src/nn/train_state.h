@@ -1,14 +1,15 @@
-/* train_state.h: a training run as a checkpoint (DESIGN.md "Formats:
- * Checkpoint", docs/CHECKPOINTS.md). The entries are params/<name> for every
- * parameter and optim/<name>/<state> for each optimizer state tensor
- * (PyTorch's names: exp_avg, exp_avg_sq, momentum_buffer), each a float32
- * dataset of its GLOBAL shape. The root attributes (text) say where the run
+/* train_state.h: a training run as a checkpoint (docs/DESIGN.md
+ * "Checkpoints", docs/CHECKPOINTS.md "The file format"). The entries are
+ * params/<name> for every parameter and optim/<name>/<state> for each
+ * optimizer state tensor (PyTorch's names: exp_avg, exp_avg_sq,
+ * momentum_buffer), each a float32 dataset of its GLOBAL shape. The root attributes (text) say where the run
  * stands and how it was configured:
  *   step                      optimizer steps completed
  *   seed, rng                 the seed; how the random streams are keyed
  *   data.epoch, data.cursor   the loader's position after the last step
  *   data.batch, data.file     the global batch; the data set (informational)
- *   model, model.hidden, model.channels, model.classes, model.input (the MLPs)
+ *   model, model.hidden, model.channels, model.depth, model.classes,
+ *   model.input (the MLPs)
  *   model.layers, model.heads, model.embd, model.ctx, model.vocab, model.qkv_rows
  *   (the GPT, gpt.h; qkv_rows says how the rows of attn.qkv are ordered)
  *   optimizer, optimizer.state, optimizer.step (updates taken, for AdamW's bias

@@ -113,7 +113,7 @@ typedef struct mg_op_def {
 mg_dtensor *mg_op_run(const mg_op_def *def, mg_op_call *c);
 
 /* The pointwise family (ops_math.c): out = f(x[, y]) elementwise, with
- * broadcasting. A record of it names its kernel (def->pointwise), its
+ * broadcasting. A record of it names its kernel (def->kind), its
  * linearity and its FLOPs per element, and takes these for the rest. */
 int mg_op_pointwise_shape(mg_op_call *c);
 void mg_op_pointwise_rule(const mg_op_call *c, mg_candidates *cands);

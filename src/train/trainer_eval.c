@@ -64,8 +64,8 @@ int mg_trainer_eval_least_rows(const mg_trainer *tr) {
  * of --grad-accum; with pp, the evaluation's micro-batches of the step's
  * largest), so evaluating needs no more memory than a step, which was
  * checked, whatever the split's length. (Chunks of at least a batch held a
- * whole batch's activations on every pipeline rank: the GPT at --batch 2048,
- * pp 2, took 4.9 GiB a rank, 2.6 without them.) */
+ * whole batch's activations on every pipeline rank, nearly twice a step's
+ * memory.) */
 int64_t mg_trainer_eval_chunks(const mg_trainer *tr, int64_t n) {
     const mg_pipeline *p = tr->pp ? mg_train_pp_pipeline(tr->pp)
                            : tr->gpt_pp ? mg_gpt_pp_pipeline(tr->gpt_pp)

@@ -29,7 +29,7 @@ typedef struct mg_train_pp mg_train_pp;
 
 /* The pipeline flags of c (--pp-schedule, --microbatches, --microbatch-rows,
  * --virtual-stages, --pp-layers) into *o; MG_EINVAL with a message. The GPT's
- * pipeline (train_text.c) takes them too. */
+ * pipeline (trainer_text.c) takes them too. */
 int mg_train_pp_options(const mg_train_config *c, mg_pp_options *o);
 /* The memory check's part of *o: this machine's memory and ranks, and
  * `states` optimizer floats per parameter (benches set it; the options of a
