@@ -148,9 +148,11 @@ struct mg_backend_iface {
                                    const mg_tensor *lse, int64_t v0, int64_t v, float scale,
                                    mg_tensor *dlogits);
 
-    /* Attention, fused: q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) ->
+    /* Attention, fused: q (B, H, Tq, D), k (B, KV, Tk, D), v (B, KV, Tk, Dv) ->
      * o (B, H, Tq, Dv) = softmax(scale q k^T) v over the keys, and lse (B, H, Tq) the
-     * log-sum-exp of each row of scores (no (Tq, Tk) matrix is ever whole). causal:
+     * log-sum-exp of each row of scores (no (Tq, Tk) matrix is ever whole). KV
+     * divides H (grouped-query): query head h reads k, v head h / (H / KV), and
+     * dk, dv sum over the H / KV query heads of each k, v head. causal:
      * key j is hidden from query i when k0 + j > q0 + i, q0 and k0 the global
      * positions of the first query row and the first key. A query with no key gets
      * o = 0, lse = -inf. attention_backward recomputes the scores from q, k, lse and
