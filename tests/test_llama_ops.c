@@ -8,7 +8,9 @@
  *   not fit, heads that kv_heads does not divide, an odd head dim, a rope
  *   sharded on D, kv_heads that does not split over the ranks sharding the
  *   heads, bad eps, theta and pos0, NULL inputs): NULL and one line naming
- *   the call and what is wrong, and the next op runs. */
+ *   the call and what is wrong, and the next op runs;
+ * - a pos0 that differs between the ranks is refused by the backward's
+ *   comparison of the ranks' graphs. */
 #include <stdbool.h>
 
 #include "testutil.h"
@@ -213,10 +215,27 @@ START_TEST(test_bad_input) {
 }
 END_TEST
 
+/* rope's first position is one of the arguments the ranks compare before a
+ * backward: a rank's own is refused there, naming the op */
+START_TEST(test_rank_own_pos0) {
+    mg_dtensor *x = mg_test_dtensor(mesh, 4, (int64_t[]){2, 4, 2, 4}, MG_REPLICATE, 5);
+    mg_assert_all(x && mg_set_requires_grad(x, 1) == MG_OK, "%s", mg_last_error());
+    int rc = mg_backward(mg_sum(mg_rope(x, mg_rank() == 1 ? 5 : 0, 10000.0f)));
+    if (mg_world_size() > 1)
+        mg_assert_all(rc != MG_OK && strstr(mg_last_error(), "recorded different graphs") &&
+                          strstr(mg_last_error(), "(here: rope"),
+                      "a rank's own pos0: rc %d, %s", rc, mg_last_error());
+    else
+        mg_assert_all(rc == MG_OK, "one rank: %s", mg_last_error());
+    mg_step_end();
+    mg_dtensor_free(x);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     mesh = mg_test_mesh1d();
     if (!mesh) return NULL;
-    const TTest *tests[] = {test_gqa_even_is_attention, test_bad_input, NULL};
+    const TTest *tests[] = {test_gqa_even_is_attention, test_bad_input, test_rank_own_pos0, NULL};
     return mg_test_suite("llama_ops", tests);
 }
 
