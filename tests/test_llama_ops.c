@@ -7,8 +7,9 @@
  * - bad input to mg_rms_norm, mg_rope and mg_attention_gqa (shapes that do
  *   not fit, heads that kv_heads does not divide, an odd head dim, a rope
  *   sharded on D, kv_heads that does not split over the ranks sharding the
- *   heads, bad eps, theta and pos0, NULL inputs): NULL and one line naming
- *   the call and what is wrong, and the next op runs;
+ *   heads, bad eps, theta and pos0, NULL inputs; mg_attention given fewer k,
+ *   v heads, which names the grouped call): NULL and one line naming the
+ *   call and what is wrong, and the next op runs;
  * - a pos0 that differs between the ranks is refused by the backward's
  *   comparison of the ranks' graphs. */
 #include <stdbool.h>
@@ -150,6 +151,9 @@ static mg_dtensor *gqa_tp_q_only(void) { /* the same with only q sharded on its 
     int64_t h = 2 * mg_world_size();
     return mg_attention_gqa(IN(MG_SHARD(1), 2, h, 5, 4), IN(R, 2, 1, 5, 4), IN(R, 2, 1, 5, 4), 1);
 }
+static mg_dtensor *attention_fewer_kv(void) { /* mg_attention points to the grouped call */
+    return mg_attention(IN(R, 2, 4, 5, 4), IN(R, 2, 2, 5, 4), IN(R, 2, 2, 5, 4), 1);
+}
 static mg_dtensor *gqa_null(void) {
     return mg_attention_gqa(IN(R, 2, 4, 5, 4), NULL, IN(R, 2, 2, 5, 4), 1);
 }
@@ -183,6 +187,7 @@ static const struct {
     {"mg_attention_gqa", gqa_tp_uneven, "make kv_heads a multiple of", true},
     {"mg_attention_gqa", gqa_tp_q_only, "make kv_heads a multiple of", true},
     {"mg_attention_gqa", gqa_null, "q, k or v is NULL", false},
+    {"mg_attention", attention_fewer_kv, "fewer heads than q: mg_attention_gqa", false},
 };
 
 START_TEST(test_bad_input) {

@@ -46,12 +46,14 @@ static int attention_shape(mg_op_call *c) {
     fits = fits && Q->shape[3] == K->shape[3] && K->shape[2] == V->shape[2];
     if (!fits) {
         char a[96], b[96], d[96];
+        bool fewer = Q->ndim == 4 && K->ndim == 4 && K->shape[1] < Q->shape[1];
         return mg_error(MG_ESHAPE,
                         "%s: q %s, k %s and v %s do not fit: want (B, H, T, D) each, k and v of "
-                        "one length T, q and k of one D",
+                        "one length T, q and k of one D%s",
                         c->who, mg_shape_format(a, sizeof a, Q->ndim, Q->shape),
                         mg_shape_format(b, sizeof b, K->ndim, K->shape),
-                        mg_shape_format(d, sizeof d, V->ndim, V->shape));
+                        mg_shape_format(d, sizeof d, V->ndim, V->shape),
+                        fewer ? " (k and v with fewer heads than q: mg_attention_gqa)" : "");
     }
     int64_t out_shape[4] = {Q->shape[0], Q->shape[1], Q->shape[2], V->shape[3]};
     c->out_ndim = 4;
