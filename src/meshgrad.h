@@ -193,12 +193,26 @@ mg_dtensor *mg_log_softmax(const mg_dtensor *x, int dim);
 /* over the last dim: (x - mean) / sqrt(var + eps) * weight + bias; weight, bias (C) or NULL */
 mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const mg_dtensor *bias,
                           float eps);
+/* over the last dim, llama's RMSNorm: x / sqrt(mean(x^2) + eps) * weight; weight (C) or
+ * NULL. Shards as mg_layer_norm: a row dim freely, C with the weight sharded alike. */
+mg_dtensor *mg_rms_norm(const mg_dtensor *x, const mg_dtensor *weight, float eps);
+/* x (B, T, H, D) -> (B, T, H, D), rotary position embedding as llama's (llama2.c,
+ * Meta): the pair (2i, 2i + 1) of each head rotated by the angle pos * theta^(-2i / D),
+ * pos = pos0 + t for the global index t along T (also when x is sharded on T). D even;
+ * x may be sharded on B, T or H, not on D. */
+mg_dtensor *mg_rope(const mg_dtensor *x, int64_t pos0, float theta);
 /* rows of table (V, C) picked by ids (any shape, indices held as floats) -> (*ids.shape, C);
  * a table sharded on V gives each rank the ids in its rows (vocab parallel) */
 mg_dtensor *mg_embedding(const mg_dtensor *ids, const mg_dtensor *table);
 /* q, k, v (B, H, T, D) -> (B, H, T, D): softmax(q k^T / sqrt(D)) v; causal masks key j >
  * query i (global positions, also when q is sharded on T). Fused: no (T, T) matrix. */
 mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v, int causal);
+/* grouped-query attention: q (B, H, T, D), k and v (B, KV, T, D) with KV dividing H ->
+ * (B, H, T, D); query head h attends with k, v head h / (H / KV) (no copy of k, v), whose
+ * gradients sum over the group. KV == H: mg_attention. Sharding the heads (tensor
+ * parallel) shards q, k and v alike and needs KV divisible by the ranks that split them. */
+mg_dtensor *mg_attention_gqa(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                             int causal);
 /* [start, start + length) of dim */
 mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t length);
 /* n tensors joined along dim (equal sizes elsewhere; placements may differ) */

@@ -20,7 +20,7 @@ enum { DATA_RANDOM = 0, DATA_AWAY_FROM_ZERO, DATA_LABELS, DATA_IDS };
 
 typedef mg_dtensor *(*op_apply)(mg_dtensor **in);
 
-typedef struct {
+typedef struct op_case {
     const char *name;
     int n_in;
     int ndim[3];
@@ -30,6 +30,12 @@ typedef struct {
     int data[3];
     op_apply fn;
 } op_case;
+
+/* NULL when the op takes the placements p (p[i][m]: input i on mesh dim m of
+ * a mesh of nd dims, sizes shape), else a part of the one line it refuses
+ * them with (case_refuses) */
+typedef const char *(*op_refuses)(const op_case *c, mg_placement p[3][4], int nd,
+                                  const int *shape);
 
 static mg_dtensor *apply_permute(mg_dtensor **in) { return mg_permute(in[0], (int[]){2, 0, 1}); }
 static mg_dtensor *apply_permute021(mg_dtensor **in) { return mg_permute(in[0], (int[]){0, 2, 1}); }
@@ -79,6 +85,45 @@ static mg_dtensor *apply_attention(mg_dtensor **in) { return mg_attention(in[0],
 static mg_dtensor *apply_attention_causal(mg_dtensor **in) {
     return mg_attention(in[0], in[1], in[2], 1);
 }
+static mg_dtensor *apply_rms_norm(mg_dtensor **in) { return mg_rms_norm(in[0], in[1], 1e-5f); }
+static mg_dtensor *apply_rms_norm_plain(mg_dtensor **in) {
+    return mg_rms_norm(in[0], NULL, 1e-5f);
+}
+static mg_dtensor *apply_rope(mg_dtensor **in) { return mg_rope(in[0], 0, 10000.0f); }
+/* later positions and a small theta: every pair turns by a sizeable angle */
+static mg_dtensor *apply_rope_pos0(mg_dtensor **in) { return mg_rope(in[0], 7, 50.0f); }
+static mg_dtensor *apply_attention_gqa(mg_dtensor **in) {
+    return mg_attention_gqa(in[0], in[1], in[2], 0);
+}
+static mg_dtensor *apply_attention_gqa_causal(mg_dtensor **in) {
+    return mg_attention_gqa(in[0], in[1], in[2], 1);
+}
+
+/* rope: a shard of D (on a mesh dim of more than one rank) */
+static const char *rope_refuses(const op_case *c, mg_placement p[3][4], int nd,
+                                const int *shape) {
+    (void)c;
+    for (int m = 0; m < nd; m++)
+        if (p[0][m].kind == MG_PLACE_SHARD && p[0][m].dim == 3 && shape[m] > 1)
+            return "sharded on its head dim D";
+    return NULL;
+}
+
+/* grouped-query attention: heads sharded (any input, mesh dims of more than
+ * one rank) over more ranks than kv_heads splits evenly over */
+static const char *gqa_refuses(const op_case *c, mg_placement p[3][4], int nd,
+                               const int *shape) {
+    int64_t h = c->shape[0][1], kv = c->shape[1][1], ranks = 1;
+    if (h == kv) return NULL;
+    for (int m = 0; m < nd; m++) {
+        bool heads = false;
+        for (int i = 0; i < 3; i++)
+            heads |= p[i][m].kind == MG_PLACE_SHARD && p[i][m].dim == 1 && shape[m] > 1;
+        if (heads) ranks *= shape[m];
+    }
+    return kv % ranks ? "kv_heads" : NULL;
+}
+
 static mg_dtensor *apply_narrow(mg_dtensor **in) { return mg_narrow(in[0], 1, 1, 3); }
 static mg_dtensor *apply_narrow_dim0(mg_dtensor **in) { return mg_narrow(in[0], 0, 2, 2); }
 /* three narrows of one intermediate along `dim` (two overlap), joined along
@@ -165,6 +210,19 @@ static const op_case op_cases[] = {
      {0}, apply_attention},
     {"attention_causal", 3, {4, 4, 4}, {{2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 3}}, {T, T, T},
      {T, T, T}, {0}, apply_attention_causal},
+    /* the Llama family's: RMS norm, rotary embedding (T = 3 and 4: empty and
+     * whole shards along T), grouped-query attention with kv_heads 2 of 4, 1 of
+     * 2 and 2 of 2 */
+    {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, {T, T}, {T, T}, {0}, apply_rms_norm},
+    {"rms_norm_plain", 1, {2}, {{3, 6}}, {T}, {T}, {0}, apply_rms_norm_plain},
+    {"rope", 1, {4}, {{2, 3, 2, 4}}, {T}, {T}, {0}, apply_rope},
+    {"rope_pos0", 1, {4}, {{1, 4, 2, 6}}, {T}, {T}, {0}, apply_rope_pos0},
+    {"attention_gqa", 3, {4, 4, 4}, {{2, 4, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 2}}, {T, T, T},
+     {T, T, T}, {0}, apply_attention_gqa},
+    {"attention_gqa_mqa", 3, {4, 4, 4}, {{1, 2, 4, 2}, {1, 1, 4, 2}, {1, 1, 4, 3}}, {T, T, T},
+     {T, T, T}, {0}, apply_attention_gqa_causal},
+    {"attention_gqa_even", 3, {4, 4, 4}, {{2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 3}}, {T, T, T},
+     {T, T, T}, {0}, apply_attention_gqa_causal},
     {"narrow", 1, {2}, {{4, 6}}, {T}, {T}, {0}, apply_narrow},
     {"narrow_dim0", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_narrow_dim0},
     {"narrow_three", 1, {2}, {{3, 5}}, {T}, {T}, {0}, apply_narrow_three},
@@ -177,6 +235,21 @@ static const op_case op_cases[] = {
 #undef T
 #undef F
 static const int n_op_cases = (int)(sizeof op_cases / sizeof op_cases[0]);
+
+/* the cases whose op refuses some placements; NULL for the others */
+static inline op_refuses case_refuses(const op_case *c) {
+    static const struct {
+        const char *name;
+        op_refuses fn;
+    } refusing[] = {{"rope", rope_refuses},
+                    {"rope_pos0", rope_refuses},
+                    {"attention_gqa", gqa_refuses},
+                    {"attention_gqa_mqa", gqa_refuses},
+                    {"attention_gqa_even", gqa_refuses}};
+    for (size_t i = 0; i < sizeof refusing / sizeof refusing[0]; i++)
+        if (strcmp(c->name, refusing[i].name) == 0) return refusing[i].fn;
+    return NULL;
+}
 
 /* The full (global) data of input i of a case, identical on every rank. */
 static inline mg_tensor *case_input(const op_case *c, int i) {

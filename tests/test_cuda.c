@@ -8,7 +8,9 @@
  * the inputs the same way). NCCL, redistribute and ops with autograd are in
  * test_cuda_ops.c.
  *
- * The network ops' kernels and ops are in cuda_nn_cases.h, included here.
+ * The network ops' kernels and ops are in cuda_nn_cases.h, the Llama family's
+ * (RMS norm, rotary embedding, grouped-query attention) in cuda_llama_cases.h,
+ * both included here.
  *
  * Without a GPU (or built without CUDA) it prints "no CUDA device: skipping"
  * and exits 77. Ranks on one node may share a GPU here. */
@@ -462,7 +464,8 @@ END_TEST
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
-#include "cuda_nn_cases.h" /* softmax, layer norm, embedding, attention, ... */
+#include "cuda_nn_cases.h"    /* softmax, layer norm, embedding, attention, ... */
+#include "cuda_llama_cases.h" /* RMS norm, rotary embedding, grouped-query attention */
 
 int main(int argc, char **argv) {
     if (mg_init(&argc, &argv) != MG_OK) return 1;
@@ -485,6 +488,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(k, test_gemm_batched, 0, 2);
     tcase_add_loop_test(k, test_binary, 0, MG_BINARY_COUNT);
     nn_kernel_tests(k);
+    llama_kernel_tests(k);
     int status = mg_test_run_mpi(s);
     print_table();
     mg_finalize();

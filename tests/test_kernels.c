@@ -933,10 +933,14 @@ START_TEST(test_names_and_backend) {
     ck_assert_ptr_eq(cpu, mg_backend_cpu());
     ck_assert_str_eq(cpu->iface->name, "cpu");
     ck_assert_int_eq(cpu->iface->device, MG_DEVICE_CPU);
-    /* every entry is filled in */
+    /* every entry is filled in, the meta backend's too (it runs plan --estimate's step:
+     * an entry it lacks would be called there as NULL) */
     const void *const *fn = (const void *const *)&cpu->iface->alloc;
     size_t nfn = (sizeof *cpu->iface - offsetof(struct mg_backend_iface, alloc)) / sizeof(void *);
     for (size_t i = 0; i < nfn; i++) ck_assert_msg(fn[i] != NULL, "iface entry %zu is NULL", i);
+    fn = (const void *const *)&mg_backend_meta()->iface->alloc;
+    for (size_t i = 0; i < nfn; i++)
+        ck_assert_msg(fn[i] != NULL, "meta iface entry %zu is NULL", i);
 #ifndef MG_HAVE_CUDA
     ck_assert_ptr_null(mg_backend_cuda());
 #endif

@@ -9,7 +9,9 @@
  *   assignments whose mesh dims agree plus a fixed sample of the others.
  *   The cases of sample_2d() (attention: 6^6 = 46656 assignments per 2-D mesh)
  *   check an even spread of about that many on each 2-D mesh, every one on the
- *   1-D mesh; MG_TEST_ALL=1 checks every one everywhere. */
+ *   1-D mesh; MG_TEST_ALL=1 checks every one everywhere. An assignment that a
+ *   case says its op refuses (rope's D shard, heads that kv_heads does not
+ *   split over) must fail with that one line, and is counted apart. */
 #include <stdlib.h>
 
 #include "ops_cases.h"
@@ -206,7 +208,7 @@ static char *describe(char *buf, size_t len, const op_case *c, mg_placement p[3]
     return buf;
 }
 
-static int checked_assignments, sampled_out;
+static int checked_assignments, sampled_out, refused_assignments;
 
 /* about how many assignments a case checks per 2-D mesh; 0: all of them */
 static int sample_2d(const op_case *c) {
@@ -214,7 +216,9 @@ static int sample_2d(const op_case *c) {
         const char *name;
         int n;
     } big[] = {
-        {"attention", 150}, {"attention_causal", 150}, {"layer_norm", 150}, {"cat_tree", 150}};
+        {"attention", 150},          {"attention_causal", 150},  {"layer_norm", 150},
+        {"cat_tree", 150},           {"attention_gqa", 150},     {"attention_gqa_mqa", 150},
+        {"attention_gqa_even", 150}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         if (strcmp(c->name, big[i].name) == 0) return getenv("MG_TEST_ALL") ? 0 : big[i].n;
     return 0;
@@ -264,6 +268,17 @@ static void check_mesh(const op_case *c, int mesh_nd, const int *mesh_shape) {
         char what[256], msg[256] = "";
         describe(what, sizeof what, c, p, mesh_nd);
         rc = run_case(c, mesh, p, &r);
+        op_refuses refuses = case_refuses(c);
+        const char *refusal = refuses ? refuses(c, p, mesh_nd, mesh_shape) : NULL;
+        if (refusal) {
+            mg_assert_all(rc != 0, "%s: ran, but the op should refuse it (\"%s\")", what, refusal);
+            mg_assert_all(strstr(r.error, refusal) != NULL && !strchr(r.error, '\n'),
+                          "%s: refused with \"%s\", not one line saying \"%s\"", what, r.error,
+                          refusal);
+            result_free(&r);
+            refused_assignments++;
+            continue;
+        }
         mg_assert_all(rc == 0, "%s: %s", what, r.error);
         int ok = same(r.out, ref.out, msg, sizeof msg);
         mg_assert_all(ok, "%s: output differs: %s", what, msg);
@@ -304,8 +319,9 @@ static Suite *make_suite(void) {
 
 static void report(void) {
     if (mg_rank() == 0)
-        printf("ops: %d placement assignments checked, %d sampled out (MG_TEST_ALL=1: all)\n",
-               checked_assignments, sampled_out);
+        printf("ops: %d placement assignments checked, %d refused as they should be, %d sampled "
+               "out (MG_TEST_ALL=1: all)\n",
+               checked_assignments, refused_assignments, sampled_out);
 }
 
 int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, report); }

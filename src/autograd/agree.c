@@ -28,7 +28,7 @@ static uint64_t node_hash(const mg_node *n) {
     h = mg_hash_i64(mg_hash_i64(mg_hash_i64(h, n->n_inputs), n->args.ni), n->args.flag);
     for (int i = 0; i < MG_MAX_DIMS; i++)
         h = mg_hash_i64(mg_hash_i64(h, n->args.i[i]), n->args.shape[i]);
-    h = mg_hash_i64(mg_hash_i64(h, farg), n->args.ndim);
+    h = mg_hash_i64(mg_hash_i64(mg_hash_i64(h, farg), n->args.ndim), n->args.pos);
     for (int m = 0; m < MG_MAX_MESH_DIMS; m++)
         h = mg_hash_i64(mg_hash_i64(h, n->placements[m].kind), n->placements[m].dim);
     h = spec_hash(h, &n->output->spec);
@@ -48,6 +48,8 @@ static void describe(char *buf, size_t len, const mg_node *n) {
         used += (size_t)snprintf(buf + used, len - used, ", %g", n->args.f);
     for (int i = 0; i < n->args.ni && used < len; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? " " : ", args ", n->args.i[i]);
+    if (n->args.pos != 0 && used < len)
+        snprintf(buf + used, len - used, ", pos %lld", (long long)n->args.pos);
 }
 
 int mg_graph_agree(const mg_mesh *mesh, mg_node *const *graph, int n, const char *who) {

@@ -121,6 +121,32 @@ struct mg_backend_iface {
     void (*layer_norm_backward_sums)(void *ctx, const mg_tensor *x, const mg_tensor *w,
                                      const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums);
 
+    /* RMS norm over the last dim (llama's RMSNorm): y = x rstd w, rstd = 1 / sqrt(sum_j
+     * x^2 / n + eps), w (C) or NULL; rstd (R) receives each row's. squares NULL: each
+     * row's own (n = C); else squares (R) holds each row's sum of x^2 over its n
+     * columns (rms_norm_squares, summed). */
+    void (*rms_norm)(void *ctx, const mg_tensor *x, const mg_tensor *w, float eps,
+                     const mg_tensor *squares, int64_t n, mg_tensor *rstd, mg_tensor *y);
+    /* out[r] = sum_j x[r, j]^2 */
+    void (*rms_norm_squares)(void *ctx, const mg_tensor *x, mg_tensor *out);
+    /* Backward from the forward's rstd. With g = dy w (dy where w is NULL) and
+     * xhat = x rstd: dx = rstd (g - xhat sums[r] / n), sums (R) = sum_j g xhat over
+     * the whole row: each row's own (sums NULL) or given. dw = sum over rows of
+     * dy xhat. dx and dw are written, each only when not NULL. */
+    void (*rms_norm_backward)(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                              const mg_tensor *dy, const mg_tensor *rstd, const mg_tensor *sums,
+                              int64_t n, mg_tensor *dx, mg_tensor *dw);
+    /* sums (R) = sum_j g xhat over this rank's columns */
+    void (*rms_norm_backward_sums)(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                   const mg_tensor *dy, const mg_tensor *rstd, mg_tensor *sums);
+
+    /* Rotary embedding (llama's): x (B, T, H, D), D even; the pair (2i, 2i + 1) of
+     * row (b, t, h) rotated by the angle (pos0 + t) theta^(-2i / D), or by its
+     * negative with `inverse` (the backward). The angles and their cosines and
+     * sines are taken in double. out may be x. */
+    void (*rope)(void *ctx, const mg_tensor *x, int64_t pos0, float theta, bool inverse,
+                 mg_tensor *out);
+
     /* Rows of a table shard: table (Vl, C) holds rows [v0, v0 + Vl) of V; ids (N) are
      * row indices stored as floats. out (N, C): each id's row when it is in the shard,
      * zeros otherwise. Returns the number of ids that are not integers in [0, V). */
@@ -148,9 +174,11 @@ struct mg_backend_iface {
                                    const mg_tensor *lse, int64_t v0, int64_t v, float scale,
                                    mg_tensor *dlogits);
 
-    /* Attention, fused: q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv) ->
+    /* Attention, fused: q (B, H, Tq, D), k (B, KV, Tk, D), v (B, KV, Tk, Dv) ->
      * o (B, H, Tq, Dv) = softmax(scale q k^T) v over the keys, and lse (B, H, Tq) the
-     * log-sum-exp of each row of scores (no (Tq, Tk) matrix is ever whole). causal:
+     * log-sum-exp of each row of scores (no (Tq, Tk) matrix is ever whole). KV
+     * divides H (grouped-query): query head h reads k, v head h / (H / KV), and
+     * dk, dv sum over the H / KV query heads of each k, v head. causal:
      * key j is hidden from query i when k0 + j > q0 + i, q0 and k0 the global
      * positions of the first query row and the first key. A query with no key gets
      * o = 0, lse = -inf. attention_backward recomputes the scores from q, k, lse and

@@ -1,6 +1,7 @@
 /* cpu.c: the CPU backend: its vtable, and the general kernels of backend.h on
- * host memory (the network ops' row kernels are in cpu_nn.c and
- * cpu_layer_norm.c, attention in cpu_attention.c). Matrix work goes to
+ * host memory (the network ops' row kernels are in cpu_nn.c,
+ * cpu_layer_norm.c and cpu_rms_norm.c, the rotary embedding in cpu_rope.c,
+ * attention in cpu_attention.c). Matrix work goes to
  * OpenBLAS (cblas_sgemm, row-major, transpose flags, never a transposed
  * copy); big elementwise loops use OpenMP (only past PAR_MIN elements, so
  * small tensors pay nothing). Sums accumulate in double. In bf16 mode
@@ -556,6 +557,11 @@ static const struct mg_backend_iface cpu_iface = {
     .layer_norm_moments = mg_cpu_layer_norm_moments,
     .layer_norm_backward = mg_cpu_layer_norm_backward,
     .layer_norm_backward_sums = mg_cpu_layer_norm_backward_sums,
+    .rms_norm = mg_cpu_rms_norm,
+    .rms_norm_squares = mg_cpu_rms_norm_squares,
+    .rms_norm_backward = mg_cpu_rms_norm_backward,
+    .rms_norm_backward_sums = mg_cpu_rms_norm_backward_sums,
+    .rope = mg_cpu_rope,
     .embedding = mg_cpu_embedding,
     .embedding_backward = mg_cpu_embedding_backward,
     .cross_entropy = mg_cpu_cross_entropy,

@@ -1,4 +1,7 @@
 /* cpu_attention.c: fused attention on the CPU, as flash attention does it.
+ * Grouped-query: k and v may have fewer heads than q (KV dividing H); query
+ * head h reads k, v head h / (H / KV) in place (no copy), and backward adds
+ * the group's dk, dv into that head's, one query head after another.
  *
  * Forward, for each (batch, head) and each tile of BQ query rows: walk the keys
  * in tiles of BK; scores S = scale Q K^T (one GEMM), an online softmax (each
@@ -124,9 +127,7 @@ MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const f
                                          const float *dout, float *dq, float *dk, float *dv) {
     float p[BQ * BK], ds[BQ * BK], di[BQ];
     int64_t d = s->d, nv = s->dv;
-    memset(dq, 0, (size_t)(s->tq * d) * sizeof(float));
-    memset(dk, 0, (size_t)(s->tk * d) * sizeof(float));
-    memset(dv, 0, (size_t)(s->tk * nv) * sizeof(float));
+    memset(dq, 0, (size_t)(s->tq * d) * sizeof(float)); /* dk, dv: the caller's */
     for (int64_t i0 = 0; i0 < s->tq; i0 += BQ) {
         int64_t nq = min64(BQ, s->tq - i0);
         const float *qi = q + i0 * d, *doi = dout + i0 * nv;
@@ -172,16 +173,25 @@ static shape shape_of(const mg_tensor *q, const mg_tensor *k, const mg_tensor *v
     return s;
 }
 
+/* the k, v slice (batch, kv head) that q slice z (batch, head) reads: h query
+ * heads, kv of k and v */
+static int64_t kv_slice(int64_t z, int64_t h, int64_t kv) {
+    return h == kv ? z : z / h * kv + z % h / (h / kv);
+}
+
 void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
                       float scale, bool causal, int64_t q0, int64_t k0, mg_tensor *o,
                       mg_tensor *lse) {
     (void)ctx;
     int64_t slices;
     shape s = shape_of(q, k, v, scale, causal, q0, k0, &slices);
+    int64_t h = q->shape[1], kv = k->shape[1];
 #pragma omp parallel for if (slices > 1 && q->numel > PAR_MIN) schedule(static)
-    for (int64_t z = 0; z < slices; z++)
-        forward_slice(&s, q->data + z * s.tq * s.d, k->data + z * s.tk * s.d,
-                      v->data + z * s.tk * s.dv, o->data + z * s.tq * s.dv, lse->data + z * s.tq);
+    for (int64_t z = 0; z < slices; z++) {
+        int64_t zk = kv_slice(z, h, kv);
+        forward_slice(&s, q->data + z * s.tq * s.d, k->data + zk * s.tk * s.d,
+                      v->data + zk * s.tk * s.dv, o->data + z * s.tq * s.dv, lse->data + z * s.tq);
+    }
 }
 
 void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k,
@@ -191,11 +201,19 @@ void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k
     (void)ctx;
     int64_t slices;
     shape s = shape_of(q, k, v, scale, causal, q0, k0, &slices);
-#pragma omp parallel for if (slices > 1 && q->numel > PAR_MIN) schedule(static)
-    for (int64_t z = 0; z < slices; z++) {
-        int64_t qo = z * s.tq, ko = z * s.tk;
-        backward_slice(&s, q->data + qo * s.d, k->data + ko * s.d, v->data + ko * s.dv,
-                       o->data + qo * s.dv, lse->data + qo, dout->data + qo * s.dv,
-                       dq->data + qo * s.d, dk->data + ko * s.d, dv->data + ko * s.dv);
+    /* a thread a k, v slice: the query heads of its group add into its dk, dv */
+    int64_t h = q->shape[1], kv = k->shape[1], group = kv ? h / kv : 1;
+    int64_t kv_slices = q->shape[0] * kv;
+#pragma omp parallel for if (kv_slices > 1 && q->numel > PAR_MIN) schedule(static)
+    for (int64_t zk = 0; zk < kv_slices; zk++) {
+        int64_t ko = zk * s.tk;
+        memset(dk->data + ko * s.d, 0, (size_t)(s.tk * s.d) * sizeof(float));
+        memset(dv->data + ko * s.dv, 0, (size_t)(s.tk * s.dv) * sizeof(float));
+        for (int64_t gi = 0; gi < group; gi++) {
+            int64_t z = zk / kv * h + zk % kv * group + gi, qo = z * s.tq;
+            backward_slice(&s, q->data + qo * s.d, k->data + ko * s.d, v->data + ko * s.dv,
+                           o->data + qo * s.dv, lse->data + qo, dout->data + qo * s.dv,
+                           dq->data + qo * s.d, dk->data + ko * s.d, dv->data + ko * s.dv);
+        }
     }
 }

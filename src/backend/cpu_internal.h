@@ -1,13 +1,15 @@
 /* cpu_internal.h: what the files of the CPU backend share. cpu.c holds the
  * vtable and the general kernels; cpu_nn.c the row kernels of the network ops
- * (softmax, embedding, cross-entropy, GELU) and cpu_layer_norm.c those of
- * layer norm; cpu_attention.c the fused attention. The vtable takes the
+ * (softmax, embedding, cross-entropy, GELU), cpu_layer_norm.c those of layer
+ * norm and cpu_rms_norm.c those of RMS norm; cpu_rope.c the rotary
+ * embedding; cpu_attention.c the fused attention. The vtable takes the
  * kernels of the other files from here.
  *
  * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm,
  * mg_cpu_exp (a vectorizable expf for softmax arguments) and the kernel
- * functions of cpu_nn.c, cpu_layer_norm.c and cpu_attention.c (their
- * contracts are those of the vtable entries in backend.h). */
+ * functions of cpu_nn.c, cpu_layer_norm.c, cpu_rms_norm.c, cpu_rope.c and
+ * cpu_attention.c (their contracts are those of the vtable entries in
+ * backend.h). */
 #ifndef MG_BACKEND_CPU_INTERNAL_H
 #define MG_BACKEND_CPU_INTERNAL_H
 
@@ -136,6 +138,20 @@ void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *
                                 int64_t n, mg_tensor *dx, mg_tensor *dw, mg_tensor *db);
 void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
                                      const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums);
+
+/* cpu_rms_norm.c */
+void mg_cpu_rms_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, float eps,
+                     const mg_tensor *squares, int64_t n, mg_tensor *rstd, mg_tensor *y);
+void mg_cpu_rms_norm_squares(void *ctx, const mg_tensor *x, mg_tensor *out);
+void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                              const mg_tensor *dy, const mg_tensor *rstd, const mg_tensor *sums,
+                              int64_t n, mg_tensor *dx, mg_tensor *dw);
+void mg_cpu_rms_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                   const mg_tensor *dy, const mg_tensor *rstd, mg_tensor *sums);
+
+/* cpu_rope.c */
+void mg_cpu_rope(void *ctx, const mg_tensor *x, int64_t pos0, float theta, bool inverse,
+                 mg_tensor *out);
 
 /* cpu_attention.c */
 void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,

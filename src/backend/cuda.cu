@@ -111,6 +111,8 @@ static struct mg_backend_iface make_iface(void) {
     mg_cu_kernels_iface(&f);
     mg_cu_reduce_iface(&f);
     mg_cu_nn_iface(&f);
+    mg_cu_rms_norm_iface(&f);
+    mg_cu_rope_iface(&f);
     mg_cu_attention_iface(&f);
     return f;
 }

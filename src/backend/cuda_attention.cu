@@ -10,6 +10,10 @@
  * row. Heads wider than 32 * NACC columns take several passes. Every sum has
  * a fixed order and there are no atomics: a run repeats bitwise.
  *
+ * Grouped-query (k, v with KV heads, KV dividing q's H): a query slice reads
+ * its group's k, v slice in place; the dk, dv kernel's warps walk the
+ * group's query heads one after another for their key row.
+ *
  * Exports: mg_cu_attention_iface (cuda_internal.h). */
 #include <math.h>
 #include <stdint.h>
@@ -23,9 +27,15 @@
 
 typedef struct {
     int64_t tq, tk, d, dv, q0, k0, slices;
+    int64_t h, kv; /* query heads and k, v heads: kv divides h */
     float scale;
     bool causal;
 } att_shape;
+
+/* the k, v slice (batch, kv head) that query slice z (batch, head) reads */
+__device__ __forceinline__ int64_t kv_slice(const att_shape &s, int64_t z) {
+    return s.h == s.kv ? z : z / s.h * s.kv + z % s.h / (s.h / s.kv);
+}
 
 /* query i sees keys [0, key_end) */
 __device__ __forceinline__ int64_t key_end(const att_shape &s, int64_t i) {
@@ -90,8 +100,9 @@ __global__ void k_attention(const float *q, const float *k, const float *v, floa
     for (int64_t task = blockIdx.x; task < s.slices * ceil_div(s.tq, ROWS); task += gridDim.x) {
         block_rows b = rows_of(task, s.tq);
         int64_t z = b.z, i = b.r, end = key_end(s, b.last), mine = i < s.tq ? key_end(s, i) : 0;
-        const float *qi = q + (z * s.tq + i) * s.d, *kz = k + z * s.tk * s.d,
-                    *vz = v + z * s.tk * s.dv;
+        int64_t zk = kv_slice(s, z);
+        const float *qi = q + (z * s.tq + i) * s.d, *kz = k + zk * s.tk * s.d,
+                    *vz = v + zk * s.tk * s.dv;
         for (int64_t c0 = 0; c0 < s.dv || c0 == 0; c0 += 32 * NACC) {
             float m = -INFINITY, l = 0.0f, acc[NACC];
             for (int t = 0; t < NACC; t++) acc[t] = 0.0f;
@@ -143,7 +154,8 @@ __global__ void k_attention_dq(const float *q, const float *k, const float *v, c
         int64_t z = b.z, i = b.r, row = z * s.tq + i, end = key_end(s, b.last), mine = 0;
         if (i < s.tq && lse[row] != -INFINITY) mine = key_end(s, i);
         const float *qi = q + row * s.d, *doi = dout + row * s.dv;
-        const float *kz = k + z * s.tk * s.d, *vz = v + z * s.tk * s.dv;
+        int64_t zk = kv_slice(s, z);
+        const float *kz = k + zk * s.tk * s.d, *vz = v + zk * s.tk * s.dv;
         for (int64_t c0 = 0; c0 < s.d || c0 == 0; c0 += 32 * NACC) {
             float acc[NACC];
             for (int t = 0; t < NACC; t++) acc[t] = 0.0f;
@@ -168,46 +180,53 @@ __global__ void k_attention_dq(const float *q, const float *k, const float *v, c
     }
 }
 
-/* dk (which = 1) or dv (which = 0): a warp a key row, query tiles in shared memory */
+/* dk (which = 1) or dv (which = 0): a warp a key row of a k, v slice (its
+ * group's query heads in turn), query tiles in shared memory */
 __global__ void k_attention_dkdv(const float *q, const float *k, const float *v, const float *lse,
                                  const float *dout, const double *di, float *out, int which,
                                  att_shape s, int64_t tile) {
     extern __shared__ float sh[];
     float *qt = sh, *dot = sh + tile * s.d;
     int lane = threadIdx.x & 31;
-    int64_t width = which ? s.d : s.dv;
-    for (int64_t task = blockIdx.x; task < s.slices * ceil_div(s.tk, ROWS); task += gridDim.x) {
+    int64_t width = which ? s.d : s.dv, group = s.h / s.kv;
+    int64_t kv_slices = s.slices / group;
+    for (int64_t task = blockIdx.x; task < kv_slices * ceil_div(s.tk, ROWS); task += gridDim.x) {
         block_rows b = rows_of(task, s.tk);
-        int64_t z = b.z, j = b.r, start = query_start(s, b.r0);
+        int64_t zk = b.z, j = b.r, start = query_start(s, b.r0);
         int64_t mine = j < s.tk ? query_start(s, j) : s.tq;
-        const float *kj = k + (z * s.tk + j) * s.d, *vj = v + (z * s.tk + j) * s.dv;
-        const float *qz = q + z * s.tq * s.d, *dz = dout + z * s.tq * s.dv;
-        const float *lz = lse + z * s.tq;
-        const double *dz_i = di + z * s.tq;
+        const float *kj = k + (zk * s.tk + j) * s.d, *vj = v + (zk * s.tk + j) * s.dv;
         for (int64_t c0 = 0; c0 < width || c0 == 0; c0 += 32 * NACC) {
             float acc[NACC];
             for (int t = 0; t < NACC; t++) acc[t] = 0.0f;
-            for (int64_t i0 = start; i0 < s.tq; i0 += tile) {
-                int64_t nq = s.tq - i0 < tile ? s.tq - i0 : tile;
-                load_tiles(qt, qz, s.d, dot, dz, s.dv, i0, nq);
-                if (j >= s.tk) continue;
-                for (int64_t r = 0; r < nq; r++) {
-                    int64_t i = i0 + r;
-                    if (i < mine || lz[i] == -INFINITY) continue;
-                    float p = expf(s.scale * warp_dot(qt + r * s.d, kj, s.d, lane) - lz[i]);
-                    float ds = 0.0f;
-                    if (which) ds = p * (warp_dot(dot + r * s.dv, vj, s.dv, lane) - (float)dz_i[i]);
-                    for (int t = 0; t < NACC; t++) {
-                        int64_t c = c0 + lane + 32 * t;
-                        if (c >= width) continue;
-                        acc[t] += which ? s.scale * ds * qt[r * s.d + c] : p * dot[r * s.dv + c];
+            for (int64_t gi = 0; gi < group; gi++) {
+                int64_t z = zk / s.kv * s.h + zk % s.kv * group + gi;
+                const float *qz = q + z * s.tq * s.d, *dz = dout + z * s.tq * s.dv;
+                const float *lz = lse + z * s.tq;
+                const double *dz_i = di + z * s.tq;
+                for (int64_t i0 = start; i0 < s.tq; i0 += tile) {
+                    int64_t nq = s.tq - i0 < tile ? s.tq - i0 : tile;
+                    load_tiles(qt, qz, s.d, dot, dz, s.dv, i0, nq);
+                    if (j >= s.tk) continue;
+                    for (int64_t r = 0; r < nq; r++) {
+                        int64_t i = i0 + r;
+                        if (i < mine || lz[i] == -INFINITY) continue;
+                        float p = expf(s.scale * warp_dot(qt + r * s.d, kj, s.d, lane) - lz[i]);
+                        float ds = 0.0f;
+                        if (which)
+                            ds = p * (warp_dot(dot + r * s.dv, vj, s.dv, lane) - (float)dz_i[i]);
+                        for (int t = 0; t < NACC; t++) {
+                            int64_t c = c0 + lane + 32 * t;
+                            if (c >= width) continue;
+                            acc[t] += which ? s.scale * ds * qt[r * s.d + c]
+                                            : p * dot[r * s.dv + c];
+                        }
                     }
                 }
             }
             if (j >= s.tk) continue;
             for (int t = 0; t < NACC; t++) {
                 int64_t c = c0 + lane + 32 * t;
-                if (c < width) out[(z * s.tk + j) * width + c] = acc[t];
+                if (c < width) out[(zk * s.tk + j) * width + c] = acc[t];
             }
         }
     }
@@ -225,6 +244,8 @@ static att_shape shape_of(const mg_tensor *q, const mg_tensor *k, const mg_tenso
     s.q0 = q0;
     s.k0 = k0;
     s.slices = q->shape[0] * q->shape[1];
+    s.h = q->shape[1];
+    s.kv = k->shape[1];
     s.scale = scale;
     s.causal = causal;
     return s;
@@ -291,8 +312,10 @@ static void cuda_attention_backward(void *ctx, const mg_tensor *q, const mg_tens
         if (!LAUNCHED("attention_backward kernel")) return;
     }
     if (s.tk == 0) return;
+    int64_t kv_slices = q->shape[0] * s.kv;
+    if (kv_slices == 0) return;
     for (int which = 0; which < 2; which++) {
-        k_attention_dkdv<<<blocks_for(s.slices * ceil_div(s.tk, ROWS)), ROWS * 32, smem,
+        k_attention_dkdv<<<blocks_for(kv_slices * ceil_div(s.tk, ROWS)), ROWS * 32, smem,
                            mg_cu.stream>>>(q->data, k->data, v->data, lse->data, dout->data, di,
                                            which ? dk->data : dv->data, which, s, tile);
         if (!LAUNCHED("attention_backward kernel")) return;

@@ -8,7 +8,9 @@
  * cuda_kernels.cu layout, elementwise and optimizer kernels
  * cuda_reduce.cu reductions, sum of squares; the device scratch for partial sums
  * cuda_nn.cu     softmax, layer norm, embedding, cross-entropy (row kernels)
- * cuda_attention.cu fused attention
+ * cuda_rms_norm.cu RMS norm (row kernels)
+ * cuda_rope.cu   the rotary embedding
+ * cuda_attention.cu fused attention (grouped-query too)
  *
  * Exports (hidden from the library's symbol table): mg_cu, mg_cu_keep_error,
  * mg_cu_blas_open, mg_cu_scratch, mg_cu_sum_to_host, the *_iface hooks, and the
@@ -143,6 +145,8 @@ MG_CU_HIDDEN void mg_cu_blas_iface(struct mg_backend_iface *f);    /* gemm, gemm
 MG_CU_HIDDEN void mg_cu_kernels_iface(struct mg_backend_iface *f); /* layout, elementwise, optim */
 MG_CU_HIDDEN void mg_cu_reduce_iface(struct mg_backend_iface *f);  /* reductions */
 MG_CU_HIDDEN void mg_cu_nn_iface(struct mg_backend_iface *f);      /* softmax ... cross-entropy */
+MG_CU_HIDDEN void mg_cu_rms_norm_iface(struct mg_backend_iface *f);  /* RMS norm */
+MG_CU_HIDDEN void mg_cu_rope_iface(struct mg_backend_iface *f);      /* rotary embedding */
 MG_CU_HIDDEN void mg_cu_attention_iface(struct mg_backend_iface *f); /* attention */
 
 #endif

@@ -130,6 +130,26 @@ static void layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_ten
                                      const mg_tensor *dy, const mg_tensor *stats, mg_tensor *sums) {
     (void)ctx, (void)x, (void)w, (void)dy, (void)stats, (void)sums;
 }
+static void rms_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, float eps,
+                     const mg_tensor *squares, int64_t n, mg_tensor *rstd, mg_tensor *y) {
+    (void)ctx, (void)x, (void)w, (void)eps, (void)squares, (void)n, (void)rstd, (void)y;
+}
+static void rms_norm_squares(void *ctx, const mg_tensor *x, mg_tensor *out) {
+    (void)ctx, (void)x, (void)out;
+}
+static void rms_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                              const mg_tensor *dy, const mg_tensor *rstd, const mg_tensor *sums,
+                              int64_t n, mg_tensor *dx, mg_tensor *dw) {
+    (void)ctx, (void)x, (void)w, (void)dy, (void)rstd, (void)sums, (void)n, (void)dx, (void)dw;
+}
+static void rms_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                   const mg_tensor *dy, const mg_tensor *rstd, mg_tensor *sums) {
+    (void)ctx, (void)x, (void)w, (void)dy, (void)rstd, (void)sums;
+}
+static void rope(void *ctx, const mg_tensor *x, int64_t pos0, float theta, bool inverse,
+                 mg_tensor *out) {
+    (void)ctx, (void)x, (void)pos0, (void)theta, (void)inverse, (void)out;
+}
 static int64_t embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table, int64_t v0,
                          int64_t v, mg_tensor *out) {
     (void)ctx, (void)ids, (void)table, (void)v0, (void)v, (void)out;
@@ -208,6 +228,11 @@ static const struct mg_backend_iface meta_iface = {
     .layer_norm_moments = layer_norm_moments,
     .layer_norm_backward = layer_norm_backward,
     .layer_norm_backward_sums = layer_norm_backward_sums,
+    .rms_norm = rms_norm,
+    .rms_norm_squares = rms_norm_squares,
+    .rms_norm_backward = rms_norm_backward,
+    .rms_norm_backward_sums = rms_norm_backward_sums,
+    .rope = rope,
     .embedding = embedding,
     .embedding_backward = embedding_backward,
     .cross_entropy = cross_entropy,

@@ -13,9 +13,9 @@
 #include "status.h"
 #include "trace.h"
 
-/* 4 memory entries (not traced) and 30 kernels, each wrapped below */
+/* 4 memory entries (not traced) and 35 kernels, each wrapped below */
 static_assert(sizeof(struct mg_backend_iface) ==
-                  offsetof(struct mg_backend_iface, alloc) + 34 * sizeof(void (*)(void)),
+                  offsetof(struct mg_backend_iface, alloc) + 39 * sizeof(void (*)(void)),
               "mg_backend_iface changed: wrap the new kernel here, and count it");
 
 static const struct mg_backend_iface *real(void) { return mg_ctx()->kernels_untraced; }
@@ -166,6 +166,41 @@ static void layer_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_ten
     mg_trace_kernel("layer_norm_backward_sums", t0, x->numel, 0, 0);
 }
 
+static void rms_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, float eps,
+                     const mg_tensor *squares, int64_t n, mg_tensor *rstd, mg_tensor *y) {
+    int64_t t0 = mg_trace_now();
+    real()->rms_norm(ctx, x, w, eps, squares, n, rstd, y);
+    mg_trace_kernel("rms_norm", t0, x->numel, 0, 0);
+}
+
+static void rms_norm_squares(void *ctx, const mg_tensor *x, mg_tensor *out) {
+    int64_t t0 = mg_trace_now();
+    real()->rms_norm_squares(ctx, x, out);
+    mg_trace_kernel("rms_norm_squares", t0, x->numel, 0, 0);
+}
+
+static void rms_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                              const mg_tensor *dy, const mg_tensor *rstd, const mg_tensor *sums,
+                              int64_t n, mg_tensor *dx, mg_tensor *dw) {
+    int64_t t0 = mg_trace_now();
+    real()->rms_norm_backward(ctx, x, w, dy, rstd, sums, n, dx, dw);
+    mg_trace_kernel("rms_norm_backward", t0, x->numel, 0, 0);
+}
+
+static void rms_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
+                                   const mg_tensor *dy, const mg_tensor *rstd, mg_tensor *sums) {
+    int64_t t0 = mg_trace_now();
+    real()->rms_norm_backward_sums(ctx, x, w, dy, rstd, sums);
+    mg_trace_kernel("rms_norm_backward_sums", t0, x->numel, 0, 0);
+}
+
+static void rope(void *ctx, const mg_tensor *x, int64_t pos0, float theta, bool inverse,
+                 mg_tensor *out) {
+    int64_t t0 = mg_trace_now();
+    real()->rope(ctx, x, pos0, theta, inverse, out);
+    mg_trace_kernel(inverse ? "rope_backward" : "rope", t0, x->numel, 0, 0);
+}
+
 static int64_t embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table, int64_t v0,
                          int64_t v, mg_tensor *out) {
     int64_t t0 = mg_trace_now();
@@ -282,6 +317,11 @@ int mg_backend_trace_kernels(bool on) {
     WRAP(layer_norm_moments);
     WRAP(layer_norm_backward);
     WRAP(layer_norm_backward_sums);
+    WRAP(rms_norm);
+    WRAP(rms_norm_squares);
+    WRAP(rms_norm_backward);
+    WRAP(rms_norm_backward_sums);
+    WRAP(rope);
     WRAP(embedding);
     WRAP(embedding_backward);
     WRAP(cross_entropy);

@@ -18,6 +18,7 @@ static mg_dim_strategy *add(mg_candidates *c) {
     mg_dim_strategy *s = &c->c[c->n++];
     for (int i = 0; i < MG_RULE_MAX_INPUTS; i++) s->in[i] = R;
     s->out = R;
+    s->mesh_dims = 0;
     return s;
 }
 
@@ -64,6 +65,7 @@ int mg_rules_choose(const mg_candidates *cands, int n_inputs, const mg_spec *con
         int best = 0, best_changes = 0;
         double best_cost = -1;
         for (int c = 0; c < cands->n; c++) {
+            if (cands->c[c].mesh_dims && !(cands->c[c].mesh_dims >> m & 1u)) continue;
             double cost = 0;
             int changes = 0;
             for (int i = 0; i < n_inputs; i++) {
@@ -397,6 +399,29 @@ void mg_rules_attention(mg_candidates *c) {
     s = add(c);
     s->in[2] = S(3);
     s->out = S(3);
+}
+
+void mg_rules_attention_gqa(mg_candidates *c, unsigned heads_on) {
+    mg_rules_attention(c);
+    if (heads_on) { /* candidate 2: the heads */
+        c->c[2].mesh_dims = heads_on;
+        return;
+    }
+    memmove(&c->c[2], &c->c[3], (size_t)(c->n - 3) * sizeof c->c[0]);
+    c->n--;
+}
+
+void mg_rules_rope(mg_candidates *c) {
+    c->n = 0;
+    add(c);
+    for (int d = 0; d < 3; d++) { /* batch, sequence, heads */
+        mg_dim_strategy *s = add(c);
+        s->in[0] = S(d);
+        s->out = S(d);
+    }
+    mg_dim_strategy *s = add(c);
+    s->in[0] = P;
+    s->out = P;
 }
 
 void mg_rules_narrow(mg_candidates *c, int n_inputs, int ndim, int dim) {

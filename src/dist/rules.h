@@ -3,7 +3,8 @@
  *
  * A rule lists candidate strategies for ONE mesh dimension: a target placement
  * for each input and the output placement that results. The same list applies
- * to every mesh dimension; mg_rules_choose() picks, for each mesh dim on its own,
+ * to every mesh dimension (a candidate may name the mesh dims it is limited to);
+ * mg_rules_choose() picks, for each mesh dim on its own,
  * the candidate that moves the fewest bytes from the inputs' current placements
  * (on ties the one that changes the fewest inputs' placements, then the first
  * in the list, so every rank picks the same one), and
@@ -12,8 +13,8 @@
  * Exports the candidate generators for each family of ops:
  *   contraction (linear, matmul and their gradients, einsum-style labels),
  *   pointwise (broadcasting), reduction, permute, expand, reshape, losses,
- *   and the transformer ops: softmax, layer norm, embedding, attention,
- *   narrow / cat. A candidate may shard a dim the op reduces over (softmax,
+ *   and the transformer ops: softmax, layer norm (and RMS norm), embedding,
+ *   attention (and grouped-query attention), rotary embedding, narrow / cat. A candidate may shard a dim the op reduces over (softmax,
  *   layer norm, loss-parallel cross-entropy): the op then sums its small
  *   per-row statistics over the mesh dims that shard it, never the tensor. */
 #ifndef MG_RULES_H
@@ -29,6 +30,7 @@
 typedef struct {
     mg_placement in[MG_RULE_MAX_INPUTS];
     mg_placement out;
+    unsigned mesh_dims; /* the mesh dims (bit m) it may be chosen on; 0: every one */
 } mg_dim_strategy;
 
 typedef struct {
@@ -105,7 +107,8 @@ void mg_rules_softmax(mg_candidates *c, int ndim);
 
 /* Layer norm of x (..., C) with weight and bias (C): a shard of a row dim passes
  * (weight and bias Replicate); x sharded on C takes weight and bias sharded alike
- * (the op sums Partial statistics over that mesh dim); no Partial. */
+ * (the op sums Partial statistics over that mesh dim); no Partial. RMS norm's
+ * rule too (x and weight: its bias input is absent). */
 void mg_rules_layer_norm(mg_candidates *c, int ndim);
 
 /* Embedding: ids (...) of ids_ndim dims, table (V, C) -> (..., C). A shard of the
@@ -120,6 +123,18 @@ void mg_rules_embedding(mg_candidates *c, int ids_ndim);
  * k and v gathered along T only); with q, k Replicate, v Partial -> Partial and
  * v sharded on D -> output sharded on D (attention is linear in v). */
 void mg_rules_attention(mg_candidates *c);
+
+/* Grouped-query attention, q (B, H, T, D), k and v (B, KV, T, D): the candidates
+ * of mg_rules_attention, the heads shard only on the mesh dims in heads_on (bit
+ * m; none when 0): those on which an input is sharded on its heads already,
+ * where the op has checked that KV splits evenly. Elsewhere a heads shard could
+ * give a rank query heads whose k, v heads another rank holds. */
+void mg_rules_attention_gqa(mg_candidates *c, unsigned heads_on);
+
+/* Rotary embedding of x (B, T, H, D): a shard of B, T or H passes (a T shard
+ * takes its positions from its offset), Partial passes (a rotation is linear);
+ * D is never sharded (its pairs would split). */
+void mg_rules_rope(mg_candidates *c);
 
 /* Narrow or cat along `dim` (n inputs of ndim dims): all Replicate, all sharded on
  * one same other dim, or all Partial pass through; a shard of `dim` is undone. */

@@ -34,8 +34,10 @@ struct mg_op_def;
 typedef struct {
     int i[MG_MAX_DIMS]; /* a permutation, a reduced-dims mask, a dim */
     int ni;
-    int flag;           /* causal (attention), log (softmax), keepdim (sum) */
-    float f;            /* the scale of a sum or mean, of mg_scale; layer norm's eps */
+    int flag;           /* causal (attention), log (softmax), keepdim (sum), inverse (rope) */
+    float f;            /* the scale of a sum or mean, of mg_scale; layer norm's eps;
+                         * rope's theta */
+    int64_t pos;        /* rope's first position */
     int ndim;           /* a global shape: the input's (reshape, expand), b's rank (matmul) */
     int64_t shape[MG_MAX_DIMS];
 } mg_op_args;

@@ -7,8 +7,9 @@
  *   -> a tape node (ops/tape.h) when gradients are wanted.
  * Files: ops.c (the path, redistribute, parameter copies), ops_shape.c
  * (layout), ops_math.c (pointwise, reductions, mse), ops_matmul.c (linear,
- * matmul), ops_nn.c (softmax, layer norm), ops_vocab.c (embedding,
- * cross-entropy), ops_attention.c. */
+ * matmul), ops_nn.c (softmax, layer norm), ops_rms_norm.c, ops_rope.c (the
+ * rotary embedding), ops_vocab.c (embedding, cross-entropy), ops_attention.c
+ * (attention, grouped-query attention). */
 #ifndef MG_OPS_H
 #define MG_OPS_H
 

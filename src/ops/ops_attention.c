@@ -1,7 +1,10 @@
-/* ops_attention.c: mg_attention on distributed tensors and its gradient.
- * q, k, v (B, H, T, D) -> softmax(q k^T / sqrt(D)) v, computed by the backend's
- * fused kernel (flash attention: no (T, T) matrix, the rows' log-sum-exp kept
- * on its node, node->saved, for backward).
+/* ops_attention.c: mg_attention and mg_attention_gqa on distributed tensors,
+ * and their gradient. q, k, v (B, H, T, D) -> softmax(q k^T / sqrt(D)) v,
+ * computed by the backend's fused kernel (flash attention: no (T, T) matrix,
+ * the rows' log-sum-exp kept on its node, node->saved, for backward).
+ * Grouped-query attention: k and v have KV heads, KV dividing H; query head h
+ * reads k, v head h / (H / KV) where it lies (no copy), and the gradients of
+ * k and v sum over the H / KV query heads of their group (the same kernel).
  *
  * Placements (mg_rules_attention): batch and head shards pass (data and tensor
  * parallel); q sharded on T with k, v Replicate is sequence parallel: k and v
@@ -11,7 +14,11 @@
  * Replicate. The gradients take the forward's placements, with Partial where
  * each rank holds a part of a sum: dk, dv where q was sharded on T (every
  * rank's queries add to them), dq, dk where v was Partial or sharded on D.
- * The record (op_def.h): attention, args.flag = causal. */
+ * Grouped, the heads are sharded only where the inputs shard them already and
+ * KV splits evenly over those ranks (mg_rules_attention_gqa; else a message
+ * naming the fix), so that each rank's query heads find their k, v heads.
+ * With KV == H, mg_attention_gqa is mg_attention (the same rule and kernel).
+ * The records (op_def.h): attention and attention_gqa, args.flag = causal. */
 #include <math.h>
 #include <string.h>
 
@@ -39,12 +46,14 @@ static int attention_shape(mg_op_call *c) {
     fits = fits && Q->shape[3] == K->shape[3] && K->shape[2] == V->shape[2];
     if (!fits) {
         char a[96], b[96], d[96];
+        bool fewer = Q->ndim == 4 && K->ndim == 4 && K->shape[1] < Q->shape[1];
         return mg_error(MG_ESHAPE,
                         "%s: q %s, k %s and v %s do not fit: want (B, H, T, D) each, k and v of "
-                        "one length T, q and k of one D",
+                        "one length T, q and k of one D%s",
                         c->who, mg_shape_format(a, sizeof a, Q->ndim, Q->shape),
                         mg_shape_format(b, sizeof b, K->ndim, K->shape),
-                        mg_shape_format(d, sizeof d, V->ndim, V->shape));
+                        mg_shape_format(d, sizeof d, V->ndim, V->shape),
+                        fewer ? " (k and v with fewer heads than q: mg_attention_gqa)" : "");
     }
     int64_t out_shape[4] = {Q->shape[0], Q->shape[1], Q->shape[2], V->shape[3]};
     c->out_ndim = 4;
@@ -125,4 +134,70 @@ mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dten
                          int causal) {
     mg_op_call c = {.who = "mg_attention", .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
     return mg_op_run(&attention_def, &c);
+}
+
+/* ---- grouped-query attention ------------------------------------------------------ */
+
+/* The mesh dims (of size > 1) on which q, k or v is sharded on its heads. */
+static unsigned heads_sharded(const mg_op_call *c) {
+    unsigned mask = 0;
+    for (int i = 0; i < 3; i++) mask |= mg_ops_shard_mask(&c->x[i]->spec, 1);
+    return mask;
+}
+
+static int gqa_shape(mg_op_call *c) {
+    const mg_spec *Q = &c->x[0]->spec, *K = &c->x[1]->spec, *V = &c->x[2]->spec;
+    bool fits = Q->ndim == 4 && K->ndim == 4 && V->ndim == 4;
+    fits = fits && Q->shape[0] == K->shape[0] && K->shape[0] == V->shape[0];
+    fits = fits && K->shape[1] == V->shape[1] && Q->shape[3] == K->shape[3] &&
+           K->shape[2] == V->shape[2];
+    if (!fits) {
+        char a[96], b[96], d[96];
+        return mg_error(MG_ESHAPE,
+                        "%s: q %s, k %s and v %s do not fit: want q (B, H, T, D), k and v "
+                        "(B, KV, T, D) with KV dividing H, k and v of one length T, q and k of "
+                        "one D",
+                        c->who, mg_shape_format(a, sizeof a, Q->ndim, Q->shape),
+                        mg_shape_format(b, sizeof b, K->ndim, K->shape),
+                        mg_shape_format(d, sizeof d, V->ndim, V->shape));
+    }
+    int64_t h = Q->shape[1], kv = K->shape[1];
+    if (h != kv && (kv == 0 || h < kv || h % kv != 0))
+        return mg_error(MG_ESHAPE,
+                        "%s: q has %lld heads and k, v have %lld: kv_heads must divide heads "
+                        "(each k, v head serves heads / kv_heads query heads)",
+                        c->who, (long long)h, (long long)kv);
+    unsigned on = h == kv ? 0 : heads_sharded(c);
+    int64_t ranks = 1;
+    for (int m = 0; m < Q->mesh->ndim; m++)
+        if (on >> m & 1u) ranks *= Q->mesh->shape[m];
+    if (kv % ranks != 0)
+        return mg_error(MG_EPLACEMENT,
+                        "%s: the heads are sharded over %lld ranks but kv_heads = %lld does not "
+                        "split evenly over them: make kv_heads a multiple of %lld, or shard the "
+                        "heads over fewer ranks (or shard on batch or sequence instead)",
+                        c->who, (long long)ranks, (long long)kv, (long long)ranks);
+    int64_t out_shape[4] = {Q->shape[0], h, Q->shape[2], V->shape[3]};
+    c->out_ndim = 4;
+    memcpy(c->out_shape, out_shape, sizeof out_shape);
+    return MG_OK;
+}
+
+static void gqa_rule(const mg_op_call *c, mg_candidates *cands) {
+    if (c->x[0]->spec.shape[1] == c->x[1]->spec.shape[1])
+        mg_rules_attention(cands);
+    else
+        mg_rules_attention_gqa(cands, heads_sharded(c));
+}
+
+static const mg_op_def attention_gqa_def = {
+    .name = "attention_gqa", .arity = 3, .required = 3, .required_names = "q, k or v",
+    .shape = gqa_shape, .rule = gqa_rule, .kernel = attention_kernel,
+    .cost = attention_cost, .vjp = attention_vjp, .grad_at_output = true,
+};
+
+mg_dtensor *mg_attention_gqa(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                             int causal) {
+    mg_op_call c = {.who = "mg_attention_gqa", .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
+    return mg_op_run(&attention_gqa_def, &c);
 }
