@@ -125,6 +125,18 @@ static int mpi_error(const char *what, int err) {
 
 static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape);
 
+/* A mesh whose dims' comms are made, once its whole-mesh comm is: registered
+ * and numbered; freed (NULL) when that comm could not be made. */
+static mg_mesh *finish(mg_mesh *m) {
+    if (!m->world) {
+        mg_mesh_free(m);
+        return NULL;
+    }
+    mg_comm_register(m->world);
+    m->id = ++mg_ctx()->next_mesh_id;
+    return m;
+}
+
 mg_mesh *mg_mesh_new(int ndim, const int *shape) {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -212,10 +224,7 @@ static mg_mesh *mesh_on(MPI_Comm cart, int ndim, const int *shape) {
         mg_comm_register(m->dim_comm[i]);
     }
     m->world = comm_new(m->cart, m->cart);
-    if (!m->world) goto fail;
-    mg_comm_register(m->world);
-    m->id = ++mg_ctx()->next_mesh_id;
-    return m;
+    return finish(m);
 fail:
     mg_mesh_free(m);
     return NULL;
@@ -265,10 +274,7 @@ static mg_mesh *meta_on(int ndim, const int *shape, const int *coord, int base,
     int64_t last = base;
     for (int i = 0; i < ndim; i++) last += (int64_t)(shape[i] - 1) * stride[i];
     m->world = mg_comm_meta_new(m->size, m->rank, meta_node(m, base) == meta_node(m, last));
-    if (!m->world) goto fail;
-    mg_comm_register(m->world);
-    m->id = ++mg_ctx()->next_mesh_id;
-    return m;
+    return finish(m);
 fail:
     mg_mesh_free(m);
     return NULL;

@@ -1,6 +1,7 @@
 /* ops.c: the dispatch path every op walks (mg_op_run: validate -> shape ->
  * rule -> redistribute -> kernel -> record, op_def.h), the redistribute op
- * and the public mg_redistribute, and the parameter copies. The ops
+ * and the public mg_redistribute, the parameter copies, and what the op
+ * families share (mg_ops_shard_mask, mg_ops_reduce_over). The ops
  * themselves are in ops_*.c (ops.h lists them). */
 #include "ops/ops.h"
 
@@ -359,4 +360,23 @@ mg_dtensor *mg_op_run2(const mg_op_def *def, const char *who, const mg_dtensor *
                        const mg_dtensor *b) {
     mg_op_call c = {.who = who, .n = 2, .x = {a, b}};
     return mg_op_run(def, &c);
+}
+
+/* ---- shared by the op families ----------------------------------------------- */
+
+unsigned mg_ops_shard_mask(const mg_spec *spec, int d) {
+    unsigned mask = 0;
+    for (int m = 0; m < spec->mesh->ndim; m++)
+        if (spec->p[m].kind == MG_PLACE_SHARD && spec->p[m].dim == d && spec->mesh->shape[m] > 1)
+            mask |= 1u << m;
+    return mask;
+}
+
+int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n, mg_reduce_op op) {
+    for (int m = 0; m < mesh->ndim; m++) {
+        if (!(mask >> m & 1u)) continue;
+        int rc = mg_comm_all_reduce(mesh->dim_comm[m], buf, n, op);
+        if (rc != MG_OK) return rc;
+    }
+    return MG_OK;
 }

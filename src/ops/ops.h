@@ -89,7 +89,7 @@ void mg_ops_step_end(void);
 /* normalizes a possibly negative dim; -1 and a message naming `who` when out of range */
 int mg_ops_dim(const char *who, int dim, int ndim);
 
-/* ---- helpers of the ops that reduce over a dim that may be sharded (ops_nn.c) --- */
+/* ---- helpers of the ops that reduce over a dim that may be sharded (ops.c) ----- */
 
 /* The mesh dims (bit m: mesh dim m, of size > 1) whose placement shards dim d. */
 unsigned mg_ops_shard_mask(const mg_spec *spec, int d);

@@ -1,7 +1,8 @@
 /* ops_math.c: the pointwise family and its ops (mg_add, mg_sub, mg_mul,
  * mg_scale, mg_relu, mg_gelu, mg_silu and the gradient ops of the
  * activations), reductions (mg_sum, mg_sum_dims, mg_mean, mg_mean_dims,
- * sum_to) and mg_mse_loss, each a record (op_def.h). Cross-entropy is in
+ * sum_to), their partner mg_expand (each is the other's VJP) and
+ * mg_mse_loss, each a record (op_def.h). Cross-entropy is in
  * ops_vocab.c.
  *
  * A pointwise record names its backend kernel (MG_UNARY_* or MG_BINARY_*,
@@ -352,6 +353,100 @@ mg_dtensor *mg_op_sum_to(const mg_dtensor *g, int ndim, const int64_t *shape) {
     mg_dtensor *s = mg_op_sum_scaled(g, n, dims, 1, 1.0f, "sum_to");
     if (!s) return NULL;
     return mg_reshape(s, ndim, shape);
+}
+
+/* ---- expand: c->out_shape holds the target as given (-1: keep the dim);
+ * args (ndim, shape) = x's global shape, where the gradient is summed back to */
+
+static int expand_shape(mg_op_call *c) {
+    const mg_spec *xs = &c->x[0]->spec;
+    int ndim = c->out_ndim;
+    int64_t *shape = c->out_shape;
+    char a[96], b[96];
+    if (ndim < xs->ndim)
+        return mg_error(MG_ESHAPE,
+                        "%s: cannot expand %s to %s: the target has fewer dims than the tensor",
+                        c->who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
+                        mg_shape_format(b, sizeof b, ndim, shape));
+    int lead = ndim - xs->ndim;
+    for (int i = 0; i < ndim; i++) {
+        int64_t want = shape[i];
+        if (i < lead) {
+            if (want < 0)
+                return mg_error(MG_ESHAPE, "%s: -1 is not allowed for the new leading dim %d",
+                                c->who, i);
+            continue;
+        }
+        int64_t have = xs->shape[i - lead];
+        if (want == -1) want = have;
+        if (have != want && have != 1)
+            return mg_error(MG_ESHAPE,
+                            "%s: cannot expand global shape %s to %s: dim %d has size %lld, which "
+                            "is neither %lld nor 1 (sizes are global, not per-rank)",
+                            c->who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
+                            mg_shape_format(b, sizeof b, ndim, shape), i, (long long)have,
+                            (long long)want);
+    }
+    for (int i = lead; i < ndim; i++)
+        if (shape[i] == -1) shape[i] = xs->shape[i - lead];
+    c->args.ndim = xs->ndim;
+    memcpy(c->args.shape, xs->shape, sizeof c->args.shape);
+    return MG_OK;
+}
+
+static void expand_rule(const mg_op_call *c, mg_candidates *cands) {
+    const mg_spec *xs = &c->x[0]->spec;
+    mg_rules_expand(cands, xs->ndim, xs->shape, c->out_ndim, c->out_shape);
+}
+
+/* the local input (aligned right, leading 1s) broadcast into the local
+ * output, whose sizes come from the output spec */
+static int expand_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int ndim = c->out_ndim, lead = ndim - in[0]->local->ndim;
+    int64_t aligned[MG_MAX_DIMS], ones[MG_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) {
+        aligned[i] = i < lead ? 1 : in[0]->local->shape[i - lead];
+        ones[i] = 1;
+    }
+    mg_tensor *xv = mg_tensor_view(mg_step_arena(), in[0]->local, ndim, aligned);
+    mg_tensor *zero = mg_tensor_zeros(mg_step_arena(), ndim, ones);
+    if (!xv || !zero) return mg_last_code();
+    mg_backend *be = mg_backend_of(out->local);
+    be->iface->binary(be->context, MG_BINARY_ADD, xv, zero, out->local);
+    return MG_OK;
+}
+
+static void expand_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                        mg_op_cost *cost) {
+    (void)c, (void)in;
+    cost->flops = 0;
+    cost->bytes = 8.0 * (double)out->local->numel; /* read and written */
+}
+
+static int expand_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    NEED(out[0] = mg_op_sum_to(g, n->args.ndim, n->args.shape));
+    return MG_OK;
+}
+
+static const mg_op_def expand_def = {
+    .name = "expand", .arity = 1, .required = 1, .required_names = "input",
+    .shape = expand_shape, .rule = expand_rule, .kernel = expand_kernel, .cost = expand_cost,
+    .vjp = expand_vjp,
+};
+
+mg_dtensor *mg_expand(const mg_dtensor *x, int ndim, const int64_t *global_shape) {
+    const char *who = "mg_expand";
+    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
+    if (mg_shape_check(ndim, global_shape, who) != MG_OK) {
+        /* -1 means "keep this dim": allowed, checked by expand_shape */
+        bool only_minus_one = ndim >= 0 && ndim <= MG_MAX_DIMS && global_shape;
+        for (int i = 0; only_minus_one && i < ndim; i++)
+            if (global_shape[i] < -1) only_minus_one = false;
+        if (!only_minus_one) return NULL;
+    }
+    mg_op_call c = {.who = who, .n = 1, .x = {x}, .out_ndim = ndim};
+    if (ndim > 0) memcpy(c.out_shape, global_shape, (size_t)ndim * sizeof *global_shape);
+    return mg_op_run(&expand_def, &c);
 }
 
 /* ---- mse loss ------------------------------------------------------------------------ */

@@ -25,23 +25,6 @@ static mg_backend *backend(const mg_tensor *t) { return mg_backend_of(t); }
 
 /* ---- shared helpers ------------------------------------------------------------- */
 
-unsigned mg_ops_shard_mask(const mg_spec *spec, int d) {
-    unsigned mask = 0;
-    for (int m = 0; m < spec->mesh->ndim; m++)
-        if (spec->p[m].kind == MG_PLACE_SHARD && spec->p[m].dim == d && spec->mesh->shape[m] > 1)
-            mask |= 1u << m;
-    return mask;
-}
-
-int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n, mg_reduce_op op) {
-    for (int m = 0; m < mesh->ndim; m++) {
-        if (!(mask >> m & 1u)) continue;
-        int rc = mg_comm_all_reduce(mesh->dim_comm[m], buf, n, op);
-        if (rc != MG_OK) return rc;
-    }
-    return MG_OK;
-}
-
 mg_dtensor *mg_ops_grad_at(const mg_dtensor *g, const mg_spec *spec) {
     mg_spec target = *spec;
     for (int m = 0; m < spec->mesh->ndim; m++)

@@ -1,6 +1,7 @@
 /* ops_shape.c: layout ops on distributed tensors: mg_permute, mg_transpose,
- * mg_expand, mg_reshape, mg_view, mg_narrow, mg_cat, each a record
- * (op_def.h), and the gradient of a narrow. Every size argument is GLOBAL;
+ * mg_reshape, mg_view, mg_narrow, mg_cat, each a record (op_def.h), and the
+ * gradient of a narrow (mg_expand lives with the sums in ops_math.c: each is
+ * the other's VJP). Every size argument is GLOBAL;
  * the local sizes the kernel gets come from the output spec
  * (mg_spec_local), never from an input's local shape. */
 #include <string.h>
@@ -79,93 +80,6 @@ mg_dtensor *mg_transpose(const mg_dtensor *x, int dim0, int dim1) {
     perm[a] = b;
     perm[b] = a;
     return mg_permute(x, perm);
-}
-
-/* ---- expand: c->out_shape holds the target as given (-1: keep the dim);
- * args (ndim, shape) = x's global shape, where the gradient is summed back to */
-
-static int expand_shape(mg_op_call *c) {
-    const mg_spec *xs = &c->x[0]->spec;
-    int ndim = c->out_ndim;
-    int64_t *shape = c->out_shape;
-    char a[96], b[96];
-    if (ndim < xs->ndim)
-        return mg_error(MG_ESHAPE,
-                        "%s: cannot expand %s to %s: the target has fewer dims than the tensor",
-                        c->who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
-                        mg_shape_format(b, sizeof b, ndim, shape));
-    int lead = ndim - xs->ndim;
-    for (int i = 0; i < ndim; i++) {
-        int64_t want = shape[i];
-        if (i < lead) {
-            if (want < 0)
-                return mg_error(MG_ESHAPE, "%s: -1 is not allowed for the new leading dim %d",
-                                c->who, i);
-            continue;
-        }
-        int64_t have = xs->shape[i - lead];
-        if (want == -1) want = have;
-        if (have != want && have != 1)
-            return mg_error(MG_ESHAPE,
-                            "%s: cannot expand global shape %s to %s: dim %d has size %lld, which "
-                            "is neither %lld nor 1 (sizes are global, not per-rank)",
-                            c->who, mg_shape_format(a, sizeof a, xs->ndim, xs->shape),
-                            mg_shape_format(b, sizeof b, ndim, shape), i, (long long)have,
-                            (long long)want);
-    }
-    for (int i = lead; i < ndim; i++)
-        if (shape[i] == -1) shape[i] = xs->shape[i - lead];
-    c->args.ndim = xs->ndim;
-    memcpy(c->args.shape, xs->shape, sizeof c->args.shape);
-    return MG_OK;
-}
-
-static void expand_rule(const mg_op_call *c, mg_candidates *cands) {
-    const mg_spec *xs = &c->x[0]->spec;
-    mg_rules_expand(cands, xs->ndim, xs->shape, c->out_ndim, c->out_shape);
-}
-
-/* the local input (aligned right, leading 1s) broadcast into the local
- * output, whose sizes come from the output spec */
-static int expand_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
-    int ndim = c->out_ndim, lead = ndim - in[0]->local->ndim;
-    int64_t aligned[MG_MAX_DIMS], ones[MG_MAX_DIMS];
-    for (int i = 0; i < ndim; i++) {
-        aligned[i] = i < lead ? 1 : in[0]->local->shape[i - lead];
-        ones[i] = 1;
-    }
-    mg_tensor *xv = mg_tensor_view(mg_step_arena(), in[0]->local, ndim, aligned);
-    mg_tensor *zero = mg_tensor_zeros(mg_step_arena(), ndim, ones);
-    if (!xv || !zero) return mg_last_code();
-    mg_backend *be = mg_backend_of(out->local);
-    be->iface->binary(be->context, MG_BINARY_ADD, xv, zero, out->local);
-    return MG_OK;
-}
-
-static int expand_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
-    NEED(out[0] = mg_op_sum_to(g, n->args.ndim, n->args.shape));
-    return MG_OK;
-}
-
-static const mg_op_def expand_def = {
-    .name = "expand", .arity = 1, .required = 1, .required_names = "input",
-    .shape = expand_shape, .rule = expand_rule, .kernel = expand_kernel, .cost = copy_cost,
-    .vjp = expand_vjp,
-};
-
-mg_dtensor *mg_expand(const mg_dtensor *x, int ndim, const int64_t *global_shape) {
-    const char *who = "mg_expand";
-    if (mg_ops_check_inputs(who, 1, &x) != MG_OK) return NULL;
-    if (mg_shape_check(ndim, global_shape, who) != MG_OK) {
-        /* -1 means "keep this dim": allowed, checked by expand_shape */
-        bool only_minus_one = ndim >= 0 && ndim <= MG_MAX_DIMS && global_shape;
-        for (int i = 0; only_minus_one && i < ndim; i++)
-            if (global_shape[i] < -1) only_minus_one = false;
-        if (!only_minus_one) return NULL;
-    }
-    mg_op_call c = {.who = who, .n = 1, .x = {x}, .out_ndim = ndim};
-    if (ndim > 0) memcpy(c.out_shape, global_shape, (size_t)ndim * sizeof *global_shape);
-    return mg_op_run(&expand_def, &c);
 }
 
 /* ---- reshape and view: no kernel (a rank's block keeps its order), so they
