@@ -149,7 +149,7 @@ done
 rc=$(cat "$tmp/rc")
 check "bench step --model gpt --batch 2147483647: refused by its estimate (exit $rc)" \
     sh -c "test $rc -eq 1 && test \$(grep -c 'meshgrad: error:' '$tmp/err') -eq 1 &&
-           grep -q 'a step of this GPT (batch 2147483647 .* more than its [0-9.]* GiB of memory: use a smaller --batch,' '$tmp/err'"
+           grep -q \"the model's .* parameters .* and one output a layer .* needs at least [0-9.]* GiB a rank, .* more than its [0-9.]* GiB of memory: use a smaller --batch,\" '$tmp/err'"
 # and so is the MLP's, by what it must hold at once, counted low (it failed at
 # its first tensor, saying only 'the full tensor is NULL'; --batch 3000000
 # makes 24 GB of inputs a rank for the kernel to kill)

@@ -189,7 +189,7 @@ check_refused "--grad-accum with pp" 2 "--grad-accum 2 with pp: .* give --microb
 # the step's estimate against this machine's memory: refused at once (it took
 # a minute to fill 16 GB of window starts before the first tensor failed)
 check_refused "a batch whose step cannot fit this machine" 2 \
-    "a step of this GPT \(batch 2147483647 of --ctx [0-9]+, .*\) needs about [0-9.]+ GiB a rank .* more than its [0-9.]+ GiB of memory: use a smaller --batch" \
+    "the model's .* parameters with their gradients and optimizer state, and one output a layer for the backward \(.* floats\), split over all [0-9]+ ranks, needs at least [0-9.]+ GiB a rank, .* more than its [0-9.]+ GiB of memory: use a smaller --batch" \
     "$prog" train $gpt --batch 2147483647
 # with pp, the largest pipeline rank's parameters and kept activations (a batch
 # of 10^6 windows filled the memory for 2.5 minutes until the kernel killed it)

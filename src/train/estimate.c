@@ -8,6 +8,7 @@
  * mg_train_estimate_fits_gpt. */
 #include "train/estimate.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -123,16 +124,27 @@ int mg_train_estimate_fits(const mg_train_config *cfg, const mg_mesh *mesh,
                         "%.1f GiB: estimate fewer layers and scale",
                         layers, layers * META_LAYER_BYTES / G, have / G);
     }
+    /* the floor: the parameters with their gradients and optimizer state, and
+     * one output a layer kept for the backward (a micro-batch's rows, each
+     * ctx x embd for the GPT, hidden for the MLPs), all spread evenly */
     int states = cfg->optimizer == MG_OPTIM_ADAMW ? 2 : cfg->momentum != 0 ? 1 : 0;
-    char what[256];
-    snprintf(what, sizeof what,
-             "the model's %.3g parameters with their gradients and optimizer "
-             "state, split over all %d ranks,",
-             params, mesh->size);
-    int rc = mg_machine_check_memory(what, 4.0 * params * (2 + states) / mesh->size, fix);
+    bool gpt = cfg->model == MG_MODEL_GPT;
+    double rows = (double)cfg->batch / (double)(gpt && cfg->grad_accum > 0 ? cfg->grad_accum : 1);
+    double width = gpt ? (double)cfg->ctx * (double)cfg->embd : (double)cfg->hidden;
+    double layers = gpt ? (double)cfg->layers : (double)(cfg->depth > 0 ? cfg->depth : 2);
     mg_plan plan;
-    if (rc != MG_OK || mg_plan_parse(cfg->parallel, &plan) != MG_OK || mg_plan_pp_dim(&plan) >= 0)
-        return rc;
+    bool pp = mg_plan_parse(cfg->parallel, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0;
+    mg_clear_error();
+    if (pp) rows = 0; /* the pipeline checks its activations itself, by micro-batch */
+    double floor = 4.0 * (params * (2 + states) + rows * width * layers) / mesh->size;
+    char what[256], acts[96] = "";
+    if (!pp)
+        snprintf(acts, sizeof acts, ", and one output a layer for the backward (%.3g floats)",
+                 rows * width * layers);
+    snprintf(what, sizeof what, "the model's %.3g parameters with their gradients and optimizer "
+             "state%s, split over all %d ranks,", params, acts, mesh->size);
+    int rc = mg_machine_check_memory(what, floor, fix);
+    if (rc != MG_OK || pp) return rc;
     int on_node = mg_ctx()->node_ranks > 0 ? mg_ctx()->node_ranks : 1;
     mg_train_estimate e;
     if ((rc = mg_train_estimate_run(cfg, mesh->ndim, mesh->shape, on_node, data, &e)) != MG_OK) {
