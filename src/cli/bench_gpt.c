@@ -238,10 +238,11 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
         mg_mesh_format(mt, sizeof mt, mesh);
         mg_plan_format(pt, sizeof pt, &plan);
         printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
-               "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
-               "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o.g.heads,
-               (long long)C, (long long)V, (long long)mg_gpt_param_count(&o.g), world, mt, pt,
-               mg_backend_cpu_threads(), (long long)steps, warmup);
+               "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s  (median of "
+               "%lld after %d warm-up)\n", (long long)B, (long long)T, (long long)L,
+               (long long)o.g.heads, (long long)C, (long long)V,
+               (long long)mg_gpt_param_count(&o.g), world, mt, pt, mg_backend_cpu_threads(),
+               mg_blas_core(), (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, arena);
         if (pipe)
@@ -256,10 +257,10 @@ int mg_cli_bench_step_gpt(int argc, char **argv) {
         printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
                "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
                "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
-               "\"math\":\"%s\"}\n",
+               "\"math\":\"%s\",\"openblas\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, arena,
                split, upd, o.device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-               mg_cli_gemm_math(o.device));
+               mg_cli_gemm_math(o.device), mg_blas_core());
     }
     free(times);
     free(ids), free(targets);

@@ -240,18 +240,20 @@ int mg_cli_bench_linear(int argc, char **argv) {
     double mg_s = mg_cli_median(t_mg, (int)iters), blas_s = mg_cli_median(t_blas, (int)iters);
     double mg_gf = flops / mg_s * 1e-9, blas_gf = flops / blas_s * 1e-9;
     if (mg_rank() == 0) {
-        printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  (median of "
-               "%lld)\n", (long long)m, (long long)k, (long long)n, mg_backend_cpu_threads(),
-               gpu ? "cuda" : "cpu", math, (long long)iters);
+        printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  openblas=%s  "
+               "(median of %lld)\n", (long long)m, (long long)k, (long long)n,
+               mg_backend_cpu_threads(), gpu ? "cuda" : "cpu", math, mg_blas_core(),
+               (long long)iters);
         printf("  %-22s %10s %10s\n", "", "ms", "GFLOP/s");
         printf("  %-22s %10.2f %10.1f\n", "meshgrad mg_linear", mg_s * 1e3, mg_gf);
         printf("  %-22s %10.2f %10.1f\n", raw, blas_s * 1e3, blas_gf);
         printf("  ratio meshgrad / %s: %.3f\n", gpu ? "cuBLAS" : "cblas", mg_gf / blas_gf);
         printf("{\"bench\":\"linear\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
                "\"mg_gflops\":%.2f,\"blas_gflops\":%.2f,\"ratio\":%.4f,\"device\":\"%s\","
-               "\"tf32\":%d,\"math\":\"%s\"}\n",
+               "\"tf32\":%d,\"math\":\"%s\",\"openblas\":\"%s\"}\n",
                (long long)m, (long long)k, (long long)n, mg_backend_cpu_threads(), mg_gf, blas_gf,
-               mg_gf / blas_gf, gpu ? "cuda" : "cpu", gpu ? mg_backend_cuda_tf32() : 0, math);
+               mg_gf / blas_gf, gpu ? "cuda" : "cpu", gpu ? mg_backend_cuda_tf32() : 0, math,
+               mg_blas_core());
     }
     free(Y), free(DX), free(DW), free(t_mg), free(t_blas);
     mg_dtensor_free(x), mg_dtensor_free(w), mg_tensor_free(xf), mg_tensor_free(wf);
@@ -472,9 +474,10 @@ int mg_cli_bench_step(int argc, char **argv) {
         mg_plan_format(pt, sizeof pt, &plan);
         printf("MLP step  batch=%lld  layers=", (long long)batch);
         for (int i = 0; i < nl; i++) printf("%s%lld", i ? "," : "", (long long)layers[i]);
-        printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s  (median of %lld after %d "
-               "warm-up)\n", world, mt, pt, mg_backend_cpu_threads(),
-               device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(device), (long long)steps, warmup);
+        printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s openblas=%s  (median of "
+               "%lld after %d warm-up)\n", world, mt, pt, mg_backend_cpu_threads(),
+               device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(device), mg_blas_core(),
+               (long long)steps, warmup);
         printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
                "(step arena %.0f MB, scratch %.0f MB)\n",
                ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0], mem[1]);
@@ -483,10 +486,10 @@ int mg_cli_bench_step(int argc, char **argv) {
         printf("{\"bench\":\"step\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\",\"threads\":%d,"
                "\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,\"arena_mb\":%.1f,"
                "\"scratch_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,"
-               "\"device\":\"%s\",\"math\":\"%s\"}\n",
+               "\"device\":\"%s\",\"math\":\"%s\",\"openblas\":\"%s\"}\n",
                world, mt, pt, mg_backend_cpu_threads(), ms, flops / (ms * 1e-3) * 1e-9, rss, mem[0],
                mem[1], fwd_ms, bwd_ms, opt_ms, device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-               mg_cli_gemm_math(device));
+               mg_cli_gemm_math(device), mg_blas_core());
     }
     free(times);
     mg_dtensor_free(x), mg_dtensor_free(target);
