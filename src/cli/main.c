@@ -6,7 +6,8 @@
  * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
  * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
  * A usage error in the global flags or an unknown command exits 2 before MPI starts.
- */
+ * Before anything else it makes sure OpenBLAS runs the kernels it should,
+ * running the program again when they are not (backend/blas_core.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/blas_core.h"
 #include "backend/device.h"
 #include "cli/cli.h"
 #include "context.h"
@@ -52,14 +54,21 @@ static void usage(FILE *out) {
             "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");
 }
 
+/* The CPU backend names the OpenBLAS kernels that run and whether they are the
+ * best this CPU has (blas_core.h); a poor pick meshgrad could not fix is also
+ * said on stderr, as mg_init says it for the commands. */
 static void version(void) {
+    mg_blas_facts facts = mg_blas_facts_read();
+    char blas[256], warning[512];
+    mg_blas_core_describe(&facts, blas, sizeof blas);
+    if (mg_blas_core_warning(&facts, warning, sizeof warning)) fprintf(stderr, "%s\n", warning);
     printf("meshgrad %s\n", PACKAGE_VERSION);
 #ifdef MG_HAVE_CUDA
     char gpus[1024];
     mg_cuda_describe(gpus, sizeof gpus);
-    printf("backends: cpu (OpenBLAS, %s kernels), cuda\ncuda: %s\n", mg_blas_core(), gpus);
+    printf("backends: cpu (OpenBLAS, %s), cuda\ncuda: %s\n", blas, gpus);
 #else
-    printf("backends: cpu (OpenBLAS, %s kernels)\n", mg_blas_core());
+    printf("backends: cpu (OpenBLAS, %s)\n", blas);
 #endif
 }
 
@@ -117,6 +126,9 @@ static int stdout_failed(void) {
 }
 
 int main(int argc, char **argv) {
+    /* OpenBLAS picked its kernels as it loaded: where the pick is worse than
+     * this CPU's best (or than MG_CPU_ISA asks), run again with it set right */
+    mg_blas_core_reexec(argv);
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
