@@ -1,6 +1,7 @@
 /* files.c: paths and temporary files that never destroy anything (see
  * files.h). Exports mg_path_check, mg_path_dir, mg_path_same_file,
- * mg_file_replaceable, mg_file_starts_with, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
+ * mg_file_replaceable, mg_file_starts_with, mg_file_open_read, mg_output_check,
+ * mg_output_open, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
  * mg_tmp_commit, mg_tmp_discard, mg_tmp_clean_stale. */
 #include "io/files.h"
 
@@ -13,12 +14,18 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "status.h"
+
+#ifndef PIPEFS_MAGIC
+#define PIPEFS_MAGIC 0x50495045 /* linux/magic.h */
+#endif
 
 int mg_path_check(const char *path, const char *what, size_t reserve) {
     if (!path || !path[0]) return mg_error(MG_EINVAL, "%s: give a path", what);
@@ -46,6 +53,21 @@ int mg_path_same_file(const char *a, const char *b) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* What a file that is not a regular file is, for a message. */
+static const char *kind_of(mode_t mode) {
+    return S_ISLNK(mode)                    ? "a symbolic link"
+           : S_ISDIR(mode)                  ? "a directory"
+           : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+           : S_ISFIFO(mode)                 ? "a FIFO (a named pipe)"
+           : S_ISSOCK(mode)                 ? "a socket"
+                                            : "not a regular file";
+}
+
+static int not_of_kind(const char *path, const char *kind) {
+    return mg_error(MG_EIO, "will not replace %s: it is not a %s (a save replaces only a file it "
+                    "could have written): give another path", path, kind);
+}
+
 int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const char *path),
                         int *exists) {
     struct stat st;
@@ -55,32 +77,196 @@ int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const 
         return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
     }
     *exists = 1;
-    const char *why = NULL;
-    if (S_ISLNK(st.st_mode))
-        why = "it is a symbolic link";
-    else if (S_ISDIR(st.st_mode))
-        why = "it is a directory";
-    else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
-        why = "it is a device";
-    else if (!S_ISREG(st.st_mode))
-        why = "it is not a regular file";
-    if (why)
-        return mg_error(MG_EIO, "will not replace %s: %s (a save replaces only a %s): give "
-                        "another path", path, why, kind);
-    if (accept && !accept(path))
-        return mg_error(MG_EIO, "will not replace %s: it is not a %s (a save replaces only a "
-                        "file it could have written): give another path", path, kind);
+    if (!S_ISREG(st.st_mode))
+        return mg_error(MG_EIO, "will not replace %s: it is %s (a save replaces only a %s): give "
+                        "another path", path, kind_of(st.st_mode), kind);
+    if (accept && !accept(path)) return not_of_kind(path, kind);
     return MG_OK;
 }
 
 int mg_file_starts_with(const char *path, const char *mark) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    /* a regular file only: a FIFO or device put at the path is not opened to wait or act */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
     char head[256];
     size_t want = strlen(mark) < sizeof head ? strlen(mark) : sizeof head;
-    size_t n = fread(head, 1, want, f);
-    fclose(f);
-    return n == want && memcmp(head, mark, n) == 0;
+    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? pread(fd, head, want, 0) : -1;
+    close(fd);
+    return n == (ssize_t)want && memcmp(head, mark, want) == 0;
+}
+
+int mg_file_open_read(const char *path, const char *what, int *fd_out) {
+    *fd_out = -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        close(fd);
+        return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        if (S_ISDIR(sb.st_mode))
+            return mg_error(MG_EIO, "cannot open %s %s: it is a directory", what, path);
+        return mg_error(MG_EIO, "cannot open %s %s: it is %s, not a regular file, and is not "
+                        "read (it may block or never end): give a file", what, path,
+                        kind_of(sb.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(err));
+    }
+    *fd_out = fd;
+    return MG_OK;
+}
+
+/* ---- outputs: files, and the streams a log may go to ------------------------- */
+
+/* 1 (stdout) or 2 (stderr) when sb is the file this process writes there, else 0. */
+static int std_stream(const struct stat *sb) {
+    for (int fd = 1; fd <= 2; fd++) {
+        struct stat o;
+        if (fstat(fd, &o) == 0 && o.st_dev == sb->st_dev && o.st_ino == sb->st_ino &&
+            (o.st_mode & S_IFMT) == (sb->st_mode & S_IFMT) &&
+            (!S_ISCHR(o.st_mode) || o.st_rdev == sb->st_rdev))
+            return fd;
+    }
+    return 0;
+}
+
+/* 1 for the device of a terminal (Linux numbers): a pseudo-terminal, a virtual
+ * console, /dev/tty or /dev/console. Not /dev/ptmx (opening it makes a
+ * terminal) nor a serial line (a device attached to it would get the text). */
+static int terminal_device(dev_t rdev) {
+    unsigned ma = major(rdev), mi = minor(rdev);
+    return (ma >= 136 && ma <= 143) || (ma == 4 && mi < 64) || (ma == 5 && mi <= 1);
+}
+
+/* 1 when path names an unnamed pipe (a shell's pipe or process substitution,
+ * reached through /dev/fd/N), 0 for a FIFO made by mkfifo. */
+static int unnamed_pipe(const char *path) {
+    struct statfs fs;
+    return statfs(path, &fs) == 0 && fs.f_type == PIPEFS_MAGIC;
+}
+
+int mg_output_check(const char *path, const char *kind, int (*accept)(const char *path),
+                    int streams, int *what) {
+    struct stat sb;
+    *what = MG_OUTPUT_NEW;
+    if (streams && stat(path, &sb) == 0) { /* links followed: /dev/stdout is one */
+        if (std_stream(&sb) || (S_ISCHR(sb.st_mode) && terminal_device(sb.st_rdev)) ||
+            (S_ISFIFO(sb.st_mode) && unnamed_pipe(path))) {
+            *what = MG_OUTPUT_STREAM;
+            return MG_OK;
+        }
+        if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+            return mg_error(MG_EIO, "will not write %s: it is %s, not a file, a terminal, a pipe "
+                            "or this program's stdout: give a file, or /dev/stdout", path,
+                            kind_of(sb.st_mode));
+    }
+    int exists, st = mg_file_replaceable(path, kind, accept, &exists);
+    if (st == MG_OK && exists) *what = MG_OUTPUT_FILE;
+    return st;
+}
+
+/* A file a log may replace: empty, or one that starts with `mark`. */
+static int log_of(const char *path, const char *mark) {
+    struct stat sb;
+    return (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) ||
+           mg_file_starts_with(path, mark);
+}
+
+/* The stream `path` names, checked as a stream again once opened: a dup of
+ * stdout or stderr, else opened without waiting (a pipe nobody reads is
+ * refused, not waited on) and then made blocking. */
+static int open_stream(const char *path, int *fd_out) {
+    struct stat before, after;
+    if (stat(path, &before) != 0)
+        return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    int std = std_stream(&before), fd;
+    if (std)
+        fd = fcntl(std, F_DUPFD_CLOEXEC, 3);
+    else
+        fd = open(path, O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENXIO && S_ISFIFO(before.st_mode))
+        return mg_error(MG_EIO, "will not write %s: no process reads that pipe: start its reader "
+                        "first, or give a file", path);
+    if (fd < 0) return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    int flags = fcntl(fd, F_GETFL);
+    int st = MG_OK;
+    if (fstat(fd, &after) != 0 || after.st_dev != before.st_dev || after.st_ino != before.st_ino ||
+        (std == 0 && !(S_ISFIFO(after.st_mode) || (S_ISCHR(after.st_mode) && isatty(fd)))))
+        st = mg_error(MG_EIO, "will not write %s: it was a stream (a terminal or a pipe) as "
+                      "checked and is not one as opened: give another path", path);
+    else if (!std && (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0))
+        st = mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (st != MG_OK) {
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    return MG_OK;
+}
+
+/* The file opened: MG_OK when it is a regular file, empty or starting with
+ * mark, checked through `fd` itself (the check by name before the open may
+ * have seen another file: one put at the path in between must not be
+ * truncated or appended to). A file this process may not read (fd write-only)
+ * passes only when empty. */
+static int check_opened(int fd, const char *path, const char *kind, const char *mark,
+                        int readable) {
+    struct stat sb;
+    size_t n = strlen(mark);
+    char head[256];
+    if (n > sizeof head) n = sizeof head;
+    if (fstat(fd, &sb) != 0)
+        return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (S_ISREG(sb.st_mode) && sb.st_size > 0 && !readable)
+        return mg_error(MG_EIO, "will not replace %s: it cannot be read to tell whether it is a "
+                        "%s: give another path", path, kind);
+    if (!S_ISREG(sb.st_mode) ||
+        (sb.st_size > 0 && (pread(fd, head, n, 0) != (ssize_t)n || memcmp(head, mark, n) != 0)))
+        return mg_error(MG_EIO, "will not replace %s: it is not a %s (another file was put there "
+                        "as it was opened): give another path", path, kind);
+    return MG_OK;
+}
+
+int mg_output_open(const char *path, const char *kind, const char *mark, int append,
+                   int *fd_out, int *stream) {
+    *fd_out = -1;
+    *stream = 0;
+    int what, st = mg_output_check(path, kind, NULL, 1, &what);
+    if (st != MG_OK) return st;
+    if (what == MG_OUTPUT_STREAM) {
+        *stream = 1;
+        return open_stream(path, fd_out);
+    }
+    if (what == MG_OUTPUT_FILE && !log_of(path, mark)) return not_of_kind(path, kind);
+    /* opened as it is (never through a link), checked through the descriptor,
+     * then emptied, or appended to */
+    int how = O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, readable = 1;
+    int fd = open(path, O_RDWR | how, 0644);
+    if (fd < 0 && errno == EACCES) { /* may write it, not read it */
+        readable = 0;
+        fd = open(path, O_WRONLY | how, 0644);
+    }
+    if (fd < 0) return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    st = check_opened(fd, path, kind, mark, readable);
+    int flags = fcntl(fd, F_GETFL);
+    if (st == MG_OK &&
+        (flags < 0 || fcntl(fd, F_SETFL, (flags & ~O_NONBLOCK) | (append ? O_APPEND : 0)) != 0 ||
+         (!append && ftruncate(fd, 0) != 0)))
+        st = mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (st != MG_OK) {
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    return MG_OK;
 }
 
 /* ---- temporary files ----------------------------------------------------- */
