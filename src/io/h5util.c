@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "context.h"
 #include "dist/watchdog.h"
@@ -132,15 +133,10 @@ void mg_h5_error_at(mg_h5_err *e, const char *path) {
 
 int mg_file_precheck(const char *path, const char *what) {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return mg_error(MG_EIO, "cannot open %s %s: it is a directory", what, path);
-    if (!S_ISREG(st.st_mode))
-        return mg_error(MG_EIO, "cannot open %s %s: not a regular file", what, path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    fclose(f);
+    int fd, rc = mg_file_open_read(path, what, &fd); /* a regular file, readable */
+    if (rc != MG_OK) return rc;
+    if (fstat(fd, &st) != 0) st.st_size = 0;
+    close(fd);
     if (H5Fis_hdf5(path) <= 0)
         return mg_error(MG_EFORMAT, "%s %s is not an HDF5 file (%lld bytes, no HDF5 signature)",
                         what, path, (long long)st.st_size);
