@@ -30,6 +30,7 @@
 #include "io/tokens.h"
 #include "meshgrad.h"
 #include "status.h"
+#include "text.h"
 
 #define MAX_TEXT_BYTES ((int64_t)1 << 34) /* 16 GiB: held in memory while written */
 
@@ -173,8 +174,11 @@ void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     char text[1024];
     for (int i = 0; f >= 0 && i < n; i++)
-        if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
-            printf("%s: %s\n", keys[i], text);
+        if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0) {
+            printf("%s: ", keys[i]);
+            mg_text_fputs(text, stdout); /* from the file: escaped (text.h) */
+            putchar('\n');
+        }
     if (f >= 0) H5Fclose(f);
 }
 

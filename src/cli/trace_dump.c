@@ -13,6 +13,7 @@
 #include "cli/json.h"
 #include "io/files.h"
 #include "status.h"
+#include "text.h"
 
 #define MAX_DUMP_BYTES ((off_t)4 << 30) /* 2^24 entries (the recorder's most) fit */
 #define NO_SEQ INT64_MIN                /* an empty slot of a comm's calls */
@@ -49,7 +50,7 @@ static int find_comm(job_t *job, const char *name, int ordinal, int dim, const m
                      int make) {
     int n = ranks && ranks->type == MG_JSON_ARRAY ? ranks->n : 0;
     char cut[sizeof job->comms[0].name];
-    snprintf(cut, sizeof cut, "%s", name);
+    mg_text_safe(name, cut, sizeof cut);
     for (int g = 0; g < job->ncomms; g++) {
         comm_t *k = &job->comms[g];
         if (k->nranks != n || k->ordinal != ordinal || strcmp(k->name, cut) != 0) continue;
@@ -247,9 +248,9 @@ static int take_entry(loader *l, const mg_json *x) {
                  .start = mg_json_int(x, "start_ns", 0),
                  .end = mg_json_int(x, "end_ns", 0),
                  .peer = (int)peer};
-    snprintf(e.op, sizeof e.op, "%s", mg_json_str(x, "op", "?"));
-    snprintf(e.dtype, sizeof e.dtype, "%s", mg_json_str(x, "dtype", "?"));
-    snprintf(e.state, sizeof e.state, "%s", mg_json_str(x, "state", "?"));
+    mg_text_safe(mg_json_str(x, "op", "?"), e.op, sizeof e.op);
+    mg_text_safe(mg_json_str(x, "dtype", "?"), e.dtype, sizeof e.dtype);
+    mg_text_safe(mg_json_str(x, "state", "?"), e.state, sizeof e.state);
     int m = l->member[local];
     comm_t *c = &l->job->comms[e.comm];
     if (l->pass == 2) { /* the newest record of a member at the mismatch */
@@ -323,7 +324,7 @@ static int walk_dump(loader *l) {
             l->waiting_in = v;
             continue;
         } else if (l->pass == 1 && strcmp(key, "reason") == 0 && v->type == MG_JSON_STRING) {
-            snprintf(l->d->reason, sizeof l->d->reason, "%s", v->string);
+            mg_text_safe(v->string, l->d->reason, sizeof l->d->reason);
         } else if (l->pass == 1 && strcmp(key, "now_ns") == 0) {
             l->d->now = v->integer;
         } else if (l->pass == 1 && strcmp(key, "step") == 0) {
@@ -347,7 +348,7 @@ static void take_waiting_in(loader *l) {
     const mg_json *w = l->waiting_in;
     if (!w) return;
     d->has_io = 1;
-    snprintf(d->io_op, sizeof d->io_op, "%s", mg_json_str(w, "op", "?"));
+    mg_text_safe(mg_json_str(w, "op", "?"), d->io_op, sizeof d->io_op);
     d->io_since = mg_json_int(w, "since_ns", d->now);
     const mg_json *ranks = mg_json_get(w, "ranks");
     if (d->waiting || !ranks || ranks->type != MG_JSON_ARRAY || ranks->n == 0) return;

@@ -11,8 +11,8 @@
  * numbers per communicator and rank, and time is linear in the bytes of the
  * dumps (a second reading of them, only when there is a mismatch, finds what
  * each member entered at it). Every string taken from a dump (op, data type,
- * state, reason, communicator name) is cut to the size of its field here and
- * escaped where it is printed (text.h).
+ * state, reason, communicator name) is kept with its control bytes escaped
+ * (text.h: the analysis prints them), cut to the size of its field.
  * Exports comm_t, entry_t, dump_t, job_t, mg_trace_job_load,
  * mg_trace_job_free. */
 #ifndef MG_CLI_TRACE_DUMP_H

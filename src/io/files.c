@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "status.h"
+#include "text.h"
 
 #ifndef PIPEFS_MAGIC
 #define PIPEFS_MAGIC 0x50495045 /* linux/magic.h */
@@ -521,9 +522,13 @@ static int made_here(const char *path) {
     if (getxattr(path, TMP_MARK, v, sizeof v) >= 0) return 1;
     if (errno == ENOTSUP || errno == EOPNOTSUPP) return 1;
     if (errno == ENODATA)
+    {
+        char safe[MG_PATH_MAX];
         fprintf(stderr, "warning: %s has a temporary file's name but was not made by a save "
                         "(a save killed while it swapped another file's name back leaves it): it "
-                        "is left as it is; give it back its name\n", path);
+                        "is left as it is; give it back its name\n",
+                mg_text_safe(path, safe, sizeof safe));
+    }
     return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "dist/watchdog.h"
 #include "io/files.h"
 #include "status.h"
+#include "text.h"
 
 /* HDF5 allocates and frees a buffer per chunk (up to 4 MiB), ROMIO a 16 MiB
  * collective buffer per call; with glibc's defaults these come from fresh mmaps
@@ -59,9 +60,10 @@ int mg_io_agree(mg_comm *comm, int status) {
     }
     int st = mg_comm_agree_max(comm, &first, 1, wait);
     if (st != MG_OK && status < 0) {
+        char safe[1100];
         fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not answer within "
                 "%g s: they are stuck in a call this rank left; ending the job)\n", comm->rank,
-                mine[0] ? mine : "failed", wait);
+                mg_text_safe(mine[0] ? mine : "failed", safe, sizeof safe), wait);
         mg_comm_abort(comm, 1);
     }
     if (st != MG_OK) return st;
