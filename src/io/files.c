@@ -1,8 +1,9 @@
 /* files.c: paths and temporary files that never destroy anything (see
  * files.h). Exports mg_path_check, mg_path_dir, mg_path_same_file,
  * mg_file_replaceable, mg_file_starts_with, mg_file_open_read, mg_output_check,
- * mg_output_open, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
- * mg_tmp_commit, mg_tmp_discard, mg_tmp_clean_stale. */
+ * mg_output_open, mg_cleanup_add, mg_cleanup_drop, mg_cleanup_install,
+ * mg_tmp_create, mg_tmp_reserve, mg_tmp_intact, mg_tmp_commit,
+ * mg_tmp_discard, mg_tmp_clean_stale. */
 #include "io/files.h"
 
 #include <dirent.h>
@@ -270,6 +271,81 @@ int mg_output_open(const char *path, const char *kind, const char *mark, int app
     return MG_OK;
 }
 
+/* ---- files a stop signal removes ------------------------------------------ */
+
+/* The files this process writes that a stop signal removes once
+ * mg_cleanup_install ran (its temporary files, a benchmark's file): each
+ * slot's path, device and inode, valid while `used` is set. File-scope: the
+ * signal handler reads them, and may call nothing that could find them. */
+#define CLEANUP_SLOTS 8
+static struct {
+    volatile sig_atomic_t used;
+    dev_t dev;
+    ino_t ino;
+    char path[MG_PATH_MAX];
+} cleanup[CLEANUP_SLOTS];
+static const int cleanup_signals[] = {SIGTERM, SIGINT, SIGHUP};
+
+static void cleanup_track(dev_t dev, ino_t ino, const char *path) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        if (cleanup[i].used) continue;
+        cleanup[i].dev = dev;
+        cleanup[i].ino = ino;
+        snprintf(cleanup[i].path, sizeof cleanup[i].path, "%s", path);
+        cleanup[i].used = 1;
+        return;
+    }
+}
+
+static void cleanup_untrack(dev_t dev, ino_t ino) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++)
+        if (cleanup[i].used && cleanup[i].dev == dev && cleanup[i].ino == ino) cleanup[i].used = 0;
+}
+
+int mg_cleanup_add(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return mg_error(MG_EIO, "cannot track %s for removal: %s", path,
+                        errno ? strerror(errno) : "not a regular file");
+    cleanup_track(sb.st_dev, sb.st_ino, path);
+    return MG_OK;
+}
+
+void mg_cleanup_drop(const char *path) {
+    struct stat sb;
+    for (int i = 0; i < CLEANUP_SLOTS; i++)
+        if (cleanup[i].used && strcmp(cleanup[i].path, path) == 0) cleanup[i].used = 0;
+    if (lstat(path, &sb) == 0) cleanup_untrack(sb.st_dev, sb.st_ino);
+}
+
+/* Removes each tracked file still at its path (lstat and unlink only: both
+ * async-signal-safe), then ends the process as the signal would have. */
+static void on_stop(int sig) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        struct stat sb;
+        if (cleanup[i].used && lstat(cleanup[i].path, &sb) == 0 && sb.st_dev == cleanup[i].dev &&
+            sb.st_ino == cleanup[i].ino)
+            unlink(cleanup[i].path);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int mg_cleanup_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof cleanup_signals / sizeof cleanup_signals[0]; i++) {
+        struct sigaction old;
+        /* a signal ignored when the program started stays ignored */
+        if (sigaction(cleanup_signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        if (sigaction(cleanup_signals[i], &sa, NULL) != 0)
+            return mg_error(MG_ESTATE, "cannot install a signal handler: %s", strerror(errno));
+    }
+    return MG_OK;
+}
+
 /* ---- temporary files ----------------------------------------------------- */
 
 /* The host name with every character but [A-Za-z0-9-] made '-', at most 63. */
@@ -327,6 +403,7 @@ int mg_tmp_create(mg_tmp_file *t, const char *target) {
     }
     t->dev = sb.st_dev;
     t->ino = sb.st_ino;
+    cleanup_track(t->dev, t->ino, t->path);
     /* the mark mg_tmp_clean_stale looks for (where the file system keeps one);
      * mg_tmp_commit takes it off, so a file that has it was never committed */
     (void)fsetxattr(t->fd, TMP_MARK, "1", 1, 0);
@@ -446,6 +523,8 @@ int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
                       strerror(errno));
     else {
         (void)fremovexattr(t->fd, TMP_MARK); /* about to be committed: no longer temporary */
+        /* no longer removed on a stop: the rename may swap another file in */
+        cleanup_untrack(t->dev, t->ino);
         st = give_name(t, target, kind, accept);
     }
     if (st != MG_OK) {
@@ -460,6 +539,7 @@ int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
 
 void mg_tmp_discard(mg_tmp_file *t) {
     if (t->fd < 0) return;
+    cleanup_untrack(t->dev, t->ino);
     if (mg_tmp_intact(t)) unlink(t->path);
     close(t->fd);
     t->fd = -1;

@@ -28,6 +28,9 @@
  *   younger process), left by saves that were killed; only files that carry
  *   mg_tmp_create's mark (an extended attribute, where the file system keeps
  *   them), so another's file that a killed save left under such a name stays.
+ * - mg_cleanup_*: the files a stop signal (SIGTERM, SIGINT, SIGHUP) removes
+ *   before the process ends, where a command asks for it (ckpt bench: its
+ *   temporary files of gigabytes do not outlive a kill).
  * All of it is local to the calling process (the collective save is in
  * checkpoint.c). Exports the names above. */
 #ifndef MG_IO_FILES_H
@@ -80,6 +83,17 @@ int mg_output_check(const char *path, const char *kind, int (*accept)(const char
  * descriptor once open, then emptied (or appended to: `append`). */
 int mg_output_open(const char *path, const char *kind, const char *mark, int append, int *fd,
                    int *stream);
+
+/* Files a stop signal removes: once mg_cleanup_install ran, SIGTERM, SIGINT
+ * and SIGHUP (those not ignored at start) remove every file tracked that is
+ * still the one tracked (same device and inode), then end the process as the
+ * signal would. A temporary file is tracked from mg_tmp_create until its
+ * commit begins or its discard; mg_cleanup_add tracks another (a file that
+ * only lives while the process runs, as a benchmark's), mg_cleanup_drop
+ * stops. At most 8 at a time (more are not tracked). */
+int mg_cleanup_add(const char *path);
+void mg_cleanup_drop(const char *path);
+int mg_cleanup_install(void);
 
 typedef struct {
     char path[MG_PATH_MAX];
