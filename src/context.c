@@ -30,12 +30,20 @@ void mg_context_reset(void) {
     free(context.copies);
     free(context.graph);
     free(context.uses);
-    struct mg_dtensor **live = context.live; /* outlives the reset (context.h) */
+    struct mg_dtensor **live = context.live; /* these outlive the reset (context.h) */
     int n_live = context.n_live, cap_live = context.cap_live;
+    struct mg_tensor **tensors = context.tensors, **freed = context.freed_tensors;
+    size_t n_tensors = context.n_tensors, cap_tensors = context.cap_tensors;
+    int next_freed = context.next_freed;
     memset(&context, 0, sizeof context);
     context.live = live;
     context.n_live = n_live;
     context.cap_live = cap_live;
+    context.tensors = tensors;
+    context.n_tensors = n_tensors;
+    context.cap_tensors = cap_tensors;
+    context.freed_tensors = freed;
+    context.next_freed = next_freed;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

@@ -70,6 +70,16 @@ struct mg_context {
      * scratch arena (parameters gathered for use, ops/ops.c, and a leaf's
      * gradient on its way to the reducer, autograd/backward.c) */
     mg_arena *step[MG_DEVICE_KINDS], *scratch[MG_DEVICE_KINDS];
+    /* tensor.c: every heap tensor not yet freed (a set of pointers, open
+     * addressing: never read through), so that mg_tensor_free of one freed
+     * already does nothing; and the headers freed last, held back from malloc
+     * a while (a pointer kept to one is not taken for a new tensor that
+     * malloc put at its address). Kept by mg_context_reset (a program may
+     * free its tensors after mg_finalize). */
+    struct mg_tensor **tensors;
+    size_t n_tensors, cap_tensors;
+    struct mg_tensor **freed_tensors;
+    int next_freed;
 
     /* ---- src/: the timeline of --trace (trace.c) ---- */
     int tracing;            /* recording now: the one test every trace hook makes */

@@ -91,7 +91,7 @@ float *mg_tensor_data(mg_tensor *);
 int mg_tensor_ndim(const mg_tensor *);
 const int64_t *mg_tensor_shape(const mg_tensor *);
 int64_t mg_tensor_numel(const mg_tensor *);
-void mg_tensor_free(mg_tensor *);
+void mg_tensor_free(mg_tensor *); /* a tensor freed already: nothing happens */
 
 /* ---- distributed tensors -------------------------------------------------- */
 /* n must equal the mesh's number of dimensions: one placement per mesh dim.

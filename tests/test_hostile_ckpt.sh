@@ -10,6 +10,8 @@
 #   "99999999999999999999" (it saturated silently before);
 # - a dataset that is an external link to another (good) checkpoint: resume
 #   read that file, which the user did not name, and ckpt info skipped it.
+# - a dataset beside the parameters (h5copy): resume loaded the others and
+#   went on.
 . "$(dirname "$0")/check.sh"
 program_test_env hostile
 
@@ -58,6 +60,18 @@ refuse "resume: a dataset without its checksum" 1 "stripped.h5: dataset /params/
     --steps 10 --resume "$tmp/stripped.h5"
 refuse "resume: unwritten chunks" 2 "unwritten.h5: dataset /params/fc1.weight has 0 of its 1 chunks written" \
     --steps 10 --resume "$tmp/unwritten.h5"
+
+# a dataset beside the parameters (another model's, or a layer more): resume
+# loaded the rest and went on before (mg_ckpt_load refused it); now the rule
+# of checkpoint_load.c, which every loader uses
+if command -v h5copy >/dev/null 2>&1; then
+    cp "$tmp/good.h5" "$tmp/extra.h5"
+    h5copy -i "$tmp/good.h5" -o "$tmp/extra.h5" -s /params/fc1.bias -d /params/fc3.bias 2>/dev/null ||
+        fail "h5copy could not add a dataset"
+    refuse "resume: a checkpoint with an extra dataset" 2 \
+        "cannot load .*extra.h5: it holds /params/fc3.bias, which is not among the 12 tensors given" \
+        --steps 10 --resume "$tmp/extra.h5"
+fi
 
 # attributes that cannot be
 attr() {

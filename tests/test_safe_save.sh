@@ -7,7 +7,9 @@
 #   checkpoint at the --save path is refused before step 1, and left as it is;
 #   --save (or --metrics) naming the data set or the config file is refused;
 #   --metrics over a file that is not a metrics file, or through a link, too,
-#   also when the file is put there between the check and the open;
+#   also when the file is put there between the check and the open; a FIFO or
+#   a device node as --metrics, --trace or a --flight-dir dump is refused at
+#   once (a FIFO blocked, a device node took the metrics);
 #   resuming from and saving to one file (the preemption workflow) works;
 # - --keep deletes only older ckpt-<step>.h5 checkpoints: a new run refuses a
 #   directory that already holds checkpoints, and with --overwrite leaves
@@ -91,6 +93,31 @@ check_output "the metrics file of an earlier run is replaced" \
 train 1 --steps 2 --metrics /dev/stdout
 check_output "--metrics /dev/stdout (a link to a stream) writes the lines there" \
     sh -c "test $rc -eq 0 && grep -q '^{\"step\":2,\"loss\"' '$tmp/out'"
+# every output passes the rule of a save (io/files.h): a FIFO and a device
+# node other than a terminal are refused at once, never opened (--metrics on
+# a FIFO blocked before step 1; on a device node it wrote there and exit 0)
+mkfifo fifo
+refuse "--metrics naming a FIFO: refused at once, not waited on" 1 \
+    "will not write fifo: it is a FIFO" --steps 2 --metrics fifo
+refuse "--trace naming a FIFO" 1 "will not replace fifo: it is a FIFO" --steps 4 --trace fifo
+mkdir fl
+mkfifo fl/rank-0.json
+refuse "a FIFO as rank 0's flight recorder dump (--flight-dir)" 2 \
+    "will not replace fl/rank-0.json: it is a FIFO" --steps 2 --flight-dir fl
+echo "not a dump" >fl/rank-1.json
+rm fl/rank-0.json
+train 2 --steps 2 --flight-dir fl
+check_output "... a file there that is not a dump: the run goes on, saying it stays" \
+    sh -c "test $rc -eq 0 && grep -q 'warning: flight recorder: fl/rank-1.json is not a dump' '$tmp/out' &&
+           test \"\$(cat fl/rank-1.json)\" = 'not a dump'"
+if [ -c "$tmp/null" ]; then
+    refuse "--metrics naming a device node (mknod c 1 3)" 1 \
+        "will not write .*/null: it is a device" --steps 2 --metrics "$tmp/null"
+    mkdir fl2
+    mknod fl2/rank-0.json c 1 3
+    refuse "a device node as rank 0's flight recorder dump" 1 \
+        "will not replace fl2/rank-0.json: it is a device" --steps 2 --flight-dir fl2
+fi
 # the race between the check of --metrics and its open: another process puts
 # a file of its own at the path in between (swap_in.so plays it, on the
 # open for writing): that file is left as it is, and the run refused

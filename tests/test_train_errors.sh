@@ -10,7 +10,8 @@
 # key given twice (both lines named), --config given twice, a test split of 4x16 samples beside a
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
 # model too large for this machine's memory (one label of 2^24-1), a
-# --metrics file that cannot be written (/dev/full: the reason is given) and
+# --metrics file that cannot be written (stdout on /dev/full: the reason is
+# given; /dev/full itself is refused as a device) and
 # a data set without a test split (trained, with a warning, nothing evaluated);
 # a step log that cannot be written (stdout on /dev/full, or closed): one
 # warning, exit 0, the checkpoint saved.
@@ -96,10 +97,20 @@ else
     sed 's/^/  | /' "$tmp/out"
 fi
 
-# a metrics file that cannot be written
+# a metrics file that cannot be written: stdout on a full disk (a device
+# node such as /dev/full itself is refused: only a file, a terminal, a pipe
+# or stdout takes the metrics)
 if [ -c /dev/full ]; then
-    expect "--metrics /dev/full" 2 "cannot write metrics file '/dev/full': No space left on device" \
-        $ok --metrics /dev/full
+    expect "--metrics /dev/full" 2 "will not write /dev/full: it is a device" $ok --metrics /dev/full
+    "$TIMEOUT" -k 5 60 "$prog" train $ok --metrics /dev/stdout >/dev/full 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$(grep -c 'meshgrad: error:' "$tmp/err")" -eq 1 ] &&
+        grep -q "meshgrad: error: cannot write metrics file '/dev/stdout': No space left on device" "$tmp/err"; then
+        pass "--metrics /dev/stdout on a full disk: exit $rc, the reason given"
+    else
+        fail "--metrics /dev/stdout on a full disk (exit $rc)"
+        sed 's/^/  | /' "$tmp/err"
+    fi
 fi
 # a step log that cannot be written (stdout on a full disk, or closed): one
 # warning, and the run goes on to its checkpoint (it was lost silently before)

@@ -1,5 +1,5 @@
 /* observe.c: --flight-dir, --trace and --trace-steps of train and bench step
- * (see observe.h). Exports: mg_observe_flight, mg_timeline_prepare,
+ * (see observe.h); both paths pass the rule of every output (io/files.h). Exports: mg_observe_flight, mg_timeline_prepare,
  * mg_timeline_step_begin, mg_timeline_step_end, mg_timeline_finish. */
 #include "cli/observe.h"
 
@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/trace_kernels.h"
@@ -16,8 +17,35 @@
 
 #define TRACE_MARK "{\"otherData\":{\"generator\":\"meshgrad trace\""
 
+/* What the flight recorder writes (dist/flight.h) begins so. */
+#define DUMP_MARK "{\"meshgrad_flight\""
+
+/* This rank's dump path under the rule of every output (io/files.h), before
+ * anything is written: --flight-dir is a directory (or not there yet), and
+ * DIR/rank-<r>.json is nothing, a dump, or another regular file (which the
+ * recorder leaves as it is: said now, as it will be at a dump); a link, a
+ * device, a FIFO, a socket or a directory there is refused (the recorder
+ * would open it to see whether it is a dump). */
+static int check_dump_path(const char *dir) {
+    struct stat sb;
+    char path[MG_PATH_MAX];
+    if (!dir[0]) return MG_OK;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return mg_error(MG_EIO, "--flight-dir %s is not a directory: give a directory for the "
+                        "flight recorder's dumps", dir);
+    if ((size_t)snprintf(path, sizeof path, "%s/rank-%d.json", dir, mg_rank()) >= sizeof path)
+        return MG_OK; /* mg_flight_set_dir said so */
+    int what, rc = mg_output_check(path, "flight recorder dump", NULL, 0, &what);
+    if (rc == MG_OK && what == MG_OUTPUT_FILE && !mg_file_starts_with(path, DUMP_MARK))
+        fprintf(stderr, "warning: flight recorder: %s is not a dump: it is left as it is, and "
+                        "no dump of rank %d is written while it is there\n", path, mg_rank());
+    return rc;
+}
+
 int mg_observe_flight(const char *dir) {
     int rc = mg_flight_set_dir(dir);
+    if (rc == MG_OK && dir) rc = check_dump_path(dir);
+    rc = mg_status_agree(rc);
     return rc == MG_OK ? mg_flight_install_signals() : rc;
 }
 

@@ -19,7 +19,10 @@
 #include "dist/comm.h"
 #include "io/files.h"
 
-/* --flight-dir: where dumps go ("" none), and the signal handlers. */
+/* Collective: --flight-dir, where dumps go ("" none), and the signal
+ * handlers. Refuses (the same on every rank) a DIR that is not a directory
+ * and a rank's DIR/rank-<r>.json that is a link, device, FIFO, socket or
+ * directory; warns of a regular file there that is not a dump (it stays). */
 int mg_observe_flight(const char *dir);
 
 typedef struct {
