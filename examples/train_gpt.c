@@ -15,7 +15,8 @@
  * resumes from one, on any number of ranks).
  *
  * After `make install`, in the checkout (make builds build/data/mobydick.h5):
- *   mpicc -O2 examples/train_gpt.c $(pkg-config --cflags --libs meshgrad) -lm -o train_gpt
+ *   mpicc -O2 examples/train_gpt.c $(pkg-config --cflags --libs meshgrad) -lm \
+ *       -Wl,-rpath,$(pkg-config --variable=libdir meshgrad) -o train_gpt
  *   mpirun -np 2 ./train_gpt -d build/data/mobydick.h5 -o gpt.h5
  * Options (the defaults are the recipe of data/mobydick.conf):
  *   -d data (data/mobydick.h5)  -L layers (4)   -H heads (4)    -C embd (128)
