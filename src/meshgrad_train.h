@@ -8,7 +8,7 @@
  *   mg_ckpt          checkpoints: named tensors + optimizer state + step +
  *                    attributes, in the file format of `meshgrad train`
  *                    (read by `meshgrad ckpt info`)
- *   mg_token_loader  windows of a token data set (`meshgrad data text2h5`)
+ *   mg_token_loader  windows of a token data set (docs/DATA.md)
  *
  * These are the same optimizers, clipping, checkpoints and loader that
  * `meshgrad train` uses (a data-parallel parameter whose ranks share a node
@@ -118,8 +118,9 @@ void mg_ckpt_free(mg_ckpt *);
 /* ---- token data sets --------------------------------------------------------- */
 typedef struct mg_token_loader mg_token_loader;
 
-/* Collective. Opens split "train" or "val" of a token data set (made by
- * `meshgrad data text2h5`) for batches on `mesh`; every token is checked to
+/* Collective. Opens split "train" or "val" of a token data set (uint8, uint16
+ * or int32 tokens and a vocab_size attribute: docs/DATA.md; made by `meshgrad
+ * data text2h5` or `bin2h5`) for batches on `mesh`; every token is checked to
  * be inside the vocabulary. */
 mg_token_loader *mg_token_loader_open(const mg_mesh *mesh, const char *path, const char *split);
 int64_t mg_token_loader_count(const mg_token_loader *); /* tokens in the split; -1 when NULL */
