@@ -7,13 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dist/flight.h"
+#include "meshgrad.h"
 #include "status.h"
 
-int mg_observe_flight(const char *dir) {
-    int rc = mg_flight_set_dir(dir);
-    return rc == MG_OK ? mg_flight_install_signals() : rc;
-}
+int mg_observe_flight(const char *dir) { return mg_flight_recorder_set_dir(dir); }
 
 /* "A:B" into *first, *last (A <= B, both >= 1). */
 static int parse_steps(const char *text, int64_t *first, int64_t *last) {

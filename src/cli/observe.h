@@ -2,7 +2,8 @@
  * what a run does:
  * - the flight recorder (dist/flight.h): its directory (--flight-dir, default
  *   meshgrad-flight) and its signal handlers (SIGUSR2 dumps and the job goes
- *   on; SIGSEGV, SIGBUS, SIGFPE, SIGABRT dump, then end it as before);
+ *   on; SIGSEGV, SIGBUS, SIGFPE, SIGABRT dump, then end it as before), set by
+ *   the library's mg_flight_recorder_set_dir (meshgrad.h, io/observe.c);
  * - the timeline (--trace FILE --trace-steps A:B): steps A to B (counted from
  *   1, both included; default 2:4, cut to the run), recorded and written by
  *   io/timeline.h, whose mg_timeline_step_begin, mg_timeline_step_end and
