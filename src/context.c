@@ -26,6 +26,7 @@ void mg_context_reset(void) {
         mg_arena_free(context.scratch[d]);
     }
     for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
+    free(context.observe); /* io/observe.c: plain data (a trace still open is not written) */
     free(context.comms);
     free(context.copies);
     free(context.graph);

@@ -4,7 +4,7 @@
  * arenas and device memory (this layer), the device choice and CPU threads
  * (backend/), the comm registry, the gradient reducer and the watchdog (dist/),
  * the tape and the parameter copies (ops/), the timeline of --trace (this
- * layer, trace.h).
+ * layer, trace.h), mg_trace_open's trace and the flight directory (io/).
  *
  * The public API (meshgrad.h) takes no context argument, so a process has one:
  * mg_ctx() returns it. Members of layers above this one are forward-declared
@@ -41,6 +41,7 @@ struct mg_flight;
 struct mg_comm_info;
 struct mg_trace;
 struct mg_backend_iface;
+struct mg_observe;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
@@ -97,6 +98,7 @@ struct mg_context {
 
     /* ---- io/ ---- */
     int h5_started; /* h5util.c: HDF5 opened, its error printing off */
+    struct mg_observe *observe; /* observe.c: mg_trace_open's timeline, the flight directory */
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */

@@ -13,7 +13,10 @@
 #   a missing or corrupt checkpoint, an MLP checkpoint, one whose attributes
 #   count fewer layers than it holds, one with an extra dataset, --tokens -1,
 #   --temperature -1 and nan, --top-k -2, and a tp degree that cannot split
-#   the heads; stdout on a full disk or closed stops the run (exit 1, named).
+#   the heads; stdout on a full disk or closed stops the run (exit 1, named);
+# - on a terminal (script(1) gives mpirun one), the text, its newline, then
+#   the speed line, in 8 runs (mpirun passes a rank's stdout and stderr on
+#   in either order: the line landed inside the text in about a third of runs).
 #   Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env generate
@@ -65,6 +68,26 @@ gen g2 1 --prompt CALL --tokens 60 --temperature 0 --seed 99
 gen g3 2 --prompt CALL --tokens 60 --temperature 0 --parallel tp
 check "greedy: the same text for every seed" cmp -s "$tmp/g1.txt" "$tmp/g2.txt"
 check "greedy: the same text on 2 ranks tp" cmp -s "$tmp/g1.txt" "$tmp/g3.txt"
+
+# on a terminal: what a run to a file prints, then the speed line, every time
+if command -v script >/dev/null 2>&1; then
+    order=ok
+    for seed in 1 2 3 4 5 6 7 8; do
+        gen tty$seed 1 --prompt CALL --tokens 20 --seed "$seed"
+        "$TIMEOUT" -k 5 60 script -qec "'$MPIRUN' -np 1 '$prog' generate --resume '$tmp/gpt.h5' \
+            --threads 1 --prompt CALL --tokens 20 --seed $seed" /dev/null </dev/null >"$tmp/tty.out" 2>&1
+        tr -d '\r' <"$tmp/tty.out" >"$tmp/got"
+        { tr -d '\r' <"$tmp/tty$seed.txt"; grep -a '^generate: 20 tokens' "$tmp/got"; } >"$tmp/want"
+        if ! cmp -s "$tmp/got" "$tmp/want"; then
+            order="seed $seed: the terminal got $(od -c "$tmp/got" | tail -n 4 | tr -s ' \n' ' ')"
+            break
+        fi
+    done
+    check "on a terminal: the text, a newline, then the speed line, in 8 runs ($order)" \
+        test "$order" = ok
+else
+    echo "skip: no script(1) here: the terminal check is not run"
+fi
 
 long=$(awk 'BEGIN { for (i = 0; i < 10; i++) printf "Call me Ishmael. " }')
 gen long 1 --prompt "$long" --tokens 10

@@ -49,7 +49,7 @@ hostile() {
 }
 
 hostile huge "dataset /params/huge declares 4.61e\+18 elements, more than a file of [0-9]+ bytes can hold" huge
-hostile nested "not a meshgrad checkpoint: group /params/deep/deep is nested deeper" nest 3000
+hostile nested "not a meshgrad checkpoint: group /params/deep/deep/deep is nested deeper" nest 3000
 hostile stripped "dataset /params/fc1.weight has no Fletcher32 checksum" strip params/fc1.weight
 hostile unwritten "dataset /params/fc1.weight has 0 of its 1 chunks written" unwritten params/fc1.weight
 # a dataset that is an external link to a good file (resume read that file before)

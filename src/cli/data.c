@@ -13,7 +13,8 @@
  * Sizes are checked for overflow; labels are 0..2^24-1
  * (they travel as floats).
  * info opens the splits with the loader's reader and prints what it found (of
- * a token data set: cli/data_text.c). text2h5 is in cli/data_text.c. */
+ * a token data set: cli/data_text.c). text2h5 is in cli/data_text.c, bin2h5 in
+ * cli/data_bin.c. */
 #include <errno.h>
 #include <stdint.h>
 #include <getopt.h>
@@ -377,8 +378,10 @@ int mg_cli_data(int argc, char **argv) {
     static const mg_cli_command subs[] = {
         {"csv2h5", csv2h5, "convert a CSV of samples and labels into an HDF5 data set"},
         {"text2h5", mg_cli_text2h5, "convert a text file (or .gz) into a byte-level token data set"},
+        {"bin2h5", mg_cli_bin2h5, "convert a nanoGPT or llm.c token file into a token data set"},
         {"info", info, "print the splits, shapes, classes and attributes of a data set"},
     };
-    return mg_cli_dispatch("data", "usage: meshgrad data csv2h5 ... | text2h5 ... | info PATH", subs,
-                           3, 8, argc, argv);
+    return mg_cli_dispatch("data",
+                           "usage: meshgrad data csv2h5 ... | text2h5 ... | bin2h5 ... | info PATH",
+                           subs, 4, 8, argc, argv);
 }

@@ -3,7 +3,8 @@
  *
  * Serial (one process, serial HDF5). The walk over the file is bounded (at
  * most MAX_OBJECTS links, groups nested at most MAX_DEPTH deep: a checkpoint
- * has /params/<name> and /optim/<name>/<state>), every dataset is checked
+ * has /params/<name> and /optim/<name>/<state>, or /optim/<optimizer>/<name>/
+ * <state> with named optimizers), every dataset is checked
  * before it is read (checkpoint_check.c: layout, checksum filter, every chunk
  * written, a size the file can hold), then read in slabs with its checksums
  * verified and its values checked to be finite. So any file, however made,
@@ -23,7 +24,7 @@
 #include "text.h"
 
 #define MAX_OBJECTS 4096
-#define MAX_DEPTH 3
+#define MAX_DEPTH 4
 
 typedef struct {
     char **names;
