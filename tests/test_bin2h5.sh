@@ -12,7 +12,8 @@
 #   (--format llmc), another version, llm.c's uint32 kind, a file shorter
 #   than the header, an odd number of bytes, a token past --vocab-size, too
 #   few tokens to split, a directory, a FIFO (refused at once, never opened
-#   to wait for a writer, as every reader of io/files.h); and bad flags.
+#   to wait for a writer, as every reader of io/files.h); and bad flags,
+#   --val-fraction 0 among them (no /val, which train evaluates).
 # Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env bin2h5
@@ -99,6 +100,9 @@ mkfifo fifo.bin && refused fifo.bin "cannot open token file fifo.bin: it is a FI
 refused missing.bin "cannot open token file missing.bin: No such file"
 "$prog" data bin2h5 raw.bin out.h5 --format bits >"$tmp/out" 2>&1
 check "--format bits: a usage error, exit $?" grep -q "meshgrad: error: bin2h5: --format 'bits' is not auto, llmc or raw" "$tmp/out"
+"$prog" data bin2h5 raw.bin out.h5 --vocab-size 512 --val-fraction 0 >"$tmp/out" 2>&1
+check "--val-fraction 0 (no val split, which train evaluates): a usage error, exit $?" \
+    sh -c "grep -q \"meshgrad: error: bin2h5: --val-fraction '0' is not a number in (0, 1)\" '$tmp/out' && test ! -e out.h5"
 "$prog" data bin2h5 raw.bin out.h5 --vocab-size 70000 >"$tmp/out" 2>&1
 check "--vocab-size 70000: refused, exit $?" grep -q "meshgrad: error: bin2h5: --vocab-size '70000': give a whole number from 1 to 65536" "$tmp/out"
 "$prog" data bin2h5 raw.bin raw.bin >"$tmp/out" 2>&1

@@ -287,13 +287,13 @@ static int bin2h5_run(const bin_args *a) {
                  (long long)in.count, a->in, (long long)val.count, a->val);
     } else {
         int64_t n = in.count, n_train = (int64_t)((1.0 - a->val_fraction) * (double)n);
-        if (n_train < 2 || (a->val_fraction > 0 && n - n_train < 2))
+        if (n_train < 2 || n - n_train < 2)
             return mg_error(MG_EFORMAT, "bin2h5: %s has %lld tokens: too few for a train and a val "
                             "split of at least 2 tokens each at --val-fraction %g", a->in,
                             (long long)n, a->val_fraction);
         o.parts[0] = (split_part){"train", &in, 0, n_train};
         o.parts[1] = (split_part){"val", &in, n_train, n - n_train};
-        o.nparts = n > n_train ? 2 : 1;
+        o.nparts = 2;
         snprintf(o.rule, sizeof o.rule, "train: the first %lld tokens; val: the last %lld tokens",
                  (long long)n_train, (long long)(n - n_train));
     }
@@ -372,9 +372,10 @@ int mg_cli_bin2h5(int argc, char **argv) {
         case 'v':
             errno = 0;
             a.val_fraction = strtod(optarg, &end);
-            if (end == optarg || errno || *end || !(a.val_fraction >= 0 && a.val_fraction < 1)) {
-                mg_error(MG_EINVAL, "bin2h5: --val-fraction '%s' is not a number in [0, 1)",
-                         optarg);
+            if (end == optarg || errno || *end || !(a.val_fraction > 0 && a.val_fraction < 1)) {
+                mg_error(MG_EINVAL, "bin2h5: --val-fraction '%s' is not a number in (0, 1): the "
+                         "val split is what `meshgrad train` evaluates, so it cannot be empty "
+                         "(or give its tokens as --val VAL.bin)", optarg);
                 return 2;
             }
             a.val_fraction_given = 1;
