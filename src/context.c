@@ -36,6 +36,9 @@ void mg_context_reset(void) {
     struct mg_tensor **tensors = context.tensors, **freed = context.freed_tensors;
     size_t n_tensors = context.n_tensors, cap_tensors = context.cap_tensors;
     int next_freed = context.next_freed;
+    struct mg_token_loader **loaders = context.loaders, **closed = context.closed_loaders;
+    int n_loaders = context.n_loaders, cap_loaders = context.cap_loaders;
+    int next_closed = context.next_closed;
     memset(&context, 0, sizeof context);
     context.live = live;
     context.n_live = n_live;
@@ -45,6 +48,11 @@ void mg_context_reset(void) {
     context.cap_tensors = cap_tensors;
     context.freed_tensors = freed;
     context.next_freed = next_freed;
+    context.loaders = loaders;
+    context.n_loaders = n_loaders;
+    context.cap_loaders = cap_loaders;
+    context.closed_loaders = closed;
+    context.next_closed = next_closed;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

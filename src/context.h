@@ -4,7 +4,8 @@
  * arenas and device memory (this layer), the device choice and CPU threads
  * (backend/), the comm registry, the gradient reducer and the watchdog (dist/),
  * the tape and the parameter copies (ops/), the timeline of --trace (this
- * layer, trace.h), mg_trace_open's trace and the flight directory (io/).
+ * layer, trace.h), mg_trace_open's trace and the flight directory (io/), the
+ * token loaders open now (train/).
  *
  * The public API (meshgrad.h) takes no context argument, so a process has one:
  * mg_ctx() returns it. Members of layers above this one are forward-declared
@@ -42,6 +43,7 @@ struct mg_comm_info;
 struct mg_trace;
 struct mg_backend_iface;
 struct mg_observe;
+struct mg_token_loader;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
@@ -133,6 +135,16 @@ struct mg_context {
     /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
     void (*dtensor_on_free)(const struct mg_dtensor *t);
 
+    /* ---- train/ ---- */
+    /* tokens_api.c: the token loaders open now (pointers compared, never read
+     * through), so that a second mg_token_loader_close does nothing; and the
+     * headers closed last, held back from malloc a while (a pointer kept to
+     * one is not taken for a loader that malloc put at its address). Kept by
+     * mg_context_reset (a program may close its loaders after mg_finalize). */
+    struct mg_token_loader **loaders;
+    int n_loaders, cap_loaders;
+    struct mg_token_loader **closed_loaders;
+    int next_closed;
     /* ---- autograd/ (backward.c; memory kept between steps) ---- */
     int64_t walks;          /* backward passes so far: marks the nodes each one reached */
     struct mg_node **graph; /* the nodes of the graph being walked */

@@ -158,6 +158,8 @@ int64_t mg_token_loader_eval_windows(const mg_token_loader *, int64_t T);
  * token k T) as x and y, like mg_token_loader_batch. */
 int mg_token_loader_eval_batch(mg_token_loader *, int64_t first, int64_t B, int64_t T,
                                const mg_placement *p, int n, mg_dtensor **x, mg_dtensor **y);
+/* Collective. Closes the loader; a loader closed already (or NULL) is left
+ * alone: a second close does nothing. */
 void mg_token_loader_close(mg_token_loader *);
 
 /* ---- training runs ------------------------------------------------------------
