@@ -72,6 +72,9 @@ struct mg_train_config {
     int64_t virtual_stages;
     char pp_layers[1024];      /* layers per stage "3,3,2", or "" (balanced) */
     int help;
+    uint64_t given;            /* bit i: option i of config.c's table was set (a file, a
+                                * flag, mg_train_config_set): an option of another model
+                                * than `model` is refused, not dropped */
 };
 
 void mg_train_config_defaults(mg_train_config *c);
@@ -87,7 +90,8 @@ int mg_train_config_load(mg_train_config *c, const char *path);
  * flag. Unknown flags, missing values and stray arguments are refused. */
 int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv);
 void mg_train_config_usage(FILE *out);
-/* Cross-option checks that need no mesh (warmup < steps...). */
+/* Cross-option checks that need no mesh (warmup < steps...), and options of
+ * another model than the one given (--heads with the MLP) refused. */
 int mg_train_config_check(const mg_train_config *c);
 /* What sets a checkpoint attribute in this program, for messages on resume:
  * "--hidden" for "model.hidden", "the data set gives" for "model.classes". */
