@@ -2,7 +2,7 @@
 # demo.sh: sets the checkout up (scripts/setup.sh), then runs the default job on
 # 2 ranks: a GPT trained on Moby-Dick for 400 steps (1 to 4 minutes on 2 cores:
 # README.md), its validation loss, and a 200-byte sample from the trained model:
-#   mpirun -np 2 build/meshgrad train --config data/mobydick-demo.conf --save build/demo-gpt.h5 [extra flags]
+#   mpirun -np 2 build/meshgrad train --config data/mobydick-demo.conf --save build/demo-gpt.h5 --overwrite [extra flags]
 #   mpirun -np 2 build/meshgrad generate --resume build/demo-gpt.h5 --parallel tp --prompt ... --tokens 200
 # `scripts/demo.sh --digits [extra flags]` runs the digits job instead (an MLP on
 # the UCI digits: mpirun -np 2 build/meshgrad train --config data/digits.conf).
@@ -46,9 +46,10 @@ if [ "${1:-}" = --digits ]; then
 fi
 
 ckpt=build/demo-gpt.h5
-echo "demo: mpirun -np 2 build/meshgrad train --config data/mobydick-demo.conf --save $ckpt $*"
+# --overwrite: a demo run again replaces the checkpoint of the one before
+echo "demo: mpirun -np 2 build/meshgrad train --config data/mobydick-demo.conf --save $ckpt --overwrite $*"
 timeout -k 10 "$limit" mpirun $over -np 2 build/meshgrad train --config data/mobydick-demo.conf \
-    --save "$ckpt" "$@" </dev/null
+    --save "$ckpt" --overwrite "$@" </dev/null
 trained=$(date +%s)
 prompt="Call me Ishmael. "
 echo

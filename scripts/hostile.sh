@@ -19,7 +19,8 @@
 # The families: every output path (--metrics, --save, --trace, --flight-dir's
 # dump, text2h5 OUT, csv2h5 --out, ckpt bench's file) over a planted symbolic
 # link, a FIFO, a device node (mknod, root), the data set, a directory and a
-# file that is not the program's; inputs that are a FIFO, a copy of /dev/zero,
+# file that is not the program's, and --save over another run's checkpoint
+# (without and with --overwrite); inputs that are a FIFO, a copy of /dev/zero,
 # a truncated gzip; --val-fraction 0; hostile checkpoints for ckpt info and
 # resume (2^62 elements, 3000 nested groups, no checksum, unwritten chunks, an
 # external link, a NaN, an extra dataset, control bytes in an attribute);
@@ -70,6 +71,8 @@ save_device 0
 save_dataset 1
 save_notours 0
 save_resume_same 0
+save_other_model 1
+save_overwrite 0
 trace_symlink 0
 trace_fifo 1
 flight_fifo 1
@@ -167,6 +170,18 @@ case_save_resume_same() {
     cp "$outside/good.h5" r.h5
     try ok mpi_train --steps 8 --resume r.h5 --save r.h5
     holds sh -c "'$prog' ckpt info r.h5 | grep -q 'step = 8'"
+}
+# a new run's --save FILE that is a checkpoint of another run (here of a
+# wider MLP): replaced silently before; refused unless --overwrite
+case_save_other_model() {
+    cp "$outside/good.h5" s.h5
+    try refuse mpi_train --hidden 8 --save s.h5
+    holds unchanged s.h5 "$outside/good.h5"
+}
+case_save_overwrite() {
+    cp "$outside/good.h5" s.h5
+    try ok train --hidden 8 --save s.h5 --overwrite
+    holds sh -c "'$prog' ckpt info s.h5 | grep -q 'step = 2'"
 }
 case_trace_symlink() { ln -s "$outside/victim.txt" t.json; try refuse train --steps 4 --trace t.json; }
 case_trace_fifo() { mkfifo t.json; try refuse train --steps 4 --trace t.json; }
@@ -268,7 +283,7 @@ case_full_save() {
     full_disk || { skip "mount needs root"; return; }
     cp "$outside/good.h5" full/run.h5 # the previous checkpoint
     try refuse "$MPIRUN" -np 2 "$prog" train --data "$data" --hidden 128 --batch 64 --steps 3 \
-        --log-every 0 --threads 1 --save full/run.h5
+        --log-every 0 --threads 1 --save full/run.h5 --overwrite
     holds unchanged full/run.h5 "$outside/good.h5"
     holds sh -c "! ls full | grep -q tmp"
 }

@@ -25,7 +25,7 @@ PATH="$tmp/bin:$PATH" OPENBLAS_NUM_THREADS=1 sh "$tmp/tree/scripts/demo.sh" --st
 rc=$?
 check "the GPT demo (stubbed) exits 0: $rc" test "$rc" -eq 0
 check "... trains with the demo's config and the extra flags, then generates on 2 ranks" \
-    sh -c "grep -q '^mpirun -np 2 build/meshgrad train --config data/mobydick-demo.conf --save build/demo-gpt.h5 --steps 5' '$tmp/calls' &&
+    sh -c "grep -q '^mpirun -np 2 build/meshgrad train --config data/mobydick-demo.conf --save build/demo-gpt.h5 --overwrite --steps 5' '$tmp/calls' &&
            grep -q '^mpirun -np 2 build/meshgrad generate --resume build/demo-gpt.h5 --parallel tp' '$tmp/calls'"
 last=$(tail -n 1 "$tmp/gpt.out")
 check "... its last line is the total time: $last" \

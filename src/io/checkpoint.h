@@ -100,6 +100,10 @@ int mg_checkpoint_prune(const char *dir, int keep, int64_t newest);
 /* 1 when `path` is an HDF5 file whose attributes say it is a meshgrad
  * checkpoint (format and version); local, serial. */
 int mg_checkpoint_is_one(const char *path);
+/* The text of attribute `key` ("model", "step") of the meshgrad checkpoint at
+ * `path`, its control bytes escaped (text.h), into buf; local, serial. 0, or
+ * -1 (buf "") when the file is not a checkpoint or has no such attribute. */
+int mg_checkpoint_peek_attr(const char *path, const char *key, char *buf, size_t len);
 
 /* `meshgrad ckpt info`: step, parameters with global shapes, optimizer, mesh and
  * placements at save time, and whether every checksum verifies and every value

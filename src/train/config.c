@@ -66,7 +66,7 @@ static const option_def options[] = {
     {"save-every", OPT_INT, F(save_every), 0, "N", "save every N steps (0 = only at the end)"},
     {"keep", OPT_INT, F(keep), 0, "K", "keep the newest K of a directory --save (0 = all)"},
     {"resume", OPT_STRING, F(resume), 0, "PATH", "checkpoint to resume, or a directory: its newest one"},
-    {"overwrite", OPT_FLAG, F(overwrite), 0, "", "a new run may save into a directory of checkpoints"},
+    {"overwrite", OPT_FLAG, F(overwrite), 0, "", "a new run may save over a checkpoint, or into a directory of them"},
     {"on-nonfinite", OPT_STRING, F(on_nonfinite), 0, "WHAT", "a NaN/inf loss or gradient: stop | skip the step"},
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
     {"dtype", OPT_STRING, F(dtype), 0, "NAME", "fp32 | bf16: bf16 GEMM inputs, fp32 sums, weights and state"},
@@ -479,7 +479,8 @@ int mg_train_config_check(const mg_train_config *c) {
     if (strcmp(c->on_nonfinite, "stop") != 0 && strcmp(c->on_nonfinite, "skip") != 0)
         return mg_error(MG_EINVAL, "on-nonfinite '%s' is not one of stop, skip", c->on_nonfinite);
     if (c->overwrite && !c->save[0])
-        return mg_error(MG_EINVAL, "overwrite applies to a checkpoint directory: give --save DIR/");
+        return mg_error(MG_EINVAL, "overwrite applies to --save (a checkpoint file or directory that "
+                        "a new run may write over): give --save FILE or --save DIR/");
     if (strcmp(c->dtype, "fp32") != 0 && strcmp(c->dtype, "bf16") != 0)
         return mg_error(MG_EINVAL, "dtype '%s' is not one of fp32, bf16", c->dtype);
     return MG_OK;

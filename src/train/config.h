@@ -55,7 +55,8 @@ struct mg_train_config {
     int64_t save_every;        /* save every N steps (0 = only at the end) */
     int64_t keep;              /* directory --save: keep the newest K (0 = all) */
     char resume[MG_PATH_MAX];  /* checkpoint file or directory to resume; "" = none */
-    int64_t overwrite;         /* 1: a fresh run may save into a directory of checkpoints */
+    int64_t overwrite;         /* 1: a fresh run may save over a checkpoint file, or into a
+                                * directory of checkpoints */
     char on_nonfinite[8];      /* "stop" (default) or "skip" a step with a NaN/inf loss or
                                 * gradient */
     char device[16];           /* "cpu" or "cuda" */
