@@ -9,8 +9,9 @@
  * compared with the same computation done here with plain loops; the report's
  * broken spec (one placement on a 2-D mesh) must be refused with a clear error.
  *
- * Build after `make install`:
- *   mpicc seed_permute_linear.c $(pkg-config --cflags --libs meshgrad) -o seed
+ * Build after `make install` (the rpath: where the library is, at run time):
+ *   mpicc seed_permute_linear.c $(pkg-config --cflags --libs meshgrad) \
+ *       -Wl,-rpath,$(pkg-config --variable=libdir meshgrad) -o seed
  *   mpirun -np 2 ./seed                                 (exit 0 when all agree) */
 #include <math.h>
 #include <stdio.h>

@@ -13,17 +13,24 @@
  * mean over the non-overlapping windows of /val) is printed every few steps,
  * and the run ends with a checkpoint in the format of `meshgrad train
  * --model gpt` (`meshgrad ckpt info` reads it, `meshgrad generate` samples
- * from it; -r resumes from one, on any number of ranks).
+ * from it; -r resumes from one, on any number of ranks). To see inside the
+ * run: -f DIR has every rank's flight recorder dump its last collectives to
+ * DIR on kill -USR2, a crash or a collective stalled past
+ * MG_COLLECTIVE_TIMEOUT seconds (`meshgrad trace analyze DIR` reads them),
+ * and -t FILE writes a timeline of steps -S A:B for Perfetto
+ * (ui.perfetto.dev) or chrome://tracing.
  *
  * After `make install`, in the checkout (make builds build/data/mobydick.h5):
- *   mpicc -O2 examples/train_gpt.c $(pkg-config --cflags --libs meshgrad) -lm -o train_gpt
+ *   mpicc -O2 examples/train_gpt.c $(pkg-config --cflags --libs meshgrad) -lm \
+ *       -Wl,-rpath,$(pkg-config --variable=libdir meshgrad) -o train_gpt
  *   mpirun -np 2 ./train_gpt -d build/data/mobydick.h5 -o gpt.h5
  * Options (the defaults are the recipe of data/mobydick.conf):
  *   -d data (data/mobydick.h5)  -L layers (4)   -H heads (4)    -C embd (128)
  *   -T ctx (64)     -B batch (32)     -A micro-batches per step (1)
  *   -n steps (1000) -l lr (1e-3)      -m lr_min (1e-4)  -w warmup (50)
  *   -c clip (1.0)   -e eval every (100 steps; 0: at the end only)
- *   -V val windows (0: all)   -s seed (1337)   -o checkpoint out   -r resume from */
+ *   -V val windows (0: all)   -s seed (1337)   -o checkpoint out   -r resume from
+ *   -f flight recorder dump dir   -t trace file   -S trace steps A:B (2:4, from 1) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,9 +41,9 @@
 #include <meshgrad_train.h>
 
 typedef struct {
-    const char *data, *out, *resume;
+    const char *data, *out, *resume, *flight_dir, *trace;
     int L, H, C, T, B, A, eval_every, val_windows;
-    long steps, warmup, seed;
+    long steps, warmup, seed, trace_first, trace_last;
     double lr, lr_min, clip;
 } config;
 
@@ -183,14 +190,15 @@ static void usage(void) {
     if (mg_rank() == 0)
         fprintf(stderr, "usage: train_gpt [-d data.h5] [-L layers] [-H heads] [-C embd] [-T ctx] "
                 "[-B batch] [-A micro-batches] [-n steps] [-l lr] [-m lr_min] [-w warmup] "
-                "[-c clip] [-e eval_every] [-V val_windows] [-s seed] [-o out.h5] [-r resume.h5]\n");
+                "[-c clip] [-e eval_every] [-V val_windows] [-s seed] [-o out.h5] [-r resume.h5] "
+                "[-f flight_dir] [-t trace.json] [-S first:last]\n");
     mg_finalize();
     exit(2);
 }
 
 static config parse(int argc, char **argv) {
-    config c = {"data/mobydick.h5", NULL, NULL, 4, 4, 128, 64, 32, 1, 100, 0,
-                1000, 50, 1337, 1e-3, 1e-4, 1.0};
+    config c = {"data/mobydick.h5", NULL, NULL, NULL, NULL, 4, 4, 128, 64, 32, 1, 100, 0,
+                1000, 50, 1337, 2, 4, 1e-3, 1e-4, 1.0};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc || argv[i][0] != '-' || strlen(argv[i]) != 2) usage();
         const char *v = argv[i + 1];
@@ -212,11 +220,17 @@ static config parse(int argc, char **argv) {
         case 'm': c.lr_min = atof(v); break;
         case 'w': c.warmup = atol(v); break;
         case 'c': c.clip = atof(v); break;
+        case 'f': c.flight_dir = v; break;
+        case 't': c.trace = v; break;
+        case 'S':
+            if (sscanf(v, "%ld:%ld", &c.trace_first, &c.trace_last) != 2) usage();
+            break;
         default: usage();
         }
     }
     if (c.L < 1 || c.H < 1 || c.C < 1 || c.C % c.H || c.T < 1 || c.B < 1 || c.A < 1 ||
-        c.steps < 1 || c.warmup < 0 || c.eval_every < 0 || c.val_windows < 0 || c.clip <= 0) {
+        c.steps < 1 || c.warmup < 0 || c.eval_every < 0 || c.val_windows < 0 || c.clip <= 0 ||
+        c.trace_first < 1 || c.trace_last < c.trace_first) {
         if (mg_rank() == 0) fprintf(stderr, "train_gpt: sizes must be >= 1, heads must divide embd\n");
         usage();
     }
@@ -231,6 +245,8 @@ int main(int argc, char **argv) {
     int ranks = mg_world_size(), rank = mg_rank();
     mg_mesh *mesh = mg_mesh_new(1, &ranks); // data parallel over every rank
     if (!mesh) die("mg_mesh_new");
+    // what every rank did last goes to -f DIR on kill -USR2, a crash or a stalled collective
+    if (c.flight_dir) CHECK(mg_flight_recorder_set_dir(c.flight_dir));
     mg_token_loader *train = mg_token_loader_open(mesh, c.data, "train");
     mg_token_loader *val = mg_token_loader_open(mesh, c.data, "val");
     if (!train || !val) die(c.data);
@@ -282,9 +298,13 @@ int main(int argc, char **argv) {
         if (c.resume) printf("resumed from %s at step %ld\n", c.resume, start);
     }
 
+    // the timeline of steps -S A:B (counted from 1), cut to the run
+    long trace_last = c.trace_last < c.steps ? c.trace_last : c.steps;
+    if (c.trace) CHECK(mg_trace_open(c.trace, c.trace_first, trace_last));
     mg_placement batch = MG_SHARD(0); // x, y: (B, T), rows split over the ranks
     for (long step = start; step < c.steps; step++) {
         double t0 = now(), loss = 0;
+        CHECK(mg_trace_step_begin(step + 1)); // also tells the flight recorder the step
         for (int a = 0; a < c.A; a++) {
             // sum gradients across ranks once, in the last micro-batch's backward
             mg_set_grad_sync(a == c.A - 1);
@@ -300,6 +320,7 @@ int main(int argc, char **argv) {
         CHECK(mg_optim_step(opt, (float)lr));
         CHECK(mg_optim_zero_grad(opt));
         mg_step_end();
+        CHECK(mg_trace_step_end(step + 1));
         if (rank == 0)
             printf("step %ld/%ld | loss %.6f | lr %.4e | norm %.4f | %.1f ms\n", step + 1, c.steps,
                    loss, lr, norm, (now() - t0) * 1e3);
@@ -308,6 +329,7 @@ int main(int argc, char **argv) {
             if (rank == 0) printf("val loss %.6f at step %ld\n", v, step + 1);
         }
     }
+    CHECK(mg_trace_close()); // writes what it holds if the run ended before its last step
     double v = eval_loss(&model, val, windows, c.B);
     if (rank == 0) printf("val loss %.6f at step %ld\n", v, c.steps);
 

@@ -3,7 +3,7 @@
 # above its own. The layers, bottom to top (docs/DESIGN.md "Layers"): a file may
 # include headers of its own layer and of the layers below it, never above.
 #
-#   0 base      src/*.c src/*.h   status, tensor, arena, rng, context, meshgrad.h
+#   0 base      src/*.c src/*.h   status, tensor, arena, rng, context, text, meshgrad.h
 #   1 backend   src/backend/      local kernels behind one vtable
 #   2 dist      src/dist/         world, mesh, comms, placements, redistribute,
 #                                 rules, the gradient reducer

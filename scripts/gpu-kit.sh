@@ -236,7 +236,9 @@ write_manifest() {
     cudart=$(readelf -d "$tmp/lib/libmeshgrad.so.0" | sed -n 's/.*NEEDED.*\[\(libcudart\.so\.[0-9]*\)\]/\1/p')
     nccl=$(readelf -d "$tmp/lib/libmeshgrad.so.0" | sed -n 's/.*NEEDED.*\[\(libnccl\.so\.[0-9]*\)\]/\1/p')
     cublas=libcublas.so.$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9]*\).*/\1/p' "$cuda/include/cublas_api.h" | head -n 1)
-    [ -n "$cudart" ] && [ -n "$nccl" ] || die "libmeshgrad does not link cudart and NCCL: was it built --with-cuda?"
+    if [ -z "$cudart" ] || [ -z "$nccl" ]; then
+        die "libmeshgrad does not link cudart and NCCL: was it built --with-cuda?"
+    fi
     {
         echo "MG_KIT_CUDART=$cudart"
         echo "MG_KIT_CUBLAS=$cublas"
@@ -290,7 +292,8 @@ verify() {
 
 build_kit() {
     need_packages
-    local start=$(date +%s)
+    local start
+    start=$(date +%s)
     build_meshgrad
     assemble
     local files
@@ -307,16 +310,18 @@ kit_stale() {
 }
 
 # ---- 3. the self-test in a bare Debian root ------------------------------------------------
+# The root's path on stdout, and nothing else there (the caller takes stdout for
+# the path): its progress goes to stderr.
 selftest_root() {
     local cache=${MG_SELFTEST_ROOT:-/var/cache/meshgrad-selftest} root
     root=$cache/bookworm-minbase
     if [ ! -x "$root/bin/bash" ]; then
         command -v debootstrap >/dev/null 2>&1 || {
-            say "installing debootstrap"
+            say "installing debootstrap" >&2
             DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap \
                 </dev/null >/dev/null 2>&1 || die "apt-get install debootstrap failed"
         }
-        say "debootstrap --variant=minbase bookworm into $root (downloads ~40 MB; a few minutes)"
+        say "debootstrap --variant=minbase bookworm into $root (downloads ~40 MB; a few minutes)" >&2
         mkdir -p "$cache"
         rm -rf "$root.tmp"
         debootstrap --variant=minbase bookworm "$root.tmp" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
@@ -385,6 +390,7 @@ run_selftest() {
     say "self-test in $root: the kit at /opt/gpu-kit, the CUDA toolkit at /usr/local/cuda (as on the GPU machine), nothing else"
     mkdir -p "$root/opt/gpu-kit" "$root/usr/local/cuda" "$root/dev/shm"
     # a private mount namespace: the mounts go away with it, whatever happens
+    # shellcheck disable=SC2016 # the inner script expands its own arguments
     unshare --mount --propagation private bash -c '
         set -e
         root=$1 kit=$2 cudadir=$3

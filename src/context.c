@@ -26,16 +26,33 @@ void mg_context_reset(void) {
         mg_arena_free(context.scratch[d]);
     }
     for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
+    free(context.observe); /* io/observe.c: plain data (a trace still open is not written) */
     free(context.comms);
     free(context.copies);
     free(context.graph);
     free(context.uses);
-    struct mg_dtensor **live = context.live; /* outlives the reset (context.h) */
+    struct mg_dtensor **live = context.live; /* these outlive the reset (context.h) */
     int n_live = context.n_live, cap_live = context.cap_live;
+    struct mg_tensor **tensors = context.tensors, **freed = context.freed_tensors;
+    size_t n_tensors = context.n_tensors, cap_tensors = context.cap_tensors;
+    int next_freed = context.next_freed;
+    struct mg_token_loader **loaders = context.loaders, **closed = context.closed_loaders;
+    int n_loaders = context.n_loaders, cap_loaders = context.cap_loaders;
+    int next_closed = context.next_closed;
     memset(&context, 0, sizeof context);
     context.live = live;
     context.n_live = n_live;
     context.cap_live = cap_live;
+    context.tensors = tensors;
+    context.n_tensors = n_tensors;
+    context.cap_tensors = cap_tensors;
+    context.freed_tensors = freed;
+    context.next_freed = next_freed;
+    context.loaders = loaders;
+    context.n_loaders = n_loaders;
+    context.cap_loaders = cap_loaders;
+    context.closed_loaders = closed;
+    context.next_closed = next_closed;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

@@ -4,7 +4,8 @@
  * arenas and device memory (this layer), the device choice and CPU threads
  * (backend/), the comm registry, the gradient reducer and the watchdog (dist/),
  * the tape and the parameter copies (ops/), the timeline of --trace (this
- * layer, trace.h).
+ * layer, trace.h), mg_trace_open's trace and the flight directory (io/), the
+ * token loaders open now (train/).
  *
  * The public API (meshgrad.h) takes no context argument, so a process has one:
  * mg_ctx() returns it. Members of layers above this one are forward-declared
@@ -42,6 +43,8 @@ struct mg_comm_info;
 struct mg_trace;
 struct mg_pp_meta_headers;
 struct mg_backend_iface;
+struct mg_observe;
+struct mg_token_loader;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
@@ -71,6 +74,16 @@ struct mg_context {
      * scratch arena (parameters gathered for use, ops/ops.c, and a leaf's
      * gradient on its way to the reducer, autograd/backward.c) */
     mg_arena *step[MG_DEVICE_KINDS], *scratch[MG_DEVICE_KINDS];
+    /* tensor.c: every heap tensor not yet freed (a set of pointers, open
+     * addressing: never read through), so that mg_tensor_free of one freed
+     * already does nothing; and the headers freed last, held back from malloc
+     * a while (a pointer kept to one is not taken for a new tensor that
+     * malloc put at its address). Kept by mg_context_reset (a program may
+     * free its tensors after mg_finalize). */
+    struct mg_tensor **tensors;
+    size_t n_tensors, cap_tensors;
+    struct mg_tensor **freed_tensors;
+    int next_freed;
 
     /* ---- src/: the timeline of --trace (trace.c) ---- */
     int tracing;            /* recording now: the one test every trace hook makes */
@@ -88,6 +101,7 @@ struct mg_context {
 
     /* ---- io/ ---- */
     int h5_started; /* h5util.c: HDF5 opened, its error printing off */
+    struct mg_observe *observe; /* observe.c: mg_trace_open's timeline, the flight directory */
 
     /* ---- dist/ ---- */
     int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
@@ -122,6 +136,16 @@ struct mg_context {
     /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
     void (*dtensor_on_free)(const struct mg_dtensor *t);
 
+    /* ---- train/ ---- */
+    /* tokens_api.c: the token loaders open now (pointers compared, never read
+     * through), so that a second mg_token_loader_close does nothing; and the
+     * headers closed last, held back from malloc a while (a pointer kept to
+     * one is not taken for a loader that malloc put at its address). Kept by
+     * mg_context_reset (a program may close its loaders after mg_finalize). */
+    struct mg_token_loader **loaders;
+    int n_loaders, cap_loaders;
+    struct mg_token_loader **closed_loaders;
+    int next_closed;
     /* ---- autograd/ (backward.c; memory kept between steps) ---- */
     int64_t walks;          /* backward passes so far: marks the nodes each one reached */
     struct mg_node **graph; /* the nodes of the graph being walked */

@@ -2,7 +2,9 @@
  *
  * Exports opaque handles (mg_mesh, mg_tensor, mg_dtensor), the placement value
  * (MG_SHARD(d), MG_REPLICATE, MG_PARTIAL_SUM), status codes, and the calls for
- * meshes, local tensors, distributed tensors, sharded ops and autograd.
+ * meshes, local tensors, distributed tensors, sharded ops and autograd, the
+ * communication counters, and the flight recorder and trace that show what a
+ * run does (docs/OBSERVE.md).
  *
  * Every shape passed to or returned by a call on distributed tensors is a GLOBAL
  * shape; local shapes exist only inside the library and in mg_local().
@@ -91,7 +93,7 @@ float *mg_tensor_data(mg_tensor *);
 int mg_tensor_ndim(const mg_tensor *);
 const int64_t *mg_tensor_shape(const mg_tensor *);
 int64_t mg_tensor_numel(const mg_tensor *);
-void mg_tensor_free(mg_tensor *);
+void mg_tensor_free(mg_tensor *); /* a tensor freed already: nothing happens */
 
 /* ---- distributed tensors -------------------------------------------------- */
 /* n must equal the mesh's number of dimensions: one placement per mesh dim.
@@ -238,6 +240,49 @@ typedef struct {
 void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]);
 void mg_comm_stats_reset(void);
 const char *mg_coll_name(mg_coll_kind);
+
+/* ---- seeing inside a run (docs/OBSERVE.md) ---------------------------------- */
+/* The flight recorder: every rank keeps its last collectives and transfers
+ * (MG_FLIGHT_ENTRIES of them, default 2048; 0 turns it off). Once a directory
+ * is set, each rank writes them to DIR/rank-<r>.json, which `meshgrad trace
+ * analyze DIR` reads: on kill -USR2 of the rank or of mpirun (the job goes
+ * on), on a crash (SIGSEGV, SIGBUS, SIGFPE, SIGABRT; the crash then goes on),
+ * when the collective watchdog finds a collective that waited more than
+ * MG_COLLECTIVE_TIMEOUT seconds (default 300) and ends the job, and at
+ * mg_flight_recorder_dump. DIR is made at the first dump (its parent must
+ * exist); a file there that is not a dump is left as it is (a warning says
+ * so). Refused (MG_EIO): a DIR that is not a directory, and a rank's
+ * DIR/rank-<r>.json that is a link, a device, a FIFO, a socket or a
+ * directory. NULL or "": no dumps (the default). Every rank calls it (not
+ * collective); the first call installs the signal handlers. */
+int mg_flight_recorder_set_dir(const char *dir);
+/* Writes this rank's dump now; `reason` (1 to 63 characters) is written in
+ * it ("loss is nan"). MG_ESTATE when no directory is set or the recorder is
+ * off, MG_EIO when the dump could not be written (a line on stderr says why). */
+int mg_flight_recorder_dump(const char *reason);
+
+/* The trace: a timeline of steps first..last (numbered as the program passes
+ * them to mg_trace_step_begin/end, both included) on every rank, as Chrome-
+ * trace JSON (ui.perfetto.dev, chrome://tracing): the steps, the ops, the
+ * backward nodes, the kernels, the collectives and transfers with arrows
+ * from each send to its receive. Collective: every rank passes the same
+ * arguments. Refused up front: a range with first < 0 or last < first, and a
+ * path that is neither absent nor a trace meshgrad wrote (nothing else is
+ * ever replaced). Rank 0 writes the file when step `last` ends and prints
+ * "trace: PATH, steps A to B of N ranks ..." on stdout. One trace at a time. */
+int mg_trace_open(const char *path, int64_t first, int64_t last);
+/* Collective. A step begins: the flight recorder tags what follows with
+ * `step`; at step `first` of an open trace every rank starts recording
+ * (after a barrier, so their clocks line up), and while recording a "step"
+ * span opens. Without a trace it only tags the flight recorder. */
+int mg_trace_step_begin(int64_t step);
+/* Collective. The step ends: its span closes; after step `last` the events
+ * of every rank are gathered to rank 0, which writes the file. */
+int mg_trace_step_end(int64_t step);
+/* Collective. Writes what was recorded when the loop ended before step
+ * `last`, and ends the trace (another may be opened). Call it before
+ * mg_finalize, which drops a trace still open. */
+int mg_trace_close(void);
 
 #ifdef __cplusplus
 }

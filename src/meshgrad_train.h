@@ -5,10 +5,11 @@
  *   mg_optim         SGD or AdamW over a list of named distributed tensors,
  *                    clipping of their gradients by global norm
  *   mg_schedule      learning-rate schedules: constant, cosine, with warmup
- *   mg_ckpt          checkpoints: named tensors + optimizer state + step +
- *                    attributes, in the file format of `meshgrad train`
- *                    (read by `meshgrad ckpt info`)
- *   mg_token_loader  windows of a token data set (`meshgrad data text2h5`)
+ *   mg_ckpt          checkpoints: named tensors + the state of one optimizer
+ *                    or of several named ones + step + attributes, in the
+ *                    file format of `meshgrad train` (read by `meshgrad ckpt
+ *                    info`; docs/CHECKPOINTS.md)
+ *   mg_token_loader  windows of a token data set (docs/DATA.md)
  *   mg_train_config, mg_trainer
  *                    a training run of a model meshgrad builds (the MLPs,
  *                    the GPT): what `meshgrad train` runs, step by step
@@ -84,15 +85,29 @@ void mg_schedule_free(mg_schedule *);
 typedef struct mg_ckpt mg_ckpt;
 
 /* A list of what a checkpoint holds, saved and loaded together: named
- * tensors (as /params/<name>), an optimizer's state (/optim/<name>/<state>,
- * PyTorch's state names), the step, and text attributes. One HDF5 file of
- * global arrays: it loads on any mesh and any placements. */
+ * tensors (as /params/<name>), optimizers' state (PyTorch's state names:
+ * /optim/<param>/<state> for one optimizer set by mg_ckpt_set_optim, as
+ * `meshgrad train` writes it; /optim/<optimizer>/<param>/<state> for
+ * optimizers named by mg_ckpt_add_optim), the step, and text attributes.
+ * One HDF5 file of global arrays: it loads on any mesh and any placements
+ * (docs/CHECKPOINTS.md). */
 mg_ckpt *mg_ckpt_new(void);
 /* A tensor made by mg_distribute or mg_from_local, under a name as the
  * optimizer's. It is read at each save and written at each load. */
 int mg_ckpt_add(mg_ckpt *, const char *name, mg_dtensor *tensor);
-/* The optimizer whose state is saved and loaded too (NULL: none). */
+/* The one optimizer whose state is saved and loaded too, unnamed (NULL: no
+ * optimizer from now on, also none of mg_ckpt_add_optim's). Given again, the
+ * same optimizer changes nothing; another one is refused (its state would
+ * not be saved): name each of several with mg_ckpt_add_optim. */
 int mg_ckpt_set_optim(mg_ckpt *, mg_optim *);
+/* One more optimizer whose state is saved and loaded too, under `name` (1
+ * to 31 letters, digits, '_', '.', '-'; not starting with '.'), e.g. the
+ * AdamW of the weights that decay and the AdamW of those that do not: up to
+ * 16 of them, each once and under its own name. Refused when the checkpoint
+ * holds an optimizer of mg_ckpt_set_optim. A load finds each by its name in
+ * the file; a file of one optimizer (named or not) loads into a checkpoint
+ * of one (named or not). */
+int mg_ckpt_add_optim(mg_ckpt *, const char *name, mg_optim *);
 int mg_ckpt_set_step(mg_ckpt *, int64_t step); /* optimizer steps taken, >= 0 */
 int64_t mg_ckpt_step(const mg_ckpt *);         /* set, or loaded; -1 when NULL */
 /* A text attribute (key up to 63 characters, value up to 1023), set or
@@ -102,7 +117,7 @@ int mg_ckpt_set_attr(mg_ckpt *, const char *key, const char *value);
 /* An attribute set, or read by the last load (any of the file's, also
  * "step", "mesh", "optimizer"...); NULL when there is none. */
 const char *mg_ckpt_get_attr(const mg_ckpt *, const char *key);
-/* Collective. Writes the checkpoint to path (the step, the optimizer's kind,
+/* Collective. Writes the checkpoint to path (the step, each optimizer's kind,
  * settings and step, the mesh and placements now, meshgrad's version, and
  * the attributes). The file is written under a temporary name and renamed
  * when complete; it replaces `path` only when that is absent or a meshgrad
@@ -110,10 +125,11 @@ const char *mg_ckpt_get_attr(const mg_ckpt *, const char *key);
  * message, nothing else changed (docs/CHECKPOINTS.md). */
 int mg_ckpt_save(mg_ckpt *, const char *path);
 /* Collective. Reads path into the tensors (each rank its block, under the
- * tensors' placements now), the optimizer's state and step, the step and the
- * attributes. Refused before any tensor changes: a file whose tensors are
- * not exactly the names given (a checkpoint of another model), a shape that
- * differs, an optimizer of another kind or without state in the file. A
+ * tensors' placements now), the optimizers' state and steps, the step and
+ * the attributes. Refused before any tensor changes: a file whose tensors
+ * are not exactly the names given (a checkpoint of another model), a shape
+ * that differs, an optimizer of another kind or without state in the file,
+ * optimizers of other names or number than the file's. A
  * file that fails its checksums or holds a non-finite value is refused too,
  * but tensors read before that one hold the file's values. */
 int mg_ckpt_load(mg_ckpt *, const char *path);
@@ -122,8 +138,9 @@ void mg_ckpt_free(mg_ckpt *);
 /* ---- token data sets --------------------------------------------------------- */
 typedef struct mg_token_loader mg_token_loader;
 
-/* Collective. Opens split "train" or "val" of a token data set (made by
- * `meshgrad data text2h5`) for batches on `mesh`; every token is checked to
+/* Collective. Opens split "train" or "val" of a token data set (uint8, uint16
+ * or int32 tokens and a vocab_size attribute: docs/DATA.md; made by `meshgrad
+ * data text2h5` or `bin2h5`) for batches on `mesh`; every token is checked to
  * be inside the vocabulary. */
 mg_token_loader *mg_token_loader_open(const mg_mesh *mesh, const char *path, const char *split);
 int64_t mg_token_loader_count(const mg_token_loader *); /* tokens in the split; -1 when NULL */
@@ -141,6 +158,8 @@ int64_t mg_token_loader_eval_windows(const mg_token_loader *, int64_t T);
  * token k T) as x and y, like mg_token_loader_batch. */
 int mg_token_loader_eval_batch(mg_token_loader *, int64_t first, int64_t B, int64_t T,
                                const mg_placement *p, int n, mg_dtensor **x, mg_dtensor **y);
+/* Collective. Closes the loader; a loader closed already (or NULL) is left
+ * alone: a second close does nothing. */
 void mg_token_loader_close(mg_token_loader *);
 
 /* ---- training runs ------------------------------------------------------------

@@ -1,7 +1,10 @@
-/* tensor.c: local dense float32 tensors and shape helpers (see tensor.h).
+/* tensor.c: local dense float32 tensors and shape helpers (see tensor.h);
+ * the heap tensors not yet freed (the context's `tensors`), so that freeing
+ * one twice does nothing. State: the context's tensors and freed_tensors.
  * Public: mg_tensor_new, mg_tensor_from_data, mg_tensor_data/ndim/shape/numel/free. */
 #include "tensor.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +67,76 @@ void mg_shape_strides(int ndim, const int64_t *shape, int64_t *strides) {
     }
 }
 
+/* ---- the heap tensors not yet freed (the context's `tensors`) ---------------- */
+
+/* Freed headers held back from malloc (mg_context's freed_tensors). */
+#define HELD_BACK 1024
+
+static size_t slot_of(const mg_tensor *t, size_t cap) {
+    return (size_t)(((uintptr_t)t >> 4) * 0x9E3779B97F4A7C15ull >> 20) & (cap - 1);
+}
+
+/* t's slot in the set, or -1; t is only compared, never read. */
+static long live_slot(const mg_tensor *t) {
+    mg_context *c = mg_ctx();
+    if (!c->cap_tensors) return -1;
+    for (size_t i = slot_of(t, c->cap_tensors);; i = (i + 1) & (c->cap_tensors - 1)) {
+        if (c->tensors[i] == t) return (long)i;
+        if (!c->tensors[i]) return -1;
+    }
+}
+
+/* Adds a new heap tensor to the set; MG_ENOMEM when it cannot grow. */
+static int live_add(mg_tensor *t) {
+    mg_context *c = mg_ctx();
+    if (2 * (c->n_tensors + 1) > c->cap_tensors) { /* at most half full */
+        size_t cap = c->cap_tensors ? 2 * c->cap_tensors : 256;
+        mg_tensor **set = calloc(cap, sizeof *set);
+        if (!set) return mg_error(MG_ENOMEM, "tensor: out of memory for the list of tensors");
+        for (size_t i = 0; i < c->cap_tensors; i++) {
+            if (!c->tensors[i]) continue;
+            size_t j = slot_of(c->tensors[i], cap);
+            while (set[j]) j = (j + 1) & (cap - 1);
+            set[j] = c->tensors[i];
+        }
+        free(c->tensors);
+        c->tensors = set;
+        c->cap_tensors = cap;
+    }
+    size_t j = slot_of(t, c->cap_tensors);
+    while (c->tensors[j]) j = (j + 1) & (c->cap_tensors - 1);
+    c->tensors[j] = t;
+    c->n_tensors++;
+    return MG_OK;
+}
+
+/* Takes slot i out of the set, moving back the entries after it that
+ * probed past it (linear probing without tombstones). */
+static void live_remove(size_t i) {
+    mg_context *c = mg_ctx();
+    size_t mask = c->cap_tensors - 1;
+    for (size_t j = (i + 1) & mask; c->tensors[j]; j = (j + 1) & mask) {
+        size_t k = slot_of(c->tensors[j], c->cap_tensors);
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue; /* stays reachable */
+        c->tensors[i] = c->tensors[j];
+        i = j;
+    }
+    c->tensors[i] = NULL;
+    c->n_tensors--;
+}
+
+/* A freed header goes back to malloc only HELD_BACK frees later. */
+static void hold_back(mg_tensor *t) {
+    mg_context *c = mg_ctx();
+    if (!c->freed_tensors && !(c->freed_tensors = calloc(HELD_BACK, sizeof *c->freed_tensors))) {
+        free(t);
+        return;
+    }
+    free(c->freed_tensors[c->next_freed]);
+    c->freed_tensors[c->next_freed] = t;
+    c->next_freed = (c->next_freed + 1) % HELD_BACK;
+}
+
 static mg_tensor *tensor_header(mg_arena *arena, int ndim, const int64_t *shape) {
     if (mg_shape_check(ndim, shape, "tensor") != MG_OK) return NULL;
     mg_tensor *t = arena ? mg_arena_alloc(arena, sizeof *t) : calloc(1, sizeof *t);
@@ -112,6 +185,12 @@ mg_tensor *mg_tensor_alloc_on(mg_arena *arena, int device, int ndim, const int64
         return mg_error_null(MG_ENOMEM, "tensor: out of memory for %s floats",
                              mg_shape_format(s, sizeof s, ndim, shape));
     }
+    if (!arena && live_add(t) != MG_OK) {
+        if (mem) mem->free(mem->ctx, t->data);
+        else free(t->data);
+        free(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -136,6 +215,10 @@ mg_tensor *mg_tensor_view(mg_arena *arena, mg_tensor *t, int ndim, const int64_t
     }
     v->data = t->data;
     v->device = t->device;
+    if (!arena && live_add(v) != MG_OK) {
+        free(v);
+        return NULL;
+    }
     return v;
 }
 
@@ -147,6 +230,10 @@ mg_tensor *mg_tensor_slice(mg_arena *arena, mg_tensor *t, int64_t offset, int64_
     if (!v) return NULL;
     v->data = t->data + offset;
     v->device = t->device;
+    if (!arena && live_add(v) != MG_OK) {
+        free(v);
+        return NULL;
+    }
     return v;
 }
 
@@ -194,12 +281,17 @@ bool mg_tensor_on_host(const mg_tensor *t) {
 
 bool mg_tensor_is_meta(const mg_tensor *t) { return t->device == MG_DEVICE_META; }
 
+/* Only a heap tensor not yet freed is freed: another pointer (freed already,
+ * or a tensor of an arena, which its arena frees) is not read at all, and
+ * nothing is said (failure paths free what they made). */
 void mg_tensor_free(mg_tensor *t) {
-    if (!t || (t->flags & MG_TENSOR_IN_ARENA)) return;
+    long i = t ? live_slot(t) : -1;
+    if (i < 0) return;
+    live_remove((size_t)i);
     if (t->flags & MG_TENSOR_OWNS_DATA) {
         if (t->device == MG_DEVICE_CPU) free(t->data);
         else if (device_memory(t->device))
             mg_ctx()->memory[t->device].free(mg_ctx()->memory[t->device].ctx, t->data);
     }
-    free(t);
+    hold_back(t);
 }

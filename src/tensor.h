@@ -1,7 +1,8 @@
 /* tensor.h: local dense float32 tensors, row-major, contiguous, rank 0..8.
  * A 0-d tensor is a scalar (numel 1); zero-size dims are allowed (numel 0).
  * The struct is visible inside the library; users see the opaque mg_tensor.
- * Tensors come from the heap (mg_tensor_new...) or from an arena
+ * Tensors come from the heap (mg_tensor_new...: mg_tensor_free frees one once,
+ * a second free does nothing) or from an arena
  * (mg_tensor_alloc with an arena: freed by mg_arena_reset, mg_tensor_free ignores them).
  * Also: shape helpers shared by every layer. */
 #ifndef MG_TENSOR_H

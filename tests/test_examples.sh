@@ -1,11 +1,21 @@
 #!/bin/sh
 # test_examples.sh: the example programs, as users run them.
 # 1. examples/seed_permute_linear (built by make check) at 1, 2 and 4 ranks.
-# 2. make install into a scratch prefix, then compile each example with
-#    `mpicc prog.c $(pkg-config --cflags --libs meshgrad)` against the installed
-#    headers (meshgrad.h, meshgrad_train.h) and library only, and run it on 2
-#    ranks.
-# 3. examples/train_gpt so built, a tiny GPT on data/mobydick.h5 for a few
+# 2. `make install prefix=DIR` into a scratch prefix: the installed meshgrad.pc
+#    names DIR (not configure's prefix), and plain pkg-config (no
+#    --define-prefix) gives the flags; each example is compiled with `mpicc
+#    prog.c $(pkg-config --cflags --libs meshgrad)` against the installed
+#    headers (meshgrad.h, meshgrad_train.h) and library only, with the rpath
+#    the README gives, and run on 2 ranks; the seed example also built without
+#    the rpath runs with LD_LIBRARY_PATH; the installed meshgrad program runs
+#    with neither. Libs.private names CUDA and NCCL exactly when config.h says
+#    they are built in.
+# 3. A prefix given to configure instead: a second configure of the sources
+#    (the build's own options, another --prefix) installs the headers and
+#    meshgrad.pc there, this build the library and program; the seed example
+#    built against it with pkg-config runs on 2 ranks. (Skipped when the
+#    sources are configured in place, where configure cannot run again.)
+# 4. examples/train_gpt so built, a tiny GPT on data/mobydick.h5 for a few
 #    steps (two micro-batches a step): its loss falls, the losses and
 #    validation losses of 2 ranks are those of 1 rank within 1e-4 relative at
 #    every step, its checkpoint passes `meshgrad ckpt info` and `meshgrad
@@ -90,36 +100,97 @@ train_gpt_runs() {
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/meshgrad-install.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-if make -s -C "$top_builddir" install prefix="$scratch/prefix" >"$scratch/install.log" 2>&1; then
-    pass "make install into a scratch prefix"
-    pc=$(find "$scratch/prefix" -name meshgrad.pc | head -n 1)
-    export PKG_CONFIG_PATH="$(dirname "$pc")"
-    flags=$(pkg-config --define-prefix --cflags --libs meshgrad 2>"$scratch/pc.err")
-    if [ -n "$flags" ] &&
-        mpicc "$top_srcdir/examples/seed_permute_linear.c" $flags -Wl,-rpath,"$scratch/prefix/lib" \
-            -o "$scratch/seed" 2>"$scratch/cc.err"; then
-        pass "mpicc seed_permute_linear.c \$(pkg-config --cflags --libs meshgrad)"
-        if MG_TEST_NP=2 "$SHELL" "$top_srcdir/tests/mpi-run.sh" "$scratch/seed" >"$scratch/run.log" 2>&1; then
-            pass "the installed build runs on 2 ranks"
-        else
-            cat "$scratch/run.log"
-            fail "the installed build failed on 2 ranks"
-        fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# seed_against PREFIX TAG: the seed example compiled with the flags of PREFIX's
+# meshgrad.pc (plain pkg-config) and the rpath of its libdir, run on 2 ranks
+seed_against() {
+    libdir=$(PKG_CONFIG_PATH="$1/lib/pkgconfig" pkg-config --variable=libdir meshgrad)
+    flags=$(PKG_CONFIG_PATH="$1/lib/pkgconfig" pkg-config --cflags --libs meshgrad 2>"$scratch/pc.err")
+    # shellcheck disable=SC2086
+    if [ -n "$flags" ] && mpicc "$top_srcdir/examples/seed_permute_linear.c" $flags \
+        -Wl,-rpath,"$libdir" -o "$scratch/seed-$2" 2>"$scratch/cc.err"; then
+        pass "$2: mpicc seed_permute_linear.c \$(pkg-config --cflags --libs meshgrad) -Wl,-rpath,$libdir"
     else
         cat "$scratch/pc.err" "$scratch/cc.err"
-        fail "compiling against the installed header"
+        fail "$2: compiling against the installed header"
+        return 1
     fi
-    if [ -n "$flags" ] &&
-        mpicc -O2 -Wall -Wextra -Werror "$top_srcdir/examples/train_gpt.c" $flags -lm \
-            -Wl,-rpath,"$scratch/prefix/lib" -o "$scratch/train_gpt" 2>"$scratch/cc.err"; then
+    if MG_TEST_NP=2 "$SHELL" "$top_srcdir/tests/mpi-run.sh" "$scratch/seed-$2" >"$scratch/run.log" 2>&1; then
+        pass "$2: the installed build runs on 2 ranks"
+    else
+        cat "$scratch/run.log"
+        fail "$2: the installed build failed on 2 ranks"
+    fi
+}
+
+prefix=$scratch/prefix
+if make -s -C "$top_builddir" install prefix="$prefix" >"$scratch/install.log" 2>&1; then
+    pass "make install prefix=$prefix"
+    export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+    got=$(pkg-config --variable=prefix meshgrad)
+    check "... its meshgrad.pc names that prefix, not configure's: $got" test "$got" = "$prefix"
+    seed_against "$prefix" install-time
+    flags=$(pkg-config --cflags --libs meshgrad)
+    # shellcheck disable=SC2086
+    if mpicc "$top_srcdir/examples/seed_permute_linear.c" $flags -o "$scratch/seed-plain" \
+        2>"$scratch/cc.err" &&
+        LD_LIBRARY_PATH="$prefix/lib" "$scratch/seed-plain" >"$scratch/run.log" 2>&1; then
+        pass "... built without the rpath, it runs with LD_LIBRARY_PATH=$prefix/lib"
+    else
+        cat "$scratch/cc.err" "$scratch/run.log"
+        fail "... built without the rpath, with LD_LIBRARY_PATH"
+    fi
+    check_output "... the installed meshgrad runs (no LD_LIBRARY_PATH)" \
+        env -u LD_LIBRARY_PATH "$prefix/bin/meshgrad" --version
+    private=$(pkg-config --static --libs meshgrad)
+    if grep -q '^#define MG_HAVE_CUDA 1' "$top_builddir/config.h"; then
+        check "... built with CUDA: Libs.private names cudart and NCCL" \
+            sh -c "echo '$private' | grep -q -- -lcudart && echo '$private' | grep -q -- -lnccl"
+    else
+        check "... built without CUDA: Libs.private names neither cudart nor NCCL" \
+            sh -c "! echo '$private' | grep -q -e cuda -e nccl"
+    fi
+    flags=$(pkg-config --cflags --libs meshgrad)
+    # shellcheck disable=SC2086
+    if mpicc -O2 -Wall -Wextra -Werror "$top_srcdir/examples/train_gpt.c" $flags -lm \
+        -Wl,-rpath,"$(pkg-config --variable=libdir meshgrad)" -o "$scratch/train_gpt" 2>"$scratch/cc.err"; then
         pass "mpicc -Wall -Wextra -Werror train_gpt.c against the installed headers"
         train_gpt_runs
     else
         cat "$scratch/cc.err"
         fail "compiling train_gpt.c against the installed headers"
     fi
+    unset PKG_CONFIG_PATH
 else
     tail -20 "$scratch/install.log"
     fail "make install"
+fi
+
+# 3. the prefix given to configure: this build's own options, another --prefix
+srcdir_abs=$(cd "$top_srcdir" && pwd)
+prefix2=$scratch/prefix2
+if [ -f "$srcdir_abs/config.status" ]; then
+    echo "skip: the sources are configured in place: a configure with another --prefix cannot run"
+else
+    eval "set -- $("$top_builddir/config.status" --config)"
+    for arg; do
+        shift
+        case $arg in --srcdir=* | --prefix=* | --cache-file=*) ;; *) set -- "$@" "$arg" ;; esac
+    done
+    mkdir "$scratch/build2"
+    if (cd "$scratch/build2" && "$srcdir_abs/configure" "$@" --prefix="$prefix2") >"$scratch/configure.log" 2>&1 &&
+        make -s -C "$scratch/build2" install-data >"$scratch/install2.log" 2>&1 &&
+        make -s -C "$top_builddir" install-exec prefix="$prefix2" >>"$scratch/install2.log" 2>&1; then
+        pass "configure --prefix=$prefix2: headers and meshgrad.pc from it, the library and program from this build"
+        got=$(PKG_CONFIG_PATH="$prefix2/lib/pkgconfig" pkg-config --variable=prefix meshgrad)
+        check "... its meshgrad.pc names that prefix: $got" test "$got" = "$prefix2"
+        seed_against "$prefix2" configure-time
+        check_output "... the installed meshgrad runs (no LD_LIBRARY_PATH)" \
+            env -u LD_LIBRARY_PATH "$prefix2/bin/meshgrad" --version
+    else
+        tail -20 "$scratch/configure.log" "$scratch/install2.log"
+        fail "configure --prefix=$prefix2 and install"
+    fi
 fi
 check_summary

@@ -132,7 +132,7 @@ hostile_dump h-wait "a wait past the world" "waiting_in lists rank 5000, not a r
 mkdir "$tmp/h-fifo" && mkfifo "$tmp/h-fifo/rank-0.json"
 "$TIMEOUT" 20 "$prog" trace analyze "$tmp/h-fifo" >"$tmp/a4" 2>&1
 check "analyze of a FIFO named like a dump: exit $? (1), no wait" \
-    grep -q "meshgrad: error: trace analyze: cannot read $tmp/h-fifo/rank-0.json: not a regular file" "$tmp/a4"
+    grep -q "meshgrad: error: trace analyze: cannot open flight recorder dump $tmp/h-fifo/rank-0.json: it is a FIFO" "$tmp/a4"
 mkdir "$tmp/h-big" && truncate -s 5G "$tmp/h-big/rank-0.json"
 "$TIMEOUT" 20 "$prog" trace analyze "$tmp/h-big" >"$tmp/a4" 2>&1
 check "analyze of a 5 GiB (sparse) file named like a dump: exit $? (1), not read" \

@@ -10,9 +10,13 @@
 # - the output is the prompt, then exactly --tokens bytes; a prompt longer than
 #   ctx is cropped with a note on stderr; the speed is printed on stderr;
 # - bad input is one `meshgrad: error:` line and a non-zero exit: no --resume,
-#   a missing or corrupt checkpoint, an MLP checkpoint, --tokens -1,
+#   a missing or corrupt checkpoint, an MLP checkpoint, one whose attributes
+#   count fewer layers than it holds, one with an extra dataset, --tokens -1,
 #   --temperature -1 and nan, --top-k -2, and a tp degree that cannot split
-#   the heads; stdout on a full disk or closed stops the run (exit 1, named).
+#   the heads; stdout on a full disk or closed stops the run (exit 1, named);
+# - on a terminal (script(1) gives mpirun one), the text, its newline, then
+#   the speed line, in 8 runs (mpirun passes a rank's stdout and stderr on
+#   in either order: the line landed inside the text in about a third of runs).
 #   Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env generate
@@ -65,6 +69,26 @@ gen g3 2 --prompt CALL --tokens 60 --temperature 0 --parallel tp
 check "greedy: the same text for every seed" cmp -s "$tmp/g1.txt" "$tmp/g2.txt"
 check "greedy: the same text on 2 ranks tp" cmp -s "$tmp/g1.txt" "$tmp/g3.txt"
 
+# on a terminal: what a run to a file prints, then the speed line, every time
+if command -v script >/dev/null 2>&1; then
+    order=ok
+    for seed in 1 2 3 4 5 6 7 8; do
+        gen tty$seed 1 --prompt CALL --tokens 20 --seed "$seed"
+        "$TIMEOUT" -k 5 60 script -qec "'$MPIRUN' -np 1 '$prog' generate --resume '$tmp/gpt.h5' \
+            --threads 1 --prompt CALL --tokens 20 --seed $seed" /dev/null </dev/null >"$tmp/tty.out" 2>&1
+        tr -d '\r' <"$tmp/tty.out" >"$tmp/got"
+        { tr -d '\r' <"$tmp/tty$seed.txt"; grep -a '^generate: 20 tokens' "$tmp/got"; } >"$tmp/want"
+        if ! cmp -s "$tmp/got" "$tmp/want"; then
+            order="seed $seed: the terminal got $(od -c "$tmp/got" | tail -n 4 | tr -s ' \n' ' ')"
+            break
+        fi
+    done
+    check "on a terminal: the text, a newline, then the speed line, in 8 runs ($order)" \
+        test "$order" = ok
+else
+    echo "skip: no script(1) here: the terminal check is not run"
+fi
+
 long=$(awk 'BEGIN { for (i = 0; i < 10; i++) printf "Call me Ishmael. " }')
 gen long 1 --prompt "$long" --tokens 10
 check "a prompt of 170 bytes (ctx 32): exit 0" test $? -eq 0
@@ -81,6 +105,22 @@ check_refused "a missing checkpoint" 1 "$tmp/none.h5" $g --resume "$tmp/none.h5"
 check_refused "a file that is not a checkpoint" 1 "bad.h5" $g --resume "$tmp/bad.h5"
 check_refused "a truncated checkpoint" 2 "cut.h5" $g --resume "$tmp/cut.h5"
 check_refused "an MLP checkpoint" 1 "model of kind mlp, not a GPT" $g --resume "$tmp/mlp.h5"
+# a checkpoint with more weights than its attributes count (model.layers 1 on
+# a 2-layer GPT), or with a dataset beside its parameters: loaded in part
+# before (mg_ckpt_load refused both); one rule of checkpoint_load.c now
+cp "$tmp/gpt.h5" "$tmp/fewer.h5"
+"$tool" set-attr "$tmp/fewer.h5" model.layers 1
+check_refused "model.layers 1 on a checkpoint of 2 layers" 1 \
+    "cannot load .*fewer.h5: it holds /params/.*, which is not among the .* tensors given" \
+    $g --resume "$tmp/fewer.h5"
+if command -v h5copy >/dev/null 2>&1; then
+    cp "$tmp/gpt.h5" "$tmp/extra.h5"
+    h5copy -i "$tmp/gpt.h5" -o "$tmp/extra.h5" -s /params/wte -d /params/wte.extra 2>/dev/null ||
+        fail "h5copy could not add a dataset"
+    check_refused "a checkpoint with an extra dataset" 1 \
+        "cannot load .*extra.h5: it holds /params/wte.extra, which is not among" \
+        $g --resume "$tmp/extra.h5"
+fi
 check_refused "--tokens -1" 1 "--tokens -1" $g --resume "$tmp/gpt.h5" --tokens -1
 # 2^62 tokens overflowed the size of the token buffer (a heap overrun, abort)
 check_refused "--tokens 2^62" 1 "--tokens 4611686018427387904: give a whole number from 0 to 2147483647" \

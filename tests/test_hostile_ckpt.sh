@@ -10,6 +10,10 @@
 #   "99999999999999999999" (it saturated silently before);
 # - a dataset that is an external link to another (good) checkpoint: resume
 #   read that file, which the user did not name, and ckpt info skipped it.
+# - a dataset beside the parameters (h5copy): resume loaded the others and
+#   went on; so did a GPT checkpoint whose attributes count fewer layers than
+#   it holds (model.layers 1 on 2 layers): both refused, by the rule of
+#   mg_checkpoint_load that mg_ckpt_load and generate follow too.
 . "$(dirname "$0")/check.sh"
 program_test_env hostile
 
@@ -47,7 +51,7 @@ hostile() {
 }
 
 hostile huge "dataset /params/huge declares 4.61e\+18 elements, more than a file of [0-9]+ bytes can hold" huge
-hostile nested "not a meshgrad checkpoint: group /params/deep/deep is nested deeper" nest 3000
+hostile nested "not a meshgrad checkpoint: group /params/deep/deep/deep is nested deeper" nest 3000
 hostile stripped "dataset /params/fc1.weight has no Fletcher32 checksum" strip params/fc1.weight
 hostile unwritten "dataset /params/fc1.weight has 0 of its 1 chunks written" unwritten params/fc1.weight
 # a dataset that is an external link to a good file (resume read that file before)
@@ -58,6 +62,33 @@ refuse "resume: a dataset without its checksum" 1 "stripped.h5: dataset /params/
     --steps 10 --resume "$tmp/stripped.h5"
 refuse "resume: unwritten chunks" 2 "unwritten.h5: dataset /params/fc1.weight has 0 of its 1 chunks written" \
     --steps 10 --resume "$tmp/unwritten.h5"
+
+# a dataset beside the parameters (another model's, or a layer more): resume
+# loaded the rest and went on before (mg_ckpt_load refused it); now the rule
+# of checkpoint_load.c, which every loader uses
+if command -v h5copy >/dev/null 2>&1; then
+    cp "$tmp/good.h5" "$tmp/extra.h5"
+    h5copy -i "$tmp/good.h5" -o "$tmp/extra.h5" -s /params/fc1.bias -d /params/fc3.bias 2>/dev/null ||
+        fail "h5copy could not add a dataset"
+    refuse "resume: a checkpoint with an extra dataset" 2 \
+        "cannot load .*extra.h5: it holds /params/fc3.bias, which is not among the 12 tensors given" \
+        --steps 10 --resume "$tmp/extra.h5"
+fi
+
+# fewer layers in the attributes than in the file: resume built the model the
+# attributes say and loaded that much of it; refused with --layers 1 (the
+# weights of layer 1 are not the model's) and with --layers 2 (the attributes)
+gpt="--model gpt --data $top/data/mobydick.h5 --heads 2 --embd 16 --ctx 8 --batch 4 --log-every 0 \
+--eval-every never --threads 1"
+"$TIMEOUT" -k 5 120 "$prog" train $gpt --layers 2 --steps 2 --save "$tmp/gpt2.h5" >"$tmp/out" 2>&1
+check "a GPT checkpoint of 2 layers" test $? -eq 0
+cp "$tmp/gpt2.h5" "$tmp/fewer.h5"
+"$tool" set-attr "$tmp/fewer.h5" model.layers 1 || fail "fewer: set-attr failed"
+check_refused "resume --layers 1: model.layers 1 on a GPT of 2 layers" 1 \
+    "cannot load .*fewer.h5: it holds /[a-z]+/h\.1\..*, which is not among the [0-9]+ tensors given" \
+    "$prog" train $gpt --layers 1 --steps 4 --resume "$tmp/fewer.h5"
+check_refused "resume --layers 2: the same file" 1 "model.layers" \
+    "$prog" train $gpt --layers 2 --steps 4 --resume "$tmp/fewer.h5"
 
 # attributes that cannot be
 attr() {

@@ -7,8 +7,13 @@
 #   checkpoint at the --save path is refused before step 1, and left as it is;
 #   --save (or --metrics) naming the data set or the config file is refused;
 #   --metrics over a file that is not a metrics file, or through a link, too,
-#   also when the file is put there between the check and the open;
+#   also when the file is put there between the check and the open; a FIFO or
+#   a device node as --metrics, --trace or a --flight-dir dump is refused at
+#   once (a FIFO blocked, a device node took the metrics);
 #   resuming from and saving to one file (the preemption workflow) works;
+# - a new run refuses --save FILE that is a checkpoint already (a GPT's, the
+#   run an MLP: it was replaced silently), naming its model and step, and
+#   leaves it as it is; with --overwrite it replaces it;
 # - --keep deletes only older ckpt-<step>.h5 checkpoints: a new run refuses a
 #   directory that already holds checkpoints, and with --overwrite leaves
 #   best.h5, a later ckpt-00005000.h5 and a ckpt-<step>.h5 that is not a
@@ -91,6 +96,31 @@ check_output "the metrics file of an earlier run is replaced" \
 train 1 --steps 2 --metrics /dev/stdout
 check_output "--metrics /dev/stdout (a link to a stream) writes the lines there" \
     sh -c "test $rc -eq 0 && grep -q '^{\"step\":2,\"loss\"' '$tmp/out'"
+# every output passes the rule of a save (io/files.h): a FIFO and a device
+# node other than a terminal are refused at once, never opened (--metrics on
+# a FIFO blocked before step 1; on a device node it wrote there and exit 0)
+mkfifo fifo
+refuse "--metrics naming a FIFO: refused at once, not waited on" 1 \
+    "will not write fifo: it is a FIFO" --steps 2 --metrics fifo
+refuse "--trace naming a FIFO" 1 "will not replace fifo: it is a FIFO" --steps 4 --trace fifo
+mkdir fl
+mkfifo fl/rank-0.json
+refuse "a FIFO as rank 0's flight recorder dump (--flight-dir)" 2 \
+    "will not replace fl/rank-0.json: it is a FIFO" --steps 2 --flight-dir fl
+echo "not a dump" >fl/rank-1.json
+rm fl/rank-0.json
+train 2 --steps 2 --flight-dir fl
+check_output "... a file there that is not a dump: the run goes on, saying it stays" \
+    sh -c "test $rc -eq 0 && grep -q 'warning: flight recorder: fl/rank-1.json is not a dump' '$tmp/out' &&
+           test \"\$(cat fl/rank-1.json)\" = 'not a dump'"
+if [ -c "$tmp/null" ]; then
+    refuse "--metrics naming a device node (mknod c 1 3)" 1 \
+        "will not write .*/null: it is a device" --steps 2 --metrics "$tmp/null"
+    mkdir fl2
+    mknod fl2/rank-0.json c 1 3
+    refuse "a device node as rank 0's flight recorder dump" 1 \
+        "will not replace fl2/rank-0.json: it is a device" --steps 2 --flight-dir fl2
+fi
 # the race between the check of --metrics and its open: another process puts
 # a file of its own at the path in between (swap_in.so plays it, on the
 # open for writing): that file is left as it is, and the run refused
@@ -108,12 +138,13 @@ if [ -r "$shim" ]; then
     check "... and the run refused (exit $rc), saying why" sh -c "test $rc -ne 0 &&
         grep -q 'will not replace race.jsonl: it is not a metrics file this program wrote' '$tmp/out'"
     # the race between a save's last check of --save and its rename: the file
-    # put there in between is swapped back, not replaced
+    # put there in between is swapped back, not replaced (--overwrite: a new
+    # run replaces the checkpoint there, the file it checked)
     cp good.h5 race.h5 # a checkpoint: it passes the check
     echo theirs >theirs.txt
     "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race.h5 MG_SWAP_FROM=theirs.txt \
         MG_SWAP_ON=rename ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
-        "$prog" train $small --steps 2 --save race.h5 >"$tmp/out" 2>&1
+        "$prog" train $small --steps 2 --save race.h5 --overwrite >"$tmp/out" 2>&1
     rc=$?
     check "a file put at --save between the check and the rename: left as it is" \
         test "$(cat race.h5)" = theirs
@@ -123,7 +154,7 @@ if [ -r "$shim" ]; then
     cp good.h5 race2.h5 && cp good.h5 theirs.h5
     "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race2.h5 MG_SWAP_FROM=theirs.h5 \
         MG_SWAP_ON=rename ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
-        "$prog" train $small --steps 2 --save race2.h5 >"$tmp/out" 2>&1
+        "$prog" train $small --steps 2 --save race2.h5 --overwrite >"$tmp/out" 2>&1
     rc=$?
     check_output "... a checkpoint put there instead is replaced, as the one checked would be" \
         sh -c "test $rc -eq 0 && '$prog' ckpt info race2.h5 | grep -q 'step = 2' && ! ls race2.h5.tmp.* 2>/dev/null"
@@ -135,7 +166,7 @@ if [ -r "$shim" ]; then
     "$TIMEOUT" -k 5 120 env LD_PRELOAD="$shim" MG_SWAP_PATH=race3.h5 MG_SWAP_FROM=theirs.txt \
         MG_SWAP_ON=rename MG_SWAP_KILL=1 \
         ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
-        "$prog" train $small --steps 2 --save race3.h5 >"$tmp/out" 2>&1
+        "$prog" train $small --steps 2 --save race3.h5 --overwrite >"$tmp/out" 2>&1
     rc=$?
     left=$(ls race3.h5.tmp.* 2>/dev/null | head -n 1)
     check "a save killed between its swap and the swap back (exit $rc): the file is under $left" \
@@ -156,7 +187,23 @@ train 2 --steps 10 --resume resumed.h5 --save resumed.h5
 check_output "resuming from and saving to one file (preemption) works" \
     sh -c "test $rc -eq 0 && '$prog' ckpt info resumed.h5 | grep -q 'step = 10'"
 
-# ---- 2. --keep ---------------------------------------------------------------------
+# ---- 2. a new run over a checkpoint file; --keep -------------------------------------
+"$TIMEOUT" -k 5 120 "$prog" train --model gpt --data "$top/data/mobydick.h5" --layers 1 --heads 2 \
+    --embd 16 --ctx 8 --batch 4 --steps 2 --log-every 0 --eval-every never --threads 1 \
+    --save valuable.h5 >"$tmp/out" 2>&1
+check_output "a GPT's checkpoint, valuable.h5" test $? -eq 0
+cp valuable.h5 valuable.h5.orig
+refuse "a new MLP run with --save FILE, a GPT's checkpoint" 1 \
+    "--save valuable.h5 already holds a checkpoint \(model gpt, step 2\); a new run would replace it: resume that run \(--resume valuable.h5\), save to another path, or give --overwrite" \
+    --steps 2 --save valuable.h5
+check "... left as it is" same valuable.h5 valuable.h5.orig
+refuse "... the same on 2 ranks, and from a config file's save = FILE" 2 \
+    "--save valuable.h5 already holds a checkpoint" --config "$tmp/base.conf" --save valuable.h5
+check "... left as it is" same valuable.h5 valuable.h5.orig
+train 2 --steps 2 --save valuable.h5 --overwrite
+check_output "--overwrite: the new run replaces it" \
+    sh -c "test $rc -eq 0 && '$prog' ckpt info valuable.h5 | grep -q 'model = mlp'"
+
 mkdir kd
 cp good.h5 kd/ckpt-00005000.h5
 cp good.h5 kd/best.h5
@@ -188,7 +235,8 @@ full_save() {
     shift
     _start=$(date +%s)
     env "$@" MG_COLLECTIVE_TIMEOUT=10 "$TIMEOUT" -k 5 45 "$MPIRUN" -np 2 "$prog" train $small \
-        --hidden 128 --batch 64 --steps 40 --save "$full/run.h5" --save-every 10 >"$tmp/out" 2>&1
+        --hidden 128 --batch 64 --steps 40 --save "$full/run.h5" --save-every 10 --overwrite \
+        >"$tmp/out" 2>&1
     rc=$?
     secs=$(($(date +%s) - _start))
     errors=$(grep -c "meshgrad: error:" "$tmp/out")

@@ -1,5 +1,6 @@
 /* test_tensor.c: local tensors: constructors, 0-d and zero-size tensors, views,
- * clones, shape helpers, and bad shapes refused with a message. */
+ * clones, shape helpers, bad shapes refused with a message, and a tensor
+ * freed twice (the second free does nothing). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,11 +212,48 @@ START_TEST(test_backend_of) {
 }
 END_TEST
 
+/* A second mg_tensor_free of a heap tensor or view does nothing (it aborted
+ * in free() before); a pointer freed earlier is not taken for a new tensor
+ * that malloc put at its address; thousands of tensors freed in a scrambled
+ * order, each twice, leave the others whole. */
+START_TEST(test_free_twice) {
+    int64_t shape[1] = {8};
+    mg_tensor *t = mg_tensor_new(1, shape);
+    mg_tensor *v = mg_tensor_view(NULL, t, 1, shape);
+    mg_tensor *s = mg_tensor_slice(NULL, t, 2, 4);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_nonnull(s);
+    mg_tensor_free(v);
+    mg_tensor_free(v);
+    mg_tensor_free(s);
+    mg_tensor_free(s);
+    mg_tensor_free(t);
+    mg_tensor_free(t);
+    enum { N = 5000 };
+    mg_tensor **u = calloc(N, sizeof *u);
+    ck_assert_ptr_nonnull(u);
+    for (int i = 0; i < N; i++) {
+        u[i] = mg_tensor_new(1, shape);
+        ck_assert_ptr_nonnull(u[i]);
+        ck_assert_ptr_ne(u[i], t);
+        mg_tensor_data(u[i])[0] = (float)i;
+    }
+    mg_tensor_free(t); /* freed long ago: the new tensors stay */
+    for (int k = 0; k < N; k++) {
+        int i = (int)(((uint64_t)k * 2654435761u) % N); /* a scrambled order, each once */
+        ck_assert_float_eq(mg_tensor_data(u[i])[0], (float)i);
+        mg_tensor_free(u[i]);
+        mg_tensor_free(u[i]);
+    }
+    free(u);
+}
+END_TEST
+
 int main(void) {
     const TTest *tests[] = {test_new_is_zeros, test_from_data_copies, test_scalar_tensor,
                             test_zero_size_tensor, test_view_shares_data,
                             test_view_wrong_numel_refused, test_clone_is_deep,
                             test_bad_shapes_refused, test_max_rank, test_shape_helpers,
-                            test_null_accessors, test_backend_of, NULL};
+                            test_null_accessors, test_backend_of, test_free_twice, NULL};
     return mg_test_run(mg_test_suite("tensor", tests));
 }

@@ -3,7 +3,10 @@
 # give the same splits (first 90% train, the rest val, as data info counts
 # them), and each refusal is one clear line and exit 1 (an empty file, a file
 # too short for two splits, OUT equal to IN, an OUT that is not a data set,
-# which stays as it was) or exit 2 (a bad --val-fraction, also an empty one).
+# which stays as it was; a gzip file cut short, also within its first block,
+# or with a wrong checksum; an input that is a FIFO or a device node) or
+# exit 2 (a bad --val-fraction: an empty one, and 0, which leaves no val
+# split for train).
 # Also csv2h5's flags: an empty or overflowing --test-every (taken as 0 and as
 # LONG_MAX before) and a --scale that makes a value infinite (written as inf
 # before). Prints a Check-style summary line.
@@ -54,6 +57,41 @@ refused "--val-fraction 1" 2 "val-fraction" data text2h5 "$tmp/t.txt" "$tmp/v.h5
 refused "a missing input" 1 "cannot open" data text2h5 "$tmp/none.txt" "$tmp/n.h5"
 refused "an empty --val-fraction" 2 "val-fraction .. is not a number" \
     data text2h5 "$tmp/t.txt" "$tmp/v.h5" --val-fraction ''
+refused "--val-fraction 0 (a data set without the val split train evaluates)" 2 \
+    "val-fraction .0. is not a number in (0, 1)" data text2h5 "$tmp/t.txt" "$tmp/v.h5" --val-fraction 0
+# a gzip file cut short (its trailer missing) is refused, however short: the
+# part before the cut was written as the data set before, exit 0, and a cut
+# within the first block was called empty
+big=$tmp/big.txt.gz
+awk 'BEGIN { for (i = 0; i < 20000; i++) printf "line %d of a longer text\n", i }' | gzip -c >"$big"
+head -c 30000 "$big" >"$tmp/cut.gz"
+refused "a truncated gzip file (its first 30000 bytes)" 1 "cut.gz is truncated" \
+    data text2h5 "$tmp/cut.gz" "$tmp/cut.h5"
+check "... and no data set is left" test ! -e "$tmp/cut.h5"
+head -c 20 "$big" >"$tmp/cut20.gz"
+refused "a truncated gzip file (its first 20 bytes)" 1 "cut20.gz is truncated" \
+    data text2h5 "$tmp/cut20.gz" "$tmp/cut20.h5"
+gzip -c "$tmp/t.txt" >"$tmp/crc.gz"
+size=$(wc -c <"$tmp/crc.gz")
+printf 'XXXX' | dd of="$tmp/crc.gz" bs=1 seek=$((size - 8)) conv=notrunc 2>/dev/null
+refused "a gzip file whose checksum does not match" 1 "reading .*crc.gz failed" \
+    data text2h5 "$tmp/crc.gz" "$tmp/crc.h5"
+# inputs that are not regular files are refused at once, as the other
+# readers refuse them (a FIFO blocked; a copy of /dev/zero was read for
+# minutes, gigabytes, before a refusal)
+mkfifo "$tmp/fifo"
+refused "a FIFO as IN" 1 "cannot open the input .*fifo: it is a FIFO" \
+    data text2h5 "$tmp/fifo" "$tmp/f.h5"
+refused "a FIFO as csv2h5 --in" 1 "cannot open --in .*fifo: it is a FIFO" \
+    data csv2h5 --in "$tmp/fifo" --out "$tmp/c.h5" --shape 2
+refused "a FIFO as OUT" 1 "will not replace .*fifo: it is a FIFO" \
+    data text2h5 "$tmp/t.txt" "$tmp/fifo"
+if mknod "$tmp/zero" c 1 5 2>/dev/null; then
+    refused "a device node (a copy of /dev/zero) as IN" 1 "cannot open the input .*zero: it is a device" \
+        data text2h5 "$tmp/zero" "$tmp/z.h5"
+else
+    echo "skipped: mknod is not permitted here (the device-node case needs root)"
+fi
 printf '0,1,2,3,1\n4,5,6,7,0\n' >"$tmp/s.csv"
 refused "csv2h5: an empty --test-every" 2 "test-every ..: give an integer from 0 to 2147483647" \
     data csv2h5 --in "$tmp/s.csv" --out "$tmp/c.h5" --shape 2x2 --test-every ''

@@ -6,8 +6,10 @@
  *   windows of the text (x) and the same shifted by one (y), for the batch dim
  *   sharded, the sequence dim sharded (empty shards included) and Replicate;
  * - evaluation windows: floor((N - 1) / T) of them, at k T;
- * - refused: a split that is missing, tokens outside the vocabulary, a 2-D
- *   tokens dataset, a window longer than the split. */
+ * - uint16 tokens (nanoGPT's and llm.c's), values past 255 read back exactly;
+ * - refused: a split that is missing, tokens outside the vocabulary (uint8 and
+ *   uint16), a 2-D tokens dataset, tokens of a type not taken (float), a
+ *   window longer than the split. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +182,55 @@ static void write_by_hand(const char *out, const uint8_t *tokens, hsize_t n, int
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Rank 0 writes n uint16 tokens (HDF5 type `type`, converted from uint16) as
+ * /train/tokens with vocab_size `vocab`. */
+static void write_typed(const char *out, const uint16_t *tokens, hsize_t n, int vocab, hid_t type) {
+    if (mg_rank() == 0) {
+        hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        write_vocab(f, vocab);
+        hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t sp = H5Screate_simple(1, &n, NULL);
+        hid_t d = H5Dcreate2(g, "tokens", type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens);
+        H5Dclose(d);
+        H5Sclose(sp);
+        H5Gclose(g);
+        H5Fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+START_TEST(uint16_tokens) {
+    enum { N = 300 };
+    mg_mesh *mesh = mg_mesh_new(1, &world);
+    uint16_t tokens[N];
+    for (int i = 0; i < N; i++) tokens[i] = (uint16_t)((i * 997 + 40000) % 65536);
+    write_typed("test_tokens_u16.h5", tokens, N, 65536, H5T_STD_U16LE);
+    mg_tokens *t = mg_tokens_open("test_tokens_u16.h5", "train", comm_of(mesh));
+    mg_assert_all(t, "uint16 tokens were refused: %s", mg_last_error());
+    mg_assert_all(mg_tokens_count(t) == N && mg_tokens_vocab(t) == 65536, "count %lld, vocab %d",
+                  (long long)mg_tokens_count(t), mg_tokens_vocab(t));
+    float got[N];
+    int rc = mg_tokens_read(t, 0, N, got), bad = -1;
+    for (int i = 0; rc == MG_OK && i < N && bad < 0; i++)
+        if (got[i] != (float)tokens[i]) bad = i;
+    mg_assert_all(rc == MG_OK && bad < 0, "uint16 token %d read as %g, want %d (%s)", bad,
+                  bad >= 0 ? got[bad] : 0.0, bad >= 0 ? tokens[bad] : 0, mg_last_error());
+    mg_tokens_close(t);
+    write_typed("test_tokens_u16.h5", tokens, N, 50257, H5T_STD_U16LE);
+    t = mg_tokens_open("test_tokens_u16.h5", "train", comm_of(mesh));
+    mg_assert_all(!t && strstr(mg_last_error(), "token 11 is 50967, outside the vocabulary of "
+                                               "50257"),
+                  "a uint16 token outside the vocabulary was not named: %s", mg_last_error());
+    write_typed("test_tokens_u16.h5", tokens, N, 65536, H5T_IEEE_F32LE);
+    t = mg_tokens_open("test_tokens_u16.h5", "train", comm_of(mesh));
+    mg_assert_all(!t && strstr(mg_last_error(), "it must be uint8, uint16 or int32"),
+                  "float tokens were not refused: %s", mg_last_error());
+    if (mg_rank() == 0) remove("test_tokens_u16.h5");
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 START_TEST(refusals) {
     mg_mesh *mesh = mg_mesh_new(1, &world);
     uint8_t tokens[100];
@@ -241,8 +292,8 @@ END_TEST
 static Suite *make_suite(void) {
     world = mg_world_size();
     make_text();
-    const TTest *tests[] = {splits_and_counts, training_batches, evaluation_windows, refusals,
-                            NULL};
+    const TTest *tests[] = {splits_and_counts, training_batches, evaluation_windows,
+                            uint16_tokens, refusals, NULL};
     return mg_test_suite("tokens", tests);
 }
 

@@ -1,6 +1,7 @@
 #!/bin/sh
-# test_trace.sh: --trace FILE --trace-steps A:B (src/cli/observe.c). The
-# timeline of `meshgrad train` on 1, 2 and 4 ranks (a 2x2 mesh, dp,tp), of
+# test_trace.sh: --trace FILE --trace-steps A:B (src/cli/observe.c,
+# src/io/timeline.c). The timeline of `meshgrad train` on 1, 2 and 4 ranks (a
+# 2x2 mesh, dp,tp), of
 # `meshgrad bench step` (fsdp), and of tests/trace_p2p (a linear layer and a
 # ring of point-to-point transfers a step, on 1, 2 and 4 ranks) is a Chrome
 # trace that tests/check_trace.py accepts: valid JSON, one process per rank,

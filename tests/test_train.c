@@ -489,6 +489,38 @@ START_TEST(test_config_flags) {
     ck_assert_int_eq(parse(&c, 3, a9), MG_OK);
     ck_assert_int_eq(mg_train_config_check(&c), MG_EINVAL);
     ERR_HAS("keep 3 applies to a checkpoint directory");
+    /* an option of another model: refused, as it was dropped (--heads with the MLP) */
+    const char *mo[][6] = {
+        {"--heads", "8", "", "", "heads applies to --model gpt, but the model is mlp (sized by "
+                                "hidden and depth): drop heads, or give --model gpt"},
+        {"--model", "gpt", "--hidden", "64", "hidden applies to --model mlp or permute-mlp, but "
+                                             "the model is gpt (sized by layers, heads, embd and "
+                                             "ctx): drop hidden, or give --model mlp"},
+        {"--model", "gpt", "--depth", "3", "depth applies to --model mlp or permute-mlp"},
+        {"--model", "mlp", "--channels", "4", "channels applies to --model permute-mlp, but the "
+                                              "model is mlp"},
+        {"--eval-tokens", "all", "", "", "eval-tokens applies to --model gpt, but the model is mlp"},
+        {"--model", "permute-mlp", "--ctx", "16", "ctx applies to --model gpt, but the model is "
+                                                  "permute-mlp (sized by hidden, channels and "
+                                                  "depth)"},
+    };
+    for (size_t i = 0; i < sizeof mo / sizeof mo[0]; i++) {
+        const char *a[] = {"train", mo[i][0], mo[i][1], mo[i][2], mo[i][3]};
+        ck_assert_int_eq(parse(&c, mo[i][2][0] ? 5 : 3, a), MG_OK);
+        ck_assert_int_eq(mg_train_config_check(&c), MG_EINVAL);
+        ERR_HAS(mo[i][4]);
+    }
+    const char *mo_ok[][9] = {
+        {"--model", "gpt", "--layers", "2", "--heads", "2", "--embd", "16", "--eval-tokens"},
+        {"--model", "permute-mlp", "--hidden", "8", "--channels", "4", "--depth", "3", "--seed"},
+        {"--model", "mlp", "--hidden", "8", "--depth", "3", "--steps", "4", "--seed"},
+    };
+    for (size_t i = 0; i < sizeof mo_ok / sizeof mo_ok[0]; i++) {
+        const char *a[] = {"train", mo_ok[i][0], mo_ok[i][1], mo_ok[i][2], mo_ok[i][3], mo_ok[i][4],
+                           mo_ok[i][5], mo_ok[i][6], mo_ok[i][7], mo_ok[i][8], "1"};
+        ck_assert_int_eq(parse(&c, 11, a), MG_OK);
+        ck_assert_msg(mg_train_config_check(&c) == MG_OK, "%s", mg_last_error());
+    }
 }
 END_TEST
 
@@ -613,6 +645,13 @@ START_TEST(test_config_file) {
         ERR_HAS(want);
         remove(path);
     }
+    /* a config file's key of another model is refused as its flag is */
+    write_conf(path, sizeof path, "other-model", "model = mlp\nheads = 4\n");
+    const char *a4[] = {"train", "--config", path};
+    ck_assert_int_eq(parse(&c, 3, a4), MG_OK);
+    ck_assert_int_eq(mg_train_config_check(&c), MG_EINVAL);
+    ERR_HAS("heads applies to --model gpt, but the model is mlp");
+    remove(path);
     snprintf(p2, sizeof p2, "%s.missing", path);
     const char *a3[] = {"train", "--config", p2};
     ck_assert_int_eq(parse(&c, 3, a3), MG_EIO);

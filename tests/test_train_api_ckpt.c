@@ -8,10 +8,17 @@
  *   on the first mesh, then the same next step);
  * - the file is what `meshgrad ckpt info` reads (every checksum verifies)
  *   and holds the entries and attributes of `meshgrad train`'s checkpoints;
+ * - two optimizers in one checkpoint (an AdamW of the weights that decay and
+ *   one of the bias that does not, mg_ckpt_add_optim): each one's state and
+ *   step under /optim/<optimizer>/, the next step after a load the same
+ *   bits; a file of one optimizer, unnamed (mg_ckpt_set_optim) or named,
+ *   loads into a checkpoint of one, named or not;
  * - refusals, each changing nothing: a checkpoint of another model (a tensor
  *   more, a tensor less, another shape), an optimizer of another kind or
- *   none, a file that is no checkpoint, reserved and bad keys, NULLs, ranks
- *   that disagree. */
+ *   none, optimizers of other names or number than the file's, a second
+ *   mg_ckpt_set_optim (it replaced the first, whose state was then lost),
+ *   names given twice, a file that is no checkpoint, reserved and bad keys,
+ *   NULLs, ranks that disagree. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,12 +37,16 @@ static const int64_t shapes[NP][2] = {{12, 5}, {7, 5}, {7}};
 typedef struct {
     mg_mesh *mesh;
     mg_dtensor *p[NP];
-    mg_optim *opt;
+    mg_optim *opt, *opt2; /* opt2: the second of two optimizers (kind 2), else NULL */
 } run;
+
+enum { SGD = 0, ADAMW = 1, TWO_ADAMW = 2 };
 
 /* The parameters on a 1-D mesh of the world ([S(0)], [R], [S(0)]), or on a
  * 2-D one ([R, S(1)], [S(0), R], [R, R]); values from seed (zeros if 0), and
- * an AdamW (kind 1) or SGD with momentum (kind 0) over them. */
+ * an AdamW (kind 1) or SGD with momentum (kind 0) over them, or (kind 2) an
+ * AdamW with weight decay over emb and fc.weight and one without over
+ * fc.bias. */
 static void run_make(run *r, int two_d, uint64_t seed, int kind) {
     int shape2[2] = {1, world};
     r->mesh = two_d ? mg_mesh_new(2, shape2) : mg_mesh_new(1, &world);
@@ -50,12 +61,20 @@ static void run_make(run *r, int two_d, uint64_t seed, int kind) {
         mg_tensor_free(t);
         mg_assert_all(r->p[i] && mg_set_requires_grad(r->p[i], 1) == MG_OK, "%s", mg_last_error());
     }
-    r->opt = kind ? mg_optim_new_adamw(NP, r->p, names, 0.9f, 0.95f, 1e-8f, 0.1f)
-                  : mg_optim_new_sgd(NP, r->p, names, 0.9f, 0.01f);
+    r->opt2 = NULL;
+    if (kind == TWO_ADAMW) {
+        r->opt = mg_optim_new_adamw(2, r->p, names, 0.9f, 0.95f, 1e-8f, 0.1f);
+        r->opt2 = mg_optim_new_adamw(1, r->p + 2, names + 2, 0.8f, 0.9f, 1e-6f, 0.0f);
+        mg_assert_all(r->opt2 != NULL, "%s", mg_last_error());
+    } else {
+        r->opt = kind ? mg_optim_new_adamw(NP, r->p, names, 0.9f, 0.95f, 1e-8f, 0.1f)
+                      : mg_optim_new_sgd(NP, r->p, names, 0.9f, 0.01f);
+    }
     mg_assert_all(r->opt != NULL, "%s", mg_last_error());
 }
 
 static void run_free(run *r) {
+    mg_optim_free(r->opt2);
     mg_optim_free(r->opt);
     for (int i = 0; i < NP; i++) mg_dtensor_free(r->p[i]);
     mg_mesh_free(r->mesh);
@@ -72,15 +91,26 @@ static void step(run *r, int k) {
     mg_assert_all(loss && mg_backward(loss) == MG_OK, "%s", mg_last_error());
     mg_assert_all(mg_optim_step(r->opt, 0.05f) == MG_OK && mg_optim_zero_grad(r->opt) == MG_OK,
                   "%s", mg_last_error());
+    if (r->opt2)
+        mg_assert_all(mg_optim_step(r->opt2, 0.03f) == MG_OK &&
+                          mg_optim_zero_grad(r->opt2) == MG_OK,
+                      "%s", mg_last_error());
     mg_step_end();
     mg_dtensor_free(cd);
 }
 
+/* A checkpoint of r's parameters, with its optimizer (mg_ckpt_set_optim), or
+ * with both of two named "decay" and "no_decay" (mg_ckpt_add_optim). */
 static mg_ckpt *ckpt_of(run *r, int with_optim) {
     mg_ckpt *ck = mg_ckpt_new();
     for (int i = 0; i < NP; i++)
         mg_assert_all(mg_ckpt_add(ck, names[i], r->p[i]) == MG_OK, "%s", mg_last_error());
-    if (with_optim) mg_assert_all(mg_ckpt_set_optim(ck, r->opt) == MG_OK, "%s", mg_last_error());
+    if (with_optim && r->opt2)
+        mg_assert_all(mg_ckpt_add_optim(ck, "decay", r->opt) == MG_OK &&
+                          mg_ckpt_add_optim(ck, "no_decay", r->opt2) == MG_OK,
+                      "%s", mg_last_error());
+    else if (with_optim)
+        mg_assert_all(mg_ckpt_set_optim(ck, r->opt) == MG_OK, "%s", mg_last_error());
     return ck;
 }
 
@@ -178,11 +208,202 @@ END_TEST
 START_TEST(round_trip_sgd) { round_trip(0); }
 END_TEST
 
-/* ---- refusals --------------------------------------------------------------------------- */
+/* ---- several optimizers ------------------------------------------------------------------ */
+
+/* What the datasets under /optim of a checkpoint of two named optimizers are. */
+typedef struct {
+    int decay, no_decay, unnamed;
+} layout_seen;
+
+static int note_layout(void *ctx, const char *name) {
+    layout_seen *s = ctx;
+    if (strcmp(name, "optim/decay/fc.weight/exp_avg") == 0) s->decay = 1;
+    if (strcmp(name, "optim/no_decay/fc.bias/exp_avg_sq") == 0) s->no_decay = 1;
+    if (strncmp(name, "optim/", 6) == 0 && strncmp(name, "optim/decay/", 12) != 0 &&
+        strncmp(name, "optim/no_decay/", 15) != 0)
+        s->unnamed = 1;
+    return MG_OK;
+}
+
+START_TEST(two_optimizers) {
+    run a, b, c;
+    run_make(&a, 0, 1, TWO_ADAMW);
+    step(&a, 0);
+    step(&a, 1);
+    step(&a, 2);
+    save_at(&a, 3, path);
+    if (mg_rank() == 0) { /* `meshgrad ckpt info` reads it: every checksum verifies */
+        FILE *out = fopen("/dev/null", "w");
+        int rc = mg_checkpoint_info(path, out);
+        fclose(out);
+        ck_assert_msg(rc == MG_OK, "ckpt info: %s", mg_last_error());
+    }
+    mg_ckpt_attr attrs[96];
+    int nattrs = 0;
+    mg_assert_all(mg_checkpoint_read_attrs(path, attrs, 96, &nattrs) == MG_OK, "%s",
+                  mg_last_error());
+    const char *want[][2] = {{"optimizer.names", "decay,no_decay"},
+                             {"optimizer.decay.kind", "adamw"},
+                             {"optimizer.decay.state", "exp_avg,exp_avg_sq"},
+                             {"optimizer.decay.step", "3"},
+                             {"optimizer.decay.weight_decay", "0.1"},
+                             {"optimizer.no_decay.kind", "adamw"},
+                             {"optimizer.no_decay.step", "3"},
+                             {"optimizer.no_decay.weight_decay", "0"},
+                             {"optimizer.no_decay.beta1", "0.8"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *v = mg_ckpt_attr_get(attrs, nattrs, want[i][0]);
+        mg_assert_all(v && !strcmp(v, want[i][1]), "attribute %s is %s, want %s", want[i][0],
+                      v ? v : "missing", want[i][1]);
+    }
+    mg_assert_all(!mg_ckpt_attr_get(attrs, nattrs, "optimizer"),
+                  "a file of named optimizers has the unnamed one's attribute \"optimizer\"");
+    /* each optimizer's state under its own name, none under the unnamed layout
+     * (listed: a load of some of a group's datasets is refused, checkpoint.h) */
+    layout_seen seen = {0, 0, 0};
+    mg_assert_all(mg_checkpoint_list(path, note_layout, &seen) == MG_OK, "%s", mg_last_error());
+    mg_assert_all(seen.decay && seen.no_decay && !seen.unnamed, "the states are not at "
+                  "/optim/<optimizer>/<param>/<state>: decay's %s, no_decay's %s, %s",
+                  seen.decay ? "there" : "missing", seen.no_decay ? "there" : "missing",
+                  seen.unnamed ? "and some under /optim/<param>" : "none elsewhere");
+
+    /* on a fresh run: the same parameters, then the same next step */
+    run_make(&b, 0, 0, TWO_ADAMW);
+    mg_ckpt *ck = ckpt_of(&b, 1);
+    mg_assert_all(mg_ckpt_load(ck, path) == MG_OK && mg_ckpt_step(ck) == 3, "load: %s",
+                  mg_last_error());
+    mg_assert_all(same_params(&a, &b), "loaded parameters differ from the saved ones");
+    mg_ckpt_free(ck);
+    /* on a 2-D mesh, saved there, loaded back on the 1-D one */
+    run_make(&c, 1, 0, TWO_ADAMW);
+    ck = ckpt_of(&c, 1);
+    mg_assert_all(mg_ckpt_load(ck, path) == MG_OK && mg_ckpt_save(ck, path2) == MG_OK,
+                  "on 1x%d: %s", world, mg_last_error());
+    mg_ckpt_free(ck);
+    run_free(&c);
+    run_make(&c, 0, 0, TWO_ADAMW);
+    ck = ckpt_of(&c, 1);
+    mg_assert_all(mg_ckpt_load(ck, path2) == MG_OK, "load of the 2-D save: %s", mg_last_error());
+    mg_ckpt_free(ck);
+    step(&a, 3);
+    step(&b, 3);
+    step(&c, 3);
+    mg_assert_all(same_params(&a, &b), "the step after a load differs from the uninterrupted one "
+                  "(both optimizers' state and step must come back)");
+    mg_assert_all(same_params(&a, &c), "the step after a trip through another mesh differs");
+    run_free(&a);
+    run_free(&b);
+    run_free(&c);
+}
+END_TEST
+
+/* A file of one optimizer loads into a checkpoint of one, named or not: the
+ * unnamed layout (mg_ckpt_set_optim, `meshgrad train`'s) by mg_ckpt_add_optim,
+ * and a named one by mg_ckpt_set_optim; the next step is the same bits. */
+START_TEST(one_optimizer_either_way) {
+    for (int way = 0; way < 2; way++) {
+        run a, b;
+        run_make(&a, 0, 1, ADAMW);
+        step(&a, 0);
+        step(&a, 1);
+        mg_ckpt *ck = ckpt_of(&a, 0);
+        mg_assert_all(mg_ckpt_set_step(ck, 2) == MG_OK &&
+                          (way ? mg_ckpt_add_optim(ck, "all", a.opt)
+                               : mg_ckpt_set_optim(ck, a.opt)) == MG_OK &&
+                          mg_ckpt_save(ck, path) == MG_OK,
+                      "%s", mg_last_error());
+        mg_ckpt_free(ck);
+        run_make(&b, 0, 0, ADAMW);
+        ck = ckpt_of(&b, 0);
+        mg_assert_all((way ? mg_ckpt_set_optim(ck, b.opt) : mg_ckpt_add_optim(ck, "adamw", b.opt))
+                          == MG_OK,
+                      "%s", mg_last_error());
+        mg_assert_all(mg_ckpt_load(ck, path) == MG_OK,
+                      "a file of one %s optimizer into a %s one: %s", way ? "named" : "unnamed",
+                      way ? "unnamed" : "named", mg_last_error());
+        step(&a, 2);
+        step(&b, 2);
+        mg_assert_all(same_params(&a, &b), "the step after the load differs (%s file)",
+                      way ? "named" : "unnamed");
+        mg_ckpt_free(ck);
+        run_free(&a);
+        run_free(&b);
+    }
+}
+END_TEST
 
 #define REFUSED(failed, says)                                                                  \
     mg_assert_all((failed) && strstr(mg_last_error(), says), "%s: got \"%s\", want \"%s\"", \
                   #failed, mg_last_error(), says)
+
+START_TEST(optimizer_refusals) {
+    run a, b, keep, one;
+    run_make(&a, 0, 1, TWO_ADAMW);
+    step(&a, 0);
+    save_at(&a, 1, path); /* decay and no_decay */
+    run_make(&b, 0, 9, TWO_ADAMW);
+    run_make(&keep, 0, 9, TWO_ADAMW); /* what b holds */
+    run_make(&one, 0, 9, ADAMW);
+
+    /* the calls: nothing is replaced or dropped without a word */
+    mg_ckpt *ck = ckpt_of(&b, 0);
+    mg_assert_all(mg_ckpt_set_optim(ck, b.opt) == MG_OK && mg_ckpt_set_optim(ck, b.opt) == MG_OK,
+                  "the same optimizer set twice: %s", mg_last_error());
+    REFUSED(mg_ckpt_set_optim(ck, b.opt2) != MG_OK, "name each with mg_ckpt_add_optim");
+    REFUSED(mg_ckpt_add_optim(ck, "no_decay", b.opt2) != MG_OK, "holds an unnamed optimizer");
+    mg_assert_all(mg_ckpt_set_optim(ck, NULL) == MG_OK, "%s", mg_last_error());
+    REFUSED(mg_ckpt_add_optim(ck, "a b", b.opt) != MG_OK, "\"a b\" is not valid");
+    REFUSED(mg_ckpt_add_optim(ck, "abcdefghijklmnopqrstuvwxyz012345", b.opt) != MG_OK,
+            "at most 31 fit");
+    REFUSED(mg_ckpt_add_optim(ck, "decay", NULL) != MG_OK, "the optimizer \"decay\" is NULL");
+    REFUSED(mg_ckpt_add_optim(NULL, "decay", b.opt) != MG_OK, "NULL");
+    mg_assert_all(mg_ckpt_add_optim(ck, "decay", b.opt) == MG_OK, "%s", mg_last_error());
+    REFUSED(mg_ckpt_add_optim(ck, "decay", b.opt2) != MG_OK, "named \"decay\" already");
+    REFUSED(mg_ckpt_add_optim(ck, "again", b.opt) != MG_OK,
+            "in the checkpoint already, as \"decay\"");
+    REFUSED(mg_ckpt_set_optim(ck, b.opt2) != MG_OK, "holds named optimizers already");
+    REFUSED(mg_ckpt_set_attr(ck, "optimizer.names", "x") != MG_OK, "written by mg_ckpt_save");
+    /* a load with one of the file's two: the other's state would be dropped */
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK,
+            "it holds the state of optimizer \"no_decay\" too, which was not given");
+    mg_ckpt_free(ck);
+    ck = ckpt_of(&b, 0); /* other names */
+    mg_ckpt_add_optim(ck, "decay", b.opt);
+    mg_ckpt_add_optim(ck, "bias", b.opt2);
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK,
+            "holds no optimizer \"bias\" (it holds decay, no_decay)");
+    mg_ckpt_free(ck);
+    ck = ckpt_of(&b, 0); /* the names swapped: their parameters differ */
+    mg_ckpt_add_optim(ck, "decay", b.opt2);
+    mg_ckpt_add_optim(ck, "no_decay", b.opt);
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK, "which is no state of the optimizers given");
+    mg_ckpt_free(ck);
+    ck = ckpt_of(&one, 1); /* one unnamed optimizer for a file of two */
+    REFUSED(mg_ckpt_load(ck, path) != MG_OK,
+            "it holds the state of 2 optimizers (decay, no_decay): name each with "
+            "mg_ckpt_add_optim");
+    mg_ckpt_free(ck);
+    ck = ckpt_of(&one, 0);
+    mg_ckpt_set_step(ck, 1);
+    mg_ckpt_set_optim(ck, one.opt);
+    mg_assert_all(mg_ckpt_save(ck, path2) == MG_OK, "%s", mg_last_error());
+    mg_ckpt_free(ck);
+    ck = ckpt_of(&b, 1); /* two named for a file of one unnamed */
+    REFUSED(mg_ckpt_load(ck, path2) != MG_OK,
+            "it holds one optimizer's state, saved unnamed, but 2 optimizers were given");
+    mg_assert_all(same_params(&b, &keep), "a refused load changed the tensors");
+    step(&b, 5);
+    step(&keep, 5);
+    mg_assert_all(same_params(&b, &keep), "a refused load changed an optimizer");
+    mg_ckpt_free(ck);
+    run_free(&a);
+    run_free(&b);
+    run_free(&keep);
+    run_free(&one);
+}
+END_TEST
+
+/* ---- refusals --------------------------------------------------------------------------- */
 
 /* A checkpoint of tensors `which` (bits) of r, with r's optimizer or none. */
 static mg_ckpt *some_of(run *r, unsigned which, int with_optim) {
@@ -305,7 +526,9 @@ END_TEST
 
 static Suite *make_suite(void) {
     world = mg_world_size();
-    const TTest *tests[] = {round_trip_adamw, round_trip_sgd, refusals_change_nothing, NULL};
+    const TTest *tests[] = {round_trip_adamw, round_trip_sgd, two_optimizers,
+                            one_optimizer_either_way, optimizer_refusals, refusals_change_nothing,
+                            NULL};
     return mg_test_suite("train_api_ckpt", tests);
 }
 

@@ -4,13 +4,15 @@
 # message printed exactly once as "meshgrad: error: ...". Cases: missing and
 # malformed data files, a mesh that does not match the ranks, plans that do not
 # fit the mesh, a batch smaller than the data-parallel degree, an unknown flag,
-# model, optimizer and plan, and a bad config line (file:line named). Also
+# model, optimizer and plan, an option of another model (--heads with the
+# MLP, --hidden with the GPT), and a bad config line (file:line named). Also
 # checks that flags override the config file. And (issue 17, item 7) inputs
 # that are checked at the start: a directory, a binary file or one 1 GiB line as --config, a
 # key given twice (both lines named), --config given twice, a test split of 4x16 samples beside a
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
 # model too large for this machine's memory (one label of 2^24-1), a
-# --metrics file that cannot be written (/dev/full: the reason is given) and
+# --metrics file that cannot be written (stdout on /dev/full: the reason is
+# given; /dev/full itself is refused as a device) and
 # a data set without a test split (trained, with a warning, nothing evaluated);
 # a step log that cannot be written (stdout on /dev/full, or closed): one
 # warning, exit 0, the checkpoint saved.
@@ -40,6 +42,12 @@ expect "unknown flag" 2 "unknown option '--frobnicate'" $ok --frobnicate 3
 expect "unknown model" 2 "unknown model 'resnet'" $ok --model resnet
 expect "unknown optimizer" 2 "unknown optimizer 'lion'" $ok --optimizer lion
 expect "unknown plan" 2 "unknown entry 'cp'" $ok --parallel cp
+# an option of another model was dropped silently: now one line naming it and the fix
+expect "--heads with the MLP" 2 \
+    "heads applies to --model gpt, but the model is mlp \(sized by hidden and depth\): drop heads, or give --model gpt" \
+    $ok --heads 4
+expect "--hidden with the GPT" 2 "hidden applies to --model mlp or permute-mlp, but the model is gpt" \
+    --model gpt --data "$top/data/mobydick.h5" --steps 2 --log-every 0 --hidden 64
 # numbers past 2^31 reach int code (--threads 2^31 was taken as the default,
 # --depth 2^31 named as -2147483648); a leading space is not a number
 expect "--threads 2^31" 2 "--threads: threads must be <= 2147483647, got 2147483648" $ok --threads 2147483648
@@ -96,10 +104,20 @@ else
     sed 's/^/  | /' "$tmp/out"
 fi
 
-# a metrics file that cannot be written
+# a metrics file that cannot be written: stdout on a full disk (a device
+# node such as /dev/full itself is refused: only a file, a terminal, a pipe
+# or stdout takes the metrics)
 if [ -c /dev/full ]; then
-    expect "--metrics /dev/full" 2 "cannot write metrics file '/dev/full': No space left on device" \
-        $ok --metrics /dev/full
+    expect "--metrics /dev/full" 2 "will not write /dev/full: it is a device" $ok --metrics /dev/full
+    "$TIMEOUT" -k 5 60 "$prog" train $ok --metrics /dev/stdout >/dev/full 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$(grep -c 'meshgrad: error:' "$tmp/err")" -eq 1 ] &&
+        grep -q "meshgrad: error: cannot write metrics file '/dev/stdout': No space left on device" "$tmp/err"; then
+        pass "--metrics /dev/stdout on a full disk: exit $rc, the reason given"
+    else
+        fail "--metrics /dev/stdout on a full disk (exit $rc)"
+        sed 's/^/  | /' "$tmp/err"
+    fi
 fi
 # a step log that cannot be written (stdout on a full disk, or closed): one
 # warning, and the run goes on to its checkpoint (it was lost silently before)

@@ -2,9 +2,9 @@
  * few steps of a linear layer's forward and backward (data parallel over all
  * ranks) and a ring of point-to-point transfers (each rank sends to the next
  * and receives from the one before, 3 transfers a step), recorded with the
- * --trace machinery of the meshgrad program (src/cli/observe.c) and written
- * to FILE. The test checks the file: every rank, every flow with both ends,
- * spans that nest.
+ * --trace machinery of the meshgrad program (src/cli/observe.c,
+ * src/io/timeline.c) and written to FILE. The test checks the file: every
+ * rank, every flow with both ends, spans that nest.
  *   trace_p2p FILE STEPS */
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,8 +15,8 @@
  * nor integer work to build 2^m.
  *
  * Exports MG_CPU_EXP16 (defined where mg_cpu_exp16 is built: GCC on x86-64;
- * callers check __builtin_cpu_supports("x86-64-v4") before they call it) and
- * mg_cpu_exp16. */
+ * callers check mg_cpu_isa() >= MG_ISA_AVX512, blas_core.h, before they call
+ * it) and mg_cpu_exp16. */
 #ifndef MG_BACKEND_CPU_EXP16_H
 #define MG_BACKEND_CPU_EXP16_H
 

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/blas_core.h"
 #include "backend/cpu_internal.h"
 #include "context.h"
 
@@ -155,7 +156,7 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     /* our loops must have the threads sgemm would (a pthreads OpenBLAS keeps
      * them to itself: backend.c) */
     if (max_threads() < mg_ctx()->cpu_threads) return -1;
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return -1;
+    if (mg_cpu_isa() < MG_ISA_AVX2) return -1;
     /* alpha 0: BLAS scales C by beta and reads neither A nor B (a NaN there
      * stays out); sgemm does that */
     if (!trans_a && trans_b && alpha != 0 && m <= SMALL_ROWS && n * k >= LARGE_WEIGHT) { /* nt */

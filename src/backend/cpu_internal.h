@@ -23,11 +23,11 @@
 
 /* The row and attention kernels are built three times, for x86-64-v4
  * (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline the library targets, and
- * the loader picks the best the CPU runs (GCC's target_clones). Their exps and
- * sums are the work, and 16 lanes do them in well under the time of 8.
- * valgrind hides AVX-512 from the program, so under it
- * the v3 clone runs. Elsewhere (another CPU or compiler) there is one
- * plain version. */
+ * the loader picks the best the CPU runs (GCC's target_clones, which
+ * MG_CPU_ISA cannot lower: blas_core.h). Their exps and sums are the work, and
+ * 16 lanes do them in well under the time of 8. valgrind hides AVX-512 from
+ * the program, so under it the v3 clone runs. Elsewhere (another CPU or
+ * compiler) there is one plain version. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define MG_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

@@ -46,7 +46,7 @@ MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c, float mean)
 #ifdef AVX512_KERNELS
 #define LN_RUN 64
 static bool layer_norm_wide_runs(int64_t c) {
-    return c > 0 && c % 16 == 0 && __builtin_cpu_supports("x86-64-v4");
+    return c > 0 && c % 16 == 0 && mg_cpu_isa() >= MG_ISA_AVX512;
 }
 
 /* acc (a double) += the sum of the terms TERM_AT(j), 16 at a time for j in

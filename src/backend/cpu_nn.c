@@ -54,7 +54,7 @@ MG_CPU_INLINE double exp_row(const float *restrict x, int64_t c, float m, float 
  * loop (prev NULL: not): the loop waits on the exps' latency, and those loads
  * and stores fill it (`mg_cpu_softmax`). */
 #ifdef AVX512_KERNELS
-static bool exp_row_wide_runs(void) { return __builtin_cpu_supports("x86-64-v4"); }
+static bool exp_row_wide_runs(void) { return mg_cpu_isa() >= MG_ISA_AVX512; }
 __attribute__((target("arch=x86-64-v4"))) static double exp_row_wide(
     const float *restrict x, int64_t c, float m, float *restrict out, const float *next,
     const float *restrict prev, float inv, bool stream, float *restrict yp) {

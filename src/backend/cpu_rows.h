@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/blas_core.h"
 #include "backend/cpu_exp16.h"
 #include "backend/cpu_internal.h"
 
@@ -21,7 +22,8 @@
 #endif
 
 /* AVX512_KERNELS: GCC on x86-64, where the kernels' AVX-512 versions are
- * built (target attributes, intrinsics) and picked at run time by CPU;
+ * built (target attributes, intrinsics) and picked at run time where
+ * mg_cpu_isa() (the CPU's level, lowered by MG_CPU_ISA) is AVX-512;
  * elsewhere the plain versions stand in for them. The same place as
  * mg_cpu_exp16's, which the softmax's wide kernel calls: one condition,
  * cpu_exp16.h's. */
@@ -66,7 +68,7 @@ static inline int64_t rows_of(const mg_tensor *t) {
 static inline bool streams(const mg_tensor *out) {
     int64_t c = last_dim(out);
     return out->numel * (int64_t)sizeof(float) >= STREAM_MIN && c % 16 == 0 &&
-           (uintptr_t)out->data % 64 == 0 && __builtin_cpu_supports("x86-64-v4");
+           (uintptr_t)out->data % 64 == 0 && mg_cpu_isa() >= MG_ISA_AVX512;
 }
 /* the streamed lines reach memory before what follows the call reads them */
 static inline void stream_fence(void) { _mm_sfence(); }

@@ -262,10 +262,10 @@ static void report(const gpt_job *j, const gpt_result *r) {
     mg_mesh_format(mt, sizeof mt, j->mesh);
     mg_plan_format(pt, sizeof pt, &j->plan);
     printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
-           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d  (median of %lld after %d "
-           "warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o->g.heads,
+           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s  (median of %lld "
+           "after %d warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o->g.heads,
            (long long)C, (long long)V, (long long)mg_gpt_param_count(&o->g), mg_world_size(), mt,
-           pt, mg_backend_cpu_threads(), (long long)o->steps, MG_CLI_WARMUP);
+           pt, mg_backend_cpu_threads(), mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
            r->ms[0], gflops, r->rss, r->arena);
     if (j->pipe)
@@ -280,10 +280,10 @@ static void report(const gpt_job *j, const gpt_result *r) {
     printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
            "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
            "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
-           "\"math\":\"%s\"}\n",
+           "\"math\":\"%s\",\"openblas\":\"%s\"}\n",
            mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0], gflops, r->rss, r->arena,
            split, r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-           mg_cli_gemm_math(o->device));
+           mg_cli_gemm_math(o->device), mg_blas_core());
 }
 
 int mg_cli_bench_step_gpt(int argc, char **argv) {

@@ -189,18 +189,20 @@ static void linear_report(const linear_opts *o, double mg_s, double raw_s) {
                           : o->bf16 ? "raw sgemm (bf16 in) x3" : "raw cblas_sgemm x3";
     double flops = 3 * 2.0 * (double)o->m * (double)o->k * (double)o->n;
     double mg_gf = flops / mg_s * 1e-9, raw_gf = flops / raw_s * 1e-9;
-    printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  (median of "
-           "%lld)\n", (long long)o->m, (long long)o->k, (long long)o->n, mg_backend_cpu_threads(),
-           gpu ? "cuda" : "cpu", math, (long long)o->iters);
+    printf("linear fwd+bwd  m=%lld k=%lld n=%lld  threads=%d  device=%s  math=%s  openblas=%s  "
+           "(median of %lld)\n", (long long)o->m, (long long)o->k, (long long)o->n,
+           mg_backend_cpu_threads(), gpu ? "cuda" : "cpu", math, mg_blas_core(),
+           (long long)o->iters);
     printf("  %-22s %10s %10s\n", "", "ms", "GFLOP/s");
     printf("  %-22s %10.2f %10.1f\n", "meshgrad mg_linear", mg_s * 1e3, mg_gf);
     printf("  %-22s %10.2f %10.1f\n", raw, raw_s * 1e3, raw_gf);
     printf("  ratio meshgrad / %s: %.3f\n", gpu ? "cuBLAS" : "cblas", mg_gf / raw_gf);
     printf("{\"bench\":\"linear\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
            "\"mg_gflops\":%.2f,\"blas_gflops\":%.2f,\"ratio\":%.4f,\"device\":\"%s\","
-           "\"tf32\":%d,\"math\":\"%s\"}\n",
+           "\"tf32\":%d,\"math\":\"%s\",\"openblas\":\"%s\"}\n",
            (long long)o->m, (long long)o->k, (long long)o->n, mg_backend_cpu_threads(), mg_gf,
-           raw_gf, mg_gf / raw_gf, gpu ? "cuda" : "cpu", gpu ? mg_backend_cuda_tf32() : 0, math);
+           raw_gf, mg_gf / raw_gf, gpu ? "cuda" : "cpu", gpu ? mg_backend_cuda_tf32() : 0, math,
+           mg_blas_core());
 }
 
 int mg_cli_bench_linear(int argc, char **argv) {

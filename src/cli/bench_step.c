@@ -299,9 +299,9 @@ static void report(const step_job *j, const step_result *r) {
     mg_plan_format(pt, sizeof pt, &j->plan);
     printf("MLP step  batch=%lld  layers=", (long long)o->batch);
     for (int i = 0; i < o->nl; i++) printf("%s%lld", i ? "," : "", (long long)o->layers[i]);
-    printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s  (median of %lld after %d "
-           "warm-up)\n", mg_world_size(), mt, pt, mg_backend_cpu_threads(), device,
-           mg_cli_gemm_math(o->device), (long long)o->steps, MG_CLI_WARMUP);
+    printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s openblas=%s  (median of %lld "
+           "after %d warm-up)\n", mg_world_size(), mt, pt, mg_backend_cpu_threads(), device,
+           mg_cli_gemm_math(o->device), mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
            "(step arena %.0f MB, scratch %.0f MB)\n",
            r->ms[0], gflops, r->rss, r->arena, r->scratch);
@@ -310,9 +310,10 @@ static void report(const step_job *j, const step_result *r) {
     printf("{\"bench\":\"step\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\",\"threads\":%d,"
            "\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,\"arena_mb\":%.1f,"
            "\"scratch_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,"
-           "\"device\":\"%s\",\"math\":\"%s\"}\n",
+           "\"device\":\"%s\",\"math\":\"%s\",\"openblas\":\"%s\"}\n",
            mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0], gflops, r->rss, r->arena,
-           r->scratch, r->ms[1], r->ms[2], r->ms[3], device, mg_cli_gemm_math(o->device));
+           r->scratch, r->ms[1], r->ms[2], r->ms[3], device, mg_cli_gemm_math(o->device),
+           mg_blas_core());
 }
 
 int mg_cli_bench_step_mlp(int argc, char **argv) {

@@ -6,7 +6,15 @@
  * data: exit 0 when the file verifies, 1 otherwise.
  * bench saves and loads N parameters plus two AdamW states (3N floats) as
  * tensors of at most 4096 x 4096, Shard(0) over a 1-D mesh of all ranks, and
- * prints the throughput (MB/s of file size, wall time including fsync). */
+ * prints the throughput (MB/s of file size, wall time including fsync). It
+ * first checks that the disk of --dir and the memory hold what it makes, and
+ * that DIR/ckpt-bench.h5, when there, is a file an earlier bench wrote (its
+ * "ckpt.bench" attribute): another is never replaced. Its files do not
+ * outlive the run: the checkpoint is removed at the end (unless --keep), the
+ * file of the disk's rate is unlinked as soon as it is open, and SIGTERM,
+ * SIGINT or SIGHUP remove the temporary and the checkpoint before the
+ * process ends (io/files.h mg_cleanup_install); after a SIGKILL, the next
+ * save into DIR removes the temporary file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -14,7 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <hdf5.h>
 
 #include "cli/cli.h"
 #include "dist/comm.h"
@@ -22,6 +33,7 @@
 #include "dist/mesh.h"
 #include "io/checkpoint.h"
 #include "io/files.h"
+#include "io/h5util.h"
 #include "meshgrad.h"
 #include "status.h"
 
@@ -57,24 +69,40 @@ static int64_t parse_count(const char *s) {
     return *end || v < 1 || v > 4e10 ? -1 : (int64_t)v;
 }
 
-/* What `dd if=/dev/zero of=PATH bs=1M count=MB conv=fsync` measures: MB/s of
- * 1 MiB writes and an fsync, or a negative value when the file cannot be made
- * (it must not exist: it is removed afterwards). */
-static double disk_mbps(const char *path, int64_t mb) {
+/* The attribute that marks a checkpoint as one ckpt bench wrote. */
+#define BENCH_KEY "ckpt.bench"
+
+/* A file ckpt bench may replace: a checkpoint that it wrote. */
+static int is_bench_file(const char *path) {
+    if (!mg_checkpoint_is_one(path)) return 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char v[16];
+    int ok = f >= 0 && mg_h5_attr_read_text(f, BENCH_KEY, v, sizeof v) == 0;
+    if (f >= 0) H5Fclose(f);
+    return ok;
+}
+
+/* What `dd if=/dev/zero of=FILE bs=1M count=MB conv=fsync` measures in dir:
+ * MB/s of 1 MiB writes and an fsync, or a negative value when the file
+ * cannot be made. The file is unlinked as soon as it is open: its space
+ * goes back when it is closed, however the process ends. */
+static double disk_mbps(const char *dir, int64_t mb) {
+    char path[MG_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/.ckpt-bench.dd.%ld", dir, (long)getpid());
     char *block = calloc(1, (size_t)1 << 20);
     if (!block) return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         free(block);
         return -1;
     }
+    unlink(path);
     double t0 = mg_clock();
     int bad = 0;
     for (int64_t i = 0; i < mb && !bad; i++) bad = write(fd, block, (size_t)1 << 20) != (1 << 20);
     bad |= fsync(fd) != 0;
     double t = mg_clock() - t0;
     close(fd);
-    unlink(path);
     free(block);
     return bad ? -1 : (double)mb * (1 << 20) / 1e6 / t;
 }
@@ -94,6 +122,7 @@ typedef struct {
     char (*names)[64];
     uint64_t *sums;
     char path[MG_PATH_MAX];
+    int saved; /* rank 0: path is the checkpoint this run wrote */
 } bench_job;
 
 /* What it measured: seconds to save and to load, the file's MB, the disk's
@@ -164,39 +193,86 @@ static int make_entry(bench_job *j, int i, int t, int k, const int64_t *shape) {
     return MG_OK;
 }
 
+static void format_bytes(char *buf, size_t len, double bytes) {
+    if (bytes >= 1e9) snprintf(buf, len, "%.1f GB", bytes / 1e9);
+    else snprintf(buf, len, "%.1f MB", bytes / 1e6);
+}
+
+/* Collective, before anything is made: the memory and the disk hold what
+ * the run makes (`file` bytes of checkpoint, twice on the disk with --keep,
+ * when the file of the disk's rate is written beside it), --dir is a
+ * directory, and its ckpt-bench.h5 (when there) is one a bench wrote. */
+static int bench_check(const bench_opts *o, const char *path, double file) {
+    int st = MG_OK, what = MG_OUTPUT_NEW;
+    struct stat sb;
+    struct statvfs vf;
+    char what_text[96];
+    snprintf(what_text, sizeof what_text, "ckpt bench --params %lld", (long long)o->params);
+    st = mg_status_agree(mg_machine_check_memory(what_text, file / mg_world_size(),
+                                                 "give a smaller --params"));
+    if (st != MG_OK) return st;
+    if (mg_rank() == 0) {
+        if (stat(o->dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            st = mg_error(MG_EIO, "ckpt bench: --dir %s is not a directory: create it, or give "
+                          "another", o->dir);
+        else
+            st = mg_output_check(path, "checkpoint that ckpt bench wrote", is_bench_file, 0,
+                                 &what);
+        double need = file * (o->keep ? 2 : 1) * 1.02 + 16e6;
+        double have = statvfs(o->dir, &vf) == 0 ? (double)vf.f_bavail * (double)vf.f_frsize : -1;
+        if (st == MG_OK && have >= 0 && what == MG_OUTPUT_FILE && stat(path, &sb) == 0)
+            have += (double)sb.st_size; /* the earlier bench's file goes */
+        if (st == MG_OK && have >= 0 && have < need) {
+            char n[32], h[32];
+            format_bytes(n, sizeof n, need);
+            format_bytes(h, sizeof h, have);
+            st = mg_error(MG_EIO, "ckpt bench: --params %lld needs about %s of disk in %s (the "
+                          "checkpoint%s), and %s are free there: give a smaller --params or "
+                          "another --dir", (long long)o->params, n, o->dir,
+                          o->keep ? " kept, and a file of its size" : "", h);
+        }
+    }
+    return mg_status_agree(st);
+}
+
 /* The parameters in blocks of at most 4096 x 4096, each with its two AdamW
  * states (make_entry); the file's path. MG_OK or an error. */
 static int bench_setup(bench_job *j, const bench_opts *o) {
     const int64_t cols = 4096, max_rows = 4096;
     int64_t rows_total = (o->params + cols - 1) / cols;
     int ntensors = (int)((rows_total + max_rows - 1) / max_rows);
+    if ((size_t)snprintf(j->path, sizeof j->path, "%s/ckpt-bench.h5", o->dir) >=
+        sizeof j->path - MG_TMP_SUFFIX_MAX)
+        return mg_error(MG_EINVAL, "ckpt bench: --dir %s is too long a path", o->dir);
+    int st = bench_check(o, j->path, 3.0 * 4.0 * (double)rows_total * (double)cols);
+    if (st != MG_OK) return st;
     j->n = 3 * ntensors;
     j->entries = calloc((size_t)j->n, sizeof *j->entries);
     j->names = calloc((size_t)j->n, sizeof *j->names);
     j->sums = calloc((size_t)j->n, sizeof *j->sums);
-    int st = j->entries && j->names && j->sums ? MG_OK
-                                               : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
+    st = j->entries && j->names && j->sums ? MG_OK
+                                           : mg_error(MG_ENOMEM, "ckpt bench: out of memory");
     for (int t = 0; st == MG_OK && t < ntensors; t++) {
         int64_t rows = rows_total - t * max_rows < max_rows ? rows_total - t * max_rows : max_rows;
         int64_t shape[2] = {rows, cols};
         for (int k = 0; st == MG_OK && k < 3; k++) st = make_entry(j, 3 * t + k, t, k, shape);
     }
-    if ((st = mg_status_agree(st)) != MG_OK) return st;
-    if ((size_t)snprintf(j->path, sizeof j->path, "%s/ckpt-bench.h5", o->dir) >=
-        sizeof j->path - MG_TMP_SUFFIX_MAX)
-        return mg_error(MG_EINVAL, "ckpt bench: --dir %s is too long a path", o->dir);
-    return MG_OK;
+    return mg_status_agree(st);
 }
 
 /* Between barriers: a save, then (the tensors zeroed) a load, each timed;
  * the loaded values must be the saved ones. */
-static int save_and_load(bench_job *j, bench_result *r) {
-    mg_ckpt_attr attr = {"step", "0"};
+static int save_and_load(bench_job *j, const bench_opts *o, bench_result *r) {
+    mg_ckpt_attr attrs[2] = {{"step", "0"}, {BENCH_KEY, "1"}};
     mg_comm *world = j->mesh->world;
     int st = mg_comm_barrier(world);
     if (st != MG_OK) return st;
     double t0 = mg_clock();
-    st = mg_checkpoint_save(j->path, j->entries, j->n, &attr, 1);
+    st = mg_checkpoint_save(j->path, j->entries, j->n, attrs, 2);
+    if (st == MG_OK && mg_rank() == 0) {
+        j->saved = 1;
+        if (!o->keep) mg_cleanup_add(j->path); /* a stop signal removes it too */
+    }
     if (st == MG_OK) st = mg_comm_barrier(world);
     r->save_s = mg_clock() - t0;
     if (st != MG_OK) return st;
@@ -217,15 +293,21 @@ static int save_and_load(bench_job *j, bench_result *r) {
               : mg_error(MG_EFORMAT, "ckpt bench: the loaded values differ from the saved ones");
 }
 
+/* Rank 0: the checkpoint this run wrote removed (unless --keep). */
+static void remove_checkpoint(bench_job *j, const bench_opts *o) {
+    if (!j->saved || o->keep) return;
+    mg_cleanup_drop(j->path);
+    unlink(j->path);
+    j->saved = 0;
+}
+
 /* Rank 0: the file's size, then (the file removed unless --keep) the disk's
  * rate on a file of that size. */
-static void measure_disk(const bench_job *j, const bench_opts *o, bench_result *r) {
+static void measure_disk(bench_job *j, const bench_opts *o, bench_result *r) {
     struct stat sb;
     r->mb = stat(j->path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0;
-    if (!o->keep) unlink(j->path);
-    char dd[MG_PATH_MAX];
-    snprintf(dd, sizeof dd, "%s/ckpt-bench.dd", o->dir);
-    r->disk_mbps = disk_mbps(dd, (int64_t)(r->mb * 1e6 / (1 << 20)));
+    remove_checkpoint(j, o);
+    r->disk_mbps = disk_mbps(o->dir, (int64_t)(r->mb * 1e6 / (1 << 20)));
 }
 
 /* Rank 0's lines. */
@@ -249,12 +331,14 @@ static int bench(int argc, char **argv) {
     bench_job j = {.mesh = mg_mesh_new(1, &size)}; /* a 1-D mesh of all ranks */
     bench_result r = {0};
     if (!j.mesh) return 1;
-    int st = bench_setup(&j, &o);
-    if (st == MG_OK) st = save_and_load(&j, &r);
+    int st = mg_cleanup_install();
+    if (st == MG_OK) st = bench_setup(&j, &o);
+    if (st == MG_OK) st = save_and_load(&j, &o, &r);
     if (st == MG_OK && mg_rank() == 0) {
         measure_disk(&j, &o, &r);
         bench_report(&j, &o, &r);
     }
+    if (mg_rank() == 0) remove_checkpoint(&j, &o); /* also when the load failed */
     for (int i = 0; j.entries && i < j.n; i++) mg_dtensor_free(j.entries[i].tensor);
     free(j.entries);
     free(j.names);

@@ -46,6 +46,7 @@ int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
 int mg_cli_data(int argc, char **argv);       /* src/cli/data.c */
 int mg_cli_text2h5(int argc, char **argv);    /* src/cli/data_text.c */
 int mg_cli_text_info(const char *path);       /* src/cli/data_text.c */
+int mg_cli_bin2h5(int argc, char **argv);     /* src/cli/data_bin.c */
 int mg_cli_bench(int argc, char **argv);        /* src/cli/bench.c: comm | linear | step | ops */
 int mg_cli_bench_comm(int argc, char **argv);   /* src/cli/bench_comm.c */
 int mg_cli_bench_linear(int argc, char **argv); /* src/cli/bench_ops.c */

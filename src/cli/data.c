@@ -2,17 +2,19 @@
  * Exports mg_cli_data (cli.h).
  *
  * csv2h5 turns a CSV of samples (one a line: the sample's values, row-major,
- * then an integer class label as the last column) into the HDF5 data set layout
- * of data.h: /train/inputs float32 (N, ...shape) = value / scale, /train/labels
- * int32 (N), the same under /test/ for the rows whose 0-based index is a
- * multiple of --test-every; root attributes source and license. It runs on rank
- * 0 with serial HDF5 calls. It never replaces a file it could not have
- * written: --out must differ from --in and be absent or an HDF5 data set; the
- * file is written to an exclusively created temporary name (io/files.h) and
- * renamed when complete. Sizes are checked for overflow; labels are 0..2^24-1
+ * then an integer class label as the last column; --in a regular file, or -
+ * for stdin) into the HDF5 data set layout of data.h: /train/inputs float32
+ * (N, ...shape) = value / scale, /train/labels int32 (N), the same under
+ * /test/ for the rows whose 0-based index is a multiple of --test-every; root
+ * attributes source and license. It runs on rank 0 with serial HDF5 calls. It
+ * never replaces a file it could not have written: --out must differ from
+ * --in and be absent or an HDF5 data set; the file is written to an
+ * exclusively created temporary name (io/files.h) and renamed when complete.
+ * Sizes are checked for overflow; labels are 0..2^24-1
  * (they travel as floats).
  * info opens the splits with the loader's reader and prints what it found (of
- * a token data set: cli/data_text.c). text2h5 is in cli/data_text.c. */
+ * a token data set: cli/data_text.c). text2h5 is in cli/data_text.c, bin2h5 in
+ * cli/data_bin.c. */
 #include <errno.h>
 #include <stdint.h>
 #include <getopt.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hdf5.h>
 
@@ -172,8 +175,19 @@ static int csv2h5_run(const csv2h5_args *a) {
                         a->out);
     int st = mg_path_check(a->out, "csv2h5 --out", MG_TMP_SUFFIX_MAX);
     if (st != MG_OK) return st;
-    FILE *f = strcmp(a->in, "-") == 0 ? stdin : fopen(a->in, "r");
-    if (!f) return mg_error(MG_EIO, "csv2h5: cannot open %s: %s", a->in, strerror(errno));
+    FILE *f = stdin;
+    if (strcmp(a->in, "-") != 0) { /* a regular file: a device or FIFO is not read */
+        int fd;
+        if (mg_file_open_read(a->in, "--in", &fd) != MG_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", mg_last_error());
+            return mg_error(MG_EIO, "csv2h5: %s", msg);
+        }
+        if (!(f = fdopen(fd, "r"))) {
+            close(fd);
+            return mg_error(MG_EIO, "csv2h5: cannot open %s: %s", a->in, strerror(errno));
+        }
+    }
     split_rows train = {0}, test = {0};
     float *x = malloc((size_t)numel * sizeof *x);
     char *line = NULL;
@@ -364,8 +378,10 @@ int mg_cli_data(int argc, char **argv) {
     static const mg_cli_command subs[] = {
         {"csv2h5", csv2h5, "convert a CSV of samples and labels into an HDF5 data set"},
         {"text2h5", mg_cli_text2h5, "convert a text file (or .gz) into a byte-level token data set"},
+        {"bin2h5", mg_cli_bin2h5, "convert a nanoGPT or llm.c token file into a token data set"},
         {"info", info, "print the splits, shapes, classes and attributes of a data set"},
     };
-    return mg_cli_dispatch("data", "usage: meshgrad data csv2h5 ... | text2h5 ... | info PATH", subs,
-                           3, 8, argc, argv);
+    return mg_cli_dispatch("data",
+                           "usage: meshgrad data csv2h5 ... | text2h5 ... | bin2h5 ... | info PATH",
+                           subs, 4, 8, argc, argv);
 }

@@ -16,7 +16,8 @@ int mg_cli_data_write(const char *cmd, const char *out, int (*fill)(hid_t file, 
                       const void *arg);
 
 /* Rank 0 prints "KEY: VALUE" for each of the text attributes keys[0..n) that
- * the file at path has (the info of a data set). */
+ * the file at path has (the info of a data set), VALUE with its control bytes
+ * escaped (text.h). */
 void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n);
 
 #endif

@@ -4,7 +4,7 @@
  * `data info` share with text2h5 and its info).
  *
  * text2h5 reads the bytes of a text file (gzip-compressed or not: zlib reads
- * both) and writes the token data set of io/tokens.h: the first
+ * both; a regular file, and a gzip stream only when whole) and writes the token data set of io/tokens.h: the first
  * (1 - val-fraction) of the bytes as /train/tokens, the rest as /val/tokens,
  * uint8, with the attributes vocab_size 256, vocab "bytes", source, license
  * and split. As csv2h5 it runs on rank 0 and never replaces a file it could
@@ -30,6 +30,7 @@
 #include "io/tokens.h"
 #include "meshgrad.h"
 #include "status.h"
+#include "text.h"
 
 #define MAX_TEXT_BYTES ((int64_t)1 << 34) /* 16 GiB: held in memory while written */
 
@@ -47,12 +48,35 @@ typedef struct {
     double val_fraction;
 } text_args;
 
-/* All bytes of `path` (plain or gzip) into *data (*n of them). */
+/* Why gzread gave up on f, as a message naming path. */
+static int read_failed(gzFile f, const char *path, int64_t n) {
+    int err;
+    const char *msg = gzerror(f, &err);
+    if (err == Z_BUF_ERROR) /* the stream ended before its trailer */
+        return mg_error(MG_EFORMAT, "text2h5: %s is truncated: its gzip stream stops before its "
+                        "end (after %lld bytes of text): the file is damaged or still being "
+                        "written; give the whole file", path, (long long)n);
+    return mg_error(MG_EIO, "text2h5: reading %s failed: %s", path,
+                    err == Z_ERRNO ? strerror(errno) : msg);
+}
+
+/* All bytes of `path` (plain or gzip, a regular file) into *data (*n of them).
+ * A gzip stream must be whole: one cut short (no trailer) is refused, as is
+ * one whose checksum or length does not match (zlib checks the trailer). */
 static int read_text(const char *path, unsigned char **data, int64_t *n) {
     *data = NULL;
     *n = 0;
-    gzFile f = gzopen(path, "rb");
-    if (!f) return mg_error(MG_EIO, "text2h5: cannot open %s: %s", path, strerror(errno ? errno : ENOENT));
+    int fd;
+    if (mg_file_open_read(path, "the input", &fd) != MG_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mg_last_error());
+        return mg_error(MG_EIO, "text2h5: %s", msg);
+    }
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return mg_error(MG_ENOMEM, "text2h5: out of memory opening %s", path);
+    }
     int64_t cap = 1 << 20, limit = text_limit();
     unsigned char *buf = malloc((size_t)cap);
     int st = buf ? MG_OK : mg_error(MG_ENOMEM, "text2h5: out of memory");
@@ -60,14 +84,11 @@ static int read_text(const char *path, unsigned char **data, int64_t *n) {
         if (*n == cap) {
             unsigned char more; /* a file of exactly `limit` bytes is taken */
             int past = cap >= limit ? gzread(f, &more, 1) : 0;
-            if (cap >= limit && past == 0) break;
             if (cap >= limit && past < 0) {
-                int err;
-                const char *msg = gzerror(f, &err);
-                st = mg_error(MG_EIO, "text2h5: reading %s failed: %s", path,
-                              err == Z_ERRNO ? strerror(errno) : msg);
+                st = read_failed(f, path, *n);
                 break;
             }
+            if (cap >= limit && past == 0) break;
             if (cap >= limit) {
                 st = mg_error(MG_EINVAL, "text2h5: %s is larger than %lld bytes, which is as much "
                               "as text2h5 holds in memory here (at most half the machine's): "
@@ -85,17 +106,16 @@ static int read_text(const char *path, unsigned char **data, int64_t *n) {
         }
         int want = cap - *n < (1 << 30) ? (int)(cap - *n) : (1 << 30);
         int got = gzread(f, buf + *n, (unsigned)want);
-        if (got < 0) {
-            int err;
-            const char *msg = gzerror(f, &err);
-            st = mg_error(MG_EIO, "text2h5: reading %s failed: %s", path,
-                          err == Z_ERRNO ? strerror(errno) : msg);
-        } else if (got == 0) {
+        if (got < 0)
+            st = read_failed(f, path, *n);
+        else if (got == 0)
             break;
-        } else {
+        else
             *n += got;
-        }
     }
+    int err = Z_OK;
+    if (st == MG_OK) gzerror(f, &err);
+    if (st == MG_OK && err != Z_OK) st = read_failed(f, path, *n);
     gzclose(f);
     if (st != MG_OK) {
         free(buf);
@@ -154,8 +174,11 @@ void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     char text[1024];
     for (int i = 0; f >= 0 && i < n; i++)
-        if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0)
-            printf("%s: %s\n", keys[i], text);
+        if (mg_h5_attr_read_text(f, keys[i], text, sizeof text) == 0) {
+            printf("%s: ", keys[i]);
+            mg_text_fputs(text, stdout); /* from the file: escaped (text.h) */
+            putchar('\n');
+        }
     if (f >= 0) H5Fclose(f);
 }
 
@@ -196,7 +219,7 @@ static int text2h5_run(const text_args *a) {
     int64_t n_train = (int64_t)((1.0 - a->val_fraction) * (double)n);
     if (n == 0)
         st = mg_error(MG_EFORMAT, "text2h5: %s is empty: there is no text to train on", a->in);
-    else if (n_train < 2 || (a->val_fraction > 0 && n - n_train < 2))
+    else if (n_train < 2 || n - n_train < 2)
         st = mg_error(MG_EFORMAT,
                       "text2h5: %s has %lld bytes: too few for a train and a val split of at "
                       "least 2 bytes each at --val-fraction %g",
@@ -235,8 +258,9 @@ int mg_cli_text2h5(int argc, char **argv) {
         case 'v':
             errno = 0;
             a.val_fraction = strtod(optarg, &end);
-            if (end == optarg || errno || *end || !(a.val_fraction >= 0 && a.val_fraction < 1)) {
-                mg_error(MG_EINVAL, "text2h5: --val-fraction '%s' is not a number in [0, 1)",
+            if (end == optarg || errno || *end || !(a.val_fraction > 0 && a.val_fraction < 1)) {
+                mg_error(MG_EINVAL, "text2h5: --val-fraction '%s' is not a number in (0, 1): the "
+                         "val split is what `meshgrad train` evaluates, so it cannot be empty",
                          optarg);
                 return 2;
             }

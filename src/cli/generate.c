@@ -26,6 +26,12 @@
  * ctx / 2 tokens are prefilled again from position 0 and generation goes on
  * against them, so a token always sees at least ctx / 2 tokens and the cost
  * stays O(T) per token on average (one prefill of ctx / 2 per ctx / 2 tokens).
+ *
+ * Output: rank 0 prints the prompt and the sampled bytes on stdout, then a
+ * newline, then the speed on stderr. Under mpirun a rank's stdout is a pty and
+ * its stderr a pipe, which mpirun reads in either order: on a terminal the
+ * speed line could land before or inside the text, so rank 0 pauses a moment
+ * after the text when stdout is a terminal, letting mpirun pass it on first.
  * Exports mg_cli_generate (cli.h). */
 #include <ctype.h>
 #include <errno.h>
@@ -35,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "cli/cli.h"
@@ -358,6 +366,8 @@ static int run(generator *g) {
     if (rank == 0) {
         putchar('\n');
         fflush(stdout);
+        if (isatty(STDOUT_FILENO)) /* the text first, then the line below (see the top) */
+            nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
         if (rc == MG_OK && o->tokens > 0)
             fprintf(stderr, "generate: %lld tokens in %.3f s: %.0f tokens/s (%d thread%s/rank, "
                     "%d rank%s, %lld window slide%s)\n", (long long)o->tokens, seconds,

@@ -1,5 +1,7 @@
-/* json.c: the JSON reader (see json.h): recursive descent over the text,
- * one mg_json per value. Exports: mg_json_parse, mg_json_free, mg_json_get,
+/* json.c: the JSON reader (see json.h): recursive descent over a stream, one
+ * byte of lookahead, one mg_json per value kept. Exports mg_json_reader_init,
+ * mg_json_reader_free, mg_json_enter, mg_json_next, mg_json_read,
+ * mg_json_skip, mg_json_finish, mg_json_parse, mg_json_free, mg_json_get,
  * mg_json_int, mg_json_str. */
 #include "cli/json.h"
 
@@ -9,61 +11,89 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_NESTING 64
+void mg_json_reader_init(mg_json_reader *r, FILE *f) {
+    memset(r, 0, sizeof *r);
+    r->f = f;
+    r->line = r->column = 1;
+    r->peek = f ? getc_unlocked(f) : EOF;
+}
 
-typedef struct {
-    const char *s, *end, *at;
-    char *err;
-    size_t errlen;
-    int failed;
-} reader;
+void mg_json_reader_free(mg_json_reader *r) {
+    free(r->buf);
+    r->buf = NULL;
+    r->cap = 0;
+}
 
-static void fail(reader *r, const char *fmt, ...) {
+static void fail(mg_json_reader *r, const char *fmt, ...) {
     if (r->failed) return;
     r->failed = 1;
-    int line = 1, col = 1;
-    for (const char *p = r->s; p < r->at; p++) {
-        col++;
-        if (*p == '\n') line++, col = 1;
-    }
-    int k = snprintf(r->err, r->errlen, "line %d, column %d: ", line, col);
-    if (k < 0 || (size_t)k >= r->errlen) return;
+    int k = snprintf(r->err, sizeof r->err, "line %ld, column %ld: ", r->line, r->column);
+    if (k < 0 || (size_t)k >= sizeof r->err) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->err + k, r->errlen - (size_t)k, fmt, ap);
+    vsnprintf(r->err + k, sizeof r->err - (size_t)k, fmt, ap);
     va_end(ap);
 }
 
-static void skip_space(reader *r) {
-    while (r->at < r->end && (*r->at == ' ' || *r->at == '\n' || *r->at == '\r' || *r->at == '\t'))
-        r->at++;
+static void advance(mg_json_reader *r) {
+    if (r->peek == EOF) return;
+    if (r->peek == '\n')
+        r->line++, r->column = 1;
+    else
+        r->column++;
+    r->peek = getc_unlocked(r->f);
 }
 
-static int literal(reader *r, const char *word) {
-    size_t n = strlen(word);
-    if ((size_t)(r->end - r->at) < n || memcmp(r->at, word, n) != 0) return 0;
-    r->at += n;
+static void skip_space(mg_json_reader *r) {
+    while (r->peek == ' ' || r->peek == '\n' || r->peek == '\r' || r->peek == '\t') advance(r);
+}
+
+/* One byte onto r->buf at n. */
+static int put(mg_json_reader *r, size_t n, char ch) {
+    if (n + 1 >= r->cap) {
+        if (r->cap >= MG_JSON_MAX_STRING) {
+            fail(r, "a string longer than %d bytes", MG_JSON_MAX_STRING);
+            return 0;
+        }
+        size_t cap = r->cap ? 2 * r->cap : 64;
+        char *b = realloc(r->buf, cap);
+        if (!b) {
+            fail(r, "out of memory");
+            return 0;
+        }
+        r->buf = b;
+        r->cap = cap;
+    }
+    r->buf[n] = ch;
     return 1;
 }
 
-/* A string's text, escapes undone (\uXXXX above 0x7f becomes '?'). */
-static char *string(reader *r) {
-    r->at++; /* the opening quote */
-    char *out = malloc((size_t)(r->end - r->at) + 1);
-    if (!out) {
-        fail(r, "out of memory");
-        return NULL;
-    }
+static int hex_digit(int h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+           : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+}
+
+/* A string at the opening quote into r->buf, escapes undone (\uXXXX above
+ * 0x7f becomes '?'); its length, or -1 on an error. */
+static long string(mg_json_reader *r) {
+    advance(r); /* the opening quote */
     size_t n = 0;
-    while (r->at < r->end && *r->at != '"') {
-        char ch = *r->at++;
-        if ((unsigned char)ch < 0x20) {
-            fail(r, "a control character inside a string");
-            break;
+    for (;;) {
+        int ch = r->peek;
+        if (ch == EOF) {
+            fail(r, "a string is not closed");
+            return -1;
         }
+        if (ch == '"') break;
+        if (ch < 0x20) {
+            fail(r, "a control character inside a string");
+            return -1;
+        }
+        advance(r);
         if (ch == '\\') {
-            if (r->at >= r->end) break;
-            char e = *r->at++;
+            int e = r->peek;
+            if (e == EOF) continue; /* "not closed" next */
+            advance(r);
             switch (e) {
             case 'n': ch = '\n'; break;
             case 't': ch = '\t'; break;
@@ -72,145 +102,258 @@ static char *string(reader *r) {
             case 'f': ch = '\f'; break;
             case 'u': {
                 unsigned v = 0;
-                for (int i = 0; i < 4 && r->at < r->end; i++, r->at++) {
-                    char h = *r->at;
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0'
-                                            : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                            : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 0);
+                for (int i = 0; i < 4; i++) {
+                    int h = hex_digit(r->peek);
+                    if (h < 0) {
+                        fail(r, "a \\u escape without 4 hex digits");
+                        return -1;
+                    }
+                    v = v * 16 + (unsigned)h;
+                    advance(r);
                 }
-                ch = v < 0x80 ? (char)v : '?';
+                ch = v < 0x80 ? (int)v : '?';
                 break;
             }
             default: ch = e; /* \" \\ \/ */
             }
         }
-        out[n++] = ch;
+        if (!put(r, n++, (char)ch)) return -1;
     }
-    if (!r->failed && r->at >= r->end) fail(r, "a string is not closed");
-    if (r->failed) {
-        free(out);
-        return NULL;
-    }
-    r->at++; /* the closing quote */
-    out[n] = '\0';
-    return out;
+    advance(r); /* the closing quote */
+    if (!put(r, n, '\0')) return -1;
+    return (long)n;
 }
 
-static mg_json *value(reader *r, int depth);
+/* The bytes of `word` next (its first byte is the one seen). */
+static int literal(mg_json_reader *r, const char *word) {
+    for (const char *w = word; *w; w++) {
+        if (r->peek != (unsigned char)*w) {
+            fail(r, "expected '%s'", word);
+            return 0;
+        }
+        advance(r);
+    }
+    return 1;
+}
 
-/* Elements of an array or members of an object, up to `close`. */
-static void items(reader *r, mg_json *v, char close, int depth) {
-    r->at++;
-    mg_json **tail = &v->child;
+static int value(mg_json_reader *r, int depth, mg_json **out);
+
+/* The elements of an array or members of an object, at its opening byte, to
+ * `close`; into v (NULL: read past them). */
+static int items(mg_json_reader *r, mg_json *v, char close, int depth) {
+    advance(r);
+    mg_json **tail = v ? &v->child : NULL;
     skip_space(r);
-    if (r->at < r->end && *r->at == close) {
-        r->at++;
-        return;
+    if (r->peek == close) {
+        advance(r);
+        return 1;
     }
     for (;;) {
         char *key = NULL;
         skip_space(r);
         if (close == '}') {
-            if (r->at >= r->end || *r->at != '"') {
+            if (r->peek != '"') {
                 fail(r, "expected a member's \"key\"");
-                return;
+                return 0;
             }
-            if (!(key = string(r))) return;
+            long n = string(r);
+            if (n < 0) return 0;
+            if (v && !(key = malloc((size_t)n + 1))) {
+                fail(r, "out of memory");
+                return 0;
+            }
+            if (key) memcpy(key, r->buf, (size_t)n + 1);
             skip_space(r);
-            if (r->at >= r->end || *r->at != ':') {
+            if (r->peek != ':') {
                 free(key);
                 fail(r, "expected ':' after a key");
-                return;
+                return 0;
             }
-            r->at++;
+            advance(r);
         }
-        mg_json *item = value(r, depth + 1);
-        if (!item) {
+        mg_json *item = NULL;
+        if (!value(r, depth + 1, v ? &item : NULL)) {
             free(key);
-            return;
+            return 0;
         }
-        item->key = key;
-        *tail = item;
-        tail = &item->next;
-        v->n++;
+        if (v) {
+            item->key = key;
+            *tail = item;
+            tail = &item->next;
+            v->n++;
+        }
         skip_space(r);
-        if (r->at < r->end && *r->at == ',') {
-            r->at++;
+        if (r->peek == ',') {
+            advance(r);
             continue;
         }
-        if (r->at < r->end && *r->at == close) {
-            r->at++;
-            return;
+        if (r->peek == close) {
+            advance(r);
+            return 1;
         }
         fail(r, "expected ',' or '%c'", close);
-        return;
+        return 0;
     }
 }
 
-static mg_json *value(reader *r, int depth) {
-    skip_space(r);
-    if (r->at >= r->end) {
-        fail(r, "the text ends where a value was expected");
-        return NULL;
+static int number(mg_json_reader *r, mg_json *v) {
+    char buf[64];
+    size_t n = 0;
+    int integral = 1;
+    while (r->peek != EOF && n + 1 < sizeof buf && strchr("+-0123456789.eE", r->peek)) {
+        integral &= r->peek != '.' && r->peek != 'e' && r->peek != 'E';
+        buf[n++] = (char)r->peek;
+        advance(r);
     }
-    if (depth > MAX_NESTING) {
-        fail(r, "nested deeper than %d", MAX_NESTING);
-        return NULL;
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    double x = strtod(buf, &end);
+    if (*end || n == 0) {
+        fail(r, "'%s' is not a number", buf);
+        return 0;
     }
-    mg_json *v = calloc(1, sizeof *v);
-    if (!v) {
-        fail(r, "out of memory");
-        return NULL;
-    }
-    char ch = *r->at;
-    if (ch == '{' || ch == '[') {
-        v->type = ch == '{' ? MG_JSON_OBJECT : MG_JSON_ARRAY;
-        items(r, v, ch == '{' ? '}' : ']', depth);
-    } else if (ch == '"') {
-        v->type = MG_JSON_STRING;
-        v->string = string(r);
-    } else if (literal(r, "true")) {
-        v->type = MG_JSON_BOOL;
-        v->number = v->integer = 1;
-    } else if (literal(r, "false")) {
-        v->type = MG_JSON_BOOL;
-    } else if (literal(r, "null")) {
-        v->type = MG_JSON_NULL;
-    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-        char buf[64];
-        size_t n = 0;
-        int integral = 1;
-        while (r->at < r->end && n + 1 < sizeof buf && strchr("+-0123456789.eE", *r->at)) {
-            integral &= *r->at != '.' && *r->at != 'e' && *r->at != 'E';
-            buf[n++] = *r->at++;
-        }
-        buf[n] = '\0';
-        char *end;
-        errno = 0;
+    if (v) {
         v->type = MG_JSON_NUMBER;
-        v->number = strtod(buf, &end);
-        if (*end || n == 0) fail(r, "'%s' is not a number", buf);
-        v->integer = integral ? strtoll(buf, NULL, 10) : (int64_t)v->number;
+        v->number = x;
+        v->integer = integral ? strtoll(buf, NULL, 10) : (int64_t)x;
+    }
+    return 1;
+}
+
+/* The next value into *out (out NULL: read past it). */
+static int value(mg_json_reader *r, int depth, mg_json **out) {
+    skip_space(r);
+    if (r->peek == EOF) {
+        fail(r, "the text ends where a value was expected");
+        return 0;
+    }
+    if (depth > MG_JSON_MAX_NESTING) {
+        fail(r, "nested deeper than %d", MG_JSON_MAX_NESTING);
+        return 0;
+    }
+    mg_json *v = NULL;
+    if (out && !(v = calloc(1, sizeof *v))) {
+        fail(r, "out of memory");
+        return 0;
+    }
+    int ch = r->peek, ok;
+    if (ch == '{' || ch == '[') {
+        if (v) v->type = ch == '{' ? MG_JSON_OBJECT : MG_JSON_ARRAY;
+        ok = items(r, v, ch == '{' ? '}' : ']', depth);
+    } else if (ch == '"') {
+        long n = string(r);
+        ok = n >= 0;
+        if (ok && v) {
+            v->type = MG_JSON_STRING;
+            if ((v->string = malloc((size_t)n + 1)))
+                memcpy(v->string, r->buf, (size_t)n + 1);
+            else
+                fail(r, "out of memory"), ok = 0;
+        }
+    } else if (ch == 't' || ch == 'f') {
+        ok = literal(r, ch == 't' ? "true" : "false");
+        if (v) v->type = MG_JSON_BOOL, v->number = v->integer = ch == 't';
+    } else if (ch == 'n') {
+        ok = literal(r, "null");
+    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        ok = number(r, v);
     } else {
-        fail(r, "unexpected '%c'", ch);
+        fail(r, ch >= 0x20 && ch < 0x7f ? "unexpected '%c'" : "unexpected byte 0x%02x", ch);
+        ok = 0;
     }
-    if (r->failed) {
+    if (!ok) {
         mg_json_free(v);
-        return NULL;
+        return 0;
     }
-    return v;
+    if (out) *out = v;
+    return 1;
+}
+
+int mg_json_enter(mg_json_reader *r, char open) {
+    skip_space(r);
+    if (r->failed) return 0;
+    if (r->depth == MG_JSON_MAX_NESTING) {
+        fail(r, "nested deeper than %d", MG_JSON_MAX_NESTING);
+        return 0;
+    }
+    if (r->peek != (unsigned char)open) {
+        fail(r, "expected %s", open == '{' ? "an object '{'" : "an array '['");
+        return 0;
+    }
+    advance(r);
+    r->open[r->depth] = open;
+    r->first[r->depth] = 1;
+    r->depth++;
+    return 1;
+}
+
+int mg_json_next(mg_json_reader *r, char *key, size_t keylen) {
+    if (r->failed || r->depth == 0) return -1;
+    int top = r->depth - 1;
+    char close = r->open[top] == '{' ? '}' : ']';
+    skip_space(r);
+    if (r->peek == close) {
+        advance(r);
+        r->depth--;
+        return 0;
+    }
+    if (!r->first[top]) {
+        if (r->peek != ',') {
+            fail(r, "expected ',' or '%c'", close);
+            return -1;
+        }
+        advance(r);
+        skip_space(r);
+    }
+    r->first[top] = 0;
+    if (close == '}') {
+        if (r->peek != '"') {
+            fail(r, "expected a member's \"key\"");
+            return -1;
+        }
+        if (string(r) < 0) return -1;
+        if (key && keylen) snprintf(key, keylen, "%s", r->buf);
+        skip_space(r);
+        if (r->peek != ':') {
+            fail(r, "expected ':' after a key");
+            return -1;
+        }
+        advance(r);
+    }
+    return 1;
+}
+
+mg_json *mg_json_read(mg_json_reader *r) {
+    mg_json *v = NULL;
+    return !r->failed && value(r, r->depth, &v) ? v : NULL;
+}
+
+int mg_json_skip(mg_json_reader *r) { return !r->failed && value(r, r->depth, NULL); }
+
+int mg_json_finish(mg_json_reader *r) {
+    skip_space(r);
+    if (!r->failed && r->peek != EOF) fail(r, "text after the value");
+    return !r->failed;
 }
 
 mg_json *mg_json_parse(const char *text, size_t len, char *err, size_t errlen) {
-    reader r = {text, text + len, text, err, errlen, 0};
     if (errlen) err[0] = '\0';
-    mg_json *v = value(&r, 0);
-    skip_space(&r);
-    if (v && r.at < r.end) {
-        fail(&r, "text after the value");
-        mg_json_free(v);
+    FILE *f = len ? fmemopen((void *)text, len, "r") : NULL;
+    if (len && !f) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    mg_json_reader r;
+    mg_json_reader_init(&r, f);
+    mg_json *v = mg_json_read(&r);
+    if (v && !mg_json_finish(&r)) {
+        mg_json_free(v);
+        v = NULL;
+    }
+    if (!v && errlen) snprintf(err, errlen, "%s", r.err);
+    mg_json_reader_free(&r);
+    if (f) fclose(f);
     return v;
 }
 

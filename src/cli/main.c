@@ -4,9 +4,11 @@
  * for it (mg_init), runs it and reports its failure once: a subcommand returns
  * 0 ok, 1 failure or 2 usage error, leaving the reason in mg_last_error(); it does
  * not print "meshgrad: error:" itself. The ranks agree on the exit code, and the
- * lowest rank that holds a message prints it (rank 0 for errors every rank sees).
+ * lowest rank that holds a message prints it (rank 0 for errors every rank sees),
+ * its control bytes escaped (text.h: a message may quote a file).
  * A usage error in the global flags or an unknown command exits 2 before MPI starts.
- */
+ * Before anything else it makes sure OpenBLAS runs the kernels it should,
+ * running the program again when they are not (backend/blas_core.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -19,12 +21,14 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/blas_core.h"
 #include "backend/device.h"
 #include "cli/cli.h"
 #include "context.h"
 #include "dist/comm.h"
 #include "meshgrad.h"
 #include "status.h"
+#include "text.h"
 
 static const mg_cli_command commands[] = {
     {"train", mg_cli_train, "train a model described by a config file (--config FILE)"},
@@ -52,14 +56,21 @@ static void usage(FILE *out) {
             "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");
 }
 
+/* The CPU backend names the OpenBLAS kernels that run and whether they are the
+ * best this CPU has (blas_core.h); a poor pick meshgrad could not fix is also
+ * said on stderr, as mg_init says it for the commands. */
 static void version(void) {
+    mg_blas_facts facts = mg_blas_facts_read();
+    char blas[256], warning[512];
+    mg_blas_core_describe(&facts, blas, sizeof blas);
+    if (mg_blas_core_warning(&facts, warning, sizeof warning)) fprintf(stderr, "%s\n", warning);
     printf("meshgrad %s\n", PACKAGE_VERSION);
 #ifdef MG_HAVE_CUDA
     char gpus[1024];
     mg_cuda_describe(gpus, sizeof gpus);
-    printf("backends: cpu (OpenBLAS, %s kernels), cuda\ncuda: %s\n", mg_blas_core(), gpus);
+    printf("backends: cpu (OpenBLAS, %s), cuda\ncuda: %s\n", blas, gpus);
 #else
-    printf("backends: cpu (OpenBLAS, %s kernels)\n", mg_blas_core());
+    printf("backends: cpu (OpenBLAS, %s)\n", blas);
 #endif
 }
 
@@ -90,17 +101,19 @@ static int report(const char *command, int rc) {
     int has_msg = rc != 0 && msg && msg[0];
     int64_t all[2] = {rc, has_msg ? -rank : -INT_MAX};
     int st = world ? mg_comm_agree_max(world, all, 2, rc == 0 ? -1 : MG_AGREE_SECONDS) : MG_ECOMM;
+    char safe[1100]; /* a message may quote a file: its control bytes escaped (text.h) */
+    mg_text_safe(has_msg ? msg : "failed", safe, sizeof safe);
     if (st != MG_OK) {
         fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not finish '%s'; aborting)\n",
-                rank, has_msg ? msg : "failed", command);
+                rank, safe, command);
         mg_comm_abort(world, rc ? rc : 1);
     }
     int worst = (int)all[0], printer = (int)-all[1];
     if (worst != 0) {
         if (printer == rank && rank == 0)
-            fprintf(stderr, "meshgrad: error: %s\n", msg);
+            fprintf(stderr, "meshgrad: error: %s\n", safe);
         else if (printer == rank) // an error only this rank saw
-            fprintf(stderr, "meshgrad: error: rank %d: %s\n", rank, msg);
+            fprintf(stderr, "meshgrad: error: rank %d: %s\n", rank, safe);
         else if (printer == INT_MAX && rank == 0 && worst == 1)
             fprintf(stderr, "meshgrad: error: %s failed\n", command);
     }
@@ -117,6 +130,9 @@ static int stdout_failed(void) {
 }
 
 int main(int argc, char **argv) {
+    /* OpenBLAS picked its kernels as it loaded: where the pick is worse than
+     * this CPU's best (or than MG_CPU_ISA asks), run again with it set right */
+    mg_blas_core_reexec(argv);
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -150,7 +166,8 @@ int main(int argc, char **argv) {
 
     int first = optind;
     if (mg_init(&argc, &argv) != MG_OK) {
-        fprintf(stderr, "meshgrad: error: %s\n", mg_last_error());
+        char safe[1100];
+        fprintf(stderr, "meshgrad: error: %s\n", mg_text_safe(mg_last_error(), safe, sizeof safe));
         return 1;
     }
     mg_clear_error();

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "cli/trace_dump.h"
 #include "status.h"
 
@@ -26,32 +25,32 @@ static const char usage_text[] =
 
 /* ---- what each rank has done on a comm -------------------------------------------- */
 
-/* The dump's comm object for global comm g, or NULL (it never used it). */
-static const mg_json *comm_js(const dump_t *d, int g) {
+/* Where the dump stands on global comm g, or NULL (it never used it). */
+static const dcomm_t *dcomm(const dump_t *d, int g) {
     for (int i = 0; i < d->ncomm; i++)
-        if (d->comm_of[i] == g) return d->comm_js[i];
+        if (d->comms[i].g == g) return &d->comms[i];
     return NULL;
 }
 
 /* Collectives rank d posted on g (0 when it never used g). */
-static int64_t posted(const dump_t *d, int g) { return mg_json_int(comm_js(d, g), "seq", 0); }
+static int64_t posted(const dump_t *d, int g) {
+    const dcomm_t *c = dcomm(d, g);
+    return c ? c->seq : 0;
+}
 
-/* Transfers d made on g to (way "sends") or from ("recvs") world rank `other`. */
-static int64_t transfers(const job_t *job, const dump_t *d, int g, const char *way, int other) {
-    const mg_json *a = mg_json_get(comm_js(d, g), way);
+/* Transfers d made on g to (sends 1) or from (0) world rank `other`. */
+static int64_t transfers(const job_t *job, const dump_t *d, int g, int sends, int other) {
+    const dcomm_t *dc = dcomm(d, g);
     const comm_t *c = &job->comms[g];
     int i = 0;
-    for (const mg_json *v = a ? a->child : NULL; v; v = v->next, i++)
-        if (i < c->nranks && c->ranks[i] == other) return v->integer;
+    while (i < c->nranks && c->ranks[i] != other) i++;
+    for (int k = 0; dc && i < c->nranks && k < dc->nt; k++)
+        if (dc->member[k] == i) return sends ? dc->sends[k] : dc->recvs[k];
     return 0;
 }
 
-static const entry_t *find_seq(const dump_t *d, int g, int64_t seq) {
-    for (int i = d->n - 1; i >= 0; i--)
-        if (d->e[i].comm == g && d->e[i].peer < 0 && !d->e[i].io && d->e[i].seq == seq)
-            return &d->e[i];
-    return NULL;
-}
+/* What rank d waits in, or NULL (no dump, or it waits in nothing). */
+static const entry_t *wait_of(const dump_t *d) { return d && d->waiting ? &d->wait : NULL; }
 
 /* "all_reduce #42 on mesh dim 0 (ranks 0,1)" or "recv #3 from rank 2 on ..." */
 static void what(char *buf, size_t len, const job_t *job, const entry_t *e) {
@@ -71,9 +70,8 @@ static void blockers_of(const job_t *job, int w, const entry_t *e, char *blocker
         for (int i = 0; i < c->nranks; i++) {
             int m = c->ranks[i];
             if (m == w || m < 0 || m >= job->world) continue;
-            const dump_t *d = job->d[m];
-            if (!d || d->waiting < 0 || !d->e[d->waiting].io || d->e[d->waiting].comm != e->comm)
-                blockers[m] = 1;
+            const entry_t *o = wait_of(job->d[m]);
+            if (!o || !o->io || o->comm != e->comm) blockers[m] = 1;
         }
         return;
     }
@@ -81,7 +79,7 @@ static void blockers_of(const job_t *job, int w, const entry_t *e, char *blocker
         const dump_t *p = e->peer < job->world ? job->d[e->peer] : NULL;
         int send = strcmp(e->op, "send") == 0;
         if (e->peer != w &&
-            (!p || transfers(job, p, e->comm, send ? "recvs" : "sends", w) < e->seq))
+            (!p || transfers(job, p, e->comm, !send, w) < e->seq))
             blockers[e->peer] = 1;
         return;
     }
@@ -138,27 +136,8 @@ static int same_call(const entry_t *a, const entry_t *b) {
 }
 
 /* The lowest sequence number of comm g at which its members' collectives
- * differ in op, size or type (-1: none). */
-static int64_t first_mismatch(const job_t *job, int g) {
-    const comm_t *c = &job->comms[g];
-    int64_t first = -1;
-    for (int i = 0; i < c->nranks; i++) {
-        const dump_t *d = c->ranks[i] < job->world ? job->d[c->ranks[i]] : NULL;
-        for (int k = 0; d && k < d->n; k++) {
-            const entry_t *e = &d->e[k];
-            if (e->comm != g || e->peer >= 0 || e->io || (first >= 0 && e->seq >= first)) continue;
-            for (int j = i + 1; j < c->nranks; j++) {
-                const dump_t *o = c->ranks[j] < job->world ? job->d[c->ranks[j]] : NULL;
-                const entry_t *f = o ? find_seq(o, g, e->seq) : NULL;
-                if (f && !same_call(e, f)) {
-                    first = e->seq;
-                    break;
-                }
-            }
-        }
-    }
-    return first;
-}
+ * differ in op, size or type (-1: none), as the reading found it. */
+static int64_t first_mismatch(const job_t *job, int g) { return job->comms[g].mismatch; }
 
 /* Every mismatch, one sentence each: the members grouped by what they entered
  * at that sequence number, the smaller group (the odd ones out) first. */
@@ -173,8 +152,7 @@ static int mismatches(const job_t *job, para *p) {
         const entry_t *kinds[8];
         int counts[8], nk = 0;
         for (int i = 0; i < c->nranks; i++) { /* the different calls, and how many made each */
-            const dump_t *d = c->ranks[i] < job->world ? job->d[c->ranks[i]] : NULL;
-            const entry_t *e = d ? find_seq(d, g, seq) : NULL;
+            const entry_t *e = c->have && c->have[i] ? &c->at[i] : NULL;
             if (!e) continue;
             int k = 0;
             while (k < nk && !same_call(kinds[k], e)) k++;
@@ -189,8 +167,7 @@ static int mismatches(const job_t *job, para *p) {
                 if (counts[j] >= 0 && (counts[k] < 0 || counts[j] < counts[k])) k = j;
             memset(group, 0, (size_t)job->world);
             for (int i = 0; i < c->nranks; i++) {
-                const dump_t *d = c->ranks[i] < job->world ? job->d[c->ranks[i]] : NULL;
-                const entry_t *e = d ? find_seq(d, g, seq) : NULL;
+                const entry_t *e = c->have && c->have[i] ? &c->at[i] : NULL;
                 if (e && same_call(e, kinds[k])) group[c->ranks[i]] = 1;
             }
             int n = list_ranks(list, sizeof list, group, job->world);
@@ -214,25 +191,23 @@ static void state_of(const job_t *job, int r, char *buf, size_t len) {
         snprintf(buf, len, "it left no dump (a stopped, killed or hung process cannot write one)");
         return;
     }
-    if (d->waiting >= 0) {
-        const entry_t *e = &d->e[d->waiting];
+    if (d->waiting) {
+        const entry_t *e = &d->wait;
         what(op, sizeof op, job, e);
         snprintf(buf, len, "it waits in %s (step %lld, for %.1f s)", op, (long long)e->step,
                  (double)(d->now - e->start) * 1e-9);
         return;
     }
-    const mg_json *w = mg_json_get(d->root, "waiting_in");
-    if (w) {
+    if (d->has_io) {
         snprintf(buf, len, "it is in %s, not a collective of the comm layer (step %lld, for %.1f s)",
-                 mg_json_str(w, "op", "?"), (long long)d->step,
-                 (double)(d->now - mg_json_int(w, "since_ns", d->now)) * 1e-9);
+                 d->io_op, (long long)d->step, (double)(d->now - d->io_since) * 1e-9);
         return;
     }
     if (d->n == 0) {
         snprintf(buf, len, "it has made no collective yet (step %lld)", (long long)d->step);
         return;
     }
-    const entry_t *last = &d->e[d->n - 1];
+    const entry_t *last = &d->last;
     what(op, sizeof op, job, last);
     snprintf(buf, len, "it is in no collective (computing, or blocked elsewhere) at step %lld; its "
                        "last was %s (%s, %.1f s before its dump)",
@@ -253,15 +228,15 @@ static void waiters(const job_t *job, para *p, const char *blk, int m) {
     char *done = calloc((unsigned)W, 1), *group = calloc((unsigned)W, 1), op[256], list[256];
     for (int w = 0; done && group && w < W; w++) {
         if (!blk[(size_t)w * W + m] || done[w]) continue;
-        const entry_t *e = &job->d[w]->e[job->d[w]->waiting];
+        const entry_t *e = &job->d[w]->wait;
         double longest = 0;
         memset(group, 0, (unsigned)W);
         for (int v = w; v < W; v++) {
             if (!blk[(size_t)v * W + m] || done[v]) continue;
             const dump_t *d = job->d[v];
-            if (!same_wait(&d->e[d->waiting], e)) continue;
+            if (!same_wait(&d->wait, e)) continue;
             done[v] = group[v] = 1;
-            double s = (double)(d->now - d->e[d->waiting].start) * 1e-9;
+            double s = (double)(d->now - d->wait.start) * 1e-9;
             longest = s > longest ? s : longest;
         }
         int n = list_ranks(list, sizeof list, group, W);
@@ -283,16 +258,13 @@ static int64_t waited_step(const job_t *job, const char *blk, int m) {
     for (int w = 0; w < job->world; w++)
         if (blk[(size_t)w * job->world + m]) {
             const dump_t *d = job->d[w];
-            if (d->e[d->waiting].step > most) most = d->e[d->waiting].step;
+            if (d->wait.step > most) most = d->wait.step;
         }
     return most;
 }
 
-/* What waiting entry of rank r's dump waits in, or NULL (no dump, or it waits in nothing). */
-static const entry_t *waiting_entry(const job_t *job, int r) {
-    const dump_t *d = job->d[r];
-    return d && d->waiting >= 0 ? &d->e[d->waiting] : NULL;
-}
+/* What rank r's dump waits in, or NULL (no dump, or it waits in nothing). */
+static const entry_t *waiting_entry(const job_t *job, int r) { return wait_of(job->d[r]); }
 
 /* Who waits for whom, and what the paragraph has said: blk[w * W + m] = 1
  * when waiting rank w waits for rank m; waited[m] counts the ranks that wait

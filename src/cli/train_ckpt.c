@@ -4,7 +4,7 @@
  *   config file or each other; --save is a directory (created when the name
  *   ends in '/') or a file that is absent or a meshgrad checkpoint; a new run
  *   (no --resume) does not save into a directory that already holds
- *   checkpoints unless --overwrite is given.
+ *   checkpoints, nor over a file that is one, unless --overwrite is given.
  * - A save writes the run (nn/train_state.h) atomically; with --keep it then
  *   deletes the older ckpt-<step>.h5 of the directory (never another file).
  *   A failed save stops the run (exit 1): the previous checkpoint is intact.
@@ -56,6 +56,20 @@ static int check_save_dir(trainer *tr, const char *dir) {
     return MG_OK;
 }
 
+/* Rank 0: a new run's --save FILE that is a checkpoint already (of an
+ * earlier run, of this model or another): refused as the directory form
+ * refuses a directory of checkpoints, naming what the file holds. */
+static int refuse_replace(trainer *tr) {
+    const mg_train_config *c = &tr->cfg;
+    char model[64], step[32], what[128] = "";
+    if (mg_checkpoint_peek_attr(tr->save_path, "model", model, sizeof model) == 0 &&
+        mg_checkpoint_peek_attr(tr->save_path, "step", step, sizeof step) == 0)
+        snprintf(what, sizeof what, " (model %s, step %s)", model, step);
+    return mg_error(MG_EINVAL, "--save %s already holds a checkpoint%s; a new run would replace "
+                    "it: resume that run (--resume %s), save to another path, or give "
+                    "--overwrite", c->save, what, c->save);
+}
+
 /* Rank 0: what --save names may be written, before any step is spent. */
 static int check_save(trainer *tr, int *is_dir) {
     const mg_train_config *c = &tr->cfg;
@@ -65,10 +79,12 @@ static int check_save(trainer *tr, int *is_dir) {
     *is_dir = c->save[len - 1] == '/' || (stat(tr->save_path, &sb) == 0 && S_ISDIR(sb.st_mode));
     if (!*is_dir) {
         mg_path_dir(tr->save_path, dir, sizeof dir);
-        int st = check_save_dir(tr, dir), exists;
+        int st = check_save_dir(tr, dir), exists = 0;
         if (st == MG_OK)
             st = mg_file_replaceable(tr->save_path, "meshgrad checkpoint", mg_checkpoint_is_one,
                                      &exists);
+        if (st == MG_OK && exists && !c->resume[0] && !c->overwrite)
+            st = refuse_replace(tr);
         if (st == MG_OK && c->keep > 0)
             st = mg_error(MG_EINVAL, "--keep %lld applies to a checkpoint directory, but --save "
                           "%s is a file (give --save DIR/ to keep the newest %lld of "

@@ -6,7 +6,8 @@
  * above this one registered with mg_world_on_finalize, world.h, then the comm
  * files' below it) and stops MPI if it started it. mg_set_device gives every
  * rank the same device kind, a GPU each (its rank on its node modulo the
- * node's GPUs), or refuses on every rank.
+ * node's GPUs), or refuses on every rank. mg_init also warns once (rank 0)
+ * when OpenBLAS runs poorer kernels than the CPU has (backend/blas_core.h).
  * Exports: mg_world_on_finalize, mg_check_not_finalized (context.h), and the
  * public mg_init, mg_finalize, mg_rank, mg_world_size, mg_version,
  * mg_set_device. */
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/blas_core.h"
 #include "backend/device.h"
 #include "backend/trace_kernels.h"
 #include "context.h"
@@ -100,6 +102,9 @@ int mg_init(int *argc, char ***argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     count_node(c);
     c->started = 1;
+    /* OpenBLAS's kernels are chosen as it loads; the library cannot undo a poor
+     * pick (the meshgrad program runs itself again before this), only say it */
+    if (mg_rank() == 0) mg_blas_core_warn_once(stderr);
     return MG_OK;
 }
 

@@ -56,7 +56,10 @@ int mg_checkpoint_save(const char *path, const mg_ckpt_entry *entries, int n,
 
 /* Collective. Fills each entry's local shard from the file (the dataset must
  * exist with the entry's global shape, else MG_EFORMAT naming the file, the
- * dataset and both shapes). attrs_out (may be NULL) receives up to max_attrs of
+ * dataset and both shapes). A group that holds an entry ("params/",
+ * "optim/") must hold nothing but entries: a dataset beside them (another
+ * model's, or a layer more than the caller built) is refused with
+ * MG_EFORMAT naming it; groups without an entry are not looked at. attrs_out (may be NULL) receives up to max_attrs of
  * the caller's attributes (not format/version), in the order they were saved;
  * *nattrs_out their number. Checksums are verified by HDF5 on read (a mismatch:
  * MG_EFORMAT "checksum mismatch in <file> dataset /<name>: the file is corrupt"),
@@ -98,6 +101,10 @@ int mg_checkpoint_prune(const char *dir, int keep, int64_t newest);
 /* 1 when `path` is an HDF5 file whose attributes say it is a meshgrad
  * checkpoint (format and version); local, serial. */
 int mg_checkpoint_is_one(const char *path);
+/* The text of attribute `key` ("model", "step") of the meshgrad checkpoint at
+ * `path`, its control bytes escaped (text.h), into buf; local, serial. 0, or
+ * -1 (buf "") when the file is not a checkpoint or has no such attribute. */
+int mg_checkpoint_peek_attr(const char *path, const char *key, char *buf, size_t len);
 
 /* `meshgrad ckpt info`: step, parameters with global shapes, optimizer, mesh and
  * placements at save time, and whether every checksum verifies and every value

@@ -12,7 +12,7 @@
  * - the values are finite.
  * Exports mg_ckpt_attrs_collect, mg_ckpt_check_format, mg_ckpt_chunk_dims,
  * mg_ckpt_open_error, mg_ckpt_check_layout, mg_ckpt_first_nonfinite,
- * mg_ckpt_format_index, mg_checkpoint_is_one. */
+ * mg_ckpt_format_index, mg_checkpoint_is_one, mg_checkpoint_peek_attr. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include "io/checkpoint_internal.h"
 #include "io/h5util.h"
 #include "status.h"
+#include "text.h"
 
 #define CHUNK_BYTES (4u << 20) /* the writer's chunks: at most 4 MiB */
 #define MIN_CHUNK_NUMEL 1024   /* smaller chunks (unless the dataset is) are refused */
@@ -110,6 +111,21 @@ int mg_checkpoint_is_one(const char *path) {
     H5Fclose(f);
     mg_clear_error();
     return ok;
+}
+
+int mg_checkpoint_peek_attr(const char *path, const char *key, char *buf, size_t len) {
+    char raw[256];
+    mg_h5_init();
+    if (len) buf[0] = '\0';
+    if (H5Fis_hdf5(path) <= 0) return -1;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    int ok = mg_ckpt_check_format(f, path) == MG_OK &&
+             mg_h5_attr_read_text(f, key, raw, sizeof raw) == 0;
+    H5Fclose(f);
+    mg_clear_error();
+    if (ok) mg_text_safe(raw, buf, len); /* the file's text, printed: escaped */
+    return ok ? 0 : -1;
 }
 
 /* ---- datasets ------------------------------------------------------------------ */

@@ -3,11 +3,14 @@
  *
  * Serial (one process, serial HDF5). The walk over the file is bounded (at
  * most MAX_OBJECTS links, groups nested at most MAX_DEPTH deep: a checkpoint
- * has /params/<name> and /optim/<name>/<state>), every dataset is checked
+ * has /params/<name> and /optim/<name>/<state>, or /optim/<optimizer>/<name>/
+ * <state> with named optimizers), every dataset is checked
  * before it is read (checkpoint_check.c: layout, checksum filter, every chunk
  * written, a size the file can hold), then read in slabs with its checksums
  * verified and its values checked to be finite. So any file, however made,
- * is judged in time proportional to its size. */
+ * is judged in time proportional to its size. What it prints from the file
+ * (attributes, dataset names, messages) has its control bytes escaped
+ * (text.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +21,10 @@
 #include "io/checkpoint_internal.h"
 #include "io/h5util.h"
 #include "status.h"
+#include "text.h"
 
 #define MAX_OBJECTS 4096
-#define MAX_DEPTH 3
+#define MAX_DEPTH 4
 
 typedef struct {
     char **names;
@@ -208,7 +212,11 @@ static int verify_all(hid_t file, const char *path, uint64_t file_bytes, FILE *o
         err[0] = '\0';
         int rc = verify_dataset(file, path, w.names[i], file_bytes, desc, sizeof desc, err,
                                 sizeof err);
-        fprintf(out, "  /%s  %s  %s%s\n", w.names[i], desc, verdict(rc), rc > 1 || rc < 0 ? err : "");
+        fputs("  /", out); /* names and messages from the file: escaped (text.h) */
+        mg_text_fputs(w.names[i], out);
+        fprintf(out, "  %s  %s", desc, verdict(rc));
+        mg_text_fputs(rc > 1 || rc < 0 ? err : "", out);
+        fputc('\n', out);
         if (rc == 0) continue;
         if (!bad) {
             snprintf(first_bad, sizeof first_bad, "%s", w.names[i]);
@@ -216,7 +224,9 @@ static int verify_all(hid_t file, const char *path, uint64_t file_bytes, FILE *o
             first_rc = rc;
         }
         size_t used = strlen(bad_list);
-        snprintf(bad_list + used, sizeof bad_list - used, "%s/%s", bad ? ", " : "", w.names[i]);
+        char safe[200];
+        snprintf(bad_list + used, sizeof bad_list - used, "%s/%s", bad ? ", " : "",
+                 mg_text_safe(w.names[i], safe, sizeof safe));
         bad++;
     }
     if (bad == 0 && !w.problem[0])
@@ -257,9 +267,17 @@ int mg_checkpoint_info(const char *path, FILE *out) {
     mg_h5_attr_read_text(file, "format", format, sizeof format);
     mg_h5_attr_read_text(file, "version", version, sizeof version);
     double size = (double)sb.st_size;
-    fprintf(out, "checkpoint: %s (%.1f %s)\n", path, size >= 1e6 ? size / 1e6 : size / 1e3,
+    /* what comes from the file (and the path, which may be a name found in a
+     * directory) is printed with its control bytes escaped (text.h): a file
+     * must not rewrite the lines that say whether it verifies */
+    fputs("checkpoint: ", out);
+    mg_text_fputs(path, out);
+    fprintf(out, " (%.1f %s)\nformat: ", size >= 1e6 ? size / 1e6 : size / 1e3,
             size >= 1e6 ? "MB" : "kB");
-    fprintf(out, "format: %s, version %s\n", format, version);
+    mg_text_fputs(format, out);
+    fputs(", version ", out);
+    mg_text_fputs(version, out);
+    fputc('\n', out);
     int format_st = mg_ckpt_check_format(file, path);
     char format_msg[1024];
     snprintf(format_msg, sizeof format_msg, "%s", mg_last_error());
@@ -272,7 +290,13 @@ int mg_checkpoint_info(const char *path, FILE *out) {
     mg_ckpt_attr_list al = {attrs, attrs ? 256 : 0, 0, 0};
     if (attrs) mg_ckpt_attrs_collect(file, &al);
     fprintf(out, "attributes (%d%s):\n", al.n + al.dropped, al.n + al.dropped >= 4096 ? "+" : "");
-    for (int i = 0; i < al.n; i++) fprintf(out, "  %s = %s\n", attrs[i].key, attrs[i].value);
+    for (int i = 0; i < al.n; i++) {
+        fputs("  ", out);
+        mg_text_fputs(attrs[i].key, out);
+        fputs(" = ", out);
+        mg_text_fputs(attrs[i].value, out);
+        fputc('\n', out);
+    }
     if (al.dropped) fprintf(out, "  ... and %d more\n", al.dropped);
     free(attrs);
 

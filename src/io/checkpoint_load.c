@@ -4,7 +4,9 @@
  *
  * Every rank opens the file, checks the format, and checks each dataset
  * before any data moves (type, global shape, layout and checksum filter,
- * every chunk written: checkpoint_check.c); then each entry is read in one
+ * every chunk written: checkpoint_check.c), and that the groups the entries
+ * are in hold nothing else (the one rule of what a load takes, for every
+ * caller: train --resume, generate, mg_ckpt_load, ckpt bench); then each entry is read in one
  * collective H5Dread in which each rank selects its block under the entry's
  * current spec, and its values are checked to be finite. Every failure is
  * agreed, so all ranks return the same message; every collective HDF5 call
@@ -105,6 +107,91 @@ static int check_dataset(hid_t file, const char *path, const mg_ckpt_entry *e) {
     return st;
 }
 
+/* ---- the file holds the entries and nothing else in their groups ---------------- */
+
+#define LIST_MAX_LINKS 65536
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+typedef struct {
+    const char *path;
+    const char **names; /* the entries' names, sorted */
+    int n, links, st;
+    char prefix[MG_PATH_MAX]; /* of the group walked: "" or "params/" */
+} complete_walk;
+
+/* 1 when some name of the sorted names[0..n) begins with prefix. */
+static int any_under(const char *const *names, int n, const char *prefix) {
+    size_t len = strlen(prefix);
+    int lo = 0, hi = n; /* the first name >= prefix */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (strcmp(names[mid], prefix) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && strncmp(names[lo], prefix, len) == 0;
+}
+
+static herr_t complete_link(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+    complete_walk *w = data;
+    (void)info;
+    if (++w->links > LIST_MAX_LINKS) {
+        w->st = mg_error(MG_EFORMAT, "checkpoint %s holds more than %d links: it is not a "
+                         "meshgrad checkpoint", w->path, LIST_MAX_LINKS);
+        return 1;
+    }
+    size_t had = strlen(w->prefix);
+    if ((size_t)snprintf(w->prefix + had, sizeof w->prefix - had, "%s", name) >=
+        sizeof w->prefix - had - 1) {
+        w->st = mg_error(MG_EFORMAT, "checkpoint %s holds an object whose name is longer than "
+                         "%zu characters: it is not a meshgrad checkpoint", w->path,
+                         sizeof w->prefix - 2);
+        return 1;
+    }
+    const char *full = w->prefix;
+    herr_t rc = 0;
+    if (bsearch(&full, w->names, (size_t)w->n, sizeof *w->names, by_name)) {
+        /* an entry: checked by check_dataset */
+    } else if (strcat(w->prefix, "/"), any_under(w->names, w->n, w->prefix)) {
+        hsize_t idx = 0; /* a group that holds entries: every object in it is one */
+        H5O_info_t oi;
+        if (H5Oget_info_by_name(group, name, &oi, H5P_DEFAULT) >= 0 && oi.type == H5O_TYPE_GROUP)
+            rc = H5Literate_by_name(group, name, H5_INDEX_NAME, H5_ITER_INC, &idx, complete_link,
+                                    w, H5P_DEFAULT);
+    } else if (had > 0) { /* inside a group of entries: another object is not loaded */
+        w->prefix[strlen(w->prefix) - 1] = '\0';
+        w->st = mg_error(MG_EFORMAT, "cannot load %s: it holds /%s, which is not among the %d "
+                         "tensors given: it is a checkpoint of another model (or of this one "
+                         "with other settings)", w->path, w->prefix, w->n);
+        rc = 1;
+    }
+    if (w->st != MG_OK) rc = 1;
+    if (rc == 0) w->prefix[had] = '\0';
+    return rc;
+}
+
+/* Every object in a group where an entry is (params/, optim/ when an
+ * optimizer's state is loaded) is an entry: a checkpoint with a dataset
+ * beside them (one of another model, or of a layer the attributes do not
+ * count) is refused, not loaded in part. Groups no entry is in are not
+ * read (a training checkpoint's optim/ when only the parameters load). */
+static int check_complete(hid_t file, const char *path, const mg_ckpt_entry *entries, int n) {
+    complete_walk w = {.path = path, .n = n, .st = MG_OK};
+    w.names = malloc((size_t)(n + 1) * sizeof *w.names);
+    if (!w.names) return mg_error(MG_ENOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < n; i++) w.names[i] = entries[i].name;
+    qsort(w.names, (size_t)n, sizeof *w.names, by_name);
+    hsize_t idx = 0;
+    herr_t r = H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, &idx, complete_link, &w);
+    if (w.st == MG_OK && r < 0)
+        w.st = mg_error(MG_EFORMAT, "checkpoint %s: listing its datasets failed: the file is "
+                        "damaged", path);
+    free(w.names);
+    return w.st;
+}
+
 /* An entry other ranks hold: this rank's part of the collective read, selecting nothing. */
 static int load_nothing(mg_comm *comm, hid_t file, const char *path, const mg_ckpt_entry *e,
                         hid_t dxpl) {
@@ -189,6 +276,7 @@ int mg_checkpoint_load(const char *path, mg_ckpt_entry *entries, int n, mg_ckpt_
     hid_t file;
     if ((st = open_checkpoint(path, comm, &file)) != MG_OK) return st;
     for (int i = 0; st == MG_OK && i < n; i++) st = check_dataset(file, path, &entries[i]);
+    if (st == MG_OK) st = check_complete(file, path, entries, n);
     st = mg_io_agree(comm, st);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
@@ -214,8 +302,6 @@ int mg_checkpoint_read_attrs(const char *path, mg_ckpt_attr *attrs_out, int max_
 }
 
 /* ---- the datasets of a checkpoint -------------------------------------------- */
-
-#define LIST_MAX_LINKS 65536
 
 typedef struct {
     int (*each)(void *ctx, const char *name);

@@ -1,7 +1,9 @@
 /* files.c: paths and temporary files that never destroy anything (see
  * files.h). Exports mg_path_check, mg_path_dir, mg_path_same_file,
- * mg_file_replaceable, mg_file_starts_with, mg_tmp_create, mg_tmp_reserve, mg_tmp_intact,
- * mg_tmp_commit, mg_tmp_discard, mg_tmp_clean_stale. */
+ * mg_file_replaceable, mg_file_starts_with, mg_file_open_read, mg_output_check,
+ * mg_output_open, mg_cleanup_add, mg_cleanup_drop, mg_cleanup_install,
+ * mg_tmp_create, mg_tmp_reserve, mg_tmp_intact, mg_tmp_commit,
+ * mg_tmp_discard, mg_tmp_clean_stale. */
 #include "io/files.h"
 
 #include <dirent.h>
@@ -13,12 +15,19 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "status.h"
+#include "text.h"
+
+#ifndef PIPEFS_MAGIC
+#define PIPEFS_MAGIC 0x50495045 /* linux/magic.h */
+#endif
 
 int mg_path_check(const char *path, const char *what, size_t reserve) {
     if (!path || !path[0]) return mg_error(MG_EINVAL, "%s: give a path", what);
@@ -46,6 +55,21 @@ int mg_path_same_file(const char *a, const char *b) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* What a file that is not a regular file is, for a message. */
+static const char *kind_of(mode_t mode) {
+    return S_ISLNK(mode)                    ? "a symbolic link"
+           : S_ISDIR(mode)                  ? "a directory"
+           : S_ISCHR(mode) || S_ISBLK(mode) ? "a device"
+           : S_ISFIFO(mode)                 ? "a FIFO (a named pipe)"
+           : S_ISSOCK(mode)                 ? "a socket"
+                                            : "not a regular file";
+}
+
+static int not_of_kind(const char *path, const char *kind) {
+    return mg_error(MG_EIO, "will not replace %s: it is not a %s (a save replaces only a file it "
+                    "could have written): give another path", path, kind);
+}
+
 int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const char *path),
                         int *exists) {
     struct stat st;
@@ -55,32 +79,271 @@ int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const 
         return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
     }
     *exists = 1;
-    const char *why = NULL;
-    if (S_ISLNK(st.st_mode))
-        why = "it is a symbolic link";
-    else if (S_ISDIR(st.st_mode))
-        why = "it is a directory";
-    else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
-        why = "it is a device";
-    else if (!S_ISREG(st.st_mode))
-        why = "it is not a regular file";
-    if (why)
-        return mg_error(MG_EIO, "will not replace %s: %s (a save replaces only a %s): give "
-                        "another path", path, why, kind);
-    if (accept && !accept(path))
-        return mg_error(MG_EIO, "will not replace %s: it is not a %s (a save replaces only a "
-                        "file it could have written): give another path", path, kind);
+    if (!S_ISREG(st.st_mode))
+        return mg_error(MG_EIO, "will not replace %s: it is %s (a save replaces only a %s): give "
+                        "another path", path, kind_of(st.st_mode), kind);
+    if (accept && !accept(path)) return not_of_kind(path, kind);
     return MG_OK;
 }
 
 int mg_file_starts_with(const char *path, const char *mark) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    /* a regular file only: a FIFO or device put at the path is not opened to wait or act */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
     char head[256];
     size_t want = strlen(mark) < sizeof head ? strlen(mark) : sizeof head;
-    size_t n = fread(head, 1, want, f);
-    fclose(f);
-    return n == want && memcmp(head, mark, n) == 0;
+    ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? pread(fd, head, want, 0) : -1;
+    close(fd);
+    return n == (ssize_t)want && memcmp(head, mark, want) == 0;
+}
+
+int mg_file_open_read(const char *path, const char *what, int *fd_out) {
+    *fd_out = -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        close(fd);
+        return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        if (S_ISDIR(sb.st_mode))
+            return mg_error(MG_EIO, "cannot open %s %s: it is a directory", what, path);
+        return mg_error(MG_EIO, "cannot open %s %s: it is %s, not a regular file, and is not "
+                        "read (it may block or never end): give a file", what, path,
+                        kind_of(sb.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int err = errno;
+        close(fd);
+        return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(err));
+    }
+    *fd_out = fd;
+    return MG_OK;
+}
+
+/* ---- outputs: files, and the streams a log may go to ------------------------- */
+
+/* 1 (stdout) or 2 (stderr) when sb is the file this process writes there, else 0. */
+static int std_stream(const struct stat *sb) {
+    for (int fd = 1; fd <= 2; fd++) {
+        struct stat o;
+        if (fstat(fd, &o) == 0 && o.st_dev == sb->st_dev && o.st_ino == sb->st_ino &&
+            (o.st_mode & S_IFMT) == (sb->st_mode & S_IFMT) &&
+            (!S_ISCHR(o.st_mode) || o.st_rdev == sb->st_rdev))
+            return fd;
+    }
+    return 0;
+}
+
+/* 1 for the device of a terminal (Linux numbers): a pseudo-terminal, a virtual
+ * console, /dev/tty or /dev/console. Not /dev/ptmx (opening it makes a
+ * terminal) nor a serial line (a device attached to it would get the text). */
+static int terminal_device(dev_t rdev) {
+    unsigned ma = major(rdev), mi = minor(rdev);
+    return (ma >= 136 && ma <= 143) || (ma == 4 && mi < 64) || (ma == 5 && mi <= 1);
+}
+
+/* 1 when path names an unnamed pipe (a shell's pipe or process substitution,
+ * reached through /dev/fd/N), 0 for a FIFO made by mkfifo. */
+static int unnamed_pipe(const char *path) {
+    struct statfs fs;
+    return statfs(path, &fs) == 0 && fs.f_type == PIPEFS_MAGIC;
+}
+
+int mg_output_check(const char *path, const char *kind, int (*accept)(const char *path),
+                    int streams, int *what) {
+    struct stat sb;
+    *what = MG_OUTPUT_NEW;
+    if (streams && stat(path, &sb) == 0) { /* links followed: /dev/stdout is one */
+        if (std_stream(&sb) || (S_ISCHR(sb.st_mode) && terminal_device(sb.st_rdev)) ||
+            (S_ISFIFO(sb.st_mode) && unnamed_pipe(path))) {
+            *what = MG_OUTPUT_STREAM;
+            return MG_OK;
+        }
+        if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+            return mg_error(MG_EIO, "will not write %s: it is %s, not a file, a terminal, a pipe "
+                            "or this program's stdout: give a file, or /dev/stdout", path,
+                            kind_of(sb.st_mode));
+    }
+    int exists, st = mg_file_replaceable(path, kind, accept, &exists);
+    if (st == MG_OK && exists) *what = MG_OUTPUT_FILE;
+    return st;
+}
+
+/* A file a log may replace: empty, or one that starts with `mark`. */
+static int log_of(const char *path, const char *mark) {
+    struct stat sb;
+    return (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) ||
+           mg_file_starts_with(path, mark);
+}
+
+/* The stream `path` names, checked as a stream again once opened: a dup of
+ * stdout or stderr, else opened without waiting (a pipe nobody reads is
+ * refused, not waited on) and then made blocking. */
+static int open_stream(const char *path, int *fd_out) {
+    struct stat before, after;
+    if (stat(path, &before) != 0)
+        return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    int std = std_stream(&before), fd;
+    if (std)
+        fd = fcntl(std, F_DUPFD_CLOEXEC, 3);
+    else
+        fd = open(path, O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENXIO && S_ISFIFO(before.st_mode))
+        return mg_error(MG_EIO, "will not write %s: no process reads that pipe: start its reader "
+                        "first, or give a file", path);
+    if (fd < 0) return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    int flags = fcntl(fd, F_GETFL);
+    int st = MG_OK;
+    if (fstat(fd, &after) != 0 || after.st_dev != before.st_dev || after.st_ino != before.st_ino ||
+        (std == 0 && !(S_ISFIFO(after.st_mode) || (S_ISCHR(after.st_mode) && isatty(fd)))))
+        st = mg_error(MG_EIO, "will not write %s: it was a stream (a terminal or a pipe) as "
+                      "checked and is not one as opened: give another path", path);
+    else if (!std && (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0))
+        st = mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (st != MG_OK) {
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    return MG_OK;
+}
+
+/* The file opened: MG_OK when it is a regular file, empty or starting with
+ * mark, checked through `fd` itself (the check by name before the open may
+ * have seen another file: one put at the path in between must not be
+ * truncated or appended to). A file this process may not read (fd write-only)
+ * passes only when empty. */
+static int check_opened(int fd, const char *path, const char *kind, const char *mark,
+                        int readable) {
+    struct stat sb;
+    size_t n = strlen(mark);
+    char head[256];
+    if (n > sizeof head) n = sizeof head;
+    if (fstat(fd, &sb) != 0)
+        return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (S_ISREG(sb.st_mode) && sb.st_size > 0 && !readable)
+        return mg_error(MG_EIO, "will not replace %s: it cannot be read to tell whether it is a "
+                        "%s: give another path", path, kind);
+    if (!S_ISREG(sb.st_mode) ||
+        (sb.st_size > 0 && (pread(fd, head, n, 0) != (ssize_t)n || memcmp(head, mark, n) != 0)))
+        return mg_error(MG_EIO, "will not replace %s: it is not a %s (another file was put there "
+                        "as it was opened): give another path", path, kind);
+    return MG_OK;
+}
+
+int mg_output_open(const char *path, const char *kind, const char *mark, int append,
+                   int *fd_out, int *stream) {
+    *fd_out = -1;
+    *stream = 0;
+    int what, st = mg_output_check(path, kind, NULL, 1, &what);
+    if (st != MG_OK) return st;
+    if (what == MG_OUTPUT_STREAM) {
+        *stream = 1;
+        return open_stream(path, fd_out);
+    }
+    if (what == MG_OUTPUT_FILE && !log_of(path, mark)) return not_of_kind(path, kind);
+    /* opened as it is (never through a link), checked through the descriptor,
+     * then emptied, or appended to */
+    int how = O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, readable = 1;
+    int fd = open(path, O_RDWR | how, 0644);
+    if (fd < 0 && errno == EACCES) { /* may write it, not read it */
+        readable = 0;
+        fd = open(path, O_WRONLY | how, 0644);
+    }
+    if (fd < 0) return mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    st = check_opened(fd, path, kind, mark, readable);
+    int flags = fcntl(fd, F_GETFL);
+    if (st == MG_OK &&
+        (flags < 0 || fcntl(fd, F_SETFL, (flags & ~O_NONBLOCK) | (append ? O_APPEND : 0)) != 0 ||
+         (!append && ftruncate(fd, 0) != 0)))
+        st = mg_error(MG_EIO, "cannot write %s: %s", path, strerror(errno));
+    if (st != MG_OK) {
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    return MG_OK;
+}
+
+/* ---- files a stop signal removes ------------------------------------------ */
+
+/* The files this process writes that a stop signal removes once
+ * mg_cleanup_install ran (its temporary files, a benchmark's file): each
+ * slot's path, device and inode, valid while `used` is set. File-scope: the
+ * signal handler reads them, and may call nothing that could find them. */
+#define CLEANUP_SLOTS 8
+static struct {
+    volatile sig_atomic_t used;
+    dev_t dev;
+    ino_t ino;
+    char path[MG_PATH_MAX];
+} cleanup[CLEANUP_SLOTS];
+static const int cleanup_signals[] = {SIGTERM, SIGINT, SIGHUP};
+
+static void cleanup_track(dev_t dev, ino_t ino, const char *path) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        if (cleanup[i].used) continue;
+        cleanup[i].dev = dev;
+        cleanup[i].ino = ino;
+        snprintf(cleanup[i].path, sizeof cleanup[i].path, "%s", path);
+        cleanup[i].used = 1;
+        return;
+    }
+}
+
+static void cleanup_untrack(dev_t dev, ino_t ino) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++)
+        if (cleanup[i].used && cleanup[i].dev == dev && cleanup[i].ino == ino) cleanup[i].used = 0;
+}
+
+int mg_cleanup_add(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return mg_error(MG_EIO, "cannot track %s for removal: %s", path,
+                        errno ? strerror(errno) : "not a regular file");
+    cleanup_track(sb.st_dev, sb.st_ino, path);
+    return MG_OK;
+}
+
+void mg_cleanup_drop(const char *path) {
+    struct stat sb;
+    for (int i = 0; i < CLEANUP_SLOTS; i++)
+        if (cleanup[i].used && strcmp(cleanup[i].path, path) == 0) cleanup[i].used = 0;
+    if (lstat(path, &sb) == 0) cleanup_untrack(sb.st_dev, sb.st_ino);
+}
+
+/* Removes each tracked file still at its path (lstat and unlink only: both
+ * async-signal-safe), then ends the process as the signal would have. */
+static void on_stop(int sig) {
+    for (int i = 0; i < CLEANUP_SLOTS; i++) {
+        struct stat sb;
+        if (cleanup[i].used && lstat(cleanup[i].path, &sb) == 0 && sb.st_dev == cleanup[i].dev &&
+            sb.st_ino == cleanup[i].ino)
+            unlink(cleanup[i].path);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int mg_cleanup_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof cleanup_signals / sizeof cleanup_signals[0]; i++) {
+        struct sigaction old;
+        /* a signal ignored when the program started stays ignored */
+        if (sigaction(cleanup_signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        if (sigaction(cleanup_signals[i], &sa, NULL) != 0)
+            return mg_error(MG_ESTATE, "cannot install a signal handler: %s", strerror(errno));
+    }
+    return MG_OK;
 }
 
 /* ---- temporary files ----------------------------------------------------- */
@@ -140,6 +403,7 @@ int mg_tmp_create(mg_tmp_file *t, const char *target) {
     }
     t->dev = sb.st_dev;
     t->ino = sb.st_ino;
+    cleanup_track(t->dev, t->ino, t->path);
     /* the mark mg_tmp_clean_stale looks for (where the file system keeps one);
      * mg_tmp_commit takes it off, so a file that has it was never committed */
     (void)fsetxattr(t->fd, TMP_MARK, "1", 1, 0);
@@ -259,6 +523,8 @@ int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
                       strerror(errno));
     else {
         (void)fremovexattr(t->fd, TMP_MARK); /* about to be committed: no longer temporary */
+        /* no longer removed on a stop: the rename may swap another file in */
+        cleanup_untrack(t->dev, t->ino);
         st = give_name(t, target, kind, accept);
     }
     if (st != MG_OK) {
@@ -273,6 +539,7 @@ int mg_tmp_commit(mg_tmp_file *t, const char *target, const char *kind,
 
 void mg_tmp_discard(mg_tmp_file *t) {
     if (t->fd < 0) return;
+    cleanup_untrack(t->dev, t->ino);
     if (mg_tmp_intact(t)) unlink(t->path);
     close(t->fd);
     t->fd = -1;
@@ -335,9 +602,13 @@ static int made_here(const char *path) {
     if (getxattr(path, TMP_MARK, v, sizeof v) >= 0) return 1;
     if (errno == ENOTSUP || errno == EOPNOTSUPP) return 1;
     if (errno == ENODATA)
+    {
+        char safe[MG_PATH_MAX];
         fprintf(stderr, "warning: %s has a temporary file's name but was not made by a save "
                         "(a save killed while it swapped another file's name back leaves it): it "
-                        "is left as it is; give it back its name\n", path);
+                        "is left as it is; give it back its name\n",
+                mg_text_safe(path, safe, sizeof safe));
+    }
     return 0;
 }
 

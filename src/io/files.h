@@ -5,9 +5,18 @@
  * - mg_path_dir: the directory part of a path; mg_path_same_file: two paths
  *   name one existing file.
  * - mg_file_replaceable: a path may be replaced by a save only when nothing is
- *   there, or a regular file (not a link, device or directory) that the
- *   caller's test says is of the kind the save writes; mg_file_starts_with,
- *   the usual test (a file that begins with the writer's mark).
+ *   there, or a regular file (not a link, device, FIFO, socket or directory)
+ *   that the caller's test says is of the kind the save writes;
+ *   mg_file_starts_with, the usual test (a file that begins with the
+ *   writer's mark).
+ * - mg_output_check, mg_output_open: the same rule for every output of the
+ *   program (checkpoints, data sets, traces, logs, dumps); a log written line
+ *   by line (--metrics) may also go to a stream: this process's stdout or
+ *   stderr (/dev/stdout, whatever it is), a terminal, or an unnamed pipe. Any
+ *   other device and a FIFO are refused with a message, never opened (an
+ *   open may act: a FIFO without a reader blocks for ever).
+ * - mg_file_open_read: an input opened only when it is a regular file (a
+ *   device such as /dev/zero never ends, a FIFO blocks).
  * - mg_tmp_file: a temporary file beside its target, created exclusively
  *   (O_CREAT | O_EXCL | O_NOFOLLOW) under an unpredictable name
  *   "<target>.tmp.<host>.<pid>.<16 hex digits>". It can reserve the space the
@@ -19,6 +28,9 @@
  *   younger process), left by saves that were killed; only files that carry
  *   mg_tmp_create's mark (an extended attribute, where the file system keeps
  *   them), so another's file that a killed save left under such a name stays.
+ * - mg_cleanup_*: the files a stop signal (SIGTERM, SIGINT, SIGHUP) removes
+ *   before the process ends, where a command asks for it (ckpt bench: its
+ *   temporary files of gigabytes do not outlive a kill).
  * All of it is local to the calling process (the collective save is in
  * checkpoint.c). Exports the names above. */
 #ifndef MG_IO_FILES_H
@@ -45,8 +57,43 @@ int mg_path_same_file(const char *a, const char *b);
  * <path>: it is a symbolic link / a device / a directory / not a <kind>". */
 int mg_file_replaceable(const char *path, const char *kind, int (*accept)(const char *path),
                         int *exists);
-/* 1 when the file at `path` begins with the bytes of `mark` (at most 256). */
+/* 1 when the file at `path` is a regular file (not through a link) that
+ * begins with the bytes of `mark` (at most 256). */
 int mg_file_starts_with(const char *path, const char *mark);
+
+/* An input file: *fd open for reading when `path` is a regular file (links
+ * followed), MG_OK; else MG_EIO "cannot open <what> <path>: ..." (missing, a
+ * directory, or not a regular file: a device, FIFO or socket is not read). */
+int mg_file_open_read(const char *path, const char *what, int *fd);
+
+enum {
+    MG_OUTPUT_NEW = 0,   /* nothing is there */
+    MG_OUTPUT_FILE = 1,  /* a regular file accept() takes */
+    MG_OUTPUT_STREAM = 2 /* stdout, stderr, a terminal or an unnamed pipe */
+};
+/* What the output `path` is (*what), MG_OK when it may be written: as
+ * mg_file_replaceable, and where `streams` is 1 also a stream (links
+ * followed). Otherwise MG_EIO naming the path and what it is. Opens nothing. */
+int mg_output_check(const char *path, const char *kind, int (*accept)(const char *path),
+                    int streams, int *what);
+/* Opens a log written in place, *fd for writing: a stream (*stream = 1:
+ * stdout or stderr duplicated, else opened without blocking: a pipe nobody
+ * reads is refused), or a file where nothing is or over an empty file or one
+ * that starts with `mark`, never through a link, checked again through the
+ * descriptor once open, then emptied (or appended to: `append`). */
+int mg_output_open(const char *path, const char *kind, const char *mark, int append, int *fd,
+                   int *stream);
+
+/* Files a stop signal removes: once mg_cleanup_install ran, SIGTERM, SIGINT
+ * and SIGHUP (those not ignored at start) remove every file tracked that is
+ * still the one tracked (same device and inode), then end the process as the
+ * signal would. A temporary file is tracked from mg_tmp_create until its
+ * commit begins or its discard; mg_cleanup_add tracks another (a file that
+ * only lives while the process runs, as a benchmark's), mg_cleanup_drop
+ * stops. At most 8 at a time (more are not tracked). */
+int mg_cleanup_add(const char *path);
+void mg_cleanup_drop(const char *path);
+int mg_cleanup_install(void);
 
 typedef struct {
     char path[MG_PATH_MAX];

@@ -9,11 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "context.h"
 #include "dist/watchdog.h"
 #include "io/files.h"
 #include "status.h"
+#include "text.h"
 
 /* HDF5 allocates and frees a buffer per chunk (up to 4 MiB), ROMIO a 16 MiB
  * collective buffer per call; with glibc's defaults these come from fresh mmaps
@@ -58,9 +60,10 @@ int mg_io_agree(mg_comm *comm, int status) {
     }
     int st = mg_comm_agree_max(comm, &first, 1, wait);
     if (st != MG_OK && status < 0) {
+        char safe[1100];
         fprintf(stderr, "meshgrad: error: rank %d: %s (the other ranks did not answer within "
                 "%g s: they are stuck in a call this rank left; ending the job)\n", comm->rank,
-                mine[0] ? mine : "failed", wait);
+                mg_text_safe(mine[0] ? mine : "failed", safe, sizeof safe), wait);
         mg_comm_abort(comm, 1);
     }
     if (st != MG_OK) return st;
@@ -132,15 +135,10 @@ void mg_h5_error_at(mg_h5_err *e, const char *path) {
 
 int mg_file_precheck(const char *path, const char *what) {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return mg_error(MG_EIO, "cannot open %s %s: it is a directory", what, path);
-    if (!S_ISREG(st.st_mode))
-        return mg_error(MG_EIO, "cannot open %s %s: not a regular file", what, path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mg_error(MG_EIO, "cannot open %s %s: %s", what, path, strerror(errno));
-    fclose(f);
+    int fd, rc = mg_file_open_read(path, what, &fd); /* a regular file, readable */
+    if (rc != MG_OK) return rc;
+    if (fstat(fd, &st) != 0) st.st_size = 0;
+    close(fd);
     if (H5Fis_hdf5(path) <= 0)
         return mg_error(MG_EFORMAT, "%s %s is not an HDF5 file (%lld bytes, no HDF5 signature)",
                         what, path, (long long)st.st_size);

@@ -13,7 +13,8 @@
  *   read and write) are bracketed with mg_watchdog_begin_comm / end by their
  *   callers, so a rank that never joins ends the job with a message.
  * - mg_h5_error_get: what HDF5's error stack says about the last failed call.
- * - mg_file_precheck: a file exists, is a regular file and is HDF5 (clear
+ * - mg_file_precheck: a file exists, is a regular file (files.h
+ *   mg_file_open_read: a device or FIFO is never opened) and is HDF5 (clear
  *   messages before HDF5 is asked to open it).
  * - mg_h5_open_dataset: a dataset reached through hard links only, whose data
  *   lies in the file itself (no soft or external link, virtual dataset or

@@ -25,8 +25,8 @@ struct mg_tokens {
     char split[16];
     mg_comm *comm;
     hid_t file, dset;
-    hid_t mem_type; /* H5T_NATIVE_UINT8 or H5T_NATIVE_INT32 */
-    size_t elem;    /* 1 or 4 bytes */
+    hid_t mem_type; /* H5T_NATIVE_UINT8, H5T_NATIVE_UINT16 or H5T_NATIVE_INT32 */
+    size_t elem;    /* 1, 2 or 4 bytes */
     int64_t n;
     int vocab;
     void *buf; /* read buffer, grows */
@@ -72,7 +72,9 @@ static int read_raw(mg_tokens *t, int64_t first, int64_t n) {
 }
 
 static int64_t raw_at(const mg_tokens *t, int64_t i) {
-    return t->elem == 1 ? (int64_t)((const uint8_t *)t->buf)[i] : (int64_t)((const int32_t *)t->buf)[i];
+    if (t->elem == 1) return ((const uint8_t *)t->buf)[i];
+    if (t->elem == 2) return ((const uint16_t *)t->buf)[i];
+    return ((const int32_t *)t->buf)[i];
 }
 
 int mg_tokens_read(mg_tokens *t, int64_t first, int64_t n, float *out) {
@@ -114,10 +116,11 @@ static int open_split(mg_tokens *t) {
     if (!mg_h5_exists(t->file, rel))
         return mg_error(MG_EFORMAT,
                         "token data set %s has no /%s: make one with `meshgrad data text2h5 IN.txt "
-                        "OUT.h5`",
+                        "OUT.h5` or `meshgrad data bin2h5 IN.bin OUT.h5` (docs/DATA.md)",
                         t->path, rel);
     if (mg_h5_attr_read_text(t->file, "vocab_size", text, sizeof text) < 0)
-        return mg_error(MG_EFORMAT, "token data set %s has no vocab_size attribute", t->path);
+        return mg_error(MG_EFORMAT, "token data set %s has no vocab_size attribute: give its root "
+                        "the number of token ids (docs/DATA.md)", t->path);
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
@@ -143,12 +146,15 @@ static int open_split(mg_tokens *t) {
     if (cls == H5T_INTEGER && size == 1 && sign == H5T_SGN_NONE) {
         t->mem_type = H5T_NATIVE_UINT8;
         t->elem = 1;
+    } else if (cls == H5T_INTEGER && size == 2 && sign == H5T_SGN_NONE) { /* nanoGPT's, llm.c's */
+        t->mem_type = H5T_NATIVE_UINT16;
+        t->elem = 2;
     } else if (cls == H5T_INTEGER && size == 4 && sign == H5T_SGN_2) {
         t->mem_type = H5T_NATIVE_INT32;
         t->elem = 4;
     } else {
-        return mg_error(MG_EFORMAT, "token data set %s: /%s holds %s; it must be uint8 or int32",
-                        t->path, rel, tname);
+        return mg_error(MG_EFORMAT, "token data set %s: /%s holds %s; it must be uint8, uint16 or "
+                        "int32 (docs/DATA.md)", t->path, rel, tname);
     }
     if ((st = mg_h5_check_stored(t->dset, t->path, rel, t->elem)) != MG_OK) return st;
     t->n = (int64_t)n;

@@ -1,10 +1,11 @@
 /* tokens.h: token data sets (docs/DESIGN.md "Token data sets") and the window
  * loader.
  *
- * File layout: /train/tokens and /val/tokens, 1-D uint8 (bytes: vocabulary
- * 256) or int32 (a larger vocabulary); root attributes "vocab_size",
- * "vocab" (its kind, e.g. "bytes"), "source" and "license". Written by
- * `meshgrad data text2h5` (cli/data_text.c).
+ * File layout (docs/DATA.md): /train/tokens and /val/tokens, 1-D uint8
+ * (bytes: vocabulary 256), uint16 (a vocabulary up to 65536: GPT-2's BPE, as
+ * nanoGPT and llm.c store it) or int32; root attributes "vocab_size", "vocab"
+ * (its kind, e.g. "bytes"), "source" and "license". Written by `meshgrad data
+ * text2h5` (cli/data_text.c) and `meshgrad data bin2h5` (cli/data_bin.c).
  *
  * A training batch is B windows of T+1 tokens: window `row` of step `step`
  * starts at a position drawn by Philox(seed, stream = 2^62 + step, index =
@@ -33,7 +34,7 @@
 typedef struct mg_tokens mg_tokens;
 
 /* Collective over `comm`. Opens `split` ("train" or "val") of a token data set:
- * the dataset is 1-D uint8 or int32 and not empty, vocab_size is 1..2^24 and
+ * the dataset is 1-D uint8, uint16 or int32 and not empty, vocab_size is 1..2^24 and
  * every token of the split is below it (checked once, as it is read). NULL
  * with a message naming the file, the split and the problem (agreed). */
 mg_tokens *mg_tokens_open(const char *path, const char *split, mg_comm *comm);

@@ -14,6 +14,7 @@
 #include "io/checkpoint.h"
 #include "io/files.h"
 #include "status.h"
+#include "text.h"
 
 #define MAX_FILE_ATTRS 256
 
@@ -286,7 +287,9 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
         if (strcmp(want, have) == 0) continue;
         if (strcmp(s->key, "data.file") == 0 && mg_path_same_file(want, have))
             continue; /* one file, named another way (another directory, a link) */
-        mg_train_state_diff d = {path, s->key, have, want, s->must_match};
+        char safe[256]; /* the file's value, printed by the caller: escaped (text.h) */
+        mg_train_state_diff d = {path, s->key, mg_text_safe(have, safe, sizeof safe), want,
+                                 s->must_match};
         int rc = (on_diff ? on_diff : refuse_diff)(ctx, &d);
         if (rc != MG_OK) return rc;
     }
@@ -372,9 +375,9 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
         saved->schedule.warmup = warmup;
         saved->schedule.total = total;
         v = mg_ckpt_attr_get(file, nfile, "mesh");
-        snprintf(saved->mesh, sizeof saved->mesh, "%s", v ? v : "?");
+        mg_text_safe(v ? v : "?", saved->mesh, sizeof saved->mesh); /* printed: text.h */
         v = mg_ckpt_attr_get(file, nfile, "parallel");
-        snprintf(saved->parallel, sizeof saved->parallel, "%s", v ? v : "?");
+        mg_text_safe(v ? v : "?", saved->parallel, sizeof saved->parallel);
     }
     free(file);
     free(l.a);

@@ -38,7 +38,8 @@ typedef struct {
     const char *data_file;           /* informational; NULL after a load */
     mg_lr_schedule schedule;
     double clip;
-    char mesh[64], parallel[64];     /* filled by a load: where it was saved */
+    char mesh[64], parallel[64];     /* filled by a load: where it was saved (control
+                                      * bytes escaped: they are printed, text.h) */
 } mg_train_state;
 
 /* Collective. Saves the model's parameters, the optimizer's state and the
@@ -51,7 +52,7 @@ int mg_train_state_save(const char *path, mg_model *model, const mg_optimizer *o
 typedef struct {
     const char *path;    /* the checkpoint */
     const char *key;     /* the attribute: "model.hidden", "schedule.lr" */
-    const char *saved;   /* its value in the file */
+    const char *saved;   /* its value in the file, control bytes escaped (text.h) */
     const char *current; /* this run's value (as text, formatted as saved) */
     int must_match;      /* 1: the model or the optimizer's state (a load cannot go on) */
 } mg_train_state_diff;

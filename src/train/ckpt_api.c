@@ -1,13 +1,20 @@
 /* ckpt_api.c: mg_ckpt of the training API (meshgrad_train.h): a list of named
- * tensors, an optimizer, a step and attributes, saved and loaded with
+ * tensors, optimizers, a step and attributes, saved and loaded with
  * io/checkpoint.h in the layout of `meshgrad train` (nn/train_state.h):
- * /params/<name>, /optim/<name>/<state>, and the attributes step, optimizer,
- * optimizer.state, optimizer.step and the optimizer's settings, mesh,
- * placements.<name>, meshgrad.version, then the caller's.
+ * /params/<name>, and the attributes step, mesh, placements.<name>,
+ * meshgrad.version, then the caller's. The optimizers (docs/CHECKPOINTS.md):
+ * - one set by mg_ckpt_set_optim, unnamed, in the layout `meshgrad train`
+ *   writes: /optim/<param>/<state>, the attributes optimizer (its kind),
+ *   optimizer.state, optimizer.step and its settings optimizer.<setting>;
+ * - or several, each named by mg_ckpt_add_optim: /optim/<optimizer>/<param>/
+ *   <state>, the attribute optimizer.names (the names, in the order added)
+ *   and optimizer.<optimizer>.kind, .state, .step and .<setting> for each.
+ * A load maps the file's optimizers onto the checkpoint's by name; one
+ * optimizer on each side loads whatever its name (or none) on either side.
  *
  * A load checks everything a file can get wrong before any tensor changes:
  * its step and optimizer attributes, that its datasets under /params are
- * exactly the names given (and under /optim exactly the optimizer's state),
+ * exactly the names given (and under /optim exactly the optimizers' state),
  * and (io/checkpoint.h) every shape, layout and checksum filter. */
 #include <errno.h>
 #include <stdio.h>
@@ -21,13 +28,23 @@
 #include "status.h"
 #include "train/api.h"
 
-#define ENTRY_NAME 96 /* "optim/" + a name (63) + "/" + a state name */
+/* "optim/" + an optimizer's name (31) + "/" + a parameter's (63) + "/" + a state's */
+#define ENTRY_NAME 160
+#define OPTIM_NAME_MAX 32 /* with the NUL: "optimizer.<name>.weight_decay" fits a key */
+#define MAX_OPTIMS 16     /* "optimizer.names" fits an attribute */
+
+/* An optimizer of the checkpoint: unnamed (mg_ckpt_set_optim, name "") or named. */
+typedef struct {
+    mg_optim *optim;
+    char name[OPTIM_NAME_MAX];
+} ckpt_optim;
 
 struct mg_ckpt {
     char (*names)[MG_PARAM_NAME_MAX];
     mg_dtensor **tensors;
     int n, cap, cap_tensors;
-    mg_optim *optim;
+    ckpt_optim optims[MAX_OPTIMS]; /* one unnamed, or up to MAX_OPTIMS named */
+    int noptims;
     int64_t step;
     mg_ckpt_attr *attrs; /* set by the caller, or read by the last load */
     int nattrs, cap_attrs;
@@ -42,7 +59,7 @@ mg_ckpt *mg_ckpt_new(void) {
 void mg_ckpt_free(mg_ckpt *ck) {
     if (!ck) return;
     for (int i = 0; i < ck->n; i++) ck->tensors[i]->holders--;
-    if (ck->optim) ck->optim->holders--;
+    for (int i = 0; i < ck->noptims; i++) ck->optims[i].optim->holders--;
     free(ck->names);
     free(ck->tensors);
     free(ck->attrs);
@@ -70,10 +87,53 @@ int mg_ckpt_add(mg_ckpt *ck, const char *name, mg_dtensor *tensor) {
 }
 
 int mg_ckpt_set_optim(mg_ckpt *ck, mg_optim *optim) {
-    if (!mg_arg_given(ck, "mg_ckpt_set_optim", "the checkpoint")) return MG_EINVAL;
-    if (ck->optim) ck->optim->holders--;
-    ck->optim = optim;
-    if (optim) optim->holders++; /* mg_optim_free refuses it until mg_ckpt_free */
+    const char *who = "mg_ckpt_set_optim";
+    if (!mg_arg_given(ck, who, "the checkpoint")) return MG_EINVAL;
+    if (!optim) { /* none from now on */
+        for (int i = 0; i < ck->noptims; i++) ck->optims[i].optim->holders--;
+        ck->noptims = 0;
+        return MG_OK;
+    }
+    if (ck->noptims == 1 && ck->optims[0].optim == optim && !ck->optims[0].name[0]) return MG_OK;
+    if (ck->noptims > 0) /* it replaced the first one, whose state was then not saved */
+        return mg_error(MG_EINVAL, "%s: the checkpoint holds %s already, and it saves one "
+                        "optimizer unnamed: to save several, name each with mg_ckpt_add_optim("
+                        "ckpt, name, optim); to replace it, mg_ckpt_set_optim(ckpt, NULL) first",
+                        who, ck->optims[0].name[0] ? "named optimizers" : "an optimizer");
+    ck->optims[0] = (ckpt_optim){optim, ""};
+    ck->noptims = 1;
+    optim->holders++; /* mg_optim_free refuses it until mg_ckpt_free */
+    return MG_OK;
+}
+
+int mg_ckpt_add_optim(mg_ckpt *ck, const char *name, mg_optim *optim) {
+    const char *who = "mg_ckpt_add_optim";
+    if (!mg_arg_given(ck, who, "the checkpoint")) return MG_EINVAL;
+    int rc = mg_api_name_check(who, "optimizer name", name);
+    if (rc != MG_OK) return rc;
+    if (strlen(name) >= OPTIM_NAME_MAX)
+        return mg_error(MG_EINVAL, "%s: optimizer name \"%s\" has %zu characters; at most %d "
+                        "fit (e.g. \"decay\", \"no_decay\")", who, name, strlen(name),
+                        OPTIM_NAME_MAX - 1);
+    if (!optim) return mg_error(MG_EINVAL, "%s: the optimizer \"%s\" is NULL", who, name);
+    if (ck->noptims > 0 && !ck->optims[0].name[0])
+        return mg_error(MG_EINVAL, "%s: the checkpoint holds an unnamed optimizer "
+                        "(mg_ckpt_set_optim): name every optimizer with mg_ckpt_add_optim, or "
+                        "hold none first (mg_ckpt_set_optim(ckpt, NULL))", who);
+    for (int i = 0; i < ck->noptims; i++) {
+        if (strcmp(ck->optims[i].name, name) == 0)
+            return mg_error(MG_EINVAL, "%s: an optimizer is named \"%s\" already: give each its "
+                            "own name", who, name);
+        if (ck->optims[i].optim == optim)
+            return mg_error(MG_EINVAL, "%s: this optimizer is in the checkpoint already, as "
+                            "\"%s\": add each optimizer once", who, ck->optims[i].name);
+    }
+    if (ck->noptims == MAX_OPTIMS)
+        return mg_error(MG_EINVAL, "%s: the checkpoint holds %d optimizers, as many as one "
+                        "holds: give \"%s\" to a checkpoint of its own", who, MAX_OPTIMS, name);
+    ck->optims[ck->noptims] = (ckpt_optim){optim, ""};
+    snprintf(ck->optims[ck->noptims++].name, OPTIM_NAME_MAX, "%s", name);
+    optim->holders++; /* mg_optim_free refuses it until mg_ckpt_free */
     return MG_OK;
 }
 
@@ -140,12 +200,17 @@ const char *mg_ckpt_get_attr(const mg_ckpt *ck, const char *key) {
 
 /* ---- entries --------------------------------------------------------------------------- */
 
-/* params/<name> for every tensor, then optim/<name>/<state> for every state
- * of the optimizer; *names (free it) holds the entries' names. */
-static int build_entries(const mg_ckpt *ck, mg_ckpt_entry **out, int *n, char **names) {
-    const mg_optim *o = ck->optim;
-    int nstate = o ? mg_optimizer_state_count(&o->opt) : 0;
-    int count = ck->n + (o ? o->params.n * nstate : 0), k = 0;
+/* params/<name> for every tensor, then for every optimizer i, for every state
+ * of each of its parameters, optim/<param>/<state> when in_file[i] is "" (an
+ * unnamed optimizer) or optim/<in_file[i]>/<param>/<state>; *names (free it)
+ * holds the entries' names. in_file: the optimizers' names in the file. */
+static int build_entries(const mg_ckpt *ck, char (*in_file)[OPTIM_NAME_MAX], mg_ckpt_entry **out,
+                         int *n, char **names) {
+    int count = ck->n, k = 0;
+    for (int i = 0; i < ck->noptims; i++) {
+        const mg_optim *o = ck->optims[i].optim;
+        count += o->params.n * mg_optimizer_state_count(&o->opt);
+    }
     mg_ckpt_entry *e = calloc((size_t)count + 1, sizeof *e);
     char *buf = calloc((size_t)count + 1, ENTRY_NAME);
     if (!e || !buf) {
@@ -157,13 +222,17 @@ static int build_entries(const mg_ckpt *ck, mg_ckpt_entry **out, int *n, char **
         snprintf(buf + (size_t)k * ENTRY_NAME, ENTRY_NAME, "params/%s", ck->names[i]);
         e[k] = (mg_ckpt_entry){.name = buf + (size_t)k * ENTRY_NAME, .tensor = ck->tensors[i]};
     }
-    for (int i = 0; o && i < o->params.n; i++)
-        for (int s = 0; s < nstate; s++, k++) {
-            const mg_param *p = &o->params.p[i];
-            snprintf(buf + (size_t)k * ENTRY_NAME, ENTRY_NAME, "optim/%s/%s", p->name,
-                     mg_optimizer_state_name(&o->opt, s));
-            e[k] = (mg_ckpt_entry){.name = buf + (size_t)k * ENTRY_NAME, .tensor = p->state[s]};
-        }
+    for (int j = 0; j < ck->noptims; j++) {
+        const mg_optim *o = ck->optims[j].optim;
+        int nstate = mg_optimizer_state_count(&o->opt);
+        for (int i = 0; i < o->params.n; i++)
+            for (int s = 0; s < nstate; s++, k++) {
+                const mg_param *p = &o->params.p[i];
+                snprintf(buf + (size_t)k * ENTRY_NAME, ENTRY_NAME, "optim/%s%s%s/%s", in_file[j],
+                         in_file[j][0] ? "/" : "", p->name, mg_optimizer_state_name(&o->opt, s));
+                e[k] = (mg_ckpt_entry){.name = buf + (size_t)k * ENTRY_NAME, .tensor = p->state[s]};
+            }
+    }
     *out = e;
     *n = count;
     *names = buf;
@@ -206,25 +275,49 @@ static void put_int(attr_out *l, const char *key, int64_t v) {
     put(l, key, buf);
 }
 
+/* "exp_avg,exp_avg_sq", "momentum_buffer" or "none": an optimizer's state. */
+static const char *state_names(const mg_optim *o, char *buf, size_t len) {
+    int n = mg_optimizer_state_count(&o->opt);
+    buf[0] = '\0';
+    for (int s = 0; s < n; s++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", s ? "," : "",
+                 mg_optimizer_state_name(&o->opt, s));
+    return n ? buf : "none";
+}
+
+/* An optimizer's attributes: unnamed (name "") optimizer, optimizer.state,
+ * optimizer.step, optimizer.<setting>; named optimizer.<name>.kind,
+ * optimizer.<name>.state... */
+static void put_optimizer(attr_out *l, const char *name, const mg_optim *o) {
+    char prefix[16 + OPTIM_NAME_MAX], key[64], buf[256];
+    snprintf(prefix, sizeof prefix, "optimizer.%.*s%s", OPTIM_NAME_MAX - 1, name,
+             name[0] ? "." : "");
+    static const char *const settings[] = {"momentum", "weight_decay", "beta1", "beta2", "eps"};
+    const float values[] = {o->opt.momentum, o->opt.weight_decay, o->opt.beta1, o->opt.beta2,
+                            o->opt.eps};
+    snprintf(key, sizeof key, "%skind", prefix);
+    put(l, name[0] ? key : "optimizer", mg_optim_kind_name(o->opt.kind));
+    snprintf(key, sizeof key, "%sstate", prefix);
+    put(l, key, state_names(o, buf, sizeof buf));
+    snprintf(key, sizeof key, "%sstep", prefix);
+    put_int(l, key, o->opt.step);
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "%s%s", prefix, settings[i]);
+        put_float(l, key, values[i]);
+    }
+}
+
 /* The attributes this file writes, then the caller's. */
 static void build_attrs(const mg_ckpt *ck, attr_out *l) {
-    char buf[256] = "", key[128];
+    char buf[MAX_OPTIMS * OPTIM_NAME_MAX] = "", key[128];
     put_int(l, "step", ck->step);
-    const mg_optim *o = ck->optim;
-    if (o) {
-        put(l, "optimizer", mg_optim_kind_name(o->opt.kind));
-        int n = mg_optimizer_state_count(&o->opt);
-        for (int s = 0; s < n; s++)
-            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", s ? "," : "",
-                     mg_optimizer_state_name(&o->opt, s));
-        put(l, "optimizer.state", n ? buf : "none");
-        put_int(l, "optimizer.step", o->opt.step);
-        put_float(l, "optimizer.momentum", o->opt.momentum);
-        put_float(l, "optimizer.weight_decay", o->opt.weight_decay);
-        put_float(l, "optimizer.beta1", o->opt.beta1);
-        put_float(l, "optimizer.beta2", o->opt.beta2);
-        put_float(l, "optimizer.eps", o->opt.eps);
+    if (ck->noptims > 0 && ck->optims[0].name[0]) { /* named: their list first */
+        for (int i = 0; i < ck->noptims; i++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? "," : "",
+                     ck->optims[i].name);
+        put(l, "optimizer.names", buf);
     }
+    for (int i = 0; i < ck->noptims; i++) put_optimizer(l, ck->optims[i].name, ck->optims[i].optim);
     const mg_mesh *mesh = ck->tensors[0]->spec.mesh;
     put(l, "mesh", mg_mesh_format(buf, sizeof buf, mesh));
     for (int i = 0; i < ck->n; i++) {
@@ -237,29 +330,34 @@ static void build_attrs(const mg_ckpt *ck, attr_out *l) {
         if (!is_reserved(ck->attrs[i].key)) put(l, ck->attrs[i].key, ck->attrs[i].value);
 }
 
-/* Of a save or load: the checkpoint and the path are given, it holds a
- * tensor, and its entries (build_entries). */
-static int begin(const char *who, const mg_ckpt *ck, const char *path, mg_ckpt_entry **e, int *n,
-                 char **names) {
-    *e = NULL;
-    *names = NULL;
-    *n = 0;
+/* Of a save or load: the checkpoint and the path are given and it holds a
+ * tensor. */
+static int begin(const char *who, const mg_ckpt *ck, const char *path) {
     if (!ck) return mg_error(MG_EINVAL, "%s: the checkpoint is NULL", who);
     if (!path) return mg_error(MG_EINVAL, "%s: the path is NULL", who);
     if (ck->n == 0)
         return mg_error(MG_EINVAL, "%s: the checkpoint holds no tensor: mg_ckpt_add them first",
                         who);
-    return build_entries(ck, e, n, names);
+    return MG_OK;
+}
+
+/* The optimizers' names as the checkpoint holds them (a save writes them so). */
+static void own_names(const mg_ckpt *ck, char (*in_file)[OPTIM_NAME_MAX]) {
+    for (int i = 0; i < ck->noptims; i++) memcpy(in_file[i], ck->optims[i].name, OPTIM_NAME_MAX);
 }
 
 int mg_ckpt_save(mg_ckpt *ck, const char *path) {
     const char *who = "mg_ckpt_save";
-    mg_ckpt_entry *e;
-    char *names;
-    int n, rc = begin(who, ck, path, &e, &n, &names);
+    mg_ckpt_entry *e = NULL;
+    char *names = NULL, in_file[MAX_OPTIMS][OPTIM_NAME_MAX];
+    int n = 0, rc = begin(who, ck, path);
+    if (rc == MG_OK) {
+        own_names(ck, in_file);
+        rc = build_entries(ck, in_file, &e, &n, &names);
+    }
     attr_out l = {NULL, 0, 0};
     if (rc == MG_OK) {
-        l.cap = 16 + ck->n + ck->nattrs;
+        l.cap = 16 + ck->n + ck->nattrs + 8 * ck->noptims;
         if (!(l.a = calloc((size_t)l.cap, sizeof *l.a)))
             rc = mg_error(MG_ENOMEM, "%s: out of memory for attributes", who);
     }
@@ -297,38 +395,126 @@ static int get_count(const char *path, const mg_ckpt_attr *a, int n, const char 
     return MG_OK;
 }
 
-/* The file's optimizer is the one given: kind and state tensors. */
-static int check_optimizer(const char *path, const mg_optim *o, const mg_ckpt_attr *a, int n,
-                           int64_t step, int64_t *opt_step) {
-    const char *kind = mg_ckpt_attr_get(a, n, "optimizer");
+/* The file's optimizer under `name` ("": the unnamed one) is `o`: kind and
+ * state tensors; *opt_step its step. */
+static int check_optimizer(const char *path, const mg_optim *o, const char *name,
+                           const mg_ckpt_attr *a, int n, int64_t step, int64_t *opt_step) {
+    char prefix[16 + OPTIM_NAME_MAX], key[64], what[16 + OPTIM_NAME_MAX];
+    snprintf(prefix, sizeof prefix, "optimizer.%.*s%s", OPTIM_NAME_MAX - 1, name,
+             name[0] ? "." : "");
+    snprintf(key, sizeof key, "%skind", prefix);
+    snprintf(what, sizeof what, name[0] ? "optimizer \"%s\"" : "optimizer%s", name);
+    const char *kind = mg_ckpt_attr_get(a, n, name[0] ? key : "optimizer");
     const char *want = mg_optim_kind_name(o->opt.kind);
-    if (!kind)
+    if (!kind && !name[0])
         return mg_error(MG_EINVAL, "cannot load %s with an optimizer: it was saved without one; "
                         "load it without mg_ckpt_set_optim", path);
+    if (!kind)
+        return mg_error(MG_EFORMAT, "checkpoint %s names the optimizer \"%s\" but has no \"%s\" "
+                        "attribute: the file was altered", path, name, key);
     if (strcmp(kind, want) != 0)
-        return mg_error(MG_EINVAL, "cannot load %s: it holds the state of %s, but the optimizer "
-                        "is %s: make the optimizer it was saved with", path, kind, want);
-    char names[128] = "";
-    int ns = mg_optimizer_state_count(&o->opt);
-    for (int s = 0; s < ns; s++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", s ? "," : "",
-                 mg_optimizer_state_name(&o->opt, s));
-    const char *have = mg_ckpt_attr_get(a, n, "optimizer.state");
-    if (!have || strcmp(have, ns ? names : "none") != 0)
-        return mg_error(MG_EINVAL, "cannot load %s: its %s state is %s, but this optimizer's is "
-                        "%s (SGD keeps a momentum buffer only when momentum is not 0)", path,
-                        kind, have ? have : "missing", ns ? names : "none");
-    int rc = get_count(path, a, n, "optimizer.step", opt_step);
+        return mg_error(MG_EINVAL, "cannot load %s: it holds the state of %s, but the %s is %s: "
+                        "make the optimizer it was saved with", path, kind, what, want);
+    char names[128];
+    const char *mine = state_names(o, names, sizeof names);
+    snprintf(key, sizeof key, "%sstate", prefix);
+    const char *have = mg_ckpt_attr_get(a, n, key);
+    if (!have || strcmp(have, mine) != 0)
+        return mg_error(MG_EINVAL, "cannot load %s: its %s state is %s, but this %s's is %s (SGD "
+                        "keeps a momentum buffer only when momentum is not 0)", path, kind,
+                        have ? have : "missing", what, mine);
+    snprintf(key, sizeof key, "%sstep", prefix);
+    int rc = get_count(path, a, n, key, opt_step);
     if (rc == MG_OK && *opt_step > step)
-        rc = mg_error(MG_EFORMAT, "checkpoint %s: optimizer.step %lld cannot follow %lld steps: "
-                      "the file was altered", path, (long long)*opt_step, (long long)step);
+        rc = mg_error(MG_EFORMAT, "checkpoint %s: %s %lld cannot follow %lld steps: the file was "
+                      "altered", path, key, (long long)*opt_step, (long long)step);
     return rc;
+}
+
+/* The optimizers of the file: none, one unnamed (its attribute "optimizer":
+ * names[0] ""), or those named by optimizer.names. */
+static int file_optimizers(const char *path, const mg_ckpt_attr *a, int n,
+                           char (*names)[OPTIM_NAME_MAX], int *count) {
+    const char *list = mg_ckpt_attr_get(a, n, "optimizer.names");
+    *count = 0;
+    if (!list) {
+        if (mg_ckpt_attr_get(a, n, "optimizer")) names[(*count)++][0] = '\0';
+        return MG_OK;
+    }
+    for (const char *p = list;; p++) {
+        size_t len = strcspn(p, ",");
+        int ok = *count < MAX_OPTIMS && len >= 1 && len < OPTIM_NAME_MAX && p[0] != '.';
+        for (size_t i = 0; ok && i < len; i++)
+            ok = (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+                 (p[i] >= '0' && p[i] <= '9') || p[i] == '_' || p[i] == '.' || p[i] == '-';
+        if (ok) {
+            memcpy(names[*count], p, len);
+            names[*count][len] = '\0';
+            for (int i = 0; ok && i < *count; i++) ok = strcmp(names[i], names[*count]) != 0;
+        }
+        if (!ok)
+            return mg_error(MG_EFORMAT, "checkpoint %s: attribute \"optimizer.names\" is "
+                            "\"%.200s\", not up to %d distinct names: the file was altered",
+                            path, list, MAX_OPTIMS);
+        (*count)++;
+        p += len;
+        if (!*p) return MG_OK;
+    }
+}
+
+/* "decay, no_decay" */
+static const char *name_list(char (*names)[OPTIM_NAME_MAX], int n, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? ", " : "", names[i]);
+    return buf;
+}
+
+/* in_file[i]: the file's name of the checkpoint's optimizer i. One optimizer
+ * on each side goes with the other whatever their names; else every
+ * optimizer of either side must be named, with the same names. */
+static int map_optimizers(const char *path, const mg_ckpt *ck, char (*file)[OPTIM_NAME_MAX],
+                          int nfile, char (*in_file)[OPTIM_NAME_MAX]) {
+    char list[MAX_OPTIMS * (OPTIM_NAME_MAX + 2)];
+    if (ck->noptims == 0) return MG_OK;
+    if (nfile == 0)
+        return mg_error(MG_EINVAL, "cannot load %s with an optimizer: it was saved without one; "
+                        "load it without mg_ckpt_set_optim or mg_ckpt_add_optim", path);
+    if (ck->noptims == 1 && nfile == 1) {
+        memcpy(in_file[0], file[0], OPTIM_NAME_MAX);
+        return MG_OK;
+    }
+    if (!file[0][0])
+        return mg_error(MG_EINVAL, "cannot load %s: it holds one optimizer's state, saved unnamed, "
+                        "but %d optimizers were given: load it with one", path, ck->noptims);
+    if (!ck->optims[0].name[0])
+        return mg_error(MG_EINVAL, "cannot load %s: it holds the state of %d optimizers (%s): name "
+                        "each with mg_ckpt_add_optim to load them", path, nfile,
+                        name_list(file, nfile, list, sizeof list));
+    for (int i = 0; i < ck->noptims; i++) {
+        int k = 0;
+        while (k < nfile && strcmp(file[k], ck->optims[i].name) != 0) k++;
+        if (k == nfile)
+            return mg_error(MG_EINVAL, "cannot load %s: it holds no optimizer \"%s\" (it holds "
+                            "%s): name the optimizers as they were saved", path,
+                            ck->optims[i].name, name_list(file, nfile, list, sizeof list));
+        memcpy(in_file[i], file[k], OPTIM_NAME_MAX);
+    }
+    for (int k = 0; k < nfile; k++) {
+        int i = 0;
+        while (i < ck->noptims && strcmp(file[k], ck->optims[i].name) != 0) i++;
+        if (i == ck->noptims)
+            return mg_error(MG_EINVAL, "cannot load %s: it holds the state of optimizer \"%s\" "
+                            "too, which was not given: add every optimizer it holds", path,
+                            file[k]);
+    }
+    return MG_OK;
 }
 
 typedef struct {
     const char *path;
     const mg_ckpt_entry *e;
-    int n, nparams, optim; /* entries; of them tensors; an optimizer's state is loaded */
+    int n, nparams, optim; /* entries; of them tensors; optimizers' state is loaded */
     char *found;
 } match;
 
@@ -348,13 +534,13 @@ static int match_dataset(void *ctx, const char *name) {
                         "tensors given: it is a checkpoint of another model (or add every "
                         "tensor it holds)", m->path, name, m->nparams);
     return mg_error(MG_EINVAL, "cannot load %s: it holds /%s, which is no state of the "
-                    "optimizer given: it was saved with other parameters", m->path, name);
+                    "optimizers given: it was saved with other parameters", m->path, name);
 }
 
 /* Every dataset of the file under params/ (and optim/) is an entry and every
  * entry is in the file. */
 static int match_file(const char *path, const mg_ckpt *ck, const mg_ckpt_entry *e, int n) {
-    match m = {path, e, n, ck->n, ck->optim != NULL, calloc((size_t)n + 1, 1)};
+    match m = {path, e, n, ck->n, ck->noptims > 0, calloc((size_t)n + 1, 1)};
     if (!m.found) return mg_error(MG_ENOMEM, "checkpoint: out of memory");
     int rc = mg_checkpoint_list(path, match_dataset, &m);
     for (int i = 0; rc == MG_OK && i < n; i++)
@@ -368,27 +554,37 @@ static int match_file(const char *path, const mg_ckpt *ck, const mg_ckpt_entry *
 
 int mg_ckpt_load(mg_ckpt *ck, const char *path) {
     const char *who = "mg_ckpt_load";
-    mg_ckpt_entry *e;
-    char *names;
-    int n, rc = begin(who, ck, path, &e, &n, &names);
-    uint64_t h = rc == MG_OK ? mg_api_hash(entries_hash(e, n), path, strlen(path)) : 0;
-    if ((rc = mg_api_agree(rc, h, who, "tensors, placements or path")) != MG_OK) {
+    mg_ckpt_entry *e = NULL;
+    char *names = NULL, in_file[MAX_OPTIMS][OPTIM_NAME_MAX], file_names[MAX_OPTIMS][OPTIM_NAME_MAX];
+    int n = 0, rc = begin(who, ck, path);
+    uint64_t h = 0;
+    if (rc == MG_OK) { /* what every rank was given: its own names */
+        own_names(ck, in_file);
+        rc = build_entries(ck, in_file, &e, &n, &names);
+        if (rc == MG_OK) h = mg_api_hash(entries_hash(e, n), path, strlen(path));
         free(e);
         free(names);
-        return rc;
+        e = NULL;
+        names = NULL;
     }
-    int max = 256 + ck->n, nfile = 0;
-    int64_t step = 0, opt_step = 0;
+    if ((rc = mg_api_agree(rc, h, who, "tensors, placements, optimizers or path")) != MG_OK)
+        return rc;
+    int max = 256 + ck->n + 8 * MAX_OPTIMS, nfile = 0, nopt = 0;
+    int64_t step = 0, opt_step[MAX_OPTIMS] = {0};
     mg_ckpt_attr *file = calloc((size_t)max, sizeof *file);
     rc = file ? mg_checkpoint_read_attrs(path, file, max, &nfile)
               : mg_error(MG_ENOMEM, "%s: out of memory for attributes", who);
     if (rc == MG_OK) rc = get_count(path, file, nfile, "step", &step);
-    if (rc == MG_OK && ck->optim)
-        rc = check_optimizer(path, ck->optim, file, nfile, step, &opt_step);
+    if (rc == MG_OK && ck->noptims > 0) rc = file_optimizers(path, file, nfile, file_names, &nopt);
+    if (rc == MG_OK) rc = map_optimizers(path, ck, file_names, nopt, in_file);
+    for (int i = 0; rc == MG_OK && i < ck->noptims; i++)
+        rc = check_optimizer(path, ck->optims[i].optim, in_file[i], file, nfile, step,
+                             &opt_step[i]);
+    if (rc == MG_OK) rc = build_entries(ck, in_file, &e, &n, &names); /* the file's names */
     if (rc == MG_OK) rc = match_file(path, ck, e, n);
     if (rc == MG_OK) rc = mg_checkpoint_load(path, e, n, NULL, 0, NULL);
     if (rc == MG_OK) {
-        if (ck->optim) ck->optim->opt.step = opt_step;
+        for (int i = 0; i < ck->noptims; i++) ck->optims[i].optim->opt.step = opt_step[i];
         ck->step = step;
         free(ck->attrs);
         ck->attrs = file;

@@ -66,7 +66,7 @@ static const option_def options[] = {
     {"save-every", OPT_INT, F(save_every), 0, "N", "save every N steps (0 = only at the end)"},
     {"keep", OPT_INT, F(keep), 0, "K", "keep the newest K of a directory --save (0 = all)"},
     {"resume", OPT_STRING, F(resume), 0, "PATH", "checkpoint to resume, or a directory: its newest one"},
-    {"overwrite", OPT_FLAG, F(overwrite), 0, "", "a new run may save into a directory of checkpoints"},
+    {"overwrite", OPT_FLAG, F(overwrite), 0, "", "a new run may save over a checkpoint, or into a directory of them"},
     {"on-nonfinite", OPT_STRING, F(on_nonfinite), 0, "WHAT", "a NaN/inf loss or gradient: stop | skip the step"},
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
     {"dtype", OPT_STRING, F(dtype), 0, "NAME", "fp32 | bf16: bf16 GEMM inputs, fp32 sums, weights and state"},
@@ -83,6 +83,20 @@ static const option_def options[] = {
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
+_Static_assert(NOPTIONS <= 64, "mg_train_config's `given` holds a bit per option");
+
+/* The options of some models only, each with the models it applies to (bits
+ * 1 << mg_model_kind) and what sets the size of the others. */
+#define FOR_MLPS (1u << MG_MODEL_MLP | 1u << MG_MODEL_PERMUTE_MLP)
+#define FOR_GPT (1u << MG_MODEL_GPT)
+static const struct {
+    const char *key;
+    unsigned models;
+} model_options[] = {
+    {"hidden", FOR_MLPS}, {"depth", FOR_MLPS}, {"channels", 1u << MG_MODEL_PERMUTE_MLP},
+    {"layers", FOR_GPT},  {"heads", FOR_GPT},  {"embd", FOR_GPT},
+    {"ctx", FOR_GPT},     {"eval-tokens", FOR_GPT},
+};
 
 /* The words some counts also take, and the value each stands for. */
 static const struct {
@@ -160,6 +174,7 @@ int mg_train_config_set_at(mg_train_config *c, const char *key, const char *valu
     const option_def *o = find_option(key);
     if (!o)
         return mg_error(MG_EINVAL, "%s: unknown option '%s' (see meshgrad train --help)", where, key);
+    c->given |= 1ull << (o - options);
     void *field = (char *)c + o->offset;
     if (*value == '\0') return mg_error(MG_EINVAL, "%s: %s needs a value", where, o->key);
     char *end = NULL;
@@ -396,7 +411,33 @@ int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv) {
     return MG_OK;
 }
 
+/* An option of another model than c's, set by the user: refused, as it
+ * would be dropped (--heads with the MLP, --hidden with the GPT). */
+static int check_model_options(const mg_train_config *c) {
+    for (size_t i = 0; i < sizeof model_options / sizeof model_options[0]; i++) {
+        const option_def *o = find_option(model_options[i].key);
+        if (!(c->given & 1ull << (o - options)) || model_options[i].models & 1u << c->model)
+            continue;
+        unsigned for_models = model_options[i].models;
+        const char *size = c->model == MG_MODEL_GPT ? "layers, heads, embd and ctx"
+                           : c->model == MG_MODEL_MLP ? "hidden and depth"
+                                                      : "hidden, channels and depth";
+        return mg_error(MG_EINVAL, "%s applies to --model %s, but the model is %s (sized by %s): "
+                        "drop %s, or give --model %s", o->key,
+                        for_models == FOR_GPT    ? "gpt"
+                        : for_models == FOR_MLPS ? "mlp or permute-mlp"
+                                                 : "permute-mlp",
+                        mg_model_kind_name(c->model), size, o->key,
+                        for_models == FOR_GPT    ? "gpt"
+                        : for_models == FOR_MLPS ? "mlp"
+                                                 : "permute-mlp");
+    }
+    return MG_OK;
+}
+
 int mg_train_config_check(const mg_train_config *c) {
+    int rc = check_model_options(c);
+    if (rc != MG_OK) return rc;
     if (c->warmup >= c->steps && c->warmup > 0)
         return mg_error(MG_EINVAL, "warmup (%lld steps) must be shorter than the run (%lld steps)",
                         (long long)c->warmup, (long long)c->steps);
@@ -438,7 +479,8 @@ int mg_train_config_check(const mg_train_config *c) {
     if (strcmp(c->on_nonfinite, "stop") != 0 && strcmp(c->on_nonfinite, "skip") != 0)
         return mg_error(MG_EINVAL, "on-nonfinite '%s' is not one of stop, skip", c->on_nonfinite);
     if (c->overwrite && !c->save[0])
-        return mg_error(MG_EINVAL, "overwrite applies to a checkpoint directory: give --save DIR/");
+        return mg_error(MG_EINVAL, "overwrite applies to --save (a checkpoint file or directory that "
+                        "a new run may write over): give --save FILE or --save DIR/");
     if (strcmp(c->dtype, "fp32") != 0 && strcmp(c->dtype, "bf16") != 0)
         return mg_error(MG_EINVAL, "dtype '%s' is not one of fp32, bf16", c->dtype);
     return MG_OK;

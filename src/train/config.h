@@ -55,7 +55,8 @@ struct mg_train_config {
     int64_t save_every;        /* save every N steps (0 = only at the end) */
     int64_t keep;              /* directory --save: keep the newest K (0 = all) */
     char resume[MG_PATH_MAX];  /* checkpoint file or directory to resume; "" = none */
-    int64_t overwrite;         /* 1: a fresh run may save into a directory of checkpoints */
+    int64_t overwrite;         /* 1: a fresh run may save over a checkpoint file, or into a
+                                * directory of checkpoints */
     char on_nonfinite[8];      /* "stop" (default) or "skip" a step with a NaN/inf loss or
                                 * gradient */
     char device[16];           /* "cpu" or "cuda" */
@@ -72,6 +73,9 @@ struct mg_train_config {
     int64_t virtual_stages;
     char pp_layers[1024];      /* layers per stage "3,3,2", or "" (balanced) */
     int help;
+    uint64_t given;            /* bit i: option i of config.c's table was set (a file, a
+                                * flag, mg_train_config_set): an option of another model
+                                * than `model` is refused, not dropped */
 };
 
 void mg_train_config_defaults(mg_train_config *c);
@@ -87,7 +91,8 @@ int mg_train_config_load(mg_train_config *c, const char *path);
  * flag. Unknown flags, missing values and stray arguments are refused. */
 int mg_train_config_parse_args(mg_train_config *c, int argc, char **argv);
 void mg_train_config_usage(FILE *out);
-/* Cross-option checks that need no mesh (warmup < steps...). */
+/* Cross-option checks that need no mesh (warmup < steps...), and options of
+ * another model than the one given (--heads with the MLP) refused. */
 int mg_train_config_check(const mg_train_config *c);
 /* What sets a checkpoint attribute in this program, for messages on resume:
  * "--hidden" for "model.hidden", "the data set gives" for "model.classes". */

@@ -1,5 +1,8 @@
 /* tokens_api.c: mg_token_loader of the training API (meshgrad_train.h): the
- * window loader of io/tokens.h on a mesh, its batches in the step arena. */
+ * window loader of io/tokens.h on a mesh, its batches in the step arena.
+ * State: the context's `loaders` (the loaders open now) and `closed_loaders`,
+ * so that closing a loader twice does nothing. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +19,46 @@ struct mg_token_loader {
     int64_t cap;
 };
 
+/* ---- the loaders open now (the context's `loaders`) -------------------------- */
+
+/* Closed headers held back from malloc (the context's closed_loaders). */
+#define HELD_BACK 64
+
+/* l's place among the open loaders, or -1; l is only compared, never read. */
+static int open_index(const mg_token_loader *l) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < c->n_loaders; i++)
+        if (c->loaders[i] == l) return i;
+    return -1;
+}
+
+static int open_add(mg_token_loader *l) {
+    mg_context *c = mg_ctx();
+    if (c->n_loaders == c->cap_loaders) {
+        int cap = c->cap_loaders ? 2 * c->cap_loaders : 8;
+        mg_token_loader **p = realloc(c->loaders, (size_t)cap * sizeof *p);
+        if (!p) return mg_error(MG_ENOMEM, "mg_token_loader_open: out of memory");
+        c->loaders = p;
+        c->cap_loaders = cap;
+    }
+    c->loaders[c->n_loaders++] = l;
+    return MG_OK;
+}
+
+/* A closed header goes back to malloc only HELD_BACK closes later: a pointer
+ * a program kept to it is not taken for a loader malloc put at its address. */
+static void hold_back(mg_token_loader *l) {
+    mg_context *c = mg_ctx();
+    if (!c->closed_loaders &&
+        !(c->closed_loaders = calloc(HELD_BACK, sizeof *c->closed_loaders))) {
+        free(l);
+        return;
+    }
+    free(c->closed_loaders[c->next_closed]);
+    c->closed_loaders[c->next_closed] = l;
+    c->next_closed = (c->next_closed + 1) % HELD_BACK;
+}
+
 mg_token_loader *mg_token_loader_open(const mg_mesh *mesh, const char *path, const char *split) {
     const char *who = "mg_token_loader_open";
     int rc = MG_OK;
@@ -31,14 +74,26 @@ mg_token_loader *mg_token_loader_open(const mg_mesh *mesh, const char *path, con
         free(l);
         return NULL;
     }
+    if (open_add(l) != MG_OK) {
+        mg_tokens_close(l->tokens);
+        free(l);
+        return NULL;
+    }
     return l;
 }
 
+/* Only a loader open now is closed: another pointer (closed already) is not
+ * read at all, and nothing is said (a second close aborted in free(), and
+ * under mpirun then hung in Open MPI's handler). */
 void mg_token_loader_close(mg_token_loader *l) {
-    if (!l) return;
+    int i = l ? open_index(l) : -1;
+    if (i < 0) return;
+    mg_context *c = mg_ctx();
+    c->loaders[i] = c->loaders[--c->n_loaders];
     mg_tokens_close(l->tokens);
     free(l->starts);
-    free(l);
+    memset(l, 0, sizeof *l);
+    hold_back(l);
 }
 
 int64_t mg_token_loader_count(const mg_token_loader *l) {
@@ -73,10 +128,14 @@ static int batch_begin(const char *who, mg_token_loader *l, const int64_t *args,
     else if (B < 1 || T < 1)
         rc = mg_error(MG_EINVAL, "%s: a batch of %lld windows of %lld tokens: give B >= 1 and "
                       "T >= 1", who, (long long)B, (long long)T);
-    else if (T + 1 > mg_tokens_count(l->tokens))
-        rc = mg_error(MG_EINVAL, "%s: a window of T + 1 = %lld tokens does not fit in the %lld "
-                      "of the split", who, (long long)(T + 1),
-                      (long long)mg_tokens_count(l->tokens));
+    else if (T >= mg_tokens_count(l->tokens)) /* T + 1 tokens, compared without overflow */
+        rc = mg_error(MG_EINVAL, "%s: a window of T = %lld tokens and the one after them does "
+                      "not fit in the %lld tokens of the split: give T <= %lld", who,
+                      (long long)T, (long long)mg_tokens_count(l->tokens),
+                      (long long)(mg_tokens_count(l->tokens) - 1));
+    else if (B > INT64_MAX / 2 / (T + 1) / (int64_t)sizeof(float))
+        rc = mg_error(MG_EINVAL, "%s: a batch of %lld windows of %lld tokens is more than any "
+                      "memory holds: give a smaller B", who, (long long)B, (long long)T);
     if (rc == MG_OK) rc = mg_spec_make(spec, l->mesh, p, n, 2, (int64_t[]){B, T}, who);
     if (rc == MG_OK && mg_spec_has_partial(spec))
         rc = mg_error(MG_EPLACEMENT, "%s: a batch cannot be Partial; give Shard or Replicate "
