@@ -89,6 +89,17 @@ check_refused "resume --layers 1: model.layers 1 on a GPT of 2 layers" 1 \
     "$prog" train $gpt --layers 1 --steps 4 --resume "$tmp/fewer.h5"
 check_refused "resume --layers 2: the same file" 1 "model.layers" \
     "$prog" train $gpt --layers 2 --steps 4 --resume "$tmp/fewer.h5"
+# more: model.layers 1000000 on a file of 2 blocks: generate built a model
+# of a million blocks (past 3 GB, unbounded); refused before it builds any,
+# and a resume asking for such a model by its floor
+cp "$tmp/gpt2.h5" "$tmp/more.h5"
+"$tool" set-attr "$tmp/more.h5" model.layers 1000000 || fail "more: set-attr failed"
+check_refused "generate: model.layers 1000000 on a GPT of 2 blocks" 1 \
+    "more.h5: attribute model.layers is 1000000 but the file holds the weights of 2 blocks" \
+    "$prog" generate --resume "$tmp/more.h5" --tokens 4
+check_refused "resume --layers 1000000: the same file" 1 \
+    "parameters with their gradients and optimizer state.* more than its .* GiB of memory" \
+    "$prog" train $gpt --layers 1000000 --steps 4 --resume "$tmp/more.h5"
 
 # attributes that cannot be
 attr() {

@@ -172,7 +172,16 @@ static int model_int(const char *path, const mg_ckpt_attr *a, int n, const char 
     return MG_OK;
 }
 
-/* Collective. The GPT configuration of the checkpoint at `path`. */
+/* The blocks whose weights a checkpoint holds: 1 + the largest N of
+ * params/h.N.* (a walk of its names, no data read). */
+static int count_blocks(void *ctx, const char *name) {
+    int k = -1;
+    if (sscanf(name, "params/h.%d.", &k) == 1 && k >= 0 && k + 1 > *(int *)ctx) *(int *)ctx = k + 1;
+    return MG_OK;
+}
+
+/* Collective. The GPT configuration of the checkpoint at `path`, its layer
+ * count checked against the weights the file holds before any is built. */
 static int read_config(const char *path, mg_gpt_config *cfg) {
     mg_ckpt_attr *a = calloc(GEN_MAX_ATTRS, sizeof *a);
     if (!a) return mg_error(MG_ENOMEM, "generate: out of memory for the checkpoint's attributes");
@@ -185,6 +194,13 @@ static int read_config(const char *path, mg_gpt_config *cfg) {
         rc = mg_error(MG_EINVAL, "checkpoint %s holds a model of kind %s, not a GPT: generate needs a "
                       "checkpoint of `meshgrad train --model gpt`", path, model);
     if (rc == MG_OK) rc = model_int(path, a, n, "model.layers", &cfg->layers);
+    int blocks = 0;
+    if (rc == MG_OK) rc = mg_checkpoint_list(path, count_blocks, &blocks);
+    if (rc == MG_OK && blocks != cfg->layers)
+        rc = mg_error(MG_EFORMAT, "checkpoint %s: attribute model.layers is %lld but the file "
+                      "holds the weights of %d blocks (params/h.0 to h.%d): it was altered or "
+                      "cut short; give the checkpoint as train saved it", path,
+                      (long long)cfg->layers, blocks, blocks - 1);
     if (rc == MG_OK) rc = model_int(path, a, n, "model.heads", &cfg->heads);
     if (rc == MG_OK) rc = model_int(path, a, n, "model.embd", &cfg->embd);
     if (rc == MG_OK) rc = model_int(path, a, n, "model.ctx", &cfg->ctx);
