@@ -164,8 +164,12 @@ static void write_vocab(hid_t f, int vocab) {
 }
 
 /* Rank 0 writes a token file by hand: `tokens` (n of them, 1-D unless two_d)
- * under /train with vocab_size `vocab`. */
+ * under /train with vocab_size `vocab`. Every rank has closed the file it may
+ * have open before (the first barrier): HDF5 truncates a file it creates
+ * before it locks it, and the lock fails while another rank still holds it
+ * open, which left an empty file. */
 static void write_by_hand(const char *out, const uint8_t *tokens, hsize_t n, int vocab, int two_d) {
+    MPI_Barrier(MPI_COMM_WORLD);
     if (mg_rank() == 0) {
         hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         write_vocab(f, vocab);
@@ -183,8 +187,10 @@ static void write_by_hand(const char *out, const uint8_t *tokens, hsize_t n, int
 }
 
 /* Rank 0 writes n uint16 tokens (HDF5 type `type`, converted from uint16) as
- * /train/tokens with vocab_size `vocab`. */
+ * /train/tokens with vocab_size `vocab`, once every rank has closed the file
+ * (as write_by_hand). */
 static void write_typed(const char *out, const uint16_t *tokens, hsize_t n, int vocab, hid_t type) {
+    MPI_Barrier(MPI_COMM_WORLD);
     if (mg_rank() == 0) {
         hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         write_vocab(f, vocab);
