@@ -2,8 +2,10 @@
 # test_ckpt_bench.sh: `meshgrad ckpt bench` leaves nothing behind and checks
 # first what it needs:
 # - SIGTERM during the save (under mpirun too): the temporary file of the
-#   checkpoint is removed before the process ends (a killed bench left one of
-#   gigabytes); a run that ends well leaves nothing in --dir either;
+#   checkpoint is removed once the processes ended (a killed bench left one of
+#   gigabytes); mpirun's SIGKILL, 10 ms after its SIGTERM, often finds a rank
+#   inside an fsync, so its reaper process removes them then; a run that ends
+#   well leaves nothing in --dir either;
 # - DIR/ckpt-bench.h5 that a bench did not write (a training checkpoint) is
 #   refused and left as it is (it was replaced, then deleted);
 # - --params too large for the memory is refused at once, one line; too large
@@ -21,13 +23,15 @@ cd "$tmp" || exit 99
 
 # stopped NP SIGNAL: ckpt bench of 20M parameters (a 240 MB checkpoint) in
 # $tmp/d (NP 0: the program alone, else under mpirun), sent SIGNAL once its
-# temporary file is there; the status in $rc
+# temporary file is there; the status in $rc once every process of it ended
+# (mpirun returns while its killed ranks may still be ending)
 stopped() {
     rm -rf d && mkdir d
     if [ "$1" -eq 0 ]; then
-        "$TIMEOUT" -k 5 120 "$prog" ckpt bench --params 20M --dir d >out 2>&1 &
+        "$TIMEOUT" -k 5 120 "$prog" ckpt bench --params 20M --dir "$tmp/d" >out 2>&1 &
     else
-        "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$1" "$prog" ckpt bench --params 20M --dir d >out 2>&1 &
+        "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$1" "$prog" ckpt bench --params 20M --dir "$tmp/d" \
+            >out 2>&1 &
     fi
     job=$!
     i=0
@@ -38,6 +42,11 @@ stopped() {
     kill -"$2" "$job"
     wait "$job"
     rc=$?
+    i=0
+    while [ "$i" -lt 300 ] && pgrep -f "ckpt bench --params 20M --dir $tmp/d" >/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
 }
 stopped 0 TERM
 check "SIGTERM during the save: the run ends (exit $rc)" test "$rc" -ne 0

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -275,15 +276,19 @@ int mg_output_open(const char *path, const char *kind, const char *mark, int app
 
 /* The files this process writes that a stop signal removes once
  * mg_cleanup_install ran (its temporary files, a benchmark's file): each
- * slot's path, device and inode, valid while `used` is set. File-scope: the
- * signal handler reads them, and may call nothing that could find them. */
+ * slot's path, device and inode, valid while `used` is set. The signal
+ * handler reads them, and may call nothing that could find them; so does the
+ * reaper (below), for which mg_cleanup_install moves them into memory shared
+ * with it. */
 #define CLEANUP_SLOTS 8
-static struct {
+struct cleanup_slot {
     volatile sig_atomic_t used;
     dev_t dev;
     ino_t ino;
     char path[MG_PATH_MAX];
-} cleanup[CLEANUP_SLOTS];
+};
+static struct cleanup_slot cleanup_own[CLEANUP_SLOTS];
+static struct cleanup_slot *volatile cleanup = cleanup_own;
 static const int cleanup_signals[] = {SIGTERM, SIGINT, SIGHUP};
 
 static void cleanup_track(dev_t dev, ino_t ino, const char *path) {
@@ -319,16 +324,66 @@ void mg_cleanup_drop(const char *path) {
 }
 
 /* Removes each tracked file still at its path (lstat and unlink only: both
- * async-signal-safe), then ends the process as the signal would have. */
-static void on_stop(int sig) {
+ * async-signal-safe). */
+static void remove_tracked(void) {
     for (int i = 0; i < CLEANUP_SLOTS; i++) {
         struct stat sb;
         if (cleanup[i].used && lstat(cleanup[i].path, &sb) == 0 && sb.st_dev == cleanup[i].dev &&
             sb.st_ino == cleanup[i].ino)
             unlink(cleanup[i].path);
     }
+}
+
+/* The tracked files removed, then the process ended as the signal would have. */
+static void on_stop(int sig) {
+    remove_tracked();
     signal(sig, SIG_DFL);
     raise(sig);
+}
+
+/* The reaper: a child process that waits for this one to end (its pipe's
+ * write end closes with it, however it ends) and then removes what is still
+ * tracked. A handler cannot cover a SIGKILL, and mpirun sends one 10 ms after
+ * its SIGTERM, while a rank may still be inside an fsync of gigabytes. It
+ * leaves the job's process group (mpirun signals the group), keeps no other
+ * file open (the launcher waits for the end of the rank's output), and calls
+ * only async-signal-safe functions (a fork of a threaded process). */
+static void reaper(int rfd) {
+    setpgid(0, 0);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    int null = open("/dev/null", O_RDWR);
+    if (dup2(rfd, 0) < 0 || null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(1);
+    for (int fd = 3; fd < 65536; fd++) close(fd);
+    char b;
+    while (read(0, &b, 1) < 0 && errno == EINTR) continue;
+    remove_tracked();
+    _exit(0);
+}
+
+static int start_reaper(void) {
+    static int started;
+    if (started) return MG_OK;
+    struct cleanup_slot *shared = mmap(NULL, sizeof cleanup_own, PROT_READ | PROT_WRITE,
+                                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int fds[2];
+    if (shared == MAP_FAILED) return mg_error(MG_ESTATE, "cannot map memory: %s", strerror(errno));
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        munmap(shared, sizeof cleanup_own);
+        return mg_error(MG_ESTATE, "cannot make a pipe: %s", strerror(errno));
+    }
+    memcpy(shared, cleanup_own, sizeof cleanup_own);
+    cleanup = shared;
+    pid_t pid = fork();
+    if (pid == 0) reaper(fds[0]);
+    close(fds[0]);
+    if (pid < 0) { /* the handler alone still covers the signals it can catch */
+        close(fds[1]);
+        return mg_error(MG_ESTATE, "cannot start a process: %s", strerror(errno));
+    }
+    started = 1; /* fds[1] stays open until this process ends */
+    return MG_OK;
 }
 
 int mg_cleanup_install(void) {
@@ -343,7 +398,7 @@ int mg_cleanup_install(void) {
         if (sigaction(cleanup_signals[i], &sa, NULL) != 0)
             return mg_error(MG_ESTATE, "cannot install a signal handler: %s", strerror(errno));
     }
-    return MG_OK;
+    return start_reaper();
 }
 
 /* ---- temporary files ----------------------------------------------------- */

@@ -90,7 +90,10 @@ int mg_output_open(const char *path, const char *kind, const char *mark, int app
  * signal would. A temporary file is tracked from mg_tmp_create until its
  * commit begins or its discard; mg_cleanup_add tracks another (a file that
  * only lives while the process runs, as a benchmark's), mg_cleanup_drop
- * stops. At most 8 at a time (more are not tracked). */
+ * stops. At most 8 at a time (more are not tracked). mg_cleanup_install also
+ * forks a small process that removes them once this one ended without
+ * dropping them, however it ended (a SIGKILL too: mpirun sends one 10 ms
+ * after its SIGTERM). */
 int mg_cleanup_add(const char *path);
 void mg_cleanup_drop(const char *path);
 int mg_cleanup_install(void);
