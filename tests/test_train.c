@@ -441,7 +441,7 @@ START_TEST(test_config_flags) {
 
     const char *bad[][3] = {
         {"--frobnicate", "3", "unknown option '--frobnicate'"},
-        {"--model", "resnet", "--model: unknown model 'resnet'; use mlp, permute-mlp or gpt"},
+        {"--model", "resnet", "--model: unknown model 'resnet'; use mlp, permute-mlp, gpt or llama"},
         {"--optimizer", "lion", "--optimizer: unknown optimizer 'lion'; use sgd or adamw"},
         {"--schedule", "step", "--schedule: unknown schedule 'step'; use constant or cosine"},
         {"--steps", "1e3x", "--steps: steps wants an integer, got '1e3x'"},
