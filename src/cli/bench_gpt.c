@@ -1,7 +1,7 @@
 /* bench_gpt.c: `meshgrad bench step --model gpt` and `--model llama`: a
  * language model's training step (gpt.h, llama.h; forward, cross-entropy,
- * backward, clipping at global norm 1, AdamW: the recipes of
- * data/mobydick.conf and data/mobydick-llama.conf,
+ * backward, clipping at global norm 1, AdamW with weight decay on 2-D
+ * parameters: the recipes of data/mobydick.conf and data/mobydick-llama.conf,
  * whose models are the defaults) on any mesh and plan, on fixed token ids
  * drawn by Philox (no data file). It prints the median step time after
  * warm-up and of its forward, backward and optimizer parts (each the slowest
@@ -235,6 +235,7 @@ static int setup(gpt_job *j) {
         return 1;
     mg_optimizer_init(&j->opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
     j->opt.beta2 = 0.95f;
+    j->opt.decay_2d_only = 1;
     if (mg_optimizer_add_state(&j->opt, &j->model.params) != MG_OK) return 1;
     return make_data(j);
 }

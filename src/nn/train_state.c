@@ -122,6 +122,7 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
     attr_int(l, "optimizer.step", opt->step);
     attr_float(l, "optimizer.momentum", opt->momentum);
     attr_float(l, "optimizer.weight_decay", opt->weight_decay);
+    attr_set(l, "optimizer.decay", "%s", opt->decay_2d_only ? "2-d" : "all"); /* which parameters */
     attr_float(l, "optimizer.beta1", opt->beta1);
     attr_float(l, "optimizer.beta2", opt->beta2);
     attr_float(l, "optimizer.eps", opt->eps);
@@ -256,6 +257,7 @@ static const setting settings[] = {
     {"optimizer.beta2", 0, ALL},
     {"optimizer.momentum", 0, ALL},
     {"optimizer.weight_decay", 0, ALL},
+    {"optimizer.decay", 0, ALL},
     {"clip", 0, ALL},
 };
 

@@ -16,7 +16,8 @@
  *   model.embd, model.ctx, model.hidden, model.vocab, model.rope_theta,
  *   model.norm_eps, model.tied (1 or 0) (the Llama, llama.h)
  *   optimizer, optimizer.state, optimizer.step (updates taken, for AdamW's bias
- *   correction), optimizer.momentum, .weight_decay, .beta1, .beta2, .eps, clip
+ *   correction), optimizer.momentum, .weight_decay, .beta1, .beta2, .eps, clip,
+ *   optimizer.decay (the parameters weight decay applies to: all, or 2-d)
  *   schedule, schedule.lr, schedule.warmup, schedule.total_steps, schedule.lr_min
  *   mesh, parallel, placements.<name>   at save time (informational)
  *   meshgrad.version

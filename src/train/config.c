@@ -48,6 +48,7 @@ static const option_def options[] = {
     {"rope-theta", OPT_FLOAT, F(rope_theta), 0, "THETA", "llama: rotary embedding base"},
     {"norm-eps", OPT_FLOAT, F(norm_eps), 0, "EPS", "llama: RMS norm epsilon"},
     {"untied-head", OPT_FLAG, F(untied_head), 0, "", "llama: a head of its own (output.weight), not tok_embeddings"},
+    {"decay-all", OPT_FLAG, F(decay_all), 0, "", "gpt, llama: weight decay on every parameter, not on 2-D ones only"},
     {"data", OPT_STRING, F(data), 0, "FILE", "HDF5 data set (default data/digits.h5; gpt, llama: data/mobydick.h5)"},
     {"steps", OPT_INT, F(steps), 1, "N", "optimizer steps in all"},
     {"batch", OPT_INT, F(batch), 1, "B", "global batch size"},
@@ -551,6 +552,7 @@ static const struct {
     {"schedule.lr_min", "--lr-min"},
     {"optimizer.momentum", "--momentum"},
     {"optimizer.weight_decay", "--weight-decay"},
+    {"optimizer.decay", "--decay-all"},
     {"optimizer.beta1", "--betas"},
     {"optimizer.beta2", "--betas"},
     {"clip", "--clip"},
@@ -637,7 +639,9 @@ void mg_train_config_usage(FILE *out) {
                  "--model gpt and --model llama train on a token data set (meshgrad data\n"
                  "text2h5): windows of ctx + 1 tokens drawn by (seed, step); val_loss is the\n"
                  "mean over every non-overlapping ctx-window of /val. The recipes:\n"
-                 "data/mobydick.conf (gpt), data/mobydick-llama.conf (llama).\n\n"
+                 "data/mobydick.conf (gpt), data/mobydick-llama.conf (llama). Their weight\n"
+                 "decay applies to 2-D parameters only (not norms nor biases; --decay-all:\n"
+                 "every one).\n\n"
                  "Checkpoints (docs/CHECKPOINTS.md): --save FILE rewrites FILE atomically at\n"
                  "every --save-every steps and at the end; --save DIR/ writes DIR/ckpt-<step>.h5\n"
                  "(keeping the newest --keep). --resume PATH continues a run bit for bit on the\n"

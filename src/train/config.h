@@ -39,6 +39,7 @@ struct mg_train_config {
     int64_t multiple_of;       /* llama: the FFN width's rounding */
     double rope_theta, norm_eps; /* llama */
     int64_t untied_head;       /* llama: 1: the head is a parameter of its own */
+    int64_t decay_all;         /* gpt, llama: 1: weight decay on every parameter, not 2-D only */
     char data[MG_PATH_MAX];    /* "" = data/digits.h5, or data/mobydick.h5 for gpt, llama */
     int64_t steps, batch;
     double lr;

@@ -168,6 +168,8 @@ static int setup_training(mg_trainer *tr) {
     mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
     tr->opt.beta1 = (float)c->betas[0];
     tr->opt.beta2 = (float)c->betas[1];
+    /* the language models decay their matrices only, as nanoGPT and llama2.c do */
+    tr->opt.decay_2d_only = mg_model_kind_is_lm(c->model) && !c->decay_all;
     int rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
     tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps, c->lr_min};
     return rc;
