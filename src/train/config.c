@@ -532,7 +532,7 @@ static const struct {
     {"model.kv_heads", "--kv-heads"},
     {"model.rope_theta", "--rope-theta"},
     {"model.norm_eps", "--norm-eps"},
-    {"model.tied", "--untied-head"},
+    {"model.tied", "--untied-head (given or not) makes it"},
     {"model.embd", "--embd"},
     {"model.ctx", "--ctx"},
     {"model.vocab", "the data set gives"},
