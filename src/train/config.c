@@ -104,7 +104,7 @@ static const struct {
     {"layers", FOR_LMS},  {"heads", FOR_LMS},  {"embd", FOR_LMS},
     {"ctx", FOR_LMS},     {"eval-tokens", FOR_LMS},
     {"kv-heads", FOR_LLAMA}, {"multiple-of", FOR_LLAMA}, {"rope-theta", FOR_LLAMA},
-    {"norm-eps", FOR_LLAMA}, {"untied-head", FOR_LLAMA},
+    {"norm-eps", FOR_LLAMA}, {"untied-head", FOR_LLAMA}, {"decay-all", FOR_LMS},
 };
 /* what sizes each model (mg_model_kind's order) */
 static const char *const sized_by[] = {"hidden and depth", "hidden, channels and depth",
