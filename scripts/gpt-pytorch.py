@@ -2,8 +2,9 @@
 """gpt-pytorch.py: the GPT recipe of data/mobydick.conf in PyTorch, the
 reference meshgrad's GPT is measured against (issue 16, "Reference and
 targets"). GPT-2's architecture and init, byte vocabulary, AdamW (betas 0.9,
-0.95, eps 1e-8, weight decay 0.1 on every parameter), warmup then cosine to
-lr/10, clipping at global norm 1, no dropout.
+0.95, eps 1e-8, weight decay 0.1 on the 2-D parameters as nanoGPT groups them,
+as meshgrad train does; --decay-all: on every parameter), warmup then cosine
+to lr/10, clipping at global norm 1, no dropout.
 
   gpt-pytorch.py step [--threads N] [--steps S]   median ms of a training step
                                                   (as `meshgrad bench step --model gpt`)
@@ -91,12 +92,16 @@ def main():
     p.add_argument("--lr-min", type=float, default=1e-4)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--decay-all", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     V, T, B = 256, a.ctx, a.batch
     model = GPT(V, T, a.embd, a.heads, a.layers)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    decay = [q for q in model.parameters() if a.decay_all or q.dim() >= 2]
+    rest = [q for q in model.parameters() if not (a.decay_all or q.dim() >= 2)]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     if a.what == "step":
         a.steps = a.steps or 10
         x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))

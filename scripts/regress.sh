@@ -10,9 +10,11 @@
 #
 # usage: scripts/regress.sh [--quick] [--models LIST] [--hostfile FILE]
 #                           [--launcher mpirun|srun] [--build DIR] [--out DIR]
-#   --quick          60 steps (the GPT 40), a subset (each plan once per model): minutes
-#   --models LIST    the models to run, of "mlp pmlp ppmlp gpt gptsmall" (default all;
-#                    the kill leg runs with mlp; gptsmall: a small GPT on pp,dp,tp 2x2x2)
+#   --quick          60 steps (the GPT and the Llama 40), a subset (each plan once per
+#                    model): minutes
+#   --models LIST    the models to run, of "mlp pmlp ppmlp gpt gptsmall llama" (default
+#                    all; the kill leg runs with mlp; gptsmall: a small GPT on pp,dp,tp
+#                    2x2x2; llama: data/mobydick-llama.conf's model)
 #   --hostfile FILE  give mpirun this hostfile; ranks are spread over its hosts
 #   --launcher L     mpirun (default; root-safe, --oversubscribe) or srun
 #   --build DIR      the build directory with meshgrad and data/digits.h5
@@ -25,7 +27,7 @@ set -u
 
 usage() { awk 'NR >= 11 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0"; }
 
-quick=0 hostfile='' launcher=mpirun build=./build out='' models='mlp pmlp ppmlp gpt gptsmall'
+quick=0 hostfile='' launcher=mpirun build=./build out='' models='mlp pmlp ppmlp gpt gptsmall llama'
 need() { [ $# -ge 2 ] || { echo "regress.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -47,8 +49,8 @@ while [ $# -gt 0 ]; do
 done
 for m in $models; do
     case $m in
-    mlp | pmlp | ppmlp | gpt | gptsmall) ;;
-    *) echo "regress.sh: --models takes mlp, pmlp, ppmlp, gpt and gptsmall, not '$m'" >&2; exit 2 ;;
+    mlp | pmlp | ppmlp | gpt | gptsmall | llama) ;;
+    *) echo "regress.sh: --models takes mlp, pmlp, ppmlp, gpt, gptsmall and llama, not '$m'" >&2; exit 2 ;;
     esac
 done
 case $launcher in
@@ -119,6 +121,12 @@ gptsmall_flags="--model gpt --data $build/data/mobydick.h5 --layers 4 --heads 4 
 --clip 1.0 --seed 12"
 gptsmall_pp_flags="--microbatches 4"
 gptsmall_steps=$gpt_steps
+# the Llama: the recipe's model (data/mobydick-llama.conf), as many steps as the GPT
+llama_model=llama
+llama_flags="--model llama --data $build/data/mobydick.h5 --layers 4 --heads 4 --kv-heads 2 --embd 128 \
+--multiple-of 32 --ctx 64 --batch 32 --optimizer adamw --lr 1e-3 --betas 0.9,0.95 --weight-decay 0.1 \
+--schedule cosine --warmup 10 --lr-min 1e-4 --clip 1.0"
+llama_steps=$gpt_steps
 # the pipeline runs (--parallel with pp): the mlp with 4 layers, 4 micro-batches
 ppmlp_model=mlp-depth4
 ppmlp_flags="--model mlp --depth 4 --hidden 24 --optimizer adamw --lr 3e-3 --schedule cosine --warmup 10 --clip 1.0"
@@ -257,11 +265,11 @@ else
 fi
 # resume legs: MODEL-KEY:FROM-MESH:FROM-PLAN:TO-MESH:TO-PLAN
 if [ $quick -eq 1 ]; then
-    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp ppmlp:2:pp:1:dp gpt:2:tp:2:dp"
+    legs="mlp:2:dp:2x2:dp,tp pmlp:4:fsdp:1:dp ppmlp:2:pp:1:dp gpt:2:tp:2:dp llama:2:tp:2:dp"
 else
     legs="mlp:2:dp:2x2:dp,tp mlp:2x2:dp,tp:1:dp mlp:4:fsdp:2:tp pmlp:2:tp:4:fsdp pmlp:1x2:dp,tp:2x1:dp,tp
           ppmlp:2:pp:2x2:dp,tp ppmlp:1:dp:2x2:pp,dp ppmlp:2x2:pp,tp:4:pp gpt:2:tp:2:dp gpt:2:dp:2x2:dp,tp
-          gpt:2:pp:2:dp gpt:2:dp:2x2:pp,dp"
+          gpt:2:pp:2:dp gpt:2:dp:2x2:pp,dp llama:2:tp:2:dp llama:2:pp:2x2:dp,tp"
 fi
 # the GPT's mesh x plan pairs (issue 16; pp: issue 18, 8 micro-batches)
 if [ $quick -eq 1 ]; then
@@ -270,6 +278,12 @@ else
     gpt_matrix="2:dp 2:tp 2:sp 2:tp+sp 2:fsdp 2x2:dp,tp 2x2:fsdp,tp 2:pp 4:pp 2x2:pp,dp 2x2:pp,tp 2x2:pp,fsdp"
 fi
 gptsmall_matrix="2x2x2:pp,dp,tp"
+# the Llama's (issue 40: 1 rank, tp, sp, fsdp, 2x2 dp,tp and pp=2 agree over 100 steps)
+if [ $quick -eq 1 ]; then
+    llama_matrix="2:tp 2:sp 2x2:dp,tp 2:pp"
+else
+    llama_matrix="2:dp 2:tp 2:sp 2:tp+sp 2:fsdp 2x2:dp,tp 2x2:fsdp,tp 2:pp 2x2:pp,tp"
+fi
 # ckpt_steps DIR: the steps of the complete checkpoints DIR/ckpt-<step>.h5, sorted
 ckpt_steps() {
     for f in "$1"/ckpt-*.h5; do [ -f "$f" ] && basename "$f"; done |

@@ -12,7 +12,8 @@
  *   mg_token_loader  windows of a token data set (docs/DATA.md)
  *   mg_train_config, mg_trainer
  *                    a training run of a model meshgrad builds (the MLPs,
- *                    the GPT): what `meshgrad train` runs, step by step
+ *                    the GPT, the Llama): what `meshgrad train` runs, step
+ *                    by step
  *
  * These are the same optimizers, clipping, checkpoints and loader that
  * `meshgrad train` uses (a data-parallel parameter whose ranks share a node
@@ -164,7 +165,7 @@ void mg_token_loader_close(mg_token_loader *);
 
 /* ---- training runs ------------------------------------------------------------
  * The run of `meshgrad train`, for a program that drives it itself: a model
- * meshgrad builds (mlp, permute-mlp, gpt) with its parallel plan, its data
+ * meshgrad builds (mlp, permute-mlp, gpt, llama) with its parallel plan, its data
  * set, optimizer, schedule, clipping, gradient accumulation and pipeline,
  * one call a step. The CLI is such a program; so is plan --estimate, which
  * runs the same steps on a device with no data. */
@@ -220,14 +221,14 @@ typedef struct {
     void (*progress)(void *ctx, int64_t done, int64_t total);
     void *ctx;
     /* out */
-    double loss;     /* the mean loss: the GPT's over the val windows, the MLPs' over the
-                      * test split */
-    double accuracy; /* the MLPs' (0 for the GPT) */
+    double loss;     /* the mean loss: the GPT's and the Llama's over the val windows, the
+                      * MLPs' over the test split */
+    double accuracy; /* the MLPs' (0 for the GPT and the Llama) */
     int64_t rows;    /* windows or rows evaluated (0: none, a data set without a test split) */
     int64_t correct; /* the MLPs' right predictions */
 } mg_train_eval;
 
-/* Collective. The GPT: the mean loss over the non-overlapping ctx-windows of
+/* Collective. The GPT, the Llama: the mean loss over the non-overlapping ctx-windows of
  * /val (at most the config's "eval-tokens" tokens of them, from the start);
  * the MLPs: loss and accuracy on the test split. */
 int mg_trainer_evaluate(mg_trainer *, mg_train_eval *ev);

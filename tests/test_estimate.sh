@@ -6,8 +6,9 @@
 # momentum, clipping) on a few, the MLPs at other --depth, a tiny GPT (2
 # layers, embd 32, ctx 16, batch 8 windows of data/mobydick.h5) under every
 # plan it has (dp, tp, sp, fsdp, tp+sp, dp,tp, fsdp,tp), with --grad-accum,
-# and pipelines (pp, pp,dp, pp,tp, pp,fsdp; gpipe, 1f1b, interleaved) of
-# both. Every collective's bytes and calls per step must equal train's own
+# a tiny Llama (2 kv heads of 4, an untied head too) on the same plans, and
+# pipelines (pp, pp,dp, pp,tp, pp,fsdp; gpipe, 1f1b, interleaved) of all
+# three. Every collective's bytes and calls per step must equal train's own
 # (its "comm_per_step" metrics line: mg_comm_stats over the steps after the
 # first, the largest rank's), and the peak memory of the largest rank be
 # within 2% (its "memory" line: arena high-water marks plus parameter,
@@ -107,6 +108,17 @@ case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
 case_ 2 2 sp $gpt --heads 2 --batch 1
 case_ 2 2 tp+sp $gpt --heads 2 --batch 1
 
+# the Llama (kv heads 2, or 4 where tp is 4 wide: each rank takes whole k, v heads)
+llama="--model llama --data $top/data/mobydick.h5 --layers 2 --heads 4 --kv-heads 2 --embd 32 \
+--multiple-of 32 --ctx 16 --batch 8"
+case_ 1 1 dp $llama
+for p in dp tp sp fsdp tp+sp; do case_ 2 2 $p $llama; done
+case_ 4 4 tp $llama --kv-heads 4
+case_ 4 4 fsdp $llama
+for p in dp,tp fsdp,tp; do case_ 4 2x2 $p $llama; done
+case_ 2 2 tp $llama --untied-head
+case_ 2 2 dp $llama --grad-accum 2
+
 # pipelines: train's own (--config and flags), each pipeline rank run in turn
 case_ 2 2 pp --depth 4 --microbatches 4
 case_ 2 2 pp --depth 4 --microbatches 4 --pp-schedule gpipe
@@ -117,6 +129,11 @@ case_ 2 2 pp $gpt4 --microbatches 4
 case_ 2 2 pp $gpt4 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2
 case_ 4 2x2 pp,dp $gpt4 --microbatches 2
 case_ 4 2x2 pp,tp $gpt4 --microbatches 2
+llama4="--model llama --data $top/data/mobydick.h5 --layers 4 --heads 4 --kv-heads 2 --embd 32 \
+--multiple-of 32 --ctx 16 --batch 8"
+case_ 2 2 pp $llama4 --microbatches 4
+case_ 2 2 pp $llama4 --microbatches 4 --untied-head
+case_ 4 2x2 pp,tp $llama4 --microbatches 2
 printf 'mesh = 2\nparallel = pp\ndepth = 4\nmicrobatches = 4\n' >"$tmp/pp.conf"
 case_ 2 2 pp --config "$tmp/pp.conf"
 
@@ -180,4 +197,7 @@ check "train of a step larger than the machine, by its estimate: exit $?" grep -
 "$prog" plan --estimate --model gpt --layers 2 --heads 2 --embd 32 --ctx 16 --mesh 4 --parallel tp >"$tmp/out" 2>&1
 check "a GPT whose heads the tp ranks cannot split: exit $?" \
     grep -q "meshgrad: error: gpt: tensor-parallel degree 4 cannot split 2 heads" "$tmp/out"
+check_refused "a Llama whose kv heads the tp ranks cannot split" 1 \
+    "llama: tensor-parallel degree 4 cannot split --kv-heads 2" \
+    "$prog" plan --estimate $llama --mesh 4 --parallel tp
 check_summary

@@ -1,8 +1,10 @@
-/* test_generate.c: the KV cache of generation (mg_gpt_cache,
- * mg_gpt_forward_cached in src/nn/gpt.c), run at 1, 2 and 4 ranks.
+/* test_generate.c: the KV cache of generation (mg_gpt_cache, the cached
+ * forwards of src/nn/gpt.c and src/nn/llama_forward.c through
+ * mg_model_forward_cached), run at 1, 2 and 4 ranks, for the GPT and for a
+ * Llama whose k and v have half the heads of q.
  *
  * - cache vs full forward: on every plan (dp, tp, sp, fsdp, tp+sp and the 2-D
- *   combinations), a GPT with parameters of unit scale (so that the logits are
+ *   combinations), a model with parameters of unit scale (so that the logits are
  *   not all near zero) decodes 4 sequences, each from a prompt of another
  *   length (1, 6, 11 and the whole ctx) and then one token at a time against
  *   the cache, reusing one cache (each prompt refills it from position 0, as
@@ -18,19 +20,26 @@
 #include "meshgrad.h"
 #include "dist/mesh.h"
 #include "nn/gpt.h"
+#include "nn/llama.h"
 #include "nn/model.h"
 #include "status.h"
 #include "testutil.h"
 
 enum { B = 4, T = 16, V = 64 };
-static const mg_gpt_config cfg = {2, 4, 32, T, V};
+static const mg_lm_config gpt = {.kind = MG_MODEL_GPT, .gpt = {2, 4, 32, T, V}};
+/* 8 heads of q, 4 of k and v: a tp of 4 splits both */
+static const mg_lm_config llama = {
+    .kind = MG_MODEL_LLAMA,
+    .llama = {.layers = 2, .heads = 8, .kv_heads = 4, .embd = 32, .ctx = T, .vocab = V,
+              .hidden = 96, .rope_theta = 10000, .norm_eps = 1e-5, .tied = 1}};
 
 /* Every parameter: uniform draws by global index (the same on every mesh) of
- * scale 0.5, layer norm weights in [0.8, 1.2]. */
+ * scale 0.5, norm weights in [0.8, 1.2]. */
 static void set_params(mg_model *m) {
     for (int i = 0; i < m->params.n; i++) {
         mg_param *p = &m->params.p[i];
-        int ln_weight = strstr(p->name, "ln") && strstr(p->name, "weight");
+        int ln_weight = (strstr(p->name, "ln") || strstr(p->name, "norm")) &&
+                        mg_dtensor_ndim(p->value) == 1;
         mg_assert_all(mg_dtensor_fill_uniform(p->value, 17, (uint64_t)i, ln_weight ? 0.8f : -0.5f,
                                               ln_weight ? 1.2f : 0.5f) == MG_OK,
                       "%s: %s", p->name, mg_last_error());
@@ -60,7 +69,7 @@ static void compare(const float *a, const float *b, double *diff, double *big) {
 static int cached(mg_model *m, mg_gpt_cache *c, const mg_mesh *mesh, const float *ids, int64_t n,
                   int64_t pos, float *out) {
     mg_dtensor *x = ids_tensor(mesh, NULL, 1, n, ids);
-    mg_dtensor *y = x ? mg_gpt_forward_cached(&m->gpt, &m->params, c, x, pos) : NULL;
+    mg_dtensor *y = x ? mg_model_forward_cached(m, c, x, pos) : NULL;
     mg_tensor *f = y ? mg_full_tensor(y) : NULL;
     int ok = f && mg_tensor_numel(f) == V;
     if (ok) memcpy(out, mg_tensor_data(f), sizeof(float) * V);
@@ -70,14 +79,14 @@ static int cached(mg_model *m, mg_gpt_cache *c, const mg_mesh *mesh, const float
     return ok;
 }
 
-static void check_plan(int nd, const int *shape, const char *plan_text) {
+static void check_plan(const mg_lm_config *cfg, int nd, const int *shape, const char *plan_text) {
     mg_mesh *mesh = mg_mesh_new(nd, shape);
     mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
     mg_plan plan;
     mg_model m;
     mg_assert_all(mg_plan_parse(plan_text, &plan) == MG_OK &&
-                      mg_model_init_gpt(&m, mesh, &plan, &cfg, 3) == MG_OK,
-                  "%s: %s", plan_text, mg_last_error());
+                      mg_model_build_lm(&m, mesh, &plan, cfg, 3, NULL) == MG_OK,
+                  "%s %s: %s", mg_model_kind_name(cfg->kind), plan_text, mg_last_error());
     set_params(&m);
     float ids[B * T];
     for (int i = 0; i < B * T; i++) ids[i] = (float)((i * 37 + i / 5 * 11 + 3) % V);
@@ -85,14 +94,14 @@ static void check_plan(int nd, const int *shape, const char *plan_text) {
     mg_plan_batch(&plan, bp);
     mg_dtensor *x = ids_tensor(mesh, bp, B, T, ids);
     int prev = mg_set_grad_enabled(0);
-    mg_dtensor *logits = x ? mg_gpt_forward(&m.gpt, &m.params, x) : NULL; // logits: (B, T, V)
+    mg_dtensor *logits = x ? mg_model_forward(&m, x) : NULL; // logits: (B, T, V)
     mg_tensor *ref = logits ? mg_full_tensor(logits) : NULL;
     mg_assert_all(ref != NULL, "%s: full forward: %s", plan_text, mg_last_error());
     mg_step_end();
     mg_dtensor_free(x);
 
     mg_gpt_cache c;
-    mg_assert_all(mg_gpt_cache_init(&c, &m.gpt, mesh, &plan) == MG_OK, "%s: %s", plan_text,
+    mg_assert_all(mg_model_cache_init(&m, &c, mesh, &plan) == MG_OK, "%s: %s", plan_text,
                   mg_last_error());
     double diff = 0, big = 0;
     float got[V];
@@ -111,8 +120,9 @@ static void check_plan(int nd, const int *shape, const char *plan_text) {
                       (long long)c.len, T);
     }
     char mesh_text[32];
-    mg_assert_all(big > 1 && diff <= 1e-5, "%s on mesh %s: cached logits differ from the full "
-                  "forward's by %.3g (want <= 1e-5; the largest logit is %.3g)", plan_text,
+    mg_assert_all(big > 1 && diff <= 1e-5, "%s %s on mesh %s: cached logits differ from the full "
+                  "forward's by %.3g (want <= 1e-5; the largest logit is %.3g)",
+                  mg_model_kind_name(cfg->kind), plan_text,
                   mg_mesh_format(mesh_text, sizeof mesh_text, mesh), diff, big);
 
     /* refusals: past ctx, not the next position, a prompt longer than ctx */
@@ -128,7 +138,7 @@ static void check_plan(int nd, const int *shape, const char *plan_text) {
     mg_clear_error();
     mg_set_grad_enabled(prev);
     mg_tensor_free(ref);
-    mg_gpt_cache_free(&c, &m.gpt);
+    mg_gpt_cache_release(&c);
     mg_model_free(&m);
     mg_mesh_free(mesh);
 }
@@ -141,13 +151,15 @@ START_TEST(test_cache_every_plan) {
     int world = mg_world_size();
     int meshes[3][2] = {{world, 1}, {world == 4 ? 2 : 1, world == 4 ? 2 : world}, {world, 1}};
     int n2 = world == 2 ? 2 : 1; /* 2-D meshes to run: 1x2 and 2x1 at 2 ranks */
-    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-        if (!strchr(plans[i], ',')) {
-            check_plan(1, meshes[0], plans[i]);
-            continue;
+    const mg_lm_config *models[2] = {&gpt, &llama};
+    for (int j = 0; j < 2; j++)
+        for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+            if (!strchr(plans[i], ',')) {
+                check_plan(models[j], 1, meshes[0], plans[i]);
+                continue;
+            }
+            for (int k = 0; k < n2; k++) check_plan(models[j], 2, meshes[1 + k], plans[i]);
         }
-        for (int k = 0; k < n2; k++) check_plan(2, meshes[1 + k], plans[i]);
-    }
 }
 END_TEST
 

@@ -441,7 +441,7 @@ START_TEST(test_config_flags) {
 
     const char *bad[][3] = {
         {"--frobnicate", "3", "unknown option '--frobnicate'"},
-        {"--model", "resnet", "--model: unknown model 'resnet'; use mlp, permute-mlp or gpt"},
+        {"--model", "resnet", "--model: unknown model 'resnet'; use mlp, permute-mlp, gpt or llama"},
         {"--optimizer", "lion", "--optimizer: unknown optimizer 'lion'; use sgd or adamw"},
         {"--schedule", "step", "--schedule: unknown schedule 'step'; use constant or cosine"},
         {"--steps", "1e3x", "--steps: steps wants an integer, got '1e3x'"},
@@ -491,18 +491,25 @@ START_TEST(test_config_flags) {
     ERR_HAS("keep 3 applies to a checkpoint directory");
     /* an option of another model: refused, as it was dropped (--heads with the MLP) */
     const char *mo[][6] = {
-        {"--heads", "8", "", "", "heads applies to --model gpt, but the model is mlp (sized by "
-                                "hidden and depth): drop heads, or give --model gpt"},
-        {"--model", "gpt", "--hidden", "64", "hidden applies to --model mlp or permute-mlp, but "
-                                             "the model is gpt (sized by layers, heads, embd and "
-                                             "ctx): drop hidden, or give --model mlp"},
+        {"--heads", "8", "", "", "heads applies to --model gpt or llama, but the model is mlp "
+                                "(sized by hidden and depth): drop heads, or give --model gpt"},
+        {"--model", "gpt", "--hidden", "64", "hidden applies to --model mlp, permute-mlp or llama, "
+                                             "but the model is gpt (sized by layers, heads, embd "
+                                             "and ctx): drop hidden, or give --model mlp"},
         {"--model", "gpt", "--depth", "3", "depth applies to --model mlp or permute-mlp"},
         {"--model", "mlp", "--channels", "4", "channels applies to --model permute-mlp, but the "
                                               "model is mlp"},
-        {"--eval-tokens", "all", "", "", "eval-tokens applies to --model gpt, but the model is mlp"},
-        {"--model", "permute-mlp", "--ctx", "16", "ctx applies to --model gpt, but the model is "
-                                                  "permute-mlp (sized by hidden, channels and "
-                                                  "depth)"},
+        {"--eval-tokens", "all", "", "", "eval-tokens applies to --model gpt or llama, but the "
+                                         "model is mlp"},
+        {"--model", "permute-mlp", "--ctx", "16", "ctx applies to --model gpt or llama, but the "
+                                                  "model is permute-mlp (sized by hidden, "
+                                                  "channels and depth)"},
+        {"--model", "gpt", "--kv-heads", "2", "kv-heads applies to --model llama, but the model "
+                                              "is gpt (sized by layers, heads, embd and ctx): "
+                                              "drop kv-heads, or give --model llama"},
+        {"--model", "llama", "--depth", "3", "depth applies to --model mlp or permute-mlp, but "
+                                             "the model is llama (sized by layers, heads, "
+                                             "kv-heads, embd, hidden and ctx)"},
     };
     for (size_t i = 0; i < sizeof mo / sizeof mo[0]; i++) {
         const char *a[] = {"train", mo[i][0], mo[i][1], mo[i][2], mo[i][3]};
@@ -650,7 +657,7 @@ START_TEST(test_config_file) {
     const char *a4[] = {"train", "--config", path};
     ck_assert_int_eq(parse(&c, 3, a4), MG_OK);
     ck_assert_int_eq(mg_train_config_check(&c), MG_EINVAL);
-    ERR_HAS("heads applies to --model gpt, but the model is mlp");
+    ERR_HAS("heads applies to --model gpt or llama, but the model is mlp");
     remove(path);
     snprintf(p2, sizeof p2, "%s.missing", path);
     const char *a3[] = {"train", "--config", p2};

@@ -44,9 +44,9 @@ expect "unknown optimizer" 2 "unknown optimizer 'lion'" $ok --optimizer lion
 expect "unknown plan" 2 "unknown entry 'cp'" $ok --parallel cp
 # an option of another model was dropped silently: now one line naming it and the fix
 expect "--heads with the MLP" 2 \
-    "heads applies to --model gpt, but the model is mlp \(sized by hidden and depth\): drop heads, or give --model gpt" \
+    "heads applies to --model gpt or llama, but the model is mlp \(sized by hidden and depth\): drop heads, or give --model gpt" \
     $ok --heads 4
-expect "--hidden with the GPT" 2 "hidden applies to --model mlp or permute-mlp, but the model is gpt" \
+expect "--hidden with the GPT" 2 "hidden applies to --model mlp, permute-mlp or llama, but the model is gpt" \
     --model gpt --data "$top/data/mobydick.h5" --steps 2 --log-every 0 --hidden 64
 # numbers past 2^31 reach int code (--threads 2^31 was taken as the default,
 # --depth 2^31 named as -2147483648); a leading space is not a number

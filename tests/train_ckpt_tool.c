@@ -7,6 +7,8 @@
  *                        Prints "N datasets ..., max relative difference X".
  *   corrupt PATH DSET    flips 8 bytes in the middle of the first chunk of
  *                        dataset DSET (its Fletcher32 checksum then fails).
+ *   get PATH DSET        prints the shape of DSET, then its values, one a
+ *                        line ("%.9g": a float read back exactly).
  * And edits that make damaged or hostile files (tests/test_hostile_ckpt.sh,
  * tests/test_nonfinite.sh, scripts/fuzz-checkpoint.sh), all through HDF5:
  *   set PATH DSET I VALUE    element I (flat) of DSET = VALUE ("nan", "inf", a
@@ -297,8 +299,29 @@ static int make_data(char **argv, int argc) {
     return rc;
 }
 
+static int get(const char *path, const char *name) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int ndim = 0;
+    hsize_t dims[8] = {0};
+    size_t n = 0;
+    float *v = f >= 0 ? read_all(f, name, &ndim, dims, &n) : NULL;
+    if (f >= 0) H5Fclose(f);
+    if (!v || ndim > 8) {
+        fprintf(stderr, "train_ckpt_tool: cannot read %s in %s\n", name, path);
+        free(v);
+        return 1;
+    }
+    printf("shape");
+    for (int i = 0; i < ndim; i++) printf(" %llu", (unsigned long long)dims[i]);
+    printf("\n");
+    for (size_t i = 0; i < n; i++) printf("%.9g\n", (double)v[i]);
+    free(v);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (argc == 4 && strcmp(argv[1], "get") == 0) return get(argv[2], argv[3]);
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "compare") == 0)
         return compare(argv[2], argv[3], argc == 5 ? atof(argv[4]) : -1);
     if (argc == 4 && strcmp(argv[1], "corrupt") == 0) return corrupt(argv[2], argv[3]);
@@ -312,7 +335,8 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "nest") == 0) return nest(argv[2], atoi(argv[3]));
     if ((argc == 7 || argc == 8) && strcmp(argv[1], "make-data") == 0)
         return make_data(argv + 2, argc - 2);
-    fprintf(stderr, "usage: train_ckpt_tool compare A B [RTOL] | corrupt PATH DATASET | set PATH "
+    fprintf(stderr, "usage: train_ckpt_tool compare A B [RTOL] | corrupt PATH DATASET | get PATH "
+                    "DATASET | set PATH "
                     "DATASET INDEX VALUE | set-attr PATH NAME TEXT | strip|unwritten PATH DATASET "
                     "| huge PATH | nest PATH N | elink PATH DATASET FILE | make-data PATH N RxC M RxC|- [LABEL]\n");
     return 2;

@@ -21,13 +21,14 @@ static int wants_pipeline(int argc, char **argv) {
     return 0;
 }
 
-/* `bench step`: the GPT's with --model gpt (with pp or not; the first --model
- * decides, and the MLP's refuses any other), a pipeline's with pp in
- * --parallel, else the MLP's. */
+/* `bench step`: the GPT's or the Llama's with --model gpt or llama (with pp
+ * or not; the first --model decides, and the MLP's refuses any other), a
+ * pipeline's with pp in --parallel, else the MLP's. */
 static int step(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *model = mg_cli_flag_at(argc, argv, i, "--model");
-        if (model && strcmp(model, "gpt") == 0) return mg_cli_bench_step_gpt(argc, argv);
+        if (model && (strcmp(model, "gpt") == 0 || strcmp(model, "llama") == 0))
+            return mg_cli_bench_step_gpt(argc, argv);
         if (model) return mg_cli_bench_step_mlp(argc, argv);
     }
     if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
@@ -38,7 +39,8 @@ static const mg_cli_command kinds[] = {
     {"comm", mg_cli_bench_comm, "collective bandwidth on each mesh dimension, by message size"},
     {"linear", mg_cli_bench_linear, "mg_linear forward + backward GFLOP/s next to raw cblas_sgemm"},
     {"step", step, "a training step on any mesh and plan: an MLP (ReLU, MSE, SGD), "
-                                "or the GPT (--model gpt); pipelines with pp in --parallel"},
+                                "the GPT or the Llama (--model gpt|llama); pipelines with pp in "
+                                "--parallel"},
     {"ops", mg_cli_bench_ops, "per-op dispatch overhead next to MPI latency; attention, layer "
                               "norm and softmax kernels next to sgemm and a copy"},
 };

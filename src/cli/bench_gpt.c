@@ -1,6 +1,8 @@
-/* bench_gpt.c: `meshgrad bench step --model gpt`: the GPT's training step
- * (gpt.h; forward, cross-entropy, backward, clipping at global norm 1, AdamW:
- * the recipe of data/mobydick.conf) on any mesh and plan, on fixed token ids
+/* bench_gpt.c: `meshgrad bench step --model gpt` and `--model llama`: a
+ * language model's training step (gpt.h, llama.h; forward, cross-entropy,
+ * backward, clipping at global norm 1, AdamW with weight decay on 2-D
+ * parameters: the recipes of data/mobydick.conf and data/mobydick-llama.conf,
+ * whose models are the defaults) on any mesh and plan, on fixed token ids
  * drawn by Philox (no data file). It prints the median step time after
  * warm-up and of its forward, backward and optimizer parts (each the slowest
  * rank's), GFLOP/s (6 N per token for the N weights the GEMMs touch, plus
@@ -32,14 +34,17 @@
 #include "status.h"
 
 static const char usage[] =
-    "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
+    "step --model gpt|llama [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
     "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
     "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
-    " (with pp in --parallel; --pp-layers counts blocks)";
+    " (with pp in --parallel; --pp-layers counts blocks); llama: [--kv-heads KV] "
+    "[--hidden F | --multiple-of M] [--rope-theta X] [--norm-eps X] [--untied-head] "
+    "(defaults: L4 H4 C128 T64 V256, llama KV2 M32: the recipes' models)";
 
 typedef struct {
-    mg_gpt_config g;
+    mg_lm_config lm;
+    int64_t multiple_of; /* llama: the FFN width's rounding when --hidden is not given */
     int64_t batch, steps, threads;
     int device, tf32; /* --device cpu|cuda, --tf32 */
     double lr;
@@ -76,8 +81,21 @@ static int parse(int argc, char **argv, bench_options *o) {
         {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
         {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"help", 0, 0, 'h'},
         {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
-        {"pp-layers", 1, 0, 'P'}, {0, 0, 0, 0}};
-    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
+        {"pp-layers", 1, 0, 'P'}, {"kv-heads", 1, 0, 'K'}, {"hidden", 1, 0, 'F'},
+        {"multiple-of", 1, 0, 'u'}, {"rope-theta", 1, 0, 'R'}, {"norm-eps", 1, 0, 'E'},
+        {"untied-head", 0, 0, 'U'}, {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->lm.kind = MG_MODEL_GPT;
+    o->lm.gpt = (mg_gpt_config){4, 4, 128, 64, 256}; /* data/mobydick.conf's model */
+    o->lm.llama = (mg_llama_config){.layers = 4, .heads = 4, .kv_heads = 2, .embd = 128,
+                                    .ctx = 64, .vocab = 256, .rope_theta = 10000,
+                                    .norm_eps = 1e-5, .tied = 1}; /* data/mobydick-llama.conf's */
+    o->multiple_of = 32;
+    o->batch = 32, o->steps = 10, o->device = MG_DEVICE_CPU, o->lr = 1e-3;
+    snprintf(o->plan, sizeof o->plan, "dp");
+    mg_gpt_config *g = &o->lm.gpt;
+    mg_llama_config *l = &o->lm.llama;
+    const char *llama_only = NULL; /* a Llama flag given */
     mg_pp_options_defaults(&o->pp);
     mg_train_pp_memory(&o->pp, 2); /* AdamW */
     const char *cmd = "bench step --model gpt";
@@ -87,13 +105,34 @@ static int parse(int argc, char **argv, bench_options *o) {
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         const char *bad = NULL; /* what the flag takes, when its value is not that */
         switch (c) {
-        case 'M': bad = strcmp(optarg, "gpt") != 0 ? "gpt (the MLP's bench takes no --model)" : NULL;
+        case 'M':
+            if (strcmp(optarg, "gpt") && strcmp(optarg, "llama"))
+                bad = "gpt or llama (the MLP's bench takes no --model)";
+            else o->lm.kind = strcmp(optarg, "gpt") ? MG_MODEL_LLAMA : MG_MODEL_GPT;
             break;
-        case 'L': bad = mg_cli_parse_count(optarg, &o->g.layers) ? MG_CLI_COUNT : NULL; break;
-        case 'H': bad = mg_cli_parse_count(optarg, &o->g.heads) ? MG_CLI_COUNT : NULL; break;
-        case 'C': bad = mg_cli_parse_count(optarg, &o->g.embd) ? MG_CLI_COUNT : NULL; break;
-        case 'T': bad = mg_cli_parse_count(optarg, &o->g.ctx) ? MG_CLI_COUNT : NULL; break;
-        case 'V': bad = mg_cli_parse_count(optarg, &o->g.vocab) ? MG_CLI_COUNT : NULL; break;
+        case 'L': bad = mg_cli_parse_count(optarg, &g->layers) ? MG_CLI_COUNT : NULL; break;
+        case 'H': bad = mg_cli_parse_count(optarg, &g->heads) ? MG_CLI_COUNT : NULL; break;
+        case 'C': bad = mg_cli_parse_count(optarg, &g->embd) ? MG_CLI_COUNT : NULL; break;
+        case 'T': bad = mg_cli_parse_count(optarg, &g->ctx) ? MG_CLI_COUNT : NULL; break;
+        case 'V': bad = mg_cli_parse_count(optarg, &g->vocab) ? MG_CLI_COUNT : NULL; break;
+        case 'K': bad = mg_cli_parse_count(optarg, &l->kv_heads) ? MG_CLI_COUNT : NULL;
+            llama_only = "--kv-heads";
+            break;
+        case 'F': bad = mg_cli_parse_count(optarg, &l->hidden) ? MG_CLI_COUNT : NULL;
+            llama_only = "--hidden";
+            break;
+        case 'u': bad = mg_cli_parse_count(optarg, &o->multiple_of) ? MG_CLI_COUNT : NULL;
+            llama_only = "--multiple-of";
+            break;
+        case 'R': bad = mg_cli_parse_positive(optarg, &l->rope_theta) ? "a finite number above 0"
+                                                                       : NULL;
+            llama_only = "--rope-theta";
+            break;
+        case 'E': bad = mg_cli_parse_positive(optarg, &l->norm_eps) ? "a finite number above 0"
+                                                                     : NULL;
+            llama_only = "--norm-eps";
+            break;
+        case 'U': l->tied = 0, llama_only = "--untied-head"; break;
         case 'b': bad = mg_cli_parse_count(optarg, &o->batch) ? MG_CLI_COUNT : NULL; break;
         case 's': bad = mg_cli_parse_count(optarg, &o->steps) ? MG_CLI_COUNT : NULL; break;
         case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? MG_CLI_COUNT : NULL; break;
@@ -127,6 +166,13 @@ static int parse(int argc, char **argv, bench_options *o) {
         }
         if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
     }
+    if (rc == MG_OK && llama_only && o->lm.kind != MG_MODEL_LLAMA)
+        rc = mg_error(MG_EINVAL, "%s: %s applies to --model llama: drop it, or give --model llama",
+                      cmd, llama_only);
+    /* the sizes given (in the GPT's config as parsed) are the Llama's too */
+    l->layers = g->layers, l->heads = g->heads, l->embd = g->embd, l->ctx = g->ctx;
+    l->vocab = g->vocab;
+    if (!l->hidden) l->hidden = mg_llama_hidden(l->embd, o->multiple_of);
     return mg_cli_bench_flags_end(rc, cmd, argc, argv, usage);
 }
 
@@ -155,7 +201,7 @@ static float *host_ids(int64_t B, int64_t T, int64_t V, uint64_t stream) {
 /* The ids and targets: on the host for a pipeline, else on the mesh. 0, or 1. */
 static int make_data(gpt_job *j) {
     const bench_options *o = j->o;
-    const int64_t B = o->batch, T = o->g.ctx, V = o->g.vocab;
+    const int64_t B = o->batch, T = mg_lm_ctx(&o->lm), V = mg_lm_vocab(&o->lm);
     if (j->pipe) {
         j->ids = host_ids(B, T, V, 1);
         j->targets = j->ids ? host_ids(B, T, V, 2) : NULL;
@@ -178,16 +224,18 @@ static int setup(gpt_job *j) {
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
      * check is mg_pipeline_make's) */
     char plan[64];
-    if (mg_train_estimate_fits_gpt(&o->g, j->mesh, mg_plan_format(plan, sizeof plan, &j->plan), o->batch,
-                                   "use a smaller --batch, --embd or --layers") != MG_OK)
+    if (mg_lm_check(&o->lm, &j->plan, j->mesh) != MG_OK ||
+        mg_train_estimate_fits_lm(&o->lm, j->mesh, mg_plan_format(plan, sizeof plan, &j->plan),
+                                  o->batch, "use a smaller --batch, --embd or --layers") != MG_OK)
         return 1;
     if (mg_plan_pp_dim(&j->plan) >= 0
-            ? mg_gpt_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->g, 1, o->batch,
-                            &j->model) != MG_OK
-            : mg_model_init_gpt(&j->model, j->mesh, &j->plan, &o->g, 1) != MG_OK)
+            ? mg_lm_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->lm, 1, o->batch,
+                           &j->model) != MG_OK
+            : mg_model_build_lm(&j->model, j->mesh, &j->plan, &o->lm, 1, NULL) != MG_OK)
         return 1;
     mg_optimizer_init(&j->opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
     j->opt.beta2 = 0.95f;
+    j->opt.decay_2d_only = 1;
     if (mg_optimizer_add_state(&j->opt, &j->model.params) != MG_OK) return 1;
     return make_data(j);
 }
@@ -250,22 +298,42 @@ static int run(gpt_job *j, gpt_result *r) {
     return mg_comm_all_reduce_f64(world, &r->arena, 1, MG_CONTROL_MAX) != MG_OK;
 }
 
+/* The FLOPs of one step per token: 6 N for the N weights the GEMMs touch (the
+ * blocks' and the head's), and attention's 12 L T C, causal halved. */
+static double flops_per_token(const mg_lm_config *c) {
+    if (c->kind == MG_MODEL_LLAMA) {
+        const mg_llama_config *l = &c->llama;
+        double C = (double)l->embd, KD = (double)l->kv_heads * C / (double)l->heads;
+        double weights = (double)l->layers * (2 * C * C + 2 * C * KD + 3 * C * (double)l->hidden) +
+                         (double)l->vocab * C;
+        return 6 * weights + 6.0 * (double)l->layers * (double)l->ctx * C;
+    }
+    const mg_gpt_config *g = &c->gpt;
+    double C = (double)g->embd, weights = (double)g->layers * 12 * C * C + (double)g->vocab * C;
+    return 6 * weights + 6.0 * (double)g->layers * (double)g->ctx * C;
+}
+
 /* The table and the JSON line (rank 0). */
 static void report(const gpt_job *j, const gpt_result *r) {
     const bench_options *o = j->o;
     if (mg_rank() != 0) return;
-    const int64_t B = o->batch, T = o->g.ctx, C = o->g.embd, L = o->g.layers, V = o->g.vocab;
-    double weights = (double)L * 12 * C * C + (double)V * C; /* the GEMMs': blocks and the head */
-    double flops = (6 * weights + 6.0 * L * T * C) * (double)(B * T); /* attention causal: half of 12 */
+    const mg_gpt_config *g = &o->lm.gpt; /* the sizes, the Llama's too */
+    const int64_t B = o->batch, T = g->ctx;
+    int llama = o->lm.kind == MG_MODEL_LLAMA;
+    double flops = flops_per_token(&o->lm) * (double)(B * T);
     double gflops = flops / (r->ms[0] * 1e-3) * 1e-9;
-    char mt[32], pt[32];
+    char mt[32], pt[32], more[96] = "";
     mg_mesh_format(mt, sizeof mt, j->mesh);
     mg_plan_format(pt, sizeof pt, &j->plan);
-    printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
+    if (llama)
+        snprintf(more, sizeof more, " kv_heads=%lld hidden=%lld%s", (long long)o->lm.llama.kv_heads,
+                 (long long)o->lm.llama.hidden, o->lm.llama.tied ? "" : " untied");
+    printf("%s step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld%s "
            "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s  (median of %lld "
-           "after %d warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o->g.heads,
-           (long long)C, (long long)V, (long long)mg_gpt_param_count(&o->g), mg_world_size(), mt,
-           pt, mg_backend_cpu_threads(), mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
+           "after %d warm-up)\n", llama ? "Llama" : "GPT", (long long)B, (long long)T,
+           (long long)g->layers, (long long)g->heads, (long long)g->embd, (long long)g->vocab, more,
+           (long long)mg_lm_param_count(&o->lm), mg_world_size(), mt, pt, mg_backend_cpu_threads(),
+           mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
            r->ms[0], gflops, r->rss, r->arena);
     if (j->pipe)
@@ -277,13 +345,13 @@ static void report(const gpt_job *j, const gpt_result *r) {
     char split[96]; /* a pipeline's forward and backward are one */
     if (j->pipe) snprintf(split, sizeof split, "\"pipeline_ms\":%.3f", r->ms[1]);
     else snprintf(split, sizeof split, "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f", r->ms[1], r->ms[2]);
-    printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
+    printf("{\"bench\":\"step\",\"model\":\"%s\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
            "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
            "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
            "\"math\":\"%s\",\"openblas\":\"%s\"}\n",
-           mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0], gflops, r->rss, r->arena,
-           split, r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
-           mg_cli_gemm_math(o->device), mg_blas_core());
+           llama ? "llama" : "gpt", mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0],
+           gflops, r->rss, r->arena, split, r->ms[3],
+           o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(o->device), mg_blas_core());
 }
 
 int mg_cli_bench_step_gpt(int argc, char **argv) {

@@ -77,14 +77,14 @@ static int parse_layers(const char *s, int64_t *out, int max) {
     return n >= 2 ? n : -1;
 }
 
-/* --model, which the GPT's step takes (bench.c sends --model gpt there):
+/* --model, which the GPT's step takes (bench.c sends --model gpt and llama there):
  * refused before any other flag is read. */
 static int no_model(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v = mg_cli_flag_at(argc, argv, i, "--model");
         if (v)
-            return mg_error(MG_EINVAL, "bench step: --model '%s' is not gpt (the MLP's step, the "
-                                       "default, takes no --model)", v);
+            return mg_error(MG_EINVAL, "bench step: --model '%s' is not gpt or llama (the MLP's "
+                                       "step, the default, takes no --model)", v);
     }
     return MG_OK;
 }

@@ -1,14 +1,17 @@
-/* generate.c: `meshgrad generate`: text from a GPT checkpoint (one written by
- * `meshgrad train --model gpt`), on any mesh and plan the model allows.
+/* generate.c: `meshgrad generate`: text from a language model's checkpoint
+ * (one written by `meshgrad train --model gpt` or `--model llama`), on any
+ * mesh and plan the model allows.
  *
  *   prompt bytes -> prefill the KV cache -> logits (V) of the last position
  *   -> sample a byte -> feed it at the next position (O(T) per token) -> ...
  *
- * The model's configuration (layers, heads, embd, ctx, vocabulary) comes from
- * the checkpoint's attributes; the parameters are loaded into the placements
- * of --parallel on --mesh (nn/train_state.h). Every activation of generation is
- * Replicate (gpt.h); the logits of each token are gathered whole on every rank
- * and rank 0 samples; the byte is broadcast, so the ranks never disagree.
+ * The model's configuration (its kind, layers, heads, embd, ctx, vocabulary;
+ * the Llama's kv heads, hidden width, rope theta, norm eps and tied head)
+ * comes from the checkpoint's attributes; the parameters are loaded into the
+ * placements of --parallel on --mesh (nn/train_state.h). Every activation of
+ * generation is Replicate (gpt.h, llama.h); the logits of each token are
+ * gathered whole on every rank and rank 0 samples; the byte is broadcast, so
+ * the ranks never disagree.
  *
  * Sampling: temperature 0 takes the argmax (the lowest index among equals);
  * else the softmax of logits / temperature over the top-k logits (all of them
@@ -70,8 +73,9 @@ static const char *usage_text =
     "usage: meshgrad generate --resume CKPT [--prompt TEXT] [--tokens N] [--temperature X]\n"
     "                         [--top-k K] [--seed S] [--mesh M] [--parallel P] [--threads N]\n"
     "\n"
-    "Prints TEXT and N bytes sampled from the GPT of CKPT (a checkpoint file, or a directory\n"
-    "of them: the newest), written by `meshgrad train --model gpt`. Runs on any mesh and\n"
+    "Prints TEXT and N bytes sampled from the GPT or Llama of CKPT (a checkpoint file, or a\n"
+    "directory of them: the newest), written by `meshgrad train --model gpt` or `--model\n"
+    "llama`. Runs on any mesh and\n"
     "plan the model allows (e.g. mpirun -np 2 meshgrad generate --parallel tp ...); the same\n"
     "seed gives the same text on every mesh.\n"
     "\n"
@@ -148,7 +152,7 @@ static int parse(int argc, char **argv, gen_options *o) {
     }
     if (!o->resume[0]) {
         mg_error(MG_EINVAL, "generate: no checkpoint given: --resume CKPT (a checkpoint of "
-                 "`meshgrad train --model gpt`)");
+                 "`meshgrad train --model gpt` or `--model llama`)");
         return 2;
     }
     if (!o->prompt[0]) {
@@ -159,55 +163,107 @@ static int parse(int argc, char **argv, gen_options *o) {
     return 0;
 }
 
-/* A model attribute of the checkpoint, a count >= 1. */
-static int model_int(const char *path, const mg_ckpt_attr *a, int n, const char *key, int64_t *out) {
+/* A model attribute of the checkpoint, a count >= least. */
+static int model_int(const char *path, const mg_ckpt_attr *a, int n, const char *key, int64_t least,
+                     int64_t *out) {
     const char *v = mg_ckpt_attr_get(a, n, key);
     char *end = NULL;
     long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || x < 1)
+    if (!v || !*v || *end || x < least)
         return mg_error(MG_EFORMAT, "checkpoint %s: attribute \"%s\" is %s: the file was not "
-                        "written by `meshgrad train --model gpt`, or was altered", path, key,
+                        "written by `meshgrad train --model gpt` or `--model llama`, or was "
+                        "altered", path, key, v ? v : "missing");
+    *out = x;
+    return MG_OK;
+}
+
+/* A model attribute of the checkpoint, a finite number above 0. */
+static int model_double(const char *path, const mg_ckpt_attr *a, int n, const char *key,
+                        double *out) {
+    const char *v = mg_ckpt_attr_get(a, n, key);
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || !isfinite(x) || !(x > 0))
+        return mg_error(MG_EFORMAT, "checkpoint %s: attribute \"%s\" is %s: the file was not "
+                        "written by `meshgrad train --model llama`, or was altered", path, key,
                         v ? v : "missing");
     *out = x;
     return MG_OK;
 }
 
 /* The blocks whose weights a checkpoint holds: 1 + the largest N of
- * params/h.N.* (a walk of its names, no data read). */
+ * params/<prefix>N.* (a walk of its names, no data read). */
+typedef struct {
+    const char *prefix; /* "params/h." (the GPT's), "params/layers." (the Llama's) */
+    int blocks;
+} block_count;
+
 static int count_blocks(void *ctx, const char *name) {
+    block_count *c = ctx;
+    size_t n = strlen(c->prefix);
     int k = -1;
-    if (sscanf(name, "params/h.%d.", &k) == 1 && k >= 0 && k + 1 > *(int *)ctx) *(int *)ctx = k + 1;
+    if (strncmp(name, c->prefix, n) == 0 && sscanf(name + n, "%d.", &k) == 1 && k >= 0 &&
+        k + 1 > c->blocks)
+        c->blocks = k + 1;
     return MG_OK;
 }
 
-/* Collective. The GPT configuration of the checkpoint at `path`, its layer
- * count checked against the weights the file holds before any is built. */
-static int read_config(const char *path, mg_gpt_config *cfg) {
+/* The Llama's attributes beyond the GPT's. */
+static int read_llama(const char *path, const mg_ckpt_attr *a, int n, mg_lm_config *cfg) {
+    mg_llama_config *l = &cfg->llama;
+    int64_t tied = 0;
+    int rc = model_int(path, a, n, "model.kv_heads", 1, &l->kv_heads);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.hidden", 1, &l->hidden);
+    if (rc == MG_OK) rc = model_double(path, a, n, "model.rope_theta", &l->rope_theta);
+    if (rc == MG_OK) rc = model_double(path, a, n, "model.norm_eps", &l->norm_eps);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.tied", 0, &tied);
+    if (rc == MG_OK && tied > 1)
+        rc = mg_error(MG_EFORMAT, "checkpoint %s: attribute \"model.tied\" is %lld, not 0 or 1: "
+                      "the file was altered", path, (long long)tied);
+    l->tied = (int)tied;
+    return rc;
+}
+
+/* Collective. The language model's configuration of the checkpoint at
+ * `path`, its layer count checked against the weights the file holds before
+ * any is built. */
+static int read_config(const char *path, mg_lm_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
     mg_ckpt_attr *a = calloc(GEN_MAX_ATTRS, sizeof *a);
     if (!a) return mg_error(MG_ENOMEM, "generate: out of memory for the checkpoint's attributes");
     int n = 0, rc = mg_checkpoint_read_attrs(path, a, GEN_MAX_ATTRS, &n);
     const char *model = rc == MG_OK ? mg_ckpt_attr_get(a, n, "model") : NULL;
     if (rc == MG_OK && !model)
         rc = mg_error(MG_EFORMAT, "checkpoint %s holds no training run (no \"model\" attribute): "
-                      "give a checkpoint of `meshgrad train --model gpt`", path);
-    else if (rc == MG_OK && strcmp(model, "gpt") != 0)
-        rc = mg_error(MG_EINVAL, "checkpoint %s holds a model of kind %s, not a GPT: generate needs a "
-                      "checkpoint of `meshgrad train --model gpt`", path, model);
-    if (rc == MG_OK) rc = model_int(path, a, n, "model.layers", &cfg->layers);
-    int blocks = 0;
+                      "give a checkpoint of `meshgrad train --model gpt` or `--model llama`", path);
+    else if (rc == MG_OK && strcmp(model, "gpt") != 0 && strcmp(model, "llama") != 0)
+        rc = mg_error(MG_EINVAL, "checkpoint %s holds a model of kind %s, not a GPT or a Llama: "
+                      "generate needs a checkpoint of `meshgrad train --model gpt` or `--model "
+                      "llama`", path, model);
+    int llama = rc == MG_OK && strcmp(model, "llama") == 0;
+    int64_t layers = 0, heads = 0, embd = 0, ctx = 0, vocab = 0;
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.layers", 1, &layers);
+    block_count blocks = {llama ? "params/layers." : "params/h.", 0};
     if (rc == MG_OK) rc = mg_checkpoint_list(path, count_blocks, &blocks);
-    if (rc == MG_OK && blocks != cfg->layers)
+    if (rc == MG_OK && blocks.blocks != layers)
         rc = mg_error(MG_EFORMAT, "checkpoint %s: attribute model.layers is %lld but the file "
-                      "holds the weights of %d blocks (params/h.0 to h.%d): it was altered or "
-                      "cut short; give the checkpoint as train saved it", path,
-                      (long long)cfg->layers, blocks, blocks - 1);
-    if (rc == MG_OK) rc = model_int(path, a, n, "model.heads", &cfg->heads);
-    if (rc == MG_OK) rc = model_int(path, a, n, "model.embd", &cfg->embd);
-    if (rc == MG_OK) rc = model_int(path, a, n, "model.ctx", &cfg->ctx);
-    if (rc == MG_OK) rc = model_int(path, a, n, "model.vocab", &cfg->vocab);
-    if (rc == MG_OK && cfg->vocab > 256)
+                      "holds the weights of %d blocks (%s0 to %d): it was altered or cut short; "
+                      "give the checkpoint as train saved it", path, (long long)layers,
+                      blocks.blocks, blocks.prefix, blocks.blocks - 1);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.heads", 1, &heads);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.embd", 1, &embd);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.ctx", 1, &ctx);
+    if (rc == MG_OK) rc = model_int(path, a, n, "model.vocab", 1, &vocab);
+    if (rc == MG_OK && vocab > 256)
         rc = mg_error(MG_EINVAL, "checkpoint %s: vocabulary %lld; generate prints bytes and takes "
-                      "a byte-level model (vocabulary <= 256)", path, (long long)cfg->vocab);
+                      "a byte-level model (vocabulary <= 256)", path, (long long)vocab);
+    if (rc == MG_OK) {
+        cfg->kind = llama ? MG_MODEL_LLAMA : MG_MODEL_GPT;
+        cfg->gpt = (mg_gpt_config){layers, heads, embd, ctx, vocab};
+        cfg->llama = (mg_llama_config){.layers = layers, .heads = heads, .embd = embd,
+                                       .ctx = ctx, .vocab = vocab};
+    }
+    if (rc == MG_OK && cfg->kind == MG_MODEL_LLAMA) rc = read_llama(path, a, n, cfg);
     free(a);
     return rc;
 }
@@ -217,6 +273,7 @@ typedef struct {
     mg_mesh *mesh;
     mg_plan plan;
     mg_model model;
+    mg_lm_config cfg;
     int have_model, have_cache;
     mg_gpt_cache cache;
     char path[MG_PATH_MAX];
@@ -247,18 +304,17 @@ static int setup(generator *g) {
     if (mg_rank() == 0) rc = mg_checkpoint_resolve(o->resume, g->path, sizeof g->path);
     if ((rc = mg_status_agree(rc)) != MG_OK) return rc;
     if ((rc = mg_comm_broadcast_bytes(g->mesh->world, g->path, sizeof g->path, 0)) != MG_OK) return rc;
-    mg_gpt_config cfg;
-    if ((rc = read_config(g->path, &cfg)) != MG_OK) return rc;
-    if ((rc = mg_model_init_gpt(&g->model, g->mesh, &g->plan, &cfg, 0)) != MG_OK) return rc;
+    if ((rc = read_config(g->path, &g->cfg)) != MG_OK) return rc;
+    if ((rc = mg_model_build_lm(&g->model, g->mesh, &g->plan, &g->cfg, 0, NULL)) != MG_OK) return rc;
     g->have_model = 1;
     rc = mg_train_state_load_params(g->path, &g->model);
-    if (rc == MG_OK) rc = mg_gpt_cache_init(&g->cache, &g->model.gpt, g->mesh, &g->plan);
+    if (rc == MG_OK) rc = mg_model_cache_init(&g->model, &g->cache, g->mesh, &g->plan);
     g->have_cache = rc == MG_OK;
     return rc;
 }
 
 static void teardown(generator *g) {
-    if (g->have_cache) mg_gpt_cache_free(&g->cache, &g->model.gpt);
+    if (g->have_cache) mg_gpt_cache_release(&g->cache);
     if (g->have_model) mg_model_free(&g->model);
     if (g->mesh) mg_mesh_free(g->mesh);
 }
@@ -273,11 +329,10 @@ static int forward(generator *g, const int *ids, int64_t n, int64_t pos, float *
     for (int d = 0; d < g->mesh->ndim; d++) rep[d] = MG_REPLICATE;
     mg_dtensor *x = mg_distribute(g->mesh, t, rep, g->mesh->ndim);
     mg_tensor_free(t);
-    mg_dtensor *y = x ? mg_gpt_forward_cached(&g->model.gpt, &g->model.params, &g->cache, x, pos)
-                      : NULL; // y: (1, 1, V)
+    mg_dtensor *y = x ? mg_model_forward_cached(&g->model, &g->cache, x, pos) : NULL; // y: (1, 1, V)
     mg_tensor *full = y ? mg_full_tensor(y) : NULL;
     int rc = full ? MG_OK : mg_last_code() ? mg_last_code() : MG_ENOMEM;
-    if (full) memcpy(logits, mg_tensor_data(full), sizeof(float) * (size_t)g->model.gpt.cfg.vocab);
+    if (full) memcpy(logits, mg_tensor_data(full), sizeof(float) * (size_t)mg_lm_vocab(&g->cfg));
     mg_tensor_free(full);
     mg_dtensor_free(x);
     mg_step_end();
@@ -325,7 +380,7 @@ static int sample(const float *logits, int64_t V, const gen_options *o, int64_t 
 /* Collective. The whole generation; rank 0 prints. */
 static int run(generator *g) {
     const gen_options *o = &g->o;
-    const int64_t T = g->model.gpt.cfg.ctx, V = g->model.gpt.cfg.vocab;
+    const int64_t T = mg_lm_ctx(&g->cfg), V = mg_lm_vocab(&g->cfg);
     const int rank = mg_rank();
     int64_t plen = (int64_t)strlen(o->prompt), keep = plen < T ? plen : T;
     if (plen > T && rank == 0)

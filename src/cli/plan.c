@@ -350,7 +350,8 @@ static int from_config(plan_opts *o, int argc, char **argv) {
         int depth = c.depth ? (int)c.depth : 2;
         if (depth + 1 > MAX_LIST) return mg_error(MG_EINVAL, "plan: %s: depth %d", path, depth);
         o->nwidths = depth + 1;
-        for (int i = 0; i <= depth; i++) o->widths[i] = i == 0 ? 64 : i == depth ? 10 : c.hidden;
+        int64_t hidden = mg_train_config_hidden(&c); /* --hidden, or the default 128 */
+        for (int i = 0; i <= depth; i++) o->widths[i] = i == 0 ? 64 : i == depth ? 10 : hidden;
     } else {
         return mg_error(MG_EINVAL, "plan: %s: model %s: plan's pipeline knows the mlp and the gpt "
                         "(plan --estimate takes every model)", path, mg_model_kind_name(c.model));

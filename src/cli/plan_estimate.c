@@ -101,20 +101,30 @@ static void print(const estimate_opts *o, const mg_train_estimate *e, const char
     const mg_train_config *c = &o->cfg;
     char where[64] = "coordinate 0";
     if (pp >= 0) snprintf(where, sizeof where, "pipeline rank %d", e->pp_rank);
-    if (c->model == MG_MODEL_GPT)
-        printf("estimate of a step of meshgrad train: gpt (%lld layers, %lld heads, embd %lld, ctx "
-               "%lld, vocabulary %lld) on mesh %s [%s], batch %lld in %lld micro-batch%s, %s (%d "
-               "state%s a parameter)%s; the largest rank (%s):\n", (long long)c->layers,
-               (long long)c->heads, (long long)c->embd, (long long)c->ctx, (long long)o->vocab, mesh,
-               c->parallel, (long long)c->batch, (long long)(pp >= 0 ? c->microbatches : c->grad_accum),
+    char shape[160];
+    if (c->model == MG_MODEL_LLAMA)
+        snprintf(shape, sizeof shape, "%lld layers, %lld heads, %lld kv heads, embd %lld, hidden "
+                 "%lld, ctx %lld, vocabulary %lld%s", (long long)c->layers, (long long)c->heads,
+                 (long long)(c->kv_heads ? c->kv_heads : c->heads), (long long)c->embd,
+                 (long long)mg_train_config_hidden(c), (long long)c->ctx, (long long)o->vocab,
+                 c->untied_head ? ", untied head" : "");
+    else
+        snprintf(shape, sizeof shape, "%lld layers, %lld heads, embd %lld, ctx %lld, vocabulary "
+                 "%lld", (long long)c->layers, (long long)c->heads, (long long)c->embd,
+                 (long long)c->ctx, (long long)o->vocab);
+    if (mg_model_kind_is_lm(c->model))
+        printf("estimate of a step of meshgrad train: %s (%s) on mesh %s [%s], batch %lld in %lld "
+               "micro-batch%s, %s (%d state%s a parameter)%s; the largest rank (%s):\n",
+               mg_model_kind_name(c->model), shape, mesh, c->parallel, (long long)c->batch,
+               (long long)(pp >= 0 ? c->microbatches : c->grad_accum),
                (pp >= 0 ? c->microbatches : c->grad_accum) == 1 ? "" : "es",
                mg_optim_kind_name(c->optimizer), states, states == 1 ? "" : "s",
                c->clip > 0 ? ", clipped" : "", where);
     else
         printf("estimate of a step of meshgrad train: %s (hidden %lld) on mesh %s [%s], batch %lld, "
                "%s (%d state%s a parameter)%s; the largest rank (%s):\n",
-               mg_model_kind_name(c->model), (long long)c->hidden, mesh, c->parallel,
-               (long long)c->batch, mg_optim_kind_name(c->optimizer), states,
+               mg_model_kind_name(c->model), (long long)mg_train_config_hidden(c), mesh,
+               c->parallel, (long long)c->batch, mg_optim_kind_name(c->optimizer), states,
                states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "", where);
     const mg_train_memory *m = &e->memory;
     printf("  memory: peak %.2f MiB: parameters %.2f, gradients %.2f, optimizer %.2f, activations "

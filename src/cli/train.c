@@ -124,7 +124,7 @@ static int setup(trainer *tr) {
     if ((rc = mg_observe_flight(c->flight_dir)) != MG_OK) return rc;
     if (!c->data[0])
         snprintf(c->data, sizeof c->data, "%s",
-                 c->model == MG_MODEL_GPT ? "data/mobydick.h5" : "data/digits.h5");
+                 mg_model_kind_is_lm(c->model) ? "data/mobydick.h5" : "data/digits.h5");
     /* rank 0 finds the data file; every rank uses its answer */
     char path[MG_PATH_MAX + 1];
     path[0] = (char)resolve_data_path(c->data, path + 1, sizeof path - 1);
@@ -198,18 +198,24 @@ static void print_start(trainer *tr, uint64_t checksum) {
         char mb[64], pb[64];
         mg_mesh_format(mb, sizeof mb, tr->mesh);
         mg_plan_format(pb, sizeof pb, &run->plan);
-        char shape[96];
+        char shape[160];
         if (c->model == MG_MODEL_GPT)
             snprintf(shape, sizeof shape, "layers %lld, heads %lld, embd %lld, ctx %lld",
                      (long long)c->layers, (long long)c->heads, (long long)c->embd, (long long)c->ctx);
+        else if (c->model == MG_MODEL_LLAMA)
+            snprintf(shape, sizeof shape, "layers %lld, heads %lld, kv-heads %lld, embd %lld, "
+                     "hidden %lld, ctx %lld%s", (long long)c->layers, (long long)c->heads,
+                     (long long)(c->kv_heads ? c->kv_heads : c->heads), (long long)c->embd,
+                     (long long)mg_train_config_hidden(c), (long long)c->ctx,
+                     c->untied_head ? ", untied head" : "");
         else
-            snprintf(shape, sizeof shape, "hidden %lld", (long long)c->hidden);
+            snprintf(shape, sizeof shape, "hidden %lld", (long long)mg_train_config_hidden(c));
         printf("meshgrad train: %s (%s, %lld parameters) on mesh %s [%s], %s lr %g (%s), "
                "batch %lld, %lld steps\n",
                mg_model_kind_name(c->model), shape, (long long)mg_trainer_numel(run), mb, pb,
                mg_optim_kind_name(c->optimizer), c->lr, mg_schedule_kind_name(c->schedule),
                (long long)c->batch, (long long)c->steps);
-        if (c->model == MG_MODEL_GPT)
+        if (mg_model_kind_is_lm(c->model))
             printf("data %s: %lld train tokens, %lld val tokens (vocabulary %d); param checksum "
                    "%016llx\n", c->data, (long long)mg_tokens_count(run->tokens),
                    (long long)mg_tokens_count(run->val), mg_tokens_vocab(run->tokens),
@@ -255,7 +261,7 @@ static void report_step(trainer *tr, int64_t step, double loss, double lr, doubl
     char eta[32], window[256];
     format_duration(eta, sizeof eta,
                     (double)(c->steps - step) * (now - start) / (double)(step - tr->start_step));
-    int gpt = c->model == MG_MODEL_GPT; /* a GPT's step reads batch x ctx tokens */
+    int gpt = mg_model_kind_is_lm(c->model); /* a language model's step reads batch x ctx tokens */
     mg_window_format(&tr->window, window, sizeof window, gpt ? c->batch * c->ctx : c->batch,
                      gpt ? "tokens" : "samples");
     printf("step %lld/%lld | loss %.9f | lr %.3e | %s | ETA %s\n", (long long)step,
@@ -285,7 +291,7 @@ static void on_eval_progress(void *ctx, int64_t done, int64_t total) {
 /* Collective: the evaluation after `step` (the run's), printed on rank 0
  * with what it read and the time it took, and in the metrics. */
 static int evaluate(trainer *tr, int64_t step) {
-    int gpt = tr->cfg.model == MG_MODEL_GPT;
+    int gpt = mg_model_kind_is_lm(tr->cfg.model);
     const char *every = getenv("MG_EVAL_PROGRESS_S");
     eval_progress p = {tr, step, mg_clock(), mg_clock(), every ? atof(every) : 10.0,
                        gpt ? "windows" : "rows"};

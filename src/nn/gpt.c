@@ -215,8 +215,6 @@ static mg_dtensor *merge_heads(const mg_gpt *g, const mg_dtensor *a) {
     return y ? mg_reshape(y, 3, (int64_t[]){s[0], s[2], g->cfg.embd}) : NULL;
 }
 
-static int cache_store(mg_gpt_cache *c, int l, mg_dtensor *const *kv, int64_t pos);
-
 /* Block l; with a cache: store this block's k, v at [pos, pos + n) and attend
  * to the cache (pos > 0: one query against positions 0..pos). */
 static mg_dtensor *block(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *x,
@@ -230,10 +228,10 @@ static mg_dtensor *block(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *
     if (!qkv || split_heads(g, qkv, hd) != MG_OK) return NULL;
     mg_dtensor *a;
     if (!c || pos == 0) {
-        if (c && cache_store(c, l, hd + 1, 0) != MG_OK) return NULL;
+        if (c && mg_gpt_cache_store(c, l, hd + 1, 0) != MG_OK) return NULL;
         a = mg_attention(hd[0], hd[1], hd[2], 1);
     } else {
-        if (cache_store(c, l, hd + 1, pos) != MG_OK) return NULL;
+        if (mg_gpt_cache_store(c, l, hd + 1, pos) != MG_OK) return NULL;
         mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1), *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
         a = v ? mg_attention(hd[0], k, v, 0) : NULL; /* the cache holds only the past */
     }
@@ -291,35 +289,42 @@ static void replicated(int ndim, mg_placement *p) {
     for (int d = 0; d < ndim; d++) p[d] = MG_REPLICATE;
 }
 
-int mg_gpt_cache_init(mg_gpt_cache *c, const mg_gpt *g, const mg_mesh *mesh, const mg_plan *plan) {
+int mg_gpt_cache_make(mg_gpt_cache *c, int64_t layers, int64_t heads, int64_t ctx,
+                      int64_t head_dim, const mg_mesh *mesh, const mg_plan *plan) {
     memset(c, 0, sizeof *c);
-    const int64_t H = g->cfg.heads, D = g->cfg.embd / H, L = g->cfg.layers;
     mg_placement p[MG_MAX_MESH_DIMS];
-    for (int d = 0; d < mesh->ndim; d++) /* the heads as the qkv rows split them */
+    for (int d = 0; d < mesh->ndim; d++) /* the heads as the column-parallel rows split them */
         p[d] = plan->kind[d] == MG_PLAN_TP || plan->kind[d] == MG_PLAN_TP_SP ? MG_SHARD(1)
                                                                            : MG_REPLICATE;
     mg_spec s;
-    int rc = mg_spec_make(&s, mesh, p, mesh->ndim, 4, (int64_t[]){1, H, g->cfg.ctx, D}, "kv cache");
+    int rc = mg_spec_make(&s, mesh, p, mesh->ndim, 4, (int64_t[]){1, heads, ctx, head_dim},
+                          "kv cache");
     if (rc != MG_OK) return rc;
-    c->k = calloc((size_t)L, sizeof *c->k);
-    c->v = calloc((size_t)L, sizeof *c->v);
+    c->layers = layers;
+    c->k = calloc((size_t)layers, sizeof *c->k);
+    c->v = calloc((size_t)layers, sizeof *c->v);
     if (!c->k || !c->v) {
-        mg_gpt_cache_free(c, g);
-        return mg_error(MG_ENOMEM, "gpt: out of memory for the kv cache");
+        mg_gpt_cache_release(c);
+        return mg_error(MG_ENOMEM, "kv cache: out of memory for %lld blocks", (long long)layers);
     }
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < layers; l++) {
         c->k[l] = mg_dtensor_zeros(&s, NULL);
         c->v[l] = c->k[l] ? mg_dtensor_zeros(&s, NULL) : NULL;
         if (!c->v[l]) {
-            mg_gpt_cache_free(c, g);
+            mg_gpt_cache_release(c);
             return mg_last_code() ? mg_last_code() : MG_ENOMEM;
         }
     }
     return MG_OK;
 }
 
-void mg_gpt_cache_free(mg_gpt_cache *c, const mg_gpt *g) {
-    for (int l = 0; l < g->cfg.layers; l++) {
+int mg_gpt_cache_init(mg_gpt_cache *c, const mg_gpt *g, const mg_mesh *mesh, const mg_plan *plan) {
+    const int64_t H = g->cfg.heads;
+    return mg_gpt_cache_make(c, g->cfg.layers, H, g->cfg.ctx, g->cfg.embd / H, mesh, plan);
+}
+
+void mg_gpt_cache_release(mg_gpt_cache *c) {
+    for (int l = 0; l < c->layers; l++) {
         if (c->k) mg_dtensor_free(c->k[l]);
         if (c->v) mg_dtensor_free(c->v[l]);
     }
@@ -328,8 +333,12 @@ void mg_gpt_cache_free(mg_gpt_cache *c, const mg_gpt *g) {
     memset(c, 0, sizeof *c);
 }
 
-/* kv[0], kv[1] (1, H, n, D) into block l's cache at positions [pos, pos + n) */
-static int cache_store(mg_gpt_cache *c, int l, mg_dtensor *const *kv, int64_t pos) {
+void mg_gpt_cache_free(mg_gpt_cache *c, const mg_gpt *g) {
+    (void)g; /* the cache knows its blocks */
+    mg_gpt_cache_release(c);
+}
+
+int mg_gpt_cache_store(mg_gpt_cache *c, int l, mg_dtensor *const *kv, int64_t pos) {
     mg_dtensor *dst[2] = {c->k[l], c->v[l]};
     for (int i = 0; i < 2; i++) {
         mg_spec s = dst[i]->spec;

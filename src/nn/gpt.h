@@ -48,6 +48,7 @@
  * mg_gpt_param_describe, mg_gpt_param_slot, mg_gpt_forward_layers,
  * mg_gpt_free, mg_gpt_embed, mg_gpt_block_forward, mg_gpt_head, mg_gpt_forward,
  * mg_gpt_param_count, mg_gpt_cache, mg_gpt_cache_init, mg_gpt_cache_free,
+ * mg_gpt_cache_make, mg_gpt_cache_release, mg_gpt_cache_store,
  * mg_gpt_forward_cached. */
 #ifndef MG_NN_GPT_H
 #define MG_NN_GPT_H
@@ -122,10 +123,20 @@ mg_dtensor *mg_gpt_forward(mg_gpt *g, mg_param_table *t, const mg_dtensor *ids);
 typedef struct {
     mg_dtensor **k, **v; /* per block: (1, H, ctx, D), heads placed as the qkv rows */
     int64_t len;         /* positions held */
+    int64_t layers;      /* blocks */
 } mg_gpt_cache;
 
 int mg_gpt_cache_init(mg_gpt_cache *c, const mg_gpt *g, const mg_mesh *mesh, const mg_plan *plan);
 void mg_gpt_cache_free(mg_gpt_cache *c, const mg_gpt *g);
+/* A cache of `layers` blocks' k and v (1, heads, ctx, head_dim), zeros, the
+ * heads split over the plan's tp and tp+sp dims (any model's: the Llama's
+ * holds its kv heads). Freed by mg_gpt_cache_release. */
+int mg_gpt_cache_make(mg_gpt_cache *c, int64_t layers, int64_t heads, int64_t ctx,
+                      int64_t head_dim, const mg_mesh *mesh, const mg_plan *plan);
+void mg_gpt_cache_release(mg_gpt_cache *c);
+/* kv[0], kv[1] (1, heads, n, head_dim) into block l's k and v at positions
+ * [pos, pos + n), moved to the cache's placements first. */
+int mg_gpt_cache_store(mg_gpt_cache *c, int l, mg_dtensor *const *kv, int64_t pos);
 /* Without autograd. ids (1, n): with pos 0, a prompt of n <= ctx tokens (the
  * cache is refilled); else n == 1 and pos == c->len < ctx, the next token.
  * Returns the logits (1, 1, V) of the last position; the cache then holds

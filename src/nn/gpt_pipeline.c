@@ -1,5 +1,6 @@
-/* gpt_pipeline.c: the GPT cut into pipeline stages, its tied embedding
- * summed between the first and last stage (see gpt_pipeline.h). */
+/* gpt_pipeline.c: a language model (the GPT or the Llama, model.h) cut into
+ * pipeline stages, its tied embedding summed between the first and last
+ * stage (see gpt_pipeline.h). */
 #include "nn/gpt_pipeline.h"
 
 #include <stdio.h>
@@ -87,28 +88,39 @@ void mg_gpt_pp_free(mg_gpt_pp *t) {
     free(t);
 }
 
+/* The head is the embedding (the GPT's always, the Llama's unless untied). */
+static int tied_head(const mg_model *m) { return m->kind == MG_MODEL_GPT || m->llama.cfg.tied; }
+
 int mg_gpt_pp_new(mg_gpt_pp **out, const mg_mesh *mesh, const mg_plan *plan,
                   const mg_pp_options *o, const mg_gpt_config *cfg, uint64_t seed, int64_t batch,
                   mg_model *model) {
+    mg_lm_config c = {.kind = MG_MODEL_GPT, .gpt = *cfg};
+    return mg_lm_pp_new(out, mesh, plan, o, &c, seed, batch, model);
+}
+
+int mg_lm_pp_new(mg_gpt_pp **out, const mg_mesh *mesh, const mg_plan *plan,
+                 const mg_pp_options *o, const mg_lm_config *cfg, uint64_t seed, int64_t batch,
+                 mg_model *model) {
     *out = NULL;
-    const int n = (int)cfg->layers + 2;
+    const int n = (int)mg_lm_layers(cfg) + 2;
     mg_gpt_pp *t = calloc(1, sizeof *t);
     mg_layer_cost *costs = calloc((size_t)n, sizeof *costs);
     unsigned char *held = calloc((size_t)n, 1);
-    int rc = !t || !costs || !held ? mg_error(MG_ENOMEM, "gpt pipeline: out of memory") : MG_OK;
+    int rc = !t || !costs || !held ? mg_error(MG_ENOMEM, "pipeline: out of memory") : MG_OK;
     if (rc == MG_OK) t->tied.mpi = MPI_COMM_NULL;
-    if (rc == MG_OK) rc = mg_gpt_check(cfg, plan, mesh);
-    if (rc == MG_OK) rc = mg_gpt_layer_costs(cfg, costs);
+    if (rc == MG_OK) rc = mg_lm_check(cfg, plan, mesh);
+    if (rc == MG_OK) rc = mg_lm_layer_costs(cfg, costs);
     if (rc == MG_OK) rc = mg_pipeline_make(&t->p, mesh, plan, o, costs, n, batch);
     mg_pipeline *p = t ? &t->p : NULL;
     for (int i = 0; rc == MG_OK && i < n; i++) held[i] = mg_pipeline_holds(p, i);
     if (rc == MG_OK)
-        rc = mg_model_build_gpt(model, p->stage_mesh, &p->stage_plan, cfg, seed, held);
+        rc = mg_model_build_lm(model, p->stage_mesh, &p->stage_plan, cfg, seed, held);
     if (rc == MG_OK) {
         model->mesh = mesh; /* checkpoints name the whole mesh */
         t->model = model;
-        t->T = cfg->ctx;
-        if (p->ranks > 1) rc = mg_mesh_pair_new(&t->tied, mesh, p->dim, 0, p->ranks - 1);
+        t->T = mg_lm_ctx(cfg);
+        if (p->ranks > 1 && tied_head(model))
+            rc = mg_mesh_pair_new(&t->tied, mesh, p->dim, 0, p->ranks - 1);
     }
     if (rc == MG_OK && !(t->train = mg_pp_exec_new(&p->schedule, p->rank, p->comm, p->stage_mesh)))
         rc = mg_last_code();
@@ -132,11 +144,6 @@ int mg_gpt_pp_new(mg_gpt_pp **out, const mg_mesh *mesh, const mg_plan *plan,
 }
 
 /* ---- the stages --------------------------------------------------------------- */
-
-/* The first parameter (of the whole model) of pipeline layer `layer` (L + 2: the count). */
-static int layer_param(const mg_gpt_config *c, int layer) {
-    return layer == 0 ? 0 : layer <= c->layers + 1 ? 2 + 12 * (layer - 1) : 4 + 12 * (int)c->layers;
-}
 
 /* Micro-batch mb's rows of a (windows, T) host array, on the stage mesh at the
  * batch's placements (rows over dp and fsdp, positions over sp). */
@@ -181,27 +188,27 @@ static void take_grad(mg_param *pr) {
 static int stage_reduce(void *ctx, int stage) {
     mg_gpt_pp *t = ctx;
     const mg_pipeline *p = &t->p;
-    const mg_gpt_config *c = &t->model->gpt.cfg;
-    int first = layer_param(c, mg_pipeline_stage_first(p, stage)),
-        last = layer_param(c, mg_pipeline_stage_first(p, stage + 1));
+    int first = mg_model_layer_param(t->model, mg_pipeline_stage_first(p, stage)),
+        last = mg_model_layer_param(t->model, mg_pipeline_stage_first(p, stage + 1));
     for (int k = first; k < last; k++) {
         mg_param *pr = mg_model_param(t->model, k, NULL);
-        if (!pr) return mg_error(MG_ESTATE, "gpt pipeline: stage %d's parameter %d is not here", stage, k);
+        if (!pr) return mg_error(MG_ESTATE, "pipeline: stage %d's parameter %d is not here", stage, k);
         take_grad(pr);
     }
-    if (stage + 1 == p->split.stages && t->model->gpt.wte_copy)
-        take_grad(&t->model->params.p[t->model->gpt.wte]);
+    int copy = mg_model_embedding_copy(t->model);
+    if (stage + 1 == p->split.stages && copy >= 0) take_grad(&t->model->params.p[copy]);
     return MG_OK;
 }
 
-/* The tied wte: the embedding's gradient (first stage) plus the head's (last),
- * whole on each side (a split optimizer's parts summed first), one all-reduce
- * between the two: both sides then hold the same sum, bit for bit. */
+/* The tied embedding (wte, tok_embeddings): the embedding's gradient (first
+ * stage) plus the head's (last), whole on each side (a split optimizer's
+ * parts summed first), one all-reduce between the two: both sides then hold
+ * the same sum, bit for bit. */
 static int sum_tied(mg_gpt_pp *t) {
     if (!t->tied.comm) return MG_OK;
-    mg_param *pr = &t->model->params.p[t->model->gpt.wte];
-    if (!(pr->grad = mg_grad(pr->value)))
-        return mg_error(MG_ESTATE, "gpt pipeline: wte has no gradient after the step");
+    mg_param *pr = mg_model_param(t->model, 0, NULL); /* the embedding, or the head's copy */
+    if (!pr || !(pr->grad = mg_grad(pr->value)))
+        return mg_error(MG_ESTATE, "pipeline: the tied embedding has no gradient after the step");
     mg_tensor *g = pr->grad->local;
     return mg_comm_all_reduce(t->tied.comm, g->data, g->numel, MG_REDUCE_SUM);
 }
@@ -228,7 +235,7 @@ int mg_gpt_pp_step(mg_gpt_pp *t, const float *ids, const float *targets, double 
 
 int mg_gpt_pp_update(mg_gpt_pp *t, mg_optimizer *opt, double lr, double clip, double *norm) {
     mg_param_table *params = &t->model->params, own = *params;
-    if (t->model->gpt.wte_copy) { /* the copy (the table's first entry) counts on the first stage */
+    if (mg_model_embedding_copy(t->model) >= 0) { /* the copy (the table's first entry) counts on the first stage */
         own.p++;
         own.n--;
     }
@@ -239,7 +246,7 @@ int mg_gpt_pp_loss(mg_gpt_pp *t, const float *ids, const float *targets, int64_t
     const mg_pipeline *p = &t->p;
     int m = t->eval_schedule.microbatches;
     if (n < (int64_t)m * p->data_degree)
-        return mg_error(MG_EINVAL, "gpt pipeline: %lld windows cannot make %d micro-batches of at "
+        return mg_error(MG_EINVAL, "pipeline: %lld windows cannot make %d micro-batches of at "
                         "least %d (the data-parallel degree) each", (long long)n, m,
                         p->data_degree);
     t->ids = ids;
@@ -262,12 +269,14 @@ int mg_gpt_pp_loss(mg_gpt_pp *t, const float *ids, const float *targets, int64_t
 /* Stage s's parameters continue the hash, in the whole model's order. */
 static int hash_stage(void *ctx, int s, uint64_t *h) {
     mg_gpt_pp *t = ctx;
-    const mg_gpt_config *c = &t->model->gpt.cfg;
-    int first = layer_param(c, mg_pipeline_stage_first(&t->p, s)),
-        last = layer_param(c, mg_pipeline_stage_first(&t->p, s + 1));
+    int first = mg_model_layer_param(t->model, mg_pipeline_stage_first(&t->p, s)),
+        last = mg_model_layer_param(t->model, mg_pipeline_stage_first(&t->p, s + 1));
     int rc = MG_OK;
-    for (int k = first; k < last && rc == MG_OK; k++)
-        rc = mg_params_checksum_more(&t->model->params, *mg_gpt_param_slot(&t->model->gpt, k), 1, h);
+    for (int k = first; k < last && rc == MG_OK; k++) {
+        mg_param *p = mg_model_param(t->model, k, NULL);
+        rc = p ? mg_params_checksum_more(&t->model->params, (int)(p - t->model->params.p), 1, h)
+               : mg_error(MG_ESTATE, "pipeline: stage %d's parameter %d is not here", s, k);
+    }
     return rc;
 }
 

@@ -1,13 +1,16 @@
-/* gpt_pipeline.h: the GPT (gpt.h) cut into pipeline stages (pipeline.h).
+/* gpt_pipeline.h: a language model (model.h: the GPT, gpt.h, or the Llama,
+ * llama.h) cut into pipeline stages (pipeline.h).
  *
- * Its pipeline layers: 0 the embedding (wte, wpe; tied to the first block),
- * 1..L the blocks, L + 1 ln_f, the head and the loss (tied to the last block),
- * so stages are cut between blocks and --pp-layers counts blocks. Each rank
+ * Its pipeline layers: 0 the embedding (wte and wpe, or tok_embeddings; tied
+ * to the first block), 1..L the blocks, L + 1 the final norm, the head and
+ * the loss (tied to the last block), so stages are cut between blocks and
+ * --pp-layers counts blocks. Each rank
  * builds the parts its stages hold on its stage mesh with the stage plan (dp,
  * tp, sp, fsdp inside a stage as without pp), every parameter numbered by its
  * place in the whole model: the initial values do not depend on the mesh.
  *
- * The head is tied to wte. The last stage holds a copy of wte (drawn with the
+ * The head is tied to wte (the Llama's to tok_embeddings, unless untied: then
+ * nothing of this happens). The last stage holds a copy of wte (drawn with the
  * same values), and after the schedule of a step the two gradients (the
  * embedding's on the first stage, the head's on the last) are summed by one
  * all-reduce over a comm of those two ranks (Megatron's embedding group), so
@@ -21,7 +24,7 @@
  * batch's mean cross-entropy), the executor (pipeline_exec.h) runs the
  * schedule. The loss and the gradient norm are summed over the stages.
  *
- * Exports: mg_gpt_layer_costs, mg_gpt_pp, mg_gpt_pp_new, mg_gpt_pp_step,
+ * Exports: mg_gpt_layer_costs, mg_gpt_pp, mg_gpt_pp_new, mg_lm_pp_new, mg_gpt_pp_step,
  * mg_gpt_pp_update, mg_gpt_pp_loss, mg_gpt_pp_checksum, mg_gpt_pp_pipeline,
  * mg_gpt_pp_free. */
 #ifndef MG_NN_GPT_PIPELINE_H
@@ -47,6 +50,10 @@ typedef struct mg_gpt_pp mg_gpt_pp;
 int mg_gpt_pp_new(mg_gpt_pp **out, const mg_mesh *mesh, const mg_plan *plan,
                   const mg_pp_options *o, const mg_gpt_config *cfg, uint64_t seed, int64_t batch,
                   mg_model *model);
+/* The same for any language model of model.h (the GPT's or the Llama's config). */
+int mg_lm_pp_new(mg_gpt_pp **out, const mg_mesh *mesh, const mg_plan *plan,
+                 const mg_pp_options *o, const mg_lm_config *cfg, uint64_t seed, int64_t batch,
+                 mg_model *model);
 /* Forward and backward of the batch: ids and targets (batch, T) host arrays.
  * *loss: the batch's mean loss (the stages' shares summed). The gradients of
  * this rank's stages are then complete, the tied wte's summed. */

@@ -1,5 +1,5 @@
 /* model.c: Linear, the MLP and the permute-MLP, as lists of layers, and the
- * GPT's entry (see model.h). */
+ * language models' entries (see model.h; the rest of theirs: model_lm.c). */
 #include "nn/model.h"
 
 #include <math.h>
@@ -11,15 +11,19 @@
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 
-static const char *const model_names[] = {"mlp", "permute-mlp", "gpt"};
+static const char *const model_names[] = {"mlp", "permute-mlp", "gpt", "llama"};
 
 int mg_model_kind_parse(const char *text, mg_model_kind *kind) {
-    int k = 0, st = mg_name_parse(text, model_names, 3, "model", &k);
+    int k = 0, st = mg_name_parse(text, model_names, 4, "model", &k);
     if (st == MG_OK) *kind = (mg_model_kind)k;
     return st;
 }
 
 const char *mg_model_kind_name(mg_model_kind kind) { return model_names[kind]; }
+
+int mg_model_kind_is_lm(mg_model_kind kind) {
+    return kind == MG_MODEL_GPT || kind == MG_MODEL_LLAMA;
+}
 
 int mg_linear_module_init(mg_linear_module *m, mg_param_table *t, const mg_mesh *mesh,
                           const mg_plan *plan, int layer, const char *name, int64_t in, int64_t out,
@@ -86,12 +90,13 @@ double mg_model_config_params(const mg_model_config *c) {
 int mg_model_build(mg_model *model, const mg_model_config *c, const mg_mesh *mesh,
                    const mg_plan *plan, const unsigned char *held) {
     memset(model, 0, sizeof *model);
-    if (c->kind == MG_MODEL_GPT)
-        return mg_error(MG_EINVAL, "model gpt takes token data: build it with mg_model_init_gpt");
+    if (mg_model_kind_is_lm(c->kind))
+        return mg_error(MG_EINVAL, "model %s takes token data: build it with mg_model_build_lm",
+                        model_names[c->kind]);
     if (mg_plan_has_sequence(plan)) {
         char pb[64];
         return mg_error(MG_EINVAL, "parallel plan '%s' splits a sequence, but model %s has none: "
-                        "use dp, tp, fsdp or pp (sp and tp+sp are for --model gpt)",
+                        "use dp, tp, fsdp or pp (sp and tp+sp are for --model gpt or llama)",
                         mg_plan_format(pb, sizeof pb, plan), model_names[c->kind]);
     }
     int pmlp = c->kind == MG_MODEL_PERMUTE_MLP, least = pmlp ? 3 : 2;
@@ -162,12 +167,15 @@ int mg_model_build_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan
 
 void mg_model_free(mg_model *model) {
     if (model->kind == MG_MODEL_GPT) mg_gpt_free(&model->gpt);
+    if (model->kind == MG_MODEL_LLAMA) mg_llama_free(&model->llama);
     mg_params_free(&model->params);
 }
 
 mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const mg_dtensor *x) {
     mg_param_table *t = &model->params;
     if (model->kind == MG_MODEL_GPT) return mg_gpt_forward_layers(&model->gpt, t, first, last, x);
+    if (model->kind == MG_MODEL_LLAMA)
+        return mg_llama_forward_layers(&model->llama, t, first, last, x);
     const int64_t R = model->sample_shape[0], C = model->sample_shape[1];
     const int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
     mg_dtensor *h = (mg_dtensor *)x;
@@ -194,14 +202,18 @@ mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x) {
 }
 
 int mg_model_param_count(const mg_model *model) {
-    return model->kind == MG_MODEL_GPT ? mg_gpt_param_total(&model->gpt.cfg) : 2 * model->nlayers;
+    return model->kind == MG_MODEL_GPT     ? mg_gpt_param_total(&model->gpt.cfg)
+           : model->kind == MG_MODEL_LLAMA ? mg_llama_param_total(&model->llama.cfg)
+                                           : 2 * model->nlayers;
 }
 
 mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info) {
-    if (model->kind == MG_MODEL_GPT) {
+    if (mg_model_kind_is_lm(model->kind)) {
+        int gpt = model->kind == MG_MODEL_GPT;
         if (info) {
             mg_gpt_param_desc d;
-            mg_gpt_param_describe(&model->gpt.cfg, k, &d);
+            if (gpt) mg_gpt_param_describe(&model->gpt.cfg, k, &d);
+            else mg_llama_param_describe(&model->llama.cfg, k, &d);
             memset(info, 0, sizeof *info);
             snprintf(info->name, sizeof info->name, "%s", d.name);
             info->ndim = d.ndim;
@@ -210,7 +222,7 @@ mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info) {
             info->mesh_ndim = model->plan.ndim;
             mg_plan_gpt_param(&model->plan, d.role, info->store, NULL);
         }
-        int idx = *mg_gpt_param_slot(&model->gpt, k);
+        int idx = gpt ? *mg_gpt_param_slot(&model->gpt, k) : *mg_llama_param_slot(&model->llama, k);
         return idx >= 0 ? &model->params.p[idx] : NULL;
     }
     int i = k / 2, bias = k % 2;
@@ -233,13 +245,17 @@ mg_param *mg_model_param(mg_model *model, int k, mg_model_param_info *info) {
 
 int64_t mg_model_numel(const mg_model *model) {
     if (model->kind == MG_MODEL_GPT) return mg_gpt_param_count(&model->gpt.cfg);
+    if (model->kind == MG_MODEL_LLAMA) return mg_llama_param_count(&model->llama.cfg);
     int64_t n = 0;
     for (int i = 0; i < model->nlayers; i++) n += (model->layer[i].in + 1) * model->layer[i].out;
     return n;
 }
 
 int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out) {
-    if (model->kind == MG_MODEL_GPT) return mg_gpt_layer_costs(&model->gpt.cfg, out);
+    if (mg_model_kind_is_lm(model->kind)) {
+        mg_lm_config c = mg_model_lm_config(model);
+        return mg_lm_layer_costs(&c, out);
+    }
     int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
     for (int i = 0; i < model->nlayers; i++) {
         const mg_linear_module *l = &model->layer[i];

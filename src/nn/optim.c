@@ -24,6 +24,10 @@ int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t) {
     return MG_OK;
 }
 
+int mg_optimizer_decays(const mg_optimizer *opt, const mg_param *p) {
+    return !opt->decay_2d_only || p->value->spec.ndim >= 2;
+}
+
 static int check(const mg_optimizer *opt, const mg_param *p) {
     if (p->grad->local->numel != p->value->local->numel)
         return mg_error(MG_ESTATE, "optimizer: %s has %lld local elements but its gradient %lld",
@@ -59,7 +63,7 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
             if (!(p->grad = mg_grad(p->value))) return mg_last_code();
         mg_tensor *state[MG_PARAM_STATE_MAX] = {0};
         for (int s = 0; s < mg_optimizer_state_count(opt); s++) state[s] = p->state[s]->local;
-        mg_optimizer_apply(opt, p->value->local, p->grad->local, state, lr);
+        mg_optimizer_apply(opt, p->value->local, p->grad->local, state, lr, mg_optimizer_decays(opt, p));
     }
     return mg_optim_shard_end(t);
 }

@@ -14,7 +14,11 @@
  * from lr down to lr_min (0 unless given):
  * lr_min + (lr - lr_min) * 0.5 * (1 + cos(pi * (s - warmup) / (total - warmup))).
  *
- * Exports: mg_optimizer_add_state, mg_optimizer_step, mg_grad_norm,
+ * Weight decay: on every parameter, or (opt->decay_2d_only) only on those of
+ * two or more dims, as nanoGPT and llama2.c group them: the matrices and
+ * embeddings decay, the norms' weights and the biases do not.
+ *
+ * Exports: mg_optimizer_add_state, mg_optimizer_step, mg_optimizer_decays, mg_grad_norm,
  * mg_clip_grad_norm, mg_clip_grads_to, mg_lr_schedule, mg_lr_at (and optim_update.h). */
 #ifndef MG_NN_OPTIM_H
 #define MG_NN_OPTIM_H
@@ -31,6 +35,8 @@ int mg_optimizer_add_state(mg_optimizer *opt, mg_param_table *t);
  * are updated 1/k per rank and their gradients summed on the way
  * (optim_shard.h); the result is the same. */
 int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr);
+/* 1 when the step applies opt's weight decay to p (see above). */
+int mg_optimizer_decays(const mg_optimizer *opt, const mg_param *p);
 /* Collective over the mesh of the parameters. The global L2 norm of every
  * p->grad (replicas counted once). */
 int mg_grad_norm(mg_param_table *t, double *norm);

@@ -11,6 +11,7 @@
 #include "dist/reducer.h"
 #include "dist/reducer_buckets.h"
 #include "dist/reducer_rows.h"
+#include "nn/optim.h"
 #include "status.h"
 
 #define TILE 8192      /* floats per tile: a few tiles of every stream stay in L2 */
@@ -144,6 +145,7 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
     mg_tensor *w = p->value->local;
     const mg_tensor *g = p->grad->local;
     if (mg_tensor_is_meta(w)) return; /* nothing to update */
+    int decay = mg_optimizer_decays(opt, p);
     const float *grads[MAX_PEERS]; /* every rank's gradient buffer, mapped here */
     for (int q = 0; q < k; q++) grads[q] = mg_comm_shared_peer(c, g->data, g->numel, q);
     /* this rank's rows (dim 0), as the reducer slices ROWS gradients */
@@ -169,6 +171,6 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
             st[s] = slice(p->state[s]->local->data + i, m);
             sp[s] = &st[s];
         }
-        mg_optimizer_apply(opt, &wt, &gt, sp, lr);
+        mg_optimizer_apply(opt, &wt, &gt, sp, lr, decay);
     }
 }

@@ -38,12 +38,13 @@ const char *mg_optimizer_state_name(const mg_optimizer *opt, int i) {
 }
 
 void mg_optimizer_apply(const mg_optimizer *opt, mg_tensor *w, const mg_tensor *g, mg_tensor *const *state,
-                        float lr) {
+                        float lr, int decay) {
     mg_backend *be = mg_backend_of(w);
+    float wd = decay ? opt->weight_decay : 0.0f;
     if (opt->kind == MG_OPTIM_ADAMW)
         be->iface->adamw_step(be->context, w, g, state[0], state[1], lr, opt->beta1, opt->beta2,
-                              opt->eps, opt->weight_decay, opt->step);
+                              opt->eps, wd, opt->step);
     else
         be->iface->sgd_step(be->context, w, g, opt->momentum != 0.0f ? state[0] : NULL, lr,
-                            opt->momentum, opt->weight_decay, opt->step == 1);
+                            opt->momentum, wd, opt->step == 1);
 }

@@ -6,7 +6,7 @@
  *   fsdp  parameters (and their optimizer state) stored Shard(0); each is
  *         redistributed to Replicate on that dim before use, so autograd
  *         reduce-scatters its gradient; the batch Shard(0).
- *   sp    sequence parallel (GPT only): parameters Replicate, tokens and every
+ *   sp    sequence parallel (GPT, Llama): parameters Replicate, tokens and every
  *         activation Shard(1) (the T dim); attention gathers k and v along T.
  *   tp+sp tensor parallel with Megatron's sequence parallelism on one mesh
  *         dim: parameters as tp; the residual stream and the layer norms
@@ -18,10 +18,11 @@
  *         under the plans of the others (mg_plan_without). At most one pp dim.
  * "dp,tp" on a 2-D mesh: dim 0 data parallel, dim 1 tensor parallel.
  *
- * The GPT (gpt.h) asks three more things of a plan: where each kind of its
- * parameters lives (mg_plan_gpt_param), where the residual stream lives
- * between blocks (mg_plan_residual), and where the input of a
- * tensor-parallel region (qkv, fc, the head) lives (mg_plan_region_input).
+ * The GPT (gpt.h) and the Llama (llama.h) ask three more things of a plan:
+ * where each kind of their parameters lives (mg_plan_gpt_param), where the
+ * residual stream lives between blocks (mg_plan_residual), and where the
+ * input of a tensor-parallel region (qkv, fc, the head; the Llama's wq, wk,
+ * wv, w1, w3) lives (mg_plan_region_input).
  *
  * Exports: mg_plan, mg_plan_parse, mg_plan_check, mg_plan_format,
  * mg_plan_linear (placements of one linear layer's weight and bias),
@@ -79,7 +80,9 @@ int mg_plan_has_sequence(const mg_plan *plan);
 int mg_plan_tensor_degree(const mg_plan *plan, const mg_mesh *mesh);
 int mg_plan_sequence_degree(const mg_plan *plan, const mg_mesh *mesh);
 
-/* The kinds of GPT parameters, by how tensor parallelism splits them. */
+/* The kinds of GPT parameters, by how tensor parallelism splits them (the
+ * Llama's: tok_embeddings EMBEDDING, norms REPLICATED, wq, wk, wv, w1, w3 and
+ * an untied output COLUMN, wo and w2 ROW). */
 typedef enum {
     MG_GPT_EMBEDDING, /* wte (V, C): vocab parallel (Shard(0)), the head tied to it */
     MG_GPT_REPLICATED, /* wpe, layer norms, biases of row-parallel layers */

@@ -95,6 +95,19 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
         attr_int(l, "model.ctx", g->ctx);
         attr_int(l, "model.vocab", g->vocab);
         attr_set(l, "model.qkv_rows", "per head: (heads, 3, embd / heads), q k v of a head together");
+    } else if (model->kind == MG_MODEL_LLAMA) {
+        const mg_llama_config *g = &model->llama.cfg;
+        attr_set(l, "model.kind", "llama"); /* the kind again, under the model.* keys */
+        attr_int(l, "model.layers", g->layers);
+        attr_int(l, "model.heads", g->heads);
+        attr_int(l, "model.kv_heads", g->kv_heads);
+        attr_int(l, "model.embd", g->embd);
+        attr_int(l, "model.ctx", g->ctx);
+        attr_int(l, "model.hidden", g->hidden);
+        attr_int(l, "model.vocab", g->vocab);
+        attr_double(l, "model.rope_theta", g->rope_theta);
+        attr_double(l, "model.norm_eps", g->norm_eps);
+        attr_int(l, "model.tied", g->tied);
     } else {
         attr_int(l, "model.hidden", model->hidden);
         attr_int(l, "model.channels", model->channels);
@@ -109,6 +122,7 @@ static void build_attrs(attr_list *l, const mg_model *model, const mg_optimizer 
     attr_int(l, "optimizer.step", opt->step);
     attr_float(l, "optimizer.momentum", opt->momentum);
     attr_float(l, "optimizer.weight_decay", opt->weight_decay);
+    attr_set(l, "optimizer.decay", "%s", opt->decay_2d_only ? "2-d" : "all"); /* which parameters */
     attr_float(l, "optimizer.beta1", opt->beta1);
     attr_float(l, "optimizer.beta2", opt->beta2);
     attr_float(l, "optimizer.eps", opt->eps);
@@ -153,8 +167,8 @@ static int build_entries(mg_model *model, const mg_optimizer *opt, int saving, m
     for (int i = 0; i < np; i++) {
         mg_model_param_info info;
         mg_param *p = mg_model_param(model, i, &info);
-        if (saving && p && i == 0 && model->kind == MG_MODEL_GPT && model->gpt.wte_copy)
-            p = NULL; /* the head's copy of wte: the first pipeline stage writes wte */
+        if (saving && p && i == 0 && mg_model_embedding_copy(model) >= 0)
+            p = NULL; /* the head's copy of the embedding: the first pipeline stage writes it */
         shapes[i][0] = info.shape[0];
         shapes[i][1] = info.shape[1];
         char *name = buf + (size_t)k * NAME;
@@ -210,19 +224,25 @@ typedef struct {
 
 #define MLPS ((1 << MG_MODEL_MLP) | (1 << MG_MODEL_PERMUTE_MLP))
 #define GPT (1 << MG_MODEL_GPT)
-#define ALL (MLPS | GPT)
+#define LLAMA (1 << MG_MODEL_LLAMA)
+#define LMS (GPT | LLAMA)
+#define ALL (MLPS | LMS)
 static const setting settings[] = {
     {"model", 1, ALL},
-    {"model.hidden", 1, MLPS},
+    {"model.hidden", 1, MLPS | LLAMA},
     {"model.channels", 1, 1 << MG_MODEL_PERMUTE_MLP},
     {"model.classes", 1, MLPS},
     {"model.depth", 1, MLPS},
     {"model.input", 1, MLPS},
-    {"model.layers", 1, GPT},
-    {"model.heads", 1, GPT},
-    {"model.embd", 1, GPT},
-    {"model.ctx", 1, GPT},
-    {"model.vocab", 1, GPT},
+    {"model.layers", 1, LMS},
+    {"model.heads", 1, LMS},
+    {"model.kv_heads", 1, LLAMA},
+    {"model.embd", 1, LMS},
+    {"model.ctx", 1, LMS},
+    {"model.vocab", 1, LMS},
+    {"model.rope_theta", 1, LLAMA},
+    {"model.norm_eps", 1, LLAMA},
+    {"model.tied", 1, LLAMA},
     {"optimizer", 1, ALL},
     {"optimizer.state", 1, ALL},
     {"seed", 0, ALL},
@@ -237,6 +257,7 @@ static const setting settings[] = {
     {"optimizer.beta2", 0, ALL},
     {"optimizer.momentum", 0, ALL},
     {"optimizer.weight_decay", 0, ALL},
+    {"optimizer.decay", 0, ALL},
     {"clip", 0, ALL},
 };
 

@@ -12,8 +12,12 @@
  *   model.input (the MLPs)
  *   model.layers, model.heads, model.embd, model.ctx, model.vocab, model.qkv_rows
  *   (the GPT, gpt.h; qkv_rows says how the rows of attn.qkv are ordered)
+ *   model.kind (llama again), model.layers, model.heads, model.kv_heads,
+ *   model.embd, model.ctx, model.hidden, model.vocab, model.rope_theta,
+ *   model.norm_eps, model.tied (1 or 0) (the Llama, llama.h)
  *   optimizer, optimizer.state, optimizer.step (updates taken, for AdamW's bias
- *   correction), optimizer.momentum, .weight_decay, .beta1, .beta2, .eps, clip
+ *   correction), optimizer.momentum, .weight_decay, .beta1, .beta2, .eps, clip,
+ *   optimizer.decay (the parameters weight decay applies to: all, or 2-d)
  *   schedule, schedule.lr, schedule.warmup, schedule.total_steps, schedule.lr_min
  *   mesh, parallel, placements.<name>   at save time (informational)
  *   meshgrad.version

@@ -36,14 +36,20 @@ typedef struct {
 static const option_def options[] = {
     {"mesh", OPT_MESH, F(mesh), 0, "SHAPE", "device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)"},
     {"parallel", OPT_PLAN, F(parallel), 0, "PLANS", "one plan per mesh dim: dp, tp, fsdp, sp, tp+sp, pp (e.g. dp,tp)"},
-    {"model", OPT_MODEL, F(model), 0, "NAME", "mlp | permute-mlp | gpt"},
-    {"hidden", OPT_INT, F(hidden), 1, "H", "mlp: hidden width"},
+    {"model", OPT_MODEL, F(model), 0, "NAME", "mlp | permute-mlp | gpt | llama"},
+    {"hidden", OPT_INT, F(hidden), 0, "H", "mlp: hidden width (0: 128); llama: FFN width (0: by --multiple-of)"},
     {"channels", OPT_INT, F(channels), 1, "C", "permute-mlp: features per image column"},
-    {"layers", OPT_INT, F(layers), 1, "L", "gpt: transformer blocks"},
-    {"heads", OPT_INT, F(heads), 1, "H", "gpt: attention heads (divides embd)"},
-    {"embd", OPT_INT, F(embd), 1, "C", "gpt: embedding width"},
-    {"ctx", OPT_INT, F(ctx), 1, "T", "gpt: context length (tokens per window)"},
-    {"data", OPT_STRING, F(data), 0, "FILE", "HDF5 data set (default data/digits.h5; gpt: data/mobydick.h5)"},
+    {"layers", OPT_INT, F(layers), 1, "L", "gpt, llama: transformer blocks"},
+    {"heads", OPT_INT, F(heads), 1, "H", "gpt, llama: attention heads (divides embd)"},
+    {"kv-heads", OPT_INT, F(kv_heads), 0, "KV", "llama: k, v heads, dividing heads (0: --heads)"},
+    {"embd", OPT_INT, F(embd), 1, "C", "gpt, llama: embedding width"},
+    {"ctx", OPT_INT, F(ctx), 1, "T", "gpt, llama: context length (tokens per window)"},
+    {"multiple-of", OPT_INT, F(multiple_of), 1, "M", "llama: FFN width floor(8 embd / 3) rounded up to a multiple of M"},
+    {"rope-theta", OPT_FLOAT, F(rope_theta), 0, "THETA", "llama: rotary embedding base"},
+    {"norm-eps", OPT_FLOAT, F(norm_eps), 0, "EPS", "llama: RMS norm epsilon"},
+    {"untied-head", OPT_FLAG, F(untied_head), 0, "", "llama: a head of its own (output.weight), not tok_embeddings"},
+    {"decay-all", OPT_FLAG, F(decay_all), 0, "", "gpt, llama: weight decay on every parameter, not on 2-D ones only"},
+    {"data", OPT_STRING, F(data), 0, "FILE", "HDF5 data set (default data/digits.h5; gpt, llama: data/mobydick.h5)"},
     {"steps", OPT_INT, F(steps), 1, "N", "optimizer steps in all"},
     {"batch", OPT_INT, F(batch), 1, "B", "global batch size"},
     {"lr", OPT_FLOAT, F(lr), 0, "LR", "peak learning rate"},
@@ -54,11 +60,11 @@ static const option_def options[] = {
     {"schedule", OPT_SCHEDULE, F(schedule), 0, "NAME", "constant | cosine"},
     {"warmup", OPT_INT, F(warmup), 0, "N", "steps of linear LR warmup"},
     {"lr-min", OPT_FLOAT, F(lr_min), 0, "LR", "where the cosine schedule ends"},
-    {"grad-accum", OPT_INT, F(grad_accum), 1, "N", "gpt: micro-batches per step (batch / N rows each)"},
+    {"grad-accum", OPT_INT, F(grad_accum), 1, "N", "gpt, llama: micro-batches per step (batch / N rows each)"},
     {"clip", OPT_FLOAT, F(clip), 0, "NORM", "clip gradients to this global norm (0 = off)"},
     {"seed", OPT_INT, F(seed), 0, "S", "seed of the initial parameters and the data order"},
     {"eval-every", OPT_INT, F(eval_every), 0, "N", "evaluate every N steps (0 = only at the end; never)"},
-    {"eval-tokens", OPT_INT, F(eval_tokens), 1, "N", "gpt: tokens of /val an evaluation reads, from its start (all)"},
+    {"eval-tokens", OPT_INT, F(eval_tokens), 1, "N", "gpt, llama: tokens of /val an evaluation reads, from its start (all)"},
     {"metrics", OPT_STRING, F(metrics), 0, "FILE", "write JSON lines of metrics here"},
     {"threads", OPT_INT, F(threads), 0, "N", "CPU threads per rank (0 = cores / ranks)"},
     {"log-every", OPT_INT, F(log_every), 0, "N", "print progress every N steps (0 = never)"},
@@ -79,7 +85,7 @@ static const option_def options[] = {
     {"microbatches", OPT_INT, F(microbatches), 0, "M", "pipeline: micro-batches per step (0: 8)"},
     {"microbatch-rows", OPT_STRING, F(microbatch_rows), 0, "R1,R2,..", "pipeline: rows of each micro-batch"},
     {"virtual-stages", OPT_INT, F(virtual_stages), 1, "V", "pipeline: stages per rank (interleaved-1f1b)"},
-    {"pp-layers", OPT_STRING, F(pp_layers), 0, "N1,N2,..", "pipeline: layers per stage (gpt: blocks; default: balanced)"},
+    {"pp-layers", OPT_STRING, F(pp_layers), 0, "N1,N2,..", "pipeline: layers per stage (gpt, llama: blocks; default: balanced)"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 #undef F
@@ -88,15 +94,22 @@ _Static_assert(NOPTIONS <= 64, "mg_train_config's `given` holds a bit per option
 /* The options of some models only, each with the models it applies to (bits
  * 1 << mg_model_kind) and what sets the size of the others. */
 #define FOR_MLPS (1u << MG_MODEL_MLP | 1u << MG_MODEL_PERMUTE_MLP)
-#define FOR_GPT (1u << MG_MODEL_GPT)
+#define FOR_LLAMA (1u << MG_MODEL_LLAMA)
+#define FOR_LMS (1u << MG_MODEL_GPT | FOR_LLAMA)
 static const struct {
     const char *key;
     unsigned models;
 } model_options[] = {
-    {"hidden", FOR_MLPS}, {"depth", FOR_MLPS}, {"channels", 1u << MG_MODEL_PERMUTE_MLP},
-    {"layers", FOR_GPT},  {"heads", FOR_GPT},  {"embd", FOR_GPT},
-    {"ctx", FOR_GPT},     {"eval-tokens", FOR_GPT},
+    {"hidden", FOR_MLPS | FOR_LLAMA}, {"depth", FOR_MLPS}, {"channels", 1u << MG_MODEL_PERMUTE_MLP},
+    {"layers", FOR_LMS},  {"heads", FOR_LMS},  {"embd", FOR_LMS},
+    {"ctx", FOR_LMS},     {"eval-tokens", FOR_LMS},
+    {"kv-heads", FOR_LLAMA}, {"multiple-of", FOR_LLAMA}, {"rope-theta", FOR_LLAMA},
+    {"norm-eps", FOR_LLAMA}, {"untied-head", FOR_LLAMA}, {"decay-all", FOR_LMS},
 };
+/* what sizes each model (mg_model_kind's order) */
+static const char *const sized_by[] = {"hidden and depth", "hidden, channels and depth",
+                                       "layers, heads, embd and ctx",
+                                       "layers, heads, kv-heads, embd, hidden and ctx"};
 
 /* The words some counts also take, and the value each stands for. */
 static const struct {
@@ -121,12 +134,15 @@ void mg_train_config_defaults(mg_train_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->parallel, sizeof c->parallel, "dp");
     c->model = MG_MODEL_MLP;
-    c->hidden = 128;
+    c->hidden = 0; /* the model's: mlp 128, llama llama2.c's rule */
     c->channels = 16;
     c->layers = 4;
     c->heads = 4;
     c->embd = 128;
     c->ctx = 64;
+    c->multiple_of = 256;
+    c->rope_theta = 10000;
+    c->norm_eps = 1e-5;
     c->betas[0] = 0.9;
     c->betas[1] = 0.999;
     c->grad_accum = 1;
@@ -419,18 +435,20 @@ static int check_model_options(const mg_train_config *c) {
         if (!(c->given & 1ull << (o - options)) || model_options[i].models & 1u << c->model)
             continue;
         unsigned for_models = model_options[i].models;
-        const char *size = c->model == MG_MODEL_GPT ? "layers, heads, embd and ctx"
-                           : c->model == MG_MODEL_MLP ? "hidden and depth"
-                                                      : "hidden, channels and depth";
+        char names[64] = "";
+        const char *first = NULL;
+        for (int k = 0, n = 0; k <= MG_MODEL_LLAMA; k++) { /* "mlp, permute-mlp or llama" */
+            if (!(for_models & 1u << k)) continue;
+            int left = 0;
+            for (int j = k + 1; j <= MG_MODEL_LLAMA; j++) left += (for_models >> j) & 1u;
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s", n++ ? (left ? ", " : " or ") : "",
+                     mg_model_kind_name((mg_model_kind)k));
+            if (!first) first = mg_model_kind_name((mg_model_kind)k);
+        }
         return mg_error(MG_EINVAL, "%s applies to --model %s, but the model is %s (sized by %s): "
-                        "drop %s, or give --model %s", o->key,
-                        for_models == FOR_GPT    ? "gpt"
-                        : for_models == FOR_MLPS ? "mlp or permute-mlp"
-                                                 : "permute-mlp",
-                        mg_model_kind_name(c->model), size, o->key,
-                        for_models == FOR_GPT    ? "gpt"
-                        : for_models == FOR_MLPS ? "mlp"
-                                                 : "permute-mlp");
+                        "drop %s, or give --model %s", o->key, names,
+                        mg_model_kind_name(c->model), sized_by[c->model], o->key, first);
     }
     return MG_OK;
 }
@@ -449,9 +467,9 @@ int mg_train_config_check(const mg_train_config *c) {
     if (c->lr_min > c->lr)
         return mg_error(MG_EINVAL, "lr-min %g is above lr %g: the cosine schedule goes from lr down "
                         "to lr-min", c->lr_min, c->lr);
-    if (c->grad_accum > 1 && c->model != MG_MODEL_GPT)
-        return mg_error(MG_EINVAL, "grad-accum %lld applies to --model gpt (the image models take "
-                        "one batch per step)", (long long)c->grad_accum);
+    if (c->grad_accum > 1 && !mg_model_kind_is_lm(c->model))
+        return mg_error(MG_EINVAL, "grad-accum %lld applies to --model gpt or llama (the image "
+                        "models take one batch per step)", (long long)c->grad_accum);
     mg_plan plan;
     const char *pp_flag = c->microbatches ? "microbatches"
                           : c->microbatch_rows[0] ? "microbatch-rows"
@@ -461,7 +479,7 @@ int mg_train_config_check(const mg_train_config *c) {
     if (pp_flag && mg_plan_parse(c->parallel, &plan) == MG_OK && mg_plan_pp_dim(&plan) < 0)
         return mg_error(MG_EINVAL, "%s applies to a pipeline, and --parallel '%s' has no pp: add "
                         "pp to it (e.g. --parallel pp or pp,dp)%s", pp_flag, c->parallel,
-                        c->model == MG_MODEL_GPT && !strncmp(pp_flag, "microbatch", 10)
+                        mg_model_kind_is_lm(c->model) && !strncmp(pp_flag, "microbatch", 10)
                             ? ", or for micro-batches without a pipeline give --grad-accum"
                             : "");
     if (c->batch % c->grad_accum != 0)
@@ -511,6 +529,10 @@ static const struct {
     {"model.hidden", "--hidden"},
     {"model.layers", "--layers"},
     {"model.heads", "--heads"},
+    {"model.kv_heads", "--kv-heads"},
+    {"model.rope_theta", "--rope-theta"},
+    {"model.norm_eps", "--norm-eps"},
+    {"model.tied", "--untied-head (given or not) makes it"},
     {"model.embd", "--embd"},
     {"model.ctx", "--ctx"},
     {"model.vocab", "the data set gives"},
@@ -530,6 +552,7 @@ static const struct {
     {"schedule.lr_min", "--lr-min"},
     {"optimizer.momentum", "--momentum"},
     {"optimizer.weight_decay", "--weight-decay"},
+    {"optimizer.decay", "--decay-all"},
     {"optimizer.beta1", "--betas"},
     {"optimizer.beta2", "--betas"},
     {"clip", "--clip"},
@@ -539,6 +562,29 @@ const char *mg_train_config_flag_of(const char *key) {
     for (size_t i = 0; i < sizeof flag_of / sizeof flag_of[0]; i++)
         if (strcmp(flag_of[i].key, key) == 0) return flag_of[i].by;
     return key;
+}
+
+int64_t mg_train_config_hidden(const mg_train_config *c) {
+    if (c->model == MG_MODEL_GPT) return 0;
+    if (c->hidden > 0) return c->hidden;
+    return c->model == MG_MODEL_LLAMA ? mg_llama_hidden(c->embd, c->multiple_of) : 128;
+}
+
+mg_llama_config mg_train_config_llama(const mg_train_config *c, int64_t vocab) {
+    return (mg_llama_config){.layers = c->layers, .heads = c->heads,
+                             .kv_heads = c->kv_heads ? c->kv_heads : c->heads, .embd = c->embd,
+                             .ctx = c->ctx, .vocab = vocab, .hidden = mg_train_config_hidden(c),
+                             .rope_theta = c->rope_theta, .norm_eps = c->norm_eps,
+                             .tied = !c->untied_head};
+}
+
+mg_lm_config mg_train_config_lm(const mg_train_config *c, int64_t vocab) {
+    mg_lm_config l;
+    memset(&l, 0, sizeof l);
+    l.kind = c->model;
+    l.gpt = (mg_gpt_config){c->layers, c->heads, c->embd, c->ctx, vocab};
+    l.llama = mg_train_config_llama(c, vocab);
+    return l;
 }
 
 /* The value of an option in c, as text ("" for an empty string). */
@@ -590,9 +636,12 @@ void mg_train_config_usage(FILE *out) {
     fprintf(out, "A relative --data path is looked for in the current directory first, then\n"
                  "in the directory of the meshgrad program (its build directory), so\n"
                  "'data/digits.h5' finds build/data/digits.h5 when run as build/meshgrad.\n"
-                 "--model gpt trains on a token data set (meshgrad data text2h5): windows of\n"
-                 "ctx + 1 tokens drawn by (seed, step); val_loss is the mean over every\n"
-                 "non-overlapping ctx-window of /val. The recipe: data/mobydick.conf.\n\n"
+                 "--model gpt and --model llama train on a token data set (meshgrad data\n"
+                 "text2h5): windows of ctx + 1 tokens drawn by (seed, step); val_loss is the\n"
+                 "mean over every non-overlapping ctx-window of /val. The recipes:\n"
+                 "data/mobydick.conf (gpt), data/mobydick-llama.conf (llama). Their weight\n"
+                 "decay applies to 2-D parameters only (not norms nor biases; --decay-all:\n"
+                 "every one).\n\n"
                  "Checkpoints (docs/CHECKPOINTS.md): --save FILE rewrites FILE atomically at\n"
                  "every --save-every steps and at the end; --save DIR/ writes DIR/ckpt-<step>.h5\n"
                  "(keeping the newest --keep). --resume PATH continues a run bit for bit on the\n"

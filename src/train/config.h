@@ -10,7 +10,8 @@
  *
  * Exports: struct mg_train_config, mg_train_config_defaults, mg_train_config_set_at,
  * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
- * mg_train_config_check, mg_train_config_flag_of. */
+ * mg_train_config_check, mg_train_config_flag_of, mg_train_config_hidden,
+ * mg_train_config_llama, mg_train_config_lm. */
 #ifndef MG_TRAIN_CONFIG_H
 #define MG_TRAIN_CONFIG_H
 
@@ -31,9 +32,15 @@ struct mg_train_config {
     char mesh[64];             /* "2", "1x2"; "" = 1-D over every rank */
     char parallel[64];         /* "dp", "dp,tp" */
     mg_model_kind model;
-    int64_t hidden, channels;
-    int64_t layers, heads, embd, ctx; /* gpt */
-    char data[MG_PATH_MAX];    /* "" = data/digits.h5, or data/mobydick.h5 for gpt */
+    int64_t hidden;            /* mlp: the width (0: 128); llama: the FFN's (0: llama2.c's rule) */
+    int64_t channels;
+    int64_t layers, heads, embd, ctx; /* gpt, llama */
+    int64_t kv_heads;          /* llama: k, v heads (0: --heads) */
+    int64_t multiple_of;       /* llama: the FFN width's rounding */
+    double rope_theta, norm_eps; /* llama */
+    int64_t untied_head;       /* llama: 1: the head is a parameter of its own */
+    int64_t decay_all;         /* gpt, llama: 1: weight decay on every parameter, not 2-D only */
+    char data[MG_PATH_MAX];    /* "" = data/digits.h5, or data/mobydick.h5 for gpt, llama */
     int64_t steps, batch;
     double lr;
     mg_optim_kind optimizer;
@@ -43,11 +50,11 @@ struct mg_train_config {
     mg_schedule_kind schedule;
     int64_t warmup;
     double lr_min;             /* where a cosine schedule ends */
-    int64_t grad_accum;        /* micro-batches per step (gpt) */
+    int64_t grad_accum;        /* micro-batches per step (gpt, llama) */
     double clip;               /* 0 = no clipping */
     int64_t seed;
     int64_t eval_every;        /* 0 = only at the end, -1 = never */
-    int64_t eval_tokens;       /* gpt: tokens of /val an evaluation reads at most (0: all) */
+    int64_t eval_tokens;       /* gpt, llama: tokens of /val an evaluation reads at most (0: all) */
     char metrics[MG_PATH_MAX]; /* "" = none */
     int64_t threads;           /* 0 = default */
     int64_t log_every;         /* 0 = no progress lines */
@@ -97,5 +104,12 @@ int mg_train_config_check(const mg_train_config *c);
 /* What sets a checkpoint attribute in this program, for messages on resume:
  * "--hidden" for "model.hidden", "the data set gives" for "model.classes". */
 const char *mg_train_config_flag_of(const char *key);
+/* The width --hidden gives the model: the MLPs' (0: 128), the Llama's FFN
+ * (0: llama.h's mg_llama_hidden of --embd and --multiple-of); 0 for the GPT. */
+int64_t mg_train_config_hidden(const mg_train_config *c);
+/* The Llama of the config, with vocabulary `vocab`. */
+mg_llama_config mg_train_config_llama(const mg_train_config *c, int64_t vocab);
+/* The language model of the config (gpt or llama), with vocabulary `vocab`. */
+mg_lm_config mg_train_config_lm(const mg_train_config *c, int64_t vocab);
 
 #endif

@@ -5,7 +5,7 @@
  * collectives and the memory after it are the run's figures. The arenas of
  * the meta device are dropped between runs so each rank's high-water marks
  * are its own. Exports mg_train_estimate_run, mg_train_estimate_fits,
- * mg_train_estimate_fits_gpt. */
+ * mg_train_estimate_fits_lm. */
 #include "train/estimate.h"
 
 #include <stdbool.h>
@@ -116,7 +116,7 @@ int mg_train_estimate_fits(const mg_train_config *cfg, const mg_mesh *mesh,
     double have = mg_machine_memory_bytes();
     if (!(have > 0)) return MG_OK;
     if (mesh->meta) {
-        double layers = cfg->model == MG_MODEL_GPT ? (double)cfg->layers : (double)cfg->depth;
+        double layers = mg_model_kind_is_lm(cfg->model) ? (double)cfg->layers : (double)cfg->depth;
         if (layers * META_LAYER_BYTES <= have / 2) return MG_OK;
         return mg_error(MG_ENOMEM,
                         "an estimate of %.0f layers lays out every layer's tensors "
@@ -126,12 +126,14 @@ int mg_train_estimate_fits(const mg_train_config *cfg, const mg_mesh *mesh,
     }
     /* the floor: the parameters with their gradients and optimizer state, and
      * one output a layer kept for the backward (a micro-batch's rows, each
-     * ctx x embd for the GPT, hidden for the MLPs), all spread evenly */
+     * ctx x embd for the GPT and the Llama, hidden for the MLPs), all spread
+     * evenly */
     int states = cfg->optimizer == MG_OPTIM_ADAMW ? 2 : cfg->momentum != 0 ? 1 : 0;
-    bool gpt = cfg->model == MG_MODEL_GPT;
-    double rows = (double)cfg->batch / (double)(gpt && cfg->grad_accum > 0 ? cfg->grad_accum : 1);
-    double width = gpt ? (double)cfg->ctx * (double)cfg->embd : (double)cfg->hidden;
-    double layers = gpt ? (double)cfg->layers : (double)(cfg->depth > 0 ? cfg->depth : 2);
+    bool lm = mg_model_kind_is_lm(cfg->model);
+    double rows = (double)cfg->batch / (double)(lm && cfg->grad_accum > 0 ? cfg->grad_accum : 1);
+    double width =
+        lm ? (double)cfg->ctx * (double)cfg->embd : (double)mg_train_config_hidden(cfg);
+    double layers = lm ? (double)cfg->layers : (double)(cfg->depth > 0 ? cfg->depth : 2);
     mg_plan plan;
     bool pp = mg_plan_parse(cfg->parallel, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0;
     mg_clear_error();
@@ -161,16 +163,23 @@ int mg_train_estimate_fits(const mg_train_config *cfg, const mg_mesh *mesh,
                                    mg_train_memory_total(&e.memory), fix);
 }
 
-int mg_train_estimate_fits_gpt(const mg_gpt_config *g, const mg_mesh *mesh, const char *parallel,
-                               int64_t batch, const char *fix) {
+int mg_train_estimate_fits_lm(const mg_lm_config *g, const mg_mesh *mesh, const char *parallel,
+                              int64_t batch, const char *fix) {
     mg_train_config c;
     mg_train_config_defaults(&c);
-    c.model = MG_MODEL_GPT;
-    c.layers = g->layers, c.heads = g->heads, c.embd = g->embd, c.ctx = g->ctx;
+    c.model = g->kind;
+    const mg_gpt_config *s = &g->gpt;
+    c.layers = s->layers, c.heads = s->heads, c.embd = s->embd, c.ctx = s->ctx;
+    if (g->kind == MG_MODEL_LLAMA) {
+        const mg_llama_config *l = &g->llama;
+        c.layers = l->layers, c.heads = l->heads, c.embd = l->embd, c.ctx = l->ctx;
+        c.kv_heads = l->kv_heads, c.hidden = l->hidden, c.untied_head = !l->tied;
+        c.rope_theta = l->rope_theta, c.norm_eps = l->norm_eps;
+    }
     c.batch = batch;
     c.optimizer = MG_OPTIM_ADAMW;
     c.clip = 1;
     snprintf(c.parallel, sizeof c.parallel, "%s", parallel);
-    mg_trainer_meta_data d = {.vocab = g->vocab, .train_rows = batch, .test_rows = batch};
-    return mg_train_estimate_fits(&c, mesh, &d, (double)mg_gpt_param_count(g), fix);
+    mg_trainer_meta_data d = {.vocab = mg_lm_vocab(g), .train_rows = batch, .test_rows = batch};
+    return mg_train_estimate_fits(&c, mesh, &d, (double)mg_lm_param_count(g), fix);
 }

@@ -6,7 +6,7 @@
  * `meshgrad plan --estimate`, and the memory check of `train` before it
  * builds a model. One process is enough for any mesh.
  * Exports mg_train_estimate, mg_train_estimate_run, mg_train_estimate_fits,
- * mg_train_estimate_fits_gpt. */
+ * mg_train_estimate_fits_lm. */
 #ifndef MG_TRAIN_ESTIMATE_H
 #define MG_TRAIN_ESTIMATE_H
 
@@ -41,10 +41,10 @@ int mg_train_estimate_run(const mg_train_config *cfg, int ndim, const int *shape
 int mg_train_estimate_fits(const mg_train_config *cfg, const mg_mesh *mesh,
                            const mg_trainer_meta_data *data, double params, const char *fix);
 
-/* The same for bench step --model gpt's step: GPT `g`, `batch` windows,
- * `parallel` on `mesh`, AdamW with clipping. */
-int mg_train_estimate_fits_gpt(const mg_gpt_config *g, const mg_mesh *mesh, const char *parallel,
-                               int64_t batch, const char *fix);
+/* The same for bench step --model gpt's or llama's step: the model of `g`,
+ * `batch` windows, `parallel` on `mesh`, AdamW with clipping. */
+int mg_train_estimate_fits_lm(const mg_lm_config *g, const mg_mesh *mesh, const char *parallel,
+                              int64_t batch, const char *fix);
 
 
 #endif

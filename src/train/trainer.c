@@ -115,7 +115,7 @@ static int image_setup(mg_trainer *tr) {
     int rc = open_images(tr, sample, &classes, &ntest);
     if (rc != MG_OK) return rc;
     mg_model_config mc = {.kind = c->model, .rows = sample[0], .cols = sample[1],
-                          .hidden = c->hidden, .channels = c->channels, .classes = classes,
+                          .hidden = mg_train_config_hidden(c), .channels = c->channels, .classes = classes,
                           .depth = (int)c->depth, .seed = (uint64_t)c->seed};
     if ((rc = check_fits(tr, &mc, ntest)) != MG_OK) return rc;
     rc = mg_plan_pp_dim(&tr->plan) >= 0
@@ -168,6 +168,8 @@ static int setup_training(mg_trainer *tr) {
     mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
     tr->opt.beta1 = (float)c->betas[0];
     tr->opt.beta2 = (float)c->betas[1];
+    /* the language models decay their matrices only, as nanoGPT and llama2.c do */
+    tr->opt.decay_2d_only = mg_model_kind_is_lm(c->model) && !c->decay_all;
     int rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
     tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps, c->lr_min};
     return rc;
@@ -188,8 +190,8 @@ static int setup(mg_trainer *tr, mg_mesh *mesh) {
     if (rc != MG_OK) return rc;
     if (!c->data[0])
         snprintf(c->data, sizeof c->data, "%s",
-                 c->model == MG_MODEL_GPT ? "data/mobydick.h5" : "data/digits.h5");
-    rc = c->model == MG_MODEL_GPT ? mg_trainer_text_setup(tr) : image_setup(tr);
+                 mg_model_kind_is_lm(c->model) ? "data/mobydick.h5" : "data/digits.h5");
+    rc = mg_model_kind_is_lm(c->model) ? mg_trainer_text_setup(tr) : image_setup(tr);
     return rc == MG_OK ? setup_training(tr) : rc;
 }
 
@@ -287,7 +289,7 @@ static int forward_backward(mg_trainer *tr, const mg_dtensor *x, const mg_dtenso
 
 /* The batch of micro-batch `micro` of step `step`. */
 static int batch(mg_trainer *tr, int64_t step, int64_t micro, mg_dtensor **x, mg_dtensor **y) {
-    if (tr->cfg.model == MG_MODEL_GPT) return mg_trainer_text_batch(tr, step, micro, x, y);
+    if (mg_model_kind_is_lm(tr->cfg.model)) return mg_trainer_text_batch(tr, step, micro, x, y);
     if (tr->meta) return mg_trainer_meta_batch(tr, &tr->x_spec, &tr->y_spec, x, y);
     return mg_loader_next(&tr->train_loader, &tr->x_spec, &tr->y_spec, x, y, mg_step_arena());
 }
@@ -427,8 +429,8 @@ int mg_trainer_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     if (!tr || !ev) return mg_error(MG_EINVAL, "mg_trainer_evaluate: the trainer or eval is NULL");
     ev->loss = ev->accuracy = 0;
     ev->rows = ev->correct = 0;
-    return tr->cfg.model == MG_MODEL_GPT ? mg_trainer_text_evaluate(tr, ev)
-                                         : mg_trainer_image_evaluate(tr, ev);
+    return mg_model_kind_is_lm(tr->cfg.model) ? mg_trainer_text_evaluate(tr, ev)
+                                              : mg_trainer_image_evaluate(tr, ev);
 }
 
 double mg_train_memory_total(const mg_train_memory *m) {

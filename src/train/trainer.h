@@ -1,8 +1,8 @@
 /* trainer.h: inside the trainer (meshgrad_train.h's mg_trainer), the training
  * run of `meshgrad train` and of any program: configuration, mesh, plan, data,
  * model, optimizer and schedule, and where the run stands. trainer.c builds
- * it and takes its steps; trainer_text.c is the GPT's side (token data,
- * micro-batches, the validation loss); trainer_pp.c the MLPs' pipeline;
+ * it and takes its steps; trainer_text.c is the language models' side (token
+ * data, micro-batches, the validation loss); trainer_pp.c the MLPs' pipeline;
  * trainer_eval.c evaluates; trainer_ckpt.c saves and resumes.
  *
  * On the meta device (a mesh made by mg_mesh_new_meta, backend/meta.c) the
@@ -43,16 +43,16 @@ struct mg_trainer {
     int meta;                 /* on the meta device: no data read */
     mg_trainer_meta_data shapes; /* meta: the data set's shapes */
     mg_dataset *train, *test; /* test: NULL when the data set has no test split */
-    mg_tokens *tokens, *val;  /* --model gpt: the train and val splits (instead) */
-    int64_t *starts;          /* gpt: window starts (room for a step's and for all of /val) */
+    mg_tokens *tokens, *val;  /* --model gpt, llama: the train and val splits (instead) */
+    int64_t *starts;          /* gpt, llama: window starts (room for a step's and all of /val) */
     mg_loader train_loader, test_loader;
     int have_train_loader, have_test_loader;
     mg_model model; /* with pp: only the layers of this rank's stages */
     int have_model;
     struct mg_train_pp *pp;   /* pp in the plan: the MLPs' pipeline (trainer_pp.h) */
-    struct mg_gpt_pp *gpt_pp; /* the same for the GPT (nn/gpt_pipeline.h) */
-    struct mg_arena *micro;   /* gpt --grad-accum N > 1: one micro-batch's tensor data */
-    float *host;              /* gpt with pp: the step's windows on the host */
+    struct mg_gpt_pp *gpt_pp; /* the same for the GPT, the Llama (nn/gpt_pipeline.h) */
+    struct mg_arena *micro;   /* gpt, llama --grad-accum N > 1: one micro-batch's tensor data */
+    float *host;              /* gpt, llama with pp: the step's windows on the host */
     size_t host_cap;
     mg_optimizer opt;
     mg_lr_schedule sched;
@@ -68,15 +68,15 @@ struct mg_trainer {
 mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
                                 const mg_trainer_meta_data *data);
 
-/* The GPT's side (trainer_text.c). Collective: opens the token splits of the
+/* The language models' side (trainer_text.c). Collective: opens the token splits of the
  * data set, checks them against ctx (and the plan against the micro-batch),
- * builds the GPT and its batch specs. */
+ * builds the model (the GPT or the Llama) and its batch specs. */
 int mg_trainer_text_setup(mg_trainer *tr);
 /* Collective. Micro-batch `micro` of step `step`: rows [micro b, (micro + 1) b)
  * (b = batch / grad-accum) of the step's windows; ids x and targets y (b, T). */
 int mg_trainer_text_batch(mg_trainer *tr, int64_t step, int64_t micro, mg_dtensor **x,
                           mg_dtensor **y);
-/* Collective (gpt with pp). Forward and backward of the step's windows x,
+/* Collective (gpt, llama with pp). Forward and backward of the step's windows x,
  * y (batch, T), whole on every rank, over the pipeline; *loss the batch's. */
 int mg_trainer_text_pp_step(mg_trainer *tr, const mg_dtensor *x, const mg_dtensor *y,
                             double *loss);

@@ -74,7 +74,7 @@ int mg_trainer_resume(mg_trainer *tr, const char *from, char *note, size_t len) 
                         (long long)saved.step, (long long)c->steps, (long long)saved.step);
     tr->step = saved.step;
     snprintf(tr->resumed_from, sizeof tr->resumed_from, "%s", path);
-    if (c->model == MG_MODEL_GPT) { /* windows come from (seed, step): nothing to seek */
+    if (mg_model_kind_is_lm(c->model)) { /* windows come from (seed, step): nothing to seek */
         snprintf(note, len, "resumed from %s: step %lld of %lld (saved on mesh %s [%s])", path,
                  (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel);
         return MG_OK;

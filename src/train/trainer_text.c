@@ -1,7 +1,7 @@
-/* trainer_text.c: the GPT's side of a training run (see trainer.h): the token
- * splits of the data set, the windows of each step and micro-batch, and the
- * validation loss; with pp in the plan, the GPT's pipeline
- * (nn/gpt_pipeline.h): every rank loads the step's windows whole, the
+/* trainer_text.c: a language model's side of a training run (the GPT or the
+ * Llama; see trainer.h): the token splits of the data set, the windows of
+ * each step and micro-batch, and the validation loss; with pp in the plan,
+ * the model's pipeline (nn/gpt_pipeline.h): every rank loads the step's windows whole, the
  * pipeline cuts them into its micro-batches (--microbatches, not --grad-accum).
  *
  * A step's B windows of T + 1 tokens start where Philox(seed, step, row) puts
@@ -52,11 +52,11 @@ static int batch_spec(mg_trainer *tr, int64_t rows, mg_spec *s, const char *what
     return mg_spec_make(s, tr->mesh, bp, tr->mesh->ndim, 2, (int64_t[]){rows, tr->cfg.ctx}, what);
 }
 
-/* The GPT of the run: the whole model, or with pp this rank's stages. */
-static int build_model(mg_trainer *tr, const mg_gpt_config *g) {
+/* The model of the run: the whole model, or with pp this rank's stages. */
+static int build_model(mg_trainer *tr, const mg_lm_config *g) {
     mg_train_config *c = &tr->cfg;
     if (mg_plan_pp_dim(&tr->plan) < 0)
-        return mg_model_init_gpt(&tr->model, tr->mesh, &tr->plan, g, (uint64_t)c->seed);
+        return mg_model_build_lm(&tr->model, tr->mesh, &tr->plan, g, (uint64_t)c->seed, NULL);
     if (c->grad_accum > 1)
         return mg_error(MG_EINVAL, "--grad-accum %lld with pp: the pipeline accumulates over its "
                         "micro-batches already; give --microbatches %lld instead",
@@ -65,8 +65,8 @@ static int build_model(mg_trainer *tr, const mg_gpt_config *g) {
     int rc = o ? mg_train_pp_options(c, o) : mg_error(MG_ENOMEM, "train: out of memory");
     if (rc == MG_OK && tr->meta) o->machine_bytes = 0; /* a plan, not this machine's run */
     if (rc == MG_OK)
-        rc = mg_gpt_pp_new(&tr->gpt_pp, tr->mesh, &tr->plan, o, g, (uint64_t)c->seed, c->batch,
-                           &tr->model);
+        rc = mg_lm_pp_new(&tr->gpt_pp, tr->mesh, &tr->plan, o, g, (uint64_t)c->seed, c->batch,
+                          &tr->model);
     free(o);
     return rc;
 }
@@ -109,11 +109,11 @@ int mg_trainer_text_setup(mg_trainer *tr) {
                       "pipeline rank's micro-batch)", c->data, (long long)windows,
                       (long long)c->ctx, mg_trainer_eval_least_rows(tr));
     if (rc != MG_OK) return rc;
-    mg_gpt_config g = {c->layers, c->heads, c->embd, c->ctx, vocab_of(tr)};
-    mg_trainer_meta_data d = {.vocab = g.vocab, .train_rows = c->batch, .test_rows = windows};
-    rc = mg_gpt_check(&g, &tr->plan, tr->mesh);
+    mg_lm_config g = mg_train_config_lm(c, vocab_of(tr));
+    mg_trainer_meta_data d = {.vocab = vocab_of(tr), .train_rows = c->batch, .test_rows = windows};
+    rc = mg_lm_check(&g, &tr->plan, tr->mesh);
     if (rc == MG_OK)
-        rc = mg_train_estimate_fits(c, tr->mesh, &d, (double)mg_gpt_param_count(&g),
+        rc = mg_train_estimate_fits(c, tr->mesh, &d, (double)mg_lm_param_count(&g),
                                     "use a smaller --batch (or more --grad-accum), --ctx, --embd "
                                     "or --layers, or more machines");
     if (rc != MG_OK) return rc;
