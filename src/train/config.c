@@ -611,3 +611,15 @@ void mg_train_config_usage(FILE *out) {
                  "the run ends with its peak memory and bytes moved per step.\n",
             MG_TRAIN_PREEMPT_PATH);
 }
+
+int mg_train_config_from_arch(mg_train_config *c, const mg_arch *a) {
+    if (a->kind != MG_ARCH_GPT)
+        return mg_error(MG_EINVAL, "this build of meshgrad cannot train or evaluate a %s yet (ckpt "
+                        "export and import convert its checkpoints)", mg_arch_kind_name(a->kind));
+    c->model = MG_MODEL_GPT;
+    c->layers = a->layers;
+    c->heads = a->heads;
+    c->embd = a->embd;
+    c->ctx = a->ctx;
+    return MG_OK;
+}

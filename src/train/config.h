@@ -10,7 +10,7 @@
  *
  * Exports: struct mg_train_config, mg_train_config_defaults, mg_train_config_set_at,
  * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
- * mg_train_config_check, mg_train_config_flag_of. */
+ * mg_train_config_check, mg_train_config_flag_of, mg_train_config_from_arch. */
 #ifndef MG_TRAIN_CONFIG_H
 #define MG_TRAIN_CONFIG_H
 
@@ -19,6 +19,7 @@
 
 #include "io/files.h"
 #include "meshgrad_train.h"
+#include "nn/arch.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
@@ -94,6 +95,10 @@ void mg_train_config_usage(FILE *out);
 /* Cross-option checks that need no mesh (warmup < steps...), and options of
  * another model than the one given (--heads with the MLP) refused. */
 int mg_train_config_check(const mg_train_config *c);
+/* The model keys of c (model, layers, heads, embd, ctx) set to `arch`'s (a
+ * checkpoint's model, nn/arch.h); MG_EINVAL for a kind this build cannot
+ * train or evaluate. */
+int mg_train_config_from_arch(mg_train_config *c, const mg_arch *arch);
 /* What sets a checkpoint attribute in this program, for messages on resume:
  * "--hidden" for "model.hidden", "the data set gives" for "model.classes". */
 const char *mg_train_config_flag_of(const char *key);
