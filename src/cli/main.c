@@ -38,6 +38,7 @@ static const mg_cli_command commands[] = {
     {"plan", mg_cli_plan, "plan a pipeline-parallel step: stages, timeline, step time, memory"},
     {"trace", mg_cli_trace, "analyze the flight recorder's dumps of a job (trace analyze DIR)"},
     {"generate", mg_cli_generate, "print text sampled from a GPT checkpoint (--resume CKPT)"},
+    {"eval", mg_cli_eval, "a checkpoint's loss on a data set, or its logits of a text"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
