@@ -355,7 +355,6 @@ int mg_cli_ckpt(int argc, char **argv) {
         {"export", mg_cli_ckpt_export, "write a model for llama2.c or Hugging Face (safetensors)"},
         {"import", mg_cli_ckpt_import, "make a checkpoint of a llama2.c or safetensors model"},
     };
-    return mg_cli_dispatch("ckpt", "usage: meshgrad ckpt info PATH | meshgrad ckpt bench [--params N]"
-                           " | meshgrad ckpt export|import --format F IN OUT",
-                           subs, 4, 6, argc, argv);
+    return mg_cli_dispatch("ckpt", "usage: meshgrad ckpt info PATH | bench [--params N] | "
+                           "export|import --format F IN OUT", subs, 4, 6, argc, argv);
 }
