@@ -14,8 +14,9 @@
 # - lying files (tests/test_convert_files --write: bad header lengths, JSON,
 #   dtypes, shapes, offsets, overlaps; llama2c headers of sizes that cannot be
 #   or do not match the length), truncated exports, configs whose sizes
-#   disagree with the tensors: one `meshgrad: error:` line, a non-zero exit,
-#   no output; the readers run under valgrind (when installed).
+#   disagree with the tensors, checkpoints whose attributes describe more
+#   layers or wider ones than their weights: one `meshgrad: error:` line, a
+#   non-zero exit, no output; the readers run under valgrind (when installed).
 # Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env convert
@@ -150,6 +151,23 @@ check_refused "export of a file that is no checkpoint" 1 "notes.safetensors" \
     "$prog" ckpt export --format safetensors "$tmp/notes.safetensors" "$tmp/y.safetensors"
 
 # ---- files that lie ----------------------------------------------------------------------
+cp "$tmp/gpt.h5" "$tmp/deep.h5"
+"$tool" set-attr "$tmp/deep.h5" model.layers 1000000 >/dev/null 2>&1
+check_refused "a checkpoint whose model.layers says 1000000 (2 blocks of weights)" 1 \
+    "describe a model .* of [0-9]+ MB of parameters but the file has" \
+    "$prog" ckpt export --format safetensors "$tmp/deep.h5" "$tmp/deep.safetensors"
+check_refused "... eval of it" 1 "describe a model .* but the file has" \
+    "$prog" eval --resume "$tmp/deep.h5" --text "$tmp/gen.txt" --logits "$tmp/deep-logits.h5"
+cp "$tmp/gpt.h5" "$tmp/shallow.h5"
+"$tool" set-attr "$tmp/shallow.h5" model.layers 1 >/dev/null 2>&1
+check_refused "a checkpoint whose model.layers says 1 (2 blocks of weights)" 1 \
+    "holds 28 parameters, but its attributes' model .* has 16" \
+    "$prog" ckpt export --format safetensors "$tmp/shallow.h5" "$tmp/shallow.safetensors"
+cp "$tmp/gpt.h5" "$tmp/wide.h5"
+"$tool" set-attr "$tmp/wide.h5" model.embd 8192 >/dev/null 2>&1
+check_refused "a checkpoint whose model.embd says 8192 (weights of 32)" 1 "describe a model .* of [0-9]+ MB" \
+    "$prog" ckpt export --format safetensors "$tmp/wide.h5" "$tmp/wide.safetensors"
+
 mkdir "$tmp/lies"
 "$top/tests/test_convert_files" --write "$tmp/lies"
 cfg=$tmp/hf/config.json

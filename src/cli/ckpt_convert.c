@@ -267,7 +267,8 @@ static int read_model(convert_opts *o, mg_mesh *mesh, mg_arch *a) {
                : mg_error(MG_ENOMEM, "ckpt export: out of memory");
     if (rc == MG_OK) rc = mg_arch_from_attrs(a, attrs, n, o->in);
     free(attrs);
-    return mg_status_agree(rc);
+    if ((rc = mg_status_agree(rc)) != MG_OK) return rc;
+    return mg_arch_check_file(a, o->in); /* before a model of that size is made */
 }
 
 static int run_export(convert_opts *o, mg_mesh *mesh) {

@@ -146,7 +146,8 @@ static int read_checkpoint(eval_opts *o, mg_comm *world, mg_arch *a, int64_t *ba
     long long v = b ? strtoll(b, &end, 10) : 0;
     *batch = b && *b && !*end && v > 0 ? v : 0;
     free(attrs);
-    return mg_status_agree(rc);
+    if ((rc = mg_status_agree(rc)) != MG_OK) return rc;
+    return mg_arch_check_file(a, o->path); /* before a model of that size is made */
 }
 
 /* ---- the loss over a split ---------------------------------------------------------- */

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "dist/comm.h"
 #include "meshgrad.h"
 #include "nn/gpt.h"
 #include "status.h"
@@ -233,6 +235,77 @@ void mg_arch_describe(const mg_arch *m, char *buf, size_t len) {
     if (k < 0 || (size_t)k >= len || m->kind != MG_ARCH_LLAMA) return;
     snprintf(buf + k, len - (size_t)k, ", hidden %lld, %s head", (long long)m->hidden,
              m->tied ? "tied" : "untied");
+}
+
+typedef struct {
+    char **names; /* the file's params/ datasets, without "params/" */
+    int n, cap;
+} file_walk;
+
+static int collect_param(void *ctx, const char *name) {
+    file_walk *w = ctx;
+    if (strncmp(name, "params/", 7) != 0) return MG_OK;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        char **names = realloc(w->names, sizeof *names * (size_t)cap);
+        if (!names) return mg_error(MG_ENOMEM, "checkpoint: out of memory for its names");
+        w->names = names, w->cap = cap;
+    }
+    if (!(w->names[w->n] = strdup(name + 7)))
+        return mg_error(MG_ENOMEM, "checkpoint: out of memory for its names");
+    w->n++;
+    return MG_OK;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The file's names (sorted) are the model's, else MG_EFORMAT naming one. */
+static int same_names(const mg_arch *a, const char *path, file_walk *w, const char *model) {
+    int n = mg_arch_param_count(a);
+    if (w->n != n)
+        return mg_error(MG_EFORMAT, "checkpoint %s holds %d parameters, but its attributes' model "
+                        "(%s) has %d: the file was altered or cut short", path, w->n, model, n);
+    char **mine = calloc((size_t)n + 1, sizeof *mine);
+    int rc = mine ? MG_OK : mg_error(MG_ENOMEM, "checkpoint: out of memory for its names");
+    for (int k = 0; rc == MG_OK && k < n; k++) {
+        mg_arch_param_desc d;
+        mg_arch_param(a, k, &d);
+        if (!(mine[k] = strdup(d.name))) rc = mg_error(MG_ENOMEM, "checkpoint: out of memory");
+    }
+    if (rc == MG_OK) {
+        qsort(mine, (size_t)n, sizeof *mine, by_name);
+        qsort(w->names, (size_t)n, sizeof *w->names, by_name);
+    }
+    for (int k = 0; rc == MG_OK && k < n; k++)
+        if (strcmp(mine[k], w->names[k]) != 0)
+            rc = mg_error(MG_EFORMAT, "checkpoint %s holds /params/%s, which its attributes' model "
+                          "(%s) does not have: the file was altered or is of another model", path,
+                          strcmp(mine[k], w->names[k]) > 0 ? w->names[k] : mine[k], model);
+    for (int k = 0; mine && k < n; k++) free(mine[k]);
+    free(mine);
+    return rc;
+}
+
+int mg_arch_check_file(const mg_arch *a, const char *path) {
+    char model[256];
+    mg_arch_describe(a, model, sizeof model);
+    /* first the size, which bounds what follows: each value takes 4 bytes */
+    struct stat sb;
+    double need = 4.0 * (double)mg_arch_numel(a);
+    int rc = MG_OK;
+    if (stat(path, &sb) != 0 || (double)sb.st_size < need)
+        rc = mg_error(MG_EFORMAT, "checkpoint %s: its attributes describe a model (%s) of %.0f MB "
+                      "of parameters but the file has %.0f MB: it was altered", path, model,
+                      need / 1e6, (double)sb.st_size / 1e6);
+    if ((rc = mg_status_agree(rc)) != MG_OK) return rc;
+    file_walk w = {0};
+    rc = mg_checkpoint_list(path, collect_param, &w);
+    if (rc == MG_OK) rc = same_names(a, path, &w, model);
+    for (int k = 0; k < w.n; k++) free(w.names[k]);
+    free(w.names);
+    return mg_status_agree(rc);
 }
 
 int mg_arch_build(mg_model *model, const mg_arch *a, const mg_mesh *mesh, const mg_plan *plan) {

@@ -27,7 +27,8 @@
  *
  * Exports mg_arch_kind, mg_arch, mg_arch_param_desc, mg_arch_from_attrs,
  * mg_arch_check, mg_arch_attrs, mg_arch_param_count, mg_arch_param,
- * mg_arch_kind_name, mg_arch_numel, mg_arch_describe, mg_arch_build. */
+ * mg_arch_kind_name, mg_arch_numel, mg_arch_describe, mg_arch_check_file,
+ * mg_arch_build. */
 #ifndef MG_NN_ARCH_H
 #define MG_NN_ARCH_H
 
@@ -75,6 +76,13 @@ int64_t mg_arch_numel(const mg_arch *arch);
 /* "gpt: 4 layers, 4 heads, embd 128, ctx 64, vocab 256" (and the llama's
  * kv heads, hidden, tied or untied head) into buf. */
 void mg_arch_describe(const mg_arch *arch, char *buf, size_t len);
+/* Collective. The checkpoint at `path` holds the parameters of `arch`: its
+ * params/ datasets are exactly the model's names (a walk of the names, no
+ * data read), and the file is large enough to hold their values (4 bytes
+ * each: a checkpoint's datasets are not compressed). So attributes that
+ * describe another model than the weights (more layers, wider) are refused
+ * in one line before anything of that size is made. */
+int mg_arch_check_file(const mg_arch *arch, const char *path);
 /* Collective. The whole model of `arch` (no pipeline) on `mesh` with `plan`,
  * its parameters initialized from seed 0 (load them next); MG_EINVAL for a
  * kind this build cannot run. */
