@@ -28,7 +28,7 @@ error_lines() { grep -c "meshgrad: error:" "$tmp/err"; }
 run --help
 check "--help exits 0" test "$rc" -eq 0
 check "--help prints the usage on stdout" grep -q "^usage: meshgrad" "$tmp/out"
-for c in train ckpt data bench; do
+for c in train ckpt data bench eval; do
     check "--help lists '$c'" grep -q "^  $c " "$tmp/out"
 done
 run -h
@@ -61,7 +61,7 @@ check "... with the usage on stderr" grep -q "^usage: meshgrad" "$tmp/err"
 # every command and benchmark answers --help with its usage on stdout, exit 0
 for c in train generate ckpt data bench plan trace "bench comm" "bench linear" "bench step" \
     "bench ops" "bench step --model gpt" "bench step --parallel pp" "ckpt info" "data info" \
-    "trace analyze" "data text2h5" "data csv2h5"; do
+    "trace analyze" "data text2h5" "data csv2h5" eval "ckpt export" "ckpt import"; do
     run $c --help
     check "'$c --help' exits 0" test "$rc" -eq 0
     check "... printing its usage on stdout" grep -q "usage: .*meshgrad" "$tmp/out"

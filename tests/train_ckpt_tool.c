@@ -1,6 +1,7 @@
 /* train_ckpt_tool.c: a small serial program driven by test_train_ckpt.sh (a
  * helper, not a test by itself). It reads checkpoint files with plain HDF5.
  *   compare A B [RTOL]   every float32 dataset under /params and /optim of A
+ *                        (and /logits, of `meshgrad eval --logits`)
  *                        exists in B with the same global shape; without RTOL
  *                        the values must be bitwise equal, with it each
  *                        element within RTOL relative (of max(|a|, 1e-3)).
@@ -42,7 +43,9 @@ static herr_t collect(hid_t obj, const char *name, const H5O_info_t *info, void 
     (void)obj;
     name_list *l = data;
     if (info->type != H5O_TYPE_DATASET) return 0;
-    if (strncmp(name, "params/", 7) != 0 && strncmp(name, "optim/", 6) != 0) return 0;
+    if (strncmp(name, "params/", 7) != 0 && strncmp(name, "optim/", 6) != 0 &&
+        strcmp(name, "logits") != 0)
+        return 0;
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 32;
         l->names = realloc(l->names, (size_t)l->cap * sizeof *l->names);
@@ -80,7 +83,7 @@ static int compare(const char *a_path, const char *b_path, double rtol) {
     name_list l = {0};
     H5Ovisit(a, H5_INDEX_NAME, H5_ITER_INC, collect, &l);
     int bad = l.n == 0;
-    if (bad) fprintf(stderr, "train_ckpt_tool: %s has no /params or /optim datasets\n", a_path);
+    if (bad) fprintf(stderr, "train_ckpt_tool: %s has no /params, /optim or /logits datasets\n", a_path);
     double worst = 0;
     const char *worst_at = "";
     int differ = 0; /* a bitwise difference was seen */

@@ -1,4 +1,5 @@
-/* ckpt.c: `meshgrad ckpt info PATH` and `meshgrad ckpt bench [--params N]`.
+/* ckpt.c: `meshgrad ckpt info PATH` and `meshgrad ckpt bench [--params N]`,
+ * and the table of `meshgrad ckpt` (export and import: ckpt_convert.c).
  * Exports mg_cli_ckpt (cli.h).
  *
  * info (rank 0, serial HDF5) prints the format, every attribute and every
@@ -351,7 +352,9 @@ int mg_cli_ckpt(int argc, char **argv) {
     static const mg_cli_command subs[] = {
         {"info", info, "print a checkpoint's attributes and datasets; verify every checksum"},
         {"bench", bench, "save and load N parameters + 2 AdamW states; print MB/s"},
+        {"export", mg_cli_ckpt_export, "write a model for llama2.c or Hugging Face (safetensors)"},
+        {"import", mg_cli_ckpt_import, "make a checkpoint of a llama2.c or safetensors model"},
     };
-    return mg_cli_dispatch("ckpt", "usage: meshgrad ckpt info PATH | meshgrad ckpt bench [--params N]",
-                           subs, 2, 6, argc, argv);
+    return mg_cli_dispatch("ckpt", "usage: meshgrad ckpt info PATH | bench [--params N] | "
+                           "export|import --format F IN OUT", subs, 4, 6, argc, argv);
 }

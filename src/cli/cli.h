@@ -43,6 +43,9 @@ const char *mg_cli_flag_at(int argc, char **argv, int i, const char *flag);
 
 int mg_cli_train(int argc, char **argv);      /* src/cli/train.c */
 int mg_cli_ckpt(int argc, char **argv);       /* src/cli/ckpt.c */
+int mg_cli_ckpt_export(int argc, char **argv); /* src/cli/ckpt_convert.c */
+int mg_cli_ckpt_import(int argc, char **argv); /* src/cli/ckpt_convert.c */
+int mg_cli_eval(int argc, char **argv);        /* src/cli/eval.c */
 int mg_cli_data(int argc, char **argv);       /* src/cli/data.c */
 int mg_cli_text2h5(int argc, char **argv);    /* src/cli/data_text.c */
 int mg_cli_text_info(const char *path);       /* src/cli/data_text.c */

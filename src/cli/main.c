@@ -32,12 +32,13 @@
 
 static const mg_cli_command commands[] = {
     {"train", mg_cli_train, "train a model described by a config file (--config FILE)"},
-    {"ckpt", mg_cli_ckpt, "inspect a checkpoint"},
+    {"ckpt", mg_cli_ckpt, "inspect a checkpoint; export and import other programs' models"},
     {"data", mg_cli_data, "make and inspect HDF5 data sets"},
     {"bench", mg_cli_bench, "measure collectives, kernels and training steps"},
     {"plan", mg_cli_plan, "plan a pipeline-parallel step: stages, timeline, step time, memory"},
     {"trace", mg_cli_trace, "analyze the flight recorder's dumps of a job (trace analyze DIR)"},
     {"generate", mg_cli_generate, "print text sampled from a GPT checkpoint (--resume CKPT)"},
+    {"eval", mg_cli_eval, "a checkpoint's loss on a data set, or its logits of a text"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/json.h"
+#include "io/json.h"
 #include "io/files.h"
 #include "status.h"
 #include "text.h"

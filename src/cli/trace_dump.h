@@ -6,7 +6,7 @@
  * for the lowest sequence number at which the members of a communicator
  * entered different collectives (a mismatch), what each member entered there.
  *
- * A dump is read as a stream (cli/json.h), one record at a time, and nothing
+ * A dump is read as a stream (io/json.h), one record at a time, and nothing
  * of it but that summary is kept, so memory is about one record and a few
  * numbers per communicator and rank, and time is linear in the bytes of the
  * dumps (a second reading of them, only when there is a mismatch, finds what

@@ -286,11 +286,12 @@ static int refuse_diff(void *ctx, const mg_train_state_diff *d) {
 }
 
 static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfile,
-                            const attr_list *cur, const mg_model *model,
+                            const attr_list *cur, const mg_model *model, int model_only,
                             mg_train_state_on_diff on_diff, void *ctx) {
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
         const setting *s = &settings[i];
         if (!(s->models & (1 << model->kind))) continue;
+        if (model_only && strncmp(s->key, "model", 5) != 0) continue;
         if ((strcmp(s->key, "schedule.total_steps") == 0 || strcmp(s->key, "schedule.lr_min") == 0) &&
             strcmp(mg_ckpt_attr_get(cur->a, cur->n, "schedule"), "cosine") != 0)
             continue; /* a constant schedule does not depend on the length of the run */
@@ -315,6 +316,13 @@ static int compare_settings(const char *path, const mg_ckpt_attr *file, int nfil
         if (rc != MG_OK) return rc;
     }
     return MG_OK;
+}
+
+/* A checkpoint of parameters only, as `meshgrad ckpt import` writes: no
+ * optimizer, step 0. */
+static int params_only(const mg_ckpt_attr *file, int n) {
+    const char *o = mg_ckpt_attr_get(file, n, "optimizer"), *s = mg_ckpt_attr_get(file, n, "step");
+    return o && strcmp(o, "none") == 0 && s && strcmp(s, "0") == 0;
 }
 
 int mg_train_state_load_params(const char *path, mg_model *model) {
@@ -351,9 +359,26 @@ int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, co
     if (rc == MG_OK && !mg_ckpt_attr_get(file, nfile, "model"))
         rc = mg_error(MG_EFORMAT, "checkpoint %s holds no training run (it has no \"model\" "
                       "attribute): resume from a checkpoint saved by a training run", path);
+    int fresh = rc == MG_OK && params_only(file, nfile);
     if (rc == MG_OK) {
         build_attrs(&l, model, opt, plan, cur);
-        rc = compare_settings(path, file, nfile, &l, model, on_diff, ctx);
+        rc = compare_settings(path, file, nfile, &l, model, fresh, on_diff, ctx);
+    }
+    if (rc == MG_OK && fresh) { /* the parameters; the optimizer and the run start here */
+        rc = mg_train_state_load_params(path, model);
+        if (rc == MG_OK) {
+            opt->step = 0;
+            *saved = *cur;
+            saved->step = saved->data_epoch = saved->data_cursor = 0;
+            saved->data_file = NULL;
+            const char *v = mg_ckpt_attr_get(file, nfile, "mesh");
+            snprintf(saved->mesh, sizeof saved->mesh, "%s", v ? v : "?");
+            v = mg_ckpt_attr_get(file, nfile, "parallel");
+            snprintf(saved->parallel, sizeof saved->parallel, "%s", v ? v : "?");
+        }
+        free(file);
+        free(l.a);
+        return rc;
     }
     int64_t step = 0, epoch = 0, cursor = 0, opt_step = 0, seed = 0, batch = 0, warmup = 0, total = 0;
     if (rc == MG_OK) rc = get_int(path, file, nfile, "step", &step);

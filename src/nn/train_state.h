@@ -75,7 +75,11 @@ typedef int (*mg_train_state_on_diff)(void *ctx, const mg_train_state_diff *diff
  * loads every parameter and state tensor into the tensors of the current mesh
  * and plan (each rank reads its block; checksums verified, values finite),
  * sets opt->step, and fills `saved` with the file's step, data position,
- * seed, batch, schedule, clip, mesh and plan. */
+ * seed, batch, schedule, clip, mesh and plan.
+ * A checkpoint of parameters only (optimizer "none" at step 0: what `meshgrad
+ * ckpt import` writes) is compared on the model alone; its parameters are
+ * loaded, the optimizer starts fresh (opt->step 0, its state as made) and
+ * `saved` is `cur` at step 0. */
 int mg_train_state_load(const char *path, mg_model *model, mg_optimizer *opt, const mg_plan *plan,
                         const mg_train_state *cur, mg_train_state *saved,
                         mg_train_state_on_diff on_diff, void *ctx);

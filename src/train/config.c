@@ -660,3 +660,19 @@ void mg_train_config_usage(FILE *out) {
                  "the run ends with its peak memory and bytes moved per step.\n",
             MG_TRAIN_PREEMPT_PATH);
 }
+
+int mg_train_config_from_arch(mg_train_config *c, const mg_arch *a) {
+    c->model = a->kind == MG_ARCH_GPT ? MG_MODEL_GPT : MG_MODEL_LLAMA;
+    c->layers = a->layers;
+    c->heads = a->heads;
+    c->embd = a->embd;
+    c->ctx = a->ctx;
+    if (a->kind == MG_ARCH_LLAMA) {
+        c->kv_heads = a->kv_heads;
+        c->hidden = a->hidden;
+        c->rope_theta = a->rope_theta;
+        c->norm_eps = a->norm_eps;
+        c->untied_head = !a->tied;
+    }
+    return MG_OK;
+}

@@ -11,7 +11,7 @@
  * Exports: struct mg_train_config, mg_train_config_defaults, mg_train_config_set_at,
  * mg_train_config_load, mg_train_config_parse_args, mg_train_config_usage,
  * mg_train_config_check, mg_train_config_flag_of, mg_train_config_hidden,
- * mg_train_config_llama, mg_train_config_lm. */
+ * mg_train_config_llama, mg_train_config_lm, mg_train_config_from_arch. */
 #ifndef MG_TRAIN_CONFIG_H
 #define MG_TRAIN_CONFIG_H
 
@@ -20,6 +20,7 @@
 
 #include "io/files.h"
 #include "meshgrad_train.h"
+#include "nn/arch.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "nn/plan.h"
@@ -101,6 +102,10 @@ void mg_train_config_usage(FILE *out);
 /* Cross-option checks that need no mesh (warmup < steps...), and options of
  * another model than the one given (--heads with the MLP) refused. */
 int mg_train_config_check(const mg_train_config *c);
+/* The model keys of c (model, layers, heads, embd, ctx; the Llama's
+ * kv_heads, hidden, rope_theta, norm_eps, untied_head) set to `arch`'s (a
+ * checkpoint's model, nn/arch.h). */
+int mg_train_config_from_arch(mg_train_config *c, const mg_arch *arch);
 /* What sets a checkpoint attribute in this program, for messages on resume:
  * "--hidden" for "model.hidden", "the data set gives" for "model.classes". */
 const char *mg_train_config_flag_of(const char *key);

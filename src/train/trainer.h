@@ -44,6 +44,7 @@ struct mg_trainer {
     mg_trainer_meta_data shapes; /* meta: the data set's shapes */
     mg_dataset *train, *test; /* test: NULL when the data set has no test split */
     mg_tokens *tokens, *val;  /* --model gpt, llama: the train and val splits (instead) */
+    int eval_train;           /* gpt, llama: evaluations read the train split (meshgrad eval) */
     int64_t *starts;          /* gpt, llama: window starts (room for a step's and all of /val) */
     mg_loader train_loader, test_loader;
     int have_train_loader, have_test_loader;
@@ -83,6 +84,14 @@ int mg_trainer_text_pp_step(mg_trainer *tr, const mg_dtensor *x, const mg_dtenso
 /* Collective. The mean loss over the evaluation windows of /val (at most
  * eval-tokens of them), without autograd (trainer_text.c). */
 int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev);
+/* The split the GPT's evaluations read: "val" (the default) or "train"
+ * (`meshgrad eval --split`); MG_EINVAL for another, or a split of fewer
+ * windows than an evaluation needs (trainer_text.c). */
+int mg_trainer_text_eval_split(mg_trainer *tr, const char *split);
+/* Collective. Loads the parameters of the checkpoint at `path` (written on
+ * any mesh, by any run or import of this model) into the run's model, the
+ * pipeline stages' theirs; nothing else of the run changes (trainer_ckpt.c). */
+int mg_trainer_load_params(mg_trainer *tr, const char *path);
 /* Collective. The MLPs' test loss and accuracy (trainer_eval.c). */
 int mg_trainer_image_evaluate(mg_trainer *tr, mg_train_eval *ev);
 /* The chunks an evaluation of n rows (windows) takes, of sizes that differ by

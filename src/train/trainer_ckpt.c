@@ -3,7 +3,8 @@
  * atomically; a resume compares the checkpoint's settings with the run's
  * (the model and optimizer must match; other settings warn, and the run's
  * win), loads it, and checks its data position against the data set.
- * Exports mg_trainer_save, mg_trainer_resume (meshgrad_train.h). */
+ * Exports mg_trainer_save, mg_trainer_resume (meshgrad_train.h),
+ * mg_trainer_load_params (trainer.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -94,4 +95,9 @@ int mg_trainer_resume(mg_trainer *tr, const char *from, char *note, size_t len) 
              path, (long long)saved.step, (long long)c->steps, saved.mesh, saved.parallel,
              (long long)saved.data_epoch, (long long)saved.data_cursor);
     return MG_OK;
+}
+
+int mg_trainer_load_params(mg_trainer *tr, const char *path) {
+    if (!tr || !path) return mg_error(MG_EINVAL, "mg_trainer_load_params: the trainer or path is NULL");
+    return mg_train_state_load_params(path, &tr->model);
 }

@@ -14,7 +14,7 @@
  * reassociation. A meta run (trainer.h) opens
  * no token file: the vocabulary and the val windows are given.
  * Exports mg_trainer_text_setup, mg_trainer_text_batch,
- * mg_trainer_text_pp_step, mg_trainer_text_evaluate, mg_trainer_gpt_fits
+ * mg_trainer_text_pp_step, mg_trainer_text_evaluate, mg_trainer_text_eval_split
  * (trainer.h). */
 #include <math.h>
 #include <stdio.h>
@@ -87,9 +87,12 @@ static int64_t vocab_of(const mg_trainer *tr) {
     return tr->meta ? tr->shapes.vocab : mg_tokens_vocab(tr->tokens);
 }
 
-/* The non-overlapping ctx-windows of /val. */
+/* The split evaluations read: /val, or /train (mg_trainer_text_eval_split). */
+static mg_tokens *eval_split(const mg_trainer *tr) { return tr->eval_train ? tr->tokens : tr->val; }
+
+/* The non-overlapping ctx-windows of that split. */
 static int64_t val_windows(const mg_trainer *tr) {
-    return tr->meta ? tr->shapes.test_rows : mg_tokens_eval_windows(tr->val, tr->cfg.ctx);
+    return tr->meta ? tr->shapes.test_rows : mg_tokens_eval_windows(eval_split(tr), tr->cfg.ctx);
 }
 
 int mg_trainer_text_setup(mg_trainer *tr) {
@@ -174,7 +177,7 @@ static int chunk_loss(mg_trainer *tr, int64_t first, int64_t n, double *loss) {
         rc = mg_trainer_meta_batch(tr, &xs, &ys, &x, &y);
     } else {
         mg_tokens_eval_starts(first, n, tr->cfg.ctx, tr->starts);
-        rc = mg_tokens_batch(tr->val, tr->starts, n, tr->cfg.ctx, &xs, &ys, &x, &y,
+        rc = mg_tokens_batch(eval_split(tr), tr->starts, n, tr->cfg.ctx, &xs, &ys, &x, &y,
                              mg_step_arena());
     }
     if (rc != MG_OK) return rc;
@@ -201,6 +204,24 @@ static int64_t eval_windows(const mg_trainer *tr) {
     if (c->eval_tokens <= 0 || bound >= all) return all;
     int64_t least = mg_trainer_eval_least_rows(tr);
     return bound > least ? bound : least;
+}
+
+int mg_trainer_text_eval_split(mg_trainer *tr, const char *split) {
+    if (strcmp(split, "val") != 0 && strcmp(split, "train") != 0)
+        return mg_error(MG_EINVAL, "--split %s: give val or train", split);
+    tr->eval_train = strcmp(split, "train") == 0;
+    int64_t windows = tr->meta ? 1 << 30 : val_windows(tr);
+    if (windows < mg_trainer_eval_least_rows(tr))
+        return mg_error(MG_EINVAL, "%s: the %s split holds %lld windows of --ctx %lld tokens, "
+                        "fewer than the %d an evaluation needs", tr->cfg.data, split,
+                        (long long)windows, (long long)tr->cfg.ctx, mg_trainer_eval_least_rows(tr));
+    if (tr->meta) return MG_OK;
+    /* room for a chunk's window starts, as setup made for /val */
+    int64_t *starts = realloc(tr->starts, sizeof *starts * (size_t)(windows > tr->cfg.batch
+                                                                        ? windows : tr->cfg.batch));
+    if (!starts) return mg_error(MG_ENOMEM, "eval: out of memory for %lld windows", (long long)windows);
+    tr->starts = starts;
+    return MG_OK;
 }
 
 int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {

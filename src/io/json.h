@@ -1,5 +1,6 @@
 /* json.h: a small JSON reader for the files meshgrad writes (flight recorder
- * dumps, traces). It reads from a stream, one byte at a time, so a file is
+ * dumps, traces) and the headers and configs of other programs' models
+ * (safetensors, config.json). It reads from a stream, one byte at a time, so a file is
  * never held whole: a caller walks the large arrays of a file element by
  * element (mg_json_enter, mg_json_next) and reads each element as a small
  * tree of values (mg_json_read), freed before the next; mg_json_parse reads a
@@ -10,9 +11,10 @@
  * read hold, and time is linear in the text.
  * Exports: mg_json, mg_json_type, mg_json_reader, mg_json_reader_init,
  * mg_json_enter, mg_json_next, mg_json_read, mg_json_skip, mg_json_finish,
- * mg_json_parse, mg_json_free, mg_json_get, mg_json_int, mg_json_str. */
-#ifndef MG_CLI_JSON_H
-#define MG_CLI_JSON_H
+ * mg_json_parse, mg_json_free, mg_json_get, mg_json_int, mg_json_str,
+ * mg_json_count. */
+#ifndef MG_IO_JSON_H
+#define MG_IO_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +36,7 @@ typedef struct mg_json {
     mg_json_type type;
     double number;            /* NUMBER (and BOOL: 0 or 1) */
     int64_t integer;          /* NUMBER written as an integer; else the number truncated */
+    int exact;                /* NUMBER: written as an integer that fits int64 (`integer`) */
     char *string;             /* STRING */
     char *key;                /* a member of an OBJECT: its key */
     struct mg_json *child;    /* ARRAY, OBJECT: the first element or member */
@@ -83,5 +86,8 @@ const mg_json *mg_json_get(const mg_json *obj, const char *key);
  * string (or dflt when absent or not a string). */
 int64_t mg_json_int(const mg_json *obj, const char *key, int64_t dflt);
 const char *mg_json_str(const mg_json *obj, const char *key, const char *dflt);
+/* 1 when v is a number written as an integer from 0 to INT64_MAX (*out gets
+ * it), else 0: a size or offset, never rounded. */
+int mg_json_count(const mg_json *v, int64_t *out);
 
 #endif

@@ -2,8 +2,8 @@
  * byte of lookahead, one mg_json per value kept. Exports mg_json_reader_init,
  * mg_json_reader_free, mg_json_enter, mg_json_next, mg_json_read,
  * mg_json_skip, mg_json_finish, mg_json_parse, mg_json_free, mg_json_get,
- * mg_json_int, mg_json_str. */
-#include "cli/json.h"
+ * mg_json_int, mg_json_str, mg_json_count. */
+#include "io/json.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -74,7 +74,8 @@ static int hex_digit(int h) {
 }
 
 /* A string at the opening quote into r->buf, escapes undone (\uXXXX above
- * 0x7f becomes '?'); its length, or -1 on an error. */
+ * 0x7f, or 0, becomes '?': no NUL inside a string); its length, or -1 on an
+ * error. */
 static long string(mg_json_reader *r) {
     advance(r); /* the opening quote */
     size_t n = 0;
@@ -111,7 +112,7 @@ static long string(mg_json_reader *r) {
                     v = v * 16 + (unsigned)h;
                     advance(r);
                 }
-                ch = v < 0x80 ? (int)v : '?';
+                ch = v > 0 && v < 0x80 ? (int)v : '?';
                 break;
             }
             default: ch = e; /* \" \\ \/ */
@@ -200,7 +201,7 @@ static int number(mg_json_reader *r, mg_json *v) {
     char buf[64];
     size_t n = 0;
     int integral = 1;
-    while (r->peek != EOF && n + 1 < sizeof buf && strchr("+-0123456789.eE", r->peek)) {
+    while (r->peek > 0 && n + 1 < sizeof buf && strchr("+-0123456789.eE", r->peek)) {
         integral &= r->peek != '.' && r->peek != 'e' && r->peek != 'E';
         buf[n++] = (char)r->peek;
         advance(r);
@@ -216,7 +217,9 @@ static int number(mg_json_reader *r, mg_json *v) {
     if (v) {
         v->type = MG_JSON_NUMBER;
         v->number = x;
-        v->integer = integral ? strtoll(buf, NULL, 10) : (int64_t)x;
+        errno = 0; /* a double past int64's range does not convert */
+        v->integer = integral ? strtoll(buf, NULL, 10) : x > -9.2e18 && x < 9.2e18 ? (int64_t)x : 0;
+        v->exact = integral && errno != ERANGE;
     }
     return 1;
 }
@@ -378,6 +381,12 @@ const mg_json *mg_json_get(const mg_json *obj, const char *key) {
 int64_t mg_json_int(const mg_json *obj, const char *key, int64_t dflt) {
     const mg_json *v = mg_json_get(obj, key);
     return v && v->type == MG_JSON_NUMBER ? v->integer : dflt;
+}
+
+int mg_json_count(const mg_json *v, int64_t *out) {
+    if (!v || v->type != MG_JSON_NUMBER || !v->exact || v->integer < 0) return 0;
+    *out = v->integer;
+    return 1;
 }
 
 const char *mg_json_str(const mg_json *obj, const char *key, const char *dflt) {
