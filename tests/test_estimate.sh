@@ -3,73 +3,18 @@
 # device, src/train/estimate.h) against what `meshgrad train` measures: the
 # MLP on 1, 2 and 4 ranks under every plan (dp, tp, fsdp on 1-D meshes;
 # dp,tp, fsdp,tp, tp,dp, tp,fsdp on 2x2), the permute-MLP (SGD with
-# momentum, clipping) on a few, the MLPs at other --depth, a tiny GPT (2
-# layers, embd 32, ctx 16, batch 8 windows of data/mobydick.h5) under every
-# plan it has (dp, tp, sp, fsdp, tp+sp, dp,tp, fsdp,tp), with --grad-accum,
-# a tiny Llama (2 kv heads of 4, an untied head too) on the same plans, and
-# pipelines (pp, pp,dp, pp,tp, pp,fsdp; gpipe, 1f1b, interleaved) of all
-# three. Every collective's bytes and calls per step must equal train's own
-# (its "comm_per_step" metrics line: mg_comm_stats over the steps after the
-# first, the largest rank's), and the peak memory of the largest rank be
-# within 2% (its "memory" line: arena high-water marks plus parameter,
-# gradient, optimizer and buffer bytes). Prints both side by side. The
-# pipeline planner's own estimate (plan --estimate with pp and widths) is
-# checked for the bytes its ranks send.
+# momentum, clipping) on a few, the MLPs at other --depth, and the MLPs'
+# pipelines (pp, pp,dp, pp,fsdp; gpipe, 1f1b). Every collective's bytes and
+# calls per step must equal train's own (its "comm_per_step" metrics line:
+# mg_comm_stats over the steps after the first, the largest rank's), and the
+# peak memory of the largest rank be within 2% (its "memory" line: arena
+# high-water marks plus parameter, gradient, optimizer and buffer bytes).
+# Prints both side by side. The pipeline planner's own estimate (plan
+# --estimate with pp and widths) is checked for the bytes its ranks send; bad
+# input is refused. The GPT and the Llama: test_estimate_lm.sh.
 . "$(dirname "$0")/check.sh"
 program_test_env estimate
-TOL=2
-common="--data $data --steps 5 --log-every 0 --threads 1"
-
-# field FILE KEY: the number after "KEY": in the file's memory/estimate line
-field() { sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$1" | head -n 1; }
-# bytes FILE COLLECTIVE: its bytes per step
-bytes() { sed -n "s/.*\"$2\":{\"bytes\":\([0-9.]*\).*/\1/p" "$1" | head -n 1; }
-# calls FILE COLLECTIVE: its calls per step
-calls() { sed -n "s/.*\"$2\":{\"bytes\":[0-9.]*,\"calls\":\([0-9.]*\).*/\1/p" "$1" | head -n 1; }
-# within A B: B is within TOL% of A (both 0 counts)
-within() { awk -v a="$1" -v b="$2" -v t="$TOL" 'BEGIN { d = b - a; if (d < 0) d = -d;
-    exit !(a == b || (a > 0 && d <= t / 100 * a)) }'; }
-
-# case NP MESH PLAN [FLAGS...]
-case_() {
-    np=$1 mesh=$2 plan=$3
-    shift 3
-    tag="$np ranks, mesh $mesh, $plan${*:+, $*}"
-    rm -f "$tmp/m.jsonl"
-    if ! "$TIMEOUT" -k 5 120 "$MPIRUN" -np "$np" "$prog" train $common --mesh "$mesh" \
-        --parallel "$plan" --metrics "$tmp/m.jsonl" "$@" >"$tmp/out" 2>&1; then
-        fail "$tag: train failed"
-        sed 's/^/  | /' "$tmp/out"
-        return
-    fi
-    if ! "$prog" plan --estimate $common --mesh "$mesh" --parallel "$plan" "$@" >"$tmp/est" 2>&1; then
-        fail "$tag: plan --estimate failed"
-        sed 's/^/  | /' "$tmp/est"
-        return
-    fi
-    grep '"memory"' "$tmp/m.jsonl" >"$tmp/measured"
-    tail -n 1 "$tmp/est" >"$tmp/estimated"
-    m=$(field "$tmp/measured" peak) e=$(field "$tmp/estimated" peak)
-    line="memory $m vs $e B"
-    ok=0
-    within "$m" "$e" || ok=1
-    for k in all_reduce all_gather reduce_scatter all_to_all broadcast barrier send recv; do
-        mb=$(bytes "$tmp/measured" $k) eb=$(bytes "$tmp/estimated" $k)
-        [ "$mb" = 0.0 ] && [ "$eb" = 0.0 ] && continue
-        line="$line; $k $mb vs $eb"
-        # the collectives are counted, not estimated: every byte and call
-        mc=$(calls "$tmp/measured" $k) ec=$(calls "$tmp/estimated" $k)
-        line="$line ($mc vs $ec calls)"
-        awk -v a="$mb" -v b="$eb" -v c="$mc" -v d="$ec" 'BEGIN { exit !(a == b && c == d) }' ||
-            ok=1
-    done
-    if [ "$ok" -eq 0 ]; then
-        pass "$tag: measured vs estimated: $line"
-    else
-        fail "$tag: measured vs estimated (memory within $TOL%, collectives exact): $line"
-        sed 's/^/  | /' "$tmp/est"
-    fi
-}
+. "$(dirname "$0")/estimate_case.sh"
 
 case_ 1 1 dp
 for p in dp tp fsdp; do
@@ -88,52 +33,11 @@ case_ 2 2 tp --depth 4
 case_ 4 2x2 fsdp,tp --depth 3
 case_ 2 2 fsdp $pm --depth 5
 
-# the GPT (4 heads where tp is 4 wide: each rank takes whole heads)
-gpt="--model gpt --data $top/data/mobydick.h5 --layers 2 --embd 32 --ctx 16 --batch 8"
-case_ 1 1 dp $gpt --heads 2
-for p in dp tp sp fsdp tp+sp; do
-    case_ 2 2 $p $gpt --heads 2
-    case_ 4 4 $p $gpt --heads 4
-done
-for p in dp,tp fsdp,tp; do case_ 4 2x2 $p $gpt --heads 2; done
-# --grad-accum: the micro-batches' data in an arena reset after each backward,
-# their headers kept until the step ends, their collectives but the gradients'
-# sums once each (the whole batch's step was estimated: 3x train's memory)
-case_ 1 1 dp $gpt --heads 2 --grad-accum 4
-for p in dp tp sp fsdp; do case_ 2 2 $p $gpt --heads 2 --grad-accum 2; done
-case_ 4 2x2 dp,tp $gpt --heads 2 --grad-accum 2
-case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
-# sp and tp+sp split the sequence, not the batch: one window is a run (an
-# estimate refused it as "smaller than the data-parallel degree 2")
-case_ 2 2 sp $gpt --heads 2 --batch 1
-case_ 2 2 tp+sp $gpt --heads 2 --batch 1
-
-# the Llama (kv heads 2, or 4 where tp is 4 wide: each rank takes whole k, v heads)
-llama="--model llama --data $top/data/mobydick.h5 --layers 2 --heads 4 --kv-heads 2 --embd 32 \
---multiple-of 32 --ctx 16 --batch 8"
-case_ 1 1 dp $llama
-for p in dp tp sp fsdp tp+sp; do case_ 2 2 $p $llama; done
-case_ 4 4 tp $llama --kv-heads 4
-case_ 4 4 fsdp $llama
-for p in dp,tp fsdp,tp; do case_ 4 2x2 $p $llama; done
-case_ 2 2 tp $llama --untied-head
-case_ 2 2 dp $llama --grad-accum 2
-
 # pipelines: train's own (--config and flags), each pipeline rank run in turn
 case_ 2 2 pp --depth 4 --microbatches 4
 case_ 2 2 pp --depth 4 --microbatches 4 --pp-schedule gpipe
 case_ 4 2x2 pp,fsdp --depth 4 --microbatches 4
 case_ 4 2x2 pp,dp $pm --depth 4 --microbatches 2
-gpt4="--model gpt --data $top/data/mobydick.h5 --layers 4 --embd 32 --ctx 16 --batch 8 --heads 2"
-case_ 2 2 pp $gpt4 --microbatches 4
-case_ 2 2 pp $gpt4 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2
-case_ 4 2x2 pp,dp $gpt4 --microbatches 2
-case_ 4 2x2 pp,tp $gpt4 --microbatches 2
-llama4="--model llama --data $top/data/mobydick.h5 --layers 4 --heads 4 --kv-heads 2 --embd 32 \
---multiple-of 32 --ctx 16 --batch 8"
-case_ 2 2 pp $llama4 --microbatches 4
-case_ 2 2 pp $llama4 --microbatches 4 --untied-head
-case_ 4 2x2 pp,tp $llama4 --microbatches 2
 printf 'mesh = 2\nparallel = pp\ndepth = 4\nmicrobatches = 4\n' >"$tmp/pp.conf"
 case_ 2 2 pp --config "$tmp/pp.conf"
 
@@ -197,6 +101,7 @@ check "train of a step larger than the machine, by its estimate: exit $?" grep -
 "$prog" plan --estimate --model gpt --layers 2 --heads 2 --embd 32 --ctx 16 --mesh 4 --parallel tp >"$tmp/out" 2>&1
 check "a GPT whose heads the tp ranks cannot split: exit $?" \
     grep -q "meshgrad: error: gpt: tensor-parallel degree 4 cannot split 2 heads" "$tmp/out"
+llama="--model llama --layers 2 --heads 4 --kv-heads 2 --embd 32 --multiple-of 32 --ctx 16"
 check_refused "a Llama whose kv heads the tp ranks cannot split" 1 \
     "llama: tensor-parallel degree 4 cannot split --kv-heads 2" \
     "$prog" plan --estimate $llama --mesh 4 --parallel tp
