@@ -199,6 +199,13 @@ mg_train_config *mg_train_config_new(void);
 /* Sets one option from text, key as the flag without "--" ("lr", "parallel",
  * "grad-accum"). MG_EINVAL naming the key on an unknown key or a bad value. */
 int mg_train_config_set(mg_train_config *, const char *key, const char *value);
+/* What a run recomputes in backward (config key "recompute": none, blocks,
+ * attention): nothing; each transformer block (its input and output kept);
+ * each block's attention (from the qkv projection's output to the heads
+ * merged: the head split, the attention kernel with what it saves, the
+ * merge). Models without blocks (the MLPs) take only none. */
+typedef enum { MG_RECOMPUTE_NONE = 0, MG_RECOMPUTE_BLOCKS, MG_RECOMPUTE_ATTENTION } mg_recompute_mode;
+int mg_train_config_set_recompute(mg_train_config *, mg_recompute_mode mode);
 /* Reads a file of `key = value` lines ('#' starts a comment), as --config. */
 int mg_train_config_load(mg_train_config *, const char *path);
 void mg_train_config_free(mg_train_config *);
