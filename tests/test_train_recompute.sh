@@ -12,7 +12,8 @@
 #   bitwise equal (train_ckpt_tool compare), for both granularities;
 # - memory: the 1-rank run's activations (the metrics' memory line) drop;
 # - bad input: an unknown --recompute value, recompute with the MLP, with
-#   --pp-schedule zb-h1: one "meshgrad: error:" line each, non-zero exit.
+#   --pp-schedule zb-h1, and bench step's --recompute with the MLP or an
+#   unknown value: one "meshgrad: error:" line each, non-zero exit.
 . "$(dirname "$0")/check.sh"
 program_test_env train-recompute
 train_limit=180
@@ -81,4 +82,8 @@ check_refused "--recompute with the MLP" 1 "recompute blocks applies to a model 
 check_refused "--recompute with zb-h1" 2 "recompute attention with --pp-schedule zb-h1" \
     "$prog" train $gpt --layers 4 --mesh 2 --parallel pp --microbatches 4 --pp-schedule zb-h1 \
     --recompute attention
+check_refused "bench step --recompute with the MLP" 1 "bench step: --recompute applies to the GPT's step" \
+    "$prog" bench step --recompute blocks --steps 1
+check_refused "bench step --model gpt --recompute bogus" 1 "unknown recompute mode 'bogus'" \
+    "$prog" bench step --model gpt --recompute bogus --steps 1
 check_summary

@@ -8,7 +8,9 @@
  * and as its last line the same JSON object as the MLP's step. With pp in
  * --parallel the step runs as a pipeline (nn/gpt_pipeline.h: --microbatches,
  * --pp-schedule, --virtual-stages, --pp-layers counting blocks), its forward
- * and backward timed together.
+ * and backward timed together. --recompute blocks|attention recomputes each
+ * block, or each block's attention, in backward (nn/recompute.h); the JSON
+ * line's activation_mib is the activations' high-water of mg_trainer_memory_get.
  * Exports mg_cli_bench_step_gpt (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #include "nn/gpt_pipeline.h"
 #include "nn/model.h"
 #include "nn/optim.h"
+#include "nn/recompute.h"
 #include "rng.h"
 #include "status.h"
 
@@ -36,7 +39,7 @@ static const char usage[] =
     "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
     "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
-    " (with pp in --parallel; --pp-layers counts blocks)";
+    " (with pp in --parallel; --pp-layers counts blocks) [--recompute none|blocks|attention]";
 
 typedef struct {
     mg_gpt_config g;
@@ -45,6 +48,7 @@ typedef struct {
     double lr;
     char mesh[64], plan[64];
     mg_pp_options pp;
+    mg_recompute_mode recompute; /* --recompute */
 } bench_options;
 
 /* What the step runs on: options, mesh, plan, model (with pp: this rank's
@@ -63,9 +67,12 @@ typedef struct {
 
 /* What it measured: the medians (ms) of the step and of its forward,
  * backward (with pp: the two as one, in the forward's place) and optimizer;
- * the largest rank's peak RSS and step arena peak (MB). */
+ * the largest rank's peak RSS and step arena peak (MB), and its activations'
+ * high-water (MiB: the step arena's and the recompute arena's, the figure of
+ * mg_trainer_memory_get; with pp, the stages' micro-batch arenas are not in
+ * it). */
 typedef struct {
-    double ms[4], rss, arena;
+    double ms[4], rss, arena, activation_mib;
 } gpt_result;
 
 /* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
@@ -76,8 +83,9 @@ static int parse(int argc, char **argv, bench_options *o) {
         {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
         {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"help", 0, 0, 'h'},
         {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
-        {"pp-layers", 1, 0, 'P'}, {0, 0, 0, 0}};
-    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
+        {"pp-layers", 1, 0, 'P'}, {"recompute", 1, 0, 'R'}, {0, 0, 0, 0}};
+    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0},
+                         MG_RECOMPUTE_NONE};
     mg_pp_options_defaults(&o->pp);
     mg_train_pp_memory(&o->pp, 2); /* AdamW */
     const char *cmd = "bench step --model gpt";
@@ -122,11 +130,17 @@ static int parse(int argc, char **argv, bench_options *o) {
             for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
             o->pp.nlayers = n > 0 ? (int)n : 0;
             break;
+        case 'R': rc = mg_recompute_mode_parse(optarg, &o->recompute); break;
         case 'h': mg_cli_bench_usage(stdout, usage); return 1;
         default: rc = mg_cli_bad_flag(cmd, argv);
         }
         if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
     }
+    if (rc == MG_OK && o->recompute != MG_RECOMPUTE_NONE && o->pp.kind == MG_PP_ZB_H1)
+        rc = mg_error(MG_EINVAL, "%s: --recompute %s with --pp-schedule zb-h1: its W step "
+                      "computes the weights' gradients after the block has given its activations "
+                      "back; use 1f1b, gpipe or interleaved-1f1b", cmd,
+                      mg_recompute_mode_name(o->recompute));
     return mg_cli_bench_flags_end(rc, cmd, argc, argv, usage);
 }
 
@@ -186,6 +200,7 @@ static int setup(gpt_job *j) {
                             &j->model) != MG_OK
             : mg_model_init_gpt(&j->model, j->mesh, &j->plan, &o->g, 1) != MG_OK)
         return 1;
+    if (mg_model_set_recompute(&j->model, o->recompute) != MG_OK) return 1;
     mg_optimizer_init(&j->opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
     j->opt.beta2 = 0.95f;
     if (mg_optimizer_add_state(&j->opt, &j->model.params) != MG_OK) return 1;
@@ -246,8 +261,12 @@ static int run(gpt_job *j, gpt_result *r) {
     mg_comm *world = j->mesh->world;
     if (mg_cli_bench_steps(world, j->o->steps, one_step, j, r->ms)) return 1;
     r->rss = mg_cli_peak_rss_mb(world);
-    r->arena = (double)mg_arena_peak(mg_step_arena()) / 1048576.0;
-    return mg_comm_all_reduce_f64(world, &r->arena, 1, MG_CONTROL_MAX) != MG_OK;
+    mg_arena *again = mg_recompute_arena();
+    double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0, 0};
+    mem[1] = mem[0] + (again ? (double)mg_arena_peak(again) / 1048576.0 : 0);
+    if (mg_comm_all_reduce_f64(world, mem, 2, MG_CONTROL_MAX) != MG_OK) return 1;
+    r->arena = mem[0], r->activation_mib = mem[1];
+    return 0;
 }
 
 /* The table and the JSON line (rank 0). */
@@ -261,13 +280,15 @@ static void report(const gpt_job *j, const gpt_result *r) {
     char mt[32], pt[32];
     mg_mesh_format(mt, sizeof mt, j->mesh);
     mg_plan_format(pt, sizeof pt, &j->plan);
+    const char *again = mg_recompute_mode_name(o->recompute);
     printf("GPT step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld "
-           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s  (median of %lld "
-           "after %d warm-up)\n", (long long)B, (long long)T, (long long)L, (long long)o->g.heads,
-           (long long)C, (long long)V, (long long)mg_gpt_param_count(&o->g), mg_world_size(), mt,
-           pt, mg_backend_cpu_threads(), mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
-    printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
-           r->ms[0], gflops, r->rss, r->arena);
+           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s recompute=%s  "
+           "(median of %lld after %d warm-up)\n", (long long)B, (long long)T, (long long)L,
+           (long long)o->g.heads, (long long)C, (long long)V,
+           (long long)mg_gpt_param_count(&o->g), mg_world_size(), mt, pt,
+           mg_backend_cpu_threads(), mg_blas_core(), again, (long long)o->steps, MG_CLI_WARMUP);
+    printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB, "
+           "activations %.1f MiB)\n", r->ms[0], gflops, r->rss, r->arena, r->activation_mib);
     if (j->pipe)
         printf("  pipeline (forward and backward) %.2f ms   optimizer %.2f ms  (medians, "
                "slowest rank)\n", r->ms[1], r->ms[3]);
@@ -279,10 +300,10 @@ static void report(const gpt_job *j, const gpt_result *r) {
     else snprintf(split, sizeof split, "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f", r->ms[1], r->ms[2]);
     printf("{\"bench\":\"step\",\"model\":\"gpt\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
            "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
-           "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
-           "\"math\":\"%s\",\"openblas\":\"%s\"}\n",
+           "\"arena_mb\":%.1f,\"activation_mib\":%.2f,\"recompute\":\"%s\",%s,"
+           "\"opt_ms\":%.3f,\"device\":\"%s\",\"math\":\"%s\",\"openblas\":\"%s\"}\n",
            mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0], gflops, r->rss, r->arena,
-           split, r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
+           r->activation_mib, again, split, r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu",
            mg_cli_gemm_math(o->device), mg_blas_core());
 }
 
