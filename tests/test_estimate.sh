@@ -6,8 +6,8 @@
 # momentum, clipping) on a few, the MLPs at other --depth, a tiny GPT (2
 # layers, embd 32, ctx 16, batch 8 windows of data/mobydick.h5) under every
 # plan it has (dp, tp, sp, fsdp, tp+sp, dp,tp, fsdp,tp), with --grad-accum,
-# and pipelines (pp, pp,dp, pp,tp, pp,fsdp; gpipe, 1f1b, interleaved) of
-# both. Every collective's bytes and calls per step must equal train's own
+# with --recompute blocks and attention, and pipelines (pp, pp,dp, pp,tp,
+# pp,fsdp; gpipe, 1f1b, interleaved; with --recompute) of both. Every collective's bytes and calls per step must equal train's own
 # (its "comm_per_step" metrics line: mg_comm_stats over the steps after the
 # first, the largest rank's), and the peak memory of the largest rank be
 # within 2% (its "memory" line: arena high-water marks plus parameter,
@@ -107,6 +107,17 @@ case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
 case_ 2 2 sp $gpt --heads 2 --batch 1
 case_ 2 2 tp+sp $gpt --heads 2 --batch 1
 
+# --recompute: each block (or its attention) runs again in backward, with its
+# collectives; its data lives in the recompute arena, one segment at a time
+case_ 1 1 dp $gpt --heads 2 --recompute blocks
+for p in tp sp fsdp tp+sp; do case_ 2 2 $p $gpt --heads 2 --recompute blocks; done
+case_ 4 2x2 dp,tp $gpt --heads 2 --recompute blocks
+case_ 4 2x2 fsdp,tp $gpt --heads 2 --recompute blocks --grad-accum 2
+case_ 2 2 dp $gpt --heads 2 --recompute blocks --grad-accum 2
+case_ 1 1 dp $gpt --heads 2 --recompute attention
+for p in tp sp; do case_ 2 2 $p $gpt --heads 2 --recompute attention; done
+case_ 4 2x2 fsdp,tp $gpt --heads 2 --recompute attention --grad-accum 2
+
 # pipelines: train's own (--config and flags), each pipeline rank run in turn
 case_ 2 2 pp --depth 4 --microbatches 4
 case_ 2 2 pp --depth 4 --microbatches 4 --pp-schedule gpipe
@@ -117,6 +128,8 @@ case_ 2 2 pp $gpt4 --microbatches 4
 case_ 2 2 pp $gpt4 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2
 case_ 4 2x2 pp,dp $gpt4 --microbatches 2
 case_ 4 2x2 pp,tp $gpt4 --microbatches 2
+case_ 2 2 pp $gpt4 --microbatches 4 --recompute blocks
+case_ 4 2x2 pp,tp $gpt4 --microbatches 2 --recompute attention
 printf 'mesh = 2\nparallel = pp\ndepth = 4\nmicrobatches = 4\n' >"$tmp/pp.conf"
 case_ 2 2 pp --config "$tmp/pp.conf"
 
