@@ -30,7 +30,9 @@
  *   -n steps (1000) -l lr (1e-3)      -m lr_min (1e-4)  -w warmup (50)
  *   -c clip (1.0)   -e eval every (100 steps; 0: at the end only)
  *   -V val windows (0: all)   -s seed (1337)   -o checkpoint out   -r resume from
- *   -f flight recorder dump dir   -t trace file   -S trace steps A:B (2:4, from 1) */
+ *   -f flight recorder dump dir   -t trace file   -S trace steps A:B (2:4, from 1)
+ *   -R 1: recompute each block in backward (mg_recompute: its activations given
+ *         back after its forward; the same gradients, bit for bit, for less memory) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +44,7 @@
 
 typedef struct {
     const char *data, *out, *resume, *flight_dir, *trace;
-    int L, H, C, T, B, A, eval_every, val_windows;
+    int L, H, C, T, B, A, eval_every, val_windows, recompute;
     long steps, warmup, seed, trace_first, trace_last;
     double lr, lr_min, clip;
 } config;
@@ -78,6 +80,7 @@ typedef struct {
     mg_dtensor **p;    // each Replicate on the 1-D mesh
     char (*name)[64];
     const mg_mesh *mesh;
+    int recompute;     // each block run through mg_recompute
 } GPT;
 
 static mg_dtensor **block(GPT *m, int l) { return m->p + 2 + NBLOCK * l; }
@@ -110,9 +113,10 @@ static void add_param(GPT *m, const char *name, int64_t d0, int64_t d1, double s
     m->p[m->n++] = p;
 }
 
-static void gpt_init(GPT *m, const mg_mesh *mesh, int L, int H, int C, int T, int V, long seed) {
+static void gpt_init(GPT *m, const mg_mesh *mesh, int L, int H, int C, int T, int V, long seed,
+                     int recompute) {
     *m = (GPT){L, H, C, T, V, 0, calloc(4 + NBLOCK * L, sizeof(mg_dtensor *)),
-               calloc(4 + NBLOCK * L, sizeof m->name[0]), mesh};
+               calloc(4 + NBLOCK * L, sizeof m->name[0]), mesh, recompute};
     rng_state = (uint64_t)seed;
     double std = 0.02, resid = 0.02 / sqrt(2.0 * L);
     add_param(m, "wte", V, C, std, 0);  // wte: (V, C), also the output head
@@ -132,25 +136,38 @@ static void gpt_init(GPT *m, const mg_mesh *mesh, int L, int H, int C, int T, in
     add_param(m, "ln_f.bias", C, 0, 0, 0);
 }
 
+/* Block l of x (B, T, C), as a function of x for mg_recompute. */
+typedef struct {
+    GPT *m;
+    int l;
+    int64_t B;
+} block_args;
+
+static mg_dtensor *block_forward(void *ctx, const mg_dtensor *x) {
+    const block_args *b = ctx;
+    int64_t B = b->B, T = b->m->T, C = b->m->C, H = b->m->H, D = C / H;
+    mg_dtensor **w = block(b->m, b->l);
+    mg_dtensor *qkv = mg_linear(mg_layer_norm(x, w[LN1W], w[LN1B], 1e-5f), w[QKVW], w[QKVB]);
+    // qkv: (B, T, 3C), its rows per head (H, 3, D): q, k and v of a head together,
+    // so that splitting the rows over ranks (tensor parallel) splits whole heads
+    mg_dtensor *heads = mg_reshape(qkv, 4, (int64_t[]){B, T, H, 3 * D});
+    mg_dtensor *qkvh[3]; // q, k, v: (B, H, T, D)
+    for (int s = 0; s < 3; s++)
+        qkvh[s] = mg_permute(mg_narrow(heads, 3, s * D, D), (int[]){0, 2, 1, 3});
+    mg_dtensor *a = mg_attention(qkvh[0], qkvh[1], qkvh[2], 1); // a: (B, H, T, D)
+    a = mg_reshape(mg_permute(a, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+    mg_dtensor *r = mg_add(x, mg_linear(a, w[PROJW], w[PROJB]));
+    mg_dtensor *h = mg_gelu(mg_linear(mg_layer_norm(r, w[LN2W], w[LN2B], 1e-5f), w[FCW], w[FCB]));
+    return mg_add(r, mg_linear(h, w[FC2W], w[FC2B])); // h: (B, T, 4C)
+}
+
 /* The mean cross-entropy of predicting targets from ids, both (B, T). */
 static mg_dtensor *gpt_loss(GPT *m, mg_dtensor *ids, mg_dtensor *targets, int64_t B) {
-    int64_t T = m->T, C = m->C, H = m->H, D = C / H;
     mg_dtensor **p = m->p;
     mg_dtensor *x = mg_add(mg_embedding(ids, p[0]), p[1]); // x: (B, T, C)
     for (int l = 0; l < m->L; l++) {
-        mg_dtensor **w = block(m, l);
-        mg_dtensor *qkv = mg_linear(mg_layer_norm(x, w[LN1W], w[LN1B], 1e-5f), w[QKVW], w[QKVB]);
-        // qkv: (B, T, 3C), its rows per head (H, 3, D): q, k and v of a head together,
-        // so that splitting the rows over ranks (tensor parallel) splits whole heads
-        mg_dtensor *heads = mg_reshape(qkv, 4, (int64_t[]){B, T, H, 3 * D});
-        mg_dtensor *qkvh[3]; // q, k, v: (B, H, T, D)
-        for (int s = 0; s < 3; s++)
-            qkvh[s] = mg_permute(mg_narrow(heads, 3, s * D, D), (int[]){0, 2, 1, 3});
-        mg_dtensor *a = mg_attention(qkvh[0], qkvh[1], qkvh[2], 1); // a: (B, H, T, D)
-        a = mg_reshape(mg_permute(a, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
-        x = mg_add(x, mg_linear(a, w[PROJW], w[PROJB]));
-        mg_dtensor *h = mg_gelu(mg_linear(mg_layer_norm(x, w[LN2W], w[LN2B], 1e-5f), w[FCW], w[FCB]));
-        x = mg_add(x, mg_linear(h, w[FC2W], w[FC2B])); // h: (B, T, 4C)
+        block_args b = {m, l, B};
+        x = m->recompute ? mg_recompute(block_forward, &b, sizeof b, x) : block_forward(&b, x);
     }
     mg_dtensor *lnf = mg_layer_norm(x, p[m->n - 2], p[m->n - 1], 1e-5f);
     mg_dtensor *logits = mg_linear(lnf, p[0], NULL); // logits: (B, T, V), head tied to wte
@@ -191,13 +208,13 @@ static void usage(void) {
         fprintf(stderr, "usage: train_gpt [-d data.h5] [-L layers] [-H heads] [-C embd] [-T ctx] "
                 "[-B batch] [-A micro-batches] [-n steps] [-l lr] [-m lr_min] [-w warmup] "
                 "[-c clip] [-e eval_every] [-V val_windows] [-s seed] [-o out.h5] [-r resume.h5] "
-                "[-f flight_dir] [-t trace.json] [-S first:last]\n");
+                "[-f flight_dir] [-t trace.json] [-S first:last] [-R 0|1]\n");
     mg_finalize();
     exit(2);
 }
 
 static config parse(int argc, char **argv) {
-    config c = {"data/mobydick.h5", NULL, NULL, NULL, NULL, 4, 4, 128, 64, 32, 1, 100, 0,
+    config c = {"data/mobydick.h5", NULL, NULL, NULL, NULL, 4, 4, 128, 64, 32, 1, 100, 0, 0,
                 1000, 50, 1337, 2, 4, 1e-3, 1e-4, 1.0};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc || argv[i][0] != '-' || strlen(argv[i]) != 2) usage();
@@ -225,12 +242,14 @@ static config parse(int argc, char **argv) {
         case 'S':
             if (sscanf(v, "%ld:%ld", &c.trace_first, &c.trace_last) != 2) usage();
             break;
+        case 'R': c.recompute = atoi(v); break;
         default: usage();
         }
     }
     if (c.L < 1 || c.H < 1 || c.C < 1 || c.C % c.H || c.T < 1 || c.B < 1 || c.A < 1 ||
         c.steps < 1 || c.warmup < 0 || c.eval_every < 0 || c.val_windows < 0 || c.clip <= 0 ||
-        c.trace_first < 1 || c.trace_last < c.trace_first) {
+        c.trace_first < 1 || c.trace_last < c.trace_first ||
+        (c.recompute != 0 && c.recompute != 1)) {
         if (mg_rank() == 0) fprintf(stderr, "train_gpt: sizes must be >= 1, heads must divide embd\n");
         usage();
     }
@@ -254,7 +273,7 @@ int main(int argc, char **argv) {
     if (c.val_windows > 0 && c.val_windows < windows) windows = c.val_windows;
 
     GPT model;
-    gpt_init(&model, mesh, c.L, c.H, c.C, c.T, mg_token_loader_vocab(train), c.seed);
+    gpt_init(&model, mesh, c.L, c.H, c.C, c.T, mg_token_loader_vocab(train), c.seed, c.recompute);
     long nparams = 0;
     for (int i = 0; i < model.n; i++) {
         const int64_t *s = mg_dtensor_shape(model.p[i]);

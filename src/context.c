@@ -1,6 +1,7 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_is_step_arena, mg_scratch_arena, mg_micro_arena_new, mg_context_drop_arenas. */
+ * mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
+ * mg_context_drop_arenas. */
 #include "context.h"
 
 #include <stdlib.h>
@@ -24,6 +25,7 @@ void mg_context_reset(void) {
     for (int d = 0; d < MG_DEVICE_KINDS; d++) {
         mg_arena_free(context.step[d]);
         mg_arena_free(context.scratch[d]);
+        mg_arena_free(context.recompute_arena[d]);
     }
     for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
     free(context.observe); /* io/observe.c: plain data (a trace still open is not written) */
@@ -31,6 +33,8 @@ void mg_context_reset(void) {
     free(context.copies);
     free(context.graph);
     free(context.uses);
+    free(context.replay);
+    free(context.segments);
     struct mg_dtensor **live = context.live; /* these outlive the reset (context.h) */
     int n_live = context.n_live, cap_live = context.cap_live;
     struct mg_tensor **tensors = context.tensors, **freed = context.freed_tensors;
@@ -79,7 +83,8 @@ void mg_context_drop_arenas(int device) {
     if (device < 0 || device >= MG_DEVICE_KINDS) return;
     mg_arena_free(context.step[device]);
     mg_arena_free(context.scratch[device]);
-    context.step[device] = context.scratch[device] = NULL;
+    mg_arena_free(context.recompute_arena[device]);
+    context.step[device] = context.scratch[device] = context.recompute_arena[device] = NULL;
 }
 
 mg_arena *mg_micro_arena_new(size_t initial) {
@@ -100,3 +105,4 @@ int mg_is_step_arena(const mg_arena *a) {
     return 0;
 }
 mg_arena *mg_scratch_arena(void) { return device_arena(context.scratch, (size_t)64 << 10); }
+mg_arena *mg_recompute_arena(void) { return device_arena(context.recompute_arena, (size_t)1 << 20); }

@@ -16,7 +16,8 @@
  * start again.
  *
  * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena,
- * mg_is_step_arena, mg_scratch_arena. */
+ * mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
+ * mg_context_drop_arenas. */
 #ifndef MG_CONTEXT_H
 #define MG_CONTEXT_H
 
@@ -45,6 +46,7 @@ struct mg_pp_meta_headers;
 struct mg_backend_iface;
 struct mg_observe;
 struct mg_token_loader;
+struct mg_recompute_seg;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
@@ -84,6 +86,9 @@ struct mg_context {
     size_t n_tensors, cap_tensors;
     struct mg_tensor **freed_tensors;
     int next_freed;
+    /* per device: the recompute arena, the tensor data of one recomputed
+     * segment at a time (autograd/recompute.h) */
+    mg_arena *recompute_arena[MG_DEVICE_KINDS];
 
     /* ---- src/: the timeline of --trace (trace.c) ---- */
     int tracing;            /* recording now: the one test every trace hook makes */
@@ -146,12 +151,18 @@ struct mg_context {
     int n_loaders, cap_loaders;
     struct mg_token_loader **closed_loaders;
     int next_closed;
-    /* ---- autograd/ (backward.c; memory kept between steps) ---- */
+    /* ---- autograd/ (backward.c, recompute.c; memory kept between steps) ---- */
     int64_t walks;          /* backward passes so far: marks the nodes each one reached */
     struct mg_node **graph; /* the nodes of the graph being walked */
     int cap_graph;
     mg_leaf_uses *uses;     /* its leaves, with the contributions each has to come */
     int cap_uses;
+    struct mg_node **replay; /* the nodes of a recomputed segment, run again */
+    int cap_replay;
+    /* recompute.c: this step's recomputed segments, in recording order */
+    struct mg_recompute_seg *segments;
+    int n_segments, cap_segments;
+    int recomputing; /* recompute.c: inside a segment's function (one inside runs as it is) */
 
     /* ---- ops/ ---- */
     int64_t tape_seq;          /* tape.c: the next node's sequence number */
@@ -185,14 +196,20 @@ mg_arena *mg_step_arena(void);
 /* Is `a` a device's step arena? (Makes none.) */
 int mg_is_step_arena(const mg_arena *a);
 mg_arena *mg_scratch_arena(void);
+/* The recompute arena of the current device, made on first use (NULL with a
+ * message): the tensor data of a recomputed segment (a block whose
+ * activations are dropped after its forward), while its forward runs and
+ * again while it is run again and walked in backward; reset after each
+ * (autograd/recompute.h). */
+mg_arena *mg_recompute_arena(void);
 /* A new arena on the step arena's device, of `initial` bytes, the caller's to
  * free: a micro-batch's tensor data, redirected there (mg_arena_redirect_data)
  * and reset once its backward is done (the pipeline's slots, --grad-accum).
  * NULL with a message. */
 mg_arena *mg_micro_arena_new(size_t initial);
-/* Frees a device's step and scratch arenas (no tensor may be left in them):
- * the next use makes new ones, whose high-water marks start at 0 (one run of
- * the step estimate after another, train/estimate.c). */
+/* Frees a device's step, scratch and recompute arenas (no tensor may be left
+ * in them): the next use makes new ones, whose high-water marks start at 0
+ * (one run of the step estimate after another, train/estimate.c). */
 void mg_context_drop_arenas(int device);
 
 /* Frees this layer's members (arenas, arrays) and zeroes the whole context;

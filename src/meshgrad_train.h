@@ -10,6 +10,8 @@
  *                    file format of `meshgrad train` (read by `meshgrad ckpt
  *                    info`; docs/CHECKPOINTS.md)
  *   mg_token_loader  windows of a token data set (docs/DATA.md)
+ *   mg_recompute     a block of a model whose activations are dropped after
+ *                    its forward and computed again in backward
  *   mg_train_config, mg_trainer
  *                    a training run of a model meshgrad builds (the MLPs,
  *                    the GPT, the Llama): what `meshgrad train` runs, step
@@ -163,6 +165,26 @@ int mg_token_loader_eval_batch(mg_token_loader *, int64_t first, int64_t B, int6
  * alone: a second close does nothing. */
 void mg_token_loader_close(mg_token_loader *);
 
+/* ---- activation recomputation ------------------------------------------------
+ * Memory for time: a block's activations are given back as soon as its
+ * forward is done and computed again when backward reaches the block. The
+ * gradients are bitwise those of the block kept (the same kernels run in the
+ * same order: one backward walks the whole graph, the block's part with its
+ * ops run again), on every plan, with micro-batches and in a pipeline stage;
+ * not with zero-bubble's split backward (--pp-schedule zb-h1), whose weight
+ * step would need the activations after the block gave them back. */
+typedef mg_dtensor *(*mg_recompute_fn)(void *ctx, const mg_dtensor *x);
+
+/* y = fn(ctx, x), its activations dropped: only x and y are kept (y's data
+ * copied out of the memory the block used). fn must record the same ops on
+ * the same tensors each time it runs (a function of x, of parameters and of
+ * ctx, with no state of its own), and nothing it makes but y may be used
+ * after it: a backward refuses otherwise, naming the op. ctx_bytes > 0: *ctx
+ * is copied (a small struct of pointers, say); 0: ctx itself is kept and must
+ * stay valid until the backward. With gradients off (evaluation), or inside
+ * another fn, it is just fn(ctx, x). NULL with a message on failure. */
+mg_dtensor *mg_recompute(mg_recompute_fn fn, void *ctx, size_t ctx_bytes, const mg_dtensor *x);
+
 /* ---- training runs ------------------------------------------------------------
  * The run of `meshgrad train`, for a program that drives it itself: a model
  * meshgrad builds (mlp, permute-mlp, gpt, llama) with its parallel plan, its data
@@ -178,6 +200,13 @@ mg_train_config *mg_train_config_new(void);
 /* Sets one option from text, key as the flag without "--" ("lr", "parallel",
  * "grad-accum"). MG_EINVAL naming the key on an unknown key or a bad value. */
 int mg_train_config_set(mg_train_config *, const char *key, const char *value);
+/* What a run recomputes in backward (config key "recompute": none, blocks,
+ * attention): nothing; each transformer block (its input and output kept);
+ * each block's attention (from the qkv projection's output to the heads
+ * merged: the head split, the attention kernel with what it saves, the
+ * merge). Models without blocks (the MLPs) take only none. */
+typedef enum { MG_RECOMPUTE_NONE = 0, MG_RECOMPUTE_BLOCKS, MG_RECOMPUTE_ATTENTION } mg_recompute_mode;
+int mg_train_config_set_recompute(mg_train_config *, mg_recompute_mode mode);
 /* Reads a file of `key = value` lines ('#' starts a comment), as --config. */
 int mg_train_config_load(mg_train_config *, const char *path);
 void mg_train_config_free(mg_train_config *);

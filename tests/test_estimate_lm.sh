@@ -3,8 +3,9 @@
 # test_estimate.sh, for the language models: a tiny GPT (2 layers, embd 32,
 # ctx 16, batch 8 windows of data/mobydick.h5) under every plan it has (dp,
 # tp, sp, fsdp, tp+sp, dp,tp, fsdp,tp), with --grad-accum, a tiny Llama (2 kv
-# heads of 4, an untied head too) on the same plans, and their pipelines
-# (pp, pp,dp, pp,tp; 1f1b, interleaved). Every collective's bytes and calls
+# heads of 4, an untied head too) on the same plans, both with --recompute
+# blocks and attention, and their pipelines (pp, pp,dp, pp,tp; 1f1b,
+# interleaved; with --recompute). Every collective's bytes and calls
 # per step equal train's own, the peak memory within 2%.
 . "$(dirname "$0")/check.sh"
 program_test_env estimate-lm
@@ -30,6 +31,17 @@ case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
 case_ 2 2 sp $gpt --heads 2 --batch 1
 case_ 2 2 tp+sp $gpt --heads 2 --batch 1
 
+# --recompute: each block (or its attention) runs again in backward, with its
+# collectives; its data lives in the recompute arena, one segment at a time
+case_ 1 1 dp $gpt --heads 2 --recompute blocks
+for p in tp sp fsdp tp+sp; do case_ 2 2 $p $gpt --heads 2 --recompute blocks; done
+case_ 4 2x2 dp,tp $gpt --heads 2 --recompute blocks
+case_ 4 2x2 fsdp,tp $gpt --heads 2 --recompute blocks --grad-accum 2
+case_ 2 2 dp $gpt --heads 2 --recompute blocks --grad-accum 2
+case_ 1 1 dp $gpt --heads 2 --recompute attention
+for p in tp sp; do case_ 2 2 $p $gpt --heads 2 --recompute attention; done
+case_ 4 2x2 fsdp,tp $gpt --heads 2 --recompute attention --grad-accum 2
+
 # the Llama (kv heads 2, or 4 where tp is 4 wide: each rank takes whole k, v heads)
 llama="--model llama --data $top/data/mobydick.h5 --layers 2 --heads 4 --kv-heads 2 --embd 32 \
 --multiple-of 32 --ctx 16 --batch 8"
@@ -40,12 +52,16 @@ case_ 4 4 fsdp $llama
 for p in dp,tp fsdp,tp; do case_ 4 2x2 $p $llama; done
 case_ 2 2 tp $llama --untied-head
 case_ 2 2 dp $llama --grad-accum 2
+case_ 2 2 tp $llama --recompute blocks
+case_ 2 2 sp $llama --recompute attention
 
 gpt4="--model gpt --data $top/data/mobydick.h5 --layers 4 --embd 32 --ctx 16 --batch 8 --heads 2"
 case_ 2 2 pp $gpt4 --microbatches 4
 case_ 2 2 pp $gpt4 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2
 case_ 4 2x2 pp,dp $gpt4 --microbatches 2
 case_ 4 2x2 pp,tp $gpt4 --microbatches 2
+case_ 2 2 pp $gpt4 --microbatches 4 --recompute blocks
+case_ 4 2x2 pp,tp $gpt4 --microbatches 2 --recompute attention
 llama4="--model llama --data $top/data/mobydick.h5 --layers 4 --heads 4 --kv-heads 2 --embd 32 \
 --multiple-of 32 --ctx 16 --batch 8"
 case_ 2 2 pp $llama4 --microbatches 4

@@ -21,7 +21,8 @@
 #    every step, its checkpoint passes `meshgrad ckpt info` and `meshgrad
 #    generate` samples from it (one GPT checkpoint format for the program and
 #    the API), and resumed on 1 rank it gives the 2-rank run's last validation
-#    loss again (within 1e-4).
+#    loss again (within 1e-4); with -R 1 (each block through mg_recompute)
+#    the 2-rank run prints the same losses, norms and validation losses.
 # Prints a Check-style summary line.
 set -u
 top_builddir=${top_builddir:-.}
@@ -54,6 +55,16 @@ train_gpt_runs() {
         fi
     done
     pass "train_gpt ran 12 steps on 1 and on 2 ranks"
+    # shellcheck disable=SC2086
+    if timeout 120 mpirun -np 2 "$scratch/train_gpt" $tiny -R 1 >"$scratch/gpt2r.log" 2>&1 &&
+        sed 's/ | [0-9.]* ms$//' "$scratch/gpt2.log" | grep -v '^saved' >"$scratch/want" &&
+        sed 's/ | [0-9.]* ms$//' "$scratch/gpt2r.log" >"$scratch/got" &&
+        cmp -s "$scratch/want" "$scratch/got"; then
+        pass "-R 1 (each block through mg_recompute) prints the same losses, norms and val losses"
+    else
+        diff "$scratch/want" "$scratch/got" | head -n 8
+        fail "train_gpt -R 1 on 2 ranks differs from -R 0"
+    fi
     falls=$(grep '^step ' "$scratch/gpt2.log" | sed 's/|/ /g' | awk '
         NR == 1 { first = $4 } { last = $4 }
         END { print first " -> " last; exit !(NR == 12 && last < 0.9 * first) }') &&

@@ -1,5 +1,5 @@
 /* agree.c: the ranks of a mesh agree on the graph a backward walks (see
- * agree.h). Exports mg_graph_agree. */
+ * agree.h). Exports mg_graph_agree, mg_graph_node_hash. */
 #include "autograd/agree.h"
 
 #include <stdio.h>
@@ -20,7 +20,7 @@ static uint64_t spec_hash(uint64_t h, const mg_spec *s) {
 
 /* One node: its op, its arguments (the node is zeroed when made: unused ones
  * are 0 on every rank), and the specs of its output and inputs. */
-static uint64_t node_hash(const mg_node *n) {
+uint64_t mg_graph_node_hash(const mg_node *n) {
     uint64_t h = MG_HASH_START;
     uint32_t farg;
     memcpy(&farg, &n->args.f, sizeof farg);
@@ -55,7 +55,7 @@ static void describe(char *buf, size_t len, const mg_node *n) {
 int mg_graph_agree(const mg_mesh *mesh, mg_node *const *graph, int n, const char *who) {
     if (!mesh || mesh->size <= 1) return MG_OK;
     uint64_t all = MG_HASH_START;
-    for (int k = 0; k < n; k++) all = mg_hash_i64(all, (int64_t)node_hash(graph[k]));
+    for (int k = 0; k < n; k++) all = mg_hash_i64(all, (int64_t)mg_graph_node_hash(graph[k]));
     all = mg_hash_i64(all, n); /* n -1: this rank refused the backward; it still takes part */
     int same = 0;
     int rc = mg_mesh_agree(mesh, &all, 1, &same, who);
@@ -72,7 +72,7 @@ int mg_graph_agree(const mg_mesh *mesh, mg_node *const *graph, int n, const char
     for (int k0 = 0; k0 < n; k0 += 32) {
         uint64_t h[32];
         int every[32], m = n - k0 < 32 ? n - k0 : 32;
-        for (int i = 0; i < m; i++) h[i] = node_hash(graph[k0 + i]);
+        for (int i = 0; i < m; i++) h[i] = mg_graph_node_hash(graph[k0 + i]);
         if ((rc = mg_mesh_agree(mesh, h, m, every, who)) != MG_OK) return rc;
         for (int i = 0; i < m; i++) {
             if (every[i]) continue;

@@ -12,7 +12,7 @@
  * the backward is refused before it changes anything, with a message naming
  * the first node that differs, its op and this rank's arguments.
  *
- * Exports mg_graph_agree. */
+ * Exports mg_graph_agree, mg_graph_node_hash. */
 #ifndef MG_AUTOGRAD_AGREE_H
 #define MG_AUTOGRAD_AGREE_H
 
@@ -24,5 +24,9 @@
  * message naming `who` and the first node that differs. */
 int mg_graph_agree(const mg_mesh *mesh, mg_node *const *graph, int n, const char *who);
 /* (n -1: this rank has refused the backward already, and only takes part.) */
+/* One node's hash: its op, arguments, output's and inputs' global shapes and
+ * placements (what the ranks compare; a recomputed segment run again is held
+ * to its first run with it, autograd/recompute.h). */
+uint64_t mg_graph_node_hash(const mg_node *n);
 
 #endif

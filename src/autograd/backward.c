@@ -20,18 +20,29 @@
  * What happens to a leaf's gradient after that is the reducer's business; it
  * has finished its sums when mg_backward returns.
  *
+ * A recomputed segment (recompute.h: a block whose activations were given
+ * back after its forward) is in the graph with its nodes as first recorded,
+ * their data gone: they count every leaf's uses and take part in the ranks'
+ * agreement as any others. When the walk meets them, the segment's function
+ * runs again from its kept input (its data in the recompute arena), the new
+ * nodes, checked to hash as the first ones, are walked in their place from
+ * the output's gradient, and the input's gradient is copied out before the
+ * arena is reset: the same VJPs, in the same order, on the same values.
+ *
  * mg_backward_with(out, grad) is the same walk from a tensor of any shape,
  * seeded with a given gradient (a pipeline stage's output). The split backward
  * (mg_backward_input) makes step 2 wait, for every leaf but the ones it is
  * told to serve now: their contributions (node, output gradient, which input,
  * last or not) are kept in the order met, and mg_backward_weight hands them to
  * the reducer later, in that order, exactly as step 2 would have. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "array.h"
 #include "autograd/agree.h"
 #include "autograd/backward.h"
+#include "autograd/recompute.h"
 #include "backend/backend.h"
 #include "context.h"
 #include "dist/reducer.h"
@@ -95,21 +106,25 @@ static int by_seq_descending(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The nodes reachable from `root` into the context's `graph` (sorted, *n of
- * them), and its leaves with their uses into `uses` (*nuses). Refuses a graph
- * that reaches a node an earlier backward consumed. */
-static int collect(mg_node *root, int *n, int *nuses) {
+/* The nodes reachable from `root` into *graph (sorted, *n of them). With
+ * `nuses`, its leaves with their uses go into the context's `uses` (*nuses),
+ * and a graph that reaches a node an earlier backward consumed is refused.
+ * Without (a segment run again, recompute.h), the walk stops at nodes before
+ * op `first`: only `input` may be such a node's output. */
+static int collect_into(mg_node *root, mg_node ***graph, int *cap, int *n, int *nuses,
+                        int64_t first, const mg_dtensor *input) {
     mg_context *c = mg_ctx();
     int64_t walk = ++c->walks;
-    *n = *nuses = 0;
+    *n = 0;
+    if (nuses) *nuses = 0;
     /* the graph array doubles as the stack: [0, done) are visited, the rest wait */
-    int rc = mg_array_grow((void **)&c->graph, &c->cap_graph, 1, sizeof *c->graph, "mg_backward");
+    int rc = mg_array_grow((void **)graph, cap, 1, sizeof **graph, "mg_backward");
     if (rc != MG_OK) return rc;
     int top = 0;
-    c->graph[top++] = root;
+    (*graph)[top++] = root;
     root->walk = walk;
     while (*n < top) {
-        mg_node *node = c->graph[(*n)++];
+        mg_node *node = (*graph)[(*n)++];
         if (node->freed)
             return mg_error(MG_ESTATE,
                             "mg_backward: part of this graph (op %s) was already freed by an "
@@ -120,18 +135,30 @@ static int collect(mg_node *root, int *n, int *nuses) {
             if (!in || !mg_tape_wants_grad(in)) continue;
             mg_dtensor *leaf = leaf_of(in);
             if (leaf) {
-                if ((rc = count_use(leaf, nuses)) != MG_OK) return rc;
+                if (nuses && (rc = count_use(leaf, nuses)) != MG_OK) return rc;
+            } else if (in->node->seq < first) {
+                if (in != input)
+                    return mg_error(MG_ESTATE, "mg_backward: a recomputed segment's op %s takes a "
+                                    "tensor made before the segment (by op %s) other than its "
+                                    "input: give it to the segment as its input, or make it "
+                                    "inside", node->def->name, in->node->def->name);
             } else if (in->node->walk != walk) {
-                if ((rc = mg_array_grow((void **)&c->graph, &c->cap_graph, top + 1, sizeof *c->graph,
+                if ((rc = mg_array_grow((void **)graph, cap, top + 1, sizeof **graph,
                                         "mg_backward")) != MG_OK)
                     return rc;
                 in->node->walk = walk;
-                c->graph[top++] = in->node;
+                (*graph)[top++] = in->node;
             }
         }
     }
-    qsort(c->graph, (size_t)*n, sizeof *c->graph, by_seq_descending);
+    qsort(*graph, (size_t)*n, sizeof **graph, by_seq_descending);
     return MG_OK;
+}
+
+/* The loss's graph into the context's `graph`, its leaves into `uses`. */
+static int collect(mg_node *root, int *n, int *nuses) {
+    mg_context *c = mg_ctx();
+    return collect_into(root, &c->graph, &c->cap_graph, n, nuses, INT64_MIN, NULL);
 }
 
 /* ---- one node -------------------------------------------------------------------- */
@@ -249,7 +276,12 @@ static int keep_for_later(mg_backward_weights *w, mg_dtensor *leaf, mg_node *nod
     return MG_OK;
 }
 
-static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_weights *w) {
+/* `leaf_data`: NULL, or where the step arena's data must go for a leaf's
+ * gradient buffer (a recomputed segment's walk: to *leaf_data, the redirect
+ * that held before the segment, NULL for the step arena itself; not to the
+ * recompute arena). */
+static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_weights *w,
+                         mg_arena *const *leaf_data) {
     unsigned leaves = 0, others = 0;
     int calls = 0; /* VJP calls: one for the others, one per leaf */
     for (int i = 0; i < node->n_inputs; i++) {
@@ -273,9 +305,98 @@ static int backward_node(mg_node *node, mg_dtensor *g, int nuses, mg_backward_we
         if (!(leaves >> i & 1u)) continue;
         mg_dtensor *leaf = leaf_of(node->inputs[i]);
         bool last = take_use(leaf, nuses) == 0;
+        mg_arena *step = mg_step_arena();
+        mg_arena *was = leaf_data ? mg_arena_redirect_data(step, *leaf_data) : NULL;
         rc = serve_now(w, leaf) ? hand_over(leaf, node, g, i, last)
                                 : keep_for_later(w, leaf, node, g, i, last);
+        if (leaf_data) mg_arena_redirect_data(step, was);
     }
+    return rc;
+}
+
+/* ---- a recomputed segment (recompute.h) ------------------------------------------ */
+
+/* The run again recorded what the first run did: op for op (`dead`, n of
+ * them, as the walk sorted them) the same op, arguments, shapes and
+ * placements, and the same leaves and input. */
+static int same_ops(const mg_recompute_seg *s, mg_node *const *dead, mg_node *const *live, int n,
+                    int nlive) {
+    for (int k = 0; k < n && k < nlive; k++) {
+        bool same = mg_graph_node_hash(dead[k]) == mg_graph_node_hash(live[k]);
+        for (int i = 0; same && i < dead[k]->n_inputs; i++) {
+            mg_dtensor *a = dead[k]->inputs[i], *b = live[k]->inputs[i];
+            same = !a == !b && (!a || (leaf_of(a) == leaf_of(b) && (a == s->x) == (b == s->x)));
+        }
+        if (!same)
+            return mg_error(MG_ESTATE, "mg_backward: a recomputed segment, run again, recorded op "
+                            "%s where it first recorded op %s (op %d of %d from its output): its "
+                            "function must record the same ops on the same tensors each time (no "
+                            "state of its own)", live[k]->def->name, dead[k]->def->name, k + 1, n);
+    }
+    if (n != nlive)
+        return mg_error(MG_ESTATE, "mg_backward: a recomputed segment, run again, recorded %d ops "
+                        "where it first recorded %d: its function must record the same ops each "
+                        "time (no state of its own)", nlive, n);
+    return MG_OK;
+}
+
+/* The walk of segment s, whose first recording's nodes are dead[0 .. n) (no
+ * data): its function run again into the recompute arena, the new nodes
+ * walked from its output's gradient, its input's gradient copied out. */
+static int walk_segment(const mg_recompute_seg *s, mg_node *const *dead, int n, int nuses,
+                        mg_backward_weights *w) {
+    for (int k = 0; k < n; k++) /* nothing made inside is used after it but y */
+        if (dead[k]->output != s->y && dead[k]->output->grad)
+            return mg_error(MG_ESTATE, "mg_backward: the output of op %s inside a recomputed "
+                            "segment is used after the segment: only its output may be (make the "
+                            "use part of the segment, or its own output)", dead[k]->def->name);
+    mg_dtensor *gy = s->y->grad;
+    if (!gy) return MG_OK; /* no gradient reached it */
+    if (w)
+        return mg_error(MG_ESTATE, "mg_backward: a split backward (zero-bubble's Bi and W) "
+                        "cannot walk a recomputed segment: W would need the activations the "
+                        "segment gives back; use another schedule, or no recomputation");
+    mg_context *c = mg_ctx();
+    mg_arena *step = mg_step_arena(), *arena = mg_recompute_arena();
+    if (!arena) return mg_last_code();
+    mg_arena *was = mg_arena_redirect_data(step, arena);
+    int64_t first = 0;
+    int nlive = 0, rc = MG_OK;
+    mg_trace_begin(MG_TRACE_PHASE, "recompute", 0);
+    mg_dtensor *y = mg_recompute_again(s, &first);
+    mg_trace_end();
+    if (!y) rc = mg_last_code() ? mg_last_code() : MG_ESTATE;
+    else if (!y->node || y->node->seq < first)
+        rc = mg_error(MG_ESTATE, "mg_backward: a recomputed segment, run again, gave an output "
+                      "it did not make");
+    if (rc == MG_OK)
+        rc = collect_into(y->node, &c->replay, &c->cap_replay, &nlive, NULL, first, s->x);
+    if (rc == MG_OK) rc = same_ops(s, dead, c->replay, n, nlive);
+    if (rc == MG_OK) {
+        y->grad = gy;
+        y->flags = (y->flags & ~(unsigned)MG_DTENSOR_OWN_GRAD) | (s->y->flags & MG_DTENSOR_OWN_GRAD);
+    }
+    for (int k = 0; k < nlive && rc == MG_OK; k++) {
+        mg_node *node = c->replay[k];
+        node->freed = true;
+        mg_dtensor *g = node->output->grad;
+        if (!g) continue;
+        mg_trace_begin(MG_TRACE_BACKWARD, node->def->name, node->seq);
+        rc = backward_node(node, g, nuses, NULL, &was);
+        mg_trace_end();
+        mg_ops_release_all();
+        if (rc == MG_OK) rc = mg_reducer_poll();
+    }
+    mg_arena_redirect_data(step, was);
+    /* the input's gradient (not a leaf's: that is the reducer's) out of the arena */
+    mg_dtensor *gx = rc == MG_OK && s->x->node && s->x->grad ? mg_recompute_keep(s->x->grad) : NULL;
+    if (gx) {
+        s->x->grad = gx;
+        s->x->flags |= MG_DTENSOR_OWN_GRAD;
+    } else if (rc == MG_OK && s->x->node && s->x->grad) {
+        rc = mg_last_code() ? mg_last_code() : MG_ENOMEM;
+    }
+    mg_arena_reset(arena);
     return rc;
 }
 
@@ -312,10 +433,18 @@ static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
     for (int k = 0; k < n; k++) {
         mg_node *node = c->graph[k];
         node->freed = true;
+        const mg_recompute_seg *s = c->n_segments ? mg_recompute_find(node->seq) : NULL;
+        if (s) { /* the segment's nodes, contiguous here: walked as it runs again */
+            int end = k + 1;
+            while (end < n && c->graph[end]->seq >= s->lo) c->graph[end++]->freed = true;
+            if (rc == MG_OK) rc = walk_segment(s, c->graph + k, end - k, nuses, w);
+            k = end - 1;
+            continue;
+        }
         mg_dtensor *g = node->output->grad;
         if (rc != MG_OK || !g) continue;
         mg_trace_begin(MG_TRACE_BACKWARD, node->def->name, node->seq); /* --trace */
-        rc = backward_node(node, g, nuses, w);
+        rc = backward_node(node, g, nuses, w, NULL);
         mg_trace_end();
         mg_ops_release_all();
         if (rc == MG_OK) rc = mg_reducer_poll();
@@ -450,6 +579,7 @@ int mg_set_requires_grad(mg_dtensor *t, int on) {
 
 void mg_step_end(void) {
     mg_ops_step_end();
+    mg_recompute_step_end();
     mg_reducer_step_end();
     mg_arena *step = mg_step_arena();
     mg_arena_reset(step);

@@ -23,7 +23,8 @@ static int wants_pipeline(int argc, char **argv) {
 
 /* `bench step`: the GPT's or the Llama's with --model gpt or llama (with pp
  * or not; the first --model decides, and the MLP's refuses any other), a
- * pipeline's with pp in --parallel, else the MLP's. */
+ * pipeline's with pp in --parallel, else the MLP's (which refuse --recompute:
+ * no blocks). */
 static int step(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *model = mg_cli_flag_at(argc, argv, i, "--model");
@@ -31,6 +32,12 @@ static int step(int argc, char **argv) {
             return mg_cli_bench_step_gpt(argc, argv);
         if (model) return mg_cli_bench_step_mlp(argc, argv);
     }
+    for (int i = 1; i < argc; i++) /* the MLP's steps: no blocks */
+        if (mg_cli_flag_at(argc, argv, i, "--recompute")) {
+            mg_error(MG_EINVAL, "bench step: --recompute applies to the GPT's and the Llama's "
+                     "steps (--model gpt or llama): the MLP has no blocks to recompute");
+            return 2;
+        }
     if (wants_pipeline(argc, argv)) return mg_cli_bench_step_pp(argc, argv);
     return mg_cli_bench_step_mlp(argc, argv);
 }

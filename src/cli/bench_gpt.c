@@ -10,7 +10,9 @@
  * and as its last line the same JSON object as the MLP's step. With pp in
  * --parallel the step runs as a pipeline (nn/gpt_pipeline.h: --microbatches,
  * --pp-schedule, --virtual-stages, --pp-layers counting blocks), its forward
- * and backward timed together.
+ * and backward timed together. --recompute blocks|attention recomputes each
+ * block, or each block's attention, in backward (nn/recompute.h); the JSON
+ * line's activation_mib is the activations' high-water of mg_trainer_memory_get.
  * Exports mg_cli_bench_step_gpt (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@
 #include "nn/gpt_pipeline.h"
 #include "nn/model.h"
 #include "nn/optim.h"
+#include "nn/recompute.h"
 #include "rng.h"
 #include "status.h"
 
@@ -38,9 +41,9 @@ static const char usage[] =
     "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
     "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
-    " (with pp in --parallel; --pp-layers counts blocks); llama: [--kv-heads KV] "
-    "[--hidden F | --multiple-of M] [--rope-theta X] [--norm-eps X] [--untied-head] "
-    "(defaults: L4 H4 C128 T64 V256, llama KV2 M32: the recipes' models)";
+    " (with pp in --parallel; --pp-layers counts blocks) [--recompute none|blocks|attention]; "
+    "llama: [--kv-heads KV] [--hidden F | --multiple-of M] [--rope-theta X] [--norm-eps X] "
+    "[--untied-head] (defaults: L4 H4 C128 T64 V256, llama KV2 M32: the recipes' models)";
 
 typedef struct {
     mg_lm_config lm;
@@ -50,6 +53,7 @@ typedef struct {
     double lr;
     char mesh[64], plan[64];
     mg_pp_options pp;
+    mg_recompute_mode recompute; /* --recompute */
 } bench_options;
 
 /* What the step runs on: options, mesh, plan, model (with pp: this rank's
@@ -68,9 +72,12 @@ typedef struct {
 
 /* What it measured: the medians (ms) of the step and of its forward,
  * backward (with pp: the two as one, in the forward's place) and optimizer;
- * the largest rank's peak RSS and step arena peak (MB). */
+ * the largest rank's peak RSS and step arena peak (MB), and its activations'
+ * high-water (MiB: the step arena's and the recompute arena's, the figure of
+ * mg_trainer_memory_get; with pp, the stages' micro-batch arenas are not in
+ * it). */
 typedef struct {
-    double ms[4], rss, arena;
+    double ms[4], rss, arena, activation_mib;
 } gpt_result;
 
 /* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
@@ -83,7 +90,7 @@ static int parse(int argc, char **argv, bench_options *o) {
         {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
         {"pp-layers", 1, 0, 'P'}, {"kv-heads", 1, 0, 'K'}, {"hidden", 1, 0, 'F'},
         {"multiple-of", 1, 0, 'u'}, {"rope-theta", 1, 0, 'R'}, {"norm-eps", 1, 0, 'E'},
-        {"untied-head", 0, 0, 'U'}, {0, 0, 0, 0}};
+        {"untied-head", 0, 0, 'U'}, {"recompute", 1, 0, 'X'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->lm.kind = MG_MODEL_GPT;
     o->lm.gpt = (mg_gpt_config){4, 4, 128, 64, 256}; /* data/mobydick.conf's model */
@@ -161,6 +168,7 @@ static int parse(int argc, char **argv, bench_options *o) {
             for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
             o->pp.nlayers = n > 0 ? (int)n : 0;
             break;
+        case 'X': rc = mg_recompute_mode_parse(optarg, &o->recompute); break;
         case 'h': mg_cli_bench_usage(stdout, usage); return 1;
         default: rc = mg_cli_bad_flag(cmd, argv);
         }
@@ -173,6 +181,11 @@ static int parse(int argc, char **argv, bench_options *o) {
     l->layers = g->layers, l->heads = g->heads, l->embd = g->embd, l->ctx = g->ctx;
     l->vocab = g->vocab;
     if (!l->hidden) l->hidden = mg_llama_hidden(l->embd, o->multiple_of);
+    if (rc == MG_OK && o->recompute != MG_RECOMPUTE_NONE && o->pp.kind == MG_PP_ZB_H1)
+        rc = mg_error(MG_EINVAL, "%s: --recompute %s with --pp-schedule zb-h1: its W step "
+                      "computes the weights' gradients after the block has given its activations "
+                      "back; use 1f1b, gpipe or interleaved-1f1b", cmd,
+                      mg_recompute_mode_name(o->recompute));
     return mg_cli_bench_flags_end(rc, cmd, argc, argv, usage);
 }
 
@@ -233,6 +246,7 @@ static int setup(gpt_job *j) {
                            &j->model) != MG_OK
             : mg_model_build_lm(&j->model, j->mesh, &j->plan, &o->lm, 1, NULL) != MG_OK)
         return 1;
+    if (mg_model_set_recompute(&j->model, o->recompute) != MG_OK) return 1;
     mg_optimizer_init(&j->opt, MG_OPTIM_ADAMW, 0.0f, 0.1f);
     j->opt.beta2 = 0.95f;
     j->opt.decay_2d_only = 1;
@@ -294,8 +308,12 @@ static int run(gpt_job *j, gpt_result *r) {
     mg_comm *world = j->mesh->world;
     if (mg_cli_bench_steps(world, j->o->steps, one_step, j, r->ms)) return 1;
     r->rss = mg_cli_peak_rss_mb(world);
-    r->arena = (double)mg_arena_peak(mg_step_arena()) / 1048576.0;
-    return mg_comm_all_reduce_f64(world, &r->arena, 1, MG_CONTROL_MAX) != MG_OK;
+    mg_arena *again = mg_recompute_arena();
+    double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0, 0};
+    mem[1] = mem[0] + (again ? (double)mg_arena_peak(again) / 1048576.0 : 0);
+    if (mg_comm_all_reduce_f64(world, mem, 2, MG_CONTROL_MAX) != MG_OK) return 1;
+    r->arena = mem[0], r->activation_mib = mem[1];
+    return 0;
 }
 
 /* The FLOPs of one step per token: 6 N for the N weights the GEMMs touch (the
@@ -329,13 +347,13 @@ static void report(const gpt_job *j, const gpt_result *r) {
         snprintf(more, sizeof more, " kv_heads=%lld hidden=%lld%s", (long long)o->lm.llama.kv_heads,
                  (long long)o->lm.llama.hidden, o->lm.llama.tied ? "" : " untied");
     printf("%s step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld%s "
-           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s  (median of %lld "
-           "after %d warm-up)\n", llama ? "Llama" : "GPT", (long long)B, (long long)T,
+           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s recompute=%s  (median "
+           "of %lld after %d warm-up)\n", llama ? "Llama" : "GPT", (long long)B, (long long)T,
            (long long)g->layers, (long long)g->heads, (long long)g->embd, (long long)g->vocab, more,
            (long long)mg_lm_param_count(&o->lm), mg_world_size(), mt, pt, mg_backend_cpu_threads(),
-           mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
-    printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB)\n",
-           r->ms[0], gflops, r->rss, r->arena);
+           mg_blas_core(), mg_recompute_mode_name(o->recompute), (long long)o->steps, MG_CLI_WARMUP);
+    printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB, "
+           "activations %.1f MiB)\n", r->ms[0], gflops, r->rss, r->arena, r->activation_mib);
     if (j->pipe)
         printf("  pipeline (forward and backward) %.2f ms   optimizer %.2f ms  (medians, "
                "slowest rank)\n", r->ms[1], r->ms[3]);
@@ -347,11 +365,12 @@ static void report(const gpt_job *j, const gpt_result *r) {
     else snprintf(split, sizeof split, "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f", r->ms[1], r->ms[2]);
     printf("{\"bench\":\"step\",\"model\":\"%s\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
            "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
-           "\"arena_mb\":%.1f,%s,\"opt_ms\":%.3f,\"device\":\"%s\","
-           "\"math\":\"%s\",\"openblas\":\"%s\"}\n",
+           "\"arena_mb\":%.1f,\"activation_mib\":%.2f,\"recompute\":\"%s\",%s,\"opt_ms\":%.3f,"
+           "\"device\":\"%s\",\"math\":\"%s\",\"openblas\":\"%s\"}\n",
            llama ? "llama" : "gpt", mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0],
-           gflops, r->rss, r->arena, split, r->ms[3],
-           o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(o->device), mg_blas_core());
+           gflops, r->rss, r->arena, r->activation_mib, mg_recompute_mode_name(o->recompute), split,
+           r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(o->device),
+           mg_blas_core());
 }
 
 int mg_cli_bench_step_gpt(int argc, char **argv) {

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "dist/mesh.h"
+#include "nn/recompute.h"
 #include "ops/ops.h"
 #include "status.h"
 
@@ -215,6 +216,16 @@ static mg_dtensor *merge_heads(const mg_gpt *g, const mg_dtensor *a) {
     return y ? mg_reshape(y, 3, (int64_t[]){s[0], s[2], g->cfg.embd}) : NULL;
 }
 
+/* The attention of a block without a cache, from qkv (B, T, 3C) to the heads
+ * merged (B, T, C): the head split, causal attention, the merge. A part of
+ * its own (MG_RECOMPUTE_ATTENTION recomputes it): g is all it needs. */
+static mg_dtensor *attention_part(void *ctx, const mg_dtensor *qkv) {
+    const mg_gpt *g = *(const mg_gpt **)ctx;
+    mg_dtensor *hd[3];
+    if (split_heads(g, qkv, hd) != MG_OK) return NULL;
+    return merge_heads(g, mg_attention(hd[0], hd[1], hd[2], 1));
+}
+
 /* Block l; with a cache: store this block's k, v at [pos, pos + n) and attend
  * to the cache (pos > 0: one query against positions 0..pos). */
 static mg_dtensor *block(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *x,
@@ -224,18 +235,25 @@ static mg_dtensor *block(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *
     mg_dtensor *h = mg_layer_norm(x, use(t, b->ln1_w), use(t, b->ln1_b), LN_EPS);
     h = to(h, region);
     mg_dtensor *qkv = h ? mg_linear(h, use(t, b->qkv_w), use(t, b->qkv_b)) : NULL; // (B, n, 3C)
-    mg_dtensor *hd[3];
-    if (!qkv || split_heads(g, qkv, hd) != MG_OK) return NULL;
-    mg_dtensor *a;
-    if (!c || pos == 0) {
-        if (c && mg_gpt_cache_store(c, l, hd + 1, 0) != MG_OK) return NULL;
-        a = mg_attention(hd[0], hd[1], hd[2], 1);
+    if (!qkv) return NULL;
+    mg_dtensor *y, *hd[3];
+    if (!c) {
+        const mg_gpt *self = g;
+        y = mg_recompute_part(g->recompute, MG_RECOMPUTE_ATTENTION, attention_part, &self,
+                              sizeof self, qkv); // (B, n, C)
     } else {
-        if (mg_gpt_cache_store(c, l, hd + 1, pos) != MG_OK) return NULL;
-        mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1), *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
-        a = v ? mg_attention(hd[0], k, v, 0) : NULL; /* the cache holds only the past */
+        if (split_heads(g, qkv, hd) != MG_OK) return NULL;
+        mg_dtensor *a;
+        if (pos == 0) {
+            if (mg_gpt_cache_store(c, l, hd + 1, 0) != MG_OK) return NULL;
+            a = mg_attention(hd[0], hd[1], hd[2], 1);
+        } else {
+            if (mg_gpt_cache_store(c, l, hd + 1, pos) != MG_OK) return NULL;
+            mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1), *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
+            a = v ? mg_attention(hd[0], k, v, 0) : NULL; /* the cache holds only the past */
+        }
+        y = merge_heads(g, a);
     }
-    mg_dtensor *y = merge_heads(g, a);
     if (y) y = mg_linear(y, use(t, b->proj_w), use(t, b->proj_b));
     mg_dtensor *r = y ? to(mg_add(x, y), resid) : NULL;
     h = r ? mg_layer_norm(r, use(t, b->ln2_w), use(t, b->ln2_b), LN_EPS) : NULL;
@@ -246,8 +264,21 @@ static mg_dtensor *block(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *
     return h ? to(mg_add(r, h), resid) : NULL;
 }
 
+/* Block l as a function of its input alone (MG_RECOMPUTE_BLOCKS recomputes it). */
+typedef struct {
+    mg_gpt *g;
+    mg_param_table *t;
+    int l;
+} block_args;
+
+static mg_dtensor *block_part(void *ctx, const mg_dtensor *x) {
+    const block_args *a = ctx;
+    return block(a->g, a->t, a->l, x, NULL, 0, a->g->residual, a->g->region_in);
+}
+
 mg_dtensor *mg_gpt_block_forward(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *x) {
-    return block(g, t, l, x, NULL, 0, g->residual, g->region_in);
+    block_args a = {g, t, l};
+    return mg_recompute_part(g->recompute, MG_RECOMPUTE_BLOCKS, block_part, &a, sizeof a, x);
 }
 
 static mg_dtensor *head(mg_gpt *g, mg_param_table *t, const mg_dtensor *x, const mg_placement *region) {

@@ -38,6 +38,13 @@
  * Parameter k of the whole model (0 .. 4 + 12 L) is wte, wpe, the blocks'
  * twelve each in the order of mg_gpt_block, then ln_f.weight and ln_f.bias.
  *
+ * Recomputation (nn/recompute.h): with `recompute` blocks, each block's
+ * activations are dropped after its forward and made again in backward (its
+ * input and output kept); with attention, inside each block the part from
+ * qkv (kept) to the heads merged (kept): the head split, the attention
+ * kernel with what it saves (q, k, v in (B, H, T, D) and the row log-sum-exp)
+ * and the merge. Without autograd (evaluation, generation) both run as they are.
+ *
  * Generation: a KV cache (mg_gpt_cache) holds each block's k and v (1, H, T, D)
  * with the heads' placements; mg_gpt_forward_cached runs a prompt of n tokens
  * from position 0 (filling the cache) or one token at position pos against the
@@ -55,6 +62,7 @@
 
 #include <stdint.h>
 
+#include "meshgrad_train.h"
 #include "nn/param.h"
 #include "nn/plan.h"
 
@@ -73,6 +81,7 @@ typedef struct {
     mg_placement residual[MG_MAX_MESH_DIMS], region_in[MG_MAX_MESH_DIMS];
     int mesh_ndim;
     int wte_copy; /* wte is here for the head only: the first stage holds (and saves) it */
+    mg_recompute_mode recompute; /* what backward recomputes (nn/recompute.h; 0: none) */
 } mg_gpt;
 
 /* Parameter k of the whole model, described. */

@@ -82,6 +82,7 @@ typedef struct {
     mg_placement residual[MG_MAX_MESH_DIMS], region_in[MG_MAX_MESH_DIMS];
     int mesh_ndim;
     int emb_copy; /* tok_embeddings is here for the tied head only (the first stage saves it) */
+    mg_recompute_mode recompute; /* what backward runs again (nn/recompute.h) */
 } mg_llama;
 
 /* llama2.c's FFN width for embd C: floor(2 * 4C / 3) rounded up to a

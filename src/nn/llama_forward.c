@@ -5,6 +5,7 @@
 
 #include "dist/mesh.h"
 #include "nn/llama.h"
+#include "nn/recompute.h"
 #include "ops/ops.h"
 #include "status.h"
 
@@ -54,29 +55,56 @@ static mg_dtensor *merge_heads(const mg_llama *m, const mg_dtensor *a) {
     return y ? mg_reshape(y, 3, (int64_t[]){s[0], s[2], m->cfg.embd}) : NULL;
 }
 
-/* Block l; with a cache: store this block's k, v at [pos, pos + n) and attend
- * to the cache (pos > 0: one query against positions 0..pos). */
+/* Block l of the Llama, for a part that runs as a function of one input. */
+typedef struct {
+    mg_llama *m;
+    mg_param_table *t;
+    int l;
+} part_args;
+
+/* The attention of block l without a cache, from its normed input h (B, n, C)
+ * to the heads merged (B, n, C): the q, k, v projections and their rotation,
+ * grouped-query causal attention, the merge. A part of its own
+ * (MG_RECOMPUTE_ATTENTION recomputes it). */
+static mg_dtensor *attention_part(void *ctx, const mg_dtensor *h) {
+    const part_args *a = ctx;
+    const mg_llama_block *b = &a->m->block[a->l];
+    mg_dtensor *q = heads_of(a->m, h, use(a->t, b->wq), a->m->cfg.heads, 1, 0); // (B, H, n, D)
+    mg_dtensor *k = q ? heads_of(a->m, h, use(a->t, b->wk), a->m->cfg.kv_heads, 1, 0) : NULL;
+    mg_dtensor *v = k ? heads_of(a->m, h, use(a->t, b->wv), a->m->cfg.kv_heads, 0, 0) : NULL;
+    return v ? merge_heads(a->m, mg_attention_gqa(q, k, v, 1)) : NULL;
+}
+
+/* The attention of block l against the cache: this block's k, v stored at
+ * [pos, pos + n), then (pos > 0) one query against positions 0..pos. */
+static mg_dtensor *cached_attention(mg_llama *m, mg_param_table *t, int l, const mg_dtensor *h,
+                                    mg_gpt_cache *c, int64_t pos) {
+    const mg_llama_block *b = &m->block[l];
+    const int64_t H = m->cfg.heads, KV = m->cfg.kv_heads;
+    mg_dtensor *q = heads_of(m, h, use(t, b->wq), H, 1, pos);                 // (B, H, n, D)
+    mg_dtensor *kv[2] = {q ? heads_of(m, h, use(t, b->wk), KV, 1, pos) : NULL, NULL};
+    if (kv[0]) kv[1] = heads_of(m, h, use(t, b->wv), KV, 0, pos);            // (B, KV, n, D)
+    if (!kv[1] || mg_gpt_cache_store(c, l, kv, pos) != MG_OK) return NULL;
+    if (pos == 0) return merge_heads(m, mg_attention_gqa(q, kv[0], kv[1], 1));
+    mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1),
+               *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
+    return v ? merge_heads(m, mg_attention_gqa(q, k, v, 0)) : NULL; /* the cache: only the past */
+}
+
+/* Block l; with a cache, its attention is cached_attention's. */
 static mg_dtensor *block(mg_llama *m, mg_param_table *t, int l, const mg_dtensor *x,
                          mg_gpt_cache *c, int64_t pos, const mg_placement *resid,
                          const mg_placement *region) {
     const mg_llama_block *b = &m->block[l];
-    const int64_t H = m->cfg.heads, KV = m->cfg.kv_heads;
     mg_dtensor *h = to(norm(m, t, x, b->attn_norm), region);                   // (B, n, C)
-    mg_dtensor *q = h ? heads_of(m, h, use(t, b->wq), H, 1, pos) : NULL;          // (B, H, n, D)
-    mg_dtensor *kv[2] = {q ? heads_of(m, h, use(t, b->wk), KV, 1, pos) : NULL, NULL};
-    if (kv[0]) kv[1] = heads_of(m, h, use(t, b->wv), KV, 0, pos);                // (B, KV, n, D)
-    if (!kv[1]) return NULL;
-    mg_dtensor *a;
-    if (!c || pos == 0) {
-        if (c && mg_gpt_cache_store(c, l, kv, 0) != MG_OK) return NULL;
-        a = mg_attention_gqa(q, kv[0], kv[1], 1);
-    } else {
-        if (mg_gpt_cache_store(c, l, kv, pos) != MG_OK) return NULL;
-        mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1),
-                   *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
-        a = v ? mg_attention_gqa(q, k, v, 0) : NULL; /* the cache holds only the past */
+    mg_dtensor *y = NULL;
+    if (h && c) {
+        y = cached_attention(m, t, l, h, c, pos);
+    } else if (h) {
+        part_args a = {m, t, l};
+        y = mg_recompute_part(m->recompute, MG_RECOMPUTE_ATTENTION, attention_part, &a, sizeof a,
+                              h); // (B, n, C)
     }
-    mg_dtensor *y = merge_heads(m, a);
     if (y) y = mg_linear(y, use(t, b->wo), NULL);
     mg_dtensor *r = y ? to(mg_add(x, y), resid) : NULL;
     h = to(norm(m, t, r, b->ffn_norm), region);
@@ -86,6 +114,12 @@ static mg_dtensor *block(mg_llama *m, mg_param_table *t, int l, const mg_dtensor
     mg_dtensor *f = act ? mg_mul(act, up) : NULL;
     if (f) f = mg_linear(f, use(t, b->w2), NULL); // (B, n, C)
     return f ? to(mg_add(r, f), resid) : NULL;
+}
+
+/* Block l as a function of its input alone (MG_RECOMPUTE_BLOCKS recomputes it). */
+static mg_dtensor *block_part(void *ctx, const mg_dtensor *x) {
+    const part_args *a = ctx;
+    return block(a->m, a->t, a->l, x, NULL, 0, a->m->residual, a->m->region_in);
 }
 
 /* logits (B, n, V) = rms_norm(x) output^T (output: tok_embeddings when tied) */
@@ -104,7 +138,8 @@ mg_dtensor *mg_llama_forward_layers(mg_llama *m, mg_param_table *t, int first, i
         if (*mg_llama_param_slot(m, mg_llama_layer_param(&m->cfg, i)) < 0)
             return mg_error_null(MG_ESTATE, "llama: layer %d is held by another pipeline stage", i);
         h = i == 0   ? embed(m, t, h, m->residual)
-            : i <= L ? block(m, t, i - 1, h, NULL, 0, m->residual, m->region_in)
+            : i <= L ? mg_recompute_part(m->recompute, MG_RECOMPUTE_BLOCKS, block_part,
+                                         &(part_args){m, t, i - 1}, sizeof(part_args), h)
                      : head(m, t, h, m->region_in);
     }
     return h;

@@ -9,6 +9,7 @@
 #include "array.h"
 #include "dist/mesh.h"
 #include "nn/gpt_pipeline.h"
+#include "nn/recompute.h"
 #include "status.h"
 
 static const char *const model_names[] = {"mlp", "permute-mlp", "gpt", "llama"};
@@ -169,6 +170,21 @@ void mg_model_free(mg_model *model) {
     if (model->kind == MG_MODEL_GPT) mg_gpt_free(&model->gpt);
     if (model->kind == MG_MODEL_LLAMA) mg_llama_free(&model->llama);
     mg_params_free(&model->params);
+}
+
+int mg_model_set_recompute(mg_model *model, mg_recompute_mode mode) {
+    if (model->kind == MG_MODEL_GPT) {
+        model->gpt.recompute = mode;
+        return MG_OK;
+    }
+    if (model->kind == MG_MODEL_LLAMA) {
+        model->llama.recompute = mode;
+        return MG_OK;
+    }
+    if (mode == MG_RECOMPUTE_NONE) return MG_OK;
+    return mg_error(MG_EINVAL, "recompute %s: model %s has no blocks to recompute (--model gpt "
+                    "and llama have): use recompute none", mg_recompute_mode_name(mode),
+                    mg_model_kind_name(model->kind));
 }
 
 mg_dtensor *mg_model_forward_layers(mg_model *model, int first, int last, const mg_dtensor *x) {

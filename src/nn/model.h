@@ -33,9 +33,9 @@
  *
  * Exports: mg_linear_module, mg_model, mg_model_kind, mg_model_kind_parse,
  * mg_model_kind_is_lm, mg_model_config, mg_model_build, mg_model_init,
- * mg_model_init_gpt, mg_model_build_gpt, mg_model_free, mg_lm_config,
- * mg_lm_check, mg_lm_ctx, mg_lm_vocab, mg_lm_layers, mg_lm_param_count,
- * mg_lm_layer_costs, mg_model_build_lm, mg_model_layer_param,
+ * mg_model_init_gpt, mg_model_build_gpt, mg_model_free, mg_model_set_recompute,
+ * mg_lm_config, mg_lm_check, mg_lm_ctx, mg_lm_vocab, mg_lm_layers,
+ * mg_lm_param_count, mg_lm_layer_costs, mg_model_build_lm, mg_model_layer_param,
  * mg_model_embedding_copy, mg_model_lm_config, mg_model_cache_init,
  * mg_model_forward_cached,
  * mg_model_forward, mg_model_forward_layers, mg_linear_module_forward,
@@ -133,6 +133,9 @@ int mg_model_init_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
 int mg_model_build_gpt(mg_model *model, const mg_mesh *mesh, const mg_plan *plan,
                        const mg_gpt_config *cfg, uint64_t seed, const unsigned char *held);
 void mg_model_free(mg_model *model);
+/* What backward recomputes (nn/recompute.h): a model of blocks (the GPT)
+ * takes every mode; the MLPs only none (MG_EINVAL with a message). */
+int mg_model_set_recompute(mg_model *model, mg_recompute_mode mode);
 /* logits (B, K) from x (B, rows, cols), or for the GPT logits (B, T, V) from
  * ids (B, T); NULL with a message on failure. */
 mg_dtensor *mg_model_forward(mg_model *model, const mg_dtensor *x);

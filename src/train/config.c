@@ -1,7 +1,9 @@
 /* config.c: defaults, config files and flags of a training job (see
- * config.h), and meshgrad_train.h's mg_train_config_new/set/load/free. One table lists every option: its key, type, where it
- * lives in mg_train_config, its smallest value and its help line; a second
- * says which flag sets each checkpoint attribute (resume messages). */
+ * config.h), and meshgrad_train.h's mg_train_config_new, _set,
+ * _set_recompute, _load and _free. One table lists every option: its key,
+ * type, where it lives in mg_train_config, its smallest value and its help
+ * line; a second says which flag sets each checkpoint attribute (resume
+ * messages). */
 #include "train/config.h"
 
 #include <ctype.h>
@@ -16,10 +18,11 @@
 
 #include "dist/mesh.h"
 #include "nn/plan.h"
+#include "nn/recompute.h"
 #include "status.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_FLOAT, OPT_MODEL, OPT_OPTIM, OPT_SCHEDULE, OPT_MESH,
-               OPT_PLAN, OPT_FLAG /* on/off; --key alone means on */,
+               OPT_PLAN, OPT_RECOMPUTE, OPT_FLAG /* on/off; --key alone means on */,
                OPT_BETAS /* two numbers in [0, 1): "0.9,0.95" */ } opt_type;
 
 typedef struct {
@@ -81,6 +84,7 @@ static const option_def options[] = {
     {"trace", OPT_STRING, F(trace), 0, "FILE", "write a Chrome-trace timeline of all ranks here"},
     {"trace-steps", OPT_STRING, F(trace_steps), 0, "A:B", "the steps --trace records (default 2:4)"},
     {"depth", OPT_INT, F(depth), 0, "N", "linear layers (0: mlp 2, permute-mlp 3)"},
+    {"recompute", OPT_RECOMPUTE, F(recompute), 0, "WHAT", "gpt, llama: none | blocks | attention, dropped after forward, made again in backward"},
     {"pp-schedule", OPT_STRING, F(pp_schedule), 0, "NAME", "pipeline (pp): gpipe | 1f1b | interleaved-1f1b | zb-h1"},
     {"microbatches", OPT_INT, F(microbatches), 0, "M", "pipeline: micro-batches per step (0: 8)"},
     {"microbatch-rows", OPT_STRING, F(microbatch_rows), 0, "R1,R2,..", "pipeline: rows of each micro-batch"},
@@ -275,6 +279,7 @@ int mg_train_config_set_at(mg_train_config *c, const char *key, const char *valu
     case OPT_MODEL: rc = mg_model_kind_parse(value, field); break;
     case OPT_OPTIM: rc = mg_optim_kind_parse(value, field); break;
     case OPT_SCHEDULE: rc = mg_schedule_kind_parse(value, field); break;
+    case OPT_RECOMPUTE: rc = mg_recompute_mode_parse(value, field); break;
     }
     if (rc != MG_OK) return prefix_error(rc, where);
     return MG_OK;
@@ -482,6 +487,17 @@ int mg_train_config_check(const mg_train_config *c) {
                         mg_model_kind_is_lm(c->model) && !strncmp(pp_flag, "microbatch", 10)
                             ? ", or for micro-batches without a pipeline give --grad-accum"
                             : "");
+    if (c->recompute != MG_RECOMPUTE_NONE && !mg_model_kind_is_lm(c->model))
+        return mg_error(MG_EINVAL, "recompute %s applies to a model of blocks (--model gpt or "
+                        "llama); model %s has none: use recompute none",
+                        mg_recompute_mode_name(c->recompute),
+                        mg_model_kind_name(c->model));
+    if (c->recompute != MG_RECOMPUTE_NONE && !strcmp(c->pp_schedule, "zb-h1") &&
+        mg_plan_parse(c->parallel, &plan) == MG_OK && mg_plan_pp_dim(&plan) >= 0)
+        return mg_error(MG_EINVAL, "recompute %s with --pp-schedule zb-h1: its W step computes "
+                        "the weights' gradients after the block has given its activations back; "
+                        "use 1f1b, gpipe or interleaved-1f1b, or recompute none",
+                        mg_recompute_mode_name(c->recompute));
     if (c->batch % c->grad_accum != 0)
         return mg_error(MG_EINVAL, "grad-accum %lld does not divide batch %lld: each micro-batch "
                         "takes batch / grad-accum windows (e.g. --batch 32 --grad-accum 4)",
@@ -517,6 +533,15 @@ int mg_train_config_set(mg_train_config *c, const char *key, const char *value) 
     if (!c || !key || !value)
         return mg_error(MG_EINVAL, "mg_train_config_set: the config, key or value is NULL");
     return mg_train_config_set_at(c, key, value, key);
+}
+
+int mg_train_config_set_recompute(mg_train_config *c, mg_recompute_mode mode) {
+    if (!c) return mg_error(MG_EINVAL, "mg_train_config_set_recompute: the config is NULL");
+    if (mode < MG_RECOMPUTE_NONE || mode > MG_RECOMPUTE_ATTENTION)
+        return mg_error(MG_EINVAL, "mg_train_config_set_recompute: mode %d is not "
+                        "MG_RECOMPUTE_NONE, _BLOCKS or _ATTENTION", (int)mode);
+    c->recompute = mode;
+    return MG_OK;
 }
 
 void mg_train_config_free(mg_train_config *c) { free(c); }
@@ -610,6 +635,9 @@ static void format_value(const option_def *o, const mg_train_config *c, char *bu
     case OPT_OPTIM: snprintf(buf, len, "%s", mg_optim_kind_name(*(const mg_optim_kind *)field)); break;
     case OPT_SCHEDULE:
         snprintf(buf, len, "%s", mg_schedule_kind_name(*(const mg_schedule_kind *)field));
+        break;
+    case OPT_RECOMPUTE:
+        snprintf(buf, len, "%s", mg_recompute_mode_name(*(const mg_recompute_mode *)field));
         break;
     }
 }

@@ -74,6 +74,7 @@ struct mg_train_config {
     char trace[MG_PATH_MAX];   /* --trace FILE: the timeline ("" none) */
     char trace_steps[32];      /* "A:B": the steps it records ("" the default) */
     int64_t depth;             /* linear layers of the model (0: 2, permute-mlp 3) */
+    mg_recompute_mode recompute; /* what backward recomputes (gpt: nn/recompute.h) */
     /* pipeline (--parallel with pp; nn/pipeline.h), as given: trainer_pp.c parses */
     char pp_schedule[32];      /* gpipe | 1f1b | interleaved-1f1b | zb-h1 */
     int64_t microbatches;      /* 0: 8, or as many as --microbatch-rows lists */

@@ -162,7 +162,7 @@ static mg_mesh *make_mesh(const mg_train_config *c) {
     return mg_mesh_new(ndim, shape);
 }
 
-/* After the model: the optimizer and the schedule. */
+/* After the model: what it recomputes, the optimizer and the schedule. */
 static int setup_training(mg_trainer *tr) {
     mg_train_config *c = &tr->cfg;
     mg_optimizer_init(&tr->opt, c->optimizer, (float)c->momentum, (float)c->weight_decay);
@@ -170,7 +170,8 @@ static int setup_training(mg_trainer *tr) {
     tr->opt.beta2 = (float)c->betas[1];
     /* the language models decay their matrices only, as nanoGPT and llama2.c do */
     tr->opt.decay_2d_only = mg_model_kind_is_lm(c->model) && !c->decay_all;
-    int rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
+    int rc = mg_model_set_recompute(&tr->model, c->recompute);
+    if (rc == MG_OK) rc = mg_optimizer_add_state(&tr->opt, &tr->model.params);
     tr->sched = (mg_lr_schedule){c->schedule, c->lr, c->warmup, c->steps, c->lr_min};
     return rc;
 }
@@ -452,6 +453,8 @@ void mg_trainer_memory_get(const mg_trainer *tr, mg_train_memory *m) {
     }
     m->activations = (double)mg_arena_peak(mg_step_arena());
     if (tr->micro) m->activations += (double)mg_arena_peak(tr->micro); /* --grad-accum */
+    mg_arena *again = mg_recompute_arena(); /* --recompute: one segment's data at a time */
+    if (again) m->activations += (double)mg_arena_peak(again);
     m->scratch = (double)mg_arena_peak(mg_scratch_arena());
     m->buffers = (double)mg_reducer_buffer_bytes();
     const mg_context *c = mg_ctx();
