@@ -34,14 +34,14 @@
 static const char usage[] =
     "step --model gpt [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
     "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
-    "[--device cpu|cuda] [--tf32] [--microbatches M] [--pp-schedule "
+    "[--device cpu|cuda] [--tf32] [--dtype fp32|bf16] [--microbatches M] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
     " (with pp in --parallel; --pp-layers counts blocks)";
 
 typedef struct {
     mg_gpt_config g;
     int64_t batch, steps, threads;
-    int device, tf32; /* --device cpu|cuda, --tf32 */
+    int device, tf32, bf16; /* --device cpu|cuda, --tf32, --dtype bf16 */
     double lr;
     char mesh[64], plan[64];
     mg_pp_options pp;
@@ -74,10 +74,10 @@ static int parse(int argc, char **argv, bench_options *o) {
         {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
         {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
         {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"help", 0, 0, 'h'},
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"help", 0, 0, 'h'},
         {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
         {"pp-layers", 1, 0, 'P'}, {0, 0, 0, 0}};
-    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 1e-3, "", "dp", {0}};
+    *o = (bench_options){{4, 4, 128, 64, 256}, 32, 10, 0, MG_DEVICE_CPU, 0, 0, 1e-3, "", "dp", {0}};
     mg_pp_options_defaults(&o->pp);
     mg_train_pp_memory(&o->pp, 2); /* AdamW */
     const char *cmd = "bench step --model gpt";
@@ -103,6 +103,7 @@ static int parse(int argc, char **argv, bench_options *o) {
             break;
         case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
         case 'f': o->tf32 = 1; break;
+        case 'y': bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL; break;
         case 'N':
             if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES)
                 rc = mg_error(MG_EINVAL, "%s: --microbatches '%s' is not a count from 1 to %d", cmd,
@@ -172,7 +173,7 @@ static int make_data(gpt_job *j) {
 static int setup(gpt_job *j) {
     const bench_options *o = j->o;
     if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
-    if (mg_cli_use_device(o->device, o->tf32, 0)) return 1;
+    if (mg_cli_use_device(o->device, o->tf32, o->bf16)) return 1;
     int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
     if (code) return code;
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
