@@ -7,7 +7,8 @@
 # layers, embd 32, ctx 16, batch 8 windows of data/mobydick.h5) under every
 # plan it has (dp, tp, sp, fsdp, tp+sp, dp,tp, fsdp,tp), with --grad-accum,
 # and pipelines (pp, pp,dp, pp,tp, pp,fsdp; gpipe, 1f1b, interleaved) of
-# both. Every collective's bytes and calls per step must equal train's own
+# both, and some of them with --dtype bf16 (the weights' bf16 copies counted
+# to the byte). Every collective's bytes and calls per step must equal train's own
 # (its "comm_per_step" metrics line: mg_comm_stats over the steps after the
 # first, the largest rank's), and the peak memory of the largest rank be
 # within 2% (its "memory" line: arena high-water marks plus parameter,
@@ -52,6 +53,10 @@ case_() {
     line="memory $m vs $e B"
     ok=0
     within "$m" "$e" || ok=1
+    # the weights' bf16 copies (--dtype bf16): laid out as train lays them out, to the byte
+    mc=$(field "$tmp/measured" casts) ec=$(field "$tmp/estimated" casts)
+    [ "${mc:-0}" = 0 ] && [ "${ec:-0}" = 0 ] || line="$line (bf16 copies $mc vs $ec B)"
+    [ "$mc" = "$ec" ] || ok=1
     for k in all_reduce all_gather reduce_scatter all_to_all broadcast barrier send recv; do
         mb=$(bytes "$tmp/measured" $k) eb=$(bytes "$tmp/estimated" $k)
         [ "$mb" = 0.0 ] && [ "$eb" = 0.0 ] && continue
@@ -107,6 +112,14 @@ case_ 4 2x2 fsdp,tp $gpt --heads 2 --grad-accum 2
 case_ 2 2 sp $gpt --heads 2 --batch 1
 case_ 2 2 tp+sp $gpt --heads 2 --batch 1
 
+# --dtype bf16: each weight's bf16 copy (2 bytes an element, made once a step
+# through the device's memory) counted as train counts it; gathered fsdp
+# weights have none
+case_ 1 1 dp $gpt --heads 2 --dtype bf16
+for p in dp tp fsdp; do case_ 2 2 $p $gpt --heads 2 --dtype bf16; done
+case_ 4 2x2 dp,tp $gpt --heads 2 --dtype bf16 --grad-accum 2
+case_ 2 2 tp --depth 4 --dtype bf16
+
 # pipelines: train's own (--config and flags), each pipeline rank run in turn
 case_ 2 2 pp --depth 4 --microbatches 4
 case_ 2 2 pp --depth 4 --microbatches 4 --pp-schedule gpipe
@@ -117,8 +130,16 @@ case_ 2 2 pp $gpt4 --microbatches 4
 case_ 2 2 pp $gpt4 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2
 case_ 4 2x2 pp,dp $gpt4 --microbatches 2
 case_ 4 2x2 pp,tp $gpt4 --microbatches 2
+case_ 2 2 pp $gpt4 --microbatches 4 --dtype bf16
 printf 'mesh = 2\nparallel = pp\ndepth = 4\nmicrobatches = 4\n' >"$tmp/pp.conf"
 case_ 2 2 pp --config "$tmp/pp.conf"
+
+# the copies' bytes: wte (256 x 32) and 2 blocks of 12 x 32 x 32, 2 bytes each; none in fp32
+"$prog" plan --estimate $gpt --heads 2 --dtype bf16 >"$tmp/out" 2>&1
+check "bf16: the estimate counts the weights' copies, 65536 B: exit $?" \
+    grep -q '"casts":65536}' "$tmp/out"
+"$prog" plan --estimate $gpt --heads 2 >"$tmp/out" 2>&1
+check "fp32: none: exit $?" grep -q '"casts":0}' "$tmp/out"
 
 # the pipeline planner's estimate: each pipeline rank's memory and the activations it sends
 # (8 micro-batches of 32 rows of 1024 floats cross each stage boundary, each
