@@ -105,7 +105,7 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc, con
 #if MG_HAVE_AVX512BF16
 #include <immintrin.h>
 
-#define BF16_ISA "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"
+#define BF16_ISA "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,prfchw"
 #define BF16 __attribute__((target(BF16_ISA)))
 #define BF16_INLINE static inline __attribute__((always_inline, target(BF16_ISA)))
 
@@ -157,6 +157,9 @@ BF16_INLINE uint32_t round1(float x) {
  * + bias, a later one adds alpha acc. */
 BF16_INLINE void tile(int64_t kp, strip s, const uint32_t *pb, float *c, int64_t ldc, int mr,
                       int nr, float alpha, float beta, const float *bias, bool first) {
+    /* C's lines, for writing, while the sums run (C is seldom in cache) */
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < NV && 16 * j < nr; j++) __builtin_prefetch(c + i * ldc + 16 * j, 1, 3);
     __m512 acc[MR][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
@@ -308,6 +311,28 @@ BF16 static void pack_strip(const mg_gemm_in *a, bool ta, int64_t i0, int mr, in
     }
 }
 
+/* A share of the lines of a stored block (rows [r0, r0 + rows), columns [c0,
+ * c0 + cols) of x), part `q` of `parts`. Packing reads its operand from memory
+ * and computes nothing: the next block of A is prefetched, a share at each
+ * tile, while the block before it computes. */
+static void prefetch_block(const mg_gemm_in *x, int64_t r0, int64_t rows, int64_t c0,
+                           int64_t cols, int64_t q, int64_t parts) {
+    size_t es = x->bf16 ? sizeof(uint16_t) : sizeof(float);
+    int64_t lines = (cols * (int64_t)es + 63) / 64 + 1;
+    int64_t total = rows * lines, from = total * q / parts, to = total * (q + 1) / parts;
+    const char *base = (const char *)x->data + (size_t)c0 * es;
+    for (int64_t i = from; i < to; i++)
+        __builtin_prefetch(base + (size_t)((r0 + i / lines) * x->ld) * es + (size_t)(i % lines) * 64,
+                           0, 2);
+}
+
+/* the block of op(A) rows [i0, i0 + mc), k [k0, k0 + kc) as stored */
+static void prefetch_a(const mg_gemm_in *a, bool ta, int64_t i0, int64_t mc, int64_t k0,
+                       int64_t kc, int64_t q, int64_t parts) {
+    if (ta) prefetch_block(a, k0, kc, i0, mc, q, parts);
+    else prefetch_block(a, i0, mc, k0, kc, q, parts);
+}
+
 /* ---- one GEMM --------------------------------------------------------------------- */
 
 /* The blocks: of K, as even as KC_MAX allows, each but the last of even
@@ -363,12 +388,16 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                     for (int64_t s = 0; s < strips; s++)
                         pack_strip(a, ta, i0 + s * MR, (int)min64(MR, mcb - s * MR), k0, kcb, rs,
                                    pa + s * words);
+                    int64_t next = i0 + MC, tiles = panels * strips; /* A's next block */
                     for (int64_t p = 0; p < panels; p++) {
                         int nr = (int)min64(NR, ncb - p * NR);
                         const uint32_t *pbp = pb + p * kp * NR;
                         const float *bp = bias ? bias + j0 + p * NR : NULL;
                         for (int64_t s = 0; s < strips; s++) {
                             int64_t r = i0 + s * MR;
+                            if (next < m)
+                                prefetch_a(a, ta, next, min64(MC, m - next), k0, kcb,
+                                           p * strips + s, tiles);
                             int mr = (int)min64(MR, m - r);
                             float *ct = c + r * ldc + j0 + p * NR;
                             if (ta)
