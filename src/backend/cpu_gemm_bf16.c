@@ -152,11 +152,44 @@ BF16_INLINE uint32_t round1(float x) {
 
 /* ---- the tile --------------------------------------------------------------------- */
 
+/* The rows of a strip of non-transposed A that a tile packs as it goes: A's
+ * rows r.. (stored, fp32 or bf16), k from k0, kc of them, into the strip's rows
+ * (rs words apart). */
+typedef struct {
+    const mg_gemm_in *a;
+    int64_t r, k0, kc, rs;
+    uint32_t *out;
+} strip_src;
+
+/* pairs [t0, t0 + 16) of the strip's MR rows, rounded into their words */
+BF16_INLINE void pack_chunk(const strip_src *q, int64_t t0) {
+    int64_t left = q->kc - 2 * t0; /* values left in each row */
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        __m512i w;
+        if (q->a->bf16) {
+            const uint16_t *p = (const uint16_t *)q->a->data + (q->r + i) * q->a->ld + q->k0 + 2 * t0;
+            __mmask32 mk = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
+            w = _mm512_maskz_loadu_epi16(mk, p);
+        } else {
+            const float *p = (const float *)q->a->data + (q->r + i) * q->a->ld + q->k0 + 2 * t0;
+            __m512 lo = _mm512_maskz_loadu_ps(mask16(left), p);
+            __m512 hi = _mm512_maskz_loadu_ps(mask16(left - 16), p + 16);
+            w = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        }
+        _mm512_store_si512(q->out + i * q->rs + t0, w);
+    }
+}
+
 /* C's MR x NR tile at c (mr x nr of it stored) from kp pairs of the strip and
  * of a panel of B (kp x NR words): the first K block writes alpha acc + beta C
- * + bias, a later one adds alpha acc. */
-BF16_INLINE void tile(int64_t kp, strip s, const uint32_t *pb, float *c, int64_t ldc, int mr,
-                      int nr, float alpha, float beta, const float *bias, bool first) {
+ * + bias, a later one adds alpha acc. With src (a whole strip of
+ * non-transposed A, in rows) the tile packs the strip too, 16 pairs ahead of
+ * the sums that read them: A's loads from memory then overlap the products,
+ * where a pass of packing alone would wait on them. */
+BF16_INLINE void tile(int64_t kp, strip s, const strip_src *src, const uint32_t *pb, float *c,
+                      int64_t ldc, int mr, int nr, float alpha, float beta, const float *bias,
+                      bool first) {
     /* C's lines, for writing, while the sums run (C is seldom in cache) */
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < NV && 16 * j < nr; j++) __builtin_prefetch(c + i * ldc + 16 * j, 1, 3);
@@ -166,15 +199,19 @@ BF16_INLINE void tile(int64_t kp, strip s, const uint32_t *pb, float *c, int64_t
 #pragma GCC unroll 4
         for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
     const uint32_t *pa = s.a;
-    for (int64_t t = 0; t < kp; t++, pa += s.cs, pb += NR) {
-        __m512bh b[NV];
+    for (int64_t t0 = 0; t0 < kp; t0 += 16) {
+        if (src) pack_chunk(src, t0);
+        int64_t t1 = t0 + 16 < kp ? t0 + 16 : kp;
+        for (int64_t t = t0; t < t1; t++, pa += s.cs, pb += NR) {
+            __m512bh b[NV];
 #pragma GCC unroll 4
-        for (int j = 0; j < NV; j++) b[j] = (__m512bh)_mm512_loadu_si512(pb + 16 * j);
+            for (int j = 0; j < NV; j++) b[j] = (__m512bh)_mm512_loadu_si512(pb + 16 * j);
 #pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            __m512bh a = (__m512bh)_mm512_set1_epi32((int)pa[i * s.rs]);
+            for (int i = 0; i < MR; i++) {
+                __m512bh a = (__m512bh)_mm512_set1_epi32((int)pa[i * s.rs]);
 #pragma GCC unroll 4
-            for (int j = 0; j < NV; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, b[j]);
+                for (int j = 0; j < NV; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, b[j]);
+            }
         }
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -320,10 +357,16 @@ static void prefetch_block(const mg_gemm_in *x, int64_t r0, int64_t rows, int64_
     size_t es = x->bf16 ? sizeof(uint16_t) : sizeof(float);
     int64_t lines = (cols * (int64_t)es + 63) / 64 + 1;
     int64_t total = rows * lines, from = total * q / parts, to = total * (q + 1) / parts;
-    const char *base = (const char *)x->data + (size_t)c0 * es;
-    for (int64_t i = from; i < to; i++)
-        __builtin_prefetch(base + (size_t)((r0 + i / lines) * x->ld) * es + (size_t)(i % lines) * 64,
-                           0, 2);
+    if (from >= to) return;
+    int64_t r = from / lines, l = from % lines; /* then counted on: no division a line */
+    const char *row = (const char *)x->data + (size_t)((r0 + r) * x->ld + c0) * es;
+    for (int64_t i = from; i < to; i++) {
+        __builtin_prefetch(row + l * 64, 0, 2);
+        if (++l == lines) {
+            l = 0;
+            row += (size_t)x->ld * es;
+        }
+    }
 }
 
 /* the block of op(A) rows [i0, i0 + mc), k [k0, k0 + kc) as stored */
@@ -385,9 +428,12 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 #pragma omp for schedule(static)
                 for (int64_t ib = 0; ib < mblocks; ib++) {
                     int64_t i0 = ib * MC, mcb = min64(MC, m - i0), strips = (mcb + MR - 1) / MR;
+                    /* transposed A, and a last short strip, are packed first;
+                     * the others by their first tile */
                     for (int64_t s = 0; s < strips; s++)
-                        pack_strip(a, ta, i0 + s * MR, (int)min64(MR, mcb - s * MR), k0, kcb, rs,
-                                   pa + s * words);
+                        if (ta || mcb - s * MR < MR)
+                            pack_strip(a, ta, i0 + s * MR, (int)min64(MR, mcb - s * MR), k0, kcb,
+                                       rs, pa + s * words);
                     int64_t next = i0 + MC, tiles = panels * strips; /* A's next block */
                     for (int64_t p = 0; p < panels; p++) {
                         int nr = (int)min64(NR, ncb - p * NR);
@@ -400,12 +446,16 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                                            p * strips + s, tiles);
                             int mr = (int)min64(MR, m - r);
                             float *ct = c + r * ldc + j0 + p * NR;
+                            strip_src src = {a, r, k0, kcb, rs, pa + s * words};
                             if (ta)
-                                tile(kp, (strip){pa + s * words, 1, MR}, pbp, ct, ldc, mr, nr,
-                                     alpha, beta, bp, first);
+                                tile(kp, (strip){pa + s * words, 1, MR}, NULL, pbp, ct, ldc, mr,
+                                     nr, alpha, beta, bp, first);
+                            else if (p == 0 && mr == MR)
+                                tile(kp, (strip){pa + s * words, rs, 1}, &src, pbp, ct, ldc, mr,
+                                     nr, alpha, beta, bp, first);
                             else
-                                tile(kp, (strip){pa + s * words, rs, 1}, pbp, ct, ldc, mr, nr,
-                                     alpha, beta, bp, first);
+                                tile(kp, (strip){pa + s * words, rs, 1}, NULL, pbp, ct, ldc, mr,
+                                     nr, alpha, beta, bp, first);
                         }
                     }
                 }
