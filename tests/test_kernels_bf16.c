@@ -19,7 +19,12 @@
  * - the slow fallback loop of the emulation against the same reference;
  * - the switch goes off again: plain fp32 afterwards;
  * - a weight's bf16 copy: the cast's bits, kept for the step, cast again after
- *   mg_backend_bf16_weights_changed or the step's end, its bytes counted. */
+ *   mg_backend_bf16_weights_changed or the step's end, its bytes counted;
+ * - the small product of the attention tiles (mg_cpu_gemm_bf16_small) against
+ *   the same fp64 reference, on the kernel and emulated, and refusing what is
+ *   too large for it; attention (forward and backward) in bf16 mode within 2e-2
+ *   of fp32's, relative to the largest value (about 5e-3 measured), but not it,
+ *   and the kernel's within 1e-5 of the emulation's (about 1e-7). */
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,6 +34,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_bf16.h"
+#include "backend/cpu_internal.h"
 #include "context.h"
 #include "testutil.h"
 
@@ -474,9 +480,115 @@ START_TEST(test_bf16_weights) {
 }
 END_TEST
 
+/* ---- the attention tiles' small product, and attention in bf16 mode ---------------------- */
+
+START_TEST(test_gemm_bf16_small) {
+    static const int64_t sizes[][3] = {{1, 1, 1},   {7, 33, 5},   {64, 64, 32}, {64, 32, 64},
+                                       {13, 17, 255}, {6, 16, 2}, {128, 128, 256}, {65, 70, 31}};
+    for (int kernel = 0; kernel < 2; kernel++)
+        for (int combo = 0; combo < 4; combo++)
+            for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+                bool ta = combo & 1, tb = combo & 2;
+                int64_t m = sizes[z][0], n = sizes[z][1], k = sizes[z][2];
+                int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+                float *a = malloc((size_t)((ta ? k : m) * lda) * sizeof *a);
+                float *b = malloc((size_t)((tb ? n : k) * ldb) * sizeof *b);
+                float *c = malloc((size_t)(m * ldc) * sizeof *c), *c0 = malloc((size_t)(m * ldc) * sizeof *c);
+                mg_test_fill(a, (ta ? k : m) * lda, 71 + (uint64_t)z);
+                mg_test_fill(b, (tb ? n : k) * ldb, 72 + (uint64_t)z);
+                mg_test_fill(c0, m * ldc, 73);
+                memcpy(c, c0, (size_t)(m * ldc) * sizeof *c);
+                float beta = z % 2 ? 1.0f : 0.0f, alpha = 0.25f;
+                ck_assert_int_eq(mg_cpu_gemm_bf16_small(kernel, ta, tb, m, n, k, alpha, a, lda, b, ldb,
+                                                        beta, c, ldc), 0);
+                double worst = 0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < ldc; j++) {
+                        if (j >= n) {
+                            ck_assert(memcmp(&c[i * ldc + j], &c0[i * ldc + j], sizeof(float)) == 0);
+                            continue;
+                        }
+                        double sum = 0, mag = 0;
+                        for (int64_t p = 0; p < k; p++) {
+                            double t = stored(a, false, lda, ta ? p : i, ta ? i : p) *
+                                       stored(b, false, ldb, tb ? j : p, tb ? p : j);
+                            sum += t;
+                            mag += fabs(t);
+                        }
+                        double rest = beta * c0[i * ldc + j], want = alpha * sum + rest;
+                        double bound = (2.0 * (double)k * alpha * mag + 4 * fabs(rest)) * 0x1p-24 + 1e-30;
+                        double r = fabs((double)c[i * ldc + j] - want) / bound;
+                        if (!(r <= worst)) worst = r;
+                    }
+                ck_assert_msg(worst <= 1.0, "small bf16 product (kernel %d) ta=%d tb=%d %lldx%lldx%lld: "
+                              "%.3g of the bound", kernel, ta, tb, (long long)m, (long long)n,
+                              (long long)k, worst);
+                free(a), free(b), free(c), free(c0);
+            }
+    float x[4] = {0};
+    ck_assert_int_eq(mg_cpu_gemm_bf16_small(1, false, false, 129, 1, 1, 1.0f, x, 1, x, 1, 0.0f, x, 1), -1);
+    ck_assert_int_eq(mg_cpu_gemm_bf16_small(1, false, false, 1, 1, 257, 1.0f, x, 257, x, 1, 0.0f, x, 1), -1);
+}
+END_TEST
+
+/* one attention forward and backward (causal, B 2, H 4 over 2 kv heads, T 80, D 32) */
+static void attention_run(int bf16, float **out) {
+    int64_t sq[4] = {2, 4, 80, 32}, skv[4] = {2, 2, 80, 32}, sl[3] = {2, 4, 80};
+    mg_tensor *q = mg_tensor_alloc(NULL, 4, sq), *k = mg_tensor_alloc(NULL, 4, skv);
+    mg_tensor *v = mg_tensor_alloc(NULL, 4, skv), *o = mg_tensor_alloc(NULL, 4, sq);
+    mg_tensor *lse = mg_tensor_alloc(NULL, 3, sl), *dout = mg_tensor_alloc(NULL, 4, sq);
+    mg_tensor *dq = mg_tensor_alloc(NULL, 4, sq), *dk = mg_tensor_alloc(NULL, 4, skv);
+    mg_tensor *dv = mg_tensor_alloc(NULL, 4, skv);
+    mg_test_fill(q->data, q->numel, 81);
+    mg_test_fill(k->data, k->numel, 82);
+    mg_test_fill(v->data, v->numel, 83);
+    mg_test_fill(dout->data, dout->numel, 84);
+    mg_backend_set_gemm_bf16(bf16);
+    BE->attention(CTX, q, k, v, 0.5f, true, 0, 0, o, lse);
+    BE->attention_backward(CTX, q, k, v, o, lse, dout, 0.5f, true, 0, 0, dq, dk, dv);
+    mg_backend_set_gemm_bf16(0);
+    const mg_tensor *res[4] = {o, dq, dk, dv};
+    for (int i = 0; i < 4; i++) {
+        out[i] = malloc((size_t)res[i]->numel * sizeof(float));
+        memcpy(out[i], res[i]->data, (size_t)res[i]->numel * sizeof(float));
+    }
+    mg_tensor_free(q), mg_tensor_free(k), mg_tensor_free(v), mg_tensor_free(o);
+    mg_tensor_free(lse), mg_tensor_free(dout), mg_tensor_free(dq), mg_tensor_free(dk);
+    mg_tensor_free(dv);
+}
+
+/* the largest difference of two results relative to the first's largest value */
+static double apart(const float *x, const float *y, int64_t n) {
+    double d = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)x[i] - y[i]));
+        scale = fmax(scale, fabs((double)x[i]));
+    }
+    return d / scale;
+}
+
+START_TEST(test_attention_bf16) {
+    static const char *const names[4] = {"o", "dq", "dk", "dv"};
+    const int64_t numel[4] = {2 * 4 * 80 * 32, 2 * 4 * 80 * 32, 2 * 2 * 80 * 32, 2 * 2 * 80 * 32};
+    float *f32[4], *kern[4], *emu[4];
+    pick(0);
+    attention_run(0, f32);
+    attention_run(1, kern);
+    pick(1);
+    attention_run(1, emu);
+    for (int i = 0; i < 4; i++) {
+        double a = apart(f32[i], kern[i], numel[i]), e = apart(emu[i], kern[i], numel[i]);
+        ck_assert_msg(a > 1e-5 && a < 2e-2, "%s: bf16 attention %.3g from fp32", names[i], a);
+        ck_assert_msg(e < 1e-5, "%s: the kernel's %.3g from the emulation's", names[i], e);
+        free(f32[i]), free(kern[i]), free(emu[i]);
+    }
+}
+END_TEST
+
 int main(void) {
-    const TTest *tests[] = {test_round_cases, test_round_random, test_gemm_batched_bf16,
-                            test_gemm_bf16_edges, test_gemm_bf16_deterministic, NULL};
+    const TTest *tests[] = {test_round_cases,   test_round_random,         test_gemm_batched_bf16,
+                            test_gemm_bf16_edges, test_gemm_bf16_deterministic, test_gemm_bf16_small,
+                            test_attention_bf16, NULL};
     Suite *s = suite_create("kernels_bf16");
     TCase *tc = mg_test_case(s, "bf16", tests);
     tcase_add_loop_test(tc, test_gemm_bf16, 0, 2);

@@ -206,7 +206,8 @@ struct mg_backend_iface {
      * key j is hidden from query i when k0 + j > q0 + i, q0 and k0 the global
      * positions of the first query row and the first key. A query with no key gets
      * o = 0, lse = -inf. attention_backward recomputes the scores from q, k, lse and
-     * writes dq, dk, dv from dout (B, H, Tq, Dv) and o. */
+     * writes dq, dk, dv from dout (B, H, Tq, Dv) and o. In bf16 mode the CPU's
+     * products round their inputs to bf16 (the softmax stays fp32). */
     void (*attention)(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
                       float scale, bool causal, int64_t q0, int64_t k0, mg_tensor *o,
                       mg_tensor *lse);

@@ -28,8 +28,11 @@
  * vdpbf16ps takes bf16 values under 2^-126 as zero and writes no fp32
  * subnormal, and the rounding (vcvtne2ps2bf16) flushes them too.
  *
- * Exports mg_cpu_gemm_bf16, mg_cpu_cast_bf16 (cpu_internal.h),
- * mg_backend_cpu_bf16_gemm (backend.h). */
+ * A small product (an attention tile's) runs the same tiles on this thread,
+ * its operands packed on the stack (mg_cpu_gemm_bf16_small).
+ *
+ * Exports mg_cpu_gemm_bf16, mg_cpu_cast_bf16, mg_cpu_bf16_kernel,
+ * mg_cpu_gemm_bf16_small (cpu_internal.h), mg_backend_cpu_bf16_gemm (backend.h). */
 #include "config.h"
 
 #include <stdio.h>
@@ -181,42 +184,43 @@ BF16_INLINE void pack_chunk(const strip_src *q, int64_t t0) {
     }
 }
 
-/* C's MR x NR tile at c (mr x nr of it stored) from kp pairs of the strip and
- * of a panel of B (kp x NR words): the first K block writes alpha acc + beta C
+/* C's tile of MR rows and nv vectors (16 nv columns, NR at most) at c (mr x
+ * nr of it stored) from kp pairs of the strip and of a panel of B (kp x 16 nv
+ * words): the first K block writes alpha acc + beta C
  * + bias, a later one adds alpha acc. With src (a whole strip of
  * non-transposed A, in rows) the tile packs the strip too, 16 pairs ahead of
  * the sums that read them: A's loads from memory then overlap the products,
  * where a pass of packing alone would wait on them. */
-BF16_INLINE void tile(int64_t kp, strip s, const strip_src *src, const uint32_t *pb, float *c,
-                      int64_t ldc, int mr, int nr, float alpha, float beta, const float *bias,
-                      bool first) {
+BF16_INLINE void tile(int nv, int64_t kp, strip s, const strip_src *src, const uint32_t *pb,
+                      float *c, int64_t ldc, int mr, int nr, float alpha, float beta,
+                      const float *bias, bool first) {
     /* C's lines, for writing, while the sums run (C is seldom in cache) */
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < NV && 16 * j < nr; j++) __builtin_prefetch(c + i * ldc + 16 * j, 1, 3);
+        for (int j = 0; j < nv && 16 * j < nr; j++) __builtin_prefetch(c + i * ldc + 16 * j, 1, 3);
     __m512 acc[MR][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
+        for (int j = 0; j < nv; j++) acc[i][j] = _mm512_setzero_ps();
     const uint32_t *pa = s.a;
     for (int64_t t0 = 0; t0 < kp; t0 += 16) {
         if (src) pack_chunk(src, t0);
         int64_t t1 = t0 + 16 < kp ? t0 + 16 : kp;
-        for (int64_t t = t0; t < t1; t++, pa += s.cs, pb += NR) {
+        for (int64_t t = t0; t < t1; t++, pa += s.cs, pb += 16 * nv) {
             __m512bh b[NV];
 #pragma GCC unroll 4
-            for (int j = 0; j < NV; j++) b[j] = (__m512bh)_mm512_loadu_si512(pb + 16 * j);
+            for (int j = 0; j < nv; j++) b[j] = (__m512bh)_mm512_loadu_si512(pb + 16 * j);
 #pragma GCC unroll 8
             for (int i = 0; i < MR; i++) {
                 __m512bh a = (__m512bh)_mm512_set1_epi32((int)pa[i * s.rs]);
 #pragma GCC unroll 4
-                for (int j = 0; j < NV; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, b[j]);
+                for (int j = 0; j < nv; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, b[j]);
             }
         }
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; j++) {
+    for (int j = 0; j < nv; j++) {
         __mmask16 mk = mask16(nr - 16 * j);
         if (!mk) break;
         __m512 bj = first && bias ? _mm512_maskz_loadu_ps(mk, bias + 16 * j) : _mm512_setzero_ps();
@@ -238,17 +242,18 @@ BF16_INLINE void tile(int64_t kp, strip s, const strip_src *src, const uint32_t 
 
 /* ---- packing ---------------------------------------------------------------------- */
 
-/* One panel of B: columns [j0, j0 + nr) of n (zeros past nr), k rows [k0, k0 +
+/* One panel of B: columns [j0, j0 + nr) (zeros past nr), k rows [k0, k0 +
  * kc), kp = (kc + 1) / 2 pairs (the last one's second value 0 when kc is odd),
- * into out (kp x NR words). B is (K, N) row-major, or (N, K) when transposed. */
+ * into out (kp x 16 nv words: a panel of nv vectors, NV at most). B is (K, N)
+ * row-major, or (N, K) when transposed. */
 BF16 static void pack_panel(const mg_gemm_in *b, bool tb, int64_t k0, int64_t kc, int64_t j0,
-                            int64_t nr, uint32_t *out) {
-    int64_t kp = (kc + 1) / 2, ld = b->ld;
+                            int64_t nr, uint32_t *out, int nv) {
+    int64_t kp = (kc + 1) / 2, ld = b->ld, width = 16 * nv;
     if (!tb) { /* rows k and k + 1 of B, side by side */
         for (int64_t t = 0; t < kp; t++) {
             int64_t r0 = k0 + 2 * t;
             bool two = 2 * t + 1 < kc;
-            for (int g = 0; g < NV; g++) {
+            for (int g = 0; g < nv; g++) {
                 __mmask16 mk = mask16(nr - 16 * g);
                 __m512i w;
                 if (!mk) {
@@ -264,23 +269,23 @@ BF16 static void pack_panel(const mg_gemm_in *b, bool tb, int64_t k0, int64_t kc
                     __m512 x1 = two ? _mm512_maskz_loadu_ps(mk, p + ld) : _mm512_setzero_ps();
                     w = interleave16((__m512i)_mm512_cvtne2ps_pbh(x1, x0));
                 }
-                _mm512_storeu_si512(out + t * NR + 16 * g, w);
+                _mm512_storeu_si512(out + t * width + 16 * g, w);
             }
         }
         return;
     }
     /* transposed: a column of op(B) is a row of the stored B, its pairs side by side */
-    for (int64_t j = 0; j < NR; j++) {
+    for (int64_t j = 0; j < width; j++) {
         uint32_t *o = out + j;
         if (j >= nr) {
-            for (int64_t t = 0; t < kp; t++) o[t * NR] = 0;
+            for (int64_t t = 0; t < kp; t++) o[t * width] = 0;
             continue;
         }
         if (b->bf16) {
             const uint16_t *p = (const uint16_t *)b->data + (j0 + j) * ld + k0;
             int64_t t = 0;
-            for (; 2 * t + 1 < kc; t++) o[t * NR] = p[2 * t] | (uint32_t)p[2 * t + 1] << 16;
-            if (t < kp) o[t * NR] = p[2 * t];
+            for (; 2 * t + 1 < kc; t++) o[t * width] = p[2 * t] | (uint32_t)p[2 * t + 1] << 16;
+            if (t < kp) o[t * width] = p[2 * t];
         } else {
             const float *p = (const float *)b->data + (j0 + j) * ld + k0;
             int64_t t = 0;
@@ -289,10 +294,10 @@ BF16 static void pack_panel(const mg_gemm_in *b, bool tb, int64_t k0, int64_t kc
                                                         _mm512_loadu_ps(p + 32 * t));
                 uint32_t v[16];
                 _mm512_storeu_si512(v, w);
-                for (int l = 0; l < 16; l++) o[(16 * t + l) * NR] = v[l];
+                for (int l = 0; l < 16; l++) o[(16 * t + l) * width] = v[l];
             }
             for (t *= 16; t < kp; t++)
-                o[t * NR] = round1(p[2 * t]) | (2 * t + 1 < kc ? round1(p[2 * t + 1]) << 16 : 0u);
+                o[t * width] = round1(p[2 * t]) | (2 * t + 1 < kc ? round1(p[2 * t + 1]) << 16 : 0u);
         }
     }
 }
@@ -424,7 +429,8 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                 bool first = k0 == 0;
 #pragma omp for schedule(static)
                 for (int64_t p = 0; p < panels; p++)
-                    pack_panel(b, tb, k0, kcb, j0 + p * NR, min64(NR, ncb - p * NR), pb + p * kp * NR);
+                    pack_panel(b, tb, k0, kcb, j0 + p * NR, min64(NR, ncb - p * NR), pb + p * kp * NR,
+                               NV);
 #pragma omp for schedule(static)
                 for (int64_t ib = 0; ib < mblocks; ib++) {
                     int64_t i0 = ib * MC, mcb = min64(MC, m - i0), strips = (mcb + MR - 1) / MR;
@@ -448,14 +454,14 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                             float *ct = c + r * ldc + j0 + p * NR;
                             strip_src src = {a, r, k0, kcb, rs, pa + s * words};
                             if (ta)
-                                tile(kp, (strip){pa + s * words, 1, MR}, NULL, pbp, ct, ldc, mr,
-                                     nr, alpha, beta, bp, first);
+                                tile(NV, kp, (strip){pa + s * words, 1, MR}, NULL, pbp, ct, ldc,
+                                     mr, nr, alpha, beta, bp, first);
                             else if (p == 0 && mr == MR)
-                                tile(kp, (strip){pa + s * words, rs, 1}, &src, pbp, ct, ldc, mr,
-                                     nr, alpha, beta, bp, first);
+                                tile(NV, kp, (strip){pa + s * words, rs, 1}, &src, pbp, ct, ldc,
+                                     mr, nr, alpha, beta, bp, first);
                             else
-                                tile(kp, (strip){pa + s * words, rs, 1}, NULL, pbp, ct, ldc, mr,
-                                     nr, alpha, beta, bp, first);
+                                tile(NV, kp, (strip){pa + s * words, rs, 1}, NULL, pbp, ct, ldc,
+                                     mr, nr, alpha, beta, bp, first);
                         }
                     }
                 }
@@ -483,6 +489,40 @@ static uint32_t *packed_blocks(int64_t n, int64_t k, int threads, uint32_t **pa)
     return s->p;
 }
 
+/* A small product on this thread, with no allocation: B and A packed whole
+ * on the stack, then the tiles */
+enum { SMALL_M = 128, SMALL_N = 128, SMALL_K = 256 };
+
+/* nv: the tile's width in vectors, 2 for products at most 32 wide (an
+ * attention head's), whose 64-wide tiles would be half empty */
+BF16_INLINE void small_tiles(int nv, bool ta, int64_t m, int64_t n, int64_t kp, int64_t rs,
+                             const uint32_t *pa, const uint32_t *pb, float alpha, float beta,
+                             float *c, int64_t ldc) {
+    int64_t w = 16 * nv, panels = (n + w - 1) / w, strips = (m + MR - 1) / MR;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t s = 0; s < strips; s++) {
+            strip st = ta ? (strip){pa + s * MR * rs, 1, MR} : (strip){pa + s * MR * rs, rs, 1};
+            tile(nv, kp, st, NULL, pb + p * kp * w, c + s * MR * ldc + p * w, ldc,
+                 (int)min64(MR, m - s * MR), (int)min64(w, n - p * w), alpha, beta, NULL, true);
+        }
+}
+
+BF16 static void gemm_small_kernel(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                   const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
+                                   int64_t ldc) {
+    uint32_t pb[SMALL_K / 2 * ((SMALL_N + NR - 1) / NR * NR)] __attribute__((aligned(64)));
+    uint32_t pa[(SMALL_M + MR - 1) / MR * MR * (SMALL_K / 2)] __attribute__((aligned(64)));
+    int nv = n <= 32 ? 2 : NV, w = 16 * nv;
+    int64_t kp = (k + 1) / 2, rs = (kp + 15) / 16 * 16, panels = (n + w - 1) / w;
+    int64_t strips = (m + MR - 1) / MR;
+    for (int64_t p = 0; p < panels; p++)
+        pack_panel(b, tb, 0, k, p * w, min64(w, n - p * w), pb + p * kp * w, nv);
+    for (int64_t s = 0; s < strips; s++)
+        pack_strip(a, ta, s * MR, (int)min64(MR, m - s * MR), 0, k, rs, pa + s * MR * rs);
+    if (nv == 2) small_tiles(2, ta, m, n, kp, rs, pa, pb, alpha, beta, c, ldc);
+    else small_tiles(NV, ta, m, n, kp, rs, pa, pb, alpha, beta, c, ldc);
+}
+
 BF16 static void cast_kernel(const float *x, uint16_t *y, int64_t n) {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
@@ -493,6 +533,37 @@ BF16 static void cast_kernel(const float *x, uint16_t *y, int64_t n) {
 #endif /* MG_HAVE_AVX512BF16 */
 
 /* ---- the entries ------------------------------------------------------------------ */
+
+int mg_cpu_bf16_kernel(void) { return use_kernel() ? 1 : 0; }
+
+int mg_cpu_gemm_bf16_small(bool kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                           float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return 0;
+    if (m > SMALL_M || n > SMALL_N || k > SMALL_K) return -1;
+    if (k <= 0 || alpha == 0.0f) {
+        scale_c(m, n, beta, c, ldc, NULL);
+        return 0;
+    }
+#if MG_HAVE_AVX512BF16
+    if (kernel) {
+        mg_gemm_in ai = {a, lda, 0, false}, bi = {b, ldb, 0, false};
+        gemm_small_kernel(ta, tb, m, n, k, alpha, &ai, &bi, beta, c, ldc);
+        return 0;
+    }
+#else
+    (void)kernel;
+#endif
+    /* emulated: the inputs rounded into copies on the stack, then sgemm */
+    float ra[SMALL_M * SMALL_K], rb[SMALL_K * SMALL_N];
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    for (int64_t i = 0; i < ar; i++)
+        for (int64_t j = 0; j < ac; j++) ra[i * ac + j] = mg_bf16_round(a[i * lda + j]);
+    for (int64_t i = 0; i < br; i++)
+        for (int64_t j = 0; j < bc; j++) rb[i * bc + j] = mg_bf16_round(b[i * ldb + j]);
+    mg_cpu_gemm(NULL, ta, tb, m, n, k, alpha, ra, ac, rb, bc, beta, c, ldc);
+    return 0;
+}
 
 void mg_cpu_cast_bf16(void *ctx, const float *x, uint16_t *y, int64_t n) {
     (void)ctx;

@@ -103,6 +103,16 @@ void mg_cpu_gemm_bf16(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t
                       const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
                       int64_t ldc, int64_t stride_c, int64_t batch, const float *bias);
 void mg_cpu_cast_bf16(void *ctx, const float *x, uint16_t *y, int64_t n);
+/* 1 where the bf16 kernel runs, 0 where the emulation does (the first call may
+ * print its warning: call it before a parallel region, not in one) */
+int mg_cpu_bf16_kernel(void);
+/* C = alpha op(A) op(B) + beta C with A and B rounded to bf16 and the sums in
+ * fp32, for a product of m, n <= 128 and k <= 256 (an attention tile's), on
+ * this thread with no allocation: the kernel, or with `kernel` 0 the
+ * emulation. 0, or -1 when it does not take the call (larger: mg_cpu_gemm). */
+int mg_cpu_gemm_bf16_small(bool kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                           float beta, float *c, int64_t ldc);
 
 /* cpu_gemm_small.c: the gemm entry's A B^T when M is at most 64 rows and B is
  * large, without packing B; -1 when it does not take the call (another
