@@ -6,12 +6,15 @@ targets"). GPT-2's architecture and init, byte vocabulary, AdamW (betas 0.9,
 as meshgrad train does; --decay-all: on every parameter), warmup then cosine
 to lr/10, clipping at global norm 1, no dropout.
 
-  gpt-pytorch.py step [--threads N] [--steps S]   median ms of a training step
-                                                  (as `meshgrad bench step --model gpt`)
+  gpt-pytorch.py step [--threads N] [--steps S] [--dtype fp32|bf16]
+                                                  median ms of a training step
+                                                  (as `meshgrad bench step --model gpt`);
+                                                  bf16: under CPU autocast (bf16 matmuls,
+                                                  fp32 weights, optimizer and loss)
   gpt-pytorch.py train TEXT.txt[.gz] [--steps 1000] [--threads N]
                                                   the recipe; prints the val loss
 Runs with Debian's python3-torch (/usr/bin/python3). Same flags as meshgrad's:
---layers 4 --heads 4 --embd 128 --ctx 64 --batch 32 --lr 1e-3.
+--layers 4 --heads 4 --embd 128 --ctx 64 --batch 32 --lr 1e-3 --dtype fp32|bf16.
 """
 import argparse
 import gzip
@@ -93,6 +96,7 @@ def main():
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--decay-all", action="store_true")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -109,7 +113,9 @@ def main():
         for i in range(a.steps + 2):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x).view(-1, V), y.view(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()

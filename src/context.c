@@ -29,6 +29,12 @@ void mg_context_reset(void) {
     }
     for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
     free(context.observe); /* io/observe.c: plain data (a trace still open is not written) */
+    free(context.bf16_packed.p);
+    for (int i = 0; i < context.n_bf16_copies; i++) {
+        mg_bf16_copy *e = &context.bf16_copies[i];
+        if (e->bf16) e->free(e->free_ctx, e->bf16);
+    }
+    free(context.bf16_copies);
     free(context.comms);
     free(context.copies);
     free(context.graph);

@@ -54,6 +54,19 @@ typedef struct {
     size_t bytes;
 } mg_staging;
 
+/* A weight's bf16 copy (backend/bf16_weights.c): of the `numel` floats at `src`
+ * on `device`, in `bytes` of that device's memory (freed with `free`), valid
+ * while the step and version are the context's. */
+typedef struct {
+    const float *src;
+    int64_t numel, step, version;
+    int device;
+    void *bf16;
+    size_t bytes;
+    void (*free)(void *ctx, void *p);
+    void *free_ctx;
+} mg_bf16_copy;
+
 /* A leaf of the graph being walked, and how many contributions to its
  * gradient are still to come (autograd/backward.c). */
 typedef struct {
@@ -99,6 +112,15 @@ struct mg_context {
     int cpu_threads; /* of the CPU kernels; 0 until first set */
     int gemm_bf16;   /* backend.c: GEMM inputs rounded to bf16, sums in fp32 */
     mg_staging bf16_rounded[2]; /* cpu_bf16.c: a GEMM's A and B rounded to bf16 (host) */
+    /* cpu_gemm_bf16.c: which bf16 GEMM the CPU runs (0 until first asked), the
+     * warning said once, B packed for the kernel (host, grown and kept) */
+    int cpu_bf16, cpu_bf16_warned;
+    mg_staging bf16_packed;
+    /* bf16_weights.c: the weights' bf16 copies, and the version that
+     * mg_backend_bf16_weights_changed moves on */
+    mg_bf16_copy *bf16_copies;
+    int n_bf16_copies, cap_bf16_copies;
+    int64_t bf16_version;
     /* trace_kernels.c: while tracing, the traced backend's own iface, and the
      * decorated copy that took its place */
     const struct mg_backend_iface *kernels_untraced;

@@ -64,6 +64,20 @@ int mg_get_device(void);
  * with the message of the first device error met since the start. */
 int mg_device_synchronize(void);
 
+/* ---- compute dtype -------------------------------------------------------- */
+typedef enum { MG_DTYPE_FP32 = 0, MG_DTYPE_BF16 = 1 } mg_dtype;
+/* The math of the matrix products (mg_linear, mg_matmul and their gradients)
+ * from the next op on, on every device: MG_DTYPE_FP32 (the default), or
+ * MG_DTYPE_BF16, mixed precision as PyTorch's autocast does it: the products'
+ * inputs rounded to bfloat16, their sums and results fp32. Tensors,
+ * parameters, gradients, optimizer state, norms, softmax and the loss stay
+ * fp32. A parameter is rounded once a step, when a product first takes it,
+ * and that copy serves the step (the optimizer's update drops it): a
+ * parameter changed in place in mid-step otherwise is seen from the next step
+ * (or call this again, which drops every copy). MG_EINVAL for another value. */
+int mg_set_compute_dtype(mg_dtype dtype);
+mg_dtype mg_get_compute_dtype(void);
+
 /* ---- placements ----------------------------------------------------------- */
 typedef enum { MG_PLACE_REPLICATE = 0, MG_PLACE_SHARD = 1, MG_PLACE_PARTIAL = 2 } mg_place_kind;
 typedef struct {

@@ -289,9 +289,10 @@ int64_t mg_trainer_numel(const mg_trainer *);
 
 /* A rank's memory, in bytes: parameters, gradients, optimizer state, the
  * step arena's high-water mark (activations), the scratch arena's (gathered
- * weights, gradients on their way), the reducer's and redistribute's buffers. */
+ * weights, gradients on their way), the reducer's and redistribute's buffers,
+ * and with --dtype bf16 the weights' bf16 copies (casts). */
 typedef struct {
-    double params, grads, optim, activations, scratch, buffers;
+    double params, grads, optim, activations, scratch, buffers, casts;
 } mg_train_memory;
 void mg_trainer_memory_get(const mg_trainer *, mg_train_memory *m);
 /* The sum of its parts. */

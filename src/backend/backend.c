@@ -3,7 +3,8 @@
  * the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_backend_of, mg_backend_cuda (a
  * stub returning NULL when built without CUDA), mg_backend_set_gemm_bf16,
- * mg_backend_gemm_bf16, mg_backend_cpu_set_threads, mg_backend_cpu_threads,
+ * mg_backend_gemm_bf16, mg_set_compute_dtype, mg_get_compute_dtype (meshgrad.h),
+ * mg_backend_cpu_set_threads, mg_backend_cpu_threads,
  * mg_backend_cpu_usable,
  * mg_binary_dims (the broadcast layout of the binary kernels).
  * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "status.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -82,10 +84,22 @@ int mg_binary_dims(const mg_tensor *a, const mg_tensor *b, const mg_tensor *out,
 
 /* ---- bf16 GEMMs ---------------------------------------------------------------- */
 
-
-void mg_backend_set_gemm_bf16(int on) { mg_ctx()->gemm_bf16 = on ? 1 : 0; }
+void mg_backend_set_gemm_bf16(int on) {
+    mg_ctx()->gemm_bf16 = on ? 1 : 0;
+    mg_backend_bf16_weights_changed();
+}
 
 int mg_backend_gemm_bf16(void) { return mg_ctx()->gemm_bf16; }
+
+int mg_set_compute_dtype(mg_dtype dtype) {
+    if (dtype != MG_DTYPE_FP32 && dtype != MG_DTYPE_BF16)
+        return mg_error(MG_EINVAL, "mg_set_compute_dtype: %d is not MG_DTYPE_FP32 (0) or "
+                                   "MG_DTYPE_BF16 (1)", (int)dtype);
+    mg_backend_set_gemm_bf16(dtype == MG_DTYPE_BF16);
+    return MG_OK;
+}
+
+mg_dtype mg_get_compute_dtype(void) { return mg_ctx()->gemm_bf16 ? MG_DTYPE_BF16 : MG_DTYPE_FP32; }
 
 /* ---- CPU threads --------------------------------------------------------------- */
 

@@ -4,8 +4,9 @@
  *
  * Exports: struct mg_backend_iface, mg_backend, mg_backend_cpu(),
  * mg_backend_cuda() (NULL without CUDA), mg_backend_of(tensor), the pointwise
- * kernels' enums (one line each in kernel_math.h) and their names, the bf16 GEMM switch, mg_binary_dims (the broadcast layout
- * that the CPU and CUDA binary kernels share).
+ * kernels' enums (one line each in kernel_math.h) and their names, the bf16 GEMM
+ * switch, mg_gemm_in, the weights' bf16 copies, mg_binary_dims (the broadcast
+ * layout that the CPU and CUDA binary kernels share).
  *
  * Conventions:
  * - binary ops broadcast: a and b have out's ndim, each dim equal to out's or 1.
@@ -16,7 +17,11 @@
  *   every backend round A and B to bfloat16 (round to nearest even) and sum the
  *   products in fp32; C, alpha and beta stay fp32 (as do weights and optimizer
  *   state). A product of two bf16 values is exact in fp32, so backends differ
- *   only in the order of the sums. */
+ *   only in the order of the sums, and in values under 2^-126, which the
+ *   CPU's bf16 instructions take as zero. gemm_bf16 is the same GEMM with
+ *   inputs that may be bf16 already (cast_bf16's, the weights' copies of
+ *   mg_backend_bf16_weight) and a bias; a backend without it (NULL) has its
+ *   gemm round the inputs. */
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
@@ -25,6 +30,15 @@
 
 #include "backend/kernel_math.h"
 #include "tensor.h"
+
+/* An input of gemm_bf16: a row-major matrix, rows `ld` elements apart, batch
+ * entries `stride` apart, of floats, or with `bf16` of bfloat16 values (each a
+ * uint16_t: the upper half of a float, as cast_bf16 writes them). */
+typedef struct {
+    const void *data;
+    int64_t ld, stride;
+    bool bf16;
+} mg_gemm_in;
 
 /* The pointwise kernels (their formulas: kernel_math.h). */
 #define MG_KERNEL_ENUM_UNARY(E, name, f) MG_UNARY_##E,
@@ -54,6 +68,16 @@ struct mg_backend_iface {
                          int64_t k, float alpha, const float *a, int64_t lda, int64_t stride_a,
                          const float *b, int64_t ldb, int64_t stride_b, float beta, float *c,
                          int64_t ldc, int64_t stride_c, int64_t batch);
+    /* bf16 (the switch on): y[i] = x[i] rounded to bf16 for i < n. NULL where the
+     * backend has no bf16 GEMM of its own (gemm_bf16 NULL too). */
+    void (*cast_bf16)(void *ctx, const float *x, uint16_t *y, int64_t n);
+    /* A batch of bf16 GEMMs: C = alpha op(A) op(B) + beta C + bias, the products
+     * of the bf16 values summed in fp32, bias (N) added to every row of C (NULL:
+     * none); a and b fp32 (rounded to bf16 as read) or bf16; stride 0 reuses a
+     * matrix for every entry. beta 0 overwrites C. */
+    void (*gemm_bf16)(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
+                      int64_t ldc, int64_t stride_c, int64_t batch, const float *bias);
 
     /* layout */
     void (*permute)(void *ctx, const mg_tensor *x, const int *perm, mg_tensor *out);
@@ -182,7 +206,8 @@ struct mg_backend_iface {
      * key j is hidden from query i when k0 + j > q0 + i, q0 and k0 the global
      * positions of the first query row and the first key. A query with no key gets
      * o = 0, lse = -inf. attention_backward recomputes the scores from q, k, lse and
-     * writes dq, dk, dv from dout (B, H, Tq, Dv) and o. */
+     * writes dq, dk, dv from dout (B, H, Tq, Dv) and o. In bf16 mode the CPU's
+     * products round their inputs to bf16 (the softmax stays fp32). */
     void (*attention)(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
                       float scale, bool causal, int64_t q0, int64_t k0, mg_tensor *o,
                       mg_tensor *lse);
@@ -213,9 +238,29 @@ void mg_meta_start(void);
 mg_backend *mg_backend_of(const mg_tensor *t);
 
 /* bf16 GEMM inputs for the whole process (off by default: plain fp32); applies
- * from the next GEMM, on every device (backend.c). */
+ * from the next GEMM, on every device (backend.c). Each call drops the weights'
+ * bf16 copies (mg_backend_bf16_weights_changed). */
 void mg_backend_set_gemm_bf16(int on);
 int mg_backend_gemm_bf16(void);
+/* Which bf16 GEMM the CPU runs: "avx512-bf16" (vdpbf16ps), or the emulation
+ * (inputs rounded to bf16, fp32 sgemm), with why: the CPU lacks the
+ * instructions, or MG_CPU_BF16=emulate asked for it (cpu_gemm_bf16.c). */
+const char *mg_backend_cpu_bf16_gemm(void);
+
+/* The weights' bf16 copies (bf16_weights.c). A weight's copy for this step's
+ * bf16 GEMMs: cast by its backend's cast_bf16 into memory of its device (the
+ * backend's alloc) the first time a step asks for it, then the same copy until
+ * the step ends (mg_step_end) or mg_backend_bf16_weights_changed; a copy's
+ * memory is kept and used again for the same weight. NULL where w's backend
+ * has no cast_bf16 or its memory ran out (the GEMM then rounds w as it reads
+ * it). Only for tensors nothing writes in the step but the optimizer. */
+const uint16_t *mg_backend_bf16_weight(const mg_tensor *w);
+/* The weights changed (an optimizer step, a load): the next use casts again. */
+void mg_backend_bf16_weights_changed(void);
+/* Bytes the copies hold on `device` (the memory report's "casts"). */
+size_t mg_backend_bf16_weights_bytes(int device);
+/* Frees every copy (a trainer's end, one estimate run after another). */
+void mg_backend_bf16_weights_free(void);
 /* Elements from the first to the last that a GEMM reads of `batch` stored
  * (rows, cols) matrices, rows `ld` apart, matrices `stride` apart (all > 0). */
 static inline int64_t mg_gemm_span(int64_t rows, int64_t cols, int64_t ld, int64_t stride,

@@ -5,11 +5,10 @@
  * OpenBLAS (cblas_sgemm, row-major, transpose flags, never a transposed
  * copy); big elementwise loops use OpenMP (only past PAR_MIN elements, so
  * small tensors pay nothing). Sums accumulate in double. In bf16 mode
- * (backend.h) the GEMMs of the vtable multiply inputs rounded by cpu_bf16.c;
- * the kernels' own GEMMs (mg_cpu_gemm) stay fp32.
+ * (backend.h) the GEMMs of the vtable are cpu_gemm_bf16.c's; the kernels' own
+ * GEMMs (mg_cpu_gemm) stay fp32.
  * Exports: mg_backend_cpu(), mg_cpu_gemm (cpu_internal.h). */
 #include "backend/backend.h"
-#include "backend/cpu_bf16.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -70,23 +69,20 @@ void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, in
                 (int)ldb, beta, c, (int)ldc);
 }
 
-/* fp32, or bf16 inputs (backend.h): the inputs rounded once for the whole
- * batch, or, when the rounded copies cannot be made, as they are read (slow) */
+/* fp32, or in bf16 mode (backend.h) cpu_gemm_bf16.c's GEMM of the same inputs */
 static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
                              int64_t k, float alpha, const float *a, int64_t lda, int64_t stride_a,
                              const float *b, int64_t ldb, int64_t stride_b, float beta, float *c,
                              int64_t ldc, int64_t stride_c, int64_t batch) {
-    bool bf16 = mg_backend_gemm_bf16() && m > 0 && n > 0 && k > 0 && batch > 0;
-    bool slow = bf16 && mg_cpu_bf16_round_inputs(trans_a, trans_b, m, n, k, &a, lda, stride_a, &b,
-                                                 ldb, stride_b, batch) != 0;
-    for (int64_t i = 0; i < batch; i++) {
-        const float *ai = a + i * stride_a, *bi = b + i * stride_b;
-        float *ci = c + i * stride_c;
-        if (slow)
-            mg_cpu_bf16_gemm_loop(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
-        else
-            mg_cpu_gemm(ctx, trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+    if (mg_backend_gemm_bf16()) {
+        mg_gemm_in ai = {a, lda, stride_a, false}, bi = {b, ldb, stride_b, false};
+        mg_cpu_gemm_bf16(ctx, trans_a, trans_b, m, n, k, alpha, &ai, &bi, beta, c, ldc, stride_c,
+                         batch, NULL);
+        return;
     }
+    for (int64_t i = 0; i < batch; i++)
+        mg_cpu_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+                    ldb, beta, c + i * stride_c, ldc);
 }
 
 static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -538,6 +534,8 @@ static const struct mg_backend_iface cpu_iface = {
     .from_host = cpu_memcpy,
     .gemm = cpu_gemm,
     .gemm_batched = cpu_gemm_batched,
+    .cast_bf16 = mg_cpu_cast_bf16,
+    .gemm_bf16 = mg_cpu_gemm_bf16,
     .permute = cpu_permute,
     .copy_block = cpu_copy_block,
     .add_block = cpu_add_block,

@@ -12,6 +12,11 @@
  * dK += scale dS^T Q (four more GEMMs). No (Tq, Tk) matrix exists: the memory
  * beyond q, k, v, o, lse and the gradients is two BQ x BK tiles per thread.
  *
+ * In bf16 mode (backend.h) the seven products round their inputs to bf16 and
+ * sum in fp32 (cpu_gemm_bf16.c's small product), as PyTorch's autocast runs
+ * attention's matmuls in bf16; the softmax, its statistics and the outputs
+ * stay fp32.
+ *
  * Causal masks are on global positions: key j is hidden from query i when
  * k0 + j > q0 + i, so a rank holding a slice of the queries (sequence
  * parallel) against all keys masks the right ones. Key tiles wholly in a row
@@ -33,6 +38,18 @@
 #define BK 64 /* keys per tile */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* A tile's product: fp32, or in bf16 mode (backend.h; bf16: 1 on the bf16
+ * kernel, 2 emulated) with its inputs rounded to bf16 and fp32 sums, as the
+ * vtable's GEMMs do. */
+MG_CPU_INLINE void tile_gemm(int bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                             float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                             float beta, float *c, int64_t ldc) {
+    if (bf16 && mg_cpu_gemm_bf16_small(bf16 == 1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                       ldc) == 0)
+        return;
+    mg_cpu_gemm(NULL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 /* One (batch, head) slice: q (tq, d), k (tk, d), v (tk, dv), o (tq, dv), lse (tq). */
 typedef struct {
@@ -79,7 +96,7 @@ MG_CPU_INLINE void scale_row(float *x, int64_t n, float a) {
 }
 
 MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const float *k,
-                                        const float *v, float *o, float *lse) {
+                                        const float *v, float *o, float *lse, int bf16) {
     float p[BQ * BK], l[BQ];
     int64_t d = s->d, dv = s->dv;
     for (int64_t i0 = 0; i0 < s->tq; i0 += BQ) {
@@ -93,8 +110,8 @@ MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const fl
         int64_t end = keys_end(s, i0, nq);
         for (int64_t j0 = 0; j0 < end; j0 += BK) {
             int64_t nk = min64(BK, end - j0);
-            mg_cpu_gemm(NULL, false, true, nq, nk, d, s->scale, q + i0 * d, d, k + j0 * d, d, 0.0f,
-                        p, nk);
+            tile_gemm(bf16, false, true, nq, nk, d, s->scale, q + i0 * d, d, k + j0 * d, d, 0.0f, p,
+                      nk);
             for (int64_t r = 0; r < nq; r++) {
                 float *pr = p + r * nk;
                 int64_t n = visible(s, i0 + r, j0, nk);
@@ -108,8 +125,7 @@ MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const fl
                 if (alpha != 1.0f) scale_row(acc + r * dv, dv, alpha);
                 m[r] = mnew;
             }
-            mg_cpu_gemm(NULL, false, false, nq, dv, nk, 1.0f, p, nk, v + j0 * dv, dv, 1.0f, acc,
-                        dv);
+            tile_gemm(bf16, false, false, nq, dv, nk, 1.0f, p, nk, v + j0 * dv, dv, 1.0f, acc, dv);
         }
         for (int64_t r = 0; r < nq; r++) {
             if (l[r] > 0.0f) {
@@ -124,7 +140,8 @@ MG_CPU_CLONES static void forward_slice(const shape *s, const float *q, const fl
 
 MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const float *k,
                                          const float *v, const float *o, const float *lse,
-                                         const float *dout, float *dq, float *dk, float *dv) {
+                                         const float *dout, float *dq, float *dk, float *dv,
+                                         int bf16) {
     float p[BQ * BK], ds[BQ * BK], di[BQ];
     int64_t d = s->d, nv = s->dv;
     memset(dq, 0, (size_t)(s->tq * d) * sizeof(float)); /* dk, dv: the caller's */
@@ -142,28 +159,32 @@ MG_CPU_CLONES static void backward_slice(const shape *s, const float *q, const f
         for (int64_t j0 = 0; j0 < end; j0 += BK) {
             int64_t nk = min64(BK, end - j0);
             const float *kj = k + j0 * d, *vj = v + j0 * nv;
-            mg_cpu_gemm(NULL, false, true, nq, nk, d, s->scale, qi, d, kj, d, 0.0f, p, nk);
+            tile_gemm(bf16, false, true, nq, nk, d, s->scale, qi, d, kj, d, 0.0f, p, nk);
             for (int64_t r = 0; r < nq; r++) {
                 float lr = lse[i0 + r];
                 int64_t n = lr == -INFINITY ? 0 : visible(s, i0 + r, j0, nk);
                 exp_tile_row(p + r * nk, n, nk, lr);
             }
             /* dV_j += P^T dO_i;  dP = dO_i V_j^T */
-            mg_cpu_gemm(NULL, true, false, nk, nv, nq, 1.0f, p, nk, doi, nv, 1.0f, dv + j0 * nv,
-                        nv);
-            mg_cpu_gemm(NULL, false, true, nq, nk, nv, 1.0f, doi, nv, vj, nv, 0.0f, ds, nk);
+            tile_gemm(bf16, true, false, nk, nv, nq, 1.0f, p, nk, doi, nv, 1.0f, dv + j0 * nv, nv);
+            tile_gemm(bf16, false, true, nq, nk, nv, 1.0f, doi, nv, vj, nv, 0.0f, ds, nk);
             for (int64_t r = 0; r < nq; r++) { /* dS = P (dP - di) */
                 float *dsr = ds + r * nk;
                 const float *pr = p + r * nk;
                 for (int64_t j = 0; j < nk; j++) dsr[j] = pr[j] * (dsr[j] - di[r]);
             }
             /* dQ_i += scale dS K_j;  dK_j += scale dS^T Q_i */
-            mg_cpu_gemm(NULL, false, false, nq, d, nk, s->scale, ds, nk, kj, d, 1.0f, dq + i0 * d,
-                        d);
-            mg_cpu_gemm(NULL, true, false, nk, d, nq, s->scale, ds, nk, qi, d, 1.0f, dk + j0 * d,
-                        d);
+            tile_gemm(bf16, false, false, nq, d, nk, s->scale, ds, nk, kj, d, 1.0f, dq + i0 * d, d);
+            tile_gemm(bf16, true, false, nk, d, nq, s->scale, ds, nk, qi, d, 1.0f, dk + j0 * d, d);
         }
     }
+}
+
+/* 0 in fp32; in bf16 mode 1 on the bf16 kernel, 2 emulated (decided here, before
+ * the threads start) */
+static int bf16_mode(void) {
+    if (!mg_backend_gemm_bf16()) return 0;
+    return mg_cpu_bf16_kernel() ? 1 : 2;
 }
 
 static shape shape_of(const mg_tensor *q, const mg_tensor *k, const mg_tensor *v, float scale,
@@ -186,11 +207,13 @@ void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const m
     int64_t slices;
     shape s = shape_of(q, k, v, scale, causal, q0, k0, &slices);
     int64_t h = q->shape[1], kv = k->shape[1];
+    int bf16 = bf16_mode();
 #pragma omp parallel for if (slices > 1 && q->numel > PAR_MIN) schedule(static)
     for (int64_t z = 0; z < slices; z++) {
         int64_t zk = kv_slice(z, h, kv);
         forward_slice(&s, q->data + z * s.tq * s.d, k->data + zk * s.tk * s.d,
-                      v->data + zk * s.tk * s.dv, o->data + z * s.tq * s.dv, lse->data + z * s.tq);
+                      v->data + zk * s.tk * s.dv, o->data + z * s.tq * s.dv, lse->data + z * s.tq,
+                      bf16);
     }
 }
 
@@ -204,6 +227,7 @@ void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k
     /* a thread a k, v slice: the query heads of its group add into its dk, dv */
     int64_t h = q->shape[1], kv = k->shape[1], group = kv ? h / kv : 1;
     int64_t kv_slices = q->shape[0] * kv;
+    int bf16 = bf16_mode();
 #pragma omp parallel for if (kv_slices > 1 && q->numel > PAR_MIN) schedule(static)
     for (int64_t zk = 0; zk < kv_slices; zk++) {
         int64_t ko = zk * s.tk;
@@ -213,7 +237,7 @@ void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k
             int64_t z = zk / kv * h + zk % kv * group + gi, qo = z * s.tq;
             backward_slice(&s, q->data + qo * s.d, k->data + ko * s.d, v->data + ko * s.dv,
                            o->data + qo * s.dv, lse->data + qo, dout->data + qo * s.dv,
-                           dq->data + qo * s.d, dk->data + ko * s.d, dv->data + ko * s.dv);
+                           dq->data + qo * s.d, dk->data + ko * s.d, dv->data + ko * s.dv, bf16);
         }
     }
 }

@@ -2,13 +2,13 @@
  * vtable and the general kernels; cpu_nn.c the row kernels of the network ops
  * (softmax, embedding, cross-entropy, GELU), cpu_layer_norm.c those of layer
  * norm and cpu_rms_norm.c those of RMS norm; cpu_rope.c the rotary
- * embedding; cpu_attention.c the fused attention. The vtable takes the
- * kernels of the other files from here.
+ * embedding; cpu_attention.c the fused attention; cpu_gemm_bf16.c the bf16
+ * GEMM. The vtable takes the kernels of the other files from here.
  *
  * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm,
  * mg_cpu_exp (a vectorizable expf for softmax arguments) and the kernel
- * functions of cpu_nn.c, cpu_layer_norm.c, cpu_rms_norm.c, cpu_rope.c and
- * cpu_attention.c (their contracts are those of the vtable entries in
+ * functions of cpu_nn.c, cpu_layer_norm.c, cpu_rms_norm.c, cpu_rope.c,
+ * cpu_attention.c and cpu_gemm_bf16.c (their contracts are those of the vtable entries in
  * backend.h). */
 #ifndef MG_BACKEND_CPU_INTERNAL_H
 #define MG_BACKEND_CPU_INTERNAL_H
@@ -95,6 +95,24 @@ static inline float mg_cpu_exp(float x) {
 void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc);
+
+/* cpu_gemm_bf16.c: the gemm_bf16 and cast_bf16 entries (also the gemm
+ * entries' in bf16 mode): the AVX512-BF16 kernel where the CPU has it, else
+ * the emulation of cpu_bf16.c. */
+void mg_cpu_gemm_bf16(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
+                      int64_t ldc, int64_t stride_c, int64_t batch, const float *bias);
+void mg_cpu_cast_bf16(void *ctx, const float *x, uint16_t *y, int64_t n);
+/* 1 where the bf16 kernel runs, 0 where the emulation does (the first call may
+ * print its warning: call it before a parallel region, not in one) */
+int mg_cpu_bf16_kernel(void);
+/* C = alpha op(A) op(B) + beta C with A and B rounded to bf16 and the sums in
+ * fp32, for a product of m, n <= 128 and k <= 256 (an attention tile's), on
+ * this thread with no allocation: the kernel, or with `kernel` 0 the
+ * emulation. 0, or -1 when it does not take the call (larger: mg_cpu_gemm). */
+int mg_cpu_gemm_bf16_small(bool kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                           float beta, float *c, int64_t ldc);
 
 /* cpu_gemm_small.c: the gemm entry's A B^T when M is at most 64 rows and B is
  * large, without packing B; -1 when it does not take the call (another

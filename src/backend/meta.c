@@ -72,6 +72,15 @@ static void gemm_batched(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int6
     (void)ctx, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda;
     (void)sa, (void)b, (void)ldb, (void)sb, (void)beta, (void)c, (void)ldc, (void)sc, (void)batch;
 }
+static void cast_bf16(void *ctx, const float *x, uint16_t *y, int64_t n) {
+    (void)ctx, (void)x, (void)y, (void)n;
+}
+static void gemm_bf16(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c, int64_t ldc,
+                      int64_t sc, int64_t batch, const float *bias) {
+    (void)ctx, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)b;
+    (void)beta, (void)c, (void)ldc, (void)sc, (void)batch, (void)bias;
+}
 static void permute(void *ctx, const mg_tensor *x, const int *perm, mg_tensor *out) {
     (void)ctx, (void)x, (void)perm, (void)out;
 }
@@ -209,6 +218,8 @@ static const struct mg_backend_iface meta_iface = {
     .from_host = from_host,
     .gemm = gemm,
     .gemm_batched = gemm_batched,
+    .cast_bf16 = cast_bf16,
+    .gemm_bf16 = gemm_bf16,
     .permute = permute,
     .copy_block = copy_block,
     .add_block = copy_block,

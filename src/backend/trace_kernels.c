@@ -13,9 +13,9 @@
 #include "status.h"
 #include "trace.h"
 
-/* 4 memory entries (not traced) and 35 kernels, each wrapped below */
+/* 4 memory entries (not traced) and 37 kernels, each wrapped below */
 static_assert(sizeof(struct mg_backend_iface) ==
-                  offsetof(struct mg_backend_iface, alloc) + 39 * sizeof(void (*)(void)),
+                  offsetof(struct mg_backend_iface, alloc) + 41 * sizeof(void (*)(void)),
               "mg_backend_iface changed: wrap the new kernel here, and count it");
 
 static const struct mg_backend_iface *real(void) { return mg_ctx()->kernels_untraced; }
@@ -35,6 +35,20 @@ static void gemm_batched(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int6
     real()->gemm_batched(ctx, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
                          batch);
     mg_trace_kernel("gemm_batched", t0, m, n, k);
+}
+
+static void cast_bf16(void *ctx, const float *x, uint16_t *y, int64_t n) {
+    int64_t t0 = mg_trace_now();
+    real()->cast_bf16(ctx, x, y, n);
+    mg_trace_kernel("cast_bf16", t0, n, 0, 0);
+}
+
+static void gemm_bf16(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c, int64_t ldc,
+                      int64_t sc, int64_t batch, const float *bias) {
+    int64_t t0 = mg_trace_now();
+    real()->gemm_bf16(ctx, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, sc, batch, bias);
+    mg_trace_kernel("gemm_bf16", t0, m, n, k);
 }
 
 static void permute(void *ctx, const mg_tensor *x, const int *perm, mg_tensor *out) {
@@ -298,6 +312,8 @@ int mg_backend_trace_kernels(bool on) {
 #define WRAP(k) if (f->k) t->k = k
     WRAP(gemm);
     WRAP(gemm_batched);
+    WRAP(cast_bf16);
+    WRAP(gemm_bf16);
     WRAP(permute);
     WRAP(copy_block);
     WRAP(add_block);

@@ -73,6 +73,7 @@ static void version(void) {
 #else
     printf("backends: cpu (OpenBLAS, %s)\n", blas);
 #endif
+    printf("cpu bf16 GEMM (--dtype bf16): %s\n", mg_backend_cpu_bf16_gemm());
 }
 
 /* A command's stdout is its product (train's is a log: it warns once and goes

@@ -127,10 +127,13 @@ static void print(const estimate_opts *o, const mg_train_estimate *e, const char
                c->parallel, (long long)c->batch, mg_optim_kind_name(c->optimizer), states,
                states == 1 ? "" : "s", c->clip > 0 ? ", clipped" : "", where);
     const mg_train_memory *m = &e->memory;
+    char casts[64] = "";
+    if (m->casts > 0)
+        snprintf(casts, sizeof casts, ", bf16 copies of the weights %.2f", m->casts / MIB);
     printf("  memory: peak %.2f MiB: parameters %.2f, gradients %.2f, optimizer %.2f, activations "
-           "%.2f, scratch (gathered weights, gradients) %.2f, buffers %.2f (MiB)\n",
+           "%.2f, scratch (gathered weights, gradients) %.2f, buffers %.2f%s (MiB)\n",
            mg_train_memory_total(m) / MIB, m->params / MIB, m->grads / MIB, m->optim / MIB,
-           m->activations / MIB, m->scratch / MIB, m->buffers / MIB);
+           m->activations / MIB, m->scratch / MIB, m->buffers / MIB, casts);
     printf("  comm per step:");
     int any = 0;
     for (int k = 0; k < MG_COLL_COUNT; k++)
@@ -141,9 +144,10 @@ static void print(const estimate_opts *o, const mg_train_estimate *e, const char
         }
     printf("%s\n", any ? "" : " none");
     printf("{\"estimate\":{\"peak\":%.0f,\"params\":%.0f,\"grads\":%.0f,\"optim\":%.0f,"
-           "\"activations\":%.0f,\"scratch\":%.0f,\"buffers\":%.0f},\"comm_per_step\":{",
+           "\"activations\":%.0f,\"scratch\":%.0f,\"buffers\":%.0f,\"casts\":%.0f},"
+           "\"comm_per_step\":{",
            mg_train_memory_total(m), m->params, m->grads, m->optim, m->activations, m->scratch,
-           m->buffers);
+           m->buffers, m->casts);
     for (int k = 0; k < MG_COLL_COUNT; k++)
         printf("%s\"%s\":{\"bytes\":%.1f,\"calls\":%.2f}", k ? "," : "",
                mg_coll_name((mg_coll_kind)k), e->bytes[k], e->calls[k]);

@@ -118,10 +118,12 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
     }
     if (rc == MG_OK) rc = mg_comm_broadcast_bytes(world, &m, sizeof m, (int)who);
     if (rc != MG_OK || tr->rank != 0) return rc;
+    char casts[64] = "";
+    if (m.casts > 0) snprintf(casts, sizeof casts, ", bf16 copies of the weights %.2f", m.casts / MIB);
     printf("memory: peak %.2f MiB on rank %lld: parameters %.2f, gradients %.2f, optimizer %.2f, "
-           "activations %.2f, scratch (gathered weights, gradients) %.2f, buffers %.2f (MiB)\n",
+           "activations %.2f, scratch (gathered weights, gradients) %.2f, buffers %.2f%s (MiB)\n",
            mg_train_memory_total(&m) / MIB, (long long)who, m.params / MIB, m.grads / MIB,
-           m.optim / MIB, m.activations / MIB, m.scratch / MIB, m.buffers / MIB);
+           m.optim / MIB, m.activations / MIB, m.scratch / MIB, m.buffers / MIB, casts);
     if (nsteps > 0) {
         printf("comm per step (steps %lld-%lld, the largest rank's):", (long long)w->first_step + 1,
                (long long)last_step);
@@ -140,9 +142,9 @@ int mg_train_report_end(trainer *tr, int64_t last_step, char *json, size_t len) 
     int n = snprintf(line, size,
                      "{\"step\":%lld,\"memory\":{\"rank\":%lld,\"peak\":%.0f,\"params\":%.0f,"
                      "\"grads\":%.0f,\"optim\":%.0f,\"activations\":%.0f,\"scratch\":%.0f,"
-                     "\"buffers\":%.0f},\"comm_per_step\":{",
+                     "\"buffers\":%.0f,\"casts\":%.0f},\"comm_per_step\":{",
                      (long long)last_step, (long long)who, mg_train_memory_total(&m), m.params,
-                     m.grads, m.optim, m.activations, m.scratch, m.buffers);
+                     m.grads, m.optim, m.activations, m.scratch, m.buffers, m.casts);
     for (int k = 0; k < MG_COLL_COUNT && n > 0 && (size_t)n < size; k++)
         n += snprintf(line + n, size - (size_t)n, "%s\"%s\":{\"bytes\":%.1f,\"calls\":%.2f}",
                       k ? "," : "", mg_coll_name((mg_coll_kind)k), per_step[k],

@@ -47,4 +47,5 @@ void mg_optimizer_apply(const mg_optimizer *opt, mg_tensor *w, const mg_tensor *
     else
         be->iface->sgd_step(be->context, w, g, opt->momentum != 0.0f ? state[0] : NULL, lr,
                             opt->momentum, wd, opt->step == 1);
+    mg_backend_bf16_weights_changed(); /* the bf16 GEMMs cast w again */
 }

@@ -74,19 +74,62 @@ static int64_t gemm_inner(gemm_kind kind, const mg_tensor *a, const mg_tensor *b
     return 0;
 }
 
-/* local GEMM for each kind; shapes are the local shards at the chosen specs */
+/* How a contraction's GEMMs run: the backend, its inputs a and b (local
+ * shards) and which of them are weights, and whether they run as the
+ * backend's bf16 GEMM (bf16 mode, on a backend that has one: backend.h). */
+typedef struct {
+    const struct mg_backend_iface *f;
+    void *ctx;
+    const mg_tensor *a, *b;
+    bool weight[2], bf16;
+} gemm_run;
+
+/* An input of the bf16 GEMM: a weight's bf16 copy of this step (cast once,
+ * mg_backend_bf16_weight), anything else its floats, rounded as read. */
+static mg_gemm_in gemm_input(const mg_tensor *t, bool weight, int64_t ld, int64_t stride) {
+    const uint16_t *copy = weight ? mg_backend_bf16_weight(t) : NULL;
+    if (copy) return (mg_gemm_in){copy, ld, stride, true};
+    return (mg_gemm_in){t->data, ld, stride, false};
+}
+
+/* C = op(a) op(b) (+ beta C) over `batch` entries: the backend's gemm (one
+ * entry, not `batched`) or gemm_batched, or its bf16 GEMM, which also adds
+ * the bias when one is given. */
+static void gemm_call(const gemm_run *g, bool batched, bool ta, bool tb, int64_t m, int64_t n,
+                      int64_t k, int64_t lda, int64_t sa, int64_t ldb, int64_t sb, float beta,
+                      float *c, int64_t ldc, int64_t sc, int64_t batch, const float *bias) {
+    if (g->bf16) {
+        mg_gemm_in a = gemm_input(g->a, g->weight[0], lda, sa);
+        mg_gemm_in b = gemm_input(g->b, g->weight[1], ldb, sb);
+        g->f->gemm_bf16(g->ctx, ta, tb, m, n, k, 1.0f, &a, &b, beta, c, ldc, sc, batch, bias);
+    } else if (batched) {
+        g->f->gemm_batched(g->ctx, ta, tb, m, n, k, 1.0f, g->a->data, lda, sa, g->b->data, ldb, sb,
+                           beta, c, ldc, sc, batch);
+    } else {
+        g->f->gemm(g->ctx, ta, tb, m, n, k, 1.0f, g->a->data, lda, g->b->data, ldb, beta, c, ldc);
+    }
+}
+
+/* local GEMM for each kind; shapes are the local shards at the chosen specs;
+ * weight[i]: input i is a weight (kept for the step in bf16, gemm_input) */
 static int run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, const mg_tensor *bias,
-                     bool with_bias, mg_tensor *out, int b_ndim) {
+                     bool with_bias, mg_tensor *out, int b_ndim, const bool weight[2]) {
     mg_backend *be = mg_backend_of(out);
     void *ctx = be->context;
     const struct mg_backend_iface *f = be->iface;
     if (out->numel == 0) return MG_OK;
+    gemm_run g = {f, ctx, a, b, {weight[0], weight[1]}, mg_backend_gemm_bf16() && f->gemm_bf16};
     int64_t inner = 0; /* contracted length */
     switch (kind) {
     case GEMM_LINEAR: {
         int64_t k = a->shape[a->ndim - 1], n = b->shape[0], m = a->numel / (k ? k : 1);
         if (k == 0) m = out->numel / n;
         inner = k;
+        if (with_bias && bias && g.bf16 && k) { /* the bf16 GEMM adds the bias as it writes */
+            gemm_call(&g, false, false, true, m, n, k, k, 0, k, 0, 0.0f, out->data, n, 0, 1,
+                      bias->data);
+            return MG_OK;
+        }
         if (with_bias && bias) {
             /* bias fused: every row of out starts as the bias (one write pass,
              * instead of the GEMM zeroing out and a second pass adding it), then
@@ -98,23 +141,23 @@ static int run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, cons
             if (!ov || !bv || !zero) return mg_last_code();
             f->fill(ctx, zero, 0.0f);
             f->binary(ctx, MG_BINARY_ADD, bv, zero, ov); /* out = bias, broadcast over rows */
-            if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 1.0f, out->data, n);
+            if (k) gemm_call(&g, false, false, true, m, n, k, k, 0, k, 0, 1.0f, out->data, n, 0, 1, NULL);
             return MG_OK;
         }
-        if (k) f->gemm(ctx, false, true, m, n, k, 1.0f, a->data, k, b->data, k, 0.0f, out->data, n);
+        if (k) gemm_call(&g, false, false, true, m, n, k, k, 0, k, 0, 0.0f, out->data, n, 0, 1, NULL);
         break;
     }
     case GEMM_LINEAR_DX: {
         int64_t n = a->shape[a->ndim - 1], k = b->shape[1], m = out->numel / k;
         inner = n;
-        if (n) f->gemm(ctx, false, false, m, k, n, 1.0f, a->data, n, b->data, k, 0.0f, out->data, k);
+        if (n) gemm_call(&g, false, false, false, m, k, n, n, 0, k, 0, 0.0f, out->data, k, 0, 1, NULL);
         break;
     }
     case GEMM_LINEAR_DW: {
         int64_t n = a->shape[a->ndim - 1], k = b->shape[b->ndim - 1], m = n ? a->numel / n : 0;
         if (!n) m = k ? b->numel / k : 0;
         inner = m;
-        if (m) f->gemm(ctx, true, false, n, k, m, 1.0f, a->data, n, b->data, k, 0.0f, out->data, k);
+        if (m) gemm_call(&g, false, true, false, n, k, m, n, 0, k, 0, 0.0f, out->data, k, 0, 1, NULL);
         break;
     }
     case GEMM_MATMUL:
@@ -128,10 +171,11 @@ static int run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, cons
         inner = k;
         if (k == 0) break;
         if (b_ndim == 2) /* one weight for the whole batch: a single GEMM over Z*M rows */
-            f->gemm(ctx, false, tb, z * m, n, k, 1.0f, a->data, k, b->data, ldb, 0.0f, out->data, n);
+            gemm_call(&g, false, false, tb, z * m, n, k, k, 0, ldb, 0, 0.0f, out->data, n, 0, 1,
+                      NULL);
         else
-            f->gemm_batched(ctx, false, tb, m, n, k, 1.0f, a->data, k, m * k, b->data, ldb,
-                            b->shape[b->ndim - 2] * ldb, 0.0f, out->data, n, m * n, z);
+            gemm_call(&g, true, false, tb, m, n, k, k, m * k, ldb, b->shape[b->ndim - 2] * ldb,
+                      0.0f, out->data, n, m * n, z, NULL);
         break;
     }
     case GEMM_MATMUL_DB: {
@@ -141,13 +185,13 @@ static int run_gemm(gemm_kind kind, const mg_tensor *a, const mg_tensor *b, cons
         if (b_ndim == 2) { /* (K, N) = sum over Z*M rows */
             inner = z * m;
             if (inner)
-                f->gemm(ctx, true, false, k, n, z * m, 1.0f, a->data, k, b->data, n, 0.0f,
-                        out->data, n);
+                gemm_call(&g, false, true, false, k, n, z * m, k, 0, n, 0, 0.0f, out->data, n, 0,
+                          1, NULL);
         } else {
             inner = m;
             if (m)
-                f->gemm_batched(ctx, true, false, k, n, m, 1.0f, a->data, k, m * k, b->data, n,
-                                m * n, 0.0f, out->data, n, k * n, z);
+                gemm_call(&g, true, true, false, k, n, m, k, m * k, n, m * n, 0.0f, out->data, n,
+                          k * n, z, NULL);
         }
         break;
     }
@@ -261,11 +305,18 @@ static void contraction_rule(const mg_op_call *c, mg_candidates *cands) {
     mg_rules_contraction(cands, c->n, ct.ndim, labels, ct.out_ndim, ct.out_labels, c->n == 3);
 }
 
+/* A weight, as the bf16 GEMMs keep it for the step: a leaf made on the heap
+ * that wants a gradient (a parameter; its copies gathered for use are not:
+ * they live in the scratch arena and are rounded as the GEMM reads them). */
+static bool is_weight(const mg_dtensor *t) {
+    return (t->flags & MG_DTENSOR_HEAP) && t->requires_grad && !t->node;
+}
+
 static int contraction_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
-    bool bias = c->n == 3;
+    bool bias = c->n == 3, weight[2] = {is_weight(in[0]), is_weight(in[1])};
     return run_gemm((gemm_kind)c->def->kind, in[0]->local, in[1]->local,
                     bias ? in[2]->local : NULL, bias && add_bias_here(&out->spec), out->local,
-                    c->args.ndim);
+                    c->args.ndim, weight);
 }
 
 static void contraction_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,

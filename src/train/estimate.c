@@ -65,7 +65,7 @@ int mg_train_estimate_run(const mg_train_config *cfg, int ndim, const int *shape
     if (runs > MG_PP_MAX_RANKS)
         return mg_error(MG_EINVAL, "estimate: %d pipeline ranks, at most %d", runs,
                         MG_PP_MAX_RANKS);
-    int device = mg_get_device();
+    int device = mg_get_device(), bf16 = mg_backend_gemm_bf16(); /* the runs set cfg's */
     mg_meta_start();
     if ((rc = mg_device_use(MG_DEVICE_META)) != MG_OK) return rc;
     double most = -1;
@@ -102,6 +102,7 @@ int mg_train_estimate_run(const mg_train_config *cfg, int ndim, const int *shape
     }
     mg_pp_meta_headers_free();
     mg_context_drop_arenas(MG_DEVICE_META);
+    mg_backend_set_gemm_bf16(bf16);
     int back = mg_device_use(device);
     return rc != MG_OK ? rc : back;
 }
@@ -180,6 +181,7 @@ int mg_train_estimate_fits_lm(const mg_lm_config *g, const mg_mesh *mesh, const 
     c.optimizer = MG_OPTIM_ADAMW;
     c.clip = 1;
     snprintf(c.parallel, sizeof c.parallel, "%s", parallel);
+    if (mg_backend_gemm_bf16()) snprintf(c.dtype, sizeof c.dtype, "bf16");
     mg_trainer_meta_data d = {.vocab = mg_lm_vocab(g), .train_rows = batch, .test_rows = batch};
     return mg_train_estimate_fits(&c, mesh, &d, (double)mg_lm_param_count(g), fix);
 }

@@ -26,7 +26,8 @@ typedef struct {
 /* The step of `cfg` on a mesh of `shape` (ndim dims), `node_ranks` ranks to a
  * node (0: all on one), reading no data: batches of the shapes in `data`.
  * Takes one run per pipeline rank (with pp; one run without), as the rank at
- * coordinate 0 of the other dims. MG_OK, or what the run would refuse. */
+ * coordinate 0 of the other dims, in cfg's dtype (the GEMM math set before is
+ * set again after). MG_OK, or what the run would refuse. */
 int mg_train_estimate_run(const mg_train_config *cfg, int ndim, const int *shape, int node_ranks,
                           const mg_trainer_meta_data *data, mg_train_estimate *out);
 
@@ -42,7 +43,8 @@ int mg_train_estimate_fits(const mg_train_config *cfg, const mg_mesh *mesh,
                            const mg_trainer_meta_data *data, double params, const char *fix);
 
 /* The same for bench step --model gpt's or llama's step: the model of `g`,
- * `batch` windows, `parallel` on `mesh`, AdamW with clipping. */
+ * `batch` windows, `parallel` on `mesh`, AdamW with clipping, the GEMMs in
+ * the dtype set now (mg_backend_gemm_bf16). */
 int mg_train_estimate_fits_lm(const mg_lm_config *g, const mg_mesh *mesh, const char *parallel,
                               int64_t batch, const char *fix);
 

@@ -229,6 +229,7 @@ mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
 
 void mg_trainer_free(mg_trainer *tr) {
     if (!tr) return;
+    mg_backend_bf16_weights_free();
     if (tr->have_model) mg_model_free(&tr->model);
     mg_train_pp_free(tr->pp);
     mg_gpt_pp_free(tr->gpt_pp);
@@ -435,7 +436,7 @@ int mg_trainer_evaluate(mg_trainer *tr, mg_train_eval *ev) {
 }
 
 double mg_train_memory_total(const mg_train_memory *m) {
-    return m->params + m->grads + m->optim + m->activations + m->scratch + m->buffers;
+    return m->params + m->grads + m->optim + m->activations + m->scratch + m->buffers + m->casts;
 }
 
 void mg_trainer_memory_get(const mg_trainer *tr, mg_train_memory *m) {
@@ -460,6 +461,7 @@ void mg_trainer_memory_get(const mg_trainer *tr, mg_train_memory *m) {
     const mg_context *c = mg_ctx();
     for (int d = 0; d < MG_DEVICE_KINDS; d++)
         for (int k = 0; k < 2; k++) m->buffers += (double)c->staging[d][k].bytes;
+    m->casts = (double)mg_backend_bf16_weights_bytes(mg_arena_device(mg_step_arena()));
 }
 
 int mg_trainer_meta_batch(const mg_trainer *tr, const mg_spec *x_spec, const mg_spec *y_spec,
