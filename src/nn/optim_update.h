@@ -42,7 +42,7 @@ const char *mg_optimizer_state_name(const mg_optimizer *opt, int i);
 /* The update kernel of one tensor (a parameter's local shard, or a slice of it):
  * w and the state tensors (opt's count of them) updated from gradient g at the
  * optimizer's current step; with decay 0, no weight decay. The weights' bf16
- * copies are cast again after it.
+ * copies are cast again after it. */
 void mg_optimizer_apply(const mg_optimizer *opt, mg_tensor *w, const mg_tensor *g, mg_tensor *const *state,
                         float lr, int decay);
 
