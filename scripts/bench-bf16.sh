@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-bf16.sh: the training step with --dtype bf16 against fp32 and against
-# PyTorch's CPU autocast, side by side (issue 41's targets), 1 thread:
+# PyTorch's CPU autocast, side by side with their targets, 1 thread:
 # - the GPT recipe's model (data/mobydick.conf: 4 layers, 4 heads, C 128, T 64,
 #   batch 32; `meshgrad bench step --model gpt`): the bf16 step against the
 #   fp32 step (target <= 0.60) and against scripts/gpt-pytorch.py's step under

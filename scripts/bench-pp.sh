@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-pp.sh: the pipeline benchmarks of issue 18, from `meshgrad bench step
+# bench-pp.sh: the pipeline benchmarks, from `meshgrad bench step
 # --parallel pp ...` (src/cli/bench_pp.c), which prints each run's measured step
 # time, bubble and per-stage activation high-water beside `meshgrad plan`'s
 # prediction for the same cut, schedule and measured machine.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # fuzz-checkpoint.sh [--every K] [--jobs J]: hostile and damaged checkpoints
-# stay bounded (issue 17, item 6). Makes a real checkpoint (a 5-step run, 12
+# stay bounded. Makes a real checkpoint (a 5-step run, 12
 # datasets, AdamW), then mutates it in 250 or so deterministic ways:
 #   - single bit flips spread over the whole file, and runs of 0xff bytes;
 #   - truncations to 0, 1, 2 ... bytes and to 1/31 ... 30/31 of the file;

@@ -1,7 +1,6 @@
 #!/usr/bin/python3
 """gpt-pytorch.py: the GPT recipe of data/mobydick.conf in PyTorch, the
-reference meshgrad's GPT is measured against (issue 16, "Reference and
-targets"). GPT-2's architecture and init, byte vocabulary, AdamW (betas 0.9,
+reference meshgrad's GPT is measured against. GPT-2's architecture and init, byte vocabulary, AdamW (betas 0.9,
 0.95, eps 1e-8, weight decay 0.1 on the 2-D parameters as nanoGPT groups them,
 as meshgrad train does; --decay-all: on every parameter), warmup then cosine
 to lr/10, clipping at global norm 1, no dropout.

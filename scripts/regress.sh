@@ -271,14 +271,14 @@ else
           ppmlp:2:pp:2x2:dp,tp ppmlp:1:dp:2x2:pp,dp ppmlp:2x2:pp,tp:4:pp gpt:2:tp:2:dp gpt:2:dp:2x2:dp,tp
           gpt:2:pp:2:dp gpt:2:dp:2x2:pp,dp llama:2:tp:2:dp llama:2:pp:2x2:dp,tp"
 fi
-# the GPT's mesh x plan pairs (issue 16; pp: issue 18, 8 micro-batches)
+# the GPT's mesh x plan pairs (pp: 8 micro-batches)
 if [ $quick -eq 1 ]; then
     gpt_matrix="2:dp 2:tp 2:sp 2x2:fsdp,tp 2:pp 2x2:pp,dp"
 else
     gpt_matrix="2:dp 2:tp 2:sp 2:tp+sp 2:fsdp 2x2:dp,tp 2x2:fsdp,tp 2:pp 4:pp 2x2:pp,dp 2x2:pp,tp 2x2:pp,fsdp"
 fi
 gptsmall_matrix="2x2x2:pp,dp,tp"
-# the Llama's (issue 40: 1 rank, tp, sp, fsdp, 2x2 dp,tp and pp=2 agree over 100 steps)
+# the Llama's (1 rank, tp, sp, fsdp, 2x2 dp,tp and pp=2 agree over 100 steps)
 if [ $quick -eq 1 ]; then
     llama_matrix="2:tp 2:sp 2x2:dp,tp 2:pp"
 else

@@ -1,5 +1,5 @@
 #!/bin/sh
-# sigstop-trials.sh [N]: every stall ends (issue 17, item 5). N trials (default
+# sigstop-trials.sh [N]: every stall ends. N trials (default
 # 20) of the reproducer: a 2-rank training job with MG_COLLECTIVE_TIMEOUT=10
 # (hidden 1024, batch 256, a million steps) is started, and once it trains,
 # after 3 s and a little more each trial (so the stop lands in different

@@ -1,10 +1,9 @@
 #!/bin/sh
 # test_fault_sigstop.sh: a rank stopped with SIGSTOP in the middle of training
 # ends the job within 20 s, naming the stopped rank, blaming no healthy one
-# (issue 17, item 5; the collective watchdog now covers the data loader's
-# reads, the checkpoint I/O and the per-step agreement), and `meshgrad trace
-# analyze` of the flight recorder's dumps says the stopped rank is behind
-# (issue 19). Runs 2 trials of
+# (the collective watchdog covers the data loader's reads, the checkpoint
+# I/O and the per-step agreement), and `meshgrad trace analyze` of the flight
+# recorder's dumps says the stopped rank is behind. Runs 2 trials of
 # scripts/sigstop-trials.sh (which runs 20 by default), stopping in two
 # different phases of a step.
 : "${top_builddir:=.}"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_hostile_ckpt.sh: hostile checkpoints stay bounded (issue 17, item 6),
+# test_hostile_ckpt.sh: hostile checkpoints stay bounded,
 # with files the test makes itself from a real checkpoint (tests/train_ckpt_tool):
 # - `meshgrad ckpt info` refuses, each within seconds of what a good file takes
 #   (it ran past 60 s before), one message naming the problem: a file declaring

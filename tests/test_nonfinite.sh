@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_nonfinite.sh: non-finite values are caught (issue 17, item 4), with the
+# test_nonfinite.sh: non-finite values are caught, with the
 # reproducers of the issue:
 # - one NaN pixel in the training inputs (train/inputs[3,2,2] = nan): the run
 #   stops within its first epoch naming the row, non-zero, and saves nothing;

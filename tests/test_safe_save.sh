@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_safe_save.sh: saving never destroys anything (docs/CHECKPOINTS.md "What
-# a save never does"; issue 17, items 1-3), with the reproducers of the issue:
+# a save never does"), with the reproducers of what it once did:
 # - a symbolic link planted at the old predictable temporary name
 #   (<path>.tmp.<pid>) is not followed: the save succeeds, the link's target
 #   is untouched; a link, a device node (mknod) or a file that is not a

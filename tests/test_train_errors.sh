@@ -6,7 +6,7 @@
 # fit the mesh, a batch smaller than the data-parallel degree, an unknown flag,
 # model, optimizer and plan, an option of another model (--heads with the
 # MLP, --hidden with the GPT), and a bad config line (file:line named). Also
-# checks that flags override the config file. And (issue 17, item 7) inputs
+# checks that flags override the config file. And inputs
 # that are checked at the start: a directory, a binary file or one 1 GiB line as --config, a
 # key given twice (both lines named), --config given twice, a test split of 4x16 samples beside a
 # train split of 8x8, a label of 2^31-1 (also in `meshgrad data info`), a
