@@ -1,46 +1,47 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
- * mg_context_drop_arenas. */
+ * mg_context_on_reset, mg_is_step_arena, mg_scratch_arena, mg_recompute_arena,
+ * mg_micro_arena_new, mg_context_drop_arenas. */
 #include "context.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
-#include "trace.h"
 
 /* The public API takes no context, so the process holds one. The library's
- * other process-wide variables, each for a reason given where it is: the
- * per-thread error (status.c), the stop flag its signal handler sets
- * (cli/train.c), the GPU backend's state and cuBLAS's entry points (one GPU
- * and one library per process: backend/cuda.cu, cuda_blas.cu), and the two
- * backend objects whose kernels --trace may swap (backend/cpu.c, cuda.cu). */
+ * other process-wide variables, each where it is for a reason that keeps it
+ * out of the context (which mg_finalize zeroes, and which signal handlers and
+ * other threads must not walk):
+ * - the error of the calling thread (status.c: per thread, read after any call);
+ * - the host arenas not yet freed (arena.c: they outlive a reset, mg_arenas_hold);
+ * - the tensors freed last, held back from malloc (dist/dtensor.c: a program may
+ *   free its tensors after mg_finalize);
+ * - "finalized" (dist/world.c: set by mg_finalize, read by the calls after it);
+ * - each thread's packing buffer for small GEMMs (backend/cpu_gemm_small.c: per
+ *   thread, freed as the thread ends);
+ * - the backend objects cpu.c, meta.c and cuda.cu hand out (constant but for the
+ *   kernels --trace swaps), the GPU backend's state and cuBLAS's entry points
+ *   (one GPU and one library per process: backend/cuda.cu, cuda_blas.cu);
+ * - the files a stop signal removes (io/files.c: its signal handler and reaper
+ *   read them), and the stop flag of `meshgrad train`'s handler (cli/train.c). */
 static mg_context context;
 
 mg_context *mg_ctx(void) { return &context; }
 
+void mg_context_on_reset(void (*fn)(void)) {
+    for (int i = 0; i < context.n_reset_hooks; i++)
+        if (context.reset_hooks[i] == fn) return;
+    if (context.n_reset_hooks < MG_RESET_HOOKS) context.reset_hooks[context.n_reset_hooks++] = fn;
+}
+
 void mg_context_reset(void) {
-    mg_trace_free();
+    for (int i = context.n_reset_hooks - 1; i >= 0; i--) context.reset_hooks[i]();
     for (int d = 0; d < MG_DEVICE_KINDS; d++) {
         mg_arena_free(context.step[d]);
         mg_arena_free(context.scratch[d]);
         mg_arena_free(context.recompute_arena[d]);
     }
-    for (int i = 0; i < 2; i++) free(context.bf16_rounded[i].p);
-    free(context.observe); /* io/observe.c: plain data (a trace still open is not written) */
-    free(context.bf16_packed.p);
-    for (int i = 0; i < context.n_bf16_copies; i++) {
-        mg_bf16_copy *e = &context.bf16_copies[i];
-        if (e->bf16) e->free(e->free_ctx, e->bf16);
-    }
-    free(context.bf16_copies);
-    free(context.comms);
-    free(context.copies);
-    free(context.graph);
-    free(context.uses);
-    free(context.replay);
-    free(context.segments);
     struct mg_dtensor **live = context.live; /* these outlive the reset (context.h) */
     int n_live = context.n_live, cap_live = context.cap_live;
     struct mg_tensor **tensors = context.tensors, **freed = context.freed_tensors;

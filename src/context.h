@@ -12,10 +12,12 @@
  * pointers: this header includes nothing above src/. mg_finalize
  * (dist/world.c) frees the upper layers' members (what the files above it
  * registered with it, dist/world.h, then the comms' state), then
- * mg_context_reset frees this layer's and zeroes the rest, so mg_init may
- * start again.
+ * mg_context_reset runs what each layer registered with mg_context_on_reset
+ * (each frees its own members: the file that first allocates a member
+ * registers its free), frees this layer's arenas and zeroes the rest, so
+ * mg_init may start again.
  *
- * Exports: mg_context, mg_ctx, mg_context_reset, mg_step_arena,
+ * Exports: mg_context, mg_ctx, mg_context_reset, mg_context_on_reset, mg_step_arena,
  * mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
  * mg_context_drop_arenas. */
 #ifndef MG_CONTEXT_H
@@ -33,6 +35,7 @@
 #define MG_DEVICE_META 2
 #define MG_DEVICE_KINDS 3
 #define MG_FINALIZERS 8 /* dist/world.h: what mg_finalize runs for the files above world.c */
+#define MG_RESET_HOOKS 16 /* mg_context_on_reset: the library registers 9 */
 
 struct mg_dtensor;
 struct mg_node;
@@ -102,6 +105,10 @@ struct mg_context {
     /* per device: the recompute arena, the tensor data of one recomputed
      * segment at a time (autograd/recompute.h) */
     mg_arena *recompute_arena[MG_DEVICE_KINDS];
+
+    /* context.c: each layer's free of its own members (mg_context_on_reset) */
+    void (*reset_hooks[MG_RESET_HOOKS])(void);
+    int n_reset_hooks;
 
     /* ---- src/: the timeline of --trace (trace.c) ---- */
     int tracing;            /* recording now: the one test every trace hook makes */
@@ -204,6 +211,10 @@ typedef struct mg_context mg_context;
 
 /* The process's context. */
 mg_context *mg_ctx(void);
+/* fn runs at the next mg_context_reset (the newest first), before the context
+ * is zeroed: the free of a layer's own members, registered by the file that
+ * allocates them as it first does (once: a second call with fn does nothing). */
+void mg_context_on_reset(void (*fn)(void));
 /* The arenas of the current device (mg_get_device()), made on first use;
  * NULL with a message when that device's backend has not registered its memory.
  * - step: everything made during one training step (activations,

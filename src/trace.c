@@ -54,6 +54,7 @@ static int64_t clock_ns(void) {
 
 int mg_trace_start(void) {
     mg_context *c = mg_ctx();
+    mg_context_on_reset(mg_trace_free);
     if (!c->trace && !(c->trace = calloc(1, sizeof *c->trace)))
         return mg_error(MG_ENOMEM, "trace: out of memory");
     c->trace->n = c->trace->depth = 0;

@@ -79,6 +79,14 @@ static mg_dtensor *vjp_grad_in(const mg_node *node, mg_dtensor *g) {
 
 /* ---- the graph --------------------------------------------------------------------- */
 
+/* The walks' arrays freed (mg_context_on_reset). */
+static void free_walks(void) {
+    mg_context *c = mg_ctx();
+    free(c->graph);
+    free(c->uses);
+    free(c->replay);
+}
+
 /* One more contribution to come for `leaf` (nuses leaves listed so far). */
 static int count_use(mg_dtensor *leaf, int *nuses) {
     mg_context *c = mg_ctx();
@@ -120,6 +128,7 @@ static int collect_into(mg_node *root, mg_node ***graph, int *cap, int *n, int *
     /* the graph array doubles as the stack: [0, done) are visited, the rest wait */
     int rc = mg_array_grow((void **)graph, cap, 1, sizeof **graph, "mg_backward");
     if (rc != MG_OK) return rc;
+    mg_context_on_reset(free_walks); /* graph, uses and replay: every walk starts here */
     int top = 0;
     (*graph)[top++] = root;
     root->walk = walk;

@@ -6,6 +6,7 @@
  * mg_recompute_again, mg_recompute_keep, mg_recompute_step_end. */
 #include "autograd/recompute.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "array.h"
@@ -33,10 +34,13 @@ static mg_dtensor *run(mg_recompute_fn fn, void *ctx, const mg_dtensor *x) {
     return y;
 }
 
+static void free_segments(void) { free(mg_ctx()->segments); } /* mg_context_on_reset */
+
 static int add_segment(const mg_recompute_seg *s) {
     mg_context *c = mg_ctx();
     int rc = mg_array_grow((void **)&c->segments, &c->cap_segments, c->n_segments + 1,
                            sizeof *c->segments, "mg_recompute");
+    if (rc == MG_OK) mg_context_on_reset(free_segments);
     if (rc == MG_OK) c->segments[c->n_segments++] = *s;
     return rc;
 }

@@ -19,6 +19,16 @@
 
 #include "context.h"
 
+/* Every copy given back and the table freed (mg_context_on_reset). */
+static void free_copies(void) {
+    mg_context *c = mg_ctx();
+    for (int i = 0; i < c->n_bf16_copies; i++) {
+        mg_bf16_copy *e = &c->bf16_copies[i];
+        if (e->bf16) e->free(e->free_ctx, e->bf16);
+    }
+    free(c->bf16_copies);
+}
+
 /* The entry of w's data (made empty when none is), or NULL when out of memory. */
 static mg_bf16_copy *entry_of(const mg_tensor *w) {
     mg_context *c = mg_ctx();
@@ -30,6 +40,7 @@ static mg_bf16_copy *entry_of(const mg_tensor *w) {
         int cap = c->cap_bf16_copies ? 2 * c->cap_bf16_copies : 16;
         mg_bf16_copy *p = realloc(c->bf16_copies, (size_t)cap * sizeof *p);
         if (!p) return NULL;
+        mg_context_on_reset(free_copies);
         c->bf16_copies = p;
         c->cap_bf16_copies = cap;
     }

@@ -25,6 +25,11 @@ float mg_bf16_round(float x) {
     return x;
 }
 
+/* The context's rounding buffers freed (mg_context_on_reset). */
+static void free_rounded(void) {
+    for (int i = 0; i < 2; i++) free(mg_ctx()->bf16_rounded[i].p);
+}
+
 /* The `rows` x `cols` matrices of x (fp32 rounded to bf16, or bf16 widened to
  * fp32: exact) for `batch` entries, into the context's buffer `which` (A: 0,
  * B: 1), grown when a GEMM needs more, never shrunk (the step reuses it: no
@@ -38,6 +43,7 @@ static const float *staged(int which, const mg_gemm_in *x, int64_t rows, int64_t
         int64_t cap = n + n / 4; /* some room, so a slightly larger GEMM does not grow it again */
         float *p = aligned_alloc(64, ((size_t)cap * sizeof(float) + 63) / 64 * 64);
         if (!p) return NULL;
+        mg_context_on_reset(free_rounded);
         free(scratch->p);
         scratch->p = p;
         scratch->bytes = (size_t)cap * sizeof(float);

@@ -472,6 +472,8 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 
 /* B's packed block and each thread's packed A, in the context's buffer
  * (grown, kept); NULL when it cannot grow. */
+static void free_packed(void) { free(mg_ctx()->bf16_packed.p); } /* mg_context_on_reset */
+
 static uint32_t *packed_blocks(int64_t n, int64_t k, int threads, uint32_t **pa) {
     int64_t kc, nc;
     blocking(n, k, &kc, &nc);
@@ -481,6 +483,7 @@ static uint32_t *packed_blocks(int64_t n, int64_t k, int threads, uint32_t **pa)
     if (bytes > s->bytes) {
         void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
         if (!p) return NULL;
+        mg_context_on_reset(free_packed);
         free(s->p);
         s->p = p;
         s->bytes = bytes;

@@ -52,6 +52,8 @@ int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root
 /* ---- registry: counters of live comms (the context's `comms`), plus those of
  * comms already freed (`retired`) ---- */
 
+static void free_registry(void) { free(mg_ctx()->comms); } /* mg_context_on_reset */
+
 void mg_comm_register(mg_comm *comm) {
     mg_context *c = mg_ctx();
     if (!comm) return;
@@ -63,6 +65,7 @@ void mg_comm_register(mg_comm *comm) {
     if (mg_array_grow((void **)&c->comms, &c->cap_comms, c->n_comms + 1, sizeof *c->comms,
                       "comm registry") != MG_OK)
         return; /* counters of this comm are then not summed; nothing else breaks */
+    mg_context_on_reset(free_registry);
     c->comms[c->n_comms++] = comm;
 }
 

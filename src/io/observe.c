@@ -32,11 +32,15 @@ struct mg_observe {
     mg_timeline timeline;
 };
 
+/* Plain data: a trace still open is not written (mg_context_on_reset). */
+static void free_observe(void) { free(mg_ctx()->observe); }
+
 /* The context's state, made on first use (NULL with a message). */
 static struct mg_observe *observe(void) {
     mg_context *c = mg_ctx();
     if (!c->observe && !(c->observe = calloc(1, sizeof *c->observe)))
         mg_error(MG_ENOMEM, "out of memory");
+    if (c->observe) mg_context_on_reset(free_observe);
     return c->observe;
 }
 

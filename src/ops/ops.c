@@ -194,11 +194,14 @@ void mg_ops_release_all(void) {
     reset_scratch();
 }
 
+static void free_copies(void) { free(mg_ctx()->copies); } /* mg_context_on_reset */
+
 static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
     mg_context *c = mg_ctx();
     int rc = mg_array_grow((void **)&c->copies, &c->cap_copies, c->n_copies + 1, sizeof *c->copies,
                            "parameter copies");
     if (rc != MG_OK) return rc;
+    mg_context_on_reset(free_copies);
     c->copies[c->n_copies++] = (mg_param_copy_entry){copy, param, held};
     return MG_OK;
 }
