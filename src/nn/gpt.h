@@ -56,7 +56,7 @@
  * mg_gpt_free, mg_gpt_embed, mg_gpt_block_forward, mg_gpt_head, mg_gpt_forward,
  * mg_gpt_param_count, mg_gpt_cache, mg_gpt_cache_init, mg_gpt_cache_free,
  * mg_gpt_cache_make, mg_gpt_cache_release, mg_gpt_cache_store,
- * mg_gpt_forward_cached. */
+ * mg_gpt_forward_cached, mg_gpt_layer_costs. */
 #ifndef MG_NN_GPT_H
 #define MG_NN_GPT_H
 
@@ -64,6 +64,7 @@
 
 #include "meshgrad_train.h"
 #include "nn/param.h"
+#include "nn/pipeline_cost.h"
 #include "nn/plan.h"
 
 typedef struct {
@@ -152,5 +153,9 @@ int mg_gpt_cache_store(mg_gpt_cache *c, int l, mg_dtensor *const *kv, int64_t po
  * pos + n positions. */
 mg_dtensor *mg_gpt_forward_cached(mg_gpt *g, mg_param_table *t, mg_gpt_cache *c,
                                   const mg_dtensor *ids, int64_t pos);
+
+/* The L + 2 pipeline layers' costs per row (one sequence of ctx tokens):
+ * the embedding, the blocks, the head (nn/pipeline_cost.h). */
+int mg_gpt_layer_costs(const mg_gpt_config *cfg, mg_layer_cost *out);
 
 #endif

@@ -14,56 +14,6 @@
 #include "ops/ops.h"
 #include "status.h"
 
-int mg_gpt_layer_costs(const mg_gpt_config *c, mg_layer_cost *out) {
-    const double T = (double)c->ctx, C = (double)c->embd, V = (double)c->vocab,
-                 H = (double)c->heads;
-    const int L = (int)c->layers;
-    for (int i = 0; i < L + 2; i++) {
-        mg_layer_cost *l = &out[i];
-        memset(l, 0, sizeof *l);
-        if (i == 0) { /* wte[ids] + wpe: adds forward, scatter-adds into wte backward */
-            snprintf(l->name, sizeof l->name, "embedding");
-            l->tie = MG_LAYER_WITH_NEXT;
-            l->forward_flops = T * C;
-            l->backward_weight_flops = 2 * T * C;
-            l->out_floats = T * C;
-            l->saved_floats = T;
-            l->params = (V + T) * C;
-            l->gemm_in = c->embd;
-            l->gemm_out = c->embd;
-        } else if (i <= L) { /* qkv, proj, fc, fc2: 24 T C^2; attention 4 T^2 C; elementwise */
-            snprintf(l->name, sizeof l->name, "h.%d", i - 1);
-            double gemm = 24 * T * C * C, attn = 4 * T * T * C, elem = 60 * T * C + 5 * H * T * T;
-            l->forward_flops = gemm + attn + elem;
-            l->backward_input_flops = gemm + 2 * attn + 2 * elem;
-            l->backward_weight_flops = gemm + 4 * T * C;
-            l->out_floats = T * C;
-            /* what its forward leaves in the micro-batch's arena (measured: 25.5 T C
-             * at T 64 and 128, C 128 and 256): the outputs of the two norms (2 T C),
-             * qkv (3), the heads split (6) and merged (1), attention (1), the
-             * projection and residual (2), the MLP (4 + 4 + 1) and residual (1);
-             * the norms' statistics (4 T) and attention's log-sum-exp per query
-             * and head (H T): no (T, T) matrix is kept (ops_attention.c) */
-            l->saved_floats = 25 * T * C + 4 * T + H * T;
-            l->params = 12 * C * C + 13 * C;
-            l->gemm_in = c->embd;
-            l->gemm_out = 4 * c->embd;
-        } else { /* ln_f, logits = x wte^T, the cross-entropy */
-            snprintf(l->name, sizeof l->name, "head");
-            l->tie = MG_LAYER_WITH_PREV;
-            l->forward_flops = 2 * T * C * V + 5 * T * C + 5 * T * V;
-            l->backward_input_flops = 2 * T * C * V + 10 * T * C + 2 * T * V;
-            l->backward_weight_flops = 2 * T * C * V + 2 * T * C;
-            l->out_floats = 1;
-            l->saved_floats = 2 * T * C + T * V;
-            l->params = 2 * C; /* wte is the embedding's */
-            l->gemm_in = c->embd;
-            l->gemm_out = c->vocab;
-        }
-    }
-    return MG_OK;
-}
-
 struct mg_gpt_pp {
     mg_pipeline p;
     mg_model *model;

@@ -24,7 +24,7 @@
  * batch's mean cross-entropy), the executor (pipeline_exec.h) runs the
  * schedule. The loss and the gradient norm are summed over the stages.
  *
- * Exports: mg_gpt_layer_costs, mg_gpt_pp, mg_gpt_pp_new, mg_lm_pp_new, mg_gpt_pp_step,
+ * Exports: mg_gpt_pp, mg_gpt_pp_new, mg_lm_pp_new, mg_gpt_pp_step,
  * mg_gpt_pp_update, mg_gpt_pp_loss, mg_gpt_pp_checksum, mg_gpt_pp_pipeline,
  * mg_gpt_pp_free. */
 #ifndef MG_NN_GPT_PIPELINE_H
@@ -37,9 +37,6 @@
 #include "nn/optim.h"
 #include "nn/pipeline.h"
 #include "nn/pipeline_cost.h"
-
-/* The L + 2 pipeline layers' costs per row (one sequence of ctx tokens). */
-int mg_gpt_layer_costs(const mg_gpt_config *cfg, mg_layer_cost *out);
 
 typedef struct mg_gpt_pp mg_gpt_pp;
 

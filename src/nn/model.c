@@ -8,7 +8,6 @@
 
 #include "array.h"
 #include "dist/mesh.h"
-#include "nn/gpt_pipeline.h"
 #include "nn/recompute.h"
 #include "status.h"
 

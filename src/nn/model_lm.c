@@ -6,7 +6,6 @@
  * mg_model_embedding_copy, mg_model_cache_init and mg_model_forward_cached (model.h). */
 #include <string.h>
 
-#include "nn/gpt_pipeline.h"
 #include "nn/model.h"
 #include "status.h"
 
