@@ -20,23 +20,29 @@
 # ranks tp against 1 rank; each measured as three adjacent pairs, the middle
 # of the pairwise ratios given.
 #
-#   scripts/bench-vs-pytorch.sh [--build DIR] [--steps N]
+# meshgrad runs with no OPENBLAS_CORETYPE (its own pick, src/backend/blas_core.h);
+# PyTorch is given the fastest OpenBLAS core here, --torch-core (Cooperlake).
+#
+#   scripts/bench-vs-pytorch.sh [--build DIR] [--steps N] [--torch-core CORE]
 # Prints a table and, as its last line, one JSON object.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$here/build
 steps=10
+torch_core=Cooperlake
 while [ $# -gt 0 ]; do
     case $1 in
     --build) build=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    --torch-core) torch_core=$2; shift 2 ;;
+    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "bench-vs-pytorch.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
     esac
 done
 mg=$build/meshgrad
 [ -x "$mg" ] || { echo "bench-vs-pytorch.sh: $mg not found: build first (scripts/setup.sh)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset OPENBLAS_CORETYPE # meshgrad's own pick; PyTorch's runs set theirs
 cores=$(nproc)
 run() { # ranks threads args...
     local np=$1 th=$2
@@ -121,15 +127,15 @@ f1=$(run 1 1 bench step --steps 3 --batch 8 --layers $deep)
 f4=$(run 4 1 bench step --steps 3 --batch 8 --layers $deep --parallel fsdp)
 w1=$(run 1 1 bench step --steps 3 --batch 8 --layers $wide)
 w4=$(run 4 1 bench step --steps 3 --batch 8 --layers $wide --parallel fsdp)
-t1=$(OPENBLAS_NUM_THREADS=1 torch_ms 1)
-t2=$(OPENBLAS_NUM_THREADS=2 torch_ms 2)
+t1=$(OPENBLAS_CORETYPE=$torch_core OPENBLAS_NUM_THREADS=1 torch_ms 1)
+t2=$(OPENBLAS_CORETYPE=$torch_core OPENBLAS_NUM_THREADS=2 torch_ms 2)
 # the GPT: three rounds of (1 rank, PyTorch, 2 ranks dp, 2 ranks tp), ratios per round
 gpt="bench step --model gpt --steps $steps"
 ga=() gt=() gd=() gp=() rgt=() rgd=() rgp=()
 for i in 1 2 3; do
     ga+=("$(run 1 1 $gpt | field ms_per_step)")
-    gt+=("$(OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$here/scripts/gpt-pytorch.py" step --threads 1 \
-        --steps "$steps" 2>/dev/null)")
+    gt+=("$(OPENBLAS_CORETYPE=$torch_core OPENBLAS_NUM_THREADS=1 /usr/bin/python3 \
+        "$here/scripts/gpt-pytorch.py" step --threads 1 --steps "$steps" 2>/dev/null)")
     gd+=("$(run 2 1 $gpt --parallel dp | field ms_per_step)")
     gp+=("$(run 2 1 $gpt --parallel tp | field ms_per_step)")
     rgt+=("$(div "${ga[-1]}" "${gt[-1]}")") rgd+=("$(div "${gd[-1]}" "${ga[-1]}")")
