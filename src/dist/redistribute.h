@@ -21,9 +21,12 @@
 int mg_redistribute_local(const mg_spec *src, const mg_tensor *src_local, const mg_spec *dst,
                           mg_tensor **out, mg_arena *arena);
 
-/* Estimated bytes this rank sends to go from src to dst (0 when no
- * communication is needed). Used by dist/rules to pick strategies; depends only
- * on global metadata, so every rank gets the same number. */
+/* Bytes this rank sends to go from src to dst (0 when no communication is
+ * needed), walking the plan mg_redistribute_local runs on coordinate 0; it
+ * depends only on global metadata, so every rank gets the same number. The
+ * sharding rules price a candidate per mesh dim instead (rules.h's
+ * mg_rules_dim_cost); tests/test_redistribute.c holds the bytes counted to
+ * this. */
 double mg_redistribute_cost(const mg_spec *src, const mg_spec *dst);
 
 /* One step of going from src to dst as mg_redistribute_local makes it on

@@ -323,7 +323,8 @@ mg_dtensor *mg_op_scalar(const mg_mesh *mesh, float v) {
 
 /* ---- the path of a record ----------------------------------------------------- */
 
-/* The kernel's cost, summed for the step (mg_ops_cost). */
+/* The kernel's cost (the record's, op_def.h), summed in the context as the
+ * steps run (context.h's op_flops, op_bytes). */
 static void add_cost(const mg_op_def *def, const mg_op_call *c, mg_dtensor *const *in,
                      const mg_dtensor *out) {
     mg_op_cost k = {0, 4.0 * (double)out->local->numel};
