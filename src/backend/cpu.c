@@ -6,8 +6,8 @@
  * copy); big elementwise loops use OpenMP (only past PAR_MIN elements, so
  * small tensors pay nothing). Sums accumulate in double. In bf16 mode
  * (backend.h) the GEMMs of the vtable are cpu_gemm_bf16.c's; the kernels' own
- * GEMMs (mg_cpu_gemm) stay fp32.
- * Exports: mg_backend_cpu(), mg_cpu_gemm (cpu_internal.h). */
+ * GEMMs (mg_cpu_gemm, cpu_common.c) stay fp32.
+ * Exports: mg_backend_cpu(). */
 #include "backend/backend.h"
 
 #include <cblas.h>
@@ -17,8 +17,6 @@
 
 #include "backend/cpu_internal.h"
 #include "backend/kernel_math.h"
-
-const float mg_cpu_exp_lo = -88.0f, mg_cpu_exp_hi = 88.0f; /* see mg_cpu_exp */
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -39,35 +37,6 @@ static void cpu_memcpy(void *ctx, float *dst, const float *src, int64_t n) {
 }
 
 /* ---- matrix work -------------------------------------------------------------- */
-
-/* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */
-void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                 float *c, int64_t ldc) {
-    (void)ctx;
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) { /* empty contraction: C = beta C (beta 0 overwrites, as BLAS does) */
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++)
-                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-        return;
-    }
-    if (m == 1) { /* one row (a token of generation): sgemm would pack all of B for it */
-        int inc_a = trans_a ? (int)lda : 1;
-        if (trans_b) /* c (N) = B (N, K) a */
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b, (int)ldb, a, inc_a,
-                        beta, c, 1);
-        else /* c (N) = B^T a, B (K, N) */
-            cblas_sgemv(CblasRowMajor, CblasTrans, (int)k, (int)n, alpha, b, (int)ldb, a, inc_a,
-                        beta, c, 1);
-        return;
-    }
-    if (mg_cpu_gemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
-        return; /* a micro-batch against a large weight: sgemm would pack the weight */
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
-                (int)ldb, beta, c, (int)ldc);
-}
 
 /* fp32, or in bf16 mode (backend.h) cpu_gemm_bf16.c's GEMM of the same inputs */
 static void cpu_gemm_batched(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,

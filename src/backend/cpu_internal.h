@@ -56,7 +56,7 @@
  * loop waits for the two FMA units).
  *   - Each clamp is one max or min that lets NaN through (`a > b ? a : b`
  *     keeps b when either is NaN), and NaN stays NaN through the arithmetic.
- *     The bounds, -88 and 88, are defined in cpu.c so the compiler does not
+ *     The bounds, -88 and 88, are defined in cpu_common.c so the compiler does not
  *     know them here: with constants it folds the whole function at each
  *     bound and blends the results in, eight more instructions a loop.
  *   - Clamped at -88, n is -127 and 2^n's exponent bits are 0: the scale is
@@ -90,7 +90,7 @@ static inline float mg_cpu_exp(float x) {
     return p * scale;
 }
 
-/* cpu.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, as the gemm entry;
+/* cpu_common.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, as the gemm entry;
  * empty sizes are fine (k = 0 gives C = beta C). */
 void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,

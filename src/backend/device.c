@@ -1,10 +1,11 @@
-/* device.c: where tensors live (see device.h): the device choice of this
- * process (kept in the context; mg_set_device, which agrees on it across the
- * ranks, is in dist/world.c), copies of local tensors across devices, and
- * without CUDA the CUDA hooks of device.h as stubs (cuda.cu defines them
- * otherwise).
- * Exports: mg_get_device, mg_device_use, mg_device_synchronize,
- * mg_tensor_copy_any, mg_tensor_to_device (and the stubs). */
+/* device.c: where tensors live (see device.h): a tensor's backend, the
+ * device choice of this process (kept in the context; mg_set_device, which
+ * agrees on it across the ranks, is in dist/world.c), copies of local tensors
+ * across devices, and without CUDA the CUDA hooks of device.h as stubs
+ * (cuda.cu defines them otherwise).
+ * Exports: mg_backend_of, mg_backend_cuda (NULL when built without CUDA),
+ * mg_get_device, mg_device_use, mg_device_synchronize, mg_tensor_copy_any,
+ * mg_tensor_to_device (and the stubs). */
 #include "config.h"
 
 #include "backend/device.h"
@@ -16,6 +17,20 @@
 #include "backend/backend.h"
 #include "context.h"
 #include "status.h"
+
+/* ---- a tensor's backend ----------------------------------------------------------- */
+
+#ifndef MG_HAVE_CUDA
+mg_backend *mg_backend_cuda(void) { return NULL; }
+#endif
+
+mg_backend *mg_backend_of(const mg_tensor *t) {
+    if (!t) return NULL;
+    if (t->device == MG_DEVICE_CUDA) return mg_backend_cuda();
+    if (t->device == MG_DEVICE_CPU) return mg_backend_cpu();
+    if (t->device == MG_DEVICE_META) return mg_backend_meta();
+    return NULL;
+}
 
 /* ---- copies across devices ------------------------------------------------------ */
 
