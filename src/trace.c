@@ -2,7 +2,7 @@
  * of open spans, the soft op span, and the Chrome-trace JSON of a rank's
  * events. State: the context's `trace` (and its `tracing` flag).
  * Exports: mg_trace_start, mg_trace_stop, mg_trace_now, mg_trace_begin,
- * mg_trace_end, mg_trace_op_begin, mg_trace_op_end, mg_trace_kernel,
+ * mg_trace_end, mg_trace_op_begin, mg_trace_op_cost, mg_trace_op_end, mg_trace_kernel,
  * mg_trace_comm, mg_trace_format, mg_trace_free. */
 #include "trace.h"
 
@@ -41,6 +41,7 @@ struct mg_trace {
      * of the last kernel or collective seen while open */
     const char *op;
     int64_t op_t0, op_last;
+    int64_t op_flops, op_bytes; /* its kernel's cost (mg_trace_op_cost) */
 };
 
 static const char *const cat_names[MG_TRACE_CATS] = {
@@ -84,7 +85,8 @@ static void emit(struct mg_trace *t, int cat, const char *name, int64_t t0, int6
  * closed by its own end). */
 static void close_op(struct mg_trace *t, int64_t now) {
     if (!t->op) return;
-    emit(t, MG_TRACE_OP, t->op, t->op_t0, now ? now : t->op_last, 0, 0, 0, 0);
+    emit(t, MG_TRACE_OP, t->op, t->op_t0, now ? now : t->op_last, t->op_flops, t->op_bytes, 0,
+         0);
     t->op = NULL;
 }
 
@@ -123,6 +125,14 @@ void mg_trace_op_begin(const char *who) {
     close_op(t, 0);
     t->op = who;
     t->op_t0 = t->op_last = clock_ns();
+    t->op_flops = t->op_bytes = 0;
+}
+
+void mg_trace_op_cost(double flops, double bytes) {
+    mg_context *c = mg_ctx();
+    if (!c->tracing || !c->trace->op) return;
+    c->trace->op_flops += (int64_t)flops;
+    c->trace->op_bytes += (int64_t)bytes;
 }
 
 void mg_trace_op_end(void) {
@@ -238,6 +248,9 @@ static void span(text *x, const event *e, int rank, int64_t origin) {
     switch (e->cat) {
     case MG_TRACE_STEP: add(x, "\"step\":%lld", (long long)e->a); break;
     case MG_TRACE_BACKWARD: add(x, "\"node\":%lld", (long long)e->a); break;
+    case MG_TRACE_OP:
+        add(x, "\"flops\":%lld,\"bytes\":%lld", (long long)e->a, (long long)e->b);
+        break;
     case MG_TRACE_KERNEL:
         add(x, "\"m\":%lld,\"n\":%lld,\"k\":%lld", (long long)e->a, (long long)e->b,
             (long long)e->c);

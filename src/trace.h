@@ -24,7 +24,7 @@
  * the ranks' timelines line up to the barrier's skew).
  *
  * Exports: mg_trace_cat, mg_trace_start, mg_trace_stop, mg_trace_begin,
- * mg_trace_end, mg_trace_op_begin, mg_trace_op_end, mg_trace_kernel,
+ * mg_trace_end, mg_trace_op_begin, mg_trace_op_cost, mg_trace_op_end, mg_trace_kernel,
  * mg_trace_comm, mg_trace_now, mg_trace_format, mg_trace_free. */
 #ifndef MG_TRACE_H
 #define MG_TRACE_H
@@ -60,6 +60,9 @@ void mg_trace_end(void);
 /* An op starts (`who`: its name) / was recorded on the tape. */
 void mg_trace_op_begin(const char *who);
 void mg_trace_op_end(void);
+/* The open op's kernel cost (its record's, op_def.h): the span's args "flops"
+ * and "bytes" (this rank's shard). */
+void mg_trace_op_cost(double flops, double bytes);
 /* A kernel ran from t0 (mg_trace_now) to now; a, b, c: its sizes. */
 void mg_trace_kernel(const char *name, int64_t t0, int64_t a, int64_t b, int64_t c);
 /* A collective or transfer completed (flight.c): way 0 a collective, 1 a send,

@@ -5,7 +5,8 @@
 # `meshgrad bench step` (fsdp), and of tests/trace_p2p (a linear layer and a
 # ring of point-to-point transfers a step, on 1, 2 and 4 ranks) is a Chrome
 # trace that tests/check_trace.py accepts: valid JSON, one process per rank,
-# every flow (send to receive) with both ends, spans nesting on every thread.
+# every flow (send to receive) with both ends, spans nesting on every thread;
+# an op span carries its record's cost of the rank's shard (FLOPs, bytes).
 # Without python3 the same is checked more coarsely with grep. A file that is
 # not a trace of ours is never replaced; bad ranges are refused.
 . "$(dirname "$0")/check.sh"
@@ -42,10 +43,15 @@ check "train on 1 rank writes its trace: exit $?" grep -q "^trace: $tmp/t1.json,
 check_output "... a valid timeline" valid "$tmp/t1.json" 1
 check "... with ops, kernels and backward nodes" \
     sh -c "grep -q '\"cat\":\"op\"' $tmp/t1.json && grep -q '\"name\":\"gemm\",\"cat\":\"kernel\"' $tmp/t1.json && grep -q '\"cat\":\"backward\"' $tmp/t1.json"
+# the first layer's linear, x (32, 64) W^T (64 -> 128): 2 x 32 x 64 x 128 FLOPs, its record's cost
+check "... an op span carries its record's cost: mg_linear of 524288 FLOPs" \
+    grep -q '"name":"mg_linear","cat":"op",[^}]*"args":{"flops":524288,' "$tmp/t1.json"
 run 2 "$prog" train $common --trace "$tmp/t2.json"
 check "train on 2 ranks (default steps 2:4): exit $?" grep -q "^trace: $tmp/t2.json, steps 2 to 4 of 2 ranks" "$tmp/out"
 check_output "... a valid timeline of both ranks, with collectives" valid "$tmp/t2.json" 2
 check "... 3 steps on each rank" test "$(grep -c '"cat":"step"' "$tmp/t2.json")" -eq 6
+check "... each rank's op cost is its shard's: the first linear on 16 rows, 262144 FLOPs" \
+    grep -q '"name":"mg_linear","cat":"op",[^}]*"args":{"flops":262144,' "$tmp/t2.json"
 run 4 "$prog" train $common --mesh 2x2 --parallel dp,tp --trace "$tmp/t4.json" --trace-steps 5:6
 check "train on a 2x2 mesh (dp,tp): exit $?" grep -q "^trace: $tmp/t4.json, steps 5 to 6 of 4 ranks" "$tmp/out"
 check_output "... a valid timeline of all 4 ranks" valid "$tmp/t4.json" 4

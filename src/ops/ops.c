@@ -323,8 +323,8 @@ mg_dtensor *mg_op_scalar(const mg_mesh *mesh, float v) {
 
 /* ---- the path of a record ----------------------------------------------------- */
 
-/* The kernel's cost (the record's, op_def.h), summed in the context as the
- * steps run (context.h's op_flops, op_bytes). */
+/* The kernel's cost (the record's, op_def.h): the op's span in --trace, and
+ * summed in the context as the steps run (context.h's op_flops, op_bytes). */
 static void add_cost(const mg_op_def *def, const mg_op_call *c, mg_dtensor *const *in,
                      const mg_dtensor *out) {
     mg_op_cost k = {0, 4.0 * (double)out->local->numel};
@@ -332,6 +332,7 @@ static void add_cost(const mg_op_def *def, const mg_op_call *c, mg_dtensor *cons
     mg_context *ctx = mg_ctx();
     ctx->op_flops += k.flops;
     ctx->op_bytes += k.bytes;
+    mg_trace_op_cost(k.flops, k.bytes);
 }
 
 mg_dtensor *mg_op_run(const mg_op_def *def, mg_op_call *c) {
