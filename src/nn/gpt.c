@@ -170,12 +170,7 @@ void mg_gpt_free(mg_gpt *g) {
 
 /* x at placements p (no-op when it is there); recorded for autograd. */
 static mg_dtensor *to(const mg_dtensor *x, const mg_placement *p) {
-    if (!x) return NULL;
-    mg_spec s;
-    if (mg_spec_make(&s, x->spec.mesh, p, x->spec.mesh->ndim, x->spec.ndim, x->spec.shape,
-                     "gpt activation") != MG_OK)
-        return NULL;
-    return mg_op_redistribute(x, &s);
+    return mg_op_redistribute_to(x, p, "gpt activation");
 }
 
 static mg_dtensor *use(mg_param_table *t, int i) { return mg_params_use(t, i); }

@@ -135,6 +135,15 @@ mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target) {
     return redistribute_recorded(x, target, true);
 }
 
+mg_dtensor *mg_op_redistribute_to(const mg_dtensor *x, const mg_placement *p, const char *what) {
+    if (!x) return NULL;
+    mg_spec s;
+    if (mg_spec_make(&s, x->spec.mesh, p, x->spec.mesh->ndim, x->spec.ndim, x->spec.shape,
+                     what) != MG_OK)
+        return NULL;
+    return mg_op_redistribute(x, &s);
+}
+
 /* Every rank must ask for the same placements: one small all-reduce checks it
  * (ranks asking for different ones ran on with wrong blocks, or waited in the
  * watchdog for minutes) on a mesh of the whole world, as the user's are. */

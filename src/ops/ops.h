@@ -27,6 +27,10 @@
 /* x brought to `target` (same mesh and global shape); x itself when equal.
  * Recorded when gradients are on (its VJP is the mirror move). */
 mg_dtensor *mg_op_redistribute(const mg_dtensor *x, const mg_spec *target);
+/* The same to placements p (one per mesh dim), as a model moves its
+ * activations between its plan's regions; NULL x gives NULL (a chain of ops
+ * stops at its first failure); `what` names x in a message. */
+mg_dtensor *mg_op_redistribute_to(const mg_dtensor *x, const mg_placement *p, const char *what);
 /* dy (..., N), w (N, K) -> dx (..., K) = dy w */
 mg_dtensor *mg_op_linear_input_grad(const mg_dtensor *dy, const mg_dtensor *w);
 /* dy (..., N), x (..., K) -> dw (N, K) = sum over the batch of dy^T x */
