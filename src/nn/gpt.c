@@ -148,10 +148,7 @@ int mg_gpt_init_held(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg
         if (held && !held[layer] && !(k == 0 && g->wte_copy)) continue;
         mg_gpt_param_desc d;
         mg_gpt_param_describe(cfg, k, &d);
-        mg_placement store[MG_MAX_MESH_DIMS], use[MG_MAX_MESH_DIMS];
-        mg_plan_gpt_param(plan, d.role, store, use);
-        t->next_index = k; /* its place in the whole model: the same initial values */
-        rc = mg_params_add_init(t, mesh, d.name, d.ndim, d.shape, store, use, seed, d.init);
+        rc = mg_gpt_param_add(t, mesh, plan, k, &d, seed);
         if (rc < 0) {
             mg_gpt_free(g);
             return rc;
@@ -159,6 +156,14 @@ int mg_gpt_init_held(mg_gpt *g, mg_param_table *t, const mg_mesh *mesh, const mg
         *mg_gpt_param_slot(g, k) = rc;
     }
     return MG_OK;
+}
+
+int mg_gpt_param_add(mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan, int k,
+                     const mg_gpt_param_desc *d, uint64_t seed) {
+    mg_placement store[MG_MAX_MESH_DIMS], use[MG_MAX_MESH_DIMS];
+    mg_plan_gpt_param(plan, d->role, store, use);
+    t->next_index = k; /* its place in the whole model: the same initial values */
+    return mg_params_add_init(t, mesh, d->name, d->ndim, d->shape, store, use, seed, d->init);
 }
 
 void mg_gpt_free(mg_gpt *g) {

@@ -56,7 +56,7 @@
  * mg_gpt_free, mg_gpt_embed, mg_gpt_block_forward, mg_gpt_head, mg_gpt_forward,
  * mg_gpt_param_count, mg_gpt_cache, mg_gpt_cache_init, mg_gpt_cache_free,
  * mg_gpt_cache_make, mg_gpt_cache_release, mg_gpt_cache_store,
- * mg_gpt_forward_cached, mg_gpt_layer_costs. */
+ * mg_gpt_forward_cached, mg_gpt_layer_costs, mg_gpt_param_add. */
 #ifndef MG_NN_GPT_H
 #define MG_NN_GPT_H
 
@@ -153,6 +153,13 @@ int mg_gpt_cache_store(mg_gpt_cache *c, int l, mg_dtensor *const *kv, int64_t po
  * pos + n positions. */
 mg_dtensor *mg_gpt_forward_cached(mg_gpt *g, mg_param_table *t, mg_gpt_cache *c,
                                   const mg_dtensor *ids, int64_t pos);
+
+/* Parameter k of a language model (described by d: the GPT's or the Llama's)
+ * added to t on `mesh` with the placements of its role under `plan`, at index
+ * k of the whole model (so every stage draws the same initial values): its
+ * index in t, or a negative status. */
+int mg_gpt_param_add(mg_param_table *t, const mg_mesh *mesh, const mg_plan *plan, int k,
+                     const mg_gpt_param_desc *d, uint64_t seed);
 
 /* The L + 2 pipeline layers' costs per row (one sequence of ctx tokens):
  * the embedding, the blocks, the head (nn/pipeline_cost.h). */

@@ -177,10 +177,7 @@ int mg_llama_init_held(mg_llama *m, mg_param_table *t, const mg_mesh *mesh, cons
         if (held && !held[layer] && !(k == 0 && m->emb_copy)) continue;
         mg_gpt_param_desc d;
         mg_llama_param_describe(cfg, k, &d);
-        mg_placement store[MG_MAX_MESH_DIMS], use[MG_MAX_MESH_DIMS];
-        mg_plan_gpt_param(plan, d.role, store, use);
-        t->next_index = k; /* its place in the whole model: the same initial values */
-        rc = mg_params_add_init(t, mesh, d.name, d.ndim, d.shape, store, use, seed, d.init);
+        rc = mg_gpt_param_add(t, mesh, plan, k, &d, seed);
         if (rc < 0) {
             mg_llama_free(m);
             return rc;
