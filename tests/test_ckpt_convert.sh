@@ -10,7 +10,7 @@
 #   for llama2c;
 # - outputs: an existing OUT or config.json is refused without --overwrite and
 #   left as it was; with it only a file of the command's kind is replaced (not
-#   a foreign file, a link, the input);
+#   a foreign file, a link, the input, a FIFO or a device node);
 # - lying files (tests/test_convert_files --write: bad header lengths, JSON,
 #   dtypes, shapes, offsets, overlaps; llama2c headers of sizes that cannot be
 #   or do not match the length), truncated exports, configs whose sizes
@@ -203,6 +203,16 @@ mkdir "$tmp/alone" && cp "$out" "$tmp/alone/"
 check_refused "no config.json beside the file" 1 "needs the config.json" \
     "$prog" ckpt import --format safetensors "$tmp/alone/model.safetensors" "$tmp/lie.h5"
 check "no refused import wrote anything" test ! -e "$tmp/lie.h5"
+# OUT passes the rule of every output (io/files.h): a FIFO or a device node is refused at
+# once, never opened
+mkfifo "$tmp/out.fifo"
+check_refused "export OUT naming a FIFO: refused at once, not waited on" 1 \
+    "will not replace .*out.fifo: it is a FIFO" \
+    "$prog" ckpt export --format safetensors "$tmp/gpt.h5" "$tmp/out.fifo"
+if mknod "$tmp/null" c 1 3 2>/dev/null; then
+    check_refused "export OUT naming a device node (mknod c 1 3)" 1 "will not replace .*null: it is a device" \
+        "$prog" ckpt export --format safetensors --overwrite "$tmp/gpt.h5" "$tmp/null"
+fi
 
 if command -v valgrind >/dev/null 2>&1 && [ -x "$top/libtool" ]; then
     CK_FORK=no "$TIMEOUT" 600 "$top/libtool" --mode=execute valgrind -q --error-exitcode=3 \

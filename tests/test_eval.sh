@@ -10,7 +10,8 @@
 # - refusals, one line and a non-zero exit each: no --resume, no --data, a
 #   data set of another vocabulary, --split other, --text without --logits,
 #   pp with --logits, an existing --logits file without --overwrite (left as
-#   it was; with it only eval's own is replaced), an MLP's checkpoint;
+#   it was; with it only eval's own is replaced), an MLP's checkpoint, a
+#   FIFO or a device node as --logits;
 # - a Llama (4 heads, 2 kv heads, untied head) trained 20 steps: eval_loss on
 #   1 rank is train's val_loss, within 1e-6 on 2 ranks (tp, pp) and 4 (2x2
 #   fsdp,tp+sp); its --logits on 2 tp within 1e-4; exported to safetensors and
@@ -119,6 +120,16 @@ mg 1 train --model mlp --data "$data" --steps 2 --log-every 0 --threads 1 --save
 check_refused "an MLP's checkpoint" 1 "holds a model of kind mlp" \
     "$prog" eval --resume "$tmp/mlp.h5" --data "$mobydick"
 check_refused "an unknown flag" 1 "unknown option" "$prog" eval --resume "$tmp/gpt.h5" --lr 3
+# --logits passes the rule of every output (io/files.h): a FIFO or a device node is
+# refused at once, never opened
+mkfifo "$tmp/logits.fifo"
+check_refused "--logits naming a FIFO: refused at once, not waited on" 1 \
+    "will not replace .*logits.fifo: it is a FIFO" \
+    "$prog" eval --resume "$tmp/gpt.h5" --text "$tmp/text.txt" --logits "$tmp/logits.fifo"
+if mknod "$tmp/null" c 1 3 2>/dev/null; then
+    check_refused "--logits naming a device node (mknod c 1 3)" 1 "will not replace .*null: it is a device" \
+        "$prog" eval --resume "$tmp/gpt.h5" --text "$tmp/text.txt" --logits "$tmp/null"
+fi
 
 # ---- a Llama ---------------------------------------------------------------------------------
 mg 1 train --model llama --data "$mobydick" --layers 2 --heads 4 --kv-heads 2 --embd 32 \

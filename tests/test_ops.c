@@ -1,4 +1,5 @@
-/* test_ops.c: every sharded op against the single-process computation.
+/* test_ops.c: every sharded op against the single-process computation, and
+ * mg_scale's refusal of a factor that is not finite.
  * - grad: central finite differences vs the VJP (all inputs Replicate, so each
  *   rank computes the whole thing), for every op case.
  * - dist: every op on meshes of the world size (1-D and 2-D) for placement
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 
 #include "ops_cases.h"
+#include "status.h"
 #include "testutil.h"
 
 typedef struct {
@@ -307,6 +309,31 @@ START_TEST(test_distributed_matches_single) {
 }
 END_TEST
 
+/* mg_scale by a factor that is not finite is refused (it was taken: NaN
+ * spread through the step), on every placement, with one message. */
+START_TEST(test_scale_refuses_nonfinite) {
+    mg_mesh *mesh = mg_test_mesh1d();
+    const mg_placement ps[3] = {MG_REPLICATE, MG_SHARD(0), MG_PARTIAL_SUM};
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        mg_dtensor *x = mg_test_dtensor(mesh, 2, (int64_t[]){4, 3}, ps[i], 7);
+        mg_assert_all(x != NULL, "%s", mg_last_error());
+        for (int j = 0; j < 3; j++) {
+            mg_assert_all(mg_scale(x, bad[j]) == NULL, "mg_scale by %g accepted", bad[j]);
+            mg_assert_all(mg_last_code() == MG_EINVAL &&
+                              strstr(mg_last_error(), "mg_scale: the factor is") &&
+                              strstr(mg_last_error(), "give a finite number"),
+                          "message: %s", mg_last_error());
+        }
+        mg_dtensor *y = mg_scale(x, 0.5f);
+        mg_assert_all(y != NULL, "a finite factor after the refusals: %s", mg_last_error());
+        mg_step_end();
+        mg_dtensor_free(x);
+    }
+    mg_mesh_free(mesh);
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("ops");
     const TTest *none[] = {NULL};
@@ -314,6 +341,8 @@ static Suite *make_suite(void) {
     tcase_add_loop_test(g, test_finite_differences, 0, n_op_cases);
     TCase *d = mg_test_case(s, "distributed", none);
     tcase_add_loop_test(d, test_distributed_matches_single, 0, n_op_cases);
+    const TTest *refusals[] = {test_scale_refuses_nonfinite, NULL};
+    mg_test_case(s, "refusals", refusals);
     return s;
 }
 
