@@ -17,13 +17,15 @@
 #   wrong    none of these: refused what it should take, or took what it
 #            should refuse.
 # The families: every output path (--metrics, --save, --trace, --flight-dir's
-# dump, text2h5 OUT, csv2h5 --out, ckpt bench's file) over a planted symbolic
-# link, a FIFO, a device node (mknod, root), the data set, a directory and a
-# file that is not the program's, and --save over another run's checkpoint
+# dump, text2h5 OUT, csv2h5 --out, ckpt bench's file, eval --logits, ckpt
+# export's OUT) over a planted symbolic link, a FIFO, a device node (mknod,
+# root), the data set, a directory and a file that is not the program's, and
+# --save over another run's checkpoint
 # (without and with --overwrite); inputs that are a FIFO, a copy of /dev/zero,
 # a truncated gzip; --val-fraction 0; hostile checkpoints for ckpt info and
 # resume (2^62 elements, 3000 nested groups, no checksum, unwritten chunks, an
-# external link, a NaN, an extra dataset, control bytes in an attribute);
+# external link, a NaN, an extra dataset, control bytes in an attribute, a
+# GPT's model.layers of a million) and a train of 1e8 layers;
 # hostile dumps for trace analyze; a full disk (a 200 kB tmpfs, root); SIGSTOP
 # of a rank; SIGTERM of ckpt bench. --quick runs the cases marked quick (the
 # short run of make check, tests/test_hostile.sh); --only runs the cases whose
@@ -81,6 +83,8 @@ flight_notours 0
 text2h5_out_symlink 0
 text2h5_out_dataset 1
 csv2h5_out_fifo 0
+logits_fifo 0
+export_fifo 0
 bench_notours 0
 text2h5_fifo 1
 text2h5_zero 1
@@ -100,6 +104,8 @@ info_escape 1
 resume_extra 1
 resume_nan 0
 resume_escape 0
+gpt_layers_lie 1
+train_huge_layers 1
 trace_dump_fifo 0
 trace_dump_ranks 0
 trace_dump_nested 0
@@ -124,7 +130,9 @@ outside=$tmp/outside # the guard: nothing in it may change
 mkdir -p "$outside" "$tmp/case"
 echo "a victim" >"$outside/victim.txt"
 cp "$data" "$outside/data.h5"
-if ! "$prog" train --data "$data" $small --steps 5 --save "$outside/good.h5" >"$tmp/setup.out" 2>&1; then
+if ! "$prog" train --data "$data" $small --steps 5 --save "$outside/good.h5" >"$tmp/setup.out" 2>&1 ||
+    ! "$prog" train --model gpt --data "$build/data/mobydick.h5" --layers 2 --heads 2 --embd 32 \
+        --ctx 16 --batch 4 --steps 2 --log-every 0 --save "$outside/gpt.h5" >>"$tmp/setup.out" 2>&1; then
     cat "$tmp/setup.out"
     exit 1
 fi
@@ -201,6 +209,12 @@ case_text2h5_out_dataset() {
     printf 'some text for a data set\n%.0s' 1 2 3 4 5 6 7 8 >t.txt
     try refuse "$prog" data text2h5 t.txt "$outside/victim.txt"
 }
+case_logits_fifo() {
+    printf 'Call me Ishmael.' >t.txt
+    mkfifo l.h5
+    try refuse "$prog" eval --resume "$outside/gpt.h5" --text t.txt --logits l.h5
+}
+case_export_fifo() { mkfifo o.st; try refuse "$prog" ckpt export --format safetensors "$outside/gpt.h5" o.st; }
 case_csv2h5_out_fifo() {
     printf '0,1,2,3,1\n4,5,6,7,0\n' >s.csv
     mkfifo o.h5
@@ -252,6 +266,16 @@ case_resume_extra() {
     command -v h5copy >/dev/null 2>&1 || { skip "no h5copy"; return; }
     h5copy -i "$outside/good.h5" -o c.h5 -s /params/fc1.bias -d /params/fc3.bias
     try refuse mpi_train --steps 8 --resume c.h5
+}
+# a GPT checkpoint whose model.layers says a million (it built a model of 3 GB
+# and more before checking anything), and a train of 1e8 layers (5 GB before
+# any check): refused at once, in bounded memory
+case_gpt_layers_lie() {
+    cp "$outside/gpt.h5" g.h5 && "$tool" set-attr g.h5 model.layers 1000000 >/dev/null 2>&1
+    try refuse "$prog" generate --resume g.h5 --tokens 5
+}
+case_train_huge_layers() {
+    try refuse "$prog" train --model gpt --data "$build/data/mobydick.h5" --layers 100000000 --steps 1
 }
 case_resume_nan() { edited set c.h5 params/fc2.bias 1 nan; try refuse train --steps 8 --resume c.h5; }
 case_resume_escape() {
