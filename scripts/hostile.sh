@@ -110,6 +110,7 @@ trace_dump_fifo 0
 trace_dump_ranks 0
 trace_dump_nested 0
 trace_dump_escape 0
+trace_dump_many 0
 full_save 0
 full_text2h5 0
 sigstop 0
@@ -294,6 +295,17 @@ case_trace_dump_ranks() { dump '"comms":[{"name":"x","dim":0,"ordinal":0,"ranks"
 case_trace_dump_nested() {
     dump "\"comms\":$(awk 'BEGIN { for (i = 0; i < 5000; i++) printf "["; for (i = 0; i < 5000; i++) printf "]" }'),\"entries\":[]"
     try refuse "$prog" trace analyze fl
+}
+# 300 ranks' dumps that disagree on who is in the communicator (each names
+# rank 0 alone): the report names every rank (it printed "Ranks  wait" with
+# no rank, once a rank) in an address space of 1 GB
+case_trace_dump_many() {
+    mkdir fl
+    for r in $(seq 0 299); do
+        printf '{"meshgrad_flight":1,"reason":"test","rank":%d,"world":300,"now_ns":2000000000,"step":3,"comms":[{"name":"meshgrad mesh","dim":-1,"ordinal":0,"ranks":[0],"seq":5}],"entries":[{"comm":0,"seq":5,"op":"all_reduce","peer":-1,"bytes":4,"dtype":"float32","step":3,"state":"started","post_ns":1,"start_ns":1,"end_ns":0}]}\n' "$r" >"fl/rank-$r.json"
+    done
+    try ok sh -c 'ulimit -v 1000000 && exec "$0" trace analyze fl' "$prog"
+    holds sh -c "! grep -q 'Ranks  ' out && grep -q 'Rank 299 waits in all_reduce' out"
 }
 case_trace_dump_escape() {
     dump '"comms":[{"name":"w\u001b[2J","dim":-1,"ordinal":0,"ranks":[0],"seq":1}],"entries":[{"comm":0,"seq":1,"op":"x\u001b[K\r","peer":-1,"bytes":4,"dtype":"float32","step":3,"state":"started","post_ns":1,"start_ns":1,"end_ns":0}]'

@@ -378,6 +378,7 @@ static void say_reached(waits_t *g, int w, const entry_t *e) {
     int W = job->world;
     const comm_t *c = &job->comms[e->comm];
     char *group = g->blk + (size_t)w * W; /* no blockers: its row is free to use */
+    group[w] = 1; /* w itself, even when its dump leaves it out of the members */
     int together = e->peer < 0;
     for (int i = 0; i < c->nranks; i++) {
         int m = c->ranks[i];
