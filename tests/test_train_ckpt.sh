@@ -142,6 +142,21 @@ wait_steps() {
     return 1
 }
 
+# wait_bounded PID S: waits for the job PID, killed after S seconds if it
+# has not ended; its status in $rc
+wait_bounded() {
+    (
+        i=0
+        while [ "$i" -lt $(($2 * 10)) ] && kill -0 "$1" 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        kill -KILL "$1" 2>/dev/null
+    ) &
+    wait "$1"
+    rc=$?
+}
+
 # preempt TAG NP SIGNAL WHO ARGS...: starts a 1000-step run, sends SIGNAL after 5 steps
 # to WHO (mpirun, last-rank, process), waits; status in $rc
 preempt() {
@@ -161,16 +176,7 @@ preempt() {
         esac
     fi
     # the run has 1000 steps: kill it after 60 s if the signal did not stop it
-    (
-        i=0
-        while [ "$i" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
-            sleep 0.1
-            i=$((i + 1))
-        done
-        kill -KILL "$pid" 2>/dev/null
-    ) &
-    wait "$pid"
-    rc=$?
+    wait_bounded "$pid" 60
     if [ "$rc" -eq 0 ] && grep -q "stopped by SIG$sig after step" "$tmp/$tag.out"; then
         pass "$tag: SIG$sig to $who: exit 0, $(grep 'stopped by' "$tmp/$tag.out")"
     else
@@ -202,16 +208,7 @@ rm -f "$tmp/cwd/meshgrad-preempt.h5"
     --save "$tmp/pre-term/" >"$tmp/pre-term.out" 2>&1 &
 pid=$!
 wait_steps pre-term 5 && kill -TERM "$pid"
-(
-    i=0
-    while [ "$i" -lt 300 ] && kill -0 "$pid" 2>/dev/null; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null
-) &
-wait "$pid"
-rc=$?
+wait_bounded "$pid" 30
 check "SIGTERM to mpirun: it exits $rc, not 0 (Open MPI's own status, as documented)" test "$rc" -ne 0
 check_output "... and ckpt info of the --save directory verifies the checkpoint the ranks saved" \
     "$prog" ckpt info "$tmp/pre-term/"
