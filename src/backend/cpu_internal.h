@@ -121,6 +121,21 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc);
 
+/* cpu_gemm_det.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, with one
+ * canonical order of additions over K, whatever M, N, the threads or the ISA:
+ * blocks of MG_GEMM_DET_BLOCK k, each a chain of fmaf from +0 in ascending k,
+ * summed in the binary tree that makes an aligned power-of-two range of
+ * blocks a subtree (the file's opening comment has the contract). */
+#define MG_GEMM_DET_BLOCK 64
+void mg_cpu_gemm_det(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc);
+/* For tests and benchmarks: the path mg_cpu_gemm_det takes, MG_ISA_AVX512,
+ * MG_ISA_AVX2 or MG_ISA_GENERIC (the scalar one), or -1 for the CPU's best
+ * (lowered by MG_CPU_ISA). 0, or -1 when this CPU or build lacks the path
+ * (nothing changed). Every path gives the same bits. */
+int mg_cpu_gemm_det_force(int isa);
+
 /* cpu_nn.c */
 void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor *max, const mg_tensor *sum,
                     bool log, mg_tensor *out);
