@@ -234,32 +234,46 @@ AVX512 static void z_pack(const det_job *J, int64_t p) {
         __mmask16 mk = kq == 16 ? (__mmask16)0xffff : (__mmask16)((1u << kq) - 1);
         for (int h = 0; h < 2; h++) {
             __m512 r[16], t[16];
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
                 r[j] = h * 16 + j < w ? _mm512_maskz_loadu_ps(mk, J->b + (j0 + h * 16 + j) * J->ldb + q0)
                                       : _mm512_setzero_ps();
+#pragma GCC unroll 16
             for (int i = 0; i < 8; i++) {
                 t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
                 t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
             }
+#pragma GCC unroll 16
             for (int i = 0; i < 4; i++) {
                 r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
                 r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
                 r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
                 r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
             }
+#pragma GCC unroll 16
             for (int c = 0; c < 4; c++) {
                 t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
                 t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
                 t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
                 t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
             }
+#pragma GCC unroll 16
             for (int c = 0; c < 4; c++) {
                 r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
                 r[c + 8] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
                 r[c + 4] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
                 r[c + 12] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
             }
-            for (int64_t x = 0; x < kq; x++) _mm512_storeu_ps(dst + (q0 + x) * NR + h * 16, r[x]);
+            if (kq == 16) {
+#pragma GCC unroll 16
+                for (int x = 0; x < 16; x++) _mm512_storeu_ps(dst + (q0 + x) * NR + h * 16, r[x]);
+            } else {
+                float *d = dst + q0 * NR + h * 16;
+                alignas(64) float tmp[16][16];
+#pragma GCC unroll 16
+                for (int x = 0; x < 16; x++) _mm512_store_ps(tmp[x], r[x]);
+                for (int64_t x = 0; x < kq; x++) memcpy(d + x * NR, tmp[x], sizeof tmp[x]);
+            }
         }
     }
 }
@@ -381,26 +395,44 @@ static void rest_rows(const det_path *P, const det_job *J, int64_t p0, int64_t p
     }
 }
 
+/* Item `it` of gemm_vector's: a full tile, or the rows left over a chunk of
+ * panels. by_panel: full tiles panel-major (a panel's rows follow each other). */
+static void run_item(const det_path *P, const det_job *J, int64_t it, int64_t full, int by_panel,
+                     void *stk) {
+    int64_t np = J->npanels, chunk = P->np[2];
+    if (it < full * np) {
+        int64_t t = by_panel ? it % full : it / np, p = by_panel ? it / full : it % np;
+        P->full[J->ta](J, t * P->mr, p, stk);
+    } else {
+        int64_t p0 = (it - full * np) * chunk;
+        rest_rows(P, J, p0, p0 + chunk < np ? p0 + chunk : np, stk);
+    }
+}
+
 static void gemm_vector(const det_path *P, det_job *J) {
     int64_t full = J->m / P->mr, np = J->npanels;
     int64_t chunk = P->np[2]; /* panels per item of the rows left */
     int64_t rest = J->m % P->mr ? (np + chunk - 1) / chunk : 0;
     int64_t items = full * np + rest;
+    /* the packed op(B) past half of L2: each panel in turn over all the rows,
+     * so that it is read from L2 while A streams; else a row tile in turn
+     * over all the panels (A's tile stays in L1) */
+    int by_panel = (double)J->k * (double)J->nr * (double)np * sizeof(float) > 512 * 1024;
     int par = max_threads() > 1 && (double)J->m * (double)J->n * (double)J->k > (double)(1 << 18);
-#pragma omp parallel if (par)
+    if (!par) { /* no parallel region: its cost shows on a one-row product */
+        alignas(64) float stk[MAX_LEVELS * MAX_ACC * 16];
+        for (int64_t p = 0; p < np; p++) P->pack(J, p);
+        for (int64_t it = 0; it < items; it++) run_item(P, J, it, full, by_panel, stk);
+        return;
+    }
+#pragma omp parallel
     {
         /* the stack of partials: MAX_LEVELS levels of a tile's vectors */
         alignas(64) float stk[MAX_LEVELS * MAX_ACC * 16];
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < np; p++) P->pack(J, p);
 #pragma omp for schedule(static)
-        for (int64_t it = 0; it < items; it++) {
-            if (it < full * np) P->full[J->ta](J, it / np * P->mr, it % np, stk);
-            else {
-                int64_t p0 = (it - full * np) * chunk;
-                rest_rows(P, J, p0, p0 + chunk < np ? p0 + chunk : np, stk);
-            }
-        }
+        for (int64_t it = 0; it < items; it++) run_item(P, J, it, full, by_panel, stk);
     }
 }
 
