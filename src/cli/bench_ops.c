@@ -5,6 +5,8 @@
  *           --device cuda, on the GPU next to raw cuBLAS (--tf32: TF32 math).
  *           --dtype bf16: bf16 GEMM inputs (backend.h); the raw GEMMs are then
  *           the backend's, which round the fp32 inputs first, as mg_linear does.
+ *           --det: each of the three GEMMs alone, the deterministic kernel
+ *           (cpu_gemm_det.c) next to cblas_sgemm, on the host.
  *   ops     per-op dispatch overhead on tiny tensors (microseconds per op), next
  *           to a 8-byte control all-reduce on the same ranks; then the
  *           network kernels against their references (bench_nn.c).
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_internal.h"
 #include "backend/device.h"
 #include "cli/bench_util.h"
 #include "cli/cli.h"
@@ -32,11 +35,11 @@
 /* ---- linear ------------------------------------------------------------------ */
 
 static const char linear_usage[] = "linear [--m M] [--k K] [--n N] [--iters I] [--threads T] "
-                                   "[--device cpu|cuda] [--tf32] [--dtype fp32|bf16]";
+                                   "[--device cpu|cuda] [--tf32] [--dtype fp32|bf16] [--det]";
 
 typedef struct {
     int64_t m, k, n, iters, threads;
-    int device, tf32, bf16;
+    int device, tf32, bf16, det;
 } linear_opts;
 
 /* What the rounds use: x (m, k) and w (n, k), whole and placed; the raw
@@ -55,7 +58,8 @@ static int linear_parse(linear_opts *o, int argc, char **argv) {
                                          {"n", 1, 0, 'n'},     {"iters", 1, 0, 'i'},
                                          {"threads", 1, 0, 't'}, {"help", 0, 0, 'h'},
                                          {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'},
-                                         {"dtype", 1, 0, 'y'}, {0, 0, 0, 0}};
+                                         {"dtype", 1, 0, 'y'}, {"det", 0, 0, 'D'},
+                                         {0, 0, 0, 0}};
     const char *cmd = "bench linear";
     *o = (linear_opts){.m = 256, .k = 1024, .n = 4096, .iters = 10, .device = MG_DEVICE_CPU};
     int c, idx = 0, rc = MG_OK;
@@ -68,6 +72,7 @@ static int linear_parse(linear_opts *o, int argc, char **argv) {
         else if (c == 'd') bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL;
         else if (c == 'y') bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL;
         else if (c == 'f') o->tf32 = 1;
+        else if (c == 'D') o->det = 1;
         else if (c == 'h') {
             mg_cli_bench_usage(stdout, linear_usage);
             return 1;
@@ -205,10 +210,88 @@ static void linear_report(const linear_opts *o, double mg_s, double raw_s) {
            mg_blas_core());
 }
 
+/* ---- linear --det: the deterministic GEMM beside sgemm ------------------------------ */
+
+/* Median seconds of o->iters rounds of one GEMM, the deterministic kernel's
+ * (det) or sgemm's, after WARMUP rounds; t holds o->iters doubles. */
+static double time_gemm(int det, const linear_opts *o, double *t, bool ta, bool tb, int64_t m,
+                        int64_t n, int64_t k, const float *a, const float *b, float *c) {
+    int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    for (int64_t it = -WARMUP; it < o->iters; it++) {
+        double t0 = mg_clock();
+        if (det) mg_cpu_gemm_det(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n);
+        else
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                        m, n, k, 1, a, lda, b, ldb, 0, c, n);
+        if (it >= 0) t[it] = mg_clock() - t0;
+    }
+    return mg_cli_median(t, (int)o->iters);
+}
+
+/* The Linear's GEMMs, y = x w^T (NT), dx = dy w (NN), dw = dy^T x (TN), each
+ * timed alone through mg_cpu_gemm_det and cblas_sgemm (rank 0 prints). */
+static int linear_det(const linear_opts *o) {
+    int64_t m = o->m, k = o->k, n = o->n;
+    if (o->device != MG_DEVICE_CPU || o->bf16 || o->tf32) {
+        mg_error(MG_EINVAL, "bench linear: --det times the fp32 CPU kernel: it takes no "
+                 "--device cuda, --tf32 or --dtype bf16");
+        return 2;
+    }
+    if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
+    size_t big = (size_t)(m > n ? m : n) * (size_t)(k > n ? k : n);
+    float *x = malloc(sizeof(float) * m * k), *w = malloc(sizeof(float) * n * k);
+    float *dy = malloc(sizeof(float) * m * n), *out = malloc(sizeof(float) * big);
+    double *t = malloc(sizeof(double) * (size_t)o->iters);
+    if (!x || !w || !dy || !out || !t) {
+        free(x), free(w), free(dy), free(out), free(t);
+        mg_error(MG_ENOMEM, "bench linear: out of memory for m=%lld k=%lld n=%lld",
+                 (long long)m, (long long)k, (long long)n);
+        return 1;
+    }
+    for (int64_t i = 0; i < m * k; i++) x[i] = (float)((i * 7) % 13) / 13.0f;
+    for (int64_t i = 0; i < n * k; i++) w[i] = (float)((i * 5) % 11) / 11.0f;
+    for (int64_t i = 0; i < m * n; i++) dy[i] = (float)((i * 3) % 7) / 7.0f;
+    struct {
+        const char *name;
+        bool ta, tb;
+        int64_t m, n, k;
+        const float *a, *b;
+    } g[3] = {{"y = x w^T", false, true, m, n, k, x, w},
+              {"dx = dy w", false, false, m, k, n, dy, w},
+              {"dw = dy^T x", true, false, n, k, m, dy, x}};
+    double det_gf[3], blas_gf[3];
+    for (int i = 0; i < 3; i++) {
+        double flops = 2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k;
+        det_gf[i] = flops / time_gemm(1, o, t, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, g[i].a,
+                                      g[i].b, out) * 1e-9;
+        blas_gf[i] = flops / time_gemm(0, o, t, g[i].ta, g[i].tb, g[i].m, g[i].n, g[i].k, g[i].a,
+                                       g[i].b, out) * 1e-9;
+    }
+    if (mg_rank() == 0) {
+        printf("linear GEMMs, deterministic kernel vs cblas_sgemm  m=%lld k=%lld n=%lld  "
+               "threads=%d  openblas=%s  (median of %lld)\n", (long long)m, (long long)k,
+               (long long)n, mg_backend_cpu_threads(), mg_blas_core(), (long long)o->iters);
+        printf("  %-12s %-4s %6s %6s %6s %10s %10s %7s\n", "", "op", "M", "N", "K", "det GF/s",
+               "sgemm GF/s", "ratio");
+        for (int i = 0; i < 3; i++)
+            printf("  %-12s %c%c   %6lld %6lld %6lld %10.1f %10.1f %7.3f\n", g[i].name,
+                   g[i].ta ? 'T' : 'N', g[i].tb ? 'T' : 'N', (long long)g[i].m, (long long)g[i].n,
+                   (long long)g[i].k, det_gf[i], blas_gf[i], det_gf[i] / blas_gf[i]);
+        printf("{\"bench\":\"linear_det\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
+               "\"det_gflops\":[%.2f,%.2f,%.2f],\"blas_gflops\":[%.2f,%.2f,%.2f],"
+               "\"openblas\":\"%s\"}\n", (long long)m, (long long)k, (long long)n,
+               mg_backend_cpu_threads(), det_gf[0], det_gf[1], det_gf[2], blas_gf[0], blas_gf[1],
+               blas_gf[2], mg_blas_core());
+    }
+    free(x), free(w), free(dy), free(out), free(t);
+    return 0;
+}
+
 int mg_cli_bench_linear(int argc, char **argv) {
     linear_opts o;
     int code = linear_parse(&o, argc, argv);
     if (code) return code == 1 ? 0 : code;
+    if (o.det) return linear_det(&o);
     linear_job j = {0};
     if (linear_setup(&j, &o)) return 1;
     /* a failed round leaves what it made: freeing a tensor that its graph
