@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "exact.h"
 #include "meshgrad.h"
 
 /* Beside meshgrad.h's MG_DEVICE_CPU and MG_DEVICE_CUDA, internal to the
@@ -118,6 +119,11 @@ struct mg_context {
     int device;      /* where new tensors live (MG_DEVICE_*) */
     int cpu_threads; /* of the CPU kernels; 0 until first set */
     int gemm_bf16;   /* backend.c: GEMM inputs rounded to bf16, sums in fp32 */
+    int deterministic; /* backend.c: every sum in its fixed order (DESIGN.md, Determinism) */
+    /* ops_vocab.c: the deterministic mode's cross-entropy sums since the trainer
+     * last took them (the exact sum of the rows' losses, and the rows) */
+    mg_exact det_loss;
+    int64_t det_loss_rows;
     mg_staging bf16_rounded[2]; /* cpu_bf16.c: a GEMM's A and B rounded to bf16 (host) */
     /* cpu_gemm_bf16.c: which bf16 GEMM the CPU runs (0 until first asked), the
      * warning said once, B packed for the kernel (host, grown and kept) */

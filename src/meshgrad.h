@@ -78,6 +78,16 @@ typedef enum { MG_DTYPE_FP32 = 0, MG_DTYPE_BF16 = 1 } mg_dtype;
 int mg_set_compute_dtype(mg_dtype dtype);
 mg_dtype mg_get_compute_dtype(void);
 
+/* ---- deterministic mode --------------------------------------------------- */
+/* On (1): from the next op on, every floating-point sum has one order fixed by
+ * the global indices it adds (docs/DESIGN.md, "Determinism"), so a training
+ * step gives the same bits on every mesh, plan, thread count and micro-batch
+ * split that qualifies; the trainer refuses the others. CPU and fp32 only:
+ * MG_EINVAL on a CUDA device or in bf16 (and those refuse the mode while it is
+ * on). Off (0) by default. */
+int mg_set_deterministic(int on);
+int mg_get_deterministic(void);
+
 /* ---- placements ----------------------------------------------------------- */
 typedef enum { MG_PLACE_REPLICATE = 0, MG_PLACE_SHARD = 1, MG_PLACE_PARTIAL = 2 } mg_place_kind;
 typedef struct {

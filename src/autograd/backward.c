@@ -172,6 +172,20 @@ static int collect(mg_node *root, int *n, int *nuses) {
 
 /* ---- one node -------------------------------------------------------------------- */
 
+/* The deterministic mode's rule: a Partial gradient is summed over the ranks
+ * (in the tree, dist/comm_tree.c) before it meets another, so each addend
+ * series is summed on its own, in the order of one rank's. */
+static mg_dtensor *summed_now(mg_dtensor *g) {
+    mg_spec s = g->spec;
+    bool partial = false;
+    for (int m = 0; m < s.mesh->ndim; m++)
+        if (s.p[m].kind == MG_PLACE_PARTIAL && s.mesh->shape[m] > 1) {
+            s.p[m] = MG_REPLICATE;
+            partial = true;
+        }
+    return partial ? mg_op_redistribute(g, &s) : g;
+}
+
 /* An intermediate's gradient: summed at the first contribution's spec. `own`:
  * g was made for t alone (op_def.h's vjp_fresh); a sum always is, and later
  * contributions are added into it in place. */
@@ -182,6 +196,7 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
                         mg_shape_format(a, sizeof a, g->spec.ndim, g->spec.shape),
                         mg_shape_format(b, sizeof b, t->spec.ndim, t->spec.shape));
     }
+    if (mg_ctx()->deterministic && !(g = summed_now(g))) return mg_last_code();
     if (!t->grad) {
         t->grad = g;
         t->flags = own ? t->flags | MG_DTENSOR_OWN_GRAD : t->flags & ~(unsigned)MG_DTENSOR_OWN_GRAD;

@@ -1,10 +1,10 @@
 /* backend.c: what every backend shares: the pointwise kernels' names (from
  * kernel_math.h's lists), the broadcast layout of the binary kernels and the
- * bf16 GEMM switch. It calls no backend: device.c picks a tensor's
+ * bf16 GEMM and deterministic-mode switches. It calls no backend: device.c picks a tensor's
  * (mg_backend_of), cpu_threads.c holds the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_binary_dims,
  * mg_backend_set_gemm_bf16, mg_backend_gemm_bf16, mg_set_compute_dtype,
- * mg_get_compute_dtype (meshgrad.h).
+ * mg_get_compute_dtype, mg_set_deterministic, mg_get_deterministic (meshgrad.h).
  * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
 #include "config.h"
 
@@ -71,8 +71,28 @@ int mg_set_compute_dtype(mg_dtype dtype) {
     if (dtype != MG_DTYPE_FP32 && dtype != MG_DTYPE_BF16)
         return mg_error(MG_EINVAL, "mg_set_compute_dtype: %d is not MG_DTYPE_FP32 (0) or "
                                    "MG_DTYPE_BF16 (1)", (int)dtype);
+    if (dtype == MG_DTYPE_BF16 && mg_ctx()->deterministic)
+        return mg_error(MG_EINVAL, "mg_set_compute_dtype: the deterministic mode is fp32 only; "
+                                   "turn it off (mg_set_deterministic(0)) for bf16");
     mg_backend_set_gemm_bf16(dtype == MG_DTYPE_BF16);
     return MG_OK;
 }
 
 mg_dtype mg_get_compute_dtype(void) { return mg_ctx()->gemm_bf16 ? MG_DTYPE_BF16 : MG_DTYPE_FP32; }
+
+/* ---- deterministic mode ------------------------------------------------------- */
+
+int mg_set_deterministic(int on) {
+    mg_context *c = mg_ctx();
+    if (on && c->device != MG_DEVICE_CPU)
+        return mg_error(MG_EINVAL, "mg_set_deterministic: the mode runs on the CPU only (CUDA "
+                                   "would need GEMMs of a fixed order and NCCL sums of a fixed "
+                                   "tree, not built): use the CPU");
+    if (on && c->gemm_bf16)
+        return mg_error(MG_EINVAL, "mg_set_deterministic: the mode is fp32 only; set the compute "
+                                   "dtype back to MG_DTYPE_FP32 first");
+    c->deterministic = on ? 1 : 0;
+    return MG_OK;
+}
+
+int mg_get_deterministic(void) { return mg_ctx()->deterministic; }

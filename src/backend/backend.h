@@ -49,6 +49,10 @@ typedef enum { MG_BINARY_KERNELS(MG_KERNEL_ENUM_BINARY) MG_BINARY_COUNT } mg_bin
 extern const char *const mg_binary_names[MG_BINARY_COUNT];
 extern const char *const mg_unary_names[MG_UNARY_COUNT];
 
+/* The fixed point of cross_entropy_fixed: exp(x - max) <= 1 taken in units of
+ * 2^-40, so 2^23 classes sum below 2^63. */
+#define MG_CE_FIXED_BITS 40
+
 struct mg_backend_iface {
     const char *name;
     int device; /* MG_DEVICE_* of the tensors it takes */
@@ -197,6 +201,13 @@ struct mg_backend_iface {
     void (*cross_entropy_backward)(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                                    const mg_tensor *lse, int64_t v0, int64_t v, float scale,
                                    mg_tensor *dlogits);
+    /* The deterministic mode's cross_entropy_sums (CPU only, NULL elsewhere):
+     * fixed (N) = sum_j floor(exp(x - max) 2^40), integers whose sum over the
+     * class shards is exact; target (N) the label's logit or 0. The 2^40 is
+     * MG_CE_FIXED_BITS (below). */
+    int64_t (*cross_entropy_fixed)(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *max, int64_t v0, int64_t v, int64_t *fixed,
+                                   float *target);
 
     /* Attention, fused: q (B, H, Tq, D), k (B, KV, Tk, D), v (B, KV, Tk, Dv) ->
      * o (B, H, Tq, Dv) = softmax(scale q k^T) v over the keys, and lse (B, H, Tq) the

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu_internal.h"
+#include "context.h"
 #include "backend/kernel_math.h"
 
 /* ---- memory ------------------------------------------------------------------- */
@@ -349,9 +350,37 @@ static inline double combine(bool max, double acc, double v) {
 
 #define REDUCE_TILE 256
 
+/* The deterministic mode's sum: x laid out as (reduced, kept), then summed
+ * down in the halving tree (cpu_det.c), whatever the dims. */
+static void reduce_det(const mg_tensor *x, mg_tensor *out) {
+    reduce_plan p;
+    reduce_plan_make(x, out, &p);
+    int64_t kept = out->numel, red = x->numel / out->numel;
+    float *t = malloc((size_t)x->numel * sizeof(float));
+    if (!t) { /* no message path here: NaN makes the failure visible */
+        for (int64_t i = 0; i < kept; i++) out->data[i] = NAN;
+        return;
+    }
+    for (int64_t o = 0; o < kept; o++) {
+        int64_t xo, oo;
+        reduce_offsets(&p, p.k, false, o, &xo, &oo);
+        for (int64_t q = 0; q < red; q++) {
+            int64_t xr;
+            reduce_offsets(&p, p.k, true, q, &xr, NULL);
+            t[q * kept + oo] = x->data[xo + xr];
+        }
+    }
+    mg_cpu_det_colsum(t, red, kept, kept, out->data);
+    free(t);
+}
+
 static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
     const double empty = max ? -INFINITY : 0.0;
     if (out->numel == 0) return;
+    if (!max && x->numel > 0 && mg_ctx()->deterministic) {
+        reduce_det(x, out);
+        return;
+    }
     if (x->numel == 0) {
         for (int64_t i = 0; i < out->numel; i++) out->data[i] = (float)empty;
         return;
@@ -534,6 +563,7 @@ static const struct mg_backend_iface cpu_iface = {
     .cross_entropy = mg_cpu_cross_entropy,
     .cross_entropy_sums = mg_cpu_cross_entropy_sums,
     .cross_entropy_backward = mg_cpu_cross_entropy_backward,
+    .cross_entropy_fixed = mg_cpu_cross_entropy_fixed,
     .attention = mg_cpu_attention,
     .attention_backward = mg_cpu_attention_backward,
     .sgd_step = cpu_sgd_step,

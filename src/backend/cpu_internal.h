@@ -148,10 +148,23 @@ int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table
                          int64_t v, mg_tensor *out);
 void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
                                mg_tensor *dtable);
+/* cpu_det.c: the deterministic mode's sums. mg_det_leaf(n): the leaf length of
+ * the halving tree over n terms (n halved while even and above MG_DET_LEAF);
+ * mg_cpu_det_colsum: out (cols) = the tree sums down the rows of t (rows, cols),
+ * rows ld floats apart. */
+#define MG_DET_LEAF 64
+int64_t mg_det_leaf(int64_t n);
+void mg_cpu_det_colsum(const float *t, int64_t rows, int64_t cols, int64_t ld, float *out);
 int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                              float scale, mg_tensor *out);
 int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                                   const mg_tensor *max, int64_t v0, int64_t v, mg_tensor *sums);
+/* The deterministic mode's sums (cpu_nn.c): fixed (N) = sum_j floor(exp(x - max)
+ * 2^MG_CE_FIXED_BITS) as integers (an order-free sum, added exactly over the
+ * class shards too), target (N) the label's logit or 0; returns the bad labels. */
+int64_t mg_cpu_cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *max, int64_t v0, int64_t v, int64_t *fixed,
+                                   float *target);
 void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                                    const mg_tensor *lse, int64_t v0, int64_t v, float scale,
                                    mg_tensor *dlogits);

@@ -12,9 +12,11 @@
  * mg_cpu_layer_norm_backward_sums and mg_cpu_layer_norm_backward
  * (cpu_internal.h; contracts in backend.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu_rows.h"
+#include "context.h"
 
 MG_CPU_INLINE double row_sum(const float *restrict x, int64_t c) {
     double s = 0;
@@ -385,6 +387,28 @@ __attribute__((target("arch=x86-64-v4"))) static void backward_rows_wide(
 }
 #endif
 
+/* The deterministic mode's dw and db: each row's terms, then the tree sums down
+ * the rows (cpu_det.c) */
+static void det_backward_weights(const mg_tensor *x, const mg_tensor *dy, const mg_tensor *stats,
+                                 mg_tensor *dw, mg_tensor *db) {
+    int64_t c = last_dim(x), rows = stats->numel / 2;
+    if (db) mg_cpu_det_colsum(dy->data, rows, c, c, db->data);
+    if (!dw) return;
+    float *t = malloc((size_t)(rows * c > 0 ? rows * c : 1) * sizeof(float));
+    if (!t) { /* no message path here: NaN makes the failure visible */
+        for (int64_t j = 0; j < c; j++) dw->data[j] = NAN;
+        return;
+    }
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x->data + r * c, *g = dy->data + r * c;
+        float mean = stats->data[r], rstd = stats->data[rows + r];
+        for (int64_t j = 0; j < c; j++) t[r * c + j] = g[j] * ((xr[j] - mean) * rstd);
+    }
+    mg_cpu_det_colsum(t, rows, c, c, dw->data);
+    free(t);
+}
+
 MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
                                               const mg_tensor *dy, const mg_tensor *stats,
                                               const mg_tensor *sums, int64_t n, mg_tensor *dx,
@@ -392,6 +416,11 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
     const float *wd = w ? w->data : NULL;
+    if ((dw || db) && mg_ctx()->deterministic) {
+        det_backward_weights(x, dy, stats, dw, db);
+        if (dx) mg_cpu_layer_norm_backward(ctx, x, w, dy, stats, sums, n, dx, NULL, NULL);
+        return;
+    }
     if (dw) memset(dw->data, 0, (size_t)dw->numel * sizeof(float));
     if (db) memset(db->data, 0, (size_t)db->numel * sizeof(float));
 #ifdef AVX512_KERNELS

@@ -10,9 +10,11 @@
  * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h)
  * but the layer norm kernels. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu_rows.h"
+#include "context.h"
 
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
     float m = -INFINITY;
@@ -309,10 +311,49 @@ int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table
     return bad;
 }
 
+/* The deterministic mode's dtable: the ids' rows in the halving tree of
+ * cpu_det.c, a leaf adding its rows in order into a whole table (a table row
+ * no id of the leaf names is +0 there), the leaves' tables merged by the
+ * binary counter. 1 when out of memory. */
+static int embedding_backward_det(const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
+                                  mg_tensor *dtable) {
+    int64_t c = last_dim(dtable), vl = dtable->ndim ? dtable->shape[0] : 0, size = vl * c;
+    int64_t n = ids->numel, leaf = mg_det_leaf(n), blocks = n / leaf;
+    int levels = 1;
+    while ((1LL << (levels - 1)) < blocks) levels++;
+    float *mem = calloc((size_t)(levels + 1) * (size_t)(size > 0 ? size : 1), sizeof(float));
+    if (!mem) return 1;
+    float *cur = mem + (int64_t)levels * size;
+    for (int64_t b = 0; b < blocks; b++) {
+        memset(cur, 0, (size_t)size * sizeof(float));
+        for (int64_t i = b * leaf; i < (b + 1) * leaf; i++) {
+            int64_t row = index_of(ids->data[i], v0 + vl);
+            if (row < v0) continue;
+            float *restrict t = cur + (row - v0) * c;
+            const float *restrict g = dout->data + i * c;
+            for (int64_t j = 0; j < c; j++) t[j] += g[j];
+        }
+        int l = 0;
+        for (; b >> l & 1; l++) {
+            const float *restrict s = mem + (int64_t)l * size;
+            for (int64_t j = 0; j < size; j++) cur[j] += s[j];
+        }
+        memcpy(mem + (int64_t)l * size, cur, (size_t)size * sizeof(float));
+    }
+    memcpy(dtable->data, mem + (int64_t)(levels - 1) * size, (size_t)size * sizeof(float));
+    free(mem);
+    return 0;
+}
+
 void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
                                mg_tensor *dtable) {
     (void)ctx;
     int64_t c = last_dim(dtable), vl = dtable->ndim ? dtable->shape[0] : 0;
+    if (mg_ctx()->deterministic && ids->numel > 0) {
+        if (embedding_backward_det(ids, dout, v0, dtable) == 0) return;
+        for (int64_t j = 0; j < dtable->numel; j++) dtable->data[j] = NAN; /* out of memory */
+        return;
+    }
     memset(dtable->data, 0, (size_t)dtable->numel * sizeof(float));
     for (int64_t i = 0; i < ids->numel; i++) { /* in order: the sums repeat bitwise */
         int64_t row = index_of(ids->data[i], v0 + vl);
@@ -374,6 +415,25 @@ MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logi
         BLOCK_SUM(s, j, c, mg_cpu_exp(xr[j] - m))
         sums->data[r] = (float)s;
         sums->data[rows + r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
+        bad += y < 0;
+    }
+    return bad;
+}
+
+int64_t mg_cpu_cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *max, int64_t v0, int64_t v, int64_t *fixed,
+                                   float *target) {
+    (void)ctx;
+    int64_t c = last_dim(logits), rows = labels->numel, bad = 0;
+#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : bad) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = logits->data + r * c;
+        int64_t y = index_of(labels->data[r], v), q = 0;
+        float m = max->data[r];
+        for (int64_t j = 0; j < c; j++) /* exp <= 1: an integer below 2^40, exactly */
+            q += (int64_t)ldexpf(mg_cpu_exp(xr[j] - m), MG_CE_FIXED_BITS);
+        fixed[r] = q;
+        target[r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
         bad += y < 0;
     }
     return bad;

@@ -8,9 +8,11 @@
  * mg_cpu_rms_norm_backward_sums and mg_cpu_rms_norm_backward
  * (cpu_internal.h; contracts in backend.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu_rows.h"
+#include "context.h"
 
 MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c) {
     double s = 0;
@@ -77,6 +79,21 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
     (void)ctx;
     int64_t c = last_dim(x), rows = rstd->numel;
     const float *restrict wd = w ? w->data : NULL;
+    if (dw && mg_ctx()->deterministic) { /* dw: each row's terms, then the tree sums */
+        float *t = malloc((size_t)(rows * c > 0 ? rows * c : 1) * sizeof(float));
+        if (!t) {
+            for (int64_t j = 0; j < c; j++) dw->data[j] = NAN; /* no message path here */
+        } else {
+#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t j = 0; j < c; j++)
+                    t[r * c + j] = dy->data[r * c + j] * (x->data[r * c + j] * rstd->data[r]);
+            mg_cpu_det_colsum(t, rows, c, c, dw->data);
+            free(t);
+        }
+        if (dx) mg_cpu_rms_norm_backward(ctx, x, w, dy, rstd, sums, n, dx, NULL);
+        return;
+    }
     float *restrict dwd = dw ? dw->data : NULL;
     if (dwd) memset(dwd, 0, (size_t)dw->numel * sizeof(float));
     /* the weight's gradient adds rows in order: one thread then */

@@ -13,9 +13,9 @@
 #include "status.h"
 #include "trace.h"
 
-/* 4 memory entries (not traced) and 37 kernels, each wrapped below */
+/* 4 memory entries (not traced) and 38 kernels, each wrapped below */
 static_assert(sizeof(struct mg_backend_iface) ==
-                  offsetof(struct mg_backend_iface, alloc) + 41 * sizeof(void (*)(void)),
+                  offsetof(struct mg_backend_iface, alloc) + 42 * sizeof(void (*)(void)),
               "mg_backend_iface changed: wrap the new kernel here, and count it");
 
 static const struct mg_backend_iface *real(void) { return mg_ctx()->kernels_untraced; }
@@ -254,6 +254,15 @@ static void cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_
     mg_trace_kernel("cross_entropy_backward", t0, logits->numel, 0, 0);
 }
 
+static int64_t cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *max, int64_t v0, int64_t v, int64_t *fixed,
+                                   float *target) {
+    int64_t t0 = mg_trace_now();
+    int64_t bad = real()->cross_entropy_fixed(ctx, logits, labels, max, v0, v, fixed, target);
+    mg_trace_kernel("cross_entropy_fixed", t0, logits->numel, 0, 0);
+    return bad;
+}
+
 /* sizes of a span: batch x heads, queries, keys */
 static void attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const mg_tensor *v,
                       float scale, bool causal, int64_t q0, int64_t k0, mg_tensor *o,
@@ -343,6 +352,7 @@ int mg_backend_trace_kernels(bool on) {
     WRAP(cross_entropy);
     WRAP(cross_entropy_sums);
     WRAP(cross_entropy_backward);
+    WRAP(cross_entropy_fixed);
     WRAP(attention);
     WRAP(attention_backward);
     WRAP(sgd_step);

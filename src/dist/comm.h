@@ -219,6 +219,13 @@ int mg_mpi_failed(int err, const char *what, ...) __attribute__((format(printf, 
  * the collective watchdog. Every rank of the comm must call each of them. */
 typedef enum { MG_CONTROL_SUM = 0, MG_CONTROL_MIN, MG_CONTROL_MAX } mg_control_op;
 
+/* comm_tree.c: the deterministic mode's sums (mg_comm_all_reduce,
+ * iall_reduce and reduce_scatter go there while the mode is on): the ranks'
+ * parts added in one binary tree over the ranks' order, the same bits on every
+ * rank. Collective. */
+int mg_comm_tree_all_reduce(mg_comm *, float *buf, int64_t n);
+int mg_comm_tree_reduce_scatter(mg_comm *, const float *send /* size*n */, float *recv, int64_t n);
+
 /* One mg_comm over MPI_COMM_WORLD, made on first use (after mg_init); NULL
  * with a message before. Not to be freed. */
 mg_comm *mg_comm_world(void);
@@ -226,6 +233,9 @@ mg_comm *mg_comm_world(void);
 int mg_comm_broadcast_bytes(mg_comm *, void *buf, int64_t n, int root);
 /* In-place all-reduce of n (at most 64) int64 or double values. */
 int mg_comm_all_reduce_i64(mg_comm *, int64_t *buf, int n, mg_control_op op);
+/* In-place sum of n int64 values, any n (integers: exact, in any order; the
+ * deterministic mode's fixed-point sums). */
+int mg_comm_sum_i64(mg_comm *, int64_t *buf, int64_t n);
 int mg_comm_all_reduce_f64(mg_comm *, double *buf, int n, mg_control_op op);
 /* In-place all-reduce MAX of n (at most 8) int64 values that may give up: with
  * wait_s < 0 it waits as long as it takes (under the watchdog); else it

@@ -9,10 +9,11 @@
  * one rank makes no MPI call.
  * Also the world comm: one mg_comm over MPI_COMM_WORLD for code that has no
  * mesh at hand (the program's exit code, checkpoints, data sets, flags).
- * Exports: mg_comm_world, mg_comm_broadcast_bytes, mg_comm_all_reduce_i64,
+ * Exports: mg_comm_world, mg_comm_broadcast_bytes, mg_comm_all_reduce_i64, mg_comm_sum_i64,
  * mg_comm_all_reduce_f64, mg_comm_agree_max, mg_comm_gather_bytes,
  * mg_comm_abort. */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,10 +84,7 @@ int mg_comm_broadcast_bytes(mg_comm *c, void *buf, int64_t n, int root) {
     return err == MPI_SUCCESS ? MG_OK : failed(c, "broadcast", err);
 }
 
-static int all_reduce(mg_comm *c, void *buf, int n, MPI_Datatype type, mg_control_op op) {
-    if (n < 0 || n > 64 || op < MG_CONTROL_SUM || op > MG_CONTROL_MAX)
-        return mg_error(MG_EINVAL, "control all_reduce of %d values (op %d): at most 64 values, "
-                        "op sum, min or max", n, (int)op);
+static int all_reduce_any(mg_comm *c, void *buf, int n, MPI_Datatype type, mg_control_op op) {
     int64_t f = count(c, MG_COLL_ALL_REDUCE, 8 * (int64_t)n, 0,
                       type == MPI_DOUBLE ? MG_FLIGHT_FLOAT64 : MG_FLIGHT_INT64);
     if (f == MG_FLIGHT_SKIP) return MG_OK;
@@ -98,6 +96,19 @@ static int all_reduce(mg_comm *c, void *buf, int n, MPI_Datatype type, mg_contro
     mg_watchdog_begin_comm("all_reduce", c->mpi);
     int err = finished(f, MPI_Allreduce(MPI_IN_PLACE, buf, n, type, mop, c->mpi));
     return err == MPI_SUCCESS ? MG_OK : failed(c, "all_reduce", err);
+}
+
+static int all_reduce(mg_comm *c, void *buf, int n, MPI_Datatype type, mg_control_op op) {
+    if (n < 0 || n > 64 || op < MG_CONTROL_SUM || op > MG_CONTROL_MAX)
+        return mg_error(MG_EINVAL, "control all_reduce of %d values (op %d): at most 64 values, "
+                        "op sum, min or max", n, (int)op);
+    return all_reduce_any(c, buf, n, type, op);
+}
+
+int mg_comm_sum_i64(mg_comm *c, int64_t *buf, int64_t n) {
+    if (n < 0 || n > INT_MAX)
+        return mg_error(MG_EINVAL, "integer sum of %lld values: 0 to %d", (long long)n, INT_MAX);
+    return all_reduce_any(c, buf, (int)n, MPI_INT64_T, MG_CONTROL_SUM);
 }
 
 int mg_comm_all_reduce_i64(mg_comm *c, int64_t *buf, int n, mg_control_op op) {

@@ -25,6 +25,8 @@ typedef struct {
     unsigned partial; /* LOCAL: the mesh dims (bit m) the buffer is an addend over */
     int dim;          /* ROWS: the mesh dim of the split */
     bool defer;       /* its optimizer sums its data-parallel gradient */
+    mg_det_sums *det; /* the deterministic mode's sums (reducer_det.c) */
+    int det_use;      /* which use of the leaf this backward's next contribution is */
 } leaf_record;
 
 struct mg_reducer {
@@ -53,6 +55,7 @@ void mg_reducer_free(void) {
     struct mg_reducer *r = mg_ctx()->reducer;
     if (!r) return;
     mg_buckets_free(&r->buckets);
+    for (int i = 0; i < r->n; i++) mg_det_sums_free(r->records[i].det);
     free(r->records);
     free(r);
     mg_ctx()->reducer = NULL;
@@ -88,15 +91,21 @@ static leaf_record *record(mg_dtensor *leaf) {
 void mg_reducer_forget(const mg_dtensor *leaf) {
     struct mg_reducer *r = mg_ctx()->reducer;
     leaf_record *rec = find(leaf);
-    if (rec) *rec = r->records[--r->n];
+    if (!rec) return;
+    mg_det_sums_free(rec->det);
+    *rec = r->records[--r->n];
 }
 
 void mg_reducer_step_end(void) {
     struct mg_reducer *r = mg_ctx()->reducer;
     if (!r) return;
     for (int i = 0; i < r->n;) /* leaves from the step arena are gone with it */
-        if (r->records[i].leaf->flags & MG_DTENSOR_HEAP) i++;
-        else r->records[i] = r->records[--r->n];
+        if (r->records[i].leaf->flags & MG_DTENSOR_HEAP) {
+            i++;
+        } else {
+            mg_det_sums_free(r->records[i].det);
+            r->records[i] = r->records[--r->n];
+        }
 }
 
 int mg_set_grad_sync(int on) {
@@ -330,12 +339,36 @@ static int add_fused(struct mg_reducer *r, leaf_record *rec, const mg_leaf_grad 
     return mg_rows_add(g->rows_a, g->rows_b, &at, t->grad->local);
 }
 
+/* The deterministic mode: each contribution summed over the ranks now, into
+ * its use's micro-batch tree; the trees folded into the buffer by the last
+ * contribution of a backward that syncs (reducer_det.c says why). */
+static int det_add(struct mg_reducer *r, leaf_record *rec, mg_leaf_grad *g, bool last) {
+    mg_dtensor *t = rec->leaf;
+    mg_tensor *buf = t->grad->local;
+    int rc = MG_OK;
+    if (g) {
+        mg_dtensor *v = g->value(g, NULL, 0);
+        if (!v) return mg_last_code() ? mg_last_code() : MG_ENOMEM;
+        if ((rc = check_shape(t, v)) != MG_OK) return rc;
+        mg_dtensor *summed = moved(v, &t->grad->spec, NULL);
+        if (!summed) return mg_last_code() ? mg_last_code() : MG_ECOMM;
+        rc = mg_det_sums_add(&rec->det, rec->det_use++, summed->local->data, summed->local->numel);
+    }
+    if (rc != MG_OK || !last) return rc;
+    rec->det_use = 0;
+    if (r->no_sync) return MG_OK;
+    rc = mg_det_sums_fold(rec->det, buf->data, buf->numel);
+    if (rc == MG_OK) rec->form = MG_GRAD_FULL;
+    return rc == 1 ? MG_OK : rc; /* 1: nothing came */
+}
+
 int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
     struct mg_reducer *r = reducer();
     leaf_record *rec = r ? record(t) : NULL;
     if (!rec) return mg_last_code();
     int rc = grad_buffer(t, rec);
     if (rc != MG_OK) return rc;
+    if (mg_ctx()->deterministic) return det_add(r, rec, g, last);
     bool sync = !r->no_sync;
     if (g && last && sync && rec->defer && g->rows_a) {
         int done = add_rows(r, rec, g);

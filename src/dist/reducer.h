@@ -29,11 +29,16 @@
  * buffer and gathers ROWS first (collectively) and keeps the result FULL; a
  * later contribution is then summed on its own and added.
  *
+ * In the deterministic mode none of those ways runs: each contribution is
+ * summed over the ranks at once and kept per use of the leaf in a tree over
+ * the micro-batches (reducer_det.c), folded into the buffer (FULL) by the last
+ * contribution of a backward that syncs.
+ *
  * Exports: mg_grad_form, mg_leaf_grad, mg_reducer_add, mg_reducer_poll,
  * mg_reducer_backward_end, mg_reducer_grad, mg_reducer_zero, mg_reducer_defer,
  * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_holds, mg_reducer_forget,
  * mg_reducer_step_end, mg_reducer_free,
- * mg_reducer_buffer_bytes, and
+ * mg_reducer_buffer_bytes, mg_det_sums_add/fold/free (reducer_det.c), and
  * the public mg_set_grad_sync / mg_grad_sync. */
 #ifndef MG_DIST_REDUCER_H
 #define MG_DIST_REDUCER_H
@@ -97,5 +102,15 @@ void mg_reducer_free(void);
 /* Bytes of the packing buffers its buckets keep between steps (the memory
  * report of `meshgrad train`). */
 size_t mg_reducer_buffer_bytes(void);
+
+/* reducer_det.c: one leaf's deterministic sums, a tree over the micro-batches
+ * per use of the leaf. add: `v` (numel floats, summed over the ranks already)
+ * as the next micro-batch of use `use`. fold: out = the uses' trees, each
+ * folded, added in use order, the trees emptied; 1 (no error) when none holds
+ * anything. */
+typedef struct mg_det_sums mg_det_sums;
+int mg_det_sums_add(mg_det_sums **s, int use, const float *v, int64_t numel);
+int mg_det_sums_fold(mg_det_sums *s, float *out, int64_t numel);
+void mg_det_sums_free(mg_det_sums *s);
 
 #endif

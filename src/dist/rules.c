@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "context.h"
 #include "dist/mesh.h"
 #include "tensor.h"
 #include "status.h"
@@ -45,6 +46,20 @@ double mg_rules_dim_cost(const mg_spec *s, int m, mg_placement to) {
     return 2 * f * bytes;                             /* all-reduce */
 }
 
+static bool takes_partial(const mg_dim_strategy *s, int n_inputs, const mg_spec *const *inputs) {
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] && s->in[i].kind == MG_PLACE_PARTIAL) return true;
+    return false;
+}
+
+/* Some candidate takes every input without Partial. */
+static bool takes_unpartial(const mg_candidates *cands, int n_inputs,
+                            const mg_spec *const *inputs) {
+    for (int c = 0; c < cands->n; c++)
+        if (!takes_partial(&cands->c[c], n_inputs, inputs)) return true;
+    return false;
+}
+
 int mg_rules_choose(const mg_candidates *cands, int n_inputs, const mg_spec *const *inputs,
                     int out_ndim, const int64_t *out_shape, mg_spec *targets, mg_spec *out) {
     const mg_mesh *mesh = NULL;
@@ -59,13 +74,18 @@ int mg_rules_choose(const mg_candidates *cands, int n_inputs, const mg_spec *con
     out->mesh = mesh;
     out->ndim = out_ndim;
     for (int d = 0; d < out_ndim; d++) out->shape[d] = out_shape[d];
+    bool det = mg_ctx()->deterministic;
     for (int m = 0; m < mesh->ndim; m++) {
         /* least bytes; on ties, fewest inputs whose placement changes (so a size-1
          * mesh dim keeps what it has); then list order */
         int best = 0, best_changes = 0;
         double best_cost = -1;
+        /* the deterministic mode sums a Partial input before any op takes it
+         * (a linear op on the addends would add them in another order) */
+        bool no_partial = det && mesh->shape[m] > 1 && takes_unpartial(cands, n_inputs, inputs);
         for (int c = 0; c < cands->n; c++) {
             if (cands->c[c].mesh_dims && !(cands->c[c].mesh_dims >> m & 1u)) continue;
+            if (no_partial && takes_partial(&cands->c[c], n_inputs, inputs)) continue;
             double cost = 0;
             int changes = 0;
             for (int i = 0; i < n_inputs; i++) {

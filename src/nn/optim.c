@@ -7,7 +7,10 @@
 
 #include "array.h"
 #include "backend/backend.h"
+#include "context.h"
+#include "dist/comm.h"
 #include "dist/mesh.h"
+#include "exact.h"
 #include "nn/optim_shard.h"
 #include "status.h"
 
@@ -75,9 +78,44 @@ static int summed(mg_param *p) {
     return MG_OK;
 }
 
+/* The deterministic mode's norm: every square (a float) added exactly, each
+ * gradient element once (the shard on coordinate 0 of the dims that replicate
+ * it), the ranks' sums added as integers, so the norm is the same on every mesh
+ * and split. */
+static int exact_norm(mg_param_table *t, const mg_mesh *mesh, double *norm) {
+    mg_exact acc;
+    mg_exact_zero(&acc);
+    for (int i = 0; i < t->n; i++) {
+        mg_param *p = &t->p[i];
+        int rc = summed(p);
+        if (rc != MG_OK) return rc;
+        if (!p->grad) continue;
+        bool first = true;
+        for (int m = 0; m < mesh->ndim; m++)
+            first &= p->grad->spec.p[m].kind != MG_PLACE_REPLICATE || mesh->coord[m] == 0;
+        if (!first) continue;
+        const float *g = p->grad->local->data;
+        for (int64_t j = 0; j < p->grad->local->numel; j++) mg_exact_add(&acc, g[j] * g[j]);
+    }
+    mg_exact_normalize(&acc);
+    int64_t words[MG_EXACT_WORDS];
+    memcpy(words, acc.d, sizeof acc.d);
+    words[MG_EXACT_DIGITS] = acc.nan, words[MG_EXACT_DIGITS + 1] = acc.pos_inf;
+    words[MG_EXACT_DIGITS + 2] = acc.neg_inf, words[MG_EXACT_DIGITS + 3] = 0;
+    int rc = mg_comm_all_reduce_i64(mesh->world, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
+    if (rc != MG_OK) return rc;
+    memcpy(acc.d, words, sizeof acc.d);
+    acc.nan = words[MG_EXACT_DIGITS], acc.pos_inf = words[MG_EXACT_DIGITS + 1];
+    acc.neg_inf = words[MG_EXACT_DIGITS + 2], acc.pending = 0;
+    double total = mg_exact_value(&acc);
+    *norm = sqrt(total); /* NaN or inf when a square was */
+    return MG_OK;
+}
+
 int mg_grad_norm(mg_param_table *t, double *norm) {
     *norm = 0;
     if (t->n == 0) return MG_OK;
+    if (mg_ctx()->deterministic) return exact_norm(t, t->p[0].value->spec.mesh, norm);
     const mg_mesh *mesh = t->p[0].value->spec.mesh;
     double local = 0;
     for (int i = 0; i < t->n; i++) {

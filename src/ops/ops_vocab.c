@@ -15,11 +15,16 @@
  * Logits not sharded on V take the whole-row kernels.
  * Records (op_def.h): embedding, cross_entropy; their VJPs read the gradient
  * at the output's placements. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "context.h"
+#include "dist/comm.h"
 #include "dist/mesh.h"
+#include "exact.h"
 #include "ops/ops.h"
 #include "status.h"
 
@@ -171,6 +176,91 @@ static int64_t cross_entropy_sharded(const mg_dtensor *logits, mg_tensor *lg, mg
     return bad;
 }
 
+/* An exact sum summed over the ranks of the mesh dims in mask (integers). */
+static int exact_over(const mg_mesh *mesh, unsigned mask, mg_exact *acc) {
+    for (int m = 0; m < mesh->ndim; m++) {
+        if (!(mask >> m & 1u)) continue;
+        mg_exact_normalize(acc);
+        int64_t w[MG_EXACT_WORDS];
+        memcpy(w, acc->d, sizeof acc->d);
+        w[MG_EXACT_DIGITS] = acc->nan, w[MG_EXACT_DIGITS + 1] = acc->pos_inf;
+        w[MG_EXACT_DIGITS + 2] = acc->neg_inf, w[MG_EXACT_DIGITS + 3] = 0;
+        int rc = mg_comm_sum_i64(mesh->dim_comm[m], w, MG_EXACT_WORDS);
+        if (rc != MG_OK) return rc;
+        memcpy(acc->d, w, sizeof acc->d);
+        acc->nan = w[MG_EXACT_DIGITS], acc->pos_inf = w[MG_EXACT_DIGITS + 1];
+        acc->neg_inf = w[MG_EXACT_DIGITS + 2], acc->pending = 0;
+    }
+    return MG_OK;
+}
+
+/* The deterministic mode's loss: per row the max over every class, the exps'
+ * fixed-point sum (integers, added exactly over the class shards), lse = max +
+ * log(sum 2^-40); the rows' losses lse - target added exactly (exact.h) over
+ * the rows and the ranks that hold others, so the loss has the same bits on
+ * every mesh and split. `out` gets it on coordinate 0 of the mesh dims it is
+ * Partial over, 0 elsewhere (a Partial all the same); the context keeps the
+ * exact sum for the trainer's printed loss; *lse_out (N) serves backward. */
+static int64_t cross_entropy_det(const mg_op_call *c, mg_dtensor *const *in, mg_tensor *lg,
+                                 mg_tensor *lb, mg_dtensor *out, mg_tensor **lse_out) {
+    const mg_spec *L = &in[0]->spec;
+    const mg_mesh *mesh = L->mesh;
+    mg_backend *be = backend(out->local);
+    if (!be->iface->cross_entropy_fixed)
+        return mg_error(MG_EINVAL, "%s: the deterministic mode runs on the CPU only", c->who);
+    unsigned classes = mg_ops_shard_mask(L, L->ndim - 1), partial = 0;
+    for (int m = 0; m < mesh->ndim; m++)
+        if (out->spec.p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) partial |= 1u << m;
+    int64_t rows = lb->numel, col[2] = {rows, 1}, v = L->shape[L->ndim - 1];
+    mg_tensor *max = mg_ops_temp(2, col), *lse = *lse_out = mg_ops_temp(1, &rows);
+    int64_t *fixed = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *fixed);
+    float *target = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *target);
+    int64_t bad = MG_ENOMEM;
+    if (!max || !lse || !fixed || !target) {
+        if (!mg_last_code()) mg_error(MG_ENOMEM, "%s: out of memory", c->who);
+        goto done;
+    }
+    be->iface->reduce_max(be->context, lg, max);
+    int rc = mg_ops_reduce_over(mesh, classes, max->data, rows, MG_REDUCE_MAX);
+    if (rc != MG_OK) {
+        bad = rc;
+        goto done;
+    }
+    bad = be->iface->cross_entropy_fixed(be->context, lg, lb, max,
+                                         offset_of(L, L->ndim - 1), v, fixed, target);
+    for (int m = 0; m < mesh->ndim && bad >= 0; m++) {
+        if (!(classes >> m & 1u)) continue;
+        if ((rc = mg_comm_sum_i64(mesh->dim_comm[m], fixed, rows)) != MG_OK ||
+            (rc = mg_comm_all_reduce(mesh->dim_comm[m], target, rows, MG_REDUCE_SUM)) != MG_OK)
+            bad = rc;
+    }
+    if (bad < 0) goto done;
+    mg_exact acc;
+    mg_exact_zero(&acc);
+    for (int64_t r = 0; r < rows; r++) {
+        float l = (float)((double)max->data[r] + log(ldexp((double)fixed[r], -MG_CE_FIXED_BITS)));
+        lse->data[r] = l;
+        mg_exact_add(&acc, l - target[r]);
+    }
+    if ((rc = exact_over(mesh, partial, &acc)) != MG_OK) {
+        bad = rc;
+        goto done;
+    }
+    mg_context *ctx = mg_ctx();
+    mg_exact keep = acc;
+    mg_exact_merge(&ctx->det_loss, &keep);
+    int64_t n = mg_shape_numel(c->x[1]->spec.ndim, c->x[1]->spec.shape);
+    ctx->det_loss_rows += n;
+    bool first = true;
+    for (int m = 0; m < mesh->ndim; m++)
+        if (partial >> m & 1u) first &= mesh->coord[m] == 0;
+    out->local->data[0] = first && n > 0 ? (float)(mg_exact_value(&acc) / (double)n) : 0.0f;
+done:
+    free(fixed);
+    free(target);
+    return bad;
+}
+
 static int cross_entropy_shape(mg_op_call *c) {
     const mg_spec *L = &c->x[0]->spec, *Y = &c->x[1]->spec;
     if (L->ndim < 1 || Y->ndim != L->ndim - 1 ||
@@ -196,7 +286,8 @@ static int cross_entropy_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor
     mg_backend *be = backend(out->local);
     float scale = n > 0 ? 1.0f / (float)n : 0.0f;
     unsigned mask = mg_ops_shard_mask(&in[0]->spec, L->ndim - 1);
-    int64_t bad = mask ? cross_entropy_sharded(in[0], lg, lb, mask, scale, out, &c->saved)
+    int64_t bad = mg_ctx()->deterministic ? cross_entropy_det(c, in, lg, lb, out, &c->saved)
+                  : mask ? cross_entropy_sharded(in[0], lg, lb, mask, scale, out, &c->saved)
                        : be->iface->cross_entropy(be->context, lg, lb, scale, out->local);
     if (bad < 0) return (int)bad;
     /* labels are local: agree on their validity so no rank goes on alone */
@@ -227,7 +318,9 @@ static int cross_entropy_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
     be->iface->to_host(be->context, &gv, dl->local->data, 1);
     int nd = logits->spec.ndim;
     int64_t n = mg_shape_numel(nd - 1, logits->spec.shape), v = logits->spec.shape[nd - 1];
-    bool sharded = mg_ops_shard_mask(&logits->spec, nd - 1) != 0;
+    /* the rows' lse is kept where the classes are sharded, and always in the
+     * deterministic mode (one formula on every mesh) */
+    bool sharded = mg_ops_shard_mask(&logits->spec, nd - 1) != 0 || node->saved;
     be->iface->cross_entropy_backward(be->context, lg, lb, sharded ? node->saved : NULL,
                                       sharded ? offset_of(&logits->spec, nd - 1) : 0, v,
                                       n > 0 ? gv / (float)n : 0.0f, dflat);
