@@ -1,12 +1,12 @@
 /* test_gemm_det.c: the deterministic GEMM (src/backend/cpu_gemm_det.c) bit for
- * bit against a scalar reference written from its contract: blocks of 64 k,
- * each a chain of fmaf from +0 in ascending k, summed in the binary tree that
- * splits [0, nb) at the largest power of two below nb (here by recursion, not
- * by the kernel's binary counter), then alpha and beta. On every path (AVX-512,
+ * bit against a scalar reference written from its contract: the halving tree
+ * over K (a range longer than 64 and even is the sum of its halves; a leaf is
+ * a chain of fmaf from +0 in ascending k; here by recursion, not by the
+ * kernel's binary counter), then alpha and beta. On every path (AVX-512,
  * AVX2, scalar; those this CPU lacks are skipped, saying so), 1 and 2 threads,
  * the four transpose combinations, strides, edge tiles; and the properties the
  * contract is for: a row's bits do not depend on the rows around it, and a K
- * split at aligned power-of-two block boundaries sums to the whole. */
+ * split into 2^j equal ranges sums to the whole in the same tree. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,27 +46,23 @@ static float opb(const operands *o, int64_t p, int64_t j) {
     return o->tb ? o->b[j * o->ldb + p] : o->b[p * o->ldb + j];
 }
 
-/* the sum of blocks [lo, hi) of element (i, j) */
-static float tree(const operands *o, int64_t i, int64_t j, int64_t lo, int64_t hi) {
-    if (hi - lo == 1) {
-        int64_t k0 = lo * MG_GEMM_DET_BLOCK, k1 = k0 + MG_GEMM_DET_BLOCK;
-        if (k1 > o->k) k1 = o->k;
-        float p = 0.0f;
-        for (int64_t q = k0; q < k1; q++) p = fmaf(opa(o, i, q), opb(o, q, j), p);
-        return p;
+/* the sum over k in [k0, k1) of element (i, j): the halving tree */
+static float tree(const operands *o, int64_t i, int64_t j, int64_t k0, int64_t k1) {
+    int64_t len = k1 - k0;
+    if (len > 64 && len % 2 == 0) {
+        float left = tree(o, i, j, k0, k0 + len / 2);
+        float right = tree(o, i, j, k0 + len / 2, k1);
+        return left + right;
     }
-    int64_t h = 1;
-    while (2 * h < hi - lo) h *= 2; /* the largest power of two below hi - lo */
-    float left = tree(o, i, j, lo, lo + h);
-    float right = tree(o, i, j, lo + h, hi);
-    return left + right;
+    float p = 0.0f;
+    for (int64_t q = k0; q < k1; q++) p = fmaf(opa(o, i, q), opb(o, q, j), p);
+    return p;
 }
 
 static void ref_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc) {
     operands o = {ta, tb, a, b, lda, ldb, k};
-    int64_t nb = (k + MG_GEMM_DET_BLOCK - 1) / MG_GEMM_DET_BLOCK;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float *cp = c + i * ldc + j;
@@ -74,7 +70,7 @@ static void ref_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
                 *cp = beta == 0.0f ? 0.0f : beta * *cp;
                 continue;
             }
-            float s = tree(&o, i, j, 0, nb);
+            float s = tree(&o, i, j, 0, k);
             float t = alpha == 1.0f ? s : alpha * s;
             if (beta == 0.0f) *cp = t;
             else {
@@ -234,11 +230,11 @@ START_TEST(test_det_k_split) {
     mg_test_fill(b, KMAX * N, 6);
     for (int p = 0; p < N_PATHS; p++) {
         if (force(p)) continue;
-        /* K = 256 (and 200: the last block short) as [0, 128) + [128, K) */
+        /* K = 256 (and 200: leaves of 50) as its two halves */
         for (int64_t k = 200; k <= 256; k += 56) {
             k_range(ta, tb, M, N, k, a, b, 0, k, whole);
-            k_range(ta, tb, M, N, k, a, b, 0, 128, q[0]);
-            k_range(ta, tb, M, N, k, a, b, 128, k - 128, q[1]);
+            k_range(ta, tb, M, N, k, a, b, 0, k / 2, q[0]);
+            k_range(ta, tb, M, N, k, a, b, k / 2, k / 2, q[1]);
             for (int i = 0; i < M * N; i++) sum[i] = q[0][i] + q[1][i];
             ck_assert_msg(memcmp(sum, whole, sizeof(float) * M * N) == 0,
                           "ta=%d tb=%d path=%s K=%lld: the halves' sum differs from the whole", ta,

@@ -4,7 +4,8 @@
  * (mg_backend_of), cpu_threads.c holds the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_binary_dims,
  * mg_backend_set_gemm_bf16, mg_backend_gemm_bf16, mg_set_compute_dtype,
- * mg_get_compute_dtype, mg_set_deterministic, mg_get_deterministic (meshgrad.h).
+ * mg_get_compute_dtype, mg_set_deterministic, mg_get_deterministic (meshgrad.h),
+ * mg_det_leaf, mg_det_split_ok.
  * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
 #include "config.h"
 
@@ -96,3 +97,17 @@ int mg_set_deterministic(int on) {
 }
 
 int mg_get_deterministic(void) { return mg_ctx()->deterministic; }
+
+int64_t mg_det_leaf(int64_t n) {
+    while (n > MG_DET_LEAF && n % 2 == 0) n /= 2;
+    return n;
+}
+
+int mg_det_split_ok(int64_t n, int64_t parts) {
+    if (parts < 1 || n < 0) return 0;
+    for (; parts > 1; parts /= 2) {
+        if (parts % 2 || n <= MG_DET_LEAF || n % 2) return 0;
+        n /= 2;
+    }
+    return 1;
+}

@@ -49,6 +49,17 @@ typedef enum { MG_BINARY_KERNELS(MG_KERNEL_ENUM_BINARY) MG_BINARY_COUNT } mg_bin
 extern const char *const mg_binary_names[MG_BINARY_COUNT];
 extern const char *const mg_unary_names[MG_UNARY_COUNT];
 
+/* The deterministic mode's sum of n terms is the halving tree: n even and above
+ * MG_DET_LEAF is the sum of its two halves, each summed so; a leaf is added in
+ * order from +0. mg_det_leaf(n): the length of every leaf of n terms.
+ * mg_det_split_ok(n, parts): 1 when n terms cut into `parts` equal consecutive
+ * parts give one subtree each (parts a power of two, every length on the way
+ * down even and above MG_DET_LEAF), so the parts' sums added in a tree over
+ * them (dist/comm_tree.c) are the whole sum's bits. */
+#define MG_DET_LEAF 64
+int64_t mg_det_leaf(int64_t n);
+int mg_det_split_ok(int64_t n, int64_t parts);
+
 /* The fixed point of cross_entropy_fixed: exp(x - max) <= 1 taken in units of
  * 2^-40, so 2^23 classes sum below 2^63. */
 #define MG_CE_FIXED_BITS 40

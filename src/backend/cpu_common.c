@@ -1,7 +1,8 @@
 /* cpu_common.c: what the CPU kernel files share and define once: the fp32
  * GEMM on OpenBLAS that the vtable and the kernels call, and the bounds of
- * mg_cpu_exp (cpu_internal.h says why they live in a .c file). It calls no
- * other kernel file but cpu_gemm_small.c, so the kernel files depend on it
+ * mg_cpu_exp (cpu_internal.h says why they live in a .c file). In the
+ * deterministic mode the GEMM is cpu_gemm_det.c's. It calls no
+ * other kernel file but cpu_gemm_small.c and cpu_gemm_det.c, so the kernel files depend on it
  * and not on each other.
  * Exports: mg_cpu_gemm, mg_cpu_exp_lo, mg_cpu_exp_hi (cpu_internal.h). */
 #include "backend/backend.h"
@@ -9,6 +10,7 @@
 #include <cblas.h>
 
 #include "backend/cpu_internal.h"
+#include "context.h"
 
 const float mg_cpu_exp_lo = -88.0f, mg_cpu_exp_hi = 88.0f; /* see mg_cpu_exp */
 
@@ -17,6 +19,10 @@ void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, in
                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc) {
     (void)ctx;
+    if (mg_ctx()->deterministic) { /* one order of additions, whatever the shapes */
+        mg_cpu_gemm_det(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* empty contraction: C = beta C (beta 0 overwrites, as BLAS does) */
         for (int64_t i = 0; i < m; i++)

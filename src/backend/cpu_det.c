@@ -7,25 +7,26 @@
  * length on the way down above 32) holds one subtree, and its sum added to
  * the others' in a tree gives the bits of the whole sum. The leaves are added
  * by a binary counter of partial sums: after leaf i, merge while bit l of i is
- * 1, which for a power-of-two leaf count is the perfect tree.
- * Exports: mg_det_leaf, mg_cpu_det_colsum (cpu_internal.h). */
+ * 1, which for a power-of-two leaf count is the perfect tree. The sums here
+ * (reductions and the norms' weight gradients) halve down to
+ * leaves of one term, the odd part of n (a pairwise tree: n split into any
+ * power-of-two count of equal parts gives subtrees); the GEMM's leaves are of
+ * 64 (cpu_gemm_det.c; the embedding's too, cpu_nn.c), where the tree's adds
+ * would cost.
+ * Exports: mg_cpu_det_colsum (cpu_internal.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu_internal.h"
 
-int64_t mg_det_leaf(int64_t n) {
-    while (n > MG_DET_LEAF && n % 2 == 0) n /= 2;
-    return n;
-}
-
 #define TILE 256
 #define LEVELS 40
 
-/* out[j] (j < w) = the tree sum over r < rows of t[r ld + j] */
-static void colsum_tile(const float *t, int64_t rows, int64_t ld, int64_t w, float *out) {
+/* out[j] (j < w) = the tree sum over r < rows of t[r ld + j], leaves of `leaf` */
+static void colsum_tile(const float *t, int64_t rows, int64_t leaf, int64_t ld, int64_t w,
+                        float *out) {
     float stack[LEVELS][TILE], cur[TILE];
-    int64_t leaf = mg_det_leaf(rows), blocks = rows / leaf;
+    int64_t blocks = rows / leaf;
     for (int64_t b = 0; b < blocks; b++) {
         for (int64_t j = 0; j < w; j++) cur[j] = 0.0f;
         for (int64_t r = b * leaf; r < (b + 1) * leaf; r++) {
@@ -45,6 +46,8 @@ static void colsum_tile(const float *t, int64_t rows, int64_t ld, int64_t w, flo
 
 void mg_cpu_det_colsum(const float *t, int64_t rows, int64_t cols, int64_t ld, float *out) {
     if (cols <= 0) return;
+    int64_t leaf = rows;
+    while (leaf > 1 && leaf % 2 == 0) leaf /= 2; /* a pairwise tree: any even split holds */
     if (rows <= 0) {
         memset(out, 0, (size_t)cols * sizeof(float));
         return;
@@ -53,6 +56,6 @@ void mg_cpu_det_colsum(const float *t, int64_t rows, int64_t cols, int64_t ld, f
 #pragma omp parallel for if (rows * cols > PAR_MIN) schedule(static)
     for (int64_t k = 0; k < tiles; k++) {
         int64_t j0 = k * TILE, w = cols - j0 < TILE ? cols - j0 : TILE;
-        colsum_tile(t + j0, rows, ld, w, out + j0);
+        colsum_tile(t + j0, rows, leaf, ld, w, out + j0);
     }
 }

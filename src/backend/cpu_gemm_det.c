@@ -3,13 +3,13 @@
  * whose every element has one order of additions over K that depends on
  * nothing else: not M, N, the thread count, the ISA, the rows around it.
  * The contract (a test holds it bit for bit):
- *   - K is cut into blocks of MG_GEMM_DET_BLOCK (64) k; a block's partial is a
- *     chain p = fmaf(opA[i][k], opB[k][j], p) from +0.0f in ascending k;
- *   - the partials are summed in the binary tree that splits blocks [0, nb) at
- *     the largest power of two below nb (a perfect tree, missing blocks
- *     absent), so an aligned power-of-two range of blocks (a rank's share of
- *     a K split across ranks) is a subtree, and the ranks' sums added in the
- *     same tree give the bits of one rank's whole product;
+ *   - K is cut into nb = 2^j leaves of mg_det_leaf(K) k (cpu_det.c: K halved
+ *     while even and above 64); a leaf's partial is a chain
+ *     p = fmaf(opA[i][k], opB[k][j], p) from +0.0f in ascending k;
+ *   - the leaves are summed in the perfect binary tree over them, so K split
+ *     into 2^i equal ranges (a rank's share of a K split across ranks) gives
+ *     subtrees, and the ranks' sums added in the same tree give the bits of
+ *     one rank's whole product;
  *   - S so summed, C = alpha S (beta 0: C is overwritten, NaN or not) or
  *     C = alpha S + beta C as two rounded products and one rounded sum
  *     (alpha 1 and beta 1 multiply nothing); K <= 0: C = beta C (beta 0: 0).
@@ -52,7 +52,6 @@ static int max_threads(void) { return 1; }
 #endif
 #define INLINE __attribute__((always_inline)) inline
 
-#define BLK MG_GEMM_DET_BLOCK
 #define MAX_LEVELS 40 /* nb < 2^40 blocks: K < 2^46 */
 #define MAX_ACC 16    /* accumulator vectors of a register tile */
 #define MAX_NR 32     /* the widest panel (AVX-512's) */
@@ -61,7 +60,7 @@ static int max_threads(void) { return 1; }
  * bp + p * k * nr, k rows of nr floats, columns past n zero. */
 typedef struct {
     bool ta, tb;
-    int64_t m, n, k, nb;
+    int64_t m, n, k, nb, blk; /* nb leaves of blk (mg_det_leaf) */
     float alpha, beta;
     const float *a, *b;
     int64_t lda, ldb, ldc;
@@ -91,8 +90,8 @@ static void gemm_scalar(const det_job *J) {
         for (int64_t j = 0; j < n; j++) {
             float stk[64], cur = 0.0f;
             int64_t q = 0;
-            for (int64_t k0 = 0; k0 < k; k0 += BLK, q++) {
-                int64_t k1 = k0 + BLK < k ? k0 + BLK : k;
+            for (int64_t k0 = 0; k0 < k; k0 += J->blk, q++) {
+                int64_t k1 = k0 + J->blk;
                 cur = 0.0f;
                 for (int64_t p = k0; p < k1; p++) cur = fmaf(op_a(J, i, p), op_b(J, p, j), cur);
                 int l = 0;
@@ -145,8 +144,8 @@ AVX512 static INLINE void z_tile(const det_job *J, int64_t i0, int64_t p0, __m51
 #pragma GCC unroll 16
     for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps(); /* k > 0: only for the compiler */
     int64_t q = 0;
-    for (int64_t k0 = 0; k0 < K; k0 += BLK, q++) {
-        int64_t k1 = k0 + BLK < K ? k0 + BLK : K;
+    for (int64_t k0 = 0; k0 < K; k0 += J->blk, q++) {
+        int64_t k1 = k0 + J->blk;
 #pragma GCC unroll 16
         for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();
         for (int64_t p = k0; p < k1; p++) {
@@ -292,8 +291,8 @@ AVX2 static INLINE void y_tile(const det_job *J, int64_t i0, int64_t p0, __m256 
 #pragma GCC unroll 16
     for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps(); /* k > 0: only for the compiler */
     int64_t q = 0;
-    for (int64_t k0 = 0; k0 < K; k0 += BLK, q++) {
-        int64_t k1 = k0 + BLK < K ? k0 + BLK : K;
+    for (int64_t k0 = 0; k0 < K; k0 += J->blk, q++) {
+        int64_t k1 = k0 + J->blk;
 #pragma GCC unroll 16
         for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t p = k0; p < k1; p++) {
@@ -507,7 +506,7 @@ void mg_cpu_gemm_det(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
         return;
     }
     det_job J = {.ta = trans_a, .tb = trans_b, .m = m, .n = n, .k = k,
-                 .nb = (k + BLK - 1) / BLK, .alpha = alpha, .beta = beta, .a = a, .b = b,
+                 .blk = mg_det_leaf(k), .nb = k / mg_det_leaf(k), .alpha = alpha, .beta = beta, .a = a, .b = b,
                  .lda = lda, .ldb = ldb, .ldc = ldc, .c = c};
     int isa = det_isa();
 #if DET_X86

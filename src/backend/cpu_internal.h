@@ -123,10 +123,8 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 /* cpu_gemm_det.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, with one
  * canonical order of additions over K, whatever M, N, the threads or the ISA:
- * blocks of MG_GEMM_DET_BLOCK k, each a chain of fmaf from +0 in ascending k,
- * summed in the binary tree that makes an aligned power-of-two range of
- * blocks a subtree (the file's opening comment has the contract). */
-#define MG_GEMM_DET_BLOCK 64
+ * the halving tree of cpu_det.c over K, a leaf a chain of fmaf from +0 in
+ * ascending k (the file's opening comment has the contract). */
 void mg_cpu_gemm_det(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                      float *c, int64_t ldc);
@@ -148,12 +146,10 @@ int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table
                          int64_t v, mg_tensor *out);
 void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor *dout, int64_t v0,
                                mg_tensor *dtable);
-/* cpu_det.c: the deterministic mode's sums. mg_det_leaf(n): the leaf length of
- * the halving tree over n terms (n halved while even and above MG_DET_LEAF);
- * mg_cpu_det_colsum: out (cols) = the tree sums down the rows of t (rows, cols),
- * rows ld floats apart. */
-#define MG_DET_LEAF 64
-int64_t mg_det_leaf(int64_t n);
+/* cpu_det.c: the deterministic mode's sums. mg_cpu_det_colsum: out (cols) =
+ * the pairwise-tree sums (the halving tree of backend.h down to leaves of one
+ * term, or of rows' odd part) down the rows of t (rows, cols), rows ld floats
+ * apart. */
 void mg_cpu_det_colsum(const float *t, int64_t rows, int64_t cols, int64_t ld, float *out);
 int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                              float scale, mg_tensor *out);
