@@ -339,12 +339,19 @@ static int add_fused(struct mg_reducer *r, leaf_record *rec, const mg_leaf_grad 
     return mg_rows_add(g->rows_a, g->rows_b, &at, t->grad->local);
 }
 
+/* The deterministic mode's trees so far into the buffer (FULL), if any. */
+static int det_fold(leaf_record *rec) {
+    mg_tensor *buf = rec->leaf->grad->local;
+    int rc = mg_det_sums_fold(rec->det, buf->data, buf->numel);
+    if (rc == MG_OK) rec->form = MG_GRAD_FULL;
+    return rc == 1 ? MG_OK : rc; /* 1: nothing came */
+}
+
 /* The deterministic mode: each contribution summed over the ranks now, into
  * its use's micro-batch tree; the trees folded into the buffer by the last
  * contribution of a backward that syncs (reducer_det.c says why). */
 static int det_add(struct mg_reducer *r, leaf_record *rec, mg_leaf_grad *g, bool last) {
     mg_dtensor *t = rec->leaf;
-    mg_tensor *buf = t->grad->local;
     int rc = MG_OK;
     if (g) {
         mg_dtensor *v = g->value(g, NULL, 0);
@@ -356,10 +363,7 @@ static int det_add(struct mg_reducer *r, leaf_record *rec, mg_leaf_grad *g, bool
     }
     if (rc != MG_OK || !last) return rc;
     rec->det_use = 0;
-    if (r->no_sync) return MG_OK;
-    rc = mg_det_sums_fold(rec->det, buf->data, buf->numel);
-    if (rc == MG_OK) rec->form = MG_GRAD_FULL;
-    return rc == 1 ? MG_OK : rc; /* 1: nothing came */
+    return r->no_sync ? MG_OK : det_fold(rec);
 }
 
 int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
@@ -402,6 +406,8 @@ mg_dtensor *mg_reducer_grad(mg_dtensor *t) {
     leaf_record *rec = find(t);
     if (!t->grad || !rec) return t->grad;
     struct mg_reducer *r = mg_ctx()->reducer;
+    /* sums off (an input's gradient asked for between micro-batches): what came */
+    if (rec->det && det_fold(rec) != MG_OK) return NULL;
     if ((rec->form == MG_GRAD_LOCAL || rec->form == MG_GRAD_ROWS) && settle(r, rec) != MG_OK)
         return NULL;
     if (rec->form == MG_GRAD_ZERO) {
@@ -414,7 +420,9 @@ mg_dtensor *mg_reducer_grad(mg_dtensor *t) {
 
 void mg_reducer_zero(mg_dtensor *t) {
     leaf_record *rec = find(t);
-    if (rec) rec->form = MG_GRAD_ZERO;
+    if (!rec) return;
+    rec->form = MG_GRAD_ZERO;
+    mg_det_sums_clear(rec->det);
 }
 
 int mg_reducer_defer(mg_dtensor *t) {

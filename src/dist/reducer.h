@@ -38,7 +38,7 @@
  * mg_reducer_backward_end, mg_reducer_grad, mg_reducer_zero, mg_reducer_defer,
  * mg_reducer_finite, mg_reducer_deferred, mg_reducer_form, mg_reducer_holds, mg_reducer_forget,
  * mg_reducer_step_end, mg_reducer_free,
- * mg_reducer_buffer_bytes, mg_det_sums_add/fold/free (reducer_det.c), and
+ * mg_reducer_buffer_bytes, mg_det_sums_add/fold/clear/free (reducer_det.c), and
  * the public mg_set_grad_sync / mg_grad_sync. */
 #ifndef MG_DIST_REDUCER_H
 #define MG_DIST_REDUCER_H
@@ -106,11 +106,13 @@ size_t mg_reducer_buffer_bytes(void);
 /* reducer_det.c: one leaf's deterministic sums, a tree over the micro-batches
  * per use of the leaf. add: `v` (numel floats, summed over the ranks already)
  * as the next micro-batch of use `use`. fold: out = the uses' trees, each
- * folded, added in use order, the trees emptied; 1 (no error) when none holds
- * anything. */
+ * folded, added in use order (the trees kept: later micro-batches add on); 1
+ * (no error) when none holds anything. clear: the trees emptied (the gradient
+ * zeroed). */
 typedef struct mg_det_sums mg_det_sums;
 int mg_det_sums_add(mg_det_sums **s, int use, const float *v, int64_t numel);
 int mg_det_sums_fold(mg_det_sums *s, float *out, int64_t numel);
+void mg_det_sums_clear(mg_det_sums *s);
 void mg_det_sums_free(mg_det_sums *s);
 
 #endif

@@ -10,7 +10,8 @@
  * graph (a tied embedding and head) has k such trees, one per use in graph
  * order, added in that order at the end: each use's sum is then the one a
  * single rank makes, whatever the split.
- * Exports: mg_det_sums_add, mg_det_sums_fold, mg_det_sums_free (reducer.h). */
+ * Exports: mg_det_sums_add, mg_det_sums_fold, mg_det_sums_clear, mg_det_sums_free
+ * (reducer.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,10 +95,14 @@ int mg_det_sums_fold(mg_det_sums *s, float *out, int64_t numel) {
         }
         if (any) add_into(out, dst, numel); /* the uses in graph order */
         any = 1;
-        t->count = 0;
     }
     free(tmp);
     return rc == MG_OK ? (any ? MG_OK : 1) : rc;
+}
+
+void mg_det_sums_clear(mg_det_sums *s) {
+    if (!s) return;
+    for (int u = 0; u < s->n; u++) s->trees[u].count = 0;
 }
 
 void mg_det_sums_free(mg_det_sums *s) {
