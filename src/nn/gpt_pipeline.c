@@ -177,7 +177,7 @@ int mg_gpt_pp_step(mg_gpt_pp *t, const float *ids, const float *targets, double 
     }
     int rc = mg_pp_exec_step(t->train, &fns, &st);
     if (rc == MG_OK) rc = sum_tied(t);
-    double sum = rc == MG_OK ? st.loss : 0;
+    double sum = rc == MG_OK ? mg_pipeline_step_loss(st.loss) : 0;
     if (rc == MG_OK) rc = mg_pipeline_sum(p, &sum, 1); /* the stages' losses add up */
     *loss = sum;
     return rc;

@@ -82,7 +82,7 @@ static int summed(mg_param *p) {
  * gradient element once (the shard on coordinate 0 of the dims that replicate
  * it), the ranks' sums added as integers, so the norm is the same on every mesh
  * and split. */
-static int exact_norm(mg_param_table *t, const mg_mesh *mesh, double *norm) {
+static int exact_norm(mg_param_table *t, const mg_mesh *mesh, mg_comm *also, double *norm) {
     mg_exact acc;
     mg_exact_zero(&acc);
     for (int i = 0; i < t->n; i++) {
@@ -103,6 +103,7 @@ static int exact_norm(mg_param_table *t, const mg_mesh *mesh, double *norm) {
     words[MG_EXACT_DIGITS] = acc.nan, words[MG_EXACT_DIGITS + 1] = acc.pos_inf;
     words[MG_EXACT_DIGITS + 2] = acc.neg_inf, words[MG_EXACT_DIGITS + 3] = 0;
     int rc = mg_comm_all_reduce_i64(mesh->world, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
+    if (rc == MG_OK && also) rc = mg_comm_all_reduce_i64(also, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
     if (rc != MG_OK) return rc;
     memcpy(acc.d, words, sizeof acc.d);
     acc.nan = words[MG_EXACT_DIGITS], acc.pos_inf = words[MG_EXACT_DIGITS + 1];
@@ -115,7 +116,7 @@ static int exact_norm(mg_param_table *t, const mg_mesh *mesh, double *norm) {
 int mg_grad_norm(mg_param_table *t, double *norm) {
     *norm = 0;
     if (t->n == 0) return MG_OK;
-    if (mg_ctx()->deterministic) return exact_norm(t, t->p[0].value->spec.mesh, norm);
+    if (mg_ctx()->deterministic) return exact_norm(t, t->p[0].value->spec.mesh, NULL, norm);
     const mg_mesh *mesh = t->p[0].value->spec.mesh;
     double local = 0;
     for (int i = 0; i < t->n; i++) {
@@ -134,6 +135,23 @@ int mg_grad_norm(mg_param_table *t, double *norm) {
     if (rc != MG_OK) return rc;
     double total = (double)buf[0] + (double)buf[1];
     *norm = sqrt(total > 0 ? total : 0);
+    return MG_OK;
+}
+
+int mg_grad_norm_exact(mg_param_table *t, mg_comm *also, double *norm) {
+    *norm = 0;
+    const mg_mesh *mesh = t->n ? t->p[0].value->spec.mesh : NULL;
+    if (mesh) return exact_norm(t, mesh, also, norm);
+    if (!also) return MG_OK;
+    mg_exact none; /* a stage with no parameter still joins the sum */
+    mg_exact_zero(&none);
+    int64_t words[MG_EXACT_WORDS] = {0};
+    int rc = mg_comm_all_reduce_i64(also, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
+    if (rc != MG_OK) return rc;
+    memcpy(none.d, words, sizeof none.d);
+    none.nan = words[MG_EXACT_DIGITS], none.pos_inf = words[MG_EXACT_DIGITS + 1];
+    none.neg_inf = words[MG_EXACT_DIGITS + 2];
+    *norm = sqrt(mg_exact_value(&none));
     return MG_OK;
 }
 

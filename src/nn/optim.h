@@ -19,12 +19,14 @@
  * embeddings decay, the norms' weights and the biases do not.
  *
  * Exports: mg_optimizer_add_state, mg_optimizer_step, mg_optimizer_decays, mg_grad_norm,
+ * mg_grad_norm_exact,
  * mg_clip_grad_norm, mg_clip_grads_to, mg_lr_schedule, mg_lr_at (and optim_update.h). */
 #ifndef MG_NN_OPTIM_H
 #define MG_NN_OPTIM_H
 
 #include <stdint.h>
 
+#include "dist/comm.h"
 #include "nn/optim_update.h"
 #include "nn/param.h"
 
@@ -40,6 +42,10 @@ int mg_optimizer_decays(const mg_optimizer *opt, const mg_param *p);
 /* Collective over the mesh of the parameters. The global L2 norm of every
  * p->grad (replicas counted once). */
 int mg_grad_norm(mg_param_table *t, double *norm);
+/* The deterministic mode's norm (what mg_grad_norm runs in it): every square
+ * added exactly over the table's mesh and then over `also` (a pipeline's comm
+ * across stages; NULL: none), so the stages' norms add without a rounding. */
+int mg_grad_norm_exact(mg_param_table *t, mg_comm *also, double *norm);
 /* Scales every gradient by max_norm / (norm + 1e-6) when norm > max_norm
  * (torch.nn.utils.clip_grad_norm_). *norm_out (may be NULL) gets the norm
  * before clipping. */

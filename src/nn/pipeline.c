@@ -256,6 +256,13 @@ int64_t mg_pipeline_eval_rows(const mg_pipeline *p) {
     return most * p->ranks;
 }
 
+double mg_pipeline_step_loss(double loss) {
+    mg_context *c = mg_ctx();
+    if (!c->deterministic) return loss;
+    if (c->det_loss_rows == 0) return 0;
+    return (float)(mg_exact_value(&c->det_loss) / (double)c->det_loss_rows);
+}
+
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n) {
     float buf[2 * 16]; /* each double as hi + lo, so no precision is lost */
     for (int k = 0; k < n; k += 16) {
@@ -275,7 +282,10 @@ int mg_pipeline_update(const mg_pipeline *p, mg_param_table *params, mg_param_ta
                        mg_optimizer *opt, double lr, double clip, double *norm) {
     int rc = MG_OK;
     *norm = 0;
-    if (clip > 0) { /* the stages' squared norms add up */
+    if (clip > 0 && mg_ctx()->deterministic) {
+        rc = mg_grad_norm_exact(counted ? counted : params, p->comm, norm);
+        if (rc == MG_OK) mg_clip_grads_to(params, clip, *norm);
+    } else if (clip > 0) { /* the stages' squared norms add up */
         double stage_norm = 0;
         rc = mg_grad_norm(counted ? counted : params, &stage_norm);
         double sq = stage_norm * stage_norm;

@@ -98,6 +98,10 @@ static inline int mg_pipeline_stage_first(const mg_pipeline *p, int s) { return 
  * executor's micro-batch arena). NULL with a message on failure. */
 mg_dtensor *mg_pipeline_rows(const mg_pipeline *p, const float *data, int64_t start, int ndim,
                              const int64_t *shape);
+/* A step's loss on this rank for mg_pipeline_sum: `loss` (the micro-batches'
+ * sum), or in the deterministic mode the exact sum of the rows' losses over
+ * their count where this stage made them (ops_vocab.c), 0 on other stages. */
+double mg_pipeline_step_loss(double loss);
 /* Collective over the pp dim: v[0..n) summed over the pipeline ranks (in
  * doubles: the loss of the last stage, squared norms of every stage). */
 int mg_pipeline_sum(const mg_pipeline *p, double *v, int n);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "context.h"
 #include "dist/mesh.h"
 #include "ops/ops.h"
 #include "status.h"
@@ -44,6 +45,12 @@ static int64_t prod(const int64_t *s, int n) {
     int64_t p = 1;
     for (int i = 0; i < n; i++) p *= s[i];
     return p;
+}
+
+static bool partial_out(const mg_spec *out) {
+    for (int m = 0; m < out->mesh->ndim; m++)
+        if (out->p[m].kind == MG_PLACE_PARTIAL && out->mesh->shape[m] > 1) return true;
+    return false;
 }
 
 static bool add_bias_here(const mg_spec *out) {
@@ -312,8 +319,64 @@ static bool is_weight(const mg_dtensor *t) {
     return (t->flags & MG_DTENSOR_HEAP) && t->requires_grad && !t->node;
 }
 
+/* The deterministic mode: a contraction whose K is split over ranks (a Partial
+ * output) must split it along the halving tree (backend.h), else the ranks'
+ * sums would not be the one rank's; and a row-parallel product takes its bias
+ * after the ranks' sum, as one rank adds it after its whole sum. */
+static int det_check(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
+    int64_t parts = 1;
+    for (int m = 0; m < out->spec.mesh->ndim; m++)
+        if (out->spec.p[m].kind == MG_PLACE_PARTIAL) parts *= out->spec.mesh->shape[m];
+    int64_t k = gemm_inner((gemm_kind)c->def->kind, in[0]->local, in[1]->local, out->local,
+                           c->args.ndim) * parts;
+    if (parts > 1 && !mg_det_split_ok(k, parts))
+        return mg_error(MG_EINVAL, "%s: the deterministic mode cannot split a sum of %lld terms "
+                        "over %lld ranks: each rank's part must be one of the sum's halves "
+                        "(quarters, ...) in its fixed tree, which needs at least %lld terms, a "
+                        "multiple of %lld; give the model larger dims (embd, hidden, kv-heads x "
+                        "head dim) or the batch more rows, or use a smaller degree", c->who,
+                        (long long)k, (long long)parts, (long long)(MG_DET_LEAF * parts),
+                        (long long)parts);
+    return MG_OK;
+}
+
+/* Sums a Partial output over its ranks (the tree, comm_tree.c) and marks it
+ * Replicate there: the deterministic mode's row-parallel product with a bias. */
+static int det_sum_output(mg_dtensor *out) {
+    const mg_mesh *mesh = out->spec.mesh;
+    unsigned mask = 0;
+    for (int m = 0; m < mesh->ndim; m++)
+        if (out->spec.p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) mask |= 1u << m;
+    int rc = mg_ops_reduce_over(mesh, mask, out->local->data, out->local->numel, MG_REDUCE_SUM);
+    for (int m = 0; m < mesh->ndim; m++)
+        if (out->spec.p[m].kind == MG_PLACE_PARTIAL) out->spec.p[m] = MG_REPLICATE;
+    return rc;
+}
+
+/* The product alone, summed over the ranks, then the bias on every rank. */
+static int det_bias_after_sum(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out,
+                              const bool weight[2]) {
+    int rc = run_gemm((gemm_kind)c->def->kind, in[0]->local, in[1]->local, NULL, false, out->local,
+                      c->args.ndim, weight);
+    if (rc == MG_OK) rc = det_sum_output(out);
+    if (rc != MG_OK) return rc;
+    mg_backend *be = mg_backend_of(out->local);
+    int64_t n = in[2]->local->numel, rows = n ? out->local->numel / n : 0;
+    int64_t os[2] = {rows, n}, bs[2] = {1, n};
+    mg_tensor *ov = mg_tensor_view(mg_step_arena(), out->local, 2, os);
+    mg_tensor *bv = mg_tensor_view(mg_step_arena(), in[2]->local, 2, bs);
+    if (!ov || !bv) return mg_last_code();
+    be->iface->binary(be->context, MG_BINARY_ADD, ov, bv, ov);
+    return MG_OK;
+}
+
 static int contraction_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
     bool bias = c->n == 3, weight[2] = {is_weight(in[0]), is_weight(in[1])};
+    if (mg_ctx()->deterministic) {
+        int rc = det_check(c, in, out);
+        if (rc != MG_OK) return rc;
+        if (bias && partial_out(&out->spec)) return det_bias_after_sum(c, in, out, weight);
+    }
     return run_gemm((gemm_kind)c->def->kind, in[0]->local, in[1]->local,
                     bias ? in[2]->local : NULL, bias && add_bias_here(&out->spec), out->local,
                     c->args.ndim, weight);

@@ -80,6 +80,7 @@ static const option_def options[] = {
     {"device", OPT_STRING, F(device), 0, "NAME", "cpu | cuda (one GPU per rank)"},
     {"dtype", OPT_STRING, F(dtype), 0, "NAME", "fp32 | bf16: bf16 GEMM inputs, fp32 sums, weights and state"},
     {"tf32", OPT_FLAG, F(tf32), 0, "", "TF32 tensor-core math for the GEMMs on cuda"},
+    {"deterministic", OPT_FLAG, F(deterministic), 0, "", "every sum in one fixed order: the same bits on every mesh and split"},
     {"flight-dir", OPT_STRING, F(flight_dir), 0, "DIR", "flight recorder dumps: DIR/rank-<r>.json"},
     {"trace", OPT_STRING, F(trace), 0, "FILE", "write a Chrome-trace timeline of all ranks here"},
     {"trace-steps", OPT_STRING, F(trace_steps), 0, "A:B", "the steps --trace records (default 2:4)"},

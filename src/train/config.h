@@ -70,6 +70,7 @@ struct mg_train_config {
     char device[16];           /* "cpu" or "cuda" */
     char dtype[8];             /* "fp32" or "bf16" (the GEMMs' inputs) */
     int64_t tf32;              /* 1: TF32 GEMMs on cuda */
+    int64_t deterministic;     /* 1: every sum in one fixed order: the same bits on every mesh */
     char flight_dir[MG_PATH_MAX]; /* where the flight recorder's dumps go ("" none) */
     char trace[MG_PATH_MAX];   /* --trace FILE: the timeline ("" none) */
     char trace_steps[32];      /* "A:B": the steps it records ("" the default) */

@@ -183,11 +183,15 @@ static int setup(mg_trainer *tr, mg_mesh *mesh) {
     if (c->threads > 0) mg_backend_cpu_set_threads((int)c->threads);
     if (c->tf32) mg_backend_cuda_set_tf32(1);
     mg_backend_set_gemm_bf16(strcmp(c->dtype, "bf16") == 0);
+    if (c->deterministic && strcmp(c->device, "cpu") != 0)
+        return mg_trainer_det_check(c, NULL, NULL); /* before a GPU starts */
     tr->own_mesh = !mesh;
     tr->mesh = mesh ? mesh : make_mesh(c);
     if (!tr->mesh) return mg_last_code();
     rc = mg_plan_parse(c->parallel, &tr->plan);
     if (rc == MG_OK) rc = mg_plan_check(&tr->plan, tr->mesh, c->batch);
+    if (rc == MG_OK && c->deterministic) rc = mg_trainer_det_check(c, tr->mesh, &tr->plan);
+    if (rc == MG_OK) rc = mg_set_deterministic(c->deterministic ? 1 : 0);
     if (rc != MG_OK) return rc;
     if (!c->data[0])
         snprintf(c->data, sizeof c->data, "%s",
@@ -366,11 +370,18 @@ int mg_trainer_step(mg_trainer *tr, mg_train_step *st) {
     st->lr = mg_lr_at(&tr->sched, s);
     st->skipped = 0;
     st->nonfinite[0] = '\0';
+    mg_context *ctx = mg_ctx();
+    mg_exact_zero(&ctx->det_loss);
+    ctx->det_loss_rows = 0;
     for (int64_t m = 0; rc == MG_OK && m < tr->cfg.grad_accum; m++) {
         double part = 0;
         rc = micro_step(tr, s, m, &part, st);
         st->loss += part;
     }
+    /* the deterministic mode: the exact sum of every row's loss over their count,
+     * not a sum of micro-batch means (one rounding, whatever the split) */
+    if (rc == MG_OK && ctx->deterministic && ctx->det_loss_rows > 0)
+        st->loss = (float)(mg_exact_value(&ctx->det_loss) / (double)ctx->det_loss_rows);
     if (rc == MG_OK && !pp) mg_params_collect_grads(params);
     int64_t agreed[AGREE_N] = {0};
     if (rc == MG_OK) {

@@ -69,6 +69,11 @@ struct mg_trainer {
 mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
                                 const mg_trainer_meta_data *data);
 
+/* trainer_det.c: MG_EINVAL, with the fix, for a --deterministic run that cannot
+ * give the same bits on every mesh and split (the device, dtype, sequence
+ * parallelism, micro-batch and data-parallel cuts of the rows). */
+int mg_trainer_det_check(const mg_train_config *c, const mg_mesh *mesh, const mg_plan *plan);
+
 /* The language models' side (trainer_text.c). Collective: opens the token splits of the
  * data set, checks them against ctx (and the plan against the micro-batch),
  * builds the model (the GPT or the Llama) and its batch specs. */

@@ -208,7 +208,7 @@ int mg_train_pp_step(mg_train_pp *t, const mg_dtensor *x, const mg_dtensor *y, d
     t->evaluating = 0;
     int rc = take_batch(t, x, y, p->rows, p->microbatches);
     if (rc == MG_OK) rc = mg_pp_exec_step(t->train, &fns, &st);
-    double sum = rc == MG_OK ? st.loss : 0;
+    double sum = rc == MG_OK ? mg_pipeline_step_loss(st.loss) : 0;
     if (rc == MG_OK) rc = mg_pipeline_sum(p, &sum, 1); /* the stages' losses add up */
     *loss = sum;
     return rc;
