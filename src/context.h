@@ -129,6 +129,7 @@ struct mg_context {
      * warning said once, B packed for the kernel (host, grown and kept) */
     int cpu_bf16, cpu_bf16_warned;
     mg_staging bf16_packed;
+    mg_staging det_scratch; /* cpu_det.c: the deterministic sums' terms (host, grown, kept) */
     /* bf16_weights.c: the weights' bf16 copies, and the version that
      * mg_backend_bf16_weights_changed moves on */
     mg_bf16_copy *bf16_copies;

@@ -1,6 +1,6 @@
-/* exact.c: order-free sums of floats (see exact.h). A finite float is m 2^e
- * with |m| < 2^24 and e >= -149; m 2^(e + 149) is an integer below 2^278,
- * added as one 55-bit value split over two 32-bit digits. */
+/* exact.c: order-free sums of floats (see exact.h). A finite float is M 2^q
+ * with M < 2^24 and q >= -149, read from its bits; M 2^(q + 149) is an integer
+ * below 2^278, added as one 55-bit value split over two 32-bit digits. */
 #include "exact.h"
 
 #include <math.h>
@@ -18,31 +18,24 @@ void mg_exact_normalize(mg_exact *a) {
 }
 
 void mg_exact_add(mg_exact *a, float x) {
-    if (x == 0.0f) return;
-    if (isnan(x)) {
-        a->nan++;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t e = u >> 23 & 0xff, m = u & 0x7fffff;
+    if (e == 0xff) { /* infinity or NaN */
+        if (m) a->nan++;
+        else if (u >> 31) a->neg_inf++;
+        else a->pos_inf++;
         return;
     }
-    if (isinf(x)) {
-        if (x > 0) a->pos_inf++;
-        else a->neg_inf++;
-        return;
-    }
-    int e;
-    float f = frexpf(fabsf(x), &e); /* |x| = f 2^e, f in [0.5, 1) */
-    /* |x| = m 2^(e - 24) with m = f 2^24 an integer (a subnormal: fewer bits, still exact) */
-    int64_t m = (int64_t)ldexpf(f, 24);
-    int p = e - 24 + 149; /* the bit of m's lowest place; >= 0 for every float */
-    if (p < 0) { /* a subnormal's trailing zeros: shift them out, exactly */
-        m >>= -p;
-        p = 0;
-    }
-    int64_t v = m << (p % 32); /* < 2^55 */
+    if (e == 0 && m == 0) return; /* a zero adds nothing */
+    /* |x| = M 2^(p - 149): normal M = 1.m (24 bits), p = e - 1; subnormal M = m, p = 0 */
+    int p = e ? (int)e - 1 : 0;
+    int64_t v = (int64_t)(e ? m | 0x800000u : m) << (p % 32); /* < 2^55 */
     int i = p / 32;
     int64_t lo = v & 0xffffffffLL, hi = v >> 32;
-    if (x < 0) lo = -lo, hi = -hi;
+    if (u >> 31) lo = -lo, hi = -hi;
     a->d[i] += lo;
-    if (hi) a->d[i + 1] += hi;
+    a->d[i + 1] += hi;
     if (++a->pending >= (1 << 30)) mg_exact_normalize(a);
 }
 

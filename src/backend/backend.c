@@ -85,7 +85,7 @@ mg_dtype mg_get_compute_dtype(void) { return mg_ctx()->gemm_bf16 ? MG_DTYPE_BF16
 
 int mg_set_deterministic(int on) {
     mg_context *c = mg_ctx();
-    if (on && c->device != MG_DEVICE_CPU)
+    if (on && c->device == MG_DEVICE_CUDA)
         return mg_error(MG_EINVAL, "mg_set_deterministic: the mode runs on the CPU only (CUDA "
                                    "would need GEMMs of a fixed order and NCCL sums of a fixed "
                                    "tree, not built): use the CPU");

@@ -356,7 +356,11 @@ static void reduce_det(const mg_tensor *x, mg_tensor *out) {
     reduce_plan p;
     reduce_plan_make(x, out, &p);
     int64_t kept = out->numel, red = x->numel / out->numel;
-    float *t = malloc((size_t)x->numel * sizeof(float));
+    if (p.k == 0 || (p.reduced[0] && (p.k == 1 || (p.k == 2 && !p.reduced[1])))) {
+        mg_cpu_det_colsum(x->data, red, kept, kept, out->data); /* x is (reduced, kept) already */
+        return;
+    }
+    float *t = mg_cpu_det_scratch(x->numel);
     if (!t) { /* no message path here: NaN makes the failure visible */
         for (int64_t i = 0; i < kept; i++) out->data[i] = NAN;
         return;
@@ -371,7 +375,6 @@ static void reduce_det(const mg_tensor *x, mg_tensor *out) {
         }
     }
     mg_cpu_det_colsum(t, red, kept, kept, out->data);
-    free(t);
 }
 
 static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {

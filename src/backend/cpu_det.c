@@ -13,11 +13,28 @@
  * power-of-two count of equal parts gives subtrees); the GEMM's leaves are of
  * 64 (cpu_gemm_det.c; the embedding's too, cpu_nn.c), where the tree's adds
  * would cost.
- * Exports: mg_cpu_det_colsum (cpu_internal.h). */
+ * Exports: mg_cpu_det_colsum, mg_cpu_det_scratch (cpu_internal.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu_internal.h"
+#include "context.h"
+
+static void free_scratch(void) { free(mg_ctx()->det_scratch.p); } /* mg_context_on_reset */
+
+float *mg_cpu_det_scratch(int64_t n) {
+    mg_staging *s = &mg_ctx()->det_scratch;
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    if (bytes > s->bytes) {
+        void *p = malloc(bytes + bytes / 4);
+        if (!p) return NULL;
+        mg_context_on_reset(free_scratch);
+        free(s->p);
+        s->p = p;
+        s->bytes = bytes + bytes / 4;
+    }
+    return s->p;
+}
 
 #define TILE 256
 #define LEVELS 40

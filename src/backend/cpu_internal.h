@@ -151,6 +151,9 @@ void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor 
  * term, or of rows' odd part) down the rows of t (rows, cols), rows ld floats
  * apart. */
 void mg_cpu_det_colsum(const float *t, int64_t rows, int64_t cols, int64_t ld, float *out);
+/* n floats of the context's scratch for those sums' terms (grown, kept; one
+ * user at a time), NULL when it cannot grow. */
+float *mg_cpu_det_scratch(int64_t n);
 int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                              float scale, mg_tensor *out);
 int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_tensor *labels,

@@ -394,7 +394,7 @@ static void det_backward_weights(const mg_tensor *x, const mg_tensor *dy, const 
     int64_t c = last_dim(x), rows = stats->numel / 2;
     if (db) mg_cpu_det_colsum(dy->data, rows, c, c, db->data);
     if (!dw) return;
-    float *t = malloc((size_t)(rows * c > 0 ? rows * c : 1) * sizeof(float));
+    float *t = mg_cpu_det_scratch(rows * c);
     if (!t) { /* no message path here: NaN makes the failure visible */
         for (int64_t j = 0; j < c; j++) dw->data[j] = NAN;
         return;
@@ -406,7 +406,6 @@ static void det_backward_weights(const mg_tensor *x, const mg_tensor *dy, const 
         for (int64_t j = 0; j < c; j++) t[r * c + j] = g[j] * ((xr[j] - mean) * rstd);
     }
     mg_cpu_det_colsum(t, rows, c, c, dw->data);
-    free(t);
 }
 
 MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,

@@ -321,7 +321,7 @@ static int embedding_backward_det(const mg_tensor *ids, const mg_tensor *dout, i
     int64_t n = ids->numel, leaf = mg_det_leaf(n), blocks = n / leaf;
     int levels = 1;
     while ((1LL << (levels - 1)) < blocks) levels++;
-    float *mem = calloc((size_t)(levels + 1) * (size_t)(size > 0 ? size : 1), sizeof(float));
+    float *mem = mg_cpu_det_scratch((levels + 1) * (size > 0 ? size : 1));
     if (!mem) return 1;
     float *cur = mem + (int64_t)levels * size;
     for (int64_t b = 0; b < blocks; b++) {
@@ -341,7 +341,6 @@ static int embedding_backward_det(const mg_tensor *ids, const mg_tensor *dout, i
         memcpy(mem + (int64_t)l * size, cur, (size_t)size * sizeof(float));
     }
     memcpy(dtable->data, mem + (int64_t)(levels - 1) * size, (size_t)size * sizeof(float));
-    free(mem);
     return 0;
 }
 
@@ -430,8 +429,8 @@ int64_t mg_cpu_cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_
         const float *xr = logits->data + r * c;
         int64_t y = index_of(labels->data[r], v), q = 0;
         float m = max->data[r];
-        for (int64_t j = 0; j < c; j++) /* exp <= 1: an integer below 2^40, exactly */
-            q += (int64_t)ldexpf(mg_cpu_exp(xr[j] - m), MG_CE_FIXED_BITS);
+        const float unit = (float)(1LL << MG_CE_FIXED_BITS); /* exp <= 1: below 2^40, exactly */
+        for (int64_t j = 0; j < c; j++) q += (int64_t)(mg_cpu_exp(xr[j] - m) * unit);
         fixed[r] = q;
         target[r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
         bad += y < 0;

@@ -80,7 +80,7 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
     int64_t c = last_dim(x), rows = rstd->numel;
     const float *restrict wd = w ? w->data : NULL;
     if (dw && mg_ctx()->deterministic) { /* dw: each row's terms, then the tree sums */
-        float *t = malloc((size_t)(rows * c > 0 ? rows * c : 1) * sizeof(float));
+        float *t = mg_cpu_det_scratch(rows * c);
         if (!t) {
             for (int64_t j = 0; j < c; j++) dw->data[j] = NAN; /* no message path here */
         } else {
@@ -89,7 +89,6 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
                 for (int64_t j = 0; j < c; j++)
                     t[r * c + j] = dy->data[r * c + j] * (x->data[r * c + j] * rstd->data[r]);
             mg_cpu_det_colsum(t, rows, c, c, dw->data);
-            free(t);
         }
         if (dx) mg_cpu_rms_norm_backward(ctx, x, w, dy, rstd, sums, n, dx, NULL);
         return;

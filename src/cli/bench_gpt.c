@@ -39,7 +39,7 @@
 static const char usage[] =
     "step --model gpt|llama [--layers L] [--heads H] [--embd C] [--ctx T] [--vocab V] "
     "[--batch B] [--steps S] [--threads N] [--mesh M] [--parallel P] [--lr LR] "
-    "[--device cpu|cuda] [--tf32] [--dtype fp32|bf16] [--microbatches M] [--pp-schedule "
+    "[--device cpu|cuda] [--tf32] [--dtype fp32|bf16] [--deterministic] [--microbatches M] [--pp-schedule "
     "gpipe|1f1b|interleaved-1f1b|zb-h1] [--virtual-stages V] [--pp-layers N1,N2,..]"
     " (with pp in --parallel; --pp-layers counts blocks) [--recompute none|blocks|attention]; "
     "llama: [--kv-heads KV] [--hidden F | --multiple-of M] [--rope-theta X] [--norm-eps X] "
@@ -50,6 +50,7 @@ typedef struct {
     int64_t multiple_of; /* llama: the FFN width's rounding when --hidden is not given */
     int64_t batch, steps, threads;
     int device, tf32, bf16; /* --device cpu|cuda, --tf32, --dtype bf16 */
+    int det; /* --deterministic */
     double lr;
     char mesh[64], plan[64];
     mg_pp_options pp;
@@ -86,7 +87,7 @@ static int parse(int argc, char **argv, bench_options *o) {
         {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
         {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
         {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"help", 0, 0, 'h'},
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"deterministic", 0, 0, 'D'}, {"help", 0, 0, 'h'},
         {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
         {"pp-layers", 1, 0, 'P'}, {"kv-heads", 1, 0, 'K'}, {"hidden", 1, 0, 'F'},
         {"multiple-of", 1, 0, 'u'}, {"rope-theta", 1, 0, 'R'}, {"norm-eps", 1, 0, 'E'},
@@ -150,6 +151,7 @@ static int parse(int argc, char **argv, bench_options *o) {
         case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
         case 'f': o->tf32 = 1; break;
         case 'y': bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL; break;
+        case 'D': o->det = 1; break;
         case 'N':
             if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES)
                 rc = mg_error(MG_EINVAL, "%s: --microbatches '%s' is not a count from 1 to %d", cmd,
@@ -232,7 +234,7 @@ static int make_data(gpt_job *j) {
 static int setup(gpt_job *j) {
     const bench_options *o = j->o;
     if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
-    if (mg_cli_use_device(o->device, o->tf32, o->bf16)) return 1;
+    if (mg_cli_use_device(o->device, o->tf32, o->bf16, o->det)) return 1;
     int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
     if (code) return code;
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
@@ -348,11 +350,12 @@ static void report(const gpt_job *j, const gpt_result *r) {
         snprintf(more, sizeof more, " kv_heads=%lld hidden=%lld%s", (long long)o->lm.llama.kv_heads,
                  (long long)o->lm.llama.hidden, o->lm.llama.tied ? "" : " untied");
     printf("%s step  batch=%lld ctx=%lld layers=%lld heads=%lld embd=%lld vocab=%lld%s "
-           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s recompute=%s  (median "
+           "(%lld parameters)  ranks=%d mesh=%s plan=%s threads=%d openblas=%s recompute=%s%s  (median "
            "of %lld after %d warm-up)\n", llama ? "Llama" : "GPT", (long long)B, (long long)T,
            (long long)g->layers, (long long)g->heads, (long long)g->embd, (long long)g->vocab, more,
            (long long)mg_lm_param_count(&o->lm), mg_world_size(), mt, pt, mg_backend_cpu_threads(),
-           mg_blas_core(), mg_recompute_mode_name(o->recompute), (long long)o->steps, MG_CLI_WARMUP);
+           mg_blas_core(), mg_recompute_mode_name(o->recompute),
+           mg_get_deterministic() ? " deterministic" : "", (long long)o->steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB, "
            "activations %.1f MiB)\n", r->ms[0], gflops, r->rss, r->arena, r->activation_mib);
     if (j->pipe)
@@ -367,11 +370,11 @@ static void report(const gpt_job *j, const gpt_result *r) {
     printf("{\"bench\":\"step\",\"model\":\"%s\",\"ranks\":%d,\"mesh\":\"%s\",\"plan\":\"%s\","
            "\"threads\":%d,\"ms_per_step\":%.3f,\"gflops\":%.2f,\"peak_rss_mb\":%.1f,"
            "\"arena_mb\":%.1f,\"activation_mib\":%.2f,\"recompute\":\"%s\",%s,\"opt_ms\":%.3f,"
-           "\"device\":\"%s\",\"math\":\"%s\",\"openblas\":\"%s\"}\n",
+           "\"device\":\"%s\",\"math\":\"%s\",\"deterministic\":%s,\"openblas\":\"%s\"}\n",
            llama ? "llama" : "gpt", mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0],
            gflops, r->rss, r->arena, r->activation_mib, mg_recompute_mode_name(o->recompute), split,
            r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(o->device),
-           mg_blas_core());
+           mg_get_deterministic() ? "true" : "false", mg_blas_core());
 }
 
 int mg_cli_bench_step_gpt(int argc, char **argv) {

@@ -93,7 +93,7 @@ static void linear_free(linear_job *j) {
 static int linear_setup(linear_job *j, const linear_opts *o) {
     int64_t m = o->m, k = o->k, n = o->n;
     if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
-    if (mg_cli_use_device(o->device, o->tf32, o->bf16)) return 1;
+    if (mg_cli_use_device(o->device, o->tf32, o->bf16, 0)) return 1;
     /* x, w, y and the gradients of x and w, every one touched */
     double floats = 2.0 * (double)m * (double)k + 2.0 * (double)n * (double)k + (double)m * (double)n;
     char what[160];

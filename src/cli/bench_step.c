@@ -35,7 +35,7 @@
 static const char usage[] =
     "step [--batch B] [--layers 1024,4096,1024] [--steps S] [--threads T] "
     "[--mesh M] [--parallel P] [--lr LR] [--device cpu|cuda] [--tf32] "
-    "[--dtype fp32|bf16] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]\n"
+    "[--dtype fp32|bf16] [--deterministic] [--trace FILE] [--trace-steps A:B] [--flight-dir DIR]\n"
     "       the GPT's step: meshgrad bench step --model gpt --help; a pipeline "
     "(pp in --parallel): meshgrad bench step --parallel pp --help";
 
@@ -43,6 +43,7 @@ typedef struct {
     int64_t batch, steps, threads, layers[MAX_WIDTHS];
     int nl; /* widths in layers */
     int device, tf32, bf16;
+    int det; /* --deterministic */
     char mesh[64], plan[64];
     double lr;
     const char *trace, *trace_steps, *flight_dir;
@@ -94,7 +95,7 @@ static int parse(step_opts *o, int argc, char **argv) {
     static const struct option opts[] = {
         {"batch", 1, 0, 'b'}, {"layers", 1, 0, 'l'},   {"steps", 1, 0, 's'}, {"threads", 1, 0, 't'},
         {"mesh", 1, 0, 'm'},  {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},    {"help", 0, 0, 'h'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"trace", 1, 0, 'T'},
+        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"deterministic", 0, 0, 'D'}, {"trace", 1, 0, 'T'},
         {"trace-steps", 1, 0, 'S'}, {"flight-dir", 1, 0, 'F'}, {0, 0, 0, 0}};
     const char *cmd = "bench step";
     *o = (step_opts){.batch = 256, .steps = 10, .device = MG_DEVICE_CPU, .plan = "dp", .lr = 1e-3,
@@ -118,6 +119,7 @@ static int parse(step_opts *o, int argc, char **argv) {
         case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
         case 'f': o->tf32 = 1; break;
         case 'y': bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL; break;
+        case 'D': o->det = 1; break;
         case 'T': o->trace = optarg; break;
         case 'S': o->trace_steps = optarg; break;
         case 'F': o->flight_dir = optarg; break;
@@ -204,7 +206,7 @@ static int make_data(step_job *j) {
 static int setup(step_job *j) {
     const step_opts *o = j->o;
     if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
-    if (mg_cli_use_device(o->device, o->tf32, o->bf16)) return 1;
+    if (mg_cli_use_device(o->device, o->tf32, o->bf16, o->det)) return 1;
     int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
     if (code) return code;
     if (step_fits(o->layers, o->nl, o->batch) != MG_OK ||

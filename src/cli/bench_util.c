@@ -68,10 +68,11 @@ int mg_cli_parse_dtype(const char *s, int *bf16) {
     return 0;
 }
 
-int mg_cli_use_device(int device, int tf32, int bf16) {
+int mg_cli_use_device(int device, int tf32, int bf16, int det) {
     if (tf32) mg_backend_cuda_set_tf32(1);
     mg_backend_set_gemm_bf16(bf16);
-    return device != MG_DEVICE_CPU && mg_set_device(device) != MG_OK;
+    if (device != MG_DEVICE_CPU && mg_set_device(device) != MG_OK) return 1;
+    return det && mg_set_deterministic(1) != MG_OK;
 }
 
 const char *mg_cli_gemm_math(int device) {

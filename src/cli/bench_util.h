@@ -35,8 +35,9 @@ int mg_cli_parse_count(const char *s, int64_t *out);
 int mg_cli_parse_positive(const char *s, double *out);
 int mg_cli_parse_device(const char *s, int *device);
 int mg_cli_parse_dtype(const char *s, int *bf16);
-/* The device and GEMM math before any mesh: 0, or 1 with the error set. */
-int mg_cli_use_device(int device, int tf32, int bf16);
+/* The device, the GEMM math and the deterministic mode (det) before any mesh:
+ * 0, or 1 with the error set. */
+int mg_cli_use_device(int device, int tf32, int bf16, int det);
 /* "fp32", "tf32" or "bf16": the math the GEMMs use on `device`. */
 const char *mg_cli_gemm_math(int device);
 

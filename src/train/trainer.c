@@ -191,6 +191,7 @@ static int setup(mg_trainer *tr, mg_mesh *mesh) {
     rc = mg_plan_parse(c->parallel, &tr->plan);
     if (rc == MG_OK) rc = mg_plan_check(&tr->plan, tr->mesh, c->batch);
     if (rc == MG_OK && c->deterministic) rc = mg_trainer_det_check(c, tr->mesh, &tr->plan);
+    tr->det_was = mg_get_deterministic();
     if (rc == MG_OK) rc = mg_set_deterministic(c->deterministic ? 1 : 0);
     if (rc != MG_OK) return rc;
     if (!c->data[0])
@@ -233,6 +234,7 @@ mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
 
 void mg_trainer_free(mg_trainer *tr) {
     if (!tr) return;
+    mg_set_deterministic(tr->det_was);
     mg_backend_bf16_weights_free();
     if (tr->have_model) mg_model_free(&tr->model);
     mg_train_pp_free(tr->pp);

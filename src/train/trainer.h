@@ -38,6 +38,7 @@ struct mg_trainer {
     mg_train_config cfg;
     mg_mesh *mesh;
     int own_mesh; /* made by mg_trainer_new (freed with the trainer) */
+    int det_was;  /* the deterministic mode before this trainer set its own (restored by free) */
     mg_plan plan;
     int rank;
     int meta;                 /* on the meta device: no data read */
