@@ -6,7 +6,11 @@
  * non-blocking sum (mg_comm_iall_reduce/test/wait) with several in flight,
  * and with more in flight than there are rings or slots, polled in any order;
  * shared memory: per-rank buffers summed in place, one copy for all, and the
- * comm's two scratch buffers handed out in turn. */
+ * comm's two scratch buffers handed out in turn; the deterministic mode's sums
+ * (all_reduce, iall_reduce, reduce_scatter): every rank's result bitwise the
+ * binary tree over the ranks' parts in rank order, whose values make float
+ * sums depend on their order. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -489,12 +493,78 @@ START_TEST(mpi_failure_is_ecomm) {
 }
 END_TEST
 
+/* Rank r's part of a sum whose float order shows: magnitudes 2^-20 .. 2^20. */
+static float wide(int rank, int64_t i) {
+    unsigned h = (unsigned)(rank * 7919 + i * 104729 + 17) * 2654435761u;
+    float m = 1.0f + (float)(h % 8191) / 8191.0f;
+    int e = (int)(h >> 20) % 41 - 20;
+    return (h & 1 ? -1.0f : 1.0f) * ldexpf(m, e);
+}
+
+/* The tree ((p0 + p1) + (p2 + p3)) over k parts of element i, split at the
+ * largest power of two below the count. */
+static float tree_of(int lo, int hi, int64_t i, int64_t col) {
+    if (hi - lo == 1) return wide(lo, col);
+    int h = 1;
+    while (2 * h < hi - lo) h *= 2;
+    (void)i;
+    return tree_of(lo, lo + h, i, col) + tree_of(lo + h, hi, i, col);
+}
+
+static int check_tree_sums(mg_comm *c, int64_t n, char *msg, size_t len) {
+    int k = c->size, me = c->rank, ok = 1;
+    float *buf = malloc((size_t)(k * n + 1) * sizeof(float)), *out = malloc((size_t)(n + 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) buf[i] = wide(me, i);
+    ok &= mg_comm_all_reduce(c, buf, n, MG_REDUCE_SUM) == MG_OK;
+    for (int64_t i = 0; i < n && ok; i++)
+        if (buf[i] != tree_of(0, k, i, i)) {
+            snprintf(msg, len, "all_reduce element %lld: %.9g, the tree gives %.9g", (long long)i,
+                     buf[i], tree_of(0, k, i, i));
+            ok = 0;
+        }
+    mg_comm_request req;
+    for (int64_t i = 0; i < n; i++) buf[i] = wide(me, i);
+    ok &= mg_comm_iall_reduce(c, buf, n, &req) == MG_OK && mg_comm_wait(c, &req) == MG_OK;
+    for (int64_t i = 0; i < n && ok; i++)
+        if (buf[i] != tree_of(0, k, i, i)) {
+            snprintf(msg, len, "iall_reduce element %lld differs from the tree", (long long)i);
+            ok = 0;
+        }
+    /* reduce_scatter: block j of rank r's send holds wide(r, j n + i) */
+    for (int64_t i = 0; i < k * n; i++) buf[i] = wide(me, i);
+    ok &= mg_comm_reduce_scatter(c, buf, out, n) == MG_OK;
+    for (int64_t i = 0; i < n && ok; i++)
+        if (out[i] != tree_of(0, k, i, me * n + i)) {
+            snprintf(msg, len, "reduce_scatter element %lld differs from the tree", (long long)i);
+            ok = 0;
+        }
+    free(buf), free(out);
+    return ok;
+}
+
+START_TEST(deterministic_sums_are_the_tree) {
+    ck_assert_int_eq(mg_set_deterministic(1), MG_OK);
+    check_every_comm(check_tree_sums, 1);
+    check_every_comm(check_tree_sums, 1000);
+    ck_assert_int_eq(mg_set_deterministic(0), MG_OK);
+    /* the parts' values tell a tree from a chain ((p0 + p1) + p2) + p3 */
+    int differ = 0;
+    for (int i = 0; i < 1000; i++) {
+        float chain = 0;
+        for (int r = 0; r < 4; r++) chain += wide(r, i);
+        differ += chain != tree_of(0, 4, i, i);
+    }
+    ck_assert_msg(differ > 0, "4 parts: the chain equals the tree on every element");
+}
+END_TEST
+
 static Suite *make_suite(void) {
     world = mg_world_size();
     const TTest *tests[] = {collectives_match_naive, split_calls_match_naive,
                             shared_sums_match_naive, shared_one_copy, iall_reduce_matches_naive,
                             many_sums_in_flight, byte_counters, one_rank_comm_moves_nothing,
-                            status_agreement, mpi_failure_is_ecomm, NULL};
+                            status_agreement, mpi_failure_is_ecomm,
+                            deterministic_sums_are_the_tree, NULL};
     return mg_test_suite("comm", tests);
 }
 
