@@ -11,6 +11,10 @@
  *   the sliding window of `meshgrad generate` does). The logits of every
  *   position equal those of mg_gpt_forward over the whole sequences within
  *   1e-5 (they reach about 5; the difference is about 3e-6, reassociation).
+ * - the deterministic mode (mg_set_deterministic): the same with models wide
+ *   enough for its tensor-parallel splits (embd 256), and the cached logits,
+ *   a prompt alone and then token by token, bitwise those of the batch of 4
+ *   through the full forward, on every plan.
  * - refusals: a token past ctx, a position that is not the cache's next one,
  *   and a prompt longer than ctx give NULL and a message, never a crash. */
 #include <math.h>
@@ -32,6 +36,13 @@ static const mg_lm_config llama = {
     .kind = MG_MODEL_LLAMA,
     .llama = {.layers = 2, .heads = 8, .kv_heads = 4, .embd = 32, .ctx = T, .vocab = V,
               .hidden = 96, .rope_theta = 10000, .norm_eps = 1e-5, .tied = 1}};
+
+/* The deterministic mode's: every dim a tp of 4 splits halves to its shard */
+static const mg_lm_config gpt_wide = {.kind = MG_MODEL_GPT, .gpt = {2, 8, 256, T, V}};
+static const mg_lm_config llama_wide = {
+    .kind = MG_MODEL_LLAMA,
+    .llama = {.layers = 2, .heads = 8, .kv_heads = 8, .embd = 256, .ctx = T, .vocab = V,
+              .hidden = 512, .rope_theta = 10000, .norm_eps = 1e-5, .tied = 1}};
 
 /* Every parameter: uniform draws by global index (the same on every mesh) of
  * scale 0.5, norm weights in [0.8, 1.2]. */
@@ -79,7 +90,9 @@ static int cached(mg_model *m, mg_gpt_cache *c, const mg_mesh *mesh, const float
     return ok;
 }
 
-static void check_plan(const mg_lm_config *cfg, int nd, const int *shape, const char *plan_text) {
+static void check_plan(const mg_lm_config *cfg, int nd, const int *shape, const char *plan_text,
+                       int det) {
+    mg_assert_all(mg_set_deterministic(det) == MG_OK, "%s", mg_last_error());
     mg_mesh *mesh = mg_mesh_new(nd, shape);
     mg_assert_all(mesh != NULL, "mesh: %s", mg_last_error());
     mg_plan plan;
@@ -120,10 +133,11 @@ static void check_plan(const mg_lm_config *cfg, int nd, const int *shape, const 
                       (long long)c.len, T);
     }
     char mesh_text[32];
-    mg_assert_all(big > 1 && diff <= 1e-5, "%s %s on mesh %s: cached logits differ from the full "
-                  "forward's by %.3g (want <= 1e-5; the largest logit is %.3g)",
+    mg_assert_all(big > 1 && diff <= (det ? 0 : 1e-5), "%s %s on mesh %s%s: cached logits differ "
+                  "from the full forward's by %.3g (want <= %g; the largest logit is %.3g)",
                   mg_model_kind_name(cfg->kind), plan_text,
-                  mg_mesh_format(mesh_text, sizeof mesh_text, mesh), diff, big);
+                  mg_mesh_format(mesh_text, sizeof mesh_text, mesh),
+                  det ? ", deterministic" : "", diff, det ? 0 : 1e-5, big);
 
     /* refusals: past ctx, not the next position, a prompt longer than ctx */
     float longer[T + 1] = {0};
@@ -141,25 +155,36 @@ static void check_plan(const mg_lm_config *cfg, int nd, const int *shape, const 
     mg_gpt_cache_release(&c);
     mg_model_free(&m);
     mg_mesh_free(mesh);
+    mg_set_deterministic(0);
 }
 
 /* Every plan on the meshes of this world: 1-D ones on (world), 2-D ones on
  * 2x2 at 4 ranks, 1x2 and 2x1 at 2, 1x1 at 1. */
-START_TEST(test_cache_every_plan) {
+static void every_plan(const mg_lm_config *const models[2], int det) {
     static const char *const plans[] = {"dp",      "tp",      "sp",       "fsdp",
                                         "tp+sp",   "dp,tp",   "fsdp,tp",  "dp,tp+sp", "sp,tp"};
     int world = mg_world_size();
     int meshes[3][2] = {{world, 1}, {world == 4 ? 2 : 1, world == 4 ? 2 : world}, {world, 1}};
     int n2 = world == 2 ? 2 : 1; /* 2-D meshes to run: 1x2 and 2x1 at 2 ranks */
-    const mg_lm_config *models[2] = {&gpt, &llama};
     for (int j = 0; j < 2; j++)
         for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
             if (!strchr(plans[i], ',')) {
-                check_plan(models[j], 1, meshes[0], plans[i]);
+                check_plan(models[j], 1, meshes[0], plans[i], det);
                 continue;
             }
-            for (int k = 0; k < n2; k++) check_plan(models[j], 2, meshes[1 + k], plans[i]);
+            for (int k = 0; k < n2; k++) check_plan(models[j], 2, meshes[1 + k], plans[i], det);
         }
+}
+
+START_TEST(test_cache_every_plan) {
+    const mg_lm_config *const models[2] = {&gpt, &llama};
+    every_plan(models, 0);
+}
+END_TEST
+
+START_TEST(test_cache_deterministic) {
+    const mg_lm_config *const models[2] = {&gpt_wide, &llama_wide};
+    every_plan(models, 1);
 }
 END_TEST
 
@@ -169,6 +194,7 @@ int main(int argc, char **argv) {
     TCase *c = tcase_create("kv cache");
     tcase_set_timeout(c, 0);
     tcase_add_test(c, test_cache_every_plan);
+    tcase_add_test(c, test_cache_deterministic);
     suite_add_tcase(s, c);
     int rc = mg_test_run_mpi(s);
     mg_finalize();

@@ -52,9 +52,9 @@ typedef struct {
 
 static const char *usage_text =
     "usage: meshgrad eval --resume CKPT --data H5 [--split val|train] [--eval-tokens N]\n"
-    "                     [--batch B] [--mesh M] [--parallel P] [--threads N]\n"
+    "                     [--batch B] [--mesh M] [--parallel P] [--threads N] [--deterministic]\n"
     "       meshgrad eval --resume CKPT --text FILE --logits OUT.h5 [--overwrite]\n"
-    "                     [--mesh M] [--parallel P] [--threads N]\n"
+    "                     [--mesh M] [--parallel P] [--threads N] [--deterministic]\n"
     "\n"
     "Evaluates the model of checkpoint CKPT (a file, or a directory: its newest), written by\n"
     "`meshgrad train` or `meshgrad ckpt import`, on any mesh and plan:\n"
@@ -70,6 +70,7 @@ static const char *usage_text =
     "  --mesh M           device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)\n"
     "  --parallel P       one plan per mesh dim: dp, tp, fsdp, sp, tp+sp, pp (pp: --data only)\n"
     "  --threads N        CPU threads per rank (default: cores / ranks)\n"
+    "  --deterministic    every sum in one fixed order: the same loss and logits on every mesh\n"
     "  --device D, --pp-schedule S, --microbatches M, --pp-layers L: as for train\n";
 
 /* The flags eval hands to the run's config, as train takes them. */
@@ -79,11 +80,11 @@ enum { NPASSED = sizeof passed / sizeof passed[0] };
 
 /* 0, 1 (--help shown) or 2 (a usage error). */
 static int parse(int argc, char **argv, eval_opts *o) {
-    struct option opts[NPASSED + 9] = {
+    struct option opts[NPASSED + 10] = {
         {"resume", 1, 0, 'r'}, {"data", 1, 0, 'd'},    {"split", 1, 0, 's'},
         {"text", 1, 0, 'x'},   {"logits", 1, 0, 'l'},  {"overwrite", 0, 0, 'o'},
-        {"help", 0, 0, 'h'},   {"config", 1, 0, 'c'}};
-    for (int i = 0; i < NPASSED; i++) opts[8 + i] = (struct option){passed[i], 1, 0, 1000 + i};
+        {"help", 0, 0, 'h'},   {"config", 1, 0, 'c'},  {"deterministic", 0, 0, 'D'}};
+    for (int i = 0; i < NPASSED; i++) opts[9 + i] = (struct option){passed[i], 1, 0, 1000 + i};
     int c, rc = MG_OK;
     opterr = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -94,6 +95,7 @@ static int parse(int argc, char **argv, eval_opts *o) {
         case 'x': o->text = optarg; break;
         case 'l': o->logits = optarg; break;
         case 'o': o->overwrite = 1; break;
+        case 'D': rc = mg_train_config_set_at(o->cfg, "deterministic", "1", "--deterministic"); break;
         case 'c':
             rc = mg_error(MG_EINVAL, "eval: the model comes from --resume CKPT, not a config file");
             break;
@@ -298,6 +300,10 @@ static int forward(mg_model *model, const mg_mesh *mesh, const int *ids, int64_t
 static int eval_logits(eval_opts *o) {
     mg_train_config *c = o->cfg;
     if (c->threads > 0) mg_backend_cpu_set_threads((int)c->threads);
+    if (c->deterministic && strcmp(c->device, "cpu") != 0)
+        return mg_error(MG_EINVAL, "eval: --deterministic runs on the CPU only: drop --device %s",
+                        c->device);
+    if (c->deterministic && mg_set_deterministic(1) != MG_OK) return mg_last_code();
     mg_mesh *mesh = NULL;
     mg_plan plan;
     mg_model model;

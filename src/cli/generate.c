@@ -67,11 +67,13 @@ typedef struct {
     const char *prompt;
     int64_t tokens, top_k, seed, threads;
     double temperature;
+    int det; /* --deterministic */
 } gen_options;
 
 static const char *usage_text =
     "usage: meshgrad generate --resume CKPT [--prompt TEXT] [--tokens N] [--temperature X]\n"
     "                         [--top-k K] [--seed S] [--mesh M] [--parallel P] [--threads N]\n"
+    "                         [--deterministic]\n"
     "\n"
     "Prints TEXT and N bytes sampled from the GPT or Llama of CKPT (a checkpoint file, or a\n"
     "directory of them: the newest), written by `meshgrad train --model gpt` or `--model\n"
@@ -89,6 +91,7 @@ static const char *usage_text =
     "  --mesh M           device mesh: 2, 4, 1x2, 2x2 (default: 1-D over all ranks)\n"
     "  --parallel P       one plan per mesh dim: dp, tp, fsdp, sp, tp+sp (default dp)\n"
     "  --threads N        CPU threads per rank (default: cores / ranks)\n"
+    "  --deterministic    every sum in one fixed order: the same logits on every mesh\n"
     "\n"
     "A KV cache makes each token cost O(ctx). When the context is full, the window slides:\n"
     "the last ctx/2 tokens are prefilled again and generation continues from them.\n"
@@ -111,8 +114,8 @@ static int parse(int argc, char **argv, gen_options *o) {
         {"resume", 1, 0, 'r'},  {"prompt", 1, 0, 'p'},   {"tokens", 1, 0, 'n'},
         {"temperature", 1, 0, 'T'}, {"top-k", 1, 0, 'k'}, {"seed", 1, 0, 's'},
         {"mesh", 1, 0, 'm'},    {"parallel", 1, 0, 'P'}, {"threads", 1, 0, 't'},
-        {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
-    *o = (gen_options){"", "", "dp", "\n", 200, 0, 1337, 0, 1.0};
+        {"deterministic", 0, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    *o = (gen_options){"", "", "dp", "\n", 200, 0, 1337, 0, 1.0, 0};
     int c, rc = MG_OK;
     opterr = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -125,6 +128,7 @@ static int parse(int argc, char **argv, gen_options *o) {
         case 'k': rc = parse_nonnegative("--top-k", optarg, INT32_MAX, &o->top_k); break;
         case 's': rc = parse_nonnegative("--seed", optarg, INT64_MAX, &o->seed); break;
         case 't': rc = parse_nonnegative("--threads", optarg, INT32_MAX, &o->threads); break;
+        case 'D': o->det = 1; break;
         case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
         case 'P': snprintf(o->parallel, sizeof o->parallel, "%s", optarg); break;
         case 'T':
@@ -283,6 +287,7 @@ typedef struct {
 static int setup(generator *g) {
     const gen_options *o = &g->o;
     if (o->threads > 0) mg_backend_cpu_set_threads((int)o->threads);
+    if (o->det && mg_set_deterministic(1) != MG_OK) return mg_last_code();
     int shape[MG_MAX_MESH_DIMS] = {mg_world_size()}, nd = 1;
     if (o->mesh[0] && (nd = mg_mesh_parse(o->mesh, shape)) < 0) return nd;
     int64_t prod = 1;

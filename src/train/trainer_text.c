@@ -224,12 +224,29 @@ int mg_trainer_text_eval_split(mg_trainer *tr, const char *split) {
     return MG_OK;
 }
 
+/* The deterministic mode's evaluation loss: the exact sum of every row's loss
+ * the chunks' cross-entropies kept (ops_vocab.c) over their count, whatever
+ * the chunks and the mesh; with pp made on the last stage and summed over the
+ * stages (0 elsewhere). The training step's sums are left as they were. */
+static int exact_eval_loss(mg_trainer *tr, const mg_exact *was, int64_t was_rows, double *loss) {
+    mg_context *c = mg_ctx();
+    *loss = c->det_loss_rows > 0 ? (float)(mg_exact_value(&c->det_loss) / (double)c->det_loss_rows) : 0;
+    c->det_loss = *was;
+    c->det_loss_rows = was_rows;
+    return tr->gpt_pp ? mg_pipeline_sum(mg_gpt_pp_pipeline(tr->gpt_pp), loss, 1) : MG_OK;
+}
+
 int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     int64_t windows = eval_windows(tr);
     int64_t chunks = mg_trainer_eval_chunks(tr, windows);
     int prev = mg_set_grad_enabled(0);
     double sum = 0;
     int rc = MG_OK;
+    mg_context *ctx = mg_ctx();
+    mg_exact was = ctx->det_loss;
+    int64_t was_rows = ctx->det_loss_rows;
+    mg_exact_zero(&ctx->det_loss);
+    ctx->det_loss_rows = 0;
     for (int64_t k = 0, first = 0; rc == MG_OK && k < chunks; k++) {
         int64_t n = windows / chunks + (k < windows % chunks); /* sizes differ by one at most */
         double loss = 0;
@@ -242,5 +259,8 @@ int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     mg_set_grad_enabled(prev);
     ev->loss = sum / (double)windows;
     ev->rows = windows;
+    if (rc == MG_OK && ctx->deterministic) return exact_eval_loss(tr, &was, was_rows, &ev->loss);
+    ctx->det_loss = was;
+    ctx->det_loss_rows = was_rows;
     return rc;
 }
