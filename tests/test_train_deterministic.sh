@@ -12,6 +12,10 @@
 # - a run saved at step 15 on 2x2 dp,tp and resumed on 2 fsdp ends bitwise
 #   equal to the straight 1-rank run, its losses too;
 # - without the flag the same dp run differs (the test can tell);
+# - eval --deterministic of that run's checkpoint: its --text logits bitwise
+#   equal on 1 rank, tp, sp and 2x2 dp,tp (and tp's differ without the flag),
+#   its loss over /val equal as printed on 1 rank, tp and pp; bench step and
+#   plan --estimate take the flag;
 # - what cannot qualify is refused with one line each, non-zero exit: sp and
 #   tp+sp, bf16, CUDA, --grad-accum 3, --microbatches 3, the interleaved
 #   schedule, a batch too small to halve, a tensor-parallel split of a dim
@@ -104,6 +108,44 @@ else
     fail "dp 2 without --deterministic failed"
     show_log "$tmp/plain.out"
 fi
+
+# eval: logits and loss on every mesh
+printf 'Call me Ishmael. Some years ago - never mind how long precisely - having little ' >"$tmp/prompt.txt"
+# logits NAME NP ARGS...: eval --text of the reference checkpoint; the logits' bytes in NAME.bin
+logits() {
+    _n=$1 _np=$2
+    shift 2
+    rm -f "$tmp/$_n.h5" "$tmp/$_n.bin"
+    "$TIMEOUT" -k 5 60 "$MPIRUN" -np "$_np" "$prog" eval --resume "$tmp/ref.h5" \
+        --text "$tmp/prompt.txt" --logits "$tmp/$_n.h5" --threads 1 "$@" >"$tmp/$_n.out" 2>&1 &&
+        h5dump -b LE -o "$tmp/$_n.bin" -d logits "$tmp/$_n.h5" >/dev/null 2>&1
+}
+logits l1 1 --deterministic
+logits ltp 2 --mesh 2 --parallel tp --deterministic
+logits lsp 2 --mesh 2 --parallel sp --deterministic
+logits ldptp 4 --mesh 2x2 --parallel dp,tp --deterministic
+logits ltp0 2 --mesh 2 --parallel tp
+for m in ltp lsp ldptp; do
+    check "eval --deterministic: the --text logits on $m bitwise those of 1 rank" \
+        cmp -s "$tmp/l1.bin" "$tmp/$m.bin"
+done
+check "eval without the flag: tp's logits differ from the deterministic 1-rank ones (the test can tell)" \
+    sh -c "test -s '$tmp/ltp0.bin' && ! cmp -s '$tmp/l1.bin' '$tmp/ltp0.bin'"
+# evalloss NP ARGS...: the printed eval_loss of the reference checkpoint over /val
+evalloss() {
+    _np=$1
+    shift
+    "$TIMEOUT" -k 5 60 "$MPIRUN" -np "$_np" "$prog" eval --resume "$tmp/ref.h5" \
+        --data "$top/data/mobydick.h5" --eval-tokens 16384 --threads 1 --deterministic "$@" 2>&1 |
+        sed -n 's/^eval_loss \([^ ]*\) .*/\1/p'
+}
+e1=$(evalloss 1) etp=$(evalloss 2 --mesh 2 --parallel tp) epp=$(evalloss 2 --mesh 2 --parallel pp)
+check "eval --deterministic: the loss over /val $e1 on 1 rank, $etp on tp, $epp on pp: equal" \
+    test -n "$e1" -a "$e1" = "$etp" -a "$e1" = "$epp"
+"$prog" bench step --model gpt --steps 1 --threads 1 --deterministic >"$tmp/bench.out" 2>&1
+check "bench step --deterministic says so in its JSON line" grep -q '"deterministic":true' "$tmp/bench.out"
+"$TIMEOUT" 60 "$MPIRUN" -np 1 "$prog" plan --estimate $gpt --mesh 2 --parallel dp >"$tmp/plan.out" 2>&1
+check "plan --estimate takes --deterministic (a meta run sums nothing)" test $? -eq 0
 
 # what cannot qualify: one line each
 small="$gpt --steps 1"

@@ -178,6 +178,12 @@ static int64_t cross_entropy_sums(void *ctx, const mg_tensor *logits, const mg_t
     (void)ctx, (void)logits, (void)labels, (void)max, (void)v0, (void)v, (void)sums;
     return 0;
 }
+static int64_t cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
+                                   const mg_tensor *max, int64_t v0, int64_t v, int64_t *fixed,
+                                   float *target) {
+    (void)ctx, (void)logits, (void)labels, (void)max, (void)v0, (void)v, (void)fixed, (void)target;
+    return 0;
+}
 static void cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_tensor *labels,
                                    const mg_tensor *lse, int64_t v0, int64_t v, float scale,
                                    mg_tensor *dlogits) {
@@ -249,6 +255,7 @@ static const struct mg_backend_iface meta_iface = {
     .cross_entropy = cross_entropy,
     .cross_entropy_sums = cross_entropy_sums,
     .cross_entropy_backward = cross_entropy_backward,
+    .cross_entropy_fixed = cross_entropy_fixed,
     .attention = attention,
     .attention_backward = attention_backward,
     .sgd_step = sgd_step,

@@ -118,7 +118,10 @@ int mg_set_grad_sync(int on) {
 
 size_t mg_reducer_buffer_bytes(void) {
     struct mg_reducer *r = mg_ctx()->reducer;
-    return r ? (size_t)r->buckets.n_packs * (size_t)MG_GRAD_BUCKET_FLOATS * sizeof(float) : 0;
+    if (!r) return 0;
+    size_t bytes = (size_t)r->buckets.n_packs * (size_t)MG_GRAD_BUCKET_FLOATS * sizeof(float);
+    for (int i = 0; i < r->n; i++) bytes += mg_det_sums_bytes(r->records[i].det);
+    return bytes;
 }
 
 int mg_grad_sync(void) {
@@ -372,7 +375,9 @@ int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
     if (!rec) return mg_last_code();
     int rc = grad_buffer(t, rec);
     if (rc != MG_OK) return rc;
-    if (mg_ctx()->deterministic) return det_add(r, rec, g, last);
+    /* (the meta backend's buffers hold no data: it counts the ordinary way) */
+    if (mg_ctx()->deterministic && !mg_tensor_is_meta(t->grad->local))
+        return det_add(r, rec, g, last);
     bool sync = !r->no_sync;
     if (g && last && sync && rec->defer && g->rows_a) {
         int done = add_rows(r, rec, g);

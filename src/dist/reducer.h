@@ -108,11 +108,12 @@ size_t mg_reducer_buffer_bytes(void);
  * as the next micro-batch of use `use`. fold: out = the uses' trees, each
  * folded, added in use order (the trees kept: later micro-batches add on); 1
  * (no error) when none holds anything. clear: the trees emptied (the gradient
- * zeroed). */
+ * zeroed). bytes: the memory the trees hold (the reducer's buffers count it). */
 typedef struct mg_det_sums mg_det_sums;
 int mg_det_sums_add(mg_det_sums **s, int use, const float *v, int64_t numel);
 int mg_det_sums_fold(mg_det_sums *s, float *out, int64_t numel);
 void mg_det_sums_clear(mg_det_sums *s);
+size_t mg_det_sums_bytes(const mg_det_sums *s); /* the trees' buffers */
 void mg_det_sums_free(mg_det_sums *s);
 
 #endif

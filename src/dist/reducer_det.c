@@ -10,8 +10,8 @@
  * graph (a tied embedding and head) has k such trees, one per use in graph
  * order, added in that order at the end: each use's sum is then the one a
  * single rank makes, whatever the split.
- * Exports: mg_det_sums_add, mg_det_sums_fold, mg_det_sums_clear, mg_det_sums_free
- * (reducer.h). */
+ * Exports: mg_det_sums_add, mg_det_sums_fold, mg_det_sums_clear, mg_det_sums_bytes,
+ * mg_det_sums_free (reducer.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +98,16 @@ int mg_det_sums_fold(mg_det_sums *s, float *out, int64_t numel) {
     }
     free(tmp);
     return rc == MG_OK ? (any ? MG_OK : 1) : rc;
+}
+
+size_t mg_det_sums_bytes(const mg_det_sums *s) {
+    if (!s) return 0;
+    size_t n = 0;
+    for (int u = 0; u < s->n; u++) {
+        for (int l = 0; l < LEVELS; l++) n += s->trees[u].level[l] != NULL;
+        n += s->trees[u].spare != NULL;
+    }
+    return n * (size_t)(s->numel > 0 ? s->numel : 1) * sizeof(float);
 }
 
 void mg_det_sums_clear(mg_det_sums *s) {

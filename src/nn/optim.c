@@ -93,7 +93,7 @@ static int exact_norm(mg_param_table *t, const mg_mesh *mesh, mg_comm *also, dou
         bool first = true;
         for (int m = 0; m < mesh->ndim; m++)
             first &= p->grad->spec.p[m].kind != MG_PLACE_REPLICATE || mesh->coord[m] == 0;
-        if (!first) continue;
+        if (!first || mg_tensor_is_meta(p->grad->local)) continue; /* meta: no data */
         const float *g = p->grad->local->data;
         for (int64_t j = 0; j < p->grad->local->numel; j++) mg_exact_add(&acc, g[j] * g[j]);
     }

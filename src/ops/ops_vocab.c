@@ -206,8 +206,6 @@ static int64_t cross_entropy_det(const mg_op_call *c, mg_dtensor *const *in, mg_
     const mg_spec *L = &in[0]->spec;
     const mg_mesh *mesh = L->mesh;
     mg_backend *be = backend(out->local);
-    if (!be->iface->cross_entropy_fixed)
-        return mg_error(MG_EINVAL, "%s: the deterministic mode runs on the CPU only", c->who);
     unsigned classes = mg_ops_shard_mask(L, L->ndim - 1), partial = 0;
     for (int m = 0; m < mesh->ndim; m++)
         if (out->spec.p[m].kind == MG_PLACE_PARTIAL && mesh->shape[m] > 1) partial |= 1u << m;
@@ -286,7 +284,9 @@ static int cross_entropy_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor
     mg_backend *be = backend(out->local);
     float scale = n > 0 ? 1.0f / (float)n : 0.0f;
     unsigned mask = mg_ops_shard_mask(&in[0]->spec, L->ndim - 1);
-    int64_t bad = mg_ctx()->deterministic ? cross_entropy_det(c, in, lg, lb, out, &c->saved)
+    /* the meta backend (plan --estimate) counts the ordinary way: it holds no data */
+    bool det = mg_ctx()->deterministic && !mg_tensor_is_meta(in[0]->local);
+    int64_t bad = det ? cross_entropy_det(c, in, lg, lb, out, &c->saved)
                   : mask ? cross_entropy_sharded(in[0], lg, lb, mask, scale, out, &c->saved)
                        : be->iface->cross_entropy(be->context, lg, lb, scale, out->local);
     if (bad < 0) return (int)bad;
