@@ -26,7 +26,8 @@
 # resume (2^62 elements, 3000 nested groups, no checksum, unwritten chunks, an
 # external link, a NaN, an extra dataset, control bytes in an attribute, a
 # GPT's model.layers of a million) and a train of 1e8 layers;
-# hostile dumps for trace analyze; a full disk (a 200 kB tmpfs, root); SIGSTOP
+# hostile dumps for trace analyze, and 300 ranks' dumps of 113 MB in 1 GB of address
+# space; a full disk (a 200 kB tmpfs, root); SIGSTOP
 # of a rank; SIGTERM of ckpt bench. --quick runs the cases marked quick (the
 # short run of make check, tests/test_hostile.sh); --only runs the cases whose
 # name matches PATTERN (grep -E); --list prints the cases.
@@ -51,6 +52,7 @@ done
 [ -n "$limit" ] || limit=$([ "$quick" = 1 ] && echo 30 || echo 60)
 : "${BUILD:=build}" "${MPIRUN:=mpirun}"
 build=$(cd "$BUILD" && pwd) || exit 1
+here=$(cd "$(dirname "$0")/.." && pwd)
 prog=$build/meshgrad tool=$build/tests/train_ckpt_tool data=$build/data/digits.h5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -111,6 +113,7 @@ trace_dump_ranks 0
 trace_dump_nested 0
 trace_dump_escape 0
 trace_dump_many 0
+trace_dump_large 0
 full_save 0
 full_text2h5 0
 sigstop 0
@@ -306,6 +309,15 @@ case_trace_dump_many() {
     done
     try ok sh -c 'ulimit -v 1000000 && exec "$0" trace analyze fl' "$prog"
     holds sh -c "! grep -q 'Ranks  ' out && grep -q 'Rank 299 waits in all_reduce' out"
+}
+# 300 ranks' dumps of the recorder's default 2048 records (113 MB): analysed in an
+# address space of 1 GB, rank 137 named behind (a reader that held the dumps took
+# 2.6 GB for 20 of them)
+case_trace_dump_large() {
+    mkdir fl
+    awk -v W=300 -v N=2048 -v behind=137 -v dir=fl -f "$here/tests/trace_dumps.awk" || { skip "awk failed"; return; }
+    try ok sh -c 'ulimit -v 1000000 && exec "$0" trace analyze fl' "$prog"
+    holds grep -q 'Rank 137 is behind: it is in no collective' out
 }
 case_trace_dump_escape() {
     dump '"comms":[{"name":"w\u001b[2J","dim":-1,"ordinal":0,"ranks":[0],"seq":1}],"entries":[{"comm":0,"seq":1,"op":"x\u001b[K\r","peer":-1,"bytes":4,"dtype":"float32","step":3,"state":"started","post_ns":1,"start_ns":1,"end_ns":0}]'

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "exact.h"
 #include "meshgrad.h"
 
 typedef enum { MG_REDUCE_SUM = 0, MG_REDUCE_AVG, MG_REDUCE_MAX } mg_reduce_op;
@@ -225,6 +226,9 @@ typedef enum { MG_CONTROL_SUM = 0, MG_CONTROL_MIN, MG_CONTROL_MAX } mg_control_o
  * rank. Collective. */
 int mg_comm_tree_all_reduce(mg_comm *, float *buf, int64_t n);
 int mg_comm_tree_reduce_scatter(mg_comm *, const float *send /* size*n */, float *recv, int64_t n);
+/* An exact sum (exact.h) summed over the comm's ranks, in place: every rank gets
+ * the sum of all, exactly. Collective. */
+int mg_comm_sum_exact(mg_comm *, mg_exact *a);
 
 /* One mg_comm over MPI_COMM_WORLD, made on first use (after mg_init); NULL
  * with a message before. Not to be freed. */

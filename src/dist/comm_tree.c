@@ -6,11 +6,14 @@
  * blocks (DESIGN.md, "Determinism") adds its part where that range's subtree
  * is. The parts travel by all-gather (all-reduce) or all-to-all (reduce-
  * scatter): for two ranks the same bytes as a ring, (k - 1)/k more beyond.
- * Exports: mg_comm_tree_all_reduce, mg_comm_tree_reduce_scatter (comm.h). */
+ * And the exact sums' (exact.h) over a comm: integers, added in any order.
+ * Exports: mg_comm_tree_all_reduce, mg_comm_tree_reduce_scatter, mg_comm_sum_exact
+ * (comm.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist/comm.h"
+#include "exact.h"
 #include "status.h"
 
 /* parts[0 .. k) of n floats each, summed into parts[0] in the tree. */
@@ -58,4 +61,18 @@ int mg_comm_tree_reduce_scatter(mg_comm *c, const float *send, float *recv, int6
     }
     free(parts);
     return rc;
+}
+
+int mg_comm_sum_exact(mg_comm *c, mg_exact *a) {
+    mg_exact_normalize(a); /* digits below 2^32: the ranks' sum cannot overflow */
+    int64_t w[MG_EXACT_WORDS];
+    memcpy(w, a->d, sizeof a->d);
+    w[MG_EXACT_DIGITS] = a->nan, w[MG_EXACT_DIGITS + 1] = a->pos_inf;
+    w[MG_EXACT_DIGITS + 2] = a->neg_inf, w[MG_EXACT_DIGITS + 3] = 0;
+    int rc = mg_comm_sum_i64(c, w, MG_EXACT_WORDS);
+    if (rc != MG_OK) return rc;
+    memcpy(a->d, w, sizeof a->d);
+    a->nan = w[MG_EXACT_DIGITS], a->pos_inf = w[MG_EXACT_DIGITS + 1];
+    a->neg_inf = w[MG_EXACT_DIGITS + 2], a->pending = 0;
+    return MG_OK;
 }

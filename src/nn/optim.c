@@ -97,17 +97,9 @@ static int exact_norm(mg_param_table *t, const mg_mesh *mesh, mg_comm *also, dou
         const float *g = p->grad->local->data;
         for (int64_t j = 0; j < p->grad->local->numel; j++) mg_exact_add(&acc, g[j] * g[j]);
     }
-    mg_exact_normalize(&acc);
-    int64_t words[MG_EXACT_WORDS];
-    memcpy(words, acc.d, sizeof acc.d);
-    words[MG_EXACT_DIGITS] = acc.nan, words[MG_EXACT_DIGITS + 1] = acc.pos_inf;
-    words[MG_EXACT_DIGITS + 2] = acc.neg_inf, words[MG_EXACT_DIGITS + 3] = 0;
-    int rc = mg_comm_all_reduce_i64(mesh->world, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
-    if (rc == MG_OK && also) rc = mg_comm_all_reduce_i64(also, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
+    int rc = mg_comm_sum_exact(mesh->world, &acc);
+    if (rc == MG_OK && also) rc = mg_comm_sum_exact(also, &acc);
     if (rc != MG_OK) return rc;
-    memcpy(acc.d, words, sizeof acc.d);
-    acc.nan = words[MG_EXACT_DIGITS], acc.pos_inf = words[MG_EXACT_DIGITS + 1];
-    acc.neg_inf = words[MG_EXACT_DIGITS + 2], acc.pending = 0;
     double total = mg_exact_value(&acc);
     *norm = sqrt(total); /* NaN or inf when a square was */
     return MG_OK;
@@ -145,12 +137,8 @@ int mg_grad_norm_exact(mg_param_table *t, mg_comm *also, double *norm) {
     if (!also) return MG_OK;
     mg_exact none; /* a stage with no parameter still joins the sum */
     mg_exact_zero(&none);
-    int64_t words[MG_EXACT_WORDS] = {0};
-    int rc = mg_comm_all_reduce_i64(also, words, MG_EXACT_WORDS, MG_CONTROL_SUM);
+    int rc = mg_comm_sum_exact(also, &none);
     if (rc != MG_OK) return rc;
-    memcpy(none.d, words, sizeof none.d);
-    none.nan = words[MG_EXACT_DIGITS], none.pos_inf = words[MG_EXACT_DIGITS + 1];
-    none.neg_inf = words[MG_EXACT_DIGITS + 2];
     *norm = sqrt(mg_exact_value(&none));
     return MG_OK;
 }

@@ -180,16 +180,8 @@ static int64_t cross_entropy_sharded(const mg_dtensor *logits, mg_tensor *lg, mg
 static int exact_over(const mg_mesh *mesh, unsigned mask, mg_exact *acc) {
     for (int m = 0; m < mesh->ndim; m++) {
         if (!(mask >> m & 1u)) continue;
-        mg_exact_normalize(acc);
-        int64_t w[MG_EXACT_WORDS];
-        memcpy(w, acc->d, sizeof acc->d);
-        w[MG_EXACT_DIGITS] = acc->nan, w[MG_EXACT_DIGITS + 1] = acc->pos_inf;
-        w[MG_EXACT_DIGITS + 2] = acc->neg_inf, w[MG_EXACT_DIGITS + 3] = 0;
-        int rc = mg_comm_sum_i64(mesh->dim_comm[m], w, MG_EXACT_WORDS);
+        int rc = mg_comm_sum_exact(mesh->dim_comm[m], acc);
         if (rc != MG_OK) return rc;
-        memcpy(acc->d, w, sizeof acc->d);
-        acc->nan = w[MG_EXACT_DIGITS], acc->pos_inf = w[MG_EXACT_DIGITS + 1];
-        acc->neg_inf = w[MG_EXACT_DIGITS + 2], acc->pending = 0;
     }
     return MG_OK;
 }
