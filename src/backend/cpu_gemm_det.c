@@ -20,7 +20,6 @@
  * (log2(nb) + 1 levels, on the thread's stack). Threads split M and N, never K.
  * Exports mg_cpu_gemm_det and mg_cpu_gemm_det_force (cpu_internal.h). */
 #include <math.h>
-#include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -435,33 +434,9 @@ static void gemm_vector(const det_path *P, det_job *J) {
     }
 }
 
-/* ---- the packed panels: one buffer a thread, kept ------------------------------------ */
+/* ---- the packed panels: the thread's kept buffer (cpu_common.c) --------------------- */
 
-/* Grown as needed and kept, so a steady-state step allocates nothing; the
- * thread's value of packed_key too, whose destructor frees it when the thread
- * ends (as cpu_gemm_small.c's). */
-static _Thread_local float *packed;
-static _Thread_local size_t packed_cap;
-static pthread_key_t packed_key;
-static pthread_once_t packed_once = PTHREAD_ONCE_INIT;
-static int packed_key_made;
-
-static void make_packed_key(void) { packed_key_made = pthread_key_create(&packed_key, free) == 0; }
-
-static float *packed_panels(size_t n) {
-    if (n > packed_cap) {
-        pthread_once(&packed_once, make_packed_key);
-        if (!packed_key_made) return NULL; /* then the scalar path */
-        free(packed);
-        packed_cap = 0;
-        packed = NULL;
-        if (posix_memalign((void **)&packed, 64, n * sizeof(float))) packed = NULL;
-        pthread_setspecific(packed_key, packed);
-        if (!packed) return NULL;
-        packed_cap = n;
-    }
-    return packed;
-}
+static float *packed_panels(size_t n) { return mg_cpu_thread_buffer(MG_CPU_BUFFER_DET_GEMM, n); }
 
 /* ---- the entry ------------------------------------------------------------------------ */
 

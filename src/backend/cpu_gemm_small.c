@@ -20,7 +20,6 @@
  * products then run at about the rate of the large ones, no faster. Other
  * shapes, CPUs and compilers go to sgemm.
  * Exports mg_cpu_gemm_small (cpu_internal.h). */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,33 +119,8 @@ AVX2 static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const flo
 #define LARGE_WEIGHT (1 << 16) /* floats: below, packing it costs sgemm little */
 
 #if SMALL_GEMM
-/* The packed rows of x (mp x k floats): one buffer a thread, grown as needed
- * and kept, so the steady-state step allocates nothing (docs/DESIGN.md
- * "Memory"); a thread's own, as gemm may be called from several threads at
- * once. The buffer is also the thread's value of packed_key, whose destructor
- * frees it when the thread ends (a _Thread_local pointer alone would lose it
- * then). */
-static _Thread_local float *packed;
-static _Thread_local size_t packed_cap;
-static pthread_key_t packed_key;
-static pthread_once_t packed_once = PTHREAD_ONCE_INIT;
-static int packed_key_made;
-
-static void make_packed_key(void) { packed_key_made = pthread_key_create(&packed_key, free) == 0; }
-
-static float *packed_rows(size_t n) {
-    if (n > packed_cap) {
-        pthread_once(&packed_once, make_packed_key);
-        if (!packed_key_made) return NULL; /* then sgemm */
-        free(packed);
-        packed_cap = 0;
-        packed = malloc(n * sizeof *packed);
-        pthread_setspecific(packed_key, packed);
-        if (!packed) return NULL;
-        packed_cap = n;
-    }
-    return packed;
-}
+/* The packed rows of x (mp x k floats): the thread's kept buffer (cpu_common.c). */
+static float *packed_rows(size_t n) { return mg_cpu_thread_buffer(MG_CPU_BUFFER_SMALL_GEMM, n); }
 #endif
 
 int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -121,6 +121,11 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc);
 
+/* cpu_common.c: `n` floats (64-byte aligned) of this thread's buffer `slot`,
+ * grown and kept (freed when the thread ends); NULL when it cannot grow. */
+enum { MG_CPU_BUFFER_SMALL_GEMM = 0, MG_CPU_BUFFER_DET_GEMM, MG_CPU_THREAD_BUFFERS };
+float *mg_cpu_thread_buffer(int slot, size_t n);
+
 /* cpu_gemm_det.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, with one
  * canonical order of additions over K, whatever M, N, the threads or the ISA:
  * the halving tree of cpu_det.c over K, a leaf a chain of fmaf from +0 in
