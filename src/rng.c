@@ -9,6 +9,8 @@
 
 #include <math.h>
 
+#include "parallel.h"
+
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
 #define PHILOX_W0 0x9E3779B9u /* golden ratio */
@@ -69,13 +71,11 @@ float mg_rng_normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 void mg_rng_uniform(uint64_t seed, uint64_t stream, uint64_t first, int64_t n, float *out) {
-#pragma omp parallel for if (n > 32768) schedule(static)
-    for (int64_t i = 0; i < n; i++) out[i] = mg_rng_uniform_at(seed, stream, first + (uint64_t)i);
+    MG_PAR_FOR(n > 32768, for (int64_t i = 0; i < n; i++) out[i] = mg_rng_uniform_at(seed, stream, first + (uint64_t)i););
 }
 
 void mg_rng_normal(uint64_t seed, uint64_t stream, uint64_t first, int64_t n, float *out) {
-#pragma omp parallel for if (n > 32768) schedule(static)
-    for (int64_t i = 0; i < n; i++) out[i] = mg_rng_normal_at(seed, stream, first + (uint64_t)i);
+    MG_PAR_FOR(n > 32768, for (int64_t i = 0; i < n; i++) out[i] = mg_rng_normal_at(seed, stream, first + (uint64_t)i););
 }
 
 /* high 64 bits of a * b, portably */

@@ -18,6 +18,7 @@
 #include "backend/cpu_internal.h"
 #include "context.h"
 #include "backend/kernel_math.h"
+#include "parallel.h"
 
 /* ---- memory ------------------------------------------------------------------- */
 
@@ -75,8 +76,7 @@ static void cpu_fill(void *ctx, mg_tensor *t, float value) {
         if (n > 0) memset(p, 0, (size_t)n * sizeof(float));
         return;
     }
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) p[i] = value;
+    MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) p[i] = value;);
 }
 
 /* dst[dst_offset + i] = src[src_offset + i] (add: +=) for i in the box
@@ -108,8 +108,7 @@ static void block_apply(const mg_tensor *src, const int64_t *src_offset, mg_tens
     for (int d = 0; d < k; d++) outer *= extent[d];
     const float *s = src->data + src_base;
     float *o = dst->data + dst_base;
-#pragma omp parallel for if (outer * run > PAR_MIN && outer > 1) schedule(static)
-    for (int64_t r = 0; r < outer; r++) {
+    MG_PAR_FOR(outer * run > PAR_MIN && outer > 1, for (int64_t r = 0; r < outer; r++) {
         int64_t so, dof;
         mg_unravel2(r, k, extent, ss, ds, &so, &dof);
         if (!add) {
@@ -119,7 +118,7 @@ static void block_apply(const mg_tensor *src, const int64_t *src_offset, mg_tens
         float *restrict out = o + dof;
         const float *restrict in = s + so;
         for (int64_t j = 0; j < run; j++) out[j] += in[j];
-    }
+    });
 }
 
 static void cpu_copy_block(void *ctx, const mg_tensor *src, const int64_t *src_offset,
@@ -154,8 +153,7 @@ static void cpu_permute(void *ctx, const mg_tensor *x, const int *perm, mg_tenso
     int64_t row_tiles = (rows + TILE - 1) / TILE;
     const float *xd = x->data;
     float *od = out->data;
-#pragma omp parallel for if (out->numel > PAR_MIN) schedule(static)
-    for (int64_t task = 0; task < slices * row_tiles; task++) {
+    MG_PAR_FOR(out->numel > PAR_MIN, for (int64_t task = 0; task < slices * row_tiles; task++) {
         int64_t slice = task / row_tiles, r0 = (task % row_tiles) * TILE;
         int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows;
         int64_t base = 0, rem = slice;
@@ -177,7 +175,7 @@ static void cpu_permute(void *ctx, const mg_tensor *x, const int *perm, mg_tenso
                 for (int64_t c = c0; c < c1; c++) orow[c] = xr[c * s_col];
             }
         }
-    }
+    });
 }
 
 /* ---- elementwise -------------------------------------------------------------- */
@@ -187,8 +185,7 @@ static void cpu_axpy(void *ctx, float alpha, const mg_tensor *x, mg_tensor *y) {
     const float *restrict xd = x->data;
     float *restrict yd = y->data;
     int64_t n = y->numel;
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) yd[i] += alpha * xd[i];
+    MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) yd[i] += alpha * xd[i];);
 }
 
 /* out[i] = op(a[i*sa], b[i*sb]) for i < n; the switch sits outside the loops. */
@@ -238,30 +235,27 @@ static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_
     if (k <= 1) { /* one flat (possibly broadcast) run */
         int64_t len = k ? n[0] : 1, s_a = k ? sa[0] : 0, s_b = k ? sb[0] : 0;
         int64_t chunks = (len + CHUNK - 1) / CHUNK;
-#pragma omp parallel for if (len > PAR_MIN) schedule(static)
-        for (int64_t c = 0; c < chunks; c++) {
+        MG_PAR_FOR(len > PAR_MIN, for (int64_t c = 0; c < chunks; c++) {
             int64_t i0 = c * CHUNK, m = len - i0 < CHUNK ? len - i0 : CHUNK;
             binary_run(op, ad + i0 * s_a, s_a, bd + i0 * s_b, s_b, od + i0, m);
-        }
+        });
         return;
     }
     int64_t len = n[k - 1], rows = out->numel / len;
-#pragma omp parallel for if (out->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(out->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         int64_t oa, ob;
         mg_unravel2(r, k - 1, n, sa, sb, &oa, &ob);
         binary_run(op, ad + oa, sa[k - 1], bd + ob, sb[k - 1], od + r * len, len);
-    }
+    });
 }
 
 /* out = op(x) (alpha is the factor of SCALE, unused by the others). */
 #define UNARY_CASE(OP, EXPR)                                                      \
     case OP:                                                                      \
-        _Pragma("omp parallel for if (n > PAR_MIN) schedule(static)")             \
-        for (int64_t i = 0; i < n; i++) {                                         \
+        MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {                 \
             float x = xd[i];                                                      \
             od[i] = (EXPR);                                                       \
-        }                                                                         \
+        });                                                                       \
         break;
 
 static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha, mg_tensor *out) {
@@ -397,8 +391,7 @@ static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
         int64_t n = x->numel;
         double acc = empty;
         if (!max) {
-#pragma omp parallel for if (n > PAR_MIN) reduction(+ : acc) schedule(static)
-            for (int64_t i = 0; i < n; i++) acc += xd[i];
+            MG_PAR_FOR_SUM(n > PAR_MIN, (acc), for (int64_t i = 0; i < n; i++) acc += xd[i];);
         } else {
             acc = run_max(xd, n);
         }
@@ -409,8 +402,7 @@ static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
     if (p.reduced[last]) {
         /* inner run reduced: each out element sums contiguous runs of x */
         int64_t len = p.n[last], outer_red = red / len;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-        for (int64_t o = 0; o < kept; o++) {
+        MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t o = 0; o < kept; o++) {
             int64_t xk, ok;
             reduce_offsets(&p, last, false, o, &xk, &ok);
             double acc = empty;
@@ -421,13 +413,12 @@ static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
                 acc = combine(max, acc, max ? (double)run_max(run, len) : run_sum(run, len));
             }
             od[ok] = (float)acc;
-        }
+        });
         return;
     }
     /* inner run kept: accumulate rows of x into tiles of REDUCE_TILE outputs */
     int64_t len = p.n[last], rows = kept / len, tiles = (len + REDUCE_TILE - 1) / REDUCE_TILE;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t task = 0; task < rows * tiles; task++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t task = 0; task < rows * tiles; task++) {
         int64_t row = task / tiles, c0 = (task % tiles) * REDUCE_TILE;
         int64_t w = len - c0 < REDUCE_TILE ? len - c0 : REDUCE_TILE;
         int64_t xk, ok;
@@ -444,7 +435,7 @@ static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
                 for (int64_t j = 0; j < w; j++) acc[j] += run[j];
         }
         for (int64_t j = 0; j < w; j++) od[ok + c0 + j] = (float)acc[j];
-    }
+    });
 }
 
 static void cpu_reduce_sum(void *ctx, const mg_tensor *x, mg_tensor *out) {
@@ -462,8 +453,7 @@ static double cpu_sum_squares(void *ctx, const mg_tensor *x) {
     const float *xd = x->data;
     int64_t n = x->numel;
     double s = 0;
-#pragma omp parallel for if (n > PAR_MIN) reduction(+ : s) schedule(static)
-    for (int64_t i = 0; i < n; i++) s += (double)xd[i] * xd[i];
+    MG_PAR_FOR_SUM(n > PAR_MIN, (s), for (int64_t i = 0; i < n; i++) s += (double)xd[i] * xd[i];);
     return s;
 }
 
@@ -482,23 +472,20 @@ static void cpu_sgd_step(void *ctx, mg_tensor *param, const mg_tensor *grad,
     const float *restrict gd = grad->data;
     int64_t n = param->numel;
     if (!buf) {
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) p[i] -= lr * (gd[i] + weight_decay * p[i]);
+        MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) p[i] -= lr * (gd[i] + weight_decay * p[i]););
     } else if (first_step) {
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
+        MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {
             float g = gd[i] + weight_decay * p[i];
             buf[i] = g;
             p[i] -= lr * g;
-        }
+        });
     } else {
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
+        MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {
             float g = gd[i] + weight_decay * p[i];
             float m = momentum * buf[i] + g;
             buf[i] = m;
             p[i] -= lr * m;
-        }
+        });
     }
 }
 
@@ -514,14 +501,13 @@ static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, m
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
     float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     float decay = 1.0f - lr * weight_decay;
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
+    MG_PAR_FOR(n > PAR_MIN, for (int64_t i = 0; i < n; i++) {
         float g = gd[i];
         p[i] *= decay;
         md[i] = beta1 * md[i] + (1.0f - beta1) * g;
         vd[i] = beta2 * vd[i] + (1.0f - beta2) * g * g;
         p[i] -= step_size * md[i] / (sqrtf(vd[i]) / bc2_sqrt + eps);
-    }
+    });
 }
 
 /* ---- the vtable --------------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "backend/cpu_internal.h"
+#include "parallel.h"
 
 /* Fused multiply-adds where the clone has them (GCC's ISO C mode leaves them
  * off): the exps of these loops wait on their polynomial's latency, which FMA
@@ -208,13 +209,12 @@ void mg_cpu_attention(void *ctx, const mg_tensor *q, const mg_tensor *k, const m
     shape s = shape_of(q, k, v, scale, causal, q0, k0, &slices);
     int64_t h = q->shape[1], kv = k->shape[1];
     int bf16 = bf16_mode();
-#pragma omp parallel for if (slices > 1 && q->numel > PAR_MIN) schedule(static)
-    for (int64_t z = 0; z < slices; z++) {
+    MG_PAR_FOR(slices > 1 && q->numel > PAR_MIN, for (int64_t z = 0; z < slices; z++) {
         int64_t zk = kv_slice(z, h, kv);
         forward_slice(&s, q->data + z * s.tq * s.d, k->data + zk * s.tk * s.d,
                       v->data + zk * s.tk * s.dv, o->data + z * s.tq * s.dv, lse->data + z * s.tq,
                       bf16);
-    }
+    });
 }
 
 void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k,
@@ -228,8 +228,7 @@ void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k
     int64_t h = q->shape[1], kv = k->shape[1], group = kv ? h / kv : 1;
     int64_t kv_slices = q->shape[0] * kv;
     int bf16 = bf16_mode();
-#pragma omp parallel for if (kv_slices > 1 && q->numel > PAR_MIN) schedule(static)
-    for (int64_t zk = 0; zk < kv_slices; zk++) {
+    MG_PAR_FOR(kv_slices > 1 && q->numel > PAR_MIN, for (int64_t zk = 0; zk < kv_slices; zk++) {
         int64_t ko = zk * s.tk;
         memset(dk->data + ko * s.d, 0, (size_t)(s.tk * s.d) * sizeof(float));
         memset(dv->data + ko * s.dv, 0, (size_t)(s.tk * s.dv) * sizeof(float));
@@ -239,5 +238,5 @@ void mg_cpu_attention_backward(void *ctx, const mg_tensor *q, const mg_tensor *k
                            o->data + qo * s.dv, lse->data + qo, dout->data + qo * s.dv,
                            dq->data + qo * s.d, dk->data + ko * s.d, dv->data + ko * s.dv, bf16);
         }
-    }
+    });
 }

@@ -19,6 +19,7 @@
 
 #include "backend/cpu_internal.h"
 #include "context.h"
+#include "parallel.h"
 
 static void free_scratch(void) { free(mg_ctx()->det_scratch.p); } /* mg_context_on_reset */
 
@@ -70,9 +71,8 @@ void mg_cpu_det_colsum(const float *t, int64_t rows, int64_t cols, int64_t ld, f
         return;
     }
     int64_t tiles = (cols + TILE - 1) / TILE;
-#pragma omp parallel for if (rows * cols > PAR_MIN) schedule(static)
-    for (int64_t k = 0; k < tiles; k++) {
+    MG_PAR_FOR(rows * cols > PAR_MIN, for (int64_t k = 0; k < tiles; k++) {
         int64_t j0 = k * TILE, w = cols - j0 < TILE ? cols - j0 : TILE;
         colsum_tile(t + j0, rows, leaf, ld, w, out + j0);
-    }
+    });
 }

@@ -405,68 +405,78 @@ static int gemm_threads(int64_t m, int64_t n, int64_t k) {
     return t > 1 && (double)m * (double)n * (double)k >= (double)(1 << 21) && m >= 2 * MC ? t : 1;
 }
 
-/* One GEMM: C (m, n) from a and b; pb holds B's packed block, pa[thread] a
- * thread's packed A. */
-BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                          const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
-                          int64_t ldc, const float *bias, uint32_t *pb, uint32_t *pa_all,
-                          int threads) {
+/* One GEMM, C (m, n) from a and b, as run by each thread of a parallel region
+ * (or whole by one thread outside any); pb holds B's packed block, pa[thread]
+ * a thread's packed A. */
+BF16 static void gemm_part(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                           const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
+                           int64_t ldc, const float *bias, uint32_t *pb, uint32_t *pa_all) {
     int64_t kc, nc;
     blocking(n, k, &kc, &nc);
     int64_t words = strip_words(kc), rs = words / MR, mblocks = (m + MC - 1) / MC;
-    (void)threads;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
 #ifdef _OPENMP
-        uint32_t *pa = pa_all + (size_t)omp_get_thread_num() * (MC / MR) * words;
+    uint32_t *pa = pa_all + (size_t)omp_get_thread_num() * (MC / MR) * words;
 #else
-        uint32_t *pa = pa_all;
+    uint32_t *pa = pa_all;
 #endif
-        for (int64_t j0 = 0; j0 < n; j0 += nc) {
-            int64_t ncb = min64(nc, n - j0), panels = (ncb + NR - 1) / NR;
-            for (int64_t k0 = 0; k0 < k; k0 += kc) {
-                int64_t kcb = min64(kc, k - k0), kp = (kcb + 1) / 2;
-                bool first = k0 == 0;
+    for (int64_t j0 = 0; j0 < n; j0 += nc) {
+        int64_t ncb = min64(nc, n - j0), panels = (ncb + NR - 1) / NR;
+        for (int64_t k0 = 0; k0 < k; k0 += kc) {
+            int64_t kcb = min64(kc, k - k0), kp = (kcb + 1) / 2;
+            bool first = k0 == 0;
 #pragma omp for schedule(static)
-                for (int64_t p = 0; p < panels; p++)
-                    pack_panel(b, tb, k0, kcb, j0 + p * NR, min64(NR, ncb - p * NR), pb + p * kp * NR,
-                               NV);
+            for (int64_t p = 0; p < panels; p++)
+                pack_panel(b, tb, k0, kcb, j0 + p * NR, min64(NR, ncb - p * NR), pb + p * kp * NR,
+                           NV);
 #pragma omp for schedule(static)
-                for (int64_t ib = 0; ib < mblocks; ib++) {
-                    int64_t i0 = ib * MC, mcb = min64(MC, m - i0), strips = (mcb + MR - 1) / MR;
-                    /* transposed A, and a last short strip, are packed first;
-                     * the others by their first tile */
-                    for (int64_t s = 0; s < strips; s++)
-                        if (ta || mcb - s * MR < MR)
-                            pack_strip(a, ta, i0 + s * MR, (int)min64(MR, mcb - s * MR), k0, kcb,
-                                       rs, pa + s * words);
-                    int64_t next = i0 + MC, tiles = panels * strips; /* A's next block */
-                    for (int64_t p = 0; p < panels; p++) {
-                        int nr = (int)min64(NR, ncb - p * NR);
-                        const uint32_t *pbp = pb + p * kp * NR;
-                        const float *bp = bias ? bias + j0 + p * NR : NULL;
-                        for (int64_t s = 0; s < strips; s++) {
-                            int64_t r = i0 + s * MR;
-                            if (next < m)
-                                prefetch_a(a, ta, next, min64(MC, m - next), k0, kcb,
-                                           p * strips + s, tiles);
-                            int mr = (int)min64(MR, m - r);
-                            float *ct = c + r * ldc + j0 + p * NR;
-                            strip_src src = {a, r, k0, kcb, rs, pa + s * words};
-                            if (ta)
-                                tile(NV, kp, (strip){pa + s * words, 1, MR}, NULL, pbp, ct, ldc,
-                                     mr, nr, alpha, beta, bp, first);
-                            else if (p == 0 && mr == MR)
-                                tile(NV, kp, (strip){pa + s * words, rs, 1}, &src, pbp, ct, ldc,
-                                     mr, nr, alpha, beta, bp, first);
-                            else
-                                tile(NV, kp, (strip){pa + s * words, rs, 1}, NULL, pbp, ct, ldc,
-                                     mr, nr, alpha, beta, bp, first);
-                        }
+            for (int64_t ib = 0; ib < mblocks; ib++) {
+                int64_t i0 = ib * MC, mcb = min64(MC, m - i0), strips = (mcb + MR - 1) / MR;
+                /* transposed A, and a last short strip, are packed first;
+                 * the others by their first tile */
+                for (int64_t s = 0; s < strips; s++)
+                    if (ta || mcb - s * MR < MR)
+                        pack_strip(a, ta, i0 + s * MR, (int)min64(MR, mcb - s * MR), k0, kcb,
+                                   rs, pa + s * words);
+                int64_t next = i0 + MC, tiles = panels * strips; /* A's next block */
+                for (int64_t p = 0; p < panels; p++) {
+                    int nr = (int)min64(NR, ncb - p * NR);
+                    const uint32_t *pbp = pb + p * kp * NR;
+                    const float *bp = bias ? bias + j0 + p * NR : NULL;
+                    for (int64_t s = 0; s < strips; s++) {
+                        int64_t r = i0 + s * MR;
+                        if (next < m)
+                            prefetch_a(a, ta, next, min64(MC, m - next), k0, kcb,
+                                       p * strips + s, tiles);
+                        int mr = (int)min64(MR, m - r);
+                        float *ct = c + r * ldc + j0 + p * NR;
+                        strip_src src = {a, r, k0, kcb, rs, pa + s * words};
+                        if (ta)
+                            tile(NV, kp, (strip){pa + s * words, 1, MR}, NULL, pbp, ct, ldc,
+                                 mr, nr, alpha, beta, bp, first);
+                        else if (p == 0 && mr == MR)
+                            tile(NV, kp, (strip){pa + s * words, rs, 1}, &src, pbp, ct, ldc,
+                                 mr, nr, alpha, beta, bp, first);
+                        else
+                            tile(NV, kp, (strip){pa + s * words, rs, 1}, NULL, pbp, ct, ldc,
+                                 mr, nr, alpha, beta, bp, first);
                     }
                 }
             }
         }
+    }
+}
+
+/* One GEMM on `threads` threads (a parallel region only for more than one:
+ * parallel.h says why). */
+BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                          const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
+                          int64_t ldc, const float *bias, uint32_t *pb, uint32_t *pa_all,
+                          int threads) {
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        gemm_part(ta, tb, m, n, k, alpha, a, b, beta, c, ldc, bias, pb, pa_all);
+    } else {
+        gemm_part(ta, tb, m, n, k, alpha, a, b, beta, c, ldc, bias, pb, pa_all);
     }
 }
 

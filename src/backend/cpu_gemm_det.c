@@ -27,6 +27,7 @@
 
 #include "backend/blas_core.h"
 #include "backend/cpu_internal.h"
+#include "parallel.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -84,8 +85,7 @@ static inline float epilogue(float s, float c, float alpha, float beta) {
 
 static void gemm_scalar(const det_job *J) {
     int64_t m = J->m, n = J->n, k = J->k;
-#pragma omp parallel for if (max_threads() > 1 && m > 1 && m * n * k > (1 << 18)) schedule(static)
-    for (int64_t i = 0; i < m; i++)
+    MG_PAR_FOR(max_threads() > 1 && m > 1 && m * n * k > (1 << 18), for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float stk[64], cur = 0.0f;
             int64_t q = 0;
@@ -102,7 +102,7 @@ static void gemm_scalar(const det_job *J) {
             }
             float *cp = J->c + i * J->ldc + j;
             *cp = epilogue(cur, *cp, J->alpha, J->beta);
-        }
+        });
 }
 
 /* ---- packing op(B), any ISA --------------------------------------------------------- */

@@ -26,6 +26,7 @@
 #include "backend/blas_core.h"
 #include "backend/cpu_internal.h"
 #include "context.h"
+#include "parallel.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -101,14 +102,13 @@ AVX2 static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const flo
     for (int64_t p = 0; p < k; p++)
         for (int64_t i = 0; i < mp; i++) at[p * mp + i] = i < m ? a[i * lda + p] : 0.0f;
     int64_t tiles = (n + NT_N - 1) / NT_N;
-#pragma omp parallel for if (tiles > 64 && m * n * k > (1 << 22)) schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
+    MG_PAR_FOR(tiles > 64 && m * n * k > (1 << 22), for (int64_t t = 0; t < tiles; t++) {
         int64_t n0 = t * NT_N;
         int nr = n - n0 < NT_N ? (int)(n - n0) : NT_N;
         for (int64_t m0 = 0; m0 < m; m0 += NT_M)
             nt_tile(at, mp, m0, m - m0 < NT_M ? (int)(m - m0) : NT_M, b + n0 * ldb, ldb, nr, k,
                     alpha, beta, c + n0, ldc);
-    }
+    });
 }
 
 /* ---- dispatch ------------------------------------------------------------------------- */

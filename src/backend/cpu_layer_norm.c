@@ -17,6 +17,7 @@
 
 #include "backend/cpu_rows.h"
 #include "context.h"
+#include "parallel.h"
 
 MG_CPU_INLINE double row_sum(const float *restrict x, int64_t c) {
     double s = 0;
@@ -160,21 +161,19 @@ MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_ten
     if (!moments && wd && bd && layer_norm_wide_runs(c)) {
         bool stream = streams(y);
         int64_t runs = (rows + LN_RUN - 1) / LN_RUN;
-#pragma omp parallel if (x->numel > PAR_MIN)
-        {
-#pragma omp for schedule(static) nowait
+        MG_PAR_REGION(x->numel > PAR_MIN,
+            _Pragma("omp for schedule(static) nowait")
             for (int64_t k = 0; k < runs; k++) {
                 int64_t r0 = k * LN_RUN, r1 = r0 + LN_RUN < rows ? r0 + LN_RUN : rows;
                 layer_norm_run_wide(x->data, wd, bd, eps, c, rows, r0, r1, stream, stats->data,
                                     y->data);
             }
             if (stream) stream_fence();
-        }
+        );
         return;
     }
 #endif
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c;
         float *restrict yr = y->data + r * c;
         float mean, rstd;
@@ -199,18 +198,17 @@ MG_CPU_CLONES void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_ten
             for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd + bd[j];
         else
             for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - mean) * rstd;
-    }
+    });
 }
 
 MG_CPU_CLONES void mg_cpu_layer_norm_moments(void *ctx, const mg_tensor *x, const mg_tensor *mean,
                                              mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(x), rows = out->numel;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *xr = x->data + r * c;
         out->data[r] = (float)(mean ? row_squares(xr, c, mean->data[r]) : row_sum(xr, c));
-    }
+    });
 }
 
 /* (sum_j g, sum_j g xhat) of one row, g = dy w (dy where w is NULL): float
@@ -248,14 +246,13 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward_sums(void *ctx, const mg_tensor *x
                                                    const mg_tensor *stats, mg_tensor *sums) {
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         double a, b;
         backward_row_sums(x->data + r * c, dy->data + r * c, w ? w->data : NULL, c, stats->data[r],
                           stats->data[rows + r], &a, &b);
         sums->data[r] = (float)a;
         sums->data[rows + r] = (float)b;
-    }
+    });
 }
 
 /* dx of one row from its sums a = sum g, b = sum g xhat over n columns */
@@ -399,12 +396,11 @@ static void det_backward_weights(const mg_tensor *x, const mg_tensor *dy, const 
         for (int64_t j = 0; j < c; j++) dw->data[j] = NAN;
         return;
     }
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *xr = x->data + r * c, *g = dy->data + r * c;
         float mean = stats->data[r], rstd = stats->data[rows + r];
         for (int64_t j = 0; j < c; j++) t[r * c + j] = g[j] * ((xr[j] - mean) * rstd);
-    }
+    });
     mg_cpu_det_colsum(t, rows, c, c, dw->data);
 }
 
@@ -434,8 +430,7 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
     /* the weight gradients add rows in order: one thread then (the row's values
      * are in cache for both) */
     bool columns = dw || db;
-#pragma omp parallel for if (!columns && x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(!columns && x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c, *restrict g = dy->data + r * c;
         float mean = stats->data[r], rstd = stats->data[rows + r];
         float *restrict dwd = dw ? dw->data : NULL, *restrict dbd = db ? db->data : NULL;
@@ -465,5 +460,5 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
         } else if (db) {
             for (int64_t j = 0; j < c; j++) dbd[j] += g[j];
         }
-    }
+    });
 }

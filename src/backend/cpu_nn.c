@@ -15,6 +15,7 @@
 
 #include "backend/cpu_rows.h"
 #include "context.h"
+#include "parallel.h"
 
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
     float m = -INFINITY;
@@ -162,9 +163,8 @@ MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor
     if (wide && !max && !sum && !as_log && c <= SM_ROW_MAX) {
         int64_t runs = (rows + SM_RUN - 1) / SM_RUN;
         bool stream = streams(out);
-#pragma omp parallel if (x->numel > PAR_MIN)
-        {
-#pragma omp for schedule(static) nowait
+        MG_PAR_REGION(x->numel > PAR_MIN,
+            _Pragma("omp for schedule(static) nowait")
             for (int64_t k = 0; k < runs; k++) {
                 _Alignas(64) float buf[2 * SM_ROW_MAX];
                 int64_t r1 = (k + 1) * SM_RUN < rows ? (k + 1) * SM_RUN : rows;
@@ -189,11 +189,10 @@ MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor
                     for (int64_t j = 0; j < c; j++) yl[j] = prev[j] * inv;
             }
             if (stream) stream_fence();
-        }
+        );
         return;
     }
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c;
         float *restrict o = out->data + r * c;
         float m = max ? max->data[r] : wide ? row_max_wide(xr, c) : row_max(xr, c);
@@ -211,21 +210,20 @@ MG_CPU_CLONES void mg_cpu_softmax(void *ctx, const mg_tensor *x, const mg_tensor
             float inv = (float)(1.0 / s);
             for (int64_t j = 0; j < c; j++) o[j] *= inv;
         }
-    }
+    });
 }
 
 MG_CPU_CLONES void mg_cpu_softmax_sum(void *ctx, const mg_tensor *x, const mg_tensor *max,
                                       mg_tensor *sum) {
     (void)ctx;
     int64_t c = last_dim(x), rows = sum->numel;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c;
         float m = max->data[r];
         double s = 0;
         BLOCK_SUM(s, j, c, mg_cpu_exp(xr[j] - m))
         sum->data[r] = (float)s;
-    }
+    });
 }
 
 MG_CPU_INLINE double dot_row(const float *restrict y, const float *restrict dy, int64_t c,
@@ -242,9 +240,8 @@ MG_CPU_CLONES void mg_cpu_softmax_dot(void *ctx, const mg_tensor *y, const mg_te
                                       bool as_log, mg_tensor *dot) {
     (void)ctx;
     int64_t c = last_dim(y), rows = dot->numel;
-#pragma omp parallel for if (y->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
-        dot->data[r] = (float)dot_row(y->data + r * c, dy->data + r * c, c, as_log);
+    MG_PAR_FOR(y->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++)
+        dot->data[r] = (float)dot_row(y->data + r * c, dy->data + r * c, c, as_log););
 }
 
 /* o = y (g - d) with streaming stores, c a multiple of 16, o 64-byte aligned */
@@ -268,9 +265,8 @@ MG_CPU_CLONES void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const 
     (void)ctx;
     int64_t c = last_dim(y), rows = rows_of(y);
     bool stream = !as_log && streams(dx);
-#pragma omp parallel if (y->numel > PAR_MIN)
-    {
-#pragma omp for schedule(static) nowait
+    MG_PAR_REGION(y->numel > PAR_MIN,
+        _Pragma("omp for schedule(static) nowait")
         for (int64_t r = 0; r < rows; r++) {
             const float *restrict yr = y->data + r * c, *restrict g = dy->data + r * c;
             float *restrict o = dx->data + r * c;
@@ -283,7 +279,7 @@ MG_CPU_CLONES void mg_cpu_softmax_backward(void *ctx, const mg_tensor *y, const 
                 for (int64_t j = 0; j < c; j++) o[j] = yr[j] * (g[j] - d);
         }
         if (stream) stream_fence();
-    }
+    );
 }
 
 /* ---- embedding ------------------------------------------------------------------- */
@@ -298,8 +294,7 @@ int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table
                          int64_t v, mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(out), vl = c ? table->numel / c : table->shape[0], bad = 0;
-#pragma omp parallel for if (out->numel > PAR_MIN) reduction(+ : bad) schedule(static)
-    for (int64_t i = 0; i < ids->numel; i++) {
+    MG_PAR_FOR_SUM(out->numel > PAR_MIN, (bad), for (int64_t i = 0; i < ids->numel; i++) {
         int64_t row = index_of(ids->data[i], v);
         float *o = out->data + i * c;
         bad += row < 0;
@@ -307,7 +302,7 @@ int64_t mg_cpu_embedding(void *ctx, const mg_tensor *ids, const mg_tensor *table
             memcpy(o, table->data + (row - v0) * c, (size_t)c * sizeof(float));
         else
             memset(o, 0, (size_t)c * sizeof(float));
-    }
+    });
     return bad;
 }
 
@@ -385,8 +380,7 @@ MG_CPU_CLONES int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits,
     const float *xd = logits->data, *ld = labels->data;
     double loss = 0;
     int64_t bad = 0;
-#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : loss, bad) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR_SUM(logits->numel > PAR_MIN, (loss, bad), for (int64_t r = 0; r < rows; r++) {
         int64_t y = index_of(ld[r], c);
         if (y < 0) {
             bad++;
@@ -395,7 +389,7 @@ MG_CPU_CLONES int64_t mg_cpu_cross_entropy(void *ctx, const mg_tensor *logits,
         float m, lse;
         row_logsumexp(xd + r * c, c, &m, &lse);
         loss -= (double)(xd[r * c + y] - m - lse);
-    }
+    });
     out->data[0] = (float)(scale * loss);
     return bad;
 }
@@ -405,8 +399,7 @@ MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logi
                                                 int64_t v0, int64_t v, mg_tensor *sums) {
     (void)ctx;
     int64_t c = last_dim(logits), rows = labels->numel, bad = 0;
-#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : bad) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR_SUM(logits->numel > PAR_MIN, (bad), for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = logits->data + r * c;
         int64_t y = index_of(labels->data[r], v);
         float m = max->data[r];
@@ -415,7 +408,7 @@ MG_CPU_CLONES int64_t mg_cpu_cross_entropy_sums(void *ctx, const mg_tensor *logi
         sums->data[r] = (float)s;
         sums->data[rows + r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
         bad += y < 0;
-    }
+    });
     return bad;
 }
 
@@ -424,8 +417,7 @@ int64_t mg_cpu_cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_
                                    float *target) {
     (void)ctx;
     int64_t c = last_dim(logits), rows = labels->numel, bad = 0;
-#pragma omp parallel for if (logits->numel > PAR_MIN) reduction(+ : bad) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR_SUM(logits->numel > PAR_MIN, (bad), for (int64_t r = 0; r < rows; r++) {
         const float *xr = logits->data + r * c;
         int64_t y = index_of(labels->data[r], v), q = 0;
         float m = max->data[r];
@@ -434,7 +426,7 @@ int64_t mg_cpu_cross_entropy_fixed(void *ctx, const mg_tensor *logits, const mg_
         fixed[r] = q;
         target[r] = y >= v0 && y < v0 + c ? xr[y - v0] : 0.0f;
         bad += y < 0;
-    }
+    });
     return bad;
 }
 
@@ -448,8 +440,7 @@ MG_CPU_CLONES void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *log
     int64_t rows = logits->numel / c;
     const float *xd = logits->data, *ld = labels->data;
     float *gd = dlogits->data;
-#pragma omp parallel for if (logits->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(logits->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *x = xd + r * c;
         float *g = gd + r * c;
         int64_t y = index_of(ld[r], v);
@@ -467,7 +458,7 @@ MG_CPU_CLONES void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *log
         row_logsumexp(x, c, &m, &l);
         for (int64_t j = 0; j < c; j++) g[j] = scale * mg_cpu_exp(x[j] - m - l);
         g[y] -= scale;
-    }
+    });
 }
 
 /* ---- GELU (tanh approximation) --------------------------------------------------- */
@@ -482,24 +473,20 @@ MG_CPU_INLINE float gelu_tanh(float x) {
 
 MG_CPU_CLONES void mg_cpu_gelu(const float *restrict x, float *restrict out, int64_t n) {
     int64_t chunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
+    MG_PAR_FOR(n > PAR_MIN, for (int64_t c = 0; c < chunks; c++) {
         int64_t i1 = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
-#pragma omp simd
-        for (int64_t i = c * CHUNK; i < i1; i++) out[i] = mg_kernel_gelu_of(x[i], gelu_tanh(x[i]));
-    }
+        _Pragma("omp simd") for (int64_t i = c * CHUNK; i < i1; i++) out[i] = mg_kernel_gelu_of(x[i], gelu_tanh(x[i]));
+    });
 }
 
 MG_CPU_CLONES void mg_cpu_gelu_backward(const float *restrict dy, const float *restrict x,
                                         float *restrict dx, int64_t n) {
     int64_t chunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
+    MG_PAR_FOR(n > PAR_MIN, for (int64_t c = 0; c < chunks; c++) {
         int64_t i1 = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
-#pragma omp simd
-        for (int64_t i = c * CHUNK; i < i1; i++) {
+        _Pragma("omp simd") for (int64_t i = c * CHUNK; i < i1; i++) {
             float v = x[i];
             dx[i] = dy[i] * mg_kernel_gelu_grad_of(v, gelu_tanh(v));
         }
-    }
+    });
 }

@@ -13,6 +13,7 @@
 
 #include "backend/cpu_rows.h"
 #include "context.h"
+#include "parallel.h"
 
 MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c) {
     double s = 0;
@@ -38,8 +39,7 @@ MG_CPU_CLONES void mg_cpu_rms_norm(void *ctx, const mg_tensor *x, const mg_tenso
     (void)ctx;
     int64_t c = last_dim(x), rows = rstd->numel;
     const float *restrict wd = w ? w->data : NULL;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c;
         float *restrict yr = y->data + r * c;
         double ms = squares ? (n ? squares->data[r] / (double)n : 0.0)
@@ -50,14 +50,13 @@ MG_CPU_CLONES void mg_cpu_rms_norm(void *ctx, const mg_tensor *x, const mg_tenso
             for (int64_t j = 0; j < c; j++) yr[j] = xr[j] * s * wd[j];
         else
             for (int64_t j = 0; j < c; j++) yr[j] = xr[j] * s;
-    }
+    });
 }
 
 MG_CPU_CLONES void mg_cpu_rms_norm_squares(void *ctx, const mg_tensor *x, mg_tensor *out) {
     (void)ctx;
     int64_t c = last_dim(x), rows = out->numel;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) out->data[r] = (float)row_squares(x->data + r * c, c);
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) out->data[r] = (float)row_squares(x->data + r * c, c););
 }
 
 MG_CPU_CLONES void mg_cpu_rms_norm_backward_sums(void *ctx, const mg_tensor *x, const mg_tensor *w,
@@ -66,10 +65,9 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward_sums(void *ctx, const mg_tensor *x, 
     (void)ctx;
     int64_t c = last_dim(x), rows = rstd->numel;
     const float *wd = w ? w->data : NULL;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++)
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++)
         sums->data[r] =
-            (float)row_dot(x->data + r * c, dy->data + r * c, wd, c, rstd->data[r]);
+            (float)row_dot(x->data + r * c, dy->data + r * c, wd, c, rstd->data[r]););
 }
 
 MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const mg_tensor *w,
@@ -84,10 +82,9 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
         if (!t) {
             for (int64_t j = 0; j < c; j++) dw->data[j] = NAN; /* no message path here */
         } else {
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-            for (int64_t r = 0; r < rows; r++)
+            MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++)
                 for (int64_t j = 0; j < c; j++)
-                    t[r * c + j] = dy->data[r * c + j] * (x->data[r * c + j] * rstd->data[r]);
+                    t[r * c + j] = dy->data[r * c + j] * (x->data[r * c + j] * rstd->data[r]););
             mg_cpu_det_colsum(t, rows, c, c, dw->data);
         }
         if (dx) mg_cpu_rms_norm_backward(ctx, x, w, dy, rstd, sums, n, dx, NULL);
@@ -96,8 +93,7 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
     float *restrict dwd = dw ? dw->data : NULL;
     if (dwd) memset(dwd, 0, (size_t)dw->numel * sizeof(float));
     /* the weight's gradient adds rows in order: one thread then */
-#pragma omp parallel for if (!dwd && x->numel > PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    MG_PAR_FOR(!dwd && x->numel > PAR_MIN, for (int64_t r = 0; r < rows; r++) {
         const float *restrict xr = x->data + r * c, *restrict g = dy->data + r * c;
         float s = rstd->data[r];
         if (dx) {
@@ -112,5 +108,5 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
         }
         if (dwd)
             for (int64_t j = 0; j < c; j++) dwd[j] += g[j] * (xr[j] * s);
-    }
+    });
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "backend/cpu_internal.h"
+#include "parallel.h"
 
 #define PAIRS 128 /* pairs whose cosines and sines are kept at once */
 
@@ -16,8 +17,7 @@ void mg_cpu_rope(void *ctx, const mg_tensor *x, int64_t pos0, float theta, bool 
     (void)ctx;
     int64_t nb = x->shape[0], nt = x->shape[1], nh = x->shape[2], d = x->shape[3], half = d / 2;
     double sign = inverse ? -1.0 : 1.0;
-#pragma omp parallel for if (x->numel > PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < nt; t++) {
+    MG_PAR_FOR(x->numel > PAR_MIN, for (int64_t t = 0; t < nt; t++) {
         float cs[PAIRS], sn[PAIRS];
         double pos = (double)(pos0 + t);
         for (int64_t i0 = 0; i0 < half; i0 += PAIRS) {
@@ -39,5 +39,5 @@ void mg_cpu_rope(void *ctx, const mg_tensor *x, int64_t pos0, float theta, bool 
                     }
                 }
         }
-    }
+    });
 }

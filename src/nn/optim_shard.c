@@ -13,6 +13,7 @@
 #include "dist/reducer_buckets.h"
 #include "dist/reducer_rows.h"
 #include "nn/optim.h"
+#include "parallel.h"
 #include "status.h"
 
 #define TILE 8192      /* floats per tile: a few tiles of every stream stay in L2 */
@@ -156,8 +157,7 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
     lo *= cols;
     hi *= cols;
     int64_t tiles = (hi - lo + TILE - 1) / TILE;
-#pragma omp parallel for if (tiles > 1) schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
+    MG_PAR_FOR(tiles > 1, for (int64_t t = 0; t < tiles; t++) {
         int64_t i = lo + t * TILE, m = hi - i < TILE ? hi - i : TILE;
         float sum[TILE];
         const float *gi = g->data + i;
@@ -174,5 +174,5 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
             sp[s] = &st[s];
         }
         mg_optimizer_apply(opt, &wt, &gt, sp, lr, decay);
-    }
+    });
 }
