@@ -239,6 +239,13 @@ mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dten
  * parallel) shards q, k and v alike and needs KV divisible by the ranks that split them. */
 mg_dtensor *mg_attention_gqa(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
                              int causal);
+/* Causal attention of n queries at positions pos, pos + 1, ... against keys at
+ * positions 0, 1, ...: q (B, H, n, D), k and v (B, KV, T, D) as mg_attention_gqa's;
+ * query i sees key j when j <= pos + i, and the keys past the last query's position
+ * are never read. A KV cache of T slots with its first pos + n filled is attended in
+ * place (generation), with the bits of mg_attention_gqa on its filled part. */
+mg_dtensor *mg_attention_at(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                            int64_t pos);
 /* [start, start + length) of dim */
 mg_dtensor *mg_narrow(const mg_dtensor *x, int dim, int64_t start, int64_t length);
 /* n tensors joined along dim (equal sizes elsewhere; placements may differ) */

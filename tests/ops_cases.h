@@ -98,6 +98,9 @@ static mg_dtensor *apply_attention_gqa(mg_dtensor **in) {
 static mg_dtensor *apply_attention_gqa_causal(mg_dtensor **in) {
     return mg_attention_gqa(in[0], in[1], in[2], 1);
 }
+/* two queries at positions 2 and 3 against a cache of 5 keys: the last is
+ * never read (its gradients are 0) */
+static mg_dtensor *apply_attention_at(mg_dtensor **in) { return mg_attention_at(in[0], in[1], in[2], 2); }
 
 /* rope: a shard of D (on a mesh dim of more than one rank) */
 static const char *rope_refuses(const op_case *c, mg_placement p[3][4], int nd,
@@ -212,7 +215,7 @@ static const op_case op_cases[] = {
      {T, T, T}, {0}, apply_attention_causal},
     /* the Llama family's: RMS norm, rotary embedding (T = 3 and 4: empty and
      * whole shards along T), grouped-query attention with kv_heads 2 of 4, 1 of
-     * 2 and 2 of 2 */
+     * 2 and 2 of 2, and from a position into a longer cache */
     {"rms_norm", 2, {3, 1}, {{2, 3, 6}, {6}}, {T, T}, {T, T}, {0}, apply_rms_norm},
     {"rms_norm_plain", 1, {2}, {{3, 6}}, {T}, {T}, {0}, apply_rms_norm_plain},
     {"rope", 1, {4}, {{2, 3, 2, 4}}, {T}, {T}, {0}, apply_rope},
@@ -223,6 +226,8 @@ static const op_case op_cases[] = {
      {T, T, T}, {0}, apply_attention_gqa_causal},
     {"attention_gqa_even", 3, {4, 4, 4}, {{2, 2, 3, 2}, {2, 2, 3, 2}, {2, 2, 3, 3}}, {T, T, T},
      {T, T, T}, {0}, apply_attention_gqa_causal},
+    {"attention_at", 3, {4, 4, 4}, {{2, 4, 2, 2}, {2, 2, 5, 2}, {2, 2, 5, 3}}, {T, T, T},
+     {T, T, T}, {0}, apply_attention_at},
     {"narrow", 1, {2}, {{4, 6}}, {T}, {T}, {0}, apply_narrow},
     {"narrow_dim0", 1, {2}, {{5, 3}}, {T}, {T}, {0}, apply_narrow_dim0},
     {"narrow_three", 1, {2}, {{3, 5}}, {T}, {T}, {0}, apply_narrow_three},
@@ -245,7 +250,8 @@ static inline op_refuses case_refuses(const op_case *c) {
                     {"rope_pos0", rope_refuses},
                     {"attention_gqa", gqa_refuses},
                     {"attention_gqa_mqa", gqa_refuses},
-                    {"attention_gqa_even", gqa_refuses}};
+                    {"attention_gqa_even", gqa_refuses},
+                    {"attention_at", gqa_refuses}};
     for (size_t i = 0; i < sizeof refusing / sizeof refusing[0]; i++)
         if (strcmp(c->name, refusing[i].name) == 0) return refusing[i].fn;
     return NULL;

@@ -4,12 +4,13 @@
  * - mg_attention_gqa with kv_heads == heads gives mg_attention's output and
  *   gradients in the same bits, on batch, heads, sequence and Partial
  *   placements;
- * - bad input to mg_rms_norm, mg_rope and mg_attention_gqa (shapes that do
- *   not fit, heads that kv_heads does not divide, an odd head dim, a rope
- *   sharded on D, kv_heads that does not split over the ranks sharding the
- *   heads, bad eps, theta and pos0, NULL inputs; mg_attention given fewer k,
- *   v heads, which names the grouped call): NULL and one line naming the
- *   call and what is wrong, and the next op runs;
+ * - bad input to mg_rms_norm, mg_rope, mg_attention_gqa and mg_attention_at
+ *   (shapes that do not fit, heads that kv_heads does not divide, an odd
+ *   head dim, a rope sharded on D, kv_heads that does not split over the
+ *   ranks sharding the heads, bad eps, theta, pos0 and position, NULL
+ *   inputs; mg_attention given fewer k, v heads, which names the grouped
+ *   call): NULL and one line naming the call and what is wrong, and the next
+ *   op runs;
  * - a pos0 that differs between the ranks is refused by the backward's
  *   comparison of the ranks' graphs. */
 #include <stdbool.h>
@@ -154,6 +155,12 @@ static mg_dtensor *gqa_tp_q_only(void) { /* the same with only q sharded on its 
 static mg_dtensor *attention_fewer_kv(void) { /* mg_attention points to the grouped call */
     return mg_attention(IN(R, 2, 4, 5, 4), IN(R, 2, 2, 5, 4), IN(R, 2, 2, 5, 4), 1);
 }
+static mg_dtensor *at_negative(void) {
+    return mg_attention_at(IN(R, 2, 4, 1, 4), IN(R, 2, 2, 5, 4), IN(R, 2, 2, 5, 4), -1);
+}
+static mg_dtensor *at_lengths(void) { /* k and v of different lengths */
+    return mg_attention_at(IN(R, 2, 4, 1, 4), IN(R, 2, 2, 5, 4), IN(R, 2, 2, 4, 4), 2);
+}
 static mg_dtensor *gqa_null(void) {
     return mg_attention_gqa(IN(R, 2, 4, 5, 4), NULL, IN(R, 2, 2, 5, 4), 1);
 }
@@ -187,6 +194,8 @@ static const struct {
     {"mg_attention_gqa", gqa_tp_uneven, "make kv_heads a multiple of", true},
     {"mg_attention_gqa", gqa_tp_q_only, "make kv_heads a multiple of", true},
     {"mg_attention_gqa", gqa_null, "q, k or v is NULL", false},
+    {"mg_attention_at", at_negative, "position -1", false},
+    {"mg_attention_at", at_lengths, "do not fit", false},
     {"mg_attention", attention_fewer_kv, "fewer heads than q: mg_attention_gqa", false},
 };
 

@@ -220,7 +220,7 @@ static int sample_2d(const op_case *c) {
     } big[] = {
         {"attention", 150},          {"attention_causal", 150},  {"layer_norm", 150},
         {"cat_tree", 150},           {"attention_gqa", 150},     {"attention_gqa_mqa", 150},
-        {"attention_gqa_even", 150}};
+        {"attention_gqa_even", 150}, {"attention_at", 150}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
         if (strcmp(c->name, big[i].name) == 0) return getenv("MG_TEST_ALL") ? 0 : big[i].n;
     return 0;

@@ -249,8 +249,7 @@ static mg_dtensor *block(mg_gpt *g, mg_param_table *t, int l, const mg_dtensor *
             a = mg_attention(hd[0], hd[1], hd[2], 1);
         } else {
             if (mg_gpt_cache_store(c, l, hd + 1, pos) != MG_OK) return NULL;
-            mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1), *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
-            a = v ? mg_attention(hd[0], k, v, 0) : NULL; /* the cache holds only the past */
+            a = mg_attention_at(hd[0], c->k[l], c->v[l], pos); /* the cache, in place */
         }
         y = merge_heads(g, a);
     }

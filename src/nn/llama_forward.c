@@ -71,7 +71,8 @@ static mg_dtensor *attention_part(void *ctx, const mg_dtensor *h) {
 }
 
 /* The attention of block l against the cache: this block's k, v stored at
- * [pos, pos + n), then (pos > 0) one query against positions 0..pos. */
+ * [pos, pos + n), then (pos > 0) one query against positions 0..pos, read
+ * where they lie in the cache. */
 static mg_dtensor *cached_attention(mg_llama *m, mg_param_table *t, int l, const mg_dtensor *h,
                                     mg_gpt_cache *c, int64_t pos) {
     const mg_llama_block *b = &m->block[l];
@@ -81,9 +82,7 @@ static mg_dtensor *cached_attention(mg_llama *m, mg_param_table *t, int l, const
     if (kv[0]) kv[1] = heads_of(m, h, use(t, b->wv), KV, 0, pos);            // (B, KV, n, D)
     if (!kv[1] || mg_gpt_cache_store(c, l, kv, pos) != MG_OK) return NULL;
     if (pos == 0) return merge_heads(m, mg_attention_gqa(q, kv[0], kv[1], 1));
-    mg_dtensor *k = mg_narrow(c->k[l], 2, 0, pos + 1),
-               *v = k ? mg_narrow(c->v[l], 2, 0, pos + 1) : NULL;
-    return v ? merge_heads(m, mg_attention_gqa(q, k, v, 0)) : NULL; /* the cache: only the past */
+    return merge_heads(m, mg_attention_at(q, c->k[l], c->v[l], pos)); /* the cache, in place */
 }
 
 /* Block l; with a cache, its attention is cached_attention's. */

@@ -18,6 +18,8 @@
  * KV splits evenly over those ranks (mg_rules_attention_gqa; else a message
  * naming the fix), so that each rank's query heads find their k, v heads.
  * With KV == H, mg_attention_gqa is mg_attention (the same rule and kernel).
+ * mg_attention_at is the grouped record with queries from position args.pos
+ * (added to q's shard offset), causal: a KV cache attended in place.
  * The records (op_def.h): attention and attention_gqa, args.flag = causal. */
 #include <math.h>
 #include <string.h>
@@ -71,17 +73,23 @@ static int attention_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *ou
     if (!lse) return mg_last_code();
     mg_backend *be = mg_backend_of(out->local);
     be->iface->attention(be->context, in[0]->local, in[1]->local, in[2]->local, scale_of(in[0]),
-                         c->args.flag != 0, offset_of(&in[0]->spec, 2), offset_of(&in[1]->spec, 2),
-                         out->local, lse);
+                         c->args.flag != 0, c->args.pos + offset_of(&in[0]->spec, 2),
+                         offset_of(&in[1]->spec, 2), out->local, lse);
     return MG_OK;
 }
 
-/* q k^T and p v, each 2 B H Tq Tk D: half of it under a causal mask */
+/* q k^T and p v, each 2 B H Tq Tk D: half of it under a causal mask; queries
+ * from position pos > 0 (mg_attention_at) see pos + Tq keys at most */
 static void attention_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
                            mg_op_cost *cost) {
     const mg_tensor *q = in[0]->local, *k = in[1]->local, *v = in[2]->local;
-    double pairs = (double)q->numel / (double)(q->shape[3] ? q->shape[3] : 1) * (double)k->shape[2];
-    cost->flops = 2.0 * pairs * (double)(q->shape[3] + v->shape[3]) * (c->args.flag ? 0.5 : 1.0);
+    double keys = (double)k->shape[2], half = c->args.flag ? 0.5 : 1.0;
+    if (c->args.pos > 0 && (double)(c->args.pos + q->shape[2]) < keys) {
+        keys = (double)(c->args.pos + q->shape[2]);
+        half = 1.0;
+    }
+    double pairs = (double)q->numel / (double)(q->shape[3] ? q->shape[3] : 1) * keys;
+    cost->flops = 2.0 * pairs * (double)(q->shape[3] + v->shape[3]) * half;
     cost->bytes = 4.0 * (double)(q->numel + k->numel + v->numel + out->local->numel);
 }
 
@@ -117,7 +125,8 @@ static int attention_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
     mg_backend *be = mg_backend_of(dout->local);
     be->iface->attention_backward(be->context, q->local, k->local, v->local, node->output->local,
                                   node->saved, dout->local, scale_of(q), node->args.flag != 0,
-                                  offset_of(&q->spec, 2), offset_of(&k->spec, 2), d[0]->local,
+                                  node->args.pos + offset_of(&q->spec, 2), offset_of(&k->spec, 2),
+                                  d[0]->local,
                                   d[1]->local, d[2]->local);
     for (int i = 0; i < 3; i++)
         if (mg_vjp_wants(node, i)) grads[i] = d[i];
@@ -199,5 +208,15 @@ static const mg_op_def attention_gqa_def = {
 mg_dtensor *mg_attention_gqa(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
                              int causal) {
     mg_op_call c = {.who = "mg_attention_gqa", .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
+    return mg_op_run(&attention_gqa_def, &c);
+}
+
+mg_dtensor *mg_attention_at(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
+                            int64_t pos) {
+    if (pos < 0)
+        return mg_error_null(MG_EINVAL, "mg_attention_at: position %lld: give the first query's "
+                             "position, 0 or more", (long long)pos);
+    mg_op_call c = {.who = "mg_attention_at", .n = 3, .x = {q, k, v}, .args.flag = 1,
+                    .args.pos = pos};
     return mg_op_run(&attention_gqa_def, &c);
 }
