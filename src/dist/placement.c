@@ -29,13 +29,14 @@ int mg_spec_make(mg_spec *out, const mg_mesh *mesh, const mg_placement *p, int n
     if (!mesh) return mg_error(MG_EINVAL, "%s: mesh is NULL", who);
     int rc = mg_shape_check(ndim, shape, who);
     if (rc != MG_OK) return rc;
-    char ms[64];
-    mg_mesh_format(ms, sizeof ms, mesh);
-    if (n != mesh->ndim)
+    if (n != mesh->ndim) {
+        char ms[64];
+        mg_mesh_format(ms, sizeof ms, mesh);
         return mg_error(MG_EPLACEMENT,
                         "%s: placements has %d entr%s but the mesh is %d-D (%s): give one "
                         "placement per mesh dimension",
                         who, n, n == 1 ? "y" : "ies", mesh->ndim, ms);
+    }
     if (n > 0 && !p) return mg_error(MG_EINVAL, "%s: placements is NULL", who);
     mg_spec s;
     memset(&s, 0, sizeof s);
