@@ -36,56 +36,12 @@ gpt="--model gpt --data $text --layers 2 --heads 4 --embd 16 --ctx 16 --batch 8 
 --threads 1 --log-every 0 --eval-every 0 --optimizer adamw --lr 3e-3 --betas 0.9,0.95 \
 --weight-decay 0.1 --schedule cosine --warmup 3 --lr-min 1e-4 --clip 1.0 --steps $STEPS"
 
-# train TAG NP ARGS...: output in $tmp/TAG.out, metrics in $tmp/TAG.jsonl; 0 on success
-train() {
-    tag=$1 np=$2
-    shift 2
-    train_run "$tag" "$np" $gpt "$@" && return 0
-    fail "$tag: run failed"
-    show_log "$tmp/$tag.out"
-    return 1
-}
-
-checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$tmp/$1.jsonl"; }
-# "step loss" per step, and the last val_loss as step "val"
-losses() {
-    sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"
-    sed -n 's/.*"val_loss":\([^,}]*\).*/val \1/p' "$tmp/$1.jsonl" | tail -n 1
-}
-
-# close GOT REF RTOL N: GOT has N lines (steps and val), each within RTOL of REF's
-close() {
-    losses "$2" >"$tmp/ref.txt"
-    losses "$1" >"$tmp/got.txt"
-    awk -v rtol="$3" -v want="$4" '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d losses, worst relative difference %.2e (at %s)", n, worst, at == "" ? "-" : at;
-              exit !(n == want && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
-
-# follows TAG REF WHAT: TAG starts from REF's parameters and its losses are REF's within 1e-4
-follows() {
-    if [ "$(checksum "$1")" != "$(checksum "$2")" ]; then
-        fail "$3: param_checksum $(checksum "$1"), 1-rank run $(checksum "$2")"
-        return
-    fi
-    check_output "$3: same init, the 1-rank losses within 1e-4" close "$1" "$2" 1e-4 $((STEPS + 1))
-}
+lm=$gpt
+. "$(dirname "$0")/lm_check.sh"
 
 # ---- mesh invariance ----------------------------------------------------------------
-if train ref 1 && [ -n "$(checksum ref)" ] && [ "$(losses ref | wc -l)" -eq $((STEPS + 1)) ]; then
-    pass "1 rank: the reference, checksum $(checksum ref), val_loss $(losses ref | tail -n 1)"
-fi
-for run in 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp; do
-    IFS=: read -r np mesh plan <<EOF
-$run
-EOF
-    tag=mesh-$mesh-$plan
-    train "$tag" "$np" --mesh "$mesh" --parallel "$plan" && follows "$tag" ref "$mesh [$plan]"
-done
+reference
+meshes ref 1e-4 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp
 
 # ---- gradient accumulation ------------------------------------------------------------
 train accum4 1 --grad-accum 4 &&
@@ -101,24 +57,7 @@ train accum2-dp 2 --mesh 2 --parallel dp --grad-accum 2 &&
         close accum2-dp mesh-2-dp 1e-6 $((STEPS + 1))
 
 # ---- checkpoints --------------------------------------------------------------------------
-ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
 half=$((STEPS / 2))
-# resumed NAME NP WHAT ARGS...: NAME-full saves in $tmp/NAME/ at half the steps,
-# NAME-resumed resumes there: the same loss text at every step and val, and a
-# final checkpoint bitwise the uninterrupted run's
-resumed() {
-    _name=$1 _np=$2 _what=$3
-    shift 3
-    train "$_name-full" "$_np" "$@" --save "$tmp/$_name/" --save-every $half &&
-        train "$_name-resumed" "$_np" "$@" --resume "$(ckpt "$tmp/$_name" $half)" \
-            --save "$tmp/$_name-resumed.h5" || return
-    losses "$_name-full" | tail -n $((half + 1)) >"$tmp/want.txt"
-    losses "$_name-resumed" >"$tmp/got.txt"
-    check "$_what, resumed at $half: the same loss text at every step and val" \
-        cmp -s "$tmp/want.txt" "$tmp/got.txt"
-    check_output "$_what, resumed: the final checkpoint is bitwise the uninterrupted run's" \
-        "$tool" compare "$(ckpt "$tmp/$_name" $STEPS)" "$tmp/$_name-resumed.h5"
-}
 resumed dp 2 "2 ranks dp" --mesh 2 --parallel dp
 if train tp-full 2 --mesh 2 --parallel tp --save "$tmp/tp/" --save-every $half &&
     train tp-on-dp 2 --mesh 2 --parallel dp --resume "$(ckpt "$tmp/tp" $half)"; then
@@ -140,7 +79,7 @@ $run
 EOF
     tag=pipe-$mesh-$plan
     train "$tag" "$np" --layers 4 --mesh "$mesh" --parallel "$plan" --pp-schedule "$sched" \
-        --virtual-stages "$v" --microbatches 4 && follows "$tag" ref4 "$mesh [$plan] $sched"
+        --virtual-stages "$v" --microbatches 4 && follows "$tag" ref4 "$mesh [$plan] $sched" 1e-4
 done
 pp2="--layers 4 --mesh 2 --parallel pp --microbatches 4"
 resumed pp 2 "pp=2" $pp2

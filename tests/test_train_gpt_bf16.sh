@@ -25,24 +25,8 @@ gpt="--model gpt --data $text --heads 4 --embd 16 --ctx 16 --batch 8 --seed 3 \
 --threads 1 --log-every 0 --eval-every 0 --optimizer adamw --lr 3e-3 --betas 0.9,0.95 \
 --weight-decay 0.1 --schedule cosine --warmup 3 --lr-min 1e-4 --clip 1.0 --steps $STEPS"
 
-# "step loss" per step, and the last val_loss as step "val"
-losses() {
-    sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"
-    sed -n 's/.*"val_loss":\([^,}]*\).*/val \1/p' "$tmp/$1.jsonl" | tail -n 1
-}
-
-# close GOT REF RTOL: GOT's STEPS losses and val_loss, each within RTOL of REF's
-close() {
-    losses "$2" >"$tmp/ref.txt"
-    losses "$1" >"$tmp/got.txt"
-    awk -v rtol="$3" -v want=$((STEPS + 1)) '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d losses, worst relative difference %.2e (at %s)", n, worst, at == "" ? "-" : at;
-              exit !(n == want && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
+lm=$gpt
+. "$(dirname "$0")/lm_check.sh"
 
 # apart GOT REF: some loss of GOT is more than 1e-7 (relative) from REF's
 apart() {
@@ -55,22 +39,9 @@ apart() {
         "$tmp/ref.txt" "$tmp/got.txt"
 }
 
-checksum() { metrics_checksum "$tmp/$1.jsonl"; }
-
-# run TAG NP ARGS...: one check that it ran; 0 when it did
-run() {
-    tag=$1 np=$2
-    shift 2
-    # shellcheck disable=SC2086
-    if train_run "$tag" "$np" $gpt "$@"; then return 0; fi
-    fail "$tag: run failed"
-    show_log "$tmp/$tag.out"
-    return 1
-}
-
-# follows TAG F32 B16: TAG starts from F32's parameters, is within 1e-3 of F32
-# and within 1e-4 of B16
-follows() {
+# follows_both TAG F32 B16: TAG starts from F32's parameters, is within 1e-3 of
+# F32 and within 1e-4 of B16
+follows_both() {
     if [ "$(checksum "$1")" != "$(checksum "$2")" ]; then
         fail "$1: param_checksum $(checksum "$1"), the fp32 run's $(checksum "$2")"
         return
@@ -80,8 +51,8 @@ follows() {
 }
 
 # ---- 1 rank ---------------------------------------------------------------------------
-run fp32 1 --layers 2 || { check_summary; exit 1; }
-run bf16 1 --layers 2 --dtype bf16 || { check_summary; exit 1; }
+train fp32 1 --layers 2 || { check_summary; exit 1; }
+train bf16 1 --layers 2 --dtype bf16 || { check_summary; exit 1; }
 check_output "bf16, 1 rank: within 1e-3 of fp32" close bf16 fp32 1e-3
 check_output "bf16, 1 rank: not the fp32 curve (the rounding happens)" apart bf16 fp32
 
@@ -91,27 +62,27 @@ for p in 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp; do
 $p
 EOF
     tag=bf16-$mesh-$plan
-    run "$tag" "$np" --layers 2 --dtype bf16 --mesh "$mesh" --parallel "$plan" &&
-        follows "$tag" fp32 bf16
+    train "$tag" "$np" --layers 2 --dtype bf16 --mesh "$mesh" --parallel "$plan" &&
+        follows_both "$tag" fp32 bf16
 done
 
 # pipelines: a GPT of 4 blocks
-if run fp32-4 1 --layers 4 && run bf16-4 1 --layers 4 --dtype bf16; then
+if train fp32-4 1 --layers 4 && train bf16-4 1 --layers 4 --dtype bf16; then
     check_output "bf16, 4 blocks, 1 rank: within 1e-3 of fp32" close bf16-4 fp32-4 1e-3
     for p in 2:2:pp 4:2x2:pp,dp; do
         IFS=: read -r np mesh plan <<EOF
 $p
 EOF
         tag=bf16-4-$mesh-$plan
-        run "$tag" "$np" --layers 4 --dtype bf16 --mesh "$mesh" --parallel "$plan" \
-            --microbatches 4 && follows "$tag" fp32-4 bf16-4
+        train "$tag" "$np" --layers 4 --dtype bf16 --mesh "$mesh" --parallel "$plan" \
+            --microbatches 4 && follows_both "$tag" fp32-4 bf16-4
     done
 fi
 
 # ---- the emulation, forced --------------------------------------------------------------
 check_output "MG_CPU_BF16=emulate: --version names the emulation" sh -c \
     "MG_CPU_BF16=emulate '$prog' --version | grep 'bf16 GEMM.*emulated, as MG_CPU_BF16=emulate asks'"
-if MG_CPU_BF16=emulate run emulated 1 --layers 2 --dtype bf16; then
+if MG_CPU_BF16=emulate train emulated 1 --layers 2 --dtype bf16; then
     check_output "emulated: within 1e-4 of the kernel's bf16" close emulated bf16 1e-4
     check "emulated: no warning (it was asked for)" sh -c "! grep -q warning '$tmp/emulated.out'"
 fi

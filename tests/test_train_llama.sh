@@ -36,49 +36,11 @@ llama="--model llama --data $text --layers 2 --heads 4 --kv-heads 2 --embd 16 --
 --optimizer adamw --lr 3e-3 --betas 0.9,0.95 --weight-decay 0.1 --schedule cosine --warmup 3 \
 --lr-min 1e-4 --clip 1.0 --steps $STEPS"
 
-# train TAG NP ARGS...: output in $tmp/TAG.out, metrics in $tmp/TAG.jsonl; 0 on success
-train() {
-    tag=$1 np=$2
-    shift 2
-    train_run "$tag" "$np" $llama "$@" && return 0
-    fail "$tag: run failed"
-    show_log "$tmp/$tag.out"
-    return 1
-}
-
-checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$tmp/$1.jsonl"; }
-# "step loss" per step, and the last val_loss as step "val"
-losses() {
-    sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$tmp/$1.jsonl"
-    sed -n 's/.*"val_loss":\([^,}]*\).*/val \1/p' "$tmp/$1.jsonl" | tail -n 1
-}
-
-# close GOT REF RTOL N: GOT has N lines (steps and val), each within RTOL of REF's
-close() {
-    losses "$2" >"$tmp/ref.txt"
-    losses "$1" >"$tmp/got.txt"
-    awk -v rtol="$3" -v want="$4" '
-        NR == FNR { ref[$1] = $2; next }
-        { n++; d = $2 - ref[$1]; if (d < 0) d = -d; r = ref[$1] < 0 ? -ref[$1] : ref[$1];
-          rel = d / (r > 1e-30 ? r : 1e-30); if (!($1 in ref)) rel = 1e30;
-          if (rel > worst) { worst = rel; at = $1 } }
-        END { printf "%d losses, worst relative difference %.2e (at %s)", n, worst, at == "" ? "-" : at;
-              exit !(n == want && worst <= rtol) }' "$tmp/ref.txt" "$tmp/got.txt"
-}
-
-# follows TAG REF WHAT: TAG starts from REF's parameters and its losses are REF's within 1e-6
-follows() {
-    if [ "$(checksum "$1")" != "$(checksum "$2")" ]; then
-        fail "$3: param_checksum $(checksum "$1"), 1-rank run $(checksum "$2")"
-        return
-    fi
-    check_output "$3: same init, the 1-rank losses within 1e-6" close "$1" "$2" 1e-6 $((STEPS + 1))
-}
+lm=$llama
+. "$(dirname "$0")/lm_check.sh"
 
 # ---- mesh invariance ----------------------------------------------------------------
-if train ref 1 && [ -n "$(checksum ref)" ] && [ "$(losses ref | wc -l)" -eq $((STEPS + 1)) ]; then
-    pass "1 rank: the reference, checksum $(checksum ref), val_loss $(losses ref | tail -n 1)"
-fi
+reference
 if grep -q "llama (layers 2, heads 4, kv-heads 2, embd 16, hidden 48, ctx 16, 10320 parameters)" \
     "$tmp/ref.out"; then
     pass "the banner names the model: hidden 48 by --multiple-of 16, 10320 parameters"
@@ -86,14 +48,8 @@ else
     fail "the banner names the model"
     show_log "$tmp/ref.out"
 fi
-for run in 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp 2:2:pp; do
-    IFS=: read -r np mesh plan <<EOF
-$run
-EOF
-    tag=mesh-$mesh-$plan
-    if [ "$plan" = pp ]; then set -- --microbatches 4; else set --; fi
-    train "$tag" "$np" --mesh "$mesh" --parallel "$plan" "$@" && follows "$tag" ref "$mesh [$plan]"
-done
+meshes ref 1e-6 2:2:dp 2:2:tp 2:2:sp 2:2:tp+sp 2:2:fsdp 4:2x2:dp,tp 4:2x2:fsdp,tp \
+    "2:2:pp:--microbatches 4"
 train untied 1 --untied-head &&
     for run in 2:tp 2:pp; do
         IFS=: read -r np plan <<EOF
@@ -101,7 +57,7 @@ $run
 EOF
         if [ "$plan" = pp ]; then set -- --microbatches 4; else set --; fi
         train "untied-$plan" "$np" --untied-head --mesh 2 --parallel "$plan" "$@" &&
-            follows "untied-$plan" untied "untied head, 2 [$plan]"
+            follows "untied-$plan" untied "untied head, 2 [$plan]" 1e-6
     done
 
 # ---- gradient accumulation ------------------------------------------------------------
@@ -109,24 +65,7 @@ train accum2 1 --grad-accum 2 &&
     check_output "--grad-accum 2: the one-batch losses within 1e-6" close accum2 ref 1e-6 $((STEPS + 1))
 
 # ---- checkpoints --------------------------------------------------------------------------
-ckpt() { printf '%s/ckpt-%08d.h5' "$1" "$2"; }
 half=$((STEPS / 2))
-# resumed NAME NP WHAT ARGS...: NAME-full saves in $tmp/NAME/ at half the steps,
-# NAME-resumed resumes there: the same loss text at every step and val, and a
-# final checkpoint bitwise the uninterrupted run's
-resumed() {
-    _name=$1 _np=$2 _what=$3
-    shift 3
-    train "$_name-full" "$_np" "$@" --save "$tmp/$_name/" --save-every $half &&
-        train "$_name-resumed" "$_np" "$@" --resume "$(ckpt "$tmp/$_name" $half)" \
-            --save "$tmp/$_name-resumed.h5" || return
-    losses "$_name-full" | tail -n $((half + 1)) >"$tmp/want.txt"
-    losses "$_name-resumed" >"$tmp/got.txt"
-    check "$_what, resumed at $half: the same loss text at every step and val" \
-        cmp -s "$tmp/want.txt" "$tmp/got.txt"
-    check_output "$_what, resumed: the final checkpoint is bitwise the uninterrupted run's" \
-        "$tool" compare "$(ckpt "$tmp/$_name" $STEPS)" "$tmp/$_name-resumed.h5"
-}
 resumed dp 2 "2 ranks dp" --mesh 2 --parallel dp
 resumed pp 2 "pp=2" --mesh 2 --parallel pp --microbatches 4
 if train tp-full 2 --mesh 2 --parallel tp --save "$tmp/tp/" --save-every $half &&
