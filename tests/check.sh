@@ -24,6 +24,14 @@
 #                         thread; sets top (the build directory, absolute), prog,
 #                         tool (tests/train_ckpt_tool), data (data/digits.h5) and a
 #                         fresh directory $tmp, removed at exit
+#   torch_test_env NAME REF
+#                         program_test_env NAME for a test against PyTorch: sets
+#                         python ($MG_TORCH_PYTHON, else /usr/bin/python3) and ref
+#                         (tests/REF); exits 77, saying so, when python cannot
+#                         import torch; a failed check shows show_out_err
+#   tmpfs_full SIZE       mounts a tmpfs of SIZE at $full ($tmp/full, made here),
+#                         unmounted at exit before $tmp is removed; non-zero where
+#                         mount is not permitted (it needs root)
 #   show_out_err          prints $tmp/out and $tmp/err, each line prefixed with the
 #                         file's name: a check_failed for scripts that keep the last
 #                         command's output there
@@ -48,6 +56,18 @@
 #                         one check: train_run TAG NP ARGS..., then check_invariant of it
 #                         against REF's metrics ($tmp/REF.jsonl); a failed run shows its
 #                         output
+#   metrics_values TAG    the loss, grad_norm and param_checksum values of the
+#                         metrics $tmp/TAG.jsonl, one a line
+#   check_bitwise WHAT REF GOT MIN
+#                         one check: run GOT's metrics values are REF's, at least
+#                         MIN of them (in $tmp/REF.vals and $tmp/GOT.vals, written
+#                         by metrics_values), and its checkpoint $tmp/GOT.h5 is
+#                         bitwise REF's ($tool compare); a failure shows where
+#   trace_valid FILE RANKS [MIN_FLOWS]
+#                         the checks of tests/check_trace.py on a --trace file
+#                         (without python3, grep's: RANKS processes, as many flow
+#                         starts as ends, at least MIN_FLOWS, step spans); prints
+#                         one line
 #   show_log FILE         prints FILE (or, without one, stdin) indented ("  | "): the
 #                         output under a failure
 #   rank_pid PID RANK     the pid of that rank of the mpirun whose pid is PID
@@ -125,6 +145,24 @@ program_test_env() {
     trap 'rm -rf "$tmp"' EXIT
 }
 
+torch_test_env() {
+    program_test_env "$1"
+    python=${MG_TORCH_PYTHON:-/usr/bin/python3}
+    ref="$(dirname "$0")/$2"
+    if ! "$python" -c 'import torch' >/dev/null 2>&1; then
+        echo "skipping: $python cannot import torch (apt-get install python3-torch gives it)"
+        exit 77
+    fi
+    check_failed() { show_out_err; }
+}
+
+tmpfs_full() {
+    full=$tmp/full
+    mkdir -p "$full"
+    mount -t tmpfs -o size="$1" tmpfs "$full" 2>/dev/null || return
+    trap 'umount "$full"; rm -rf "$tmp"' EXIT
+}
+
 show_log() { sed 's/^/  | /' "$@"; }
 
 show_out_err() {
@@ -195,6 +233,33 @@ train_invariant() {
         fail "$_tinv_tag: run failed"
         show_log "$tmp/$_tinv_tag.out"
     fi
+}
+
+metrics_values() { grep -o '"\(loss\|grad_norm\|param_checksum\)":[^,}]*' "$tmp/$1.jsonl"; }
+
+check_bitwise() {
+    _bw_n=$(wc -l <"$tmp/$2.vals")
+    if [ "$_bw_n" -ge "$4" ] && cmp -s "$tmp/$2.vals" "$tmp/$3.vals" &&
+        "$tool" compare "$tmp/$2.h5" "$tmp/$3.h5" >"$tmp/cmp.out" 2>&1; then
+        pass "$1: $_bw_n metrics values and the final checkpoint bitwise equal"
+    else
+        fail "$1: differs from the run $2"
+        diff "$tmp/$2.vals" "$tmp/$3.vals" | head -n 6 | show_log
+        show_log "$tmp/cmp.out"
+    fi
+}
+
+trace_valid() {
+    if python3 -c 'import json' 2>/dev/null; then
+        python3 "$(dirname "$0")/check_trace.py" "$@"
+        return
+    fi
+    _tv_proc=$(grep -c '"name":"process_name"' "$1")
+    _tv_s=$(grep -c '"ph":"s"' "$1")
+    _tv_f=$(grep -c '"ph":"f"' "$1")
+    echo "$_tv_proc processes, $_tv_s flow starts, $_tv_f flow ends (no python3: spans not checked)"
+    [ "$_tv_proc" -eq "$2" ] && [ "$_tv_s" -eq "$_tv_f" ] && [ "$_tv_s" -ge "${3:-0}" ] &&
+        grep -q '"cat":"step"' "$1"
 }
 
 # rank_pid MPIRUN_PID RANK: that rank's pid (a child of mpirun)

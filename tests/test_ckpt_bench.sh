@@ -13,12 +13,6 @@
 #   (the save filled the disk first).
 . "$(dirname "$0")/check.sh"
 program_test_env ckpt-bench
-full=$tmp/full
-cleanup() {
-    mountpoint -q "$full" 2>/dev/null && umount "$full"
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 cd "$tmp" || exit 99
 
 # stopped NP SIGNAL: ckpt bench of 20M parameters (a 240 MB checkpoint) in
@@ -71,8 +65,7 @@ check "... left as it is" cmp -s d/ckpt-bench.h5 mine.h5
 check_refused "--params 40G: more than the memory" 1 \
     "ckpt bench --params 40000000000 needs at least .* GiB a rank, .* more than its .* GiB of memory" \
     "$prog" ckpt bench --params 40G --dir d
-mkdir "$full"
-if mount -t tmpfs -o size=20m tmpfs "$full" 2>/dev/null; then
+if tmpfs_full 20m; then
     check_refused "--params 2M on a 20 MB disk" 1 \
         "ckpt bench: --params 2000000 needs about .* MB of disk in .*full .* and .* MB are free there" \
         "$prog" ckpt bench --params 2M --dir "$full"

@@ -7,14 +7,7 @@
 # torch (Debian's python3-torch); without it the test is skipped (77), saying
 # so. Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
-program_test_env llama-torch
-python=${MG_TORCH_PYTHON:-/usr/bin/python3}
-ref="$(dirname "$0")/llama_torch_ref.py"
-if ! "$python" -c 'import torch' >/dev/null 2>&1; then
-    echo "skipping: $python cannot import torch (apt-get install python3-torch gives it)"
-    exit 77
-fi
-check_failed() { show_out_err; }
+torch_test_env llama-torch llama_torch_ref.py
 
 dumps=
 for np in 1 2 4; do

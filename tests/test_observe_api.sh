@@ -14,21 +14,7 @@
 # Prints a Check-style summary line.
 . "$(dirname "$0")/check.sh"
 program_test_env observe_api
-: "${top_srcdir:=.}"
-srcdir=$(cd "$top_srcdir" && pwd)
 gpt=$top/examples/train_gpt
-have_python=0
-python3 -c 'import json' 2>/dev/null && have_python=1
-
-# valid FILE RANKS: the checks of check_trace.py (without python3, grep's)
-valid() {
-    if [ "$have_python" = 1 ]; then
-        python3 "$srcdir/tests/check_trace.py" "$@"
-        return
-    fi
-    echo "$(grep -c '"name":"process_name"' "$1") processes (no python3: spans not checked)"
-    [ "$(grep -c '"name":"process_name"' "$1")" -eq "$2" ] && grep -q '"cat":"step"' "$1"
-}
 
 tiny="-d $top/data/mobydick.h5 -L 2 -H 2 -C 32 -T 32 -B 8 -n 6 -w 2 -e 0 -V 4"
 for np in 1 2; do
@@ -36,7 +22,7 @@ for np in 1 2; do
     "$TIMEOUT" -k 5 120 "$MPIRUN" -np $np "$gpt" $tiny -t "$tmp/gpt$np.json" -S 2:3 >"$tmp/out" 2>&1
     check "train_gpt -t on $np rank(s) writes its trace: exit $?" \
         grep -q "^trace: $tmp/gpt$np.json, steps 2 to 3 of $np rank" "$tmp/out"
-    check_output "... a valid timeline, with its steps" valid "$tmp/gpt$np.json" "$np"
+    check_output "... a valid timeline, with its steps" trace_valid "$tmp/gpt$np.json" "$np"
 done
 
 # the watchdog: rank 1 skips its 30th collective; the others wait 3 s, then every rank dumps
@@ -61,7 +47,7 @@ for np in 1 2; do
     sed 's/^/  | /' "$tmp/out"
     check "observe_api on $np rank(s): every call and refusal as documented: exit $rc" test "$rc" -eq 0
     check "... the file that is not a trace is left as it was" grep -qx "not a trace" "$tmp/other.json"
-    check_output "... its trace of steps 2 to 3 is valid" valid "$tmp/api$np.json" "$np"
+    check_output "... its trace of steps 2 to 3 is valid" trace_valid "$tmp/api$np.json" "$np"
     "$prog" trace analyze "$tmp/dumps$np" >"$tmp/analyze" 2>&1
     check "... meshgrad trace analyze reads the dumps made on demand: exit $?" \
         grep -q "written on asked by the test" "$tmp/analyze"

@@ -27,12 +27,6 @@
 #   the reason otherwise.
 . "$(dirname "$0")/check.sh"
 program_test_env safe-save
-full=$tmp/full
-cleanup() {
-    mountpoint -q "$full" 2>/dev/null && umount "$full"
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 cd "$tmp" || exit 99
 
 small="--data $data --hidden 16 --batch 32 --log-every 0 --threads 1"
@@ -220,8 +214,7 @@ check "... the planted files are unchanged" \
     sh -c "same() { cmp -s \"\$1\" \"\$2\"; }; same good.h5 kd/best.h5 && same good.h5 kd/ckpt-00005000.h5"
 
 # ---- 3. a full disk ----------------------------------------------------------------
-mkdir "$full"
-if ! mount -t tmpfs -o size=200k tmpfs "$full" 2>/dev/null; then
+if ! tmpfs_full 200k; then
     echo "skipped: mount -t tmpfs is not permitted here (the full-disk cases need root)"
     check_summary
     exit $?

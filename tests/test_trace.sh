@@ -11,25 +11,7 @@
 # not a trace of ours is never replaced; bad ranges are refused.
 . "$(dirname "$0")/check.sh"
 program_test_env trace
-: "${top_srcdir:=.}"
-srcdir=$(cd "$top_srcdir" && pwd)
 p2p=$top/tests/trace_p2p
-have_python=0
-python3 -c 'import json' 2>/dev/null && have_python=1
-
-# valid FILE RANKS MIN_FLOWS: the checks of check_trace.py (or, without python, grep's)
-valid() {
-    if [ "$have_python" = 1 ]; then
-        python3 "$srcdir/tests/check_trace.py" "$@"
-        return
-    fi
-    n_proc=$(grep -c '"name":"process_name"' "$1")
-    n_s=$(grep -c '"ph":"s"' "$1")
-    n_f=$(grep -c '"ph":"f"' "$1")
-    echo "$n_proc processes, $n_s flow starts, $n_f flow ends (no python3: spans not checked)"
-    [ "$n_proc" -eq "$2" ] && [ "$n_s" -eq "$n_f" ] && [ "$n_s" -ge "${3:-0}" ] &&
-        grep -q '"cat":"step"' "$1"
-}
 
 run() { # NP ARGS...: the meshgrad program under mpirun, output in $tmp/out
     np=$1
@@ -40,7 +22,7 @@ run() { # NP ARGS...: the meshgrad program under mpirun, output in $tmp/out
 common="--data $data --steps 6 --batch 32 --log-every 0 --threads 1"
 run 1 "$prog" train $common --trace "$tmp/t1.json" --trace-steps 2:3
 check "train on 1 rank writes its trace: exit $?" grep -q "^trace: $tmp/t1.json, steps 2 to 3" "$tmp/out"
-check_output "... a valid timeline" valid "$tmp/t1.json" 1
+check_output "... a valid timeline" trace_valid "$tmp/t1.json" 1
 check "... with ops, kernels and backward nodes" \
     sh -c "grep -q '\"cat\":\"op\"' $tmp/t1.json && grep -q '\"name\":\"gemm\",\"cat\":\"kernel\"' $tmp/t1.json && grep -q '\"cat\":\"backward\"' $tmp/t1.json"
 # the first layer's linear, x (32, 64) W^T (64 -> 128): 2 x 32 x 64 x 128 FLOPs, its record's cost
@@ -48,19 +30,19 @@ check "... an op span carries its record's cost: mg_linear of 524288 FLOPs" \
     grep -q '"name":"mg_linear","cat":"op",[^}]*"args":{"flops":524288,' "$tmp/t1.json"
 run 2 "$prog" train $common --trace "$tmp/t2.json"
 check "train on 2 ranks (default steps 2:4): exit $?" grep -q "^trace: $tmp/t2.json, steps 2 to 4 of 2 ranks" "$tmp/out"
-check_output "... a valid timeline of both ranks, with collectives" valid "$tmp/t2.json" 2
+check_output "... a valid timeline of both ranks, with collectives" trace_valid "$tmp/t2.json" 2
 check "... 3 steps on each rank" test "$(grep -c '"cat":"step"' "$tmp/t2.json")" -eq 6
 check "... each rank's op cost is its shard's: the first linear on 16 rows, 262144 FLOPs" \
     grep -q '"name":"mg_linear","cat":"op",[^}]*"args":{"flops":262144,' "$tmp/t2.json"
 run 4 "$prog" train $common --mesh 2x2 --parallel dp,tp --trace "$tmp/t4.json" --trace-steps 5:6
 check "train on a 2x2 mesh (dp,tp): exit $?" grep -q "^trace: $tmp/t4.json, steps 5 to 6 of 4 ranks" "$tmp/out"
-check_output "... a valid timeline of all 4 ranks" valid "$tmp/t4.json" 4
+check_output "... a valid timeline of all 4 ranks" trace_valid "$tmp/t4.json" 4
 check "... with the collectives of both mesh dims" \
     sh -c "grep -q '\"dim\":0,' $tmp/t4.json && grep -q '\"dim\":1,' $tmp/t4.json"
 run 2 "$prog" bench step --layers 64,128,32 --batch 16 --steps 4 --threads 1 --parallel fsdp \
     --trace "$tmp/b.json" --trace-steps 1:2
 check "bench step (fsdp) writes its trace: exit $?" grep -q "^trace: $tmp/b.json" "$tmp/out"
-check_output "... a valid timeline" valid "$tmp/b.json" 2
+check_output "... a valid timeline" trace_valid "$tmp/b.json" 2
 check "... where fsdp gathers and reduce-scatters" \
     sh -c "grep -q '\"name\":\"all_gather\"' $tmp/b.json && grep -q '\"name\":\"reduce_scatter\"' $tmp/b.json"
 
@@ -68,7 +50,7 @@ for np in 1 2 4; do
     "$TIMEOUT" -k 5 120 "$MPIRUN" -np $np "$p2p" "$tmp/p$np.json" 3 >"$tmp/out" 2>&1
     check "trace_p2p on $np rank(s): exit $?" grep -q "^trace: $tmp/p$np.json" "$tmp/out"
     # 3 steps x 3 ring transfers a step x np ranks
-    check_output "... every send joined to its receive" valid "$tmp/p$np.json" $np $((9 * np))
+    check_output "... every send joined to its receive" trace_valid "$tmp/p$np.json" $np $((9 * np))
 done
 
 # what it never does

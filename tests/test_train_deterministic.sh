@@ -29,9 +29,6 @@ llama="--model llama --data $top/data/mobydick.h5 --layers 2 --heads 4 --kv-head
 --multiple-of 32 --ctx 32 --batch 16 --steps 30 --clip 1 --log-every 0 --eval-every never \
 --deterministic"
 
-# values TAG: the metrics values of run TAG, one a line
-values() { grep -o '"\(loss\|grad_norm\|param_checksum\)":[^,}]*' "$tmp/$1.jsonl"; }
-
 # same NAME NP ARGS...: the run against the reference "ref" of the same model
 same() {
     _name=$1 _np=$2
@@ -42,16 +39,8 @@ same() {
         show_log "$tmp/run.out"
         return
     fi
-    values run >"$tmp/run.vals"
-    _n=$(wc -l <"$tmp/ref.vals")
-    if [ "$_n" -ge 61 ] && cmp -s "$tmp/ref.vals" "$tmp/run.vals" &&
-        "$tool" compare "$tmp/ref.h5" "$tmp/run.h5" >"$tmp/cmp.out" 2>&1; then
-        pass "$_name: $_n metrics values and the final parameters and state bitwise equal"
-    else
-        fail "$_name: differs from 1 rank"
-        diff "$tmp/ref.vals" "$tmp/run.vals" | head -n 6 | show_log
-        show_log "$tmp/cmp.out"
-    fi
+    metrics_values run >"$tmp/run.vals"
+    check_bitwise "$_name" ref run 61
 }
 
 # reference LM: the 1-rank, 1-thread run of the model
@@ -59,7 +48,7 @@ reference() {
     lm=$1
     rm -f "$tmp/ref.h5"
     if train_run ref 1 $lm --threads 1 --save "$tmp/ref.h5"; then
-        values ref >"$tmp/ref.vals"
+        metrics_values ref >"$tmp/ref.vals"
         pass "$2: the 1-rank reference ran ($(wc -l <"$tmp/ref.vals") metrics values)"
     else
         fail "$2: the 1-rank reference failed"

@@ -24,9 +24,6 @@ gpt="--model gpt --data $top/data/mobydick.h5 --layers 2 --embd 32 --ctx 16 --ba
 llama="--model llama --data $top/data/mobydick.h5 --layers 2 --heads 4 --kv-heads 2 --embd 32 \
 --multiple-of 16 --ctx 16 --batch 8 --steps 5 --clip 1 --log-every 0 --threads 1 --eval-every never"
 
-# values TAG: the metrics values of run TAG, one a line
-values() { grep -o '"\(loss\|grad_norm\|param_checksum\)":[^,}]*' "$tmp/$1.jsonl"; }
-
 # same NAME NP ARGS...: the run with each --recompute against none's
 same() {
     _name=$1 _np=$2
@@ -38,19 +35,9 @@ same() {
             show_log "$tmp/$_m.out"
             return
         fi
-        values "$_m" >"$tmp/$_m.vals"
+        metrics_values "$_m" >"$tmp/$_m.vals"
     done
-    _n=$(wc -l <"$tmp/none.vals")
-    for _m in blocks attention; do
-        if [ "$_n" -ge 11 ] && cmp -s "$tmp/none.vals" "$tmp/$_m.vals" &&
-            "$tool" compare "$tmp/none.h5" "$tmp/$_m.h5" >"$tmp/cmp.out" 2>&1; then
-            pass "$_name, --recompute $_m: $_n metrics values and the final checkpoint bitwise equal"
-        else
-            fail "$_name, --recompute $_m: differs from none"
-            diff "$tmp/none.vals" "$tmp/$_m.vals" | head -n 6 | show_log
-            show_log "$tmp/cmp.out"
-        fi
-    done
+    for _m in blocks attention; do check_bitwise "$_name, --recompute $_m" none "$_m" 11; done
 }
 
 lm=$gpt
