@@ -30,39 +30,60 @@ mg() {
 }
 # within GOT REF TOL: |GOT - REF| <= TOL |REF|
 within() { awk -v g="$1" -v r="$2" -v t="$3" 'BEGIN { d = g - r; if (d < 0) d = -d; exit !(d <= t * (r < 0 ? -r : r)) }'; }
+# eval_loss: the eval_loss that the last mg printed
+eval_loss() { sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out"; }
 
-"$TIMEOUT" -k 5 120 "$MPIRUN" -np 1 "$prog" train --model gpt --data "$mobydick" --layers 2 \
-    --heads 2 --embd 32 --ctx 32 --batch 8 --steps 20 --seed 4 --threads 1 --log-every 0 \
-    --eval-tokens 16384 --save "$tmp/gpt.h5" --metrics "$tmp/train.jsonl" >"$tmp/out" 2>"$tmp/err"
-val=$(sed -n 's/.*"val_loss":\([^,]*\),.*/\1/p' "$tmp/train.jsonl" | tail -n 1)
-check "a GPT trains 20 steps, saves, and prints its val_loss ($val)" test -n "$val" -a -f "$tmp/gpt.h5"
+# train_and_eval NAME WHAT ARGS...: `train ARGS...` on 1 rank for 20 steps,
+# saved in $tmp/NAME.h5 (metrics in $tmp/NAME.jsonl), val its last val_loss, one
+# check that it printed one; then `eval` of the checkpoint over 16384 tokens
+# ($ev) on 1 rank, one the eval_loss it printed.
+train_and_eval() {
+    _name=$1 _what=$2
+    shift 2
+    mg 1 train "$@" --batch 8 --steps 20 --threads 1 --log-every 0 --eval-tokens 16384 \
+        --save "$tmp/$_name.h5" --metrics "$tmp/$_name.jsonl"
+    val=$(sed -n 's/.*"val_loss":\([^,]*\),.*/\1/p' "$tmp/$_name.jsonl" | tail -n 1)
+    check "$_what trains 20 steps, saves, and prints its val_loss ($val)" \
+        test -n "$val" -a -f "$tmp/$_name.h5"
+    ev="eval --resume $tmp/$_name.h5 --data $mobydick --eval-tokens 16384 --threads 1"
+    # shellcheck disable=SC2086
+    mg 1 $ev
+    one=$(eval_loss)
+}
 
-ev="eval --resume $tmp/gpt.h5 --data $mobydick --eval-tokens 16384 --threads 1"
-# shellcheck disable=SC2086
-mg 1 $ev
-one=$(sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out")
+# evals_within PREFIX RUN...: for each RUN "NP ARGS...", `eval $ev ARGS...` on NP
+# ranks; one check each that its eval_loss is within 1e-6 of one's
+evals_within() {
+    _prefix=$1
+    shift
+    for _run; do
+        set -- $_run
+        _enp=$1
+        shift
+        # shellcheck disable=SC2086
+        mg "$_enp" $ev "$@"
+        got=$(eval_loss)
+        check "$_prefix$_enp ranks ($*): eval_loss $got within 1e-6 of 1 rank's" \
+            within "$got" "$one" 1e-6
+    done
+}
+
+train_and_eval gpt "a GPT" --model gpt --data "$mobydick" --layers 2 --heads 2 --embd 32 --ctx 32 \
+    --seed 4
 check "1 rank: eval_loss $one is train's val_loss $val" test "$one" = "$val"
 ppl=$(sed -n 's/.* perplexity \([^ ]*\) .*/\1/p' "$tmp/out")
 check "perplexity $ppl is exp(eval_loss)" \
     awk -v l="$one" -v p="$ppl" 'BEGIN { d = exp(l) - p; exit !(d < 1e-4 * p && d > -1e-4 * p) }'
 check "512 windows of 32 tokens (--eval-tokens 16384)" grep -q " 512 windows of 32 tokens" "$tmp/out"
-for run in "2 --parallel dp" "2 --parallel tp" "2 --parallel fsdp" "2 --parallel sp" \
-           "2 --parallel pp" "4 --mesh 2x2 --parallel dp,tp" "4 --mesh 2x2 --parallel fsdp,tp+sp" \
-           "4 --mesh 2x2 --parallel dp,pp --microbatches 4"; do
-    set -- $run
-    np=$1
-    shift
-    # shellcheck disable=SC2086
-    mg "$np" $ev "$@"
-    got=$(sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out")
-    check "$np ranks ($*): eval_loss $got within 1e-6 of 1 rank's" within "$got" "$one" 1e-6
-done
+evals_within "" "2 --parallel dp" "2 --parallel tp" "2 --parallel fsdp" "2 --parallel sp" \
+    "2 --parallel pp" "4 --mesh 2x2 --parallel dp,tp" "4 --mesh 2x2 --parallel fsdp,tp+sp" \
+    "4 --mesh 2x2 --parallel dp,pp --microbatches 4"
 # shellcheck disable=SC2086
 mg 1 $ev --eval-tokens 2048
 check "--eval-tokens 2048: 64 windows" grep -q " 64 windows of 32 tokens" "$tmp/out"
 # shellcheck disable=SC2086
 mg 2 $ev --split train --parallel tp
-train_loss=$(sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out")
+train_loss=$(eval_loss)
 check "--split train (2 ranks tp): eval_loss $train_loss, of /train" \
     sh -c "grep -q ' /train ' '$tmp/out' && test '$train_loss' != '$one'"
 
@@ -132,26 +153,11 @@ if mknod "$tmp/null" c 1 3 2>/dev/null; then
 fi
 
 # ---- a Llama ---------------------------------------------------------------------------------
-mg 1 train --model llama --data "$mobydick" --layers 2 --heads 4 --kv-heads 2 --embd 32 \
-    --ctx 32 --untied-head --batch 8 --steps 20 --seed 5 --threads 1 --log-every 0 \
-    --eval-tokens 16384 --save "$tmp/llama.h5" --metrics "$tmp/llama.jsonl"
-val=$(sed -n 's/.*"val_loss":\([^,]*\),.*/\1/p' "$tmp/llama.jsonl" | tail -n 1)
-check "a Llama trains 20 steps, saves, and prints its val_loss ($val)" test -n "$val" -a -f "$tmp/llama.h5"
-ev="eval --resume $tmp/llama.h5 --data $mobydick --eval-tokens 16384 --threads 1"
-# shellcheck disable=SC2086
-mg 1 $ev
-one=$(sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out")
+train_and_eval llama "a Llama" --model llama --data "$mobydick" --layers 2 --heads 4 --kv-heads 2 \
+    --embd 32 --ctx 32 --untied-head --seed 5
 check "llama, 1 rank: eval_loss $one is train's val_loss $val" test "$one" = "$val"
 check "... the model said: 4 heads (2 kv), untied head" grep -q "4 heads (2 kv).*untied head" "$tmp/out"
-for run in "2 --parallel tp" "2 --parallel pp" "4 --mesh 2x2 --parallel fsdp,tp+sp"; do
-    set -- $run
-    np=$1
-    shift
-    # shellcheck disable=SC2086
-    mg "$np" $ev "$@"
-    got=$(sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out")
-    check "llama, $np ranks ($*): eval_loss $got within 1e-6 of 1 rank's" within "$got" "$one" 1e-6
-done
+evals_within "llama, " "2 --parallel tp" "2 --parallel pp" "4 --mesh 2x2 --parallel fsdp,tp+sp"
 mg 1 eval --resume "$tmp/llama.h5" --text "$tmp/text.txt" --logits "$tmp/ll1.h5" --threads 1
 mg 2 eval --resume "$tmp/llama.h5" --text "$tmp/text.txt" --logits "$tmp/ll2.h5" --threads 1 \
     --parallel tp
@@ -161,6 +167,6 @@ mg 1 ckpt export --format safetensors "$tmp/llama.h5" "$tmp/llama.safetensors"
 mg 1 ckpt import --format safetensors "$tmp/llama.safetensors" "$tmp/llama-back.h5"
 mg 1 eval --resume "$tmp/llama-back.h5" --data "$mobydick" --eval-tokens 16384 --threads 1 \
     --batch 8
-back=$(sed -n 's/^eval_loss \([^ ]*\) .*/\1/p' "$tmp/out")
+back=$(eval_loss)
 check "llama exported to safetensors and imported: eval_loss $back is $one" test "$back" = "$one"
 check_summary

@@ -47,20 +47,28 @@ ended() {
     check "... within 10 s of the stall (took ${secs}s)" test "$secs" -le 10
 }
 
-run 3 2 1x2 1 all_reduce 1 60
-ended "a rank that never enters all_reduce ends the job"
-check "... naming the op, mesh dim 1, its ranks and rank 1" grep -q \
-    "meshgrad: error: collective all_reduce on mesh dim 1 (ranks 0,1) has not completed after [0-9]* s: rank(s) 1 are not answering" "$out"
+# stalled ENDED NAMED PATTERN TIMEOUT NP MESH DIM OP LATE SECONDS: run ...,
+# ended ENDED, and one check (NAMED) that the output holds PATTERN (grep)
+stalled() {
+    _ended=$1 _named=$2 _pattern=$3
+    shift 3
+    run "$@"
+    ended "$_ended"
+    check "$_named" grep -q "$_pattern" "$out"
+}
 
-run 3 4 2x2 0 all_gather 3 60
-ended "4 ranks, rank 3 never enters all_gather on dim 0: the job ends"
-check "... and rank 1, its partner on dim 0, names rank 3" grep -q \
-    "collective all_gather on mesh dim 0 (ranks 1,3) has not completed after [0-9]* s: rank(s) 3 are not answering (rank 1 waits" "$out"
-
-run 3 4 4 0 recv 2 60
-ended "4 ranks, rank 2 never sends its point-to-point message: the job ends"
-check "... and rank 3, its receiver, names rank 2 alone" grep -q \
-    "collective recv on mesh dim 0 (ranks 3,2) has not completed after [0-9]* s: rank(s) 2 are not answering (rank 3 waits" "$out"
+stalled "a rank that never enters all_reduce ends the job" \
+    "... naming the op, mesh dim 1, its ranks and rank 1" \
+    "meshgrad: error: collective all_reduce on mesh dim 1 (ranks 0,1) has not completed after [0-9]* s: rank(s) 1 are not answering" \
+    3 2 1x2 1 all_reduce 1 60
+stalled "4 ranks, rank 3 never enters all_gather on dim 0: the job ends" \
+    "... and rank 1, its partner on dim 0, names rank 3" \
+    "collective all_gather on mesh dim 0 (ranks 1,3) has not completed after [0-9]* s: rank(s) 3 are not answering (rank 1 waits" \
+    3 4 2x2 0 all_gather 3 60
+stalled "4 ranks, rank 2 never sends its point-to-point message: the job ends" \
+    "... and rank 3, its receiver, names rank 2 alone" \
+    "collective recv on mesh dim 0 (ranks 3,2) has not completed after [0-9]* s: rank(s) 2 are not answering (rank 3 waits" \
+    3 4 4 0 recv 2 60
 
 run 3 4 4 0 flops 1 20
 ended "4 ranks, rank 1 stalls while measuring the FLOP rate: the job ends"
