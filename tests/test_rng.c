@@ -7,33 +7,27 @@
 #include "rng.h"
 #include "testutil.h"
 
-static void check_kat(const uint32_t ctr[4], const uint32_t key[2], const uint32_t want[4]) {
+/* Random123's known-answer vectors (counter, key, the output they give): all
+ * zeros, all ones, and the digits of pi */
+static const struct {
+    uint32_t ctr[4], key[2], want[4];
+} kat[] = {
+    {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+    {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+     {0xffffffff, 0xffffffff},
+     {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+    {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+     {0xa4093822, 0x299f31d0},
+     {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+};
+
+/* a loop test: one check per vector */
+START_TEST(test_kat) {
     uint32_t got[4];
-    mg_philox4x32_10(ctr, key, got);
+    mg_philox4x32_10(kat[_i].ctr, kat[_i].key, got);
     for (int i = 0; i < 4; i++)
-        ck_assert_msg(got[i] == want[i], "word %d: got %08x, want %08x", i, got[i], want[i]);
-}
-
-START_TEST(test_kat_zero) {
-    uint32_t ctr[4] = {0, 0, 0, 0}, key[2] = {0, 0};
-    uint32_t want[4] = {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8};
-    check_kat(ctr, key, want);
-}
-END_TEST
-
-START_TEST(test_kat_ones) {
-    uint32_t ctr[4] = {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff};
-    uint32_t key[2] = {0xffffffff, 0xffffffff};
-    uint32_t want[4] = {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd};
-    check_kat(ctr, key, want);
-}
-END_TEST
-
-START_TEST(test_kat_pi) {
-    uint32_t ctr[4] = {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344};
-    uint32_t key[2] = {0xa4093822, 0x299f31d0};
-    uint32_t want[4] = {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1};
-    check_kat(ctr, key, want);
+        ck_assert_msg(got[i] == kat[_i].want[i], "vector %d, word %d: got %08x, want %08x", _i, i,
+                      got[i], kat[_i].want[i]);
 }
 END_TEST
 
@@ -190,10 +184,12 @@ START_TEST(test_permutation_small) {
 END_TEST
 
 int main(void) {
-    const TTest *tests[] = {test_kat_zero, test_kat_ones, test_kat_pi, test_addressing,
-                            test_unit_conversion, test_uniform_range_and_mean, test_normal_moments,
-                            test_normal_finite_many_streams, test_slices_match,
-                            test_streams_and_seeds_differ, test_permutation,
+    const TTest *tests[] = {test_addressing, test_unit_conversion, test_uniform_range_and_mean,
+                            test_normal_moments, test_normal_finite_many_streams,
+                            test_slices_match, test_streams_and_seeds_differ, test_permutation,
                             test_permutation_reference, test_permutation_small, NULL};
-    return mg_test_run(mg_test_suite("rng", tests));
+    Suite *s = suite_create("rng");
+    TCase *tc = mg_test_case(s, "rng", tests);
+    tcase_add_loop_test(tc, test_kat, 0, (int)(sizeof kat / sizeof kat[0]));
+    return mg_test_run(s);
 }
