@@ -28,6 +28,7 @@
 #include "rng.h"
 #include "status.h"
 #include "testutil.h"
+#include "testutil_h5.h"
 
 static int rank, world;
 
@@ -52,22 +53,14 @@ static void write_set(const char *path, const char *split, int64_t n_in, int snd
             for (int64_t r = 0; r < n_in; r++)
                 for (int64_t j = 0; j < numel; j++) x[r * numel + j] = value_at(r, j);
             dims[0] = (hsize_t)n_in;
-            hid_t s = H5Screate_simple(sndim + 1, dims, NULL);
-            hid_t d = H5Dcreate2(g, "inputs", in_type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
-            H5Dclose(d);
-            H5Sclose(s);
+            mg_test_h5_write(g, "inputs", in_type, H5T_NATIVE_FLOAT, sndim + 1, dims, x);
             free(x);
         }
         if (n_lab >= 0) {
             int32_t *y = malloc((size_t)(n_lab + 1) * sizeof *y);
             for (int64_t r = 0; r < n_lab; r++) y[r] = (int32_t)label_at(r);
             hsize_t n = (hsize_t)n_lab;
-            hid_t s = H5Screate_simple(1, &n, NULL);
-            hid_t d = H5Dcreate2(g, "labels", lab_type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-            H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
-            H5Dclose(d);
-            H5Sclose(s);
+            mg_test_h5_write(g, "labels", lab_type, H5T_NATIVE_INT32, 1, &n, y);
             free(y);
         }
         H5Gclose(g);

@@ -19,6 +19,7 @@
 #include "io/tokens.h"
 #include "meshgrad.h"
 #include "testutil.h"
+#include "testutil_h5.h"
 
 int mg_cli_text2h5(int argc, char **argv); /* src/cli/data_text.c, linked in */
 
@@ -163,47 +164,42 @@ static void write_vocab(hid_t f, int vocab) {
     H5Sclose(a_sp);
 }
 
-/* Rank 0 writes a token file by hand: `tokens` (n of them, 1-D unless two_d)
- * under /train with vocab_size `vocab`. Every rank has closed the file it may
- * have open before (the first barrier): HDF5 truncates a file it creates
- * before it locks it, and the lock fails while another rank still holds it
- * open, which left an empty file. */
-static void write_by_hand(const char *out, const uint8_t *tokens, hsize_t n, int vocab, int two_d) {
+/* Rank 0 writes a token file by hand: `tokens` (of memory type mem_type, shape
+ * dims[0..ndim)) as /train/tokens of HDF5 type file_type, with vocab_size
+ * `vocab`. Every rank has closed the file it may have open before (the first
+ * barrier): HDF5 truncates a file it creates before it locks it, and the lock
+ * fails while another rank still holds it open, which left an empty file. */
+static void write_tokens(const char *out, const void *tokens, hid_t mem_type, hid_t file_type,
+                         int ndim, const hsize_t *dims, int vocab) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (mg_rank() == 0) {
         hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         write_vocab(f, vocab);
         hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        hsize_t dims[2] = {two_d ? 2 : n, two_d ? n / 2 : 1};
-        hid_t sp = H5Screate_simple(two_d ? 2 : 1, dims, NULL);
-        hid_t d = H5Dcreate2(g, "tokens", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens);
-        H5Dclose(d);
-        H5Sclose(sp);
+        mg_test_h5_write(g, "tokens", file_type, mem_type, ndim, dims, tokens);
         H5Gclose(g);
         H5Fclose(f);
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-/* Rank 0 writes n uint16 tokens (HDF5 type `type`, converted from uint16) as
- * /train/tokens with vocab_size `vocab`, once every rank has closed the file
- * (as write_by_hand). */
+/* n uint8 tokens as uint8, 1-D unless two_d (then (2, n / 2)) */
+static void write_by_hand(const char *out, const uint8_t *tokens, hsize_t n, int vocab, int two_d) {
+    hsize_t dims[2] = {two_d ? 2 : n, two_d ? n / 2 : 1};
+    write_tokens(out, tokens, H5T_NATIVE_UINT8, H5T_STD_U8LE, two_d ? 2 : 1, dims, vocab);
+}
+
+/* n uint16 tokens as HDF5 type `type` (converted from uint16), 1-D */
 static void write_typed(const char *out, const uint16_t *tokens, hsize_t n, int vocab, hid_t type) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (mg_rank() == 0) {
-        hid_t f = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        write_vocab(f, vocab);
-        hid_t g = H5Gcreate2(f, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        hid_t sp = H5Screate_simple(1, &n, NULL);
-        hid_t d = H5Dcreate2(g, "tokens", type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        H5Dwrite(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens);
-        H5Dclose(d);
-        H5Sclose(sp);
-        H5Gclose(g);
-        H5Fclose(f);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    write_tokens(out, tokens, H5T_NATIVE_UINT16, type, 1, &n, vocab);
+}
+
+/* Opening `split` of `file` is refused on every rank with a message holding
+ * `want`; `what` is the failure's message. */
+static void expect_refused(const mg_mesh *mesh, const char *file, const char *split,
+                           const char *want, const char *what) {
+    mg_tokens *t = mg_tokens_open(file, split, comm_of(mesh));
+    mg_assert_all(!t && strstr(mg_last_error(), want), "%s: %s", what, mg_last_error());
 }
 
 START_TEST(uint16_tokens) {
@@ -224,14 +220,12 @@ START_TEST(uint16_tokens) {
                   bad >= 0 ? got[bad] : 0.0, bad >= 0 ? tokens[bad] : 0, mg_last_error());
     mg_tokens_close(t);
     write_typed("test_tokens_u16.h5", tokens, N, 50257, H5T_STD_U16LE);
-    t = mg_tokens_open("test_tokens_u16.h5", "train", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "token 11 is 50967, outside the vocabulary of "
-                                               "50257"),
-                  "a uint16 token outside the vocabulary was not named: %s", mg_last_error());
+    expect_refused(mesh, "test_tokens_u16.h5", "train",
+                   "token 11 is 50967, outside the vocabulary of 50257",
+                   "a uint16 token outside the vocabulary was not named");
     write_typed("test_tokens_u16.h5", tokens, N, 65536, H5T_IEEE_F32LE);
-    t = mg_tokens_open("test_tokens_u16.h5", "train", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "it must be uint8, uint16 or int32"),
-                  "float tokens were not refused: %s", mg_last_error());
+    expect_refused(mesh, "test_tokens_u16.h5", "train", "it must be uint8, uint16 or int32",
+                   "float tokens were not refused");
     if (mg_rank() == 0) remove("test_tokens_u16.h5");
     mg_mesh_free(mesh);
 }
@@ -243,16 +237,12 @@ START_TEST(refusals) {
     for (int i = 0; i < 100; i++) tokens[i] = (uint8_t)(i % 10);
     tokens[77] = 12; /* outside a vocabulary of 10 */
     write_by_hand("test_tokens_bad.h5", tokens, 100, 10, 0);
-    mg_tokens *t = mg_tokens_open("test_tokens_bad.h5", "train", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "token 77 is 12"),
-                  "a token outside the vocabulary was not named: %s", mg_last_error());
-    t = mg_tokens_open("test_tokens_bad.h5", "val", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "has no /val/tokens"),
-                  "a missing split was not refused: %s", mg_last_error());
+    expect_refused(mesh, "test_tokens_bad.h5", "train", "token 77 is 12",
+                   "a token outside the vocabulary was not named");
+    expect_refused(mesh, "test_tokens_bad.h5", "val", "has no /val/tokens",
+                   "a missing split was not refused");
     write_by_hand("test_tokens_bad.h5", tokens, 100, 256, 1);
-    t = mg_tokens_open("test_tokens_bad.h5", "train", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "1-D"), "2-D tokens were not refused: %s",
-                  mg_last_error());
+    expect_refused(mesh, "test_tokens_bad.h5", "train", "1-D", "2-D tokens were not refused");
     /* tokens that are not in the file named (an external link to a good file),
      * or not stored at all (2^40 declared: their scan ran past 60 s) */
     for (int i = 0; i < 100; i++) tokens[i] = (uint8_t)(i % 10);
@@ -275,21 +265,18 @@ START_TEST(refusals) {
         H5Fclose(f);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    t = mg_tokens_open("test_tokens_link.h5", "train", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "/train/tokens is an external link (to "
-                                               "/train/tokens in file test_tokens_ok.h5)"),
-                  "tokens behind an external link were not refused: %s", mg_last_error());
+    expect_refused(mesh, "test_tokens_link.h5", "train",
+                   "/train/tokens is an external link (to /train/tokens in file test_tokens_ok.h5)",
+                   "tokens behind an external link were not refused");
     double t0 = MPI_Wtime();
-    t = mg_tokens_open("test_tokens_link.h5", "val", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "/val/tokens declares 1099511627776 bytes but "
-                                               "the file holds 0"),
-                  "2^40 unwritten tokens were not refused: %s", mg_last_error());
+    expect_refused(mesh, "test_tokens_link.h5", "val",
+                   "/val/tokens declares 1099511627776 bytes but the file holds 0",
+                   "2^40 unwritten tokens were not refused");
     mg_assert_all(MPI_Wtime() - t0 < 10, "2^40 unwritten tokens: refused after %.1f s",
                   MPI_Wtime() - t0);
     if (mg_rank() == 0) remove("test_tokens_ok.h5"), remove("test_tokens_link.h5");
-    t = mg_tokens_open("test_tokens_none.h5", "train", comm_of(mesh));
-    mg_assert_all(!t && strstr(mg_last_error(), "test_tokens_none.h5"),
-                  "a missing file was not named: %s", mg_last_error());
+    expect_refused(mesh, "test_tokens_none.h5", "train", "test_tokens_none.h5",
+                   "a missing file was not named");
     if (mg_rank() == 0) remove("test_tokens_bad.h5");
     mg_mesh_free(mesh);
 }
