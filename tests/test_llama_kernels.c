@@ -20,17 +20,6 @@
 #include "backend/cpu_internal.h"
 #include "kernel_testutil.h"
 
-static mg_tensor *vec(int64_t n) { return junk(1, &n); }
-
-static void expect_close_d(const float *got, const double *want, int64_t n, double tol,
-                           const char *what) {
-    double big = 1e-30;
-    for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
-    for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(fabs(got[i] - want[i]) <= tol * fmax(big, 1.0),
-                      "%s[%lld]: got %.9g want %.9g", what, (long long)i, got[i], want[i]);
-}
-
 static void expect_close(const mg_tensor *got, const mg_tensor *want, double tol,
                          const char *what) {
     char msg[256];
@@ -53,28 +42,6 @@ static void free_all(mg_tensor **t, int n) {
 }
 
 /* ---- RMS norm ---------------------------------------------------------------------- */
-
-/* columns [c0, c0 + n) of x (R, C) as a new (R, n) tensor */
-static mg_tensor *columns(const mg_tensor *x, int64_t c0, int64_t n) {
-    int64_t rows = x->shape[0], c = x->shape[1];
-    mg_tensor *t = junk(2, (int64_t[]){rows, n});
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(t->data + r * n, x->data + r * c + c0, (size_t)n * sizeof(float));
-    return t;
-}
-
-static void put_columns(mg_tensor *x, const mg_tensor *part, int64_t c0) {
-    int64_t rows = x->shape[0], c = x->shape[1], n = part->shape[1];
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(x->data + r * c + c0, part->data + r * n, (size_t)n * sizeof(float));
-}
-
-static mg_tensor *slice(const mg_tensor *x, int64_t c0, int64_t n) {
-    if (!x) return NULL;
-    mg_tensor *t = vec(n);
-    memcpy(t->data, x->data + c0, (size_t)n * sizeof(float));
-    return t;
-}
 
 /* y, dx, dw of RMS norm in double */
 static void rms_norm_ref(const mg_tensor *x, const float *w, const mg_tensor *dy, float eps,
