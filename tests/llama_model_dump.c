@@ -30,15 +30,7 @@ enum { L = 2, H = 4, C = 32, F = 96, T = 16, V = 256, B = 4 };
 
 static FILE *out;
 
-static void record(const char *name, const mg_tensor *t) {
-    char tag[64] = {0};
-    snprintf(tag, sizeof tag, "%s", name);
-    int32_t nd = mg_tensor_ndim(t);
-    fwrite(tag, 1, sizeof tag, out);
-    fwrite(&nd, sizeof nd, 1, out);
-    fwrite(mg_tensor_shape(t), sizeof(int64_t), (size_t)nd, out);
-    fwrite(mg_tensor_data((mg_tensor *)t), sizeof(float), (size_t)mg_tensor_numel(t), out);
-}
+static void record(const char *name, const mg_tensor *t) { mg_test_dump_record(out, name, t); }
 
 static void record_values(const char *name, int nd, const int64_t *shape, const float *v) {
     mg_tensor *t = mg_tensor_from_data(nd, shape, v);
@@ -184,9 +176,5 @@ int main(int argc, char **argv) {
                                     : whole(mesh, &plan, &cfg, ids, targets);
     if (rc) fprintf(stderr, "llama_model_dump: %s [%s]: %s\n", argv[2], argv[3], mg_last_error());
 end:
-    if (out && fclose(out) != 0) rc = 1;
-    if (mesh) mg_mesh_free(mesh);
-    rc = mg_test_agree(rc == 0) ? 0 : 1;
-    mg_finalize();
-    return rc;
+    return mg_test_dump_finish(out, mesh, rc);
 }

@@ -26,6 +26,9 @@ import sys
 
 import torch
 
+sys.dont_write_bytecode = True  # importing the reader below leaves no __pycache__ in tests/
+from llama_torch_ref import read_dump  # noqa: E402 (the records of llama_ops_dump's format)
+
 TOL = 1e-5
 BLOCK = ["attention_norm.weight", "attention.wq.weight", "attention.wk.weight",
          "attention.wv.weight", "attention.wo.weight", "ffn_norm.weight",
@@ -39,17 +42,7 @@ def read_case(prefix):
     if not files:
         raise OSError("no files %s.*" % prefix)
     for path in files:
-        with open(path, "rb") as f:
-            while True:
-                tag = f.read(64)
-                if not tag:
-                    break
-                (nd,) = struct.unpack("<i", f.read(4))
-                shape = struct.unpack("<%dq" % nd, f.read(8 * nd)) if nd else ()
-                n = math.prod(shape)
-                data = struct.unpack("<%df" % n, f.read(4 * n))
-                name = tag.rstrip(b"\0").decode()
-                out[name] = torch.tensor(data, dtype=torch.float64).reshape(shape)
+        out.update(read_dump(path))
     return out
 
 

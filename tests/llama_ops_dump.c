@@ -25,14 +25,7 @@ typedef struct {
 } place;
 
 static void record(const char *name, const mg_tensor *t) {
-    if (mg_rank() != 0) return;
-    char tag[64] = {0};
-    snprintf(tag, sizeof tag, "%s", name);
-    int32_t nd = mg_tensor_ndim(t);
-    fwrite(tag, 1, sizeof tag, out);
-    fwrite(&nd, sizeof nd, 1, out);
-    fwrite(mg_tensor_shape(t), sizeof(int64_t), (size_t)nd, out);
-    fwrite(mg_tensor_data((mg_tensor *)t), sizeof(float), (size_t)mg_tensor_numel(t), out);
+    if (mg_rank() == 0) mg_test_dump_record(out, name, t);
 }
 
 /* full test data (seed), its record, and the tensor at placements p */
@@ -137,9 +130,5 @@ int main(int argc, char **argv) {
     rc = rc ? rc : gqa_case("gqa_kv4", 4, heads, heads);
     rc = rc ? rc : gqa_case("gqa_kv1", 1, seq, batch);
 end:
-    if (out && fclose(out) != 0) rc = 1;
-    if (mesh) mg_mesh_free(mesh);
-    rc = mg_test_agree(rc == 0) ? 0 : 1;
-    mg_finalize();
-    return rc;
+    return mg_test_dump_finish(out, mesh, rc);
 }

@@ -4,6 +4,9 @@
  * - mg_test_same_full: the same for two distributed tensors, gathered whole.
  * - mg_test_mesh1d / mg_test_dtensor: a 1-D mesh of the world, and a tensor of
  *   mg_test_fill data placed on it.
+ * - mg_test_dump_record: one tensor written as a record of the dump files that
+ *   the PyTorch references read (tests/llama_ops_dump.c, llama_model_dump.c);
+ *   mg_test_dump_finish: the end of such a program.
  * - MPI suites: mg_test_agree(ok) all-reduces a verdict so every rank asserts the
  *   same thing (a failure on one rank never leaves the others waiting), and
  *   mg_test_run_mpi() runs a suite in no-fork mode on every rank and returns the
@@ -113,12 +116,37 @@ static inline mg_dtensor *mg_test_dtensor(const mg_mesh *mesh, int ndim, const i
     return d;
 }
 
+/* Writes t to f as one record of a dump file (tests/llama_torch_ref.py's
+ * read_dump reads them): a 64-byte name, an int32 ndim, ndim int64 sizes and
+ * the float32 data, in the host's byte order (little-endian, as the readers
+ * take it). */
+static inline void mg_test_dump_record(FILE *f, const char *name, const mg_tensor *t) {
+    char tag[64] = {0}; /* the name, cut to 63 bytes, zero-padded */
+    memcpy(tag, name, strnlen(name, sizeof tag - 1));
+    int32_t nd = mg_tensor_ndim(t);
+    fwrite(tag, 1, sizeof tag, f);
+    fwrite(&nd, sizeof nd, 1, f);
+    fwrite(mg_tensor_shape(t), sizeof(int64_t), (size_t)nd, f);
+    fwrite(mg_tensor_data((mg_tensor *)t), sizeof(float), (size_t)mg_tensor_numel(t), f);
+}
+
 static inline int mg_test_agree(int ok) {
     int all = ok ? 1 : 0, mine = all;
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return all;
+}
+
+/* The end of a dump program: closes out (a failed close is a failure) and
+ * frees mesh, either NULL when not made; agrees on rc == 0 with every rank and
+ * finalizes. Returns the exit status: 0 when every rank succeeded, else 1. */
+static inline int mg_test_dump_finish(FILE *out, mg_mesh *mesh, int rc) {
+    if (out && fclose(out) != 0) rc = 1;
+    if (mesh) mg_mesh_free(mesh);
+    rc = mg_test_agree(rc == 0) ? 0 : 1;
+    mg_finalize();
+    return rc;
 }
 
 /* Prints "rank R: FILE:LINE: failed: EXPR: message" to stderr in one write, so
