@@ -25,6 +25,7 @@
 #include "testutil.h"
 
 static int rank, world;
+static mg_mesh *m1; /* 1-D, every rank: the mesh of most cases, made once */
 
 typedef struct {
     const char *name;
@@ -178,9 +179,9 @@ static int info_says(const char *path, int want_st, const char *err, const char 
     return ok;
 }
 
-/* The set (with the big tensor or not) saved to path at Shard(0) over m1, a
- * 1-D mesh of every rank, asserted. */
-static void save_1d(const char *path, const mg_mesh *m1, int with_big) {
+/* The set (with the big tensor or not) saved to path at Shard(0) over m1,
+ * asserted. */
+static void save_1d(const char *path, int with_big) {
     const mg_placement p[1] = {MG_SHARD(0)};
     mg_assert_all(save_set(path, m1, p, with_big) == MG_OK, "save: %s", mg_last_error());
 }
@@ -193,7 +194,7 @@ START_TEST(test_roundtrip_across_meshes) {
     const mg_placement loads1[][1] = {
         {MG_SHARD(0)}, {MG_SHARD(1)}, {MG_REPLICATE}, {MG_PARTIAL_SUM}};
     const mg_placement loads2[][2] = {{MG_SHARD(1), MG_SHARD(0)}, {MG_REPLICATE, MG_REPLICATE}};
-    mg_mesh *m2 = mesh2d(0), *m2t = mesh2d(1), *m1 = mg_mesh_new(1, &world);
+    mg_mesh *m2 = mesh2d(0), *m2t = mesh2d(1);
     mg_assert_all(m2 && m2t && m1, "meshes: %s", mg_last_error());
     const char *path = mg_test_path("ckpt-42.h5");
     for (size_t s = 0; s < sizeof saves / sizeof saves[0]; s++) {
@@ -212,7 +213,6 @@ START_TEST(test_roundtrip_across_meshes) {
                           lst ? mg_last_error() : "values differ");
         }
     }
-    mg_mesh_free(m1);
     mg_mesh_free(m2t);
     mg_mesh_free(m2);
 }
@@ -280,7 +280,6 @@ START_TEST(test_file_layout) {
     }
     mg_assert_all(ok, "serial read of the file: %s", why);
     // uneven 1-D shards and replicas: the big tensor loads on both meshes
-    mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement s1[1] = {MG_SHARD(1)}, r1[1] = {MG_REPLICATE};
     mg_assert_all(load_set(path, m1, s1, 1, NULL), "1-D [S(1)] load: %s", mg_last_error());
     mg_assert_all(load_set(path, m1, r1, 1, NULL), "1-D [R] load: %s", mg_last_error());
@@ -289,16 +288,14 @@ START_TEST(test_file_layout) {
                    (const char *[]){"checksums: all 6 datasets verify", "step = 42",
                                     "/params/big  (1100, 1000)  float32", NULL});
     mg_assert_all(ok, "mg_checkpoint_info on a good file");
-    mg_mesh_free(m1);
     mg_mesh_free(m2);
 }
 END_TEST
 
 START_TEST(test_attrs) {
-    mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     const char *path = mg_test_path("attrs.h5");
-    save_1d(path, m1, 0);
+    save_1d(path, 0);
     mg_ckpt_attr got[2];
     int n = 0;
     mg_assert_all(mg_checkpoint_read_attrs(path, got, 2, &n) == MG_OK && n == 2 &&
@@ -325,12 +322,10 @@ START_TEST(test_attrs) {
     mg_dtensor_free(e.tensor);
     free(many);
     free(back);
-    mg_mesh_free(m1);
 }
 END_TEST
 
 static void expect_load_fails(const char *path, const char *want1, const char *want2) {
-    mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     int st = 0;
     double t0 = MPI_Wtime();
@@ -341,7 +336,6 @@ static void expect_load_fails(const char *path, const char *want1, const char *w
     mg_assert_all(strstr(msg, want1) && (!want2 || strstr(msg, want2)),
                   "message \"%s\" lacks \"%s\" / \"%s\"", msg, want1, want2 ? want2 : "");
     mg_assert_all(secs < 10, "refusing %s took %.1f s", path, secs);
-    mg_mesh_free(m1);
 }
 
 /* flips bytes in the middle of chunk `idx` of a dataset (rank 0, serial) */
@@ -375,9 +369,8 @@ static void corrupt_chunk(const char *path, const char *name, hsize_t idx) {
 }
 
 START_TEST(test_corrupt) {
-    mg_mesh *m1 = mg_mesh_new(1, &world);
     const char *path = mg_test_path("corrupt.h5");
-    save_1d(path, m1, 1);
+    save_1d(path, 1);
     // chunk 1 (rows 1048..1099) is read only by the last rank under S(0)
     corrupt_chunk(path, "params/big", 1);
     char want[600];
@@ -390,16 +383,14 @@ START_TEST(test_corrupt) {
                                         "fletcher32  ok",
                                         NULL});
     mg_assert_all(ok, "mg_checkpoint_info on a corrupt file");
-    mg_mesh_free(m1);
 }
 END_TEST
 
 START_TEST(test_bad_files) {
-    mg_mesh *m1 = mg_mesh_new(1, &world);
     const mg_placement p[1] = {MG_SHARD(0)};
     // truncated
     const char *path = mg_test_path("truncated.h5");
-    save_1d(path, m1, 1);
+    save_1d(path, 1);
     if (rank == 0) {
         struct stat sb;
         stat(path, &sb);
@@ -409,19 +400,14 @@ START_TEST(test_bad_files) {
     expect_load_fails(path, "truncated.h5 is truncated", NULL);
     // not HDF5, missing, a directory
     path = mg_test_path("text.h5");
-    if (rank == 0) {
-        FILE *f = fopen(path, "w");
-        fputs("not a checkpoint\n", f);
-        fclose(f);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    mg_test_write_text(path, "not a checkpoint\n");
     expect_load_fails(path, "text.h5 is not an HDF5 file", NULL);
     expect_load_fails(mg_test_path("missing.h5"), "cannot open checkpoint",
                       "No such file or directory");
     expect_load_fails(mg_test_dir(), "is a directory", NULL);
     // wrong version, and an HDF5 file that is not a checkpoint
     path = mg_test_path("version.h5");
-    save_1d(path, m1, 0);
+    save_1d(path, 0);
     if (rank == 0) {
         hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
         hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
@@ -441,7 +427,7 @@ START_TEST(test_bad_files) {
     expect_load_fails(path, "version.h5 is an HDF5 file but not a meshgrad checkpoint", NULL);
     // a dataset of another shape, and a missing one
     path = mg_test_path("shape.h5");
-    save_1d(path, m1, 1);
+    save_1d(path, 1);
     tdef other = {"params/fc1.weight", 2, {7, 6}};
     mg_ckpt_entry e = {.name = other.name, .tensor = zeros_like(m1, &other, p)};
     int st = mg_checkpoint_load(path, &e, 1, NULL, 0, NULL);
@@ -472,7 +458,6 @@ START_TEST(test_bad_files) {
     e.name = "/abs";
     mg_assert_all(mg_checkpoint_save(mg_test_path("x.h5"), &e, 1, NULL, 0) == MG_EINVAL, "bad name");
     mg_dtensor_free(e.tensor);
-    mg_mesh_free(m1);
 }
 END_TEST
 
@@ -495,7 +480,6 @@ static int files_are(const char *dir_, const char *const *keep, int nkeep, const
 }
 
 START_TEST(test_resolve_prune) {
-    mg_mesh *m1 = mg_mesh_new(1, &world);
     char sub[300];
     snprintf(sub, sizeof sub, "%.250s/run", mg_test_dir());
     if (rank == 0) mkdir(sub, 0755);
@@ -506,17 +490,13 @@ START_TEST(test_resolve_prune) {
     const int steps[3] = {5, 12, 9};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/ckpt-%d.h5", sub, steps[i]);
-        save_1d(path, m1, 0);
+        save_1d(path, 0);
     }
     // a crash leftover with a higher step, and a checkpoint named otherwise (step 42)
-    if (rank == 0) {
-        snprintf(path, sizeof path, "%s/ckpt-99.h5.tmp.1234", sub);
-        FILE *f = fopen(path, "w");
-        fputs("half", f);
-        fclose(f);
-    }
+    snprintf(path, sizeof path, "%s/ckpt-99.h5.tmp.1234", sub);
+    mg_test_write_text(path, "half");
     snprintf(path, sizeof path, "%s/latest.h5", sub);
-    save_1d(path, m1, 0);
+    save_1d(path, 0);
     st = mg_checkpoint_resolve(sub, out, sizeof out);
     mg_assert_all(st == MG_OK && strcmp(out, path) == 0, "resolve gave %.200s: %.200s", out,
                   mg_last_error());
@@ -525,13 +505,9 @@ START_TEST(test_resolve_prune) {
     // pruning after ckpt-12.h5 was written: only older ckpt-<step>.h5 checkpoints go;
     // another name, a later step and a file so named that is no checkpoint stay
     snprintf(path, sizeof path, "%s/ckpt-20.h5", sub);
-    save_1d(path, m1, 0);
-    if (rank == 0) {
-        snprintf(path, sizeof path, "%s/ckpt-3.h5", sub);
-        FILE *f = fopen(path, "w");
-        fputs("not a checkpoint", f);
-        fclose(f);
-    }
+    save_1d(path, 0);
+    snprintf(path, sizeof path, "%s/ckpt-3.h5", sub);
+    mg_test_write_text(path, "not a checkpoint");
     mg_assert_all(mg_checkpoint_prune(sub, 2, 12) == MG_OK, "prune: %s", mg_last_error());
     const char *keep[] = {"latest.h5", "ckpt-12.h5", "ckpt-9.h5", "ckpt-20.h5", "ckpt-3.h5",
                           "ckpt-99.h5.tmp.1234"};
@@ -543,19 +519,22 @@ START_TEST(test_resolve_prune) {
                   "prune 1 kept the wrong files");
     mg_assert_all(mg_checkpoint_prune(sub, 0, 12) == MG_EINVAL, "prune 0 accepted");
     if (rank == 0) mg_test_remove_tree(sub, 0);
-    mg_mesh_free(m1);
 }
 END_TEST
 
 static Suite *make_suite(void) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    m1 = mg_mesh_new(1, &world);
     mg_test_dir_make("ckpt");
     const TTest *tests[] = {test_roundtrip_across_meshes, test_file_layout, test_attrs,
                             test_corrupt, test_bad_files, test_resolve_prune, NULL};
     return mg_test_suite("checkpoint", tests);
 }
 
-int main(int argc, char **argv) {
-    return mg_test_main_mpi(&argc, &argv, make_suite, mg_test_dir_remove);
+static void teardown(void) {
+    mg_mesh_free(m1);
+    mg_test_dir_remove();
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, teardown); }

@@ -69,15 +69,6 @@ static void write_set(const char *path, const char *split, int64_t n_in, int snd
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static void write_text(const char *path, const char *text) {
-    if (rank == 0) {
-        FILE *f = fopen(path, "w");
-        fputs(text, f);
-        fclose(f);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-}
-
 static const int64_t SAMPLE[2] = {3, 4};
 enum { N = 37, SNUMEL = 12 };
 
@@ -314,7 +305,7 @@ START_TEST(test_malformed) {
                    "rows.h5: /train/labels has 1000 rows but /train/inputs has 999", NULL);
     write_set(mg_test_path("empty.h5"), "train", 0, 1, s1, H5T_IEEE_F32LE, 0, H5T_STD_I32LE);
     expect_refused(mg_test_path("empty.h5"), "train", "/train/inputs has no rows", NULL);
-    write_text(mg_test_path("text.h5"), "0,1,2,3\n4,5,6,7\n");
+    mg_test_write_text(mg_test_path("text.h5"), "0,1,2,3\n4,5,6,7\n");
     expect_refused(mg_test_path("text.h5"), "train", "text.h5 is not an HDF5 file", NULL);
     expect_refused(mg_test_path("missing.h5"), "train", "cannot open data set",
                    "No such file or directory");
@@ -433,7 +424,7 @@ START_TEST(test_csv2h5) {
                  4 * (r + 3), 4 * (r + 4), 4 * (r + 5), r % 3);
         strcat(csv, line);
     }
-    write_text(mg_test_path("good.csv"), csv);
+    mg_test_write_text(mg_test_path("good.csv"), csv);
     int rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("csv.h5"), "2x3", "4");
     mg_assert_all(rc == 0, "csv2h5: %s", mg_last_error());
     const char *splits[2] = {"train", "test"};
@@ -460,17 +451,17 @@ START_TEST(test_csv2h5) {
         mg_dataset_close(ds);
     }
     // bad input: the message names the line
-    write_text(mg_test_path("nan.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,6,1\n1,2,x3,4,5,6,1\n");
+    mg_test_write_text(mg_test_path("nan.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,6,1\n1,2,x3,4,5,6,1\n");
     rc = run_csv2h5(mg_test_path("nan.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(),
                                                   "nan.csv:3: field 3 \"x3\" is not a number")),
                   "rc %d: %s", rc, mg_last_error());
-    write_text(mg_test_path("cols.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,1\n");
+    mg_test_write_text(mg_test_path("cols.csv"), "1,2,3,4,5,6,0\n1,2,3,4,5,1\n");
     rc = run_csv2h5(mg_test_path("cols.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 ||
                       (rc == 1 && strstr(mg_last_error(), "cols.csv:2: 6 fields, expected 7")),
                   "rc %d: %s", rc, mg_last_error());
-    write_text(mg_test_path("label.csv"), "1,2,3,4,5,6,0.5\n");
+    mg_test_write_text(mg_test_path("label.csv"), "1,2,3,4,5,6,0.5\n");
     rc = run_csv2h5(mg_test_path("label.csv"), mg_test_path("bad.h5"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "label.csv:1: the label")),
                   "rc %d: %s", rc, mg_last_error());
@@ -489,7 +480,7 @@ START_TEST(test_csv2h5) {
     rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("good.csv"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "is the --in file")),
                   "--out equal to --in: rc %d: %s", rc, mg_last_error());
-    write_text(mg_test_path("notes.txt"), "my notes\n");
+    mg_test_write_text(mg_test_path("notes.txt"), "my notes\n");
     rc = run_csv2h5(mg_test_path("good.csv"), mg_test_path("notes.txt"), "2x3", "4");
     mg_assert_all(rank != 0 || (rc == 1 && strstr(mg_last_error(), "will not replace") &&
                                 strstr(mg_last_error(), "not a meshgrad data set")),

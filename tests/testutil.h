@@ -18,7 +18,9 @@
  * - A scratch folder for an MPI suite's files: mg_test_dir_make(tag) makes
  *   /tmp/mg-test-TAG-XXXXXX (rank 0) and tells every rank its name, mg_test_dir()
  *   is that name, mg_test_path(name) a file in it, mg_test_dir_remove() removes it
- *   with what it holds (mg_test_remove_tree: files, and subfolders to a depth). */
+ *   with what it holds (mg_test_remove_tree: files, and subfolders to a depth);
+ *   mg_test_write_text(path, text) writes a text file there (rank 0) for every
+ *   rank to read. */
 #ifndef MG_TESTUTIL_H
 #define MG_TESTUTIL_H
 
@@ -204,6 +206,18 @@ static inline int mg_test_run(Suite *suite) {
 static inline char *mg_test_dir(void) {
     static char dir[256];
     return dir;
+}
+
+/* Rank 0 writes `text` to path; every rank returns once it is there. */
+static inline void mg_test_write_text(const char *path, const char *text) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        FILE *f = fopen(path, "w");
+        fputs(text, f);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* Every rank: rank 0 makes /tmp/mg-test-TAG-XXXXXX, every rank learns its name. */
