@@ -188,15 +188,9 @@ START_TEST(test_cache_deterministic) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
-    Suite *s = suite_create("generate");
-    TCase *c = tcase_create("kv cache");
-    tcase_set_timeout(c, 0);
-    tcase_add_test(c, test_cache_every_plan);
-    tcase_add_test(c, test_cache_deterministic);
-    suite_add_tcase(s, c);
-    int rc = mg_test_run_mpi(s);
-    mg_finalize();
-    return rc;
+static Suite *make_suite(void) {
+    const TTest *tests[] = {test_cache_every_plan, test_cache_deterministic, NULL};
+    return mg_test_suite("generate", tests);
 }
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, NULL); }

@@ -177,19 +177,16 @@ START_TEST(test_init) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-    mg_init(&argc, &argv);
+/* the initial values and the reference's gradients, computed once for every test */
+static Suite *make_suite(void) {
     make_init();
     make_reference();
-    Suite *s = suite_create("gpt");
-    TCase *c = tcase_create("gpt");
-    tcase_set_timeout(c, 0);
-    tcase_add_test(c, test_model_one_dim);
-    tcase_add_test(c, test_model_two_dim);
-    tcase_add_test(c, test_init);
-    suite_add_tcase(s, c);
-    int rc = mg_test_run_mpi(s);
-    for (int i = 0; i < NP; i++) free(init_values[i]), free(ref.grad[i]);
-    mg_finalize();
-    return rc;
+    const TTest *tests[] = {test_model_one_dim, test_model_two_dim, test_init, NULL};
+    return mg_test_suite("gpt", tests);
 }
+
+static void teardown(void) {
+    for (int i = 0; i < NP; i++) free(init_values[i]), free(ref.grad[i]);
+}
+
+int main(int argc, char **argv) { return mg_test_main_mpi(&argc, &argv, make_suite, teardown); }
