@@ -128,47 +128,59 @@ START_TEST(test_gemm_small) {
 }
 END_TEST
 
+/* The micro-batch product that the small kernel takes, x (32, 300) W^T with W
+ * (1030, 300), on one thread (the kernels take a call when sgemm would get no
+ * more): a (M, K) and b (N, K) of test data (seeds 1 and 2), c (M, N). */
+enum { SM_M = 32, SM_N = 1030, SM_K = 300 };
+typedef struct {
+    float *a, *b, *c;
+} small_gemm;
+
+static small_gemm small_gemm_new(void) {
+    mg_backend_cpu_set_threads(1);
+    small_gemm g = {malloc(sizeof(float) * SM_M * SM_K), malloc(sizeof(float) * SM_N * SM_K),
+                    malloc(sizeof(float) * SM_M * SM_N)};
+    mg_test_fill(g.a, SM_M * SM_K, 1);
+    mg_test_fill(g.b, SM_N * SM_K, 2);
+    return g;
+}
+
+static void small_gemm_free(small_gemm *g) {
+    free(g->a);
+    free(g->b);
+    free(g->c);
+    mg_backend_cpu_set_threads(0);
+}
+
 /* A row of C does not depend on the rows around it: 32 rows at once and in
  * row shards of 5 and 27 give the same bits (nt: each element one sum in
  * order), as data-parallel row shards of a batch need. */
 START_TEST(test_gemm_small_row_shards) {
-    enum { M = 32, N = 1030, K = 300 };
-    mg_backend_cpu_set_threads(1);
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N * K);
-    float *whole = malloc(sizeof(float) * M * N), *parts = malloc(sizeof(float) * M * N);
-    mg_test_fill(a, M * K, 1);
-    mg_test_fill(b, N * K, 2);
-    BE->gemm(CTX, false, true, M, N, K, 1.0f, a, K, b, K, 0.0f, whole, N);
-    BE->gemm(CTX, false, true, 5, N, K, 1.0f, a, K, b, K, 0.0f, parts, N);
-    BE->gemm(CTX, false, true, M - 5, N, K, 1.0f, a + 5 * K, K, b, K, 0.0f, parts + 5 * N, N);
-    ck_assert_msg(memcmp(whole, parts, sizeof(float) * M * N) == 0,
+    enum { M = SM_M, N = SM_N, K = SM_K };
+    small_gemm g = small_gemm_new();
+    float *parts = malloc(sizeof(float) * M * N);
+    BE->gemm(CTX, false, true, M, N, K, 1.0f, g.a, K, g.b, K, 0.0f, g.c, N);
+    BE->gemm(CTX, false, true, 5, N, K, 1.0f, g.a, K, g.b, K, 0.0f, parts, N);
+    BE->gemm(CTX, false, true, M - 5, N, K, 1.0f, g.a + 5 * K, K, g.b, K, 0.0f, parts + 5 * N, N);
+    ck_assert_msg(memcmp(g.c, parts, sizeof(float) * M * N) == 0,
                   "x W^T: row shards differ from the whole");
-    free(a);
-    free(b);
-    free(whole);
     free(parts);
-    mg_backend_cpu_set_threads(0);
+    small_gemm_free(&g);
 }
 END_TEST
 
 /* alpha 0 (BLAS): C = beta C, A and B not read, so a NaN in A stays out; on
  * the micro-batch shape that the small kernel would otherwise take */
 START_TEST(test_gemm_alpha_zero) {
-    enum { M = 32, N = 1030, K = 300 };
-    mg_backend_cpu_set_threads(1);
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N * K);
-    float *c = malloc(sizeof(float) * M * N);
-    for (int64_t i = 0; i < M * K; i++) a[i] = NAN;
-    mg_test_fill(b, N * K, 2);
-    for (int64_t i = 0; i < M * N; i++) c[i] = 2.0f;
-    BE->gemm(CTX, false, true, M, N, K, 0.0f, a, K, b, K, 0.5f, c, N);
+    enum { M = SM_M, N = SM_N, K = SM_K };
+    small_gemm g = small_gemm_new();
+    for (int64_t i = 0; i < M * K; i++) g.a[i] = NAN;
+    for (int64_t i = 0; i < M * N; i++) g.c[i] = 2.0f;
+    BE->gemm(CTX, false, true, M, N, K, 0.0f, g.a, K, g.b, K, 0.5f, g.c, N);
     for (int64_t i = 0; i < M * N; i++)
-        ck_assert_msg(c[i] == 1.0f, "x W^T with alpha 0: c[%lld] = %g, want beta c = 1",
-                      (long long)i, c[i]);
-    free(a);
-    free(b);
-    free(c);
-    mg_backend_cpu_set_threads(0);
+        ck_assert_msg(g.c[i] == 1.0f, "x W^T with alpha 0: c[%lld] = %g, want beta c = 1",
+                      (long long)i, g.c[i]);
+    small_gemm_free(&g);
 }
 END_TEST
 
@@ -176,36 +188,29 @@ END_TEST
  * thread that calls it and ends gives the buffer back. 16 threads, one after
  * another, each one 32-row product, leave the heap (every arena: mallinfo2)
  * within one buffer of where the first such thread left it. */
-enum { TX_M = 32, TX_N = 1030, TX_K = 300 };
 static void *gemm_in_thread(void *arg) {
-    float **abc = arg;
-    BE->gemm(CTX, false, true, TX_M, TX_N, TX_K, 1.0f, abc[0], TX_K, abc[1], TX_K, 0.0f, abc[2],
-             TX_N);
+    small_gemm *g = arg;
+    BE->gemm(CTX, false, true, SM_M, SM_N, SM_K, 1.0f, g->a, SM_K, g->b, SM_K, 0.0f, g->c, SM_N);
     return NULL;
 }
 
-static void run_gemm_thread(float **abc) {
+static void run_gemm_thread(small_gemm *g) {
     pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, gemm_in_thread, abc), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, gemm_in_thread, g), 0);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
 }
 
 START_TEST(test_gemm_small_thread_exit) {
-    mg_backend_cpu_set_threads(1);
-    float *abc[3] = {malloc(sizeof(float) * TX_M * TX_K), malloc(sizeof(float) * TX_N * TX_K),
-                     malloc(sizeof(float) * TX_M * TX_N)};
-    mg_test_fill(abc[0], TX_M * TX_K, 1);
-    mg_test_fill(abc[1], TX_N * TX_K, 2);
-    run_gemm_thread(abc); /* the first makes the threads' arena */
+    small_gemm g = small_gemm_new();
+    run_gemm_thread(&g); /* the first makes the threads' arena */
     size_t before = mallinfo2().uordblks;
-    for (int i = 0; i < 16; i++) run_gemm_thread(abc);
-    size_t after = mallinfo2().uordblks, buffer = sizeof(float) * TX_M * TX_K;
+    for (int i = 0; i < 16; i++) run_gemm_thread(&g);
+    size_t after = mallinfo2().uordblks, buffer = sizeof(float) * SM_M * SM_K;
     ck_assert_msg(after < before + buffer,
                   "16 threads that called gemm and ended left %zu more bytes on the heap (one "
                   "packed buffer: %zu): their buffers were not freed",
                   after - before, buffer);
-    for (int i = 0; i < 3; i++) free(abc[i]);
-    mg_backend_cpu_set_threads(0);
+    small_gemm_free(&g);
 }
 END_TEST
 
