@@ -54,8 +54,9 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
     for (int i = 0; i < t->n; i++) {
         mg_param *p = &t->p[i];
         if (!p->grad) continue;
+        int decay = mg_optimizer_decays(opt, p);
         if (p->shard_dim >= 0) {
-            mg_optim_shard_update(opt, p, lr);
+            mg_optim_shard_update(opt, p, lr, decay);
             continue;
         }
         if (p->one_copy) /* one copy per node: never updated by all */
@@ -66,7 +67,7 @@ int mg_optimizer_step(mg_optimizer *opt, mg_param_table *t, float lr) {
             if (!(p->grad = mg_grad(p->value))) return mg_last_code();
         mg_tensor *state[MG_PARAM_STATE_MAX] = {0};
         for (int s = 0; s < mg_optimizer_state_count(opt); s++) state[s] = p->state[s]->local;
-        mg_optimizer_apply(opt, p->value->local, p->grad->local, state, lr, mg_optimizer_decays(opt, p));
+        mg_optimizer_apply(opt, p->value->local, p->grad->local, state, lr, decay);
     }
     return mg_optim_shard_end(t);
 }

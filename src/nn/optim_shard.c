@@ -12,7 +12,6 @@
 #include "dist/reducer.h"
 #include "dist/reducer_buckets.h"
 #include "dist/reducer_rows.h"
-#include "nn/optim.h"
 #include "parallel.h"
 #include "status.h"
 
@@ -140,7 +139,7 @@ static mg_tensor slice(float *data, int64_t n) {
     return (mg_tensor){.ndim = 1, .shape = {n}, .numel = n, .data = data, .device = MG_DEVICE_CPU};
 }
 
-void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
+void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr, int decay) {
     mg_comm *c = shard_comm(p);
     int k = c->size, r = c->rank, ns = mg_optimizer_state_count(opt);
     /* LOCAL: every rank's part to add; else summed (FULL), or this rank's rows (ROWS) */
@@ -148,7 +147,6 @@ void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr) {
     mg_tensor *w = p->value->local;
     const mg_tensor *g = p->grad->local;
     if (mg_tensor_is_meta(w)) return; /* nothing to update */
-    int decay = mg_optimizer_decays(opt, p);
     const float *grads[MAX_PEERS]; /* every rank's gradient buffer, mapped here */
     for (int q = 0; q < k; q++) grads[q] = mg_comm_shared_peer(c, g->data, g->numel, q);
     /* this rank's rows (dim 0), as the reducer slices ROWS gradients */

@@ -54,8 +54,9 @@ int mg_optim_shard_mark(mg_param_table *t);
  * ranks split its update, or -1), moving value and state into shared memory
  * the first time, and waits at a barrier on every comm that splits one. */
 int mg_optim_shard_begin(mg_optimizer *opt, mg_param_table *t);
-/* This rank's slice of p's update (p->shard_dim >= 0). */
-void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr);
+/* This rank's slice of p's update (p->shard_dim >= 0); decay: whether the
+ * update applies opt's weight decay to p (the caller's grouping, optim.h). */
+void mg_optim_shard_update(const mg_optimizer *opt, mg_param *p, float lr, int decay);
 /* The barrier after the split updates. */
 int mg_optim_shard_end(mg_param_table *t);
 
