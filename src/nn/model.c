@@ -1,5 +1,7 @@
 /* model.c: Linear, the MLP and the permute-MLP, as lists of layers, and the
- * language models' entries (see model.h; the rest of theirs: model_lm.c). */
+ * language models' entries (see model.h). model_lm.c holds the rest of
+ * theirs and calls into this file, never the reverse: what is asked of a
+ * whole model here goes to gpt.h or llama.h directly. */
 #include "nn/model.h"
 
 #include <math.h>
@@ -267,10 +269,8 @@ int64_t mg_model_numel(const mg_model *model) {
 }
 
 int mg_model_layer_costs(const mg_model *model, mg_layer_cost *out) {
-    if (mg_model_kind_is_lm(model->kind)) {
-        mg_lm_config c = mg_model_lm_config(model);
-        return mg_lm_layer_costs(&c, out);
-    }
+    if (model->kind == MG_MODEL_GPT) return mg_gpt_layer_costs(&model->gpt.cfg, out);
+    if (model->kind == MG_MODEL_LLAMA) return mg_llama_layer_costs(&model->llama.cfg, out);
     int pmlp = model->kind == MG_MODEL_PERMUTE_MLP;
     for (int i = 0; i < model->nlayers; i++) {
         const mg_linear_module *l = &model->layer[i];
