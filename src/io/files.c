@@ -1,6 +1,7 @@
 /* files.c: paths and temporary files that never destroy anything (see
  * files.h). Exports mg_path_check, mg_path_dir, mg_path_same_file,
- * mg_file_replaceable, mg_file_starts_with, mg_file_open_read, mg_output_check,
+ * mg_file_replaceable, mg_file_starts_with, mg_file_open_read,
+ * mg_file_write_all, mg_file_write_f32le, mg_output_check,
  * mg_output_open, mg_cleanup_add, mg_cleanup_drop, mg_cleanup_install,
  * mg_tmp_create, mg_tmp_reserve, mg_tmp_intact, mg_tmp_commit,
  * mg_tmp_discard, mg_tmp_clean_stale. */
@@ -128,6 +129,31 @@ int mg_file_open_read(const char *path, const char *what, int *fd_out) {
 }
 
 /* ---- outputs: files, and the streams a log may go to ------------------------- */
+
+int mg_file_write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w, len -= (size_t)w;
+    }
+    return 0;
+}
+
+int mg_file_write_f32le(int fd, const float *x, int64_t n) {
+    unsigned char block[4096];
+    for (int64_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k + 4 <= sizeof block && i < n; i++, k += 4) {
+            uint32_t bits;
+            memcpy(&bits, &x[i], 4);
+            for (int b = 0; b < 4; b++) block[k + (size_t)b] = (unsigned char)(bits >> (8 * b));
+        }
+        if (mg_file_write_all(fd, block, k) != 0) return -1;
+    }
+    return 0;
+}
 
 /* 1 (stdout) or 2 (stderr) when sb is the file this process writes there, else 0. */
 static int std_stream(const struct stat *sb) {

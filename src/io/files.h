@@ -17,6 +17,10 @@
  *   open may act: a FIFO without a reader blocks for ever).
  * - mg_file_open_read: an input opened only when it is a regular file (a
  *   device such as /dev/zero never ends, a FIFO blocks).
+ * - mg_file_write_all, mg_file_write_f32le: the writes of a file saved
+ *   whole (bytes; floats as little-endian float32, the byte order of the
+ *   llama2.c and safetensors formats), carried on past short and
+ *   interrupted writes.
  * - mg_tmp_file: a temporary file beside its target, created exclusively
  *   (O_CREAT | O_EXCL | O_NOFOLLOW) under an unpredictable name
  *   "<target>.tmp.<host>.<pid>.<16 hex digits>". It can reserve the space the
@@ -65,6 +69,13 @@ int mg_file_starts_with(const char *path, const char *mark);
  * followed), MG_OK; else MG_EIO "cannot open <what> <path>: ..." (missing, a
  * directory, or not a regular file: a device, FIFO or socket is not read). */
 int mg_file_open_read(const char *path, const char *what, int *fd);
+
+/* All len bytes of buf written to fd, a short or interrupted write carried
+ * on: 0, or -1 (errno set where write set it). */
+int mg_file_write_all(int fd, const void *buf, size_t len);
+/* n floats written to fd as little-endian float32, in blocks of 4 kB: 0 or
+ * -1 as mg_file_write_all. */
+int mg_file_write_f32le(int fd, const float *x, int64_t n);
 
 enum {
     MG_OUTPUT_NEW = 0,   /* nothing is there */

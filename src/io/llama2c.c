@@ -148,32 +148,6 @@ int mg_l2c_is_one(const char *path) {
     return ok;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w, len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* n floats little-endian, in blocks */
-static int write_floats(int fd, const float *x, int64_t n) {
-    unsigned char block[4096];
-    for (int64_t i = 0; i < n;) {
-        size_t k = 0;
-        for (; k + 4 <= sizeof block && i < n; i++, k += 4) {
-            uint32_t bits;
-            memcpy(&bits, &x[i], 4);
-            for (int b = 0; b < 4; b++) block[k + (size_t)b] = (unsigned char)(bits >> (8 * b));
-        }
-        if (write_all(fd, block, k) != 0) return -1;
-    }
-    return 0;
-}
-
 int mg_l2c_write(const char *target, const mg_l2c_header *h, const mg_l2c_part *parts, int n) {
     int64_t want = mg_l2c_floats(h), have = 0;
     for (int i = 0; i < n; i++) have += parts[i].n;
@@ -193,8 +167,9 @@ int mg_l2c_write(const char *target, const mg_l2c_header *h, const mg_l2c_part *
             uint32_t u = (uint32_t)(int32_t)v[i];
             for (int k = 0; k < 4; k++) b[4 * i + k] = (unsigned char)(u >> (8 * k));
         }
-        int bad = write_all(tmp.fd, b, sizeof b) != 0;
-        for (int i = 0; !bad && i < n; i++) bad = write_floats(tmp.fd, parts[i].data, parts[i].n);
+        int bad = mg_file_write_all(tmp.fd, b, sizeof b) != 0;
+        for (int i = 0; !bad && i < n; i++)
+            bad = mg_file_write_f32le(tmp.fd, parts[i].data, parts[i].n);
         if (bad) rc = mg_error(MG_EIO, "cannot write %s: %s", target, strerror(errno ? errno : EIO));
     }
     if (rc == MG_OK) return mg_tmp_commit(&tmp, target, "llama2.c model file", mg_l2c_is_one);

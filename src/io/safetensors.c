@@ -316,32 +316,11 @@ static int make_header(text *h, const mg_st_entry *e, int n, const char *const *
     return h->failed ? mg_error(MG_ENOMEM, "safetensors: out of memory for the header") : MG_OK;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w, len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* The values of e as little-endian float32, in blocks. */
+/* The values of e as little-endian float32. */
 static int write_values(int fd, const mg_st_entry *e) {
     int64_t numel = 1;
     for (int d = 0; d < e->ndim; d++) numel *= e->shape[d];
-    unsigned char block[4096];
-    for (int64_t i = 0; i < numel;) {
-        size_t k = 0;
-        for (; k + 4 <= sizeof block && i < numel; i++, k += 4) {
-            uint32_t bits;
-            memcpy(&bits, &e->data[i], 4);
-            for (int b = 0; b < 4; b++) block[k + (size_t)b] = (unsigned char)(bits >> (8 * b));
-        }
-        if (write_all(fd, block, k) != 0) return -1;
-    }
-    return 0;
+    return mg_file_write_f32le(fd, e->data, numel);
 }
 
 int mg_st_is_ours(const char *path) {
@@ -366,7 +345,8 @@ int mg_st_write(const char *target, const mg_st_entry *e, int n, const char *con
     if (rc == MG_OK) {
         unsigned char len8[8];
         for (int b = 0; b < 8; b++) len8[b] = (unsigned char)((uint64_t)h.len >> (8 * b));
-        int bad = write_all(tmp.fd, len8, 8) != 0 || write_all(tmp.fd, h.s, h.len) != 0;
+        int bad = mg_file_write_all(tmp.fd, len8, 8) != 0 ||
+                  mg_file_write_all(tmp.fd, h.s, h.len) != 0;
         for (int i = 0; !bad && i < n; i++) bad = write_values(tmp.fd, &e[i]) != 0;
         if (bad)
             rc = mg_error(MG_EIO, "cannot write %s: %s", target, strerror(errno ? errno : EIO));
