@@ -104,5 +104,38 @@ int mg_ops_reduce_over(const mg_mesh *mesh, unsigned mask, float *buf, int64_t n
 mg_dtensor *mg_ops_grad_at(const mg_dtensor *g, const mg_spec *spec);
 /* A temporary local tensor (step arena) on the device of t. */
 mg_tensor *mg_ops_temp(int ndim, const int64_t *shape);
+/* The rows of a local tensor: the product of every dim but the last. */
+int64_t mg_ops_local_rows(const mg_tensor *x);
+
+/* ---- the norms over the last dim: layer norm, RMS norm (ops_nn.c) ---------------- */
+
+/* The record's shape: x (c->x[0]) of at least one dim, its affine inputs
+ * c->x[1..c->n) (weight, then bias) absent or (N), N its last dim, and eps
+ * (c->args.f) finite and >= 0, each refused with a message; the output is x's
+ * shape. */
+int mg_ops_norm_shape(mg_op_call *c);
+/* The record's rule: mg_rules_layer_norm (a shard of a row dim passes with
+ * the affine inputs Replicate; x sharded on its last dim takes them sharded
+ * alike). */
+void mg_ops_norm_rule(const mg_op_call *c, mg_candidates *cands);
+/* The spec of the gradient of affine input p: p's own, Partial on the mesh
+ * dims that shard x's rows (each rank summed its own rows). */
+mg_spec mg_ops_norm_affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p);
+/* The start of a norm's VJP: x and the weight held (ops.c's parameter
+ * copies), *dy the gradient at the output's spec, and grads[i] a new tensor
+ * for each input i that wants a gradient (dx at x's spec, an affine input's
+ * at mg_ops_norm_affine_grad_spec), the others NULL. The VJP then fills
+ * them with its kernels. */
+int mg_ops_norm_vjp_begin(mg_node *node, mg_dtensor *g, mg_dtensor **dy, mg_dtensor **grads);
+/* One call of a norm's record: x with its affine inputs (those of the
+ * record's arity: weight, then bias; NULL where absent) and eps. */
+mg_dtensor *mg_ops_norm_run(const mg_op_def *def, const char *who, const mg_dtensor *x,
+                            const mg_dtensor *weight, const mg_dtensor *bias, float eps);
+/* The fields a norm's record takes from the family: x required, the shape
+ * and rule above, the VJP's gradient read at the output's placements. The
+ * record names its own name, arity, kernel, cost and VJP. */
+#define MG_OPS_NORM_FIELDS                                                                  \
+    .required = 1, .required_names = "x", .shape = mg_ops_norm_shape,                       \
+    .rule = mg_ops_norm_rule, .grad_at_output = true
 
 #endif

@@ -1,5 +1,7 @@
 /* ops_nn.c: softmax, log_softmax and layer norm on distributed tensors, their
- * gradients, and the helpers the transformer ops share.
+ * gradients, and the helpers the transformer ops share (ops.h: the gradient
+ * at an output's spec, step temporaries, local rows, and the pieces of a
+ * norm's record that layer norm and RMS norm have in common).
  *
  * Both normalize over a dim that may be sharded (the rule, mg_rules_softmax /
  * mg_rules_layer_norm, lets every shard pass). Then each rank computes its
@@ -36,11 +38,75 @@ mg_tensor *mg_ops_temp(int ndim, const int64_t *shape) {
     return mg_tensor_alloc(mg_step_arena(), ndim, shape);
 }
 
-/* local rows of x: the product of every dim but the last */
-static int64_t local_rows(const mg_tensor *x) {
+int64_t mg_ops_local_rows(const mg_tensor *x) {
     int64_t rows = 1;
     for (int d = 0; d + 1 < x->ndim; d++) rows *= x->shape[d];
     return rows;
+}
+
+/* ---- the norms' shared pieces (layer norm here, RMS norm in ops_rms_norm.c) ---- */
+
+/* MG_OK when affine input p (weight or bias, named `name`) is absent or (N),
+ * N being x's last dim. */
+static int check_affine(const char *who, const mg_dtensor *x, const mg_dtensor *p,
+                        const char *name) {
+    int64_t c = x->spec.shape[x->spec.ndim - 1];
+    if (!p || (p->spec.ndim == 1 && p->spec.shape[0] == c)) return MG_OK;
+    char a[96], b[96];
+    return mg_error(MG_ESHAPE, "%s: %s %s does not fit x %s: want (%lld), x's last dim", who, name,
+                    mg_shape_format(a, sizeof a, p->spec.ndim, p->spec.shape),
+                    mg_shape_format(b, sizeof b, x->spec.ndim, x->spec.shape), (long long)c);
+}
+
+int mg_ops_norm_shape(mg_op_call *c) {
+    static const char *const names[] = {"weight", "bias"};
+    const mg_dtensor *x = c->x[0];
+    if (x->spec.ndim < 1)
+        return mg_error(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", c->who);
+    for (int i = 1; i < c->n; i++) {
+        int rc = check_affine(c->who, x, c->x[i], names[i - 1]);
+        if (rc != MG_OK) return rc;
+    }
+    float eps = c->args.f;
+    if (!(eps >= 0.0f) || isinf(eps))
+        return mg_error(MG_EINVAL, "%s: eps is %g; it must be a finite number >= 0", c->who, eps);
+    c->out_ndim = x->spec.ndim;
+    memcpy(c->out_shape, x->spec.shape, sizeof c->out_shape);
+    return MG_OK;
+}
+
+void mg_ops_norm_rule(const mg_op_call *c, mg_candidates *cands) {
+    mg_rules_layer_norm(cands, c->x[0]->spec.ndim);
+}
+
+mg_dtensor *mg_ops_norm_run(const mg_op_def *def, const char *who, const mg_dtensor *x,
+                            const mg_dtensor *weight, const mg_dtensor *bias, float eps) {
+    mg_op_call c = {.who = who, .n = def->arity, .x = {x, weight, bias}, .args.f = eps};
+    return mg_op_run(def, &c);
+}
+
+mg_spec mg_ops_norm_affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p) {
+    mg_spec s = p->spec;
+    for (int m = 0; m < s.mesh->ndim; m++) {
+        mg_placement xp = x->spec.p[m];
+        if (xp.kind == MG_PLACE_SHARD && xp.dim != x->spec.ndim - 1) s.p[m] = MG_PARTIAL_SUM;
+    }
+    return s;
+}
+
+int mg_ops_norm_vjp_begin(mg_node *node, mg_dtensor *g, mg_dtensor **dy, mg_dtensor **grads) {
+    const mg_dtensor *x = node->inputs[0];
+    /* x and the weight may be parameter copies given back since the forward: both are read */
+    const mg_dtensor *held[2] = {x, node->inputs[1]};
+    int rc = mg_ops_hold(2, held);
+    if (rc != MG_OK) return rc;
+    NEED(*dy = mg_ops_grad_at(g, &node->output->spec));
+    for (int i = 0; i < node->n_inputs; i++) {
+        if (!mg_vjp_wants(node, i)) continue;
+        mg_spec s = i == 0 ? x->spec : mg_ops_norm_affine_grad_spec(x, node->inputs[i]);
+        NEED(grads[i] = mg_ops_output(&s));
+    }
+    return MG_OK;
 }
 
 /* ---- softmax -------------------------------------------------------------------- */
@@ -55,7 +121,7 @@ static int softmax_local(const mg_dtensor *x, mg_dtensor *y, bool as_log) {
         be->iface->softmax(be->context, x->local, NULL, NULL, as_log, y->local);
         return MG_OK;
     }
-    int64_t rows = local_rows(x->local), kept[MG_MAX_DIMS];
+    int64_t rows = mg_ops_local_rows(x->local), kept[MG_MAX_DIMS];
     memcpy(kept, x->local->shape, sizeof kept);
     kept[nd - 1] = 1;
     mg_tensor *max = mg_ops_temp(nd, kept), *sum = mg_ops_temp(1, &rows);
@@ -103,7 +169,7 @@ static int softmax_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **grads) {
     unsigned mask = nd ? mg_ops_shard_mask(&out->spec, nd - 1) : 0;
     mg_tensor *dot = NULL;
     if (mask) {
-        int64_t rows = local_rows(out->local);
+        int64_t rows = mg_ops_local_rows(out->local);
         NEED(dot = mg_ops_temp(1, &rows));
         be->iface->softmax_dot(be->context, out->local, dy->local, as_log, dot);
         int rc = mg_ops_reduce_over(out->spec.mesh, mask, dot->data, rows, MG_REDUCE_SUM);
@@ -162,7 +228,7 @@ static int layer_norm_local(const mg_dtensor *x, const mg_dtensor *w, const mg_d
                             float eps, mg_dtensor *y, mg_tensor *stats) {
     mg_backend *be = backend(y->local);
     int nd = x->spec.ndim;
-    int64_t n = x->spec.shape[nd - 1], rows = local_rows(x->local), two = 2 * rows;
+    int64_t n = x->spec.shape[nd - 1], rows = mg_ops_local_rows(x->local), two = 2 * rows;
     unsigned mask = mg_ops_shard_mask(&x->spec, nd - 1);
     const mg_tensor *wl = w ? w->local : NULL, *bl = b ? b->local : NULL;
     if (!mask) {
@@ -185,37 +251,8 @@ static int layer_norm_local(const mg_dtensor *x, const mg_dtensor *w, const mg_d
     return MG_OK;
 }
 
-static int check_affine(const char *who, const mg_dtensor *x, const mg_dtensor *p,
-                        const char *name) {
-    int64_t c = x->spec.shape[x->spec.ndim - 1];
-    if (!p || (p->spec.ndim == 1 && p->spec.shape[0] == c)) return MG_OK;
-    char a[96], b[96];
-    return mg_error(MG_ESHAPE, "%s: %s %s does not fit x %s: want (%lld), x's last dim", who, name,
-                    mg_shape_format(a, sizeof a, p->spec.ndim, p->spec.shape),
-                    mg_shape_format(b, sizeof b, x->spec.ndim, x->spec.shape), (long long)c);
-}
-
-static int layer_norm_shape(mg_op_call *c) {
-    const mg_dtensor *x = c->x[0];
-    if (x->spec.ndim < 1)
-        return mg_error(MG_ESHAPE, "%s: x is 0-d; it needs a dim to normalize over", c->who);
-    int rc = check_affine(c->who, x, c->x[1], "weight");
-    if (rc == MG_OK) rc = check_affine(c->who, x, c->x[2], "bias");
-    if (rc != MG_OK) return rc;
-    float eps = c->args.f;
-    if (!(eps >= 0.0f) || isinf(eps))
-        return mg_error(MG_EINVAL, "%s: eps is %g; it must be a finite number >= 0", c->who, eps);
-    c->out_ndim = x->spec.ndim;
-    memcpy(c->out_shape, x->spec.shape, sizeof c->out_shape);
-    return MG_OK;
-}
-
-static void layer_norm_rule(const mg_op_call *c, mg_candidates *cands) {
-    mg_rules_layer_norm(cands, c->x[0]->spec.ndim);
-}
-
 static int layer_norm_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
-    int64_t two = 2 * local_rows(out->local);
+    int64_t two = 2 * mg_ops_local_rows(out->local);
     mg_tensor *stats = mg_ops_temp(1, &two); /* (mean, rstd) of every row */
     if (!stats) return mg_last_code();
     c->saved = stats;
@@ -230,37 +267,16 @@ static void layer_norm_cost(const mg_op_call *c, mg_dtensor *const *in, const mg
     cost->bytes = 4.0 * 2 * n;
 }
 
-/* The spec of the gradient of weight or bias p: p's own, Partial on the mesh
- * dims where x's rows are sharded (each rank summed its rows). */
-static mg_spec affine_grad_spec(const mg_dtensor *x, const mg_dtensor *p) {
-    mg_spec s = p->spec;
-    for (int m = 0; m < s.mesh->ndim; m++) {
-        mg_placement xp = x->spec.p[m];
-        if (xp.kind == MG_PLACE_SHARD && xp.dim != x->spec.ndim - 1) s.p[m] = MG_PARTIAL_SUM;
-    }
-    return s;
-}
-
 /* dx, dw, db of layer norm (those wanted) */
 static int layer_norm_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
-    const mg_dtensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
-    const mg_dtensor *out = node->output;
-    bool want[3] = {mg_vjp_wants(node, 0), mg_vjp_wants(node, 1), mg_vjp_wants(node, 2)};
-    /* x and w may be parameter copies given back since the forward: both are read */
-    const mg_dtensor *held[2] = {x, w};
-    int rc = mg_ops_hold(2, held);
+    mg_dtensor *dy;
+    int rc = mg_ops_norm_vjp_begin(node, g, &dy, grads);
     if (rc != MG_OK) return rc;
-    mg_dtensor *dy = mg_ops_grad_at(g, &out->spec);
-    NEED(dy);
-    mg_spec ws, bs;
-    if (want[1]) ws = affine_grad_spec(x, w);
-    if (want[2]) bs = affine_grad_spec(x, b);
-    mg_dtensor *dx = want[0] ? mg_ops_output(&x->spec) : NULL;
-    mg_dtensor *dw = want[1] ? mg_ops_output(&ws) : NULL, *db = want[2] ? mg_ops_output(&bs) : NULL;
-    if ((want[0] && !dx) || (want[1] && !dw) || (want[2] && !db)) return mg_last_code();
+    mg_dtensor *dx = grads[0], *dw = grads[1], *db = grads[2];
+    const mg_dtensor *x = node->inputs[0], *w = node->inputs[1];
     mg_backend *be = backend(dy->local);
     int nd = x->spec.ndim;
-    int64_t n = x->spec.shape[nd - 1], rows = local_rows(x->local), two = 2 * rows;
+    int64_t n = x->spec.shape[nd - 1], rows = mg_ops_local_rows(x->local), two = 2 * rows;
     unsigned mask = mg_ops_shard_mask(&x->spec, nd - 1);
     mg_tensor *sums = NULL;
     const mg_tensor *wl = w ? w->local : NULL;
@@ -274,20 +290,15 @@ static int layer_norm_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
     be->iface->layer_norm_backward(be->context, x->local, wl, dy->local, node->saved, sums, n,
                                    dx ? dx->local : NULL, dw ? dw->local : NULL,
                                    db ? db->local : NULL);
-    grads[0] = dx;
-    grads[1] = dw;
-    grads[2] = db;
     return MG_OK;
 }
 
 static const mg_op_def layer_norm_def = {
-    .name = "layer_norm", .arity = 3, .required = 1, .required_names = "x",
-    .shape = layer_norm_shape, .rule = layer_norm_rule, .kernel = layer_norm_kernel,
-    .cost = layer_norm_cost, .vjp = layer_norm_vjp, .grad_at_output = true,
+    .name = "layer_norm", .arity = 3, .kernel = layer_norm_kernel, .cost = layer_norm_cost,
+    .vjp = layer_norm_vjp, MG_OPS_NORM_FIELDS,
 };
 
 mg_dtensor *mg_layer_norm(const mg_dtensor *x, const mg_dtensor *weight, const mg_dtensor *bias,
                           float eps) {
-    mg_op_call c = {.who = "mg_layer_norm", .n = 3, .x = {x, weight, bias}, .args.f = eps};
-    return mg_op_run(&layer_norm_def, &c);
+    return mg_ops_norm_run(&layer_norm_def, "mg_layer_norm", x, weight, bias, eps);
 }
