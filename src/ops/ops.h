@@ -90,6 +90,10 @@ bool mg_ops_copy_released(const mg_dtensor *t);
 void mg_ops_release_all(void);
 /* The step ends (mg_step_end): its copies are forgotten. */
 void mg_ops_step_end(void);
+/* The cost of an op that copies its output's elements (ops_shape.c: the
+ * layout ops, expand): no FLOPs, each element read and written. */
+void mg_ops_copy_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+                      mg_op_cost *cost);
 /* normalizes a possibly negative dim; -1 and a message naming `who` when out of range */
 int mg_ops_dim(const char *who, int dim, int ndim);
 

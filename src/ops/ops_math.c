@@ -416,13 +416,6 @@ static int expand_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) 
     return MG_OK;
 }
 
-static void expand_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
-                        mg_op_cost *cost) {
-    (void)c, (void)in;
-    cost->flops = 0;
-    cost->bytes = 8.0 * (double)out->local->numel; /* read and written */
-}
-
 static int expand_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     NEED(out[0] = mg_op_sum_to(g, n->args.ndim, n->args.shape));
     return MG_OK;
@@ -430,8 +423,8 @@ static int expand_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
 
 static const mg_op_def expand_def = {
     .name = "expand", .arity = 1, .required = 1, .required_names = "input",
-    .shape = expand_shape, .rule = expand_rule, .kernel = expand_kernel, .cost = expand_cost,
-    .vjp = expand_vjp,
+    .shape = expand_shape, .rule = expand_rule, .kernel = expand_kernel,
+    .cost = mg_ops_copy_cost, .vjp = expand_vjp,
 };
 
 mg_dtensor *mg_expand(const mg_dtensor *x, int ndim, const int64_t *global_shape) {

@@ -1,7 +1,8 @@
 /* ops_shape.c: layout ops on distributed tensors: mg_permute, mg_transpose,
  * mg_reshape, mg_view, mg_narrow, mg_cat, each a record (op_def.h), and the
  * gradient of a narrow (mg_expand lives with the sums in ops_math.c: each is
- * the other's VJP). Every size argument is GLOBAL;
+ * the other's VJP), and the cost of an op that copies (ops.h's
+ * mg_ops_copy_cost, expand's too). Every size argument is GLOBAL;
  * the local sizes the kernel gets come from the output spec
  * (mg_spec_local), never from an input's local shape. */
 #include <string.h>
@@ -46,7 +47,7 @@ static int permute_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     return MG_OK;
 }
 
-static void copy_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
+void mg_ops_copy_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtensor *out,
                       mg_op_cost *cost) {
     (void)c, (void)in;
     cost->flops = 0;
@@ -55,8 +56,8 @@ static void copy_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_dtens
 
 static const mg_op_def permute_def = {
     .name = "permute", .arity = 1, .required = 1, .required_names = "input",
-    .shape = permute_shape, .rule = permute_rule, .kernel = permute_kernel, .cost = copy_cost,
-    .vjp = permute_vjp,
+    .shape = permute_shape, .rule = permute_rule, .kernel = permute_kernel,
+    .cost = mg_ops_copy_cost, .vjp = permute_vjp,
 };
 
 mg_dtensor *mg_permute(const mg_dtensor *x, const int *perm) {
@@ -227,7 +228,7 @@ static int narrow_backward_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtens
 
 static const mg_op_def narrow_backward_def = {
     .name = "narrow_backward", .arity = 1, .required = 1, .shape = preset_shape,
-    .rule = narrow_rule, .kernel = narrow_backward_kernel, .cost = copy_cost,
+    .rule = narrow_rule, .kernel = narrow_backward_kernel, .cost = mg_ops_copy_cost,
 };
 
 static int narrow_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
@@ -258,7 +259,7 @@ static int narrow_vjp_add(mg_node *n, mg_dtensor *g, mg_dtensor *grad) {
 
 static const mg_op_def narrow_def = {
     .name = "narrow", .arity = 1, .required = 1, .required_names = "input",
-    .shape = preset_shape, .rule = narrow_rule, .kernel = narrow_kernel, .cost = copy_cost,
+    .shape = preset_shape, .rule = narrow_rule, .kernel = narrow_kernel, .cost = mg_ops_copy_cost,
     .vjp = narrow_vjp, .vjp_fresh = true, .vjp_add = narrow_vjp_add,
 };
 
@@ -302,7 +303,7 @@ static int cat_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
 
 static const mg_op_def cat_def = {
     .name = "cat", .arity = MG_OP_MAX_INPUTS, .required = 1, .required_names = "input",
-    .shape = preset_shape, .rule = narrow_rule, .kernel = cat_kernel, .cost = copy_cost,
+    .shape = preset_shape, .rule = narrow_rule, .kernel = cat_kernel, .cost = mg_ops_copy_cost,
     .vjp = cat_vjp,
 };
 
