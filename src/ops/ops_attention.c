@@ -133,16 +133,27 @@ static int attention_vjp(mg_node *node, mg_dtensor *g, mg_dtensor **grads) {
     return MG_OK;
 }
 
+/* The fields both records share: q, k, v required, one kernel (it serves
+ * grouped heads as well), its cost and its VJP; each record names its own
+ * shape and rule. */
+#define ATTENTION_FIELDS                                                                    \
+    .arity = 3, .required = 3, .required_names = "q, k or v", .kernel = attention_kernel,   \
+    .cost = attention_cost, .vjp = attention_vjp, .grad_at_output = true
+
+/* One call of either record. */
+static mg_dtensor *attention_run(const mg_op_def *def, const char *who, const mg_dtensor *q,
+                                 const mg_dtensor *k, const mg_dtensor *v, int causal) {
+    mg_op_call c = {.who = who, .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
+    return mg_op_run(def, &c);
+}
+
 static const mg_op_def attention_def = {
-    .name = "attention", .arity = 3, .required = 3, .required_names = "q, k or v",
-    .shape = attention_shape, .rule = attention_rule, .kernel = attention_kernel,
-    .cost = attention_cost, .vjp = attention_vjp, .grad_at_output = true,
+    .name = "attention", .shape = attention_shape, .rule = attention_rule, ATTENTION_FIELDS,
 };
 
 mg_dtensor *mg_attention(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
                          int causal) {
-    mg_op_call c = {.who = "mg_attention", .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
-    return mg_op_run(&attention_def, &c);
+    return attention_run(&attention_def, "mg_attention", q, k, v, causal);
 }
 
 /* ---- grouped-query attention ------------------------------------------------------ */
@@ -200,15 +211,12 @@ static void gqa_rule(const mg_op_call *c, mg_candidates *cands) {
 }
 
 static const mg_op_def attention_gqa_def = {
-    .name = "attention_gqa", .arity = 3, .required = 3, .required_names = "q, k or v",
-    .shape = gqa_shape, .rule = gqa_rule, .kernel = attention_kernel,
-    .cost = attention_cost, .vjp = attention_vjp, .grad_at_output = true,
+    .name = "attention_gqa", .shape = gqa_shape, .rule = gqa_rule, ATTENTION_FIELDS,
 };
 
 mg_dtensor *mg_attention_gqa(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
                              int causal) {
-    mg_op_call c = {.who = "mg_attention_gqa", .n = 3, .x = {q, k, v}, .args.flag = causal != 0};
-    return mg_op_run(&attention_gqa_def, &c);
+    return attention_run(&attention_gqa_def, "mg_attention_gqa", q, k, v, causal);
 }
 
 mg_dtensor *mg_attention_at(const mg_dtensor *q, const mg_dtensor *k, const mg_dtensor *v,
