@@ -7,8 +7,9 @@
  *
  * A pointwise record names its backend kernel (MG_UNARY_* or MG_BINARY_*,
  * whose formulas live in backend/kernel_math.h for the CPU and CUDA alike),
- * how a Partial input passes (mg_linearity) and its FLOPs per element; the
- * shape (broadcasting), rule, kernel call and cost are the family's. */
+ * how a Partial input passes (mg_linearity) and its FLOPs per element (and
+ * its VJP); the shape (broadcasting), rule, kernel call and cost are the
+ * family's (UNARY_RECORD, BINARY_RECORD). */
 #include <math.h>
 #include <string.h>
 
@@ -97,6 +98,16 @@ void mg_op_pointwise_cost(const mg_op_call *c, mg_dtensor *const *in, const mg_d
     .shape = mg_op_pointwise_shape, .rule = mg_op_pointwise_rule, .kernel = (call),       \
     .cost = mg_op_pointwise_cost, .linearity = (lin), .flops_per_element = (fpe)
 
+/* A whole record of the family, of one input or two (every input required):
+ * its name, backend kernel, linearity, FLOPs per element and VJP (NULL: a
+ * gradient op). */
+#define UNARY_RECORD(nm, k, lin, fpe, vjp_)                                               \
+    {.name = (nm), .arity = 1, .required = 1, .required_names = "input", .vjp = (vjp_),   \
+     .kind = (k), POINTWISE(mg_op_unary_kernel, lin, fpe)}
+#define BINARY_RECORD(nm, k, lin, fpe, vjp_)                                              \
+    {.name = (nm), .arity = 2, .required = 2, .required_names = "input", .vjp = (vjp_),   \
+     .kind = (k), POINTWISE(mg_op_binary_kernel, lin, fpe)}
+
 /* ---- add, sub, mul ------------------------------------------------------------------- */
 
 static int add_sub_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out, float sign_b) {
@@ -132,18 +143,9 @@ static int mul_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     return MG_OK;
 }
 
-static const mg_op_def add_def = {
-    .name = "add", .arity = 2, .required = 2, .required_names = "input", .vjp = add_vjp,
-    .kind = MG_BINARY_ADD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_SUM, 1),
-};
-static const mg_op_def sub_def = {
-    .name = "sub", .arity = 2, .required = 2, .required_names = "input", .vjp = sub_vjp,
-    .kind = MG_BINARY_SUB, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_SUM, 1),
-};
-static const mg_op_def mul_def = {
-    .name = "mul", .arity = 2, .required = 2, .required_names = "input", .vjp = mul_vjp,
-    .kind = MG_BINARY_MUL, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_ANY, 1),
-};
+static const mg_op_def add_def = BINARY_RECORD("add", MG_BINARY_ADD, MG_LINEARITY_SUM, 1, add_vjp);
+static const mg_op_def sub_def = BINARY_RECORD("sub", MG_BINARY_SUB, MG_LINEARITY_SUM, 1, sub_vjp);
+static const mg_op_def mul_def = BINARY_RECORD("mul", MG_BINARY_MUL, MG_LINEARITY_ANY, 1, mul_vjp);
 
 mg_dtensor *mg_add(const mg_dtensor *a, const mg_dtensor *b) {
     return mg_op_run2(&add_def, "mg_add", a, b);
@@ -183,18 +185,12 @@ mg_dtensor *mg_scale(const mg_dtensor *x, float s) {
 /* ---- activations: y = f(x), dx = dy f'(x) -------------------------------------------- */
 
 /* The gradient ops, dy (a) and x (b): dy * f'(x). */
-static const mg_op_def relu_backward_def = {
-    .name = "relu_backward", .arity = 2, .required = 2, .required_names = "input",
-    .kind = MG_BINARY_RELU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 1),
-};
-static const mg_op_def gelu_backward_def = {
-    .name = "gelu_backward", .arity = 2, .required = 2, .required_names = "input",
-    .kind = MG_BINARY_GELU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 20),
-};
-static const mg_op_def silu_backward_def = {
-    .name = "silu_backward", .arity = 2, .required = 2, .required_names = "input",
-    .kind = MG_BINARY_SILU_BACKWARD, POINTWISE(mg_op_binary_kernel, MG_LINEARITY_FIRST, 8),
-};
+static const mg_op_def relu_backward_def =
+    BINARY_RECORD("relu_backward", MG_BINARY_RELU_BACKWARD, MG_LINEARITY_FIRST, 1, NULL);
+static const mg_op_def gelu_backward_def =
+    BINARY_RECORD("gelu_backward", MG_BINARY_GELU_BACKWARD, MG_LINEARITY_FIRST, 20, NULL);
+static const mg_op_def silu_backward_def =
+    BINARY_RECORD("silu_backward", MG_BINARY_SILU_BACKWARD, MG_LINEARITY_FIRST, 8, NULL);
 
 static int relu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     NEED(out[0] = mg_op_run2(&relu_backward_def, NULL, g, n->inputs[0]));
@@ -209,18 +205,12 @@ static int silu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
     return MG_OK;
 }
 
-static const mg_op_def relu_def = {
-    .name = "relu", .arity = 1, .required = 1, .required_names = "input", .vjp = relu_vjp,
-    .kind = MG_UNARY_RELU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 1),
-};
-static const mg_op_def gelu_def = {
-    .name = "gelu", .arity = 1, .required = 1, .required_names = "input", .vjp = gelu_vjp,
-    .kind = MG_UNARY_GELU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 15),
-};
-static const mg_op_def silu_def = {
-    .name = "silu", .arity = 1, .required = 1, .required_names = "input", .vjp = silu_vjp,
-    .kind = MG_UNARY_SILU, POINTWISE(mg_op_unary_kernel, MG_LINEARITY_NONE, 5),
-};
+static const mg_op_def relu_def =
+    UNARY_RECORD("relu", MG_UNARY_RELU, MG_LINEARITY_NONE, 1, relu_vjp);
+static const mg_op_def gelu_def =
+    UNARY_RECORD("gelu", MG_UNARY_GELU, MG_LINEARITY_NONE, 15, gelu_vjp);
+static const mg_op_def silu_def =
+    UNARY_RECORD("silu", MG_UNARY_SILU, MG_LINEARITY_NONE, 5, silu_vjp);
 
 mg_dtensor *mg_relu(const mg_dtensor *x) { return mg_op_run1(&relu_def, "mg_relu", x, 0); }
 mg_dtensor *mg_gelu(const mg_dtensor *x) { return mg_op_run1(&gelu_def, "mg_gelu", x, 0); }
