@@ -184,37 +184,38 @@ mg_dtensor *mg_scale(const mg_dtensor *x, float s) {
 
 /* ---- activations: y = f(x), dx = dy f'(x) -------------------------------------------- */
 
-/* The gradient ops, dy (a) and x (b): dy * f'(x). */
-static const mg_op_def relu_backward_def =
-    BINARY_RECORD("relu_backward", MG_BINARY_RELU_BACKWARD, MG_LINEARITY_FIRST, 1, NULL);
-static const mg_op_def gelu_backward_def =
-    BINARY_RECORD("gelu_backward", MG_BINARY_GELU_BACKWARD, MG_LINEARITY_FIRST, 20, NULL);
-static const mg_op_def silu_backward_def =
-    BINARY_RECORD("silu_backward", MG_BINARY_SILU_BACKWARD, MG_LINEARITY_FIRST, 8, NULL);
+enum { RELU, GELU, SILU };
 
-static int relu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
-    NEED(out[0] = mg_op_run2(&relu_backward_def, NULL, g, n->inputs[0]));
+/* The gradient op of each activation, dy (a) and x (b): dy * f'(x). */
+static const mg_op_def activation_grad_def[] = {
+    [RELU] = BINARY_RECORD("relu_backward", MG_BINARY_RELU_BACKWARD, MG_LINEARITY_FIRST, 1, NULL),
+    [GELU] = BINARY_RECORD("gelu_backward", MG_BINARY_GELU_BACKWARD, MG_LINEARITY_FIRST, 20, NULL),
+    [SILU] = BINARY_RECORD("silu_backward", MG_BINARY_SILU_BACKWARD, MG_LINEARITY_FIRST, 8, NULL),
+};
+
+static int activation_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out);
+
+/* The activations, in the order of their gradient ops above. */
+static const mg_op_def activation_def[] = {
+    [RELU] = UNARY_RECORD("relu", MG_UNARY_RELU, MG_LINEARITY_NONE, 1, activation_vjp),
+    [GELU] = UNARY_RECORD("gelu", MG_UNARY_GELU, MG_LINEARITY_NONE, 15, activation_vjp),
+    [SILU] = UNARY_RECORD("silu", MG_UNARY_SILU, MG_LINEARITY_NONE, 5, activation_vjp),
+};
+
+/* dx = dy f'(x): the gradient op in the row of the node's own activation */
+static int activation_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
+    const mg_op_def *grad = &activation_grad_def[n->def - activation_def];
+    NEED(out[0] = mg_op_run2(grad, NULL, g, n->inputs[0]));
     return MG_OK;
 }
-static int gelu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
-    NEED(out[0] = mg_op_run2(&gelu_backward_def, NULL, g, n->inputs[0]));
-    return MG_OK;
-}
-static int silu_vjp(mg_node *n, mg_dtensor *g, mg_dtensor **out) {
-    NEED(out[0] = mg_op_run2(&silu_backward_def, NULL, g, n->inputs[0]));
-    return MG_OK;
+
+static mg_dtensor *activation(int which, const char *who, const mg_dtensor *x) {
+    return mg_op_run1(&activation_def[which], who, x, 0);
 }
 
-static const mg_op_def relu_def =
-    UNARY_RECORD("relu", MG_UNARY_RELU, MG_LINEARITY_NONE, 1, relu_vjp);
-static const mg_op_def gelu_def =
-    UNARY_RECORD("gelu", MG_UNARY_GELU, MG_LINEARITY_NONE, 15, gelu_vjp);
-static const mg_op_def silu_def =
-    UNARY_RECORD("silu", MG_UNARY_SILU, MG_LINEARITY_NONE, 5, silu_vjp);
-
-mg_dtensor *mg_relu(const mg_dtensor *x) { return mg_op_run1(&relu_def, "mg_relu", x, 0); }
-mg_dtensor *mg_gelu(const mg_dtensor *x) { return mg_op_run1(&gelu_def, "mg_gelu", x, 0); }
-mg_dtensor *mg_silu(const mg_dtensor *x) { return mg_op_run1(&silu_def, "mg_silu", x, 0); }
+mg_dtensor *mg_relu(const mg_dtensor *x) { return activation(RELU, "mg_relu", x); }
+mg_dtensor *mg_gelu(const mg_dtensor *x) { return activation(GELU, "mg_gelu", x); }
+mg_dtensor *mg_silu(const mg_dtensor *x) { return activation(SILU, "mg_silu", x); }
 
 /* ---- reductions ------------------------------------------------------------------
  * args: i[d] = 1 where dim d is reduced (ni = x's ndim), flag = keepdim, f = the
