@@ -18,8 +18,7 @@
  * is refused unless --overwrite is given, and even then only a file of the
  * kind the command writes (a safetensors file or config.json meshgrad wrote,
  * a llama2.c model file, a meshgrad checkpoint) is replaced, atomically
- * (io/files.h). Exports mg_cli_ckpt_export, mg_cli_ckpt_import (cli.h),
- * mg_host_model_alloc, mg_host_model_free (convert.h). */
+ * (io/files.h). Exports mg_cli_ckpt_export, mg_cli_ckpt_import (cli.h). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,29 +47,6 @@ typedef struct {
     const char *config; /* import: config.json (NULL: beside IN) */
     char in[MG_PATH_MAX], out[MG_PATH_MAX];
 } convert_opts;
-
-int mg_host_model_alloc(mg_host_model *m, const mg_arch *a) {
-    memset(m, 0, sizeof *m);
-    m->arch = *a;
-    m->n = mg_arch_param_count(a);
-    if (!(m->p = calloc((size_t)m->n, sizeof *m->p)))
-        return mg_error(MG_ENOMEM, "out of memory for %d parameters", m->n);
-    for (int k = 0; k < m->n; k++) {
-        mg_arch_param_desc d;
-        mg_arch_param(a, k, &d);
-        int64_t numel = d.ndim == 2 ? d.shape[0] * d.shape[1] : d.shape[0];
-        if (!(m->p[k] = malloc(sizeof(float) * (size_t)numel + 1)))
-            return mg_error(MG_ENOMEM, "out of memory for %s (%lld values)", d.name,
-                            (long long)numel);
-    }
-    return MG_OK;
-}
-
-void mg_host_model_free(mg_host_model *m) {
-    for (int k = 0; m->p && k < m->n; k++) free(m->p[k]);
-    free(m->p);
-    m->p = NULL;
-}
 
 static void usage(FILE *out, int export) {
     if (export)

@@ -2,6 +2,7 @@
  * share with their formats: a model held whole in host memory, each
  * parameter in meshgrad's layout (nn/arch.h), and for each format a reader
  * and a writer of it:
+ *   convert_model.c    the model in host memory, below the formats
  *   convert_hf.c       safetensors with Hugging Face's names and layouts
  *                      (nn/hf.h), and config.json beside it
  *   convert_llama2c.c  llama2.c's version-0 model file (io/llama2c.h)
