@@ -5,7 +5,10 @@
  * collectives and the memory after it are the run's figures. The arenas of
  * the meta device are dropped between runs so each rank's high-water marks
  * are its own. Exports mg_train_estimate_run, mg_train_estimate_fits,
- * mg_train_estimate_fits_lm. */
+ * mg_train_estimate_fits_lm (estimate.h) and meshgrad_train.h's
+ * mg_trainer_new: the run built (trainer_run.c) with mg_train_estimate_fits
+ * as the memory check it takes before its model, which is why it is made
+ * here, above the builder, and not by the builder itself. */
 #include "train/estimate.h"
 
 #include <stdbool.h>
@@ -27,7 +30,7 @@ static int run_one(const mg_train_config *cfg, int ndim, const int *shape, const
     mg_context_drop_arenas(MG_DEVICE_META);
     mg_mesh *mesh = mg_mesh_new_meta(ndim, shape, coord, node_ranks);
     if (!mesh) return mg_last_code();
-    mg_trainer *tr = mg_trainer_new_meta(cfg, mesh, data);
+    mg_trainer *tr = mg_trainer_build(cfg, mesh, data, mg_train_estimate_fits);
     int rc = tr ? MG_OK : mg_last_code();
     mg_comm_stats before[MG_COLL_COUNT], after[MG_COLL_COUNT];
     for (int s = 0; s < 2 && rc == MG_OK; s++) {
@@ -184,4 +187,8 @@ int mg_train_estimate_fits_lm(const mg_lm_config *g, const mg_mesh *mesh, const 
     if (mg_backend_gemm_bf16()) snprintf(c.dtype, sizeof c.dtype, "bf16");
     mg_trainer_meta_data d = {.vocab = mg_lm_vocab(g), .train_rows = batch, .test_rows = batch};
     return mg_train_estimate_fits(&c, mesh, &d, (double)mg_lm_param_count(g), fix);
+}
+
+mg_trainer *mg_trainer_new(const mg_train_config *cfg, mg_mesh *mesh) {
+    return mg_trainer_build(cfg, mesh, NULL, mg_train_estimate_fits);
 }

@@ -6,7 +6,8 @@
  * `meshgrad plan --estimate`, and the memory check of `train` before it
  * builds a model. One process is enough for any mesh.
  * Exports mg_train_estimate, mg_train_estimate_run, mg_train_estimate_fits,
- * mg_train_estimate_fits_lm. */
+ * mg_train_estimate_fits_lm (and defines meshgrad_train.h's mg_trainer_new,
+ * whose run takes mg_train_estimate_fits as its memory check). */
 #ifndef MG_TRAIN_ESTIMATE_H
 #define MG_TRAIN_ESTIMATE_H
 

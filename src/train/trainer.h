@@ -1,17 +1,26 @@
 /* trainer.h: inside the trainer (meshgrad_train.h's mg_trainer), the training
  * run of `meshgrad train` and of any program: configuration, mesh, plan, data,
- * model, optimizer and schedule, and where the run stands. trainer.c builds
- * it and takes its steps; trainer_text.c is the language models' side (token
- * data, micro-batches, the validation loss); trainer_pp.c the MLPs' pipeline;
- * trainer_eval.c evaluates; trainer_ckpt.c saves and resumes.
+ * model, optimizer and schedule, and where the run stands. The trainer's
+ * files stand in a line, each calling only those below it:
+ *   trainer_pp.c     the MLPs' pipeline
+ *   trainer.c        what the run holds, its free, a meta run's batches
+ *   trainer_det.c, trainer_eval.c, trainer_ckpt.c
+ *                    --deterministic's check; evaluating the MLPs (and the
+ *                    chunks of any evaluation); saving and resuming
+ *   trainer_text.c   the language models' side: token data, micro-batches,
+ *                    the validation loss
+ *   trainer_run.c    building the run, taking its steps
+ *   estimate.c       the run on the meta device, and mg_trainer_new: a run
+ *                    built with that estimate as its memory check
  *
  * On the meta device (a mesh made by mg_mesh_new_meta, backend/meta.c) the
  * same run reads no data set: its batches are tensors of the shapes a data
- * set of `meta` would give (mg_trainer_new_meta), which is how `meshgrad plan
- * --estimate` runs the real step without data.
+ * set of `meta` would give (mg_trainer_build with data), which is how
+ * `meshgrad plan --estimate` runs the real step without data.
  *
- * Exports struct mg_trainer, mg_trainer_meta_data, mg_trainer_new_meta, and
- * the functions the trainer's files share. */
+ * Exports struct mg_trainer, mg_trainer_meta_data, mg_trainer_fits_fn,
+ * mg_trainer_build, mg_trainer_mesh_new, and the functions the trainer's
+ * files share. */
 #ifndef MG_TRAIN_TRAINER_H
 #define MG_TRAIN_TRAINER_H
 
@@ -34,13 +43,23 @@ typedef struct {
     int64_t train_rows, test_rows; /* the MLPs' splits; the GPT's: windows of /val */
 } mg_trainer_meta_data;
 
+/* Whether the run of `cfg` on `mesh`, with data of `data`'s shapes and a model
+ * of `params` parameters, fits this machine's memory: MG_OK, or MG_ENOMEM and
+ * one line ending in `fix`. A run takes it before it builds its model; it is
+ * estimate.h's mg_train_estimate_fits, which runs this trainer's step itself
+ * and so stands above it, given by the caller of mg_trainer_build. */
+typedef int (*mg_trainer_fits_fn)(const mg_train_config *cfg, const mg_mesh *mesh,
+                                  const mg_trainer_meta_data *data, double params,
+                                  const char *fix);
+
 struct mg_trainer {
     mg_train_config cfg;
     mg_mesh *mesh;
-    int own_mesh; /* made by mg_trainer_new (freed with the trainer) */
+    int own_mesh; /* made by mg_trainer_build (freed with the trainer) */
     int det_was;  /* the deterministic mode before this trainer set its own (restored by free) */
     mg_plan plan;
     int rank;
+    mg_trainer_fits_fn fits;  /* the memory check before the model is built */
     int meta;                 /* on the meta device: no data read */
     mg_trainer_meta_data shapes; /* meta: the data set's shapes */
     mg_dataset *train, *test; /* test: NULL when the data set has no test split */
@@ -65,10 +84,18 @@ struct mg_trainer {
     int64_t skipped; /* steps skipped for a non-finite loss or gradient */
 };
 
-/* Collective. The run of `cfg` on `mesh` (on the meta device) with no data
- * set read: its batches have the shapes of `data`. */
-mg_trainer *mg_trainer_new_meta(const mg_train_config *cfg, mg_mesh *mesh,
-                                const mg_trainer_meta_data *data);
+/* Collective. The run of `cfg` on `mesh` (NULL: the mesh of cfg's --mesh,
+ * which the run frees), `fits` checked before its model is built
+ * (trainer_run.c); with `data` a run on the meta device that reads no data
+ * set: its batches have the shapes of `data`. NULL with the error set when
+ * any part is refused. */
+mg_trainer *mg_trainer_build(const mg_train_config *cfg, mg_mesh *mesh,
+                             const mg_trainer_meta_data *data, mg_trainer_fits_fn fits);
+/* Collective. The mesh of --mesh `mesh` ("": one dim of every rank) over every
+ * rank, on `device` ("cuda" is chosen first; else the device in use): NULL
+ * with the error set for a mesh that is not one or whose size is not the
+ * number of ranks (trainer_run.c). */
+mg_mesh *mg_trainer_mesh_new(const char *mesh, const char *device);
 
 /* trainer_det.c: MG_EINVAL, with the fix, for a --deterministic run that cannot
  * give the same bits on every mesh and split (the device, dtype, sequence

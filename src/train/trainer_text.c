@@ -24,7 +24,6 @@
 #include "backend/backend.h"
 #include "context.h"
 #include "machine.h"
-#include "train/estimate.h"
 #include "nn/gpt_pipeline.h"
 #include "status.h"
 #include "train/trainer.h"
@@ -116,9 +115,9 @@ int mg_trainer_text_setup(mg_trainer *tr) {
     mg_trainer_meta_data d = {.vocab = vocab_of(tr), .train_rows = c->batch, .test_rows = windows};
     rc = mg_lm_check(&g, &tr->plan, tr->mesh);
     if (rc == MG_OK)
-        rc = mg_train_estimate_fits(c, tr->mesh, &d, (double)mg_lm_param_count(&g),
-                                    "use a smaller --batch (or more --grad-accum), --ctx, --embd "
-                                    "or --layers, or more machines");
+        rc = tr->fits(c, tr->mesh, &d, (double)mg_lm_param_count(&g),
+                      "use a smaller --batch (or more --grad-accum), --ctx, --embd or --layers, "
+                      "or more machines");
     if (rc != MG_OK) return rc;
     if (!tr->meta && /* a meta run reads no windows */
         !(tr->starts = calloc((size_t)(windows > c->batch ? windows : c->batch), sizeof *tr->starts)))
