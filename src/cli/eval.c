@@ -26,7 +26,6 @@
 #include <sys/stat.h>
 
 #include "backend/backend.h"
-#include "backend/device.h"
 #include "cli/cli.h"
 #include "context.h"
 #include "dist/comm.h"
@@ -256,17 +255,7 @@ static int write_logits(const eval_opts *o, const float *logits, int64_t T, int6
 
 /* Collective: the mesh and plan of --mesh and --parallel (no pp). */
 static int make_mesh(const mg_train_config *c, mg_mesh **mesh, mg_plan *plan) {
-    int shape[MG_MAX_MESH_DIMS] = {mg_world_size()}, nd = 1;
-    if (c->mesh[0] && (nd = mg_mesh_parse(c->mesh, shape)) < 0) return nd;
-    int64_t prod = 1;
-    for (int d = 0; d < nd; d++) prod *= shape[d];
-    if (prod != mg_world_size())
-        return mg_error(MG_EMESH, "mesh %s has %lld ranks but mpirun started %d: run mpirun -np %lld "
-                        "or pass a --mesh whose sizes multiply to %d", c->mesh, (long long)prod,
-                        mg_world_size(), (long long)prod, mg_world_size());
-    if (strcmp(c->device, "cuda") == 0 && mg_set_device(MG_DEVICE_CUDA) != MG_OK)
-        return mg_last_code();
-    if (!(*mesh = mg_mesh_new(nd, shape))) return mg_last_code();
+    if (!(*mesh = mg_trainer_mesh_new(c->mesh, c->device))) return mg_last_code();
     int rc = mg_plan_parse(c->parallel, plan);
     if (rc == MG_OK) rc = mg_plan_check(plan, *mesh, INT64_MAX); /* no batch to split */
     if (rc == MG_OK && mg_plan_pp_dim(plan) >= 0)

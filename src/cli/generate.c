@@ -58,6 +58,7 @@
 #include "nn/train_state.h"
 #include "rng.h"
 #include "status.h"
+#include "train/trainer.h"
 
 #define GEN_STREAM 0x67656e6572617465ull /* "generate": the Philox stream of the draws */
 #define GEN_MAX_ATTRS 512
@@ -288,15 +289,7 @@ static int setup(generator *g) {
     const gen_options *o = &g->o;
     if (o->threads > 0) mg_backend_cpu_set_threads((int)o->threads);
     if (o->det && mg_set_deterministic(1) != MG_OK) return mg_last_code();
-    int shape[MG_MAX_MESH_DIMS] = {mg_world_size()}, nd = 1;
-    if (o->mesh[0] && (nd = mg_mesh_parse(o->mesh, shape)) < 0) return nd;
-    int64_t prod = 1;
-    for (int d = 0; d < nd; d++) prod *= shape[d];
-    if (prod != mg_world_size())
-        return mg_error(MG_EMESH, "mesh %s has %lld ranks but mpirun started %d: run mpirun -np %lld "
-                        "or pass a --mesh whose sizes multiply to %d", o->mesh, (long long)prod,
-                        mg_world_size(), (long long)prod, mg_world_size());
-    if (!(g->mesh = mg_mesh_new(nd, shape))) return mg_last_code();
+    if (!(g->mesh = mg_trainer_mesh_new(o->mesh, "cpu"))) return mg_last_code();
     int rc = mg_plan_parse(o->parallel, &g->plan);
     if (rc == MG_OK) rc = mg_plan_check(&g->plan, g->mesh, INT64_MAX); /* no batch to split */
     if (rc == MG_OK && mg_plan_pp_dim(&g->plan) >= 0)
