@@ -52,10 +52,9 @@ typedef struct {
 } bin_file;
 
 typedef struct {
-    const char *in, *val, *out, *source, *license, *vocab;
+    mg_cli_token_args t;
+    const char *val, *vocab;
     int format, vocab_size;
-    double val_fraction;
-    int val_fraction_given;
 } bin_args;
 
 static int32_t le32(const unsigned char *p) {
@@ -260,21 +259,17 @@ static int write_split(hid_t file, const bin_out *o, const split_part *p) {
 static int write_content(hid_t file, const void *arg) {
     const bin_out *o = arg;
     const bin_args *a = o->a;
-    int bad = mg_h5_attr_write_int(file, "vocab_size", a->vocab_size) < 0 ||
-              mg_h5_attr_write_string(file, "vocab", a->vocab) < 0 ||
-              mg_h5_attr_write_string(file, "source", a->source ? a->source : a->in) < 0 ||
-              mg_h5_attr_write_string(file, "license", a->license ? a->license : "unknown") < 0 ||
-              mg_h5_attr_write_string(file, "split", o->rule) < 0;
+    int bad = mg_cli_token_attrs(file, &a->t, a->vocab_size, a->vocab, o->rule) < 0;
     for (int i = 0; !bad && i < o->nparts; i++) bad = write_split(file, o, &o->parts[i]) < 0;
     return bad ? -1 : 0;
 }
 
 static int bin2h5_run(const bin_args *a) {
-    if (mg_path_same_file(a->in, a->out) || (a->val && mg_path_same_file(a->val, a->out)))
-        return mg_error(MG_EINVAL, "bin2h5: OUT %s is an input file: give another path", a->out);
-    int st = mg_path_check(a->out, "bin2h5 OUT", MG_TMP_SUFFIX_MAX);
+    if (mg_path_same_file(a->t.in, a->t.out) || (a->val && mg_path_same_file(a->val, a->t.out)))
+        return mg_error(MG_EINVAL, "bin2h5: OUT %s is an input file: give another path", a->t.out);
+    int st = mg_path_check(a->t.out, "bin2h5 OUT", MG_TMP_SUFFIX_MAX);
     bin_file in, val;
-    if (st == MG_OK) st = bin_open(a->in, a->format, &in);
+    if (st == MG_OK) st = bin_open(a->t.in, a->format, &in);
     if (st == MG_OK && a->val) st = bin_open(a->val, a->format, &val);
     if (st != MG_OK) return st;
     read_failure read = {0, ""};
@@ -284,13 +279,10 @@ static int bin2h5_run(const bin_args *a) {
         o.parts[1] = (split_part){"val", &val, 0, val.count};
         o.nparts = 2;
         snprintf(o.rule, sizeof o.rule, "train: all %lld tokens of %s; val: all %lld tokens of %s",
-                 (long long)in.count, a->in, (long long)val.count, a->val);
+                 (long long)in.count, a->t.in, (long long)val.count, a->val);
     } else {
-        int64_t n = in.count, n_train = (int64_t)((1.0 - a->val_fraction) * (double)n);
-        if (n_train < 2 || n - n_train < 2)
-            return mg_error(MG_EFORMAT, "bin2h5: %s has %lld tokens: too few for a train and a val "
-                            "split of at least 2 tokens each at --val-fraction %g", a->in,
-                            (long long)n, a->val_fraction);
+        int64_t n = in.count, n_train;
+        if ((st = mg_cli_token_split("bin2h5", &a->t, n, "tokens", &n_train)) != MG_OK) return st;
         o.parts[0] = (split_part){"train", &in, 0, n_train};
         o.parts[1] = (split_part){"val", &in, n_train, n - n_train};
         o.nparts = 2;
@@ -301,12 +293,12 @@ static int bin2h5_run(const bin_args *a) {
     for (int i = 0; st == MG_OK && i < o.nparts; i++)
         st = bin_each(o.parts[i].b, o.parts[i].first, o.parts[i].n, scan_block, &s[i]);
     if (st != MG_OK) return st;
-    st = mg_cli_data_write("bin2h5", a->out, write_content, &o);
+    st = mg_cli_data_write("bin2h5", a->t.out, write_content, &o);
     if (st != MG_OK && read.failed) st = mg_error(MG_EIO, "%s", read.message);
     int largest = s[0].max > s[1].max ? s[0].max : s[1].max;
     if (st == MG_OK)
         printf("%s: train %lld tokens, val %lld tokens (uint16, from %s file%s), vocabulary %d, "
-               "largest token %d\n", a->out, (long long)o.parts[0].n,
+               "largest token %d\n", a->t.out, (long long)o.parts[0].n,
                (long long)(o.nparts > 1 ? o.parts[1].n : 0), in.kind, a->val ? "s" : "",
                a->vocab_size, largest);
     return st;
@@ -344,71 +336,46 @@ static int parse_int(const char *flag, const char *text, long lo, long hi, int *
 int mg_cli_bin2h5(int argc, char **argv) {
     static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
                                          {"val", required_argument, NULL, 'V'},
-                                         {"val-fraction", required_argument, NULL, 'v'},
                                          {"vocab-size", required_argument, NULL, 'n'},
                                          {"vocab", required_argument, NULL, 'k'},
-                                         {"source", required_argument, NULL, 's'},
-                                         {"license", required_argument, NULL, 'l'},
+                                         MG_CLI_TOKEN_OPTIONS,
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    bin_args a = {.format = FORMAT_AUTO, .vocab_size = 50257, .val_fraction = 0.1};
+    bin_args a = {.t.val_fraction = 0.1, .format = FORMAT_AUTO, .vocab_size = 50257};
     int vocab_size_given = 0;
     optind = 0; /* parse this argv from scratch (GNU getopt) */
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
+    int c, rc = MG_OK;
+    while (rc == MG_OK && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'f':
             if (strcmp(optarg, "auto") == 0) a.format = FORMAT_AUTO;
             else if (strcmp(optarg, "llmc") == 0) a.format = FORMAT_LLMC;
             else if (strcmp(optarg, "raw") == 0) a.format = FORMAT_RAW;
-            else {
-                mg_error(MG_EINVAL, "bin2h5: --format '%s' is not auto, llmc or raw", optarg);
-                return 2;
-            }
+            else rc = mg_error(MG_EINVAL, "bin2h5: --format '%s' is not auto, llmc or raw", optarg);
             break;
         case 'V': a.val = optarg; break;
-        case 'v':
-            errno = 0;
-            a.val_fraction = strtod(optarg, &end);
-            if (end == optarg || errno || *end || !(a.val_fraction > 0 && a.val_fraction < 1)) {
-                mg_error(MG_EINVAL, "bin2h5: --val-fraction '%s' is not a number in (0, 1): the "
-                         "val split is what `meshgrad train` evaluates, so it cannot be empty "
-                         "(or give its tokens as --val VAL.bin)", optarg);
-                return 2;
-            }
-            a.val_fraction_given = 1;
-            break;
         case 'n':
-            if (parse_int("--vocab-size", optarg, 1, MAX_VOCAB, &a.vocab_size) != MG_OK) return 2;
+            rc = parse_int("--vocab-size", optarg, 1, MAX_VOCAB, &a.vocab_size);
             vocab_size_given = 1;
             break;
         case 'k': a.vocab = optarg; break;
-        case 's': a.source = optarg; break;
-        case 'l': a.license = optarg; break;
         case 'h':
             if (mg_rank() == 0) usage(stdout);
             return 0;
         default:
-            mg_error(MG_EINVAL, "bin2h5: unknown or incomplete option '%s' (see --help)",
-                     argv[optind - 1]);
-            return 2;
+            if (!mg_cli_token_flag("bin2h5", c, " (or give its tokens as --val VAL.bin)", &a.t,
+                                   &rc))
+                rc = mg_cli_token_bad_flag("bin2h5", argv);
         }
     }
-    if (argc - optind != 2) {
-        mg_error(MG_EINVAL, "bin2h5 needs IN and OUT (got %d path%s): meshgrad data bin2h5 "
-                            "IN.bin OUT.h5", argc - optind, argc - optind == 1 ? "" : "s");
-        return 2;
-    }
-    if (a.val && a.val_fraction_given) {
+    if (rc != MG_OK || mg_cli_token_paths("bin2h5", "IN.bin", argc, argv, &a.t) != MG_OK) return 2;
+    if (a.val && a.t.val_fraction_given) {
         mg_error(MG_EINVAL, "bin2h5: --val and --val-fraction both say where /val comes from: "
                             "give one");
         return 2;
     }
     if (!a.vocab) a.vocab = vocab_size_given ? "unknown" : "gpt2";
-    a.in = argv[optind];
-    a.out = argv[optind + 1];
     int st = MG_OK;
     if (mg_rank() == 0) { /* one rank converts; the others wait for the verdict */
         mg_h5_init();

@@ -1,7 +1,9 @@
 /* data_text.c: `meshgrad data text2h5 IN.txt[.gz] OUT.h5` and the info of a
- * token data set. Exports mg_cli_text2h5, mg_cli_text_info (cli.h) and
- * mg_cli_data_write and mg_cli_data_print_attrs (data.h: what `data csv2h5` and
- * `data info` share with text2h5 and its info).
+ * token data set. Exports mg_cli_text2h5, mg_cli_text_info (cli.h) and what
+ * the other data commands share with text2h5 and its info (data.h): writing
+ * a data set (mg_cli_data_write), printing its attributes
+ * (mg_cli_data_print_attrs), and a token writer's flags, splits and
+ * attributes (mg_cli_token_*).
  *
  * text2h5 reads the bytes of a text file (gzip-compressed or not: zlib reads
  * both; a regular file, and a gzip stream only when whole) and writes the token data set of io/tokens.h: the first
@@ -42,11 +44,6 @@ static int64_t text_limit(void) {
     int64_t half = pages > 0 && size > 0 ? (int64_t)pages * size / 2 : MAX_TEXT_BYTES;
     return half < MAX_TEXT_BYTES ? half : MAX_TEXT_BYTES;
 }
-
-typedef struct {
-    const char *in, *out, *source, *license;
-    double val_fraction;
-} text_args;
 
 /* Why gzread gave up on f, as a message naming path. */
 static int read_failed(gzFile f, const char *path, int64_t n) {
@@ -182,10 +179,63 @@ void mg_cli_data_print_attrs(const char *path, const char *const *keys, int n) {
     if (f >= 0) H5Fclose(f);
 }
 
+int mg_cli_token_flag(const char *cmd, int c, const char *other, mg_cli_token_args *a, int *rc) {
+    char *end;
+    switch (c) {
+    case 'v':
+        errno = 0;
+        a->val_fraction = strtod(optarg, &end);
+        if (end == optarg || errno || *end || !(a->val_fraction > 0 && a->val_fraction < 1))
+            *rc = mg_error(MG_EINVAL, "%s: --val-fraction '%s' is not a number in (0, 1): the "
+                           "val split is what `meshgrad train` evaluates, so it cannot be "
+                           "empty%s", cmd, optarg, other);
+        a->val_fraction_given = 1;
+        return 1;
+    case 's': a->source = optarg; return 1;
+    case 'l': a->license = optarg; return 1;
+    default: return 0;
+    }
+}
+
+int mg_cli_token_bad_flag(const char *cmd, char **argv) {
+    return mg_error(MG_EINVAL, "%s: unknown or incomplete option '%s' (see --help)", cmd,
+                    argv[optind - 1]);
+}
+
+int mg_cli_token_paths(const char *cmd, const char *in_form, int argc, char **argv,
+                       mg_cli_token_args *a) {
+    if (argc - optind != 2)
+        return mg_error(MG_EINVAL, "%s needs IN and OUT (got %d path%s): meshgrad data %s %s "
+                        "OUT.h5", cmd, argc - optind, argc - optind == 1 ? "" : "s", cmd, in_form);
+    a->in = argv[optind];
+    a->out = argv[optind + 1];
+    return MG_OK;
+}
+
+int mg_cli_token_split(const char *cmd, const mg_cli_token_args *a, int64_t n, const char *unit,
+                       int64_t *n_train) {
+    *n_train = (int64_t)((1.0 - a->val_fraction) * (double)n);
+    if (*n_train < 2 || n - *n_train < 2)
+        return mg_error(MG_EFORMAT, "%s: %s has %lld %s: too few for a train and a val split of "
+                        "at least 2 %s each at --val-fraction %g", cmd, a->in, (long long)n,
+                        unit, unit, a->val_fraction);
+    return MG_OK;
+}
+
+int mg_cli_token_attrs(hid_t file, const mg_cli_token_args *a, int vocab_size, const char *vocab,
+                       const char *rule) {
+    int bad = mg_h5_attr_write_int(file, "vocab_size", vocab_size) < 0 ||
+              mg_h5_attr_write_string(file, "vocab", vocab) < 0 ||
+              mg_h5_attr_write_string(file, "source", a->source ? a->source : a->in) < 0 ||
+              mg_h5_attr_write_string(file, "license", a->license ? a->license : "unknown") < 0 ||
+              mg_h5_attr_write_string(file, "split", rule) < 0;
+    return bad ? -1 : 0;
+}
+
 /* What text2h5 writes: its arguments and the bytes, the first n_train of them
  * the train split. */
 typedef struct {
-    const text_args *a;
+    const mg_cli_token_args *a;
     const unsigned char *data;
     int64_t n, n_train;
 } text_out;
@@ -193,22 +243,18 @@ typedef struct {
 /* The content of the data set (mg_cli_data_write's fill); negative on failure. */
 static int write_content(hid_t file, const void *arg) {
     const text_out *o = arg;
-    const text_args *a = o->a;
+    const mg_cli_token_args *a = o->a;
     int64_t n = o->n, n_train = o->n_train;
     char rule[160];
     snprintf(rule, sizeof rule, "train: the first %lld bytes; val: the last %lld bytes",
              (long long)n_train, (long long)(n - n_train));
-    int bad = mg_h5_attr_write_int(file, "vocab_size", 256) < 0 ||
-              mg_h5_attr_write_string(file, "vocab", "bytes") < 0 ||
-              mg_h5_attr_write_string(file, "source", a->source ? a->source : a->in) < 0 ||
-              mg_h5_attr_write_string(file, "license", a->license ? a->license : "unknown") < 0 ||
-              mg_h5_attr_write_string(file, "split", rule) < 0 ||
+    int bad = mg_cli_token_attrs(file, a, 256, "bytes", rule) < 0 ||
               write_tokens(file, "train", o->data, n_train) < 0 ||
               (n > n_train && write_tokens(file, "val", o->data + n_train, n - n_train) < 0);
     return bad ? -1 : 0;
 }
 
-static int text2h5_run(const text_args *a) {
+static int text2h5_run(const mg_cli_token_args *a) {
     if (mg_path_same_file(a->in, a->out))
         return mg_error(MG_EINVAL, "text2h5: OUT %s is the input file: give another path", a->out);
     int st = mg_path_check(a->out, "text2h5 OUT", MG_TMP_SUFFIX_MAX);
@@ -216,14 +262,11 @@ static int text2h5_run(const text_args *a) {
     unsigned char *data;
     int64_t n;
     if ((st = read_text(a->in, &data, &n)) != MG_OK) return st;
-    int64_t n_train = (int64_t)((1.0 - a->val_fraction) * (double)n);
+    int64_t n_train = 0;
     if (n == 0)
         st = mg_error(MG_EFORMAT, "text2h5: %s is empty: there is no text to train on", a->in);
-    else if (n_train < 2 || n - n_train < 2)
-        st = mg_error(MG_EFORMAT,
-                      "text2h5: %s has %lld bytes: too few for a train and a val split of at "
-                      "least 2 bytes each at --val-fraction %g",
-                      a->in, (long long)n, a->val_fraction);
+    else
+        st = mg_cli_token_split("text2h5", a, n, "bytes", &n_train);
     if (st == MG_OK) {
         text_out o = {a, data, n, n_train};
         st = mg_cli_data_write("text2h5", a->out, write_content, &o);
@@ -243,46 +286,23 @@ static void usage(FILE *out) {
 }
 
 int mg_cli_text2h5(int argc, char **argv) {
-    static const struct option opts[] = {{"val-fraction", required_argument, NULL, 'v'},
-                                         {"source", required_argument, NULL, 's'},
-                                         {"license", required_argument, NULL, 'l'},
+    static const struct option opts[] = {MG_CLI_TOKEN_OPTIONS,
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    text_args a = {.val_fraction = 0.1};
+    mg_cli_token_args a = {.val_fraction = 0.1};
     optind = 0; /* parse this argv from scratch (GNU getopt) */
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
-        switch (c) {
-        case 'v':
-            errno = 0;
-            a.val_fraction = strtod(optarg, &end);
-            if (end == optarg || errno || *end || !(a.val_fraction > 0 && a.val_fraction < 1)) {
-                mg_error(MG_EINVAL, "text2h5: --val-fraction '%s' is not a number in (0, 1): the "
-                         "val split is what `meshgrad train` evaluates, so it cannot be empty",
-                         optarg);
-                return 2;
-            }
-            break;
-        case 's': a.source = optarg; break;
-        case 'l': a.license = optarg; break;
-        case 'h':
+    int c, rc = MG_OK;
+    while (rc == MG_OK && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'h') {
             if (mg_rank() == 0) usage(stdout);
             return 0;
-        default:
-            mg_error(MG_EINVAL, "text2h5: unknown or incomplete option '%s' (see --help)",
-                     argv[optind - 1]);
-            return 2;
         }
+        if (!mg_cli_token_flag("text2h5", c, "", &a, &rc))
+            rc = mg_cli_token_bad_flag("text2h5", argv);
     }
-    if (argc - optind != 2) {
-        mg_error(MG_EINVAL, "text2h5 needs IN and OUT (got %d path%s): meshgrad data text2h5 "
-                            "IN.txt[.gz] OUT.h5", argc - optind, argc - optind == 1 ? "" : "s");
+    if (rc != MG_OK || mg_cli_token_paths("text2h5", "IN.txt[.gz]", argc, argv, &a) != MG_OK)
         return 2;
-    }
-    a.in = argv[optind];
-    a.out = argv[optind + 1];
     int st = mg_rank() == 0 ? text2h5_run(&a) : MG_OK;
     return st == MG_OK ? 0 : 1;
 }
