@@ -166,6 +166,52 @@ static int write_content(hid_t file, const void *arg) {
     return bad ? -1 : 0;
 }
 
+/* --in for reading into *f: stdin for "-", else a regular file (a device or
+ * FIFO is not read). */
+static int open_input(const char *in, FILE **f) {
+    *f = stdin;
+    if (strcmp(in, "-") == 0) return MG_OK;
+    int fd;
+    if (mg_file_open_read(in, "--in", &fd) != MG_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mg_last_error());
+        return mg_error(MG_EIO, "csv2h5: %s", msg);
+    }
+    if (!(*f = fdopen(fd, "r"))) {
+        close(fd);
+        return mg_error(MG_EIO, "csv2h5: cannot open %s: %s", in, strerror(errno));
+    }
+    return MG_OK;
+}
+
+/* The samples of the CSV lines of f (`name` in messages; blank lines skipped)
+ * into the splits; *rows counts them, *max_label their largest label. */
+static int read_rows(FILE *f, const char *name, const csv2h5_args *a, int64_t numel,
+                     split_rows *train, split_rows *test, int64_t *rows, int32_t *max_label) {
+    float *x = malloc((size_t)numel * sizeof *x);
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    int64_t row = 0;
+    int st = x ? MG_OK : mg_error(MG_ENOMEM, "csv2h5: out of memory");
+    while (st == MG_OK && getline(&line, &cap, f) >= 0) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue; /* blank */
+        int32_t label = 0;
+        st = parse_line(line, name, lineno, numel, a->scale, x, &label);
+        if (st != MG_OK) break;
+        if (label > *max_label) *max_label = label;
+        int is_test = a->test_every > 0 && row % a->test_every == 0;
+        st = split_push(is_test ? test : train, x, numel, label);
+        row++;
+    }
+    if (st == MG_OK && ferror(f)) st = mg_error(MG_EIO, "csv2h5: reading %s failed", name);
+    free(line);
+    free(x);
+    *rows = row;
+    return st;
+}
+
 static int csv2h5_run(const csv2h5_args *a) {
     int64_t numel = 1;
     for (int i = 0; i < a->ndim; i++) numel *= a->shape[i];
@@ -174,42 +220,13 @@ static int csv2h5_run(const csv2h5_args *a) {
         return mg_error(MG_EINVAL, "csv2h5: --out %s is the --in file: give another --out path",
                         a->out);
     int st = mg_path_check(a->out, "csv2h5 --out", MG_TMP_SUFFIX_MAX);
+    FILE *f;
+    if (st == MG_OK) st = open_input(a->in, &f);
     if (st != MG_OK) return st;
-    FILE *f = stdin;
-    if (strcmp(a->in, "-") != 0) { /* a regular file: a device or FIFO is not read */
-        int fd;
-        if (mg_file_open_read(a->in, "--in", &fd) != MG_OK) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", mg_last_error());
-            return mg_error(MG_EIO, "csv2h5: %s", msg);
-        }
-        if (!(f = fdopen(fd, "r"))) {
-            close(fd);
-            return mg_error(MG_EIO, "csv2h5: cannot open %s: %s", a->in, strerror(errno));
-        }
-    }
     split_rows train = {0}, test = {0};
-    float *x = malloc((size_t)numel * sizeof *x);
-    char *line = NULL;
-    size_t cap = 0;
-    long lineno = 0;
     int64_t row = 0;
-    st = x ? MG_OK : mg_error(MG_ENOMEM, "csv2h5: out of memory");
     int32_t max_label = 0;
-    while (st == MG_OK && getline(&line, &cap, f) >= 0) {
-        lineno++;
-        if (strspn(line, " \t\r\n") == strlen(line)) continue; /* blank */
-        int32_t label = 0;
-        st = parse_line(line, name, lineno, numel, a->scale, x, &label);
-        if (st != MG_OK) break;
-        if (label > max_label) max_label = label;
-        int is_test = a->test_every > 0 && row % a->test_every == 0;
-        st = split_push(is_test ? &test : &train, x, numel, label);
-        row++;
-    }
-    if (st == MG_OK && ferror(f)) st = mg_error(MG_EIO, "csv2h5: reading %s failed", name);
-    free(line);
-    free(x);
+    st = read_rows(f, name, a, numel, &train, &test, &row, &max_label);
     if (f != stdin) fclose(f);
     if (st == MG_OK && (train.rows == 0 || (a->test_every > 0 && test.rows == 0)))
         st = mg_error(MG_EFORMAT, "csv2h5: %s has %lld data rows: too few to make %s", name,
@@ -241,7 +258,29 @@ static void csv2h5_usage(FILE *out) {
                  "                   (default 0: no test split)\n");
 }
 
-static int csv2h5(int argc, char **argv) {
+/* --shape's sizes joined by 'x' into a->shape and a->ndim; a usage error
+ * names the flag. */
+static int parse_shape(const char *shape, csv2h5_args *a) {
+    int64_t numel = 1;
+    char *end;
+    for (const char *p = shape;; p = end + 1) {
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 1 || errno || a->ndim == MG_MAX_DIMS - 1 || (*end && *end != 'x'))
+            return mg_error(MG_EINVAL, "csv2h5: --shape %s: give sizes >= 1 joined by 'x', e.g. "
+                            "8x8 (at most %d dims)", shape, MG_MAX_DIMS - 1);
+        if (v > MAX_SAMPLE_NUMEL / numel)
+            return mg_error(MG_EINVAL, "csv2h5: --shape %s: a sample of more than %lld values is "
+                            "not supported", shape, (long long)MAX_SAMPLE_NUMEL);
+        numel *= v;
+        a->shape[a->ndim++] = v;
+        if (!*end) return MG_OK;
+    }
+}
+
+/* The flags into *a: 0, 1 for --help (the usage printed), or 2 (a usage
+ * error). */
+static int csv2h5_parse(int argc, char **argv, csv2h5_args *a) {
     static const struct option options[] = {
         {"in", required_argument, NULL, 'i'},
         {"out", required_argument, NULL, 'o'},
@@ -253,79 +292,56 @@ static int csv2h5(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    csv2h5_args a = {.source = "", .license = "", .scale = 1.0};
+    *a = (csv2h5_args){.source = "", .license = "", .scale = 1.0};
     const char *shape = NULL;
     int opt;
     char *end;
     optind = 0;
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (opt) {
-        case 'i':
-            a.in = optarg;
-            break;
-        case 'o':
-            a.out = optarg;
-            break;
-        case 's':
-            shape = optarg;
-            break;
+        case 'i': a->in = optarg; break;
+        case 'o': a->out = optarg; break;
+        case 's': shape = optarg; break;
         case 'c':
-            a.scale = strtod(optarg, &end);
-            if (end == optarg || *end || !(a.scale > 0) || !isfinite(a.scale)) {
+            a->scale = strtod(optarg, &end);
+            if (end == optarg || *end || !(a->scale > 0) || !isfinite(a->scale)) {
                 mg_error(MG_EINVAL, "csv2h5: --scale %s: give a number > 0", optarg);
                 return 2;
             }
             break;
         case 't':
             errno = 0;
-            a.test_every = strtol(optarg, &end, 10);
-            if (end == optarg || *end || errno || a.test_every < 0 || a.test_every > INT32_MAX) {
+            a->test_every = strtol(optarg, &end, 10);
+            if (end == optarg || *end || errno || a->test_every < 0 || a->test_every > INT32_MAX) {
                 mg_error(MG_EINVAL, "csv2h5: --test-every '%s': give an integer from 0 to %d",
                          optarg, INT32_MAX);
                 return 2;
             }
             break;
-        case 'S':
-            a.source = optarg;
-            break;
-        case 'L':
-            a.license = optarg;
-            break;
+        case 'S': a->source = optarg; break;
+        case 'L': a->license = optarg; break;
         case 'h':
             csv2h5_usage(stdout);
-            return 0;
+            return 1;
         default:
             csv2h5_usage(stderr);
             mg_cli_bad_flag("csv2h5", argv);
             return 2;
         }
     }
-    if (!a.in || !a.out || !shape || optind < argc) {
+    if (!a->in || !a->out || !shape || optind < argc) {
         csv2h5_usage(stderr);
         mg_error(MG_EINVAL, "csv2h5 needs --in, --out and --shape%s%s",
                  optind < argc ? "; unexpected argument " : "", optind < argc ? argv[optind] : "");
         return 2;
     }
-    int64_t numel = 1;
-    for (const char *p = shape;; p = end + 1) {
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < 1 || errno || a.ndim == MG_MAX_DIMS - 1 || (*end && *end != 'x')) {
-            mg_error(MG_EINVAL,
-                     "csv2h5: --shape %s: give sizes >= 1 joined by 'x', e.g. 8x8 "
-                     "(at most %d dims)",
-                     shape, MG_MAX_DIMS - 1);
-            return 2;
-        }
-        if (v > MAX_SAMPLE_NUMEL / numel) {
-            mg_error(MG_EINVAL, "csv2h5: --shape %s: a sample of more than %lld values is not "
-                     "supported", shape, (long long)MAX_SAMPLE_NUMEL);
-            return 2;
-        }
-        numel *= v;
-        a.shape[a.ndim++] = v;
-        if (!*end) break;
-    }
+    return parse_shape(shape, a) == MG_OK ? 0 : 2;
+}
+
+static int csv2h5(int argc, char **argv) {
+    csv2h5_args a;
+    int code = csv2h5_parse(argc, argv, &a);
+    if (code) return code == 1 ? 0 : code;
     int st = MG_OK;
     if (mg_rank() == 0) { /* one rank converts; the others wait for the verdict */
         mg_h5_init();
