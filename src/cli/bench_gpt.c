@@ -46,13 +46,9 @@ static const char usage[] =
     "[--untied-head] (defaults: L4 H4 C128 T64 V256, llama KV2 M32: the recipes' models)";
 
 typedef struct {
+    mg_cli_step_flags step;
     mg_lm_config lm;
     int64_t multiple_of; /* llama: the FFN width's rounding when --hidden is not given */
-    int64_t batch, steps, threads;
-    int device, tf32, bf16; /* --device cpu|cuda, --tf32, --dtype bf16 */
-    int det; /* --deterministic */
-    double lr;
-    char mesh[64], plan[64];
     mg_pp_options pp;
     mg_recompute_mode recompute; /* --recompute */
 } bench_options;
@@ -81,114 +77,139 @@ typedef struct {
     double ms[4], rss, arena, activation_mib;
 } gpt_result;
 
-/* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
-static int parse(int argc, char **argv, bench_options *o) {
-    static const struct option opts[] = {
-        {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'}, {"embd", 1, 0, 'C'},
-        {"ctx", 1, 0, 'T'},   {"vocab", 1, 0, 'V'},  {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'},
-        {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'}, {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"deterministic", 0, 0, 'D'}, {"help", 0, 0, 'h'},
-        {"microbatches", 1, 0, 'N'}, {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'},
-        {"pp-layers", 1, 0, 'P'}, {"kv-heads", 1, 0, 'K'}, {"hidden", 1, 0, 'F'},
-        {"multiple-of", 1, 0, 'u'}, {"rope-theta", 1, 0, 'R'}, {"norm-eps", 1, 0, 'E'},
-        {"untied-head", 0, 0, 'U'}, {"recompute", 1, 0, 'X'}, {0, 0, 0, 0}};
+/* The defaults: the models of data/mobydick.conf and data/mobydick-llama.conf,
+ * the pipeline's options with AdamW's state. */
+static void defaults(bench_options *o) {
     memset(o, 0, sizeof *o);
+    mg_cli_step_flags_init(&o->step, 32);
     o->lm.kind = MG_MODEL_GPT;
     o->lm.gpt = (mg_gpt_config){4, 4, 128, 64, 256}; /* data/mobydick.conf's model */
     o->lm.llama = (mg_llama_config){.layers = 4, .heads = 4, .kv_heads = 2, .embd = 128,
                                     .ctx = 64, .vocab = 256, .rope_theta = 10000,
                                     .norm_eps = 1e-5, .tied = 1}; /* data/mobydick-llama.conf's */
     o->multiple_of = 32;
-    o->batch = 32, o->steps = 10, o->device = MG_DEVICE_CPU, o->lr = 1e-3;
-    snprintf(o->plan, sizeof o->plan, "dp");
-    mg_gpt_config *g = &o->lm.gpt;
-    mg_llama_config *l = &o->lm.llama;
-    const char *llama_only = NULL; /* a Llama flag given */
     mg_pp_options_defaults(&o->pp);
     mg_train_pp_memory(&o->pp, 2); /* AdamW */
-    const char *cmd = "bench step --model gpt";
-    int c, idx = 0, rc = MG_OK;
-    int64_t n, list[MG_PP_LIST_MAX];
-    opterr = 0;
-    while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
-        const char *bad = NULL; /* what the flag takes, when its value is not that */
-        switch (c) {
-        case 'M':
-            if (strcmp(optarg, "gpt") && strcmp(optarg, "llama"))
-                bad = "gpt or llama (the MLP's bench takes no --model)";
-            else o->lm.kind = strcmp(optarg, "gpt") ? MG_MODEL_LLAMA : MG_MODEL_GPT;
-            break;
-        case 'L': bad = mg_cli_parse_count(optarg, &g->layers) ? MG_CLI_COUNT : NULL; break;
-        case 'H': bad = mg_cli_parse_count(optarg, &g->heads) ? MG_CLI_COUNT : NULL; break;
-        case 'C': bad = mg_cli_parse_count(optarg, &g->embd) ? MG_CLI_COUNT : NULL; break;
-        case 'T': bad = mg_cli_parse_count(optarg, &g->ctx) ? MG_CLI_COUNT : NULL; break;
-        case 'V': bad = mg_cli_parse_count(optarg, &g->vocab) ? MG_CLI_COUNT : NULL; break;
-        case 'K': bad = mg_cli_parse_count(optarg, &l->kv_heads) ? MG_CLI_COUNT : NULL;
-            llama_only = "--kv-heads";
-            break;
-        case 'F': bad = mg_cli_parse_count(optarg, &l->hidden) ? MG_CLI_COUNT : NULL;
-            llama_only = "--hidden";
-            break;
-        case 'u': bad = mg_cli_parse_count(optarg, &o->multiple_of) ? MG_CLI_COUNT : NULL;
-            llama_only = "--multiple-of";
-            break;
-        case 'R': bad = mg_cli_parse_positive(optarg, &l->rope_theta) ? "a finite number above 0"
-                                                                       : NULL;
-            llama_only = "--rope-theta";
-            break;
-        case 'E': bad = mg_cli_parse_positive(optarg, &l->norm_eps) ? "a finite number above 0"
-                                                                     : NULL;
-            llama_only = "--norm-eps";
-            break;
-        case 'U': l->tied = 0, llama_only = "--untied-head"; break;
-        case 'b': bad = mg_cli_parse_count(optarg, &o->batch) ? MG_CLI_COUNT : NULL; break;
-        case 's': bad = mg_cli_parse_count(optarg, &o->steps) ? MG_CLI_COUNT : NULL; break;
-        case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? MG_CLI_COUNT : NULL; break;
-        case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
-        case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
-        case 'r': bad = mg_cli_parse_positive(optarg, &o->lr) ? "a finite number above 0" : NULL;
-            break;
-        case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
-        case 'f': o->tf32 = 1; break;
-        case 'y': bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL; break;
-        case 'D': o->det = 1; break;
-        case 'N':
-            if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES)
-                rc = mg_error(MG_EINVAL, "%s: --microbatches '%s' is not a count from 1 to %d", cmd,
-                              optarg, MG_PP_MAX_MICROBATCHES);
-            o->pp.microbatches = (int)n;
-            break;
-        case 'S': rc = mg_pp_kind_parse(optarg, &o->pp.kind); break;
-        case 'v':
-            if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_STAGES)
-                rc = mg_error(MG_EINVAL, "%s: --virtual-stages '%s' is not a count from 1 to %d",
-                              cmd, optarg, MG_PP_MAX_STAGES);
-            o->pp.virtual_stages = (int)n;
-            break;
-        case 'P':
-            n = mg_pp_int_list("--pp-layers", optarg, list, MG_PP_LIST_MAX, 0);
-            if (n < 0) rc = (int)n;
-            for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
-            o->pp.nlayers = n > 0 ? (int)n : 0;
-            break;
-        case 'X': rc = mg_recompute_mode_parse(optarg, &o->recompute); break;
-        case 'h': mg_cli_bench_usage(stdout, usage); return 1;
-        default: rc = mg_cli_bad_flag(cmd, argv);
-        }
-        if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
+}
+
+/* getopt_long's `c` into the model's sizes (the GPT's config holds those both
+ * models take): 1 when it is a model flag, *bad what its value should be when
+ * it is not that, *llama_only the flag when only the Llama takes it; 0 for
+ * another flag. */
+static int model_flag(int c, bench_options *o, const char **bad, const char **llama_only) {
+    mg_gpt_config *g = &o->lm.gpt;
+    mg_llama_config *l = &o->lm.llama;
+    switch (c) {
+    case 'M':
+        if (strcmp(optarg, "gpt") && strcmp(optarg, "llama"))
+            *bad = "gpt or llama (the MLP's bench takes no --model)";
+        else o->lm.kind = strcmp(optarg, "gpt") ? MG_MODEL_LLAMA : MG_MODEL_GPT;
+        return 1;
+    case 'L': *bad = mg_cli_parse_count(optarg, &g->layers) ? MG_CLI_COUNT : NULL; return 1;
+    case 'H': *bad = mg_cli_parse_count(optarg, &g->heads) ? MG_CLI_COUNT : NULL; return 1;
+    case 'C': *bad = mg_cli_parse_count(optarg, &g->embd) ? MG_CLI_COUNT : NULL; return 1;
+    case 'T': *bad = mg_cli_parse_count(optarg, &g->ctx) ? MG_CLI_COUNT : NULL; return 1;
+    case 'V': *bad = mg_cli_parse_count(optarg, &g->vocab) ? MG_CLI_COUNT : NULL; return 1;
+    case 'K':
+        *bad = mg_cli_parse_count(optarg, &l->kv_heads) ? MG_CLI_COUNT : NULL;
+        *llama_only = "--kv-heads";
+        return 1;
+    case 'F':
+        *bad = mg_cli_parse_count(optarg, &l->hidden) ? MG_CLI_COUNT : NULL;
+        *llama_only = "--hidden";
+        return 1;
+    case 'u':
+        *bad = mg_cli_parse_count(optarg, &o->multiple_of) ? MG_CLI_COUNT : NULL;
+        *llama_only = "--multiple-of";
+        return 1;
+    case 'R':
+        *bad = mg_cli_parse_positive(optarg, &l->rope_theta) ? "a finite number above 0" : NULL;
+        *llama_only = "--rope-theta";
+        return 1;
+    case 'E':
+        *bad = mg_cli_parse_positive(optarg, &l->norm_eps) ? "a finite number above 0" : NULL;
+        *llama_only = "--norm-eps";
+        return 1;
+    case 'U': l->tied = 0, *llama_only = "--untied-head"; return 1;
+    default: return 0;
     }
-    if (rc == MG_OK && llama_only && o->lm.kind != MG_MODEL_LLAMA)
-        rc = mg_error(MG_EINVAL, "%s: %s applies to --model llama: drop it, or give --model llama",
-                      cmd, llama_only);
-    /* the sizes given (in the GPT's config as parsed) are the Llama's too */
+}
+
+/* getopt_long's `c` into the pipeline's options (pp in --parallel) or
+ * --recompute: 1 when it is one of those, *rc the error of a value that is
+ * not one; 0 for another flag. */
+static int run_flag(int c, bench_options *o, const char *cmd, int *rc) {
+    int64_t n, list[MG_PP_LIST_MAX];
+    switch (c) {
+    case 'N':
+        if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_MICROBATCHES)
+            *rc = mg_error(MG_EINVAL, "%s: --microbatches '%s' is not a count from 1 to %d", cmd,
+                           optarg, MG_PP_MAX_MICROBATCHES);
+        else o->pp.microbatches = (int)n;
+        return 1;
+    case 'S': *rc = mg_pp_kind_parse(optarg, &o->pp.kind); return 1;
+    case 'v':
+        if (mg_cli_parse_count(optarg, &n) || n > MG_PP_MAX_STAGES)
+            *rc = mg_error(MG_EINVAL, "%s: --virtual-stages '%s' is not a count from 1 to %d",
+                           cmd, optarg, MG_PP_MAX_STAGES);
+        else o->pp.virtual_stages = (int)n;
+        return 1;
+    case 'P':
+        n = mg_pp_int_list("--pp-layers", optarg, list, MG_PP_LIST_MAX, 0);
+        if (n < 0) *rc = (int)n;
+        for (int i = 0; i < n; i++) o->pp.layers[i] = (int)list[i];
+        o->pp.nlayers = n > 0 ? (int)n : 0;
+        return 1;
+    case 'X': *rc = mg_recompute_mode_parse(optarg, &o->recompute); return 1;
+    default: return 0;
+    }
+}
+
+/* After the flags: the sizes given are the Llama's too, its FFN width from
+ * --multiple-of when not given; a Llama flag without --model llama and
+ * --recompute with zb-h1 are refused. */
+static int finish(bench_options *o, const char *llama_only, const char *cmd) {
+    const mg_gpt_config *g = &o->lm.gpt;
+    mg_llama_config *l = &o->lm.llama;
+    if (llama_only && o->lm.kind != MG_MODEL_LLAMA)
+        return mg_error(MG_EINVAL, "%s: %s applies to --model llama: drop it, or give --model "
+                        "llama", cmd, llama_only);
     l->layers = g->layers, l->heads = g->heads, l->embd = g->embd, l->ctx = g->ctx;
     l->vocab = g->vocab;
     if (!l->hidden) l->hidden = mg_llama_hidden(l->embd, o->multiple_of);
-    if (rc == MG_OK && o->recompute != MG_RECOMPUTE_NONE && o->pp.kind == MG_PP_ZB_H1)
-        rc = mg_error(MG_EINVAL, "%s: --recompute %s with --pp-schedule zb-h1: its W step "
-                      "computes the weights' gradients after the block has given its activations "
-                      "back; use 1f1b, gpipe or interleaved-1f1b", cmd,
-                      mg_recompute_mode_name(o->recompute));
+    if (o->recompute != MG_RECOMPUTE_NONE && o->pp.kind == MG_PP_ZB_H1)
+        return mg_error(MG_EINVAL, "%s: --recompute %s with --pp-schedule zb-h1: its W step "
+                        "computes the weights' gradients after the block has given its "
+                        "activations back; use 1f1b, gpipe or interleaved-1f1b", cmd,
+                        mg_recompute_mode_name(o->recompute));
+    return MG_OK;
+}
+
+/* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
+static int parse(int argc, char **argv, bench_options *o) {
+    static const struct option opts[] = {
+        MG_CLI_STEP_OPTIONS, {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'H'},
+        {"embd", 1, 0, 'C'}, {"ctx", 1, 0, 'T'}, {"vocab", 1, 0, 'V'}, {"kv-heads", 1, 0, 'K'},
+        {"hidden", 1, 0, 'F'}, {"multiple-of", 1, 0, 'u'}, {"rope-theta", 1, 0, 'R'},
+        {"norm-eps", 1, 0, 'E'}, {"untied-head", 0, 0, 'U'}, {"microbatches", 1, 0, 'N'},
+        {"pp-schedule", 1, 0, 'S'}, {"virtual-stages", 1, 0, 'v'}, {"pp-layers", 1, 0, 'P'},
+        {"recompute", 1, 0, 'X'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *cmd = "bench step --model gpt", *llama_only = NULL; /* a Llama flag given */
+    int c, idx = 0, rc = MG_OK;
+    defaults(o);
+    opterr = 0;
+    while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        const char *bad = NULL; /* what the flag takes, when its value is not that */
+        if (c == 'h') {
+            mg_cli_bench_usage(stdout, usage);
+            return 1;
+        }
+        if (!mg_cli_step_flag(c, &o->step, &bad) && !model_flag(c, o, &bad, &llama_only) &&
+            !run_flag(c, o, cmd, &rc))
+            rc = mg_cli_bad_flag(cmd, argv);
+        if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
+    }
+    if (rc == MG_OK) rc = finish(o, llama_only, cmd);
     return mg_cli_bench_flags_end(rc, cmd, argc, argv, usage);
 }
 
@@ -217,7 +238,7 @@ static float *host_ids(int64_t B, int64_t T, int64_t V, uint64_t stream) {
 /* The ids and targets: on the host for a pipeline, else on the mesh. 0, or 1. */
 static int make_data(gpt_job *j) {
     const bench_options *o = j->o;
-    const int64_t B = o->batch, T = mg_lm_ctx(&o->lm), V = mg_lm_vocab(&o->lm);
+    const int64_t B = o->step.batch, T = mg_lm_ctx(&o->lm), V = mg_lm_vocab(&o->lm);
     if (j->pipe) {
         j->ids = host_ids(B, T, V, 1);
         j->targets = j->ids ? host_ids(B, T, V, 2) : NULL;
@@ -233,19 +254,18 @@ static int make_data(gpt_job *j) {
  * not one or does not fit). */
 static int setup(gpt_job *j) {
     const bench_options *o = j->o;
-    if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
-    if (mg_cli_use_device(o->device, o->tf32, o->bf16, o->det)) return 1;
-    int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
+    int code = mg_cli_step_start(&o->step, &j->mesh, &j->plan);
     if (code) return code;
     /* AdamW, clipped: refused up front when the step cannot fit (a pipeline's
      * check is mg_pipeline_make's) */
     char plan[64];
     if (mg_lm_check(&o->lm, &j->plan, j->mesh) != MG_OK ||
         mg_train_estimate_fits_lm(&o->lm, j->mesh, mg_plan_format(plan, sizeof plan, &j->plan),
-                                  o->batch, "use a smaller --batch, --embd or --layers") != MG_OK)
+                                  o->step.batch,
+                                  "use a smaller --batch, --embd or --layers") != MG_OK)
         return 1;
     if (mg_plan_pp_dim(&j->plan) >= 0
-            ? mg_lm_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->lm, 1, o->batch,
+            ? mg_lm_pp_new(&j->pipe, j->mesh, &j->plan, &o->pp, &o->lm, 1, o->step.batch,
                            &j->model) != MG_OK
             : mg_model_build_lm(&j->model, j->mesh, &j->plan, &o->lm, 1, NULL) != MG_OK)
         return 1;
@@ -264,7 +284,7 @@ static int pipeline_step(gpt_job *j, double parts[4]) {
     int rc = mg_gpt_pp_step(j->pipe, j->ids, j->targets, &loss);
     if (rc == MG_OK) rc = mg_device_synchronize();
     double t1 = mg_clock();
-    if (rc == MG_OK) rc = mg_gpt_pp_update(j->pipe, &j->opt, j->o->lr, 1.0, &norm);
+    if (rc == MG_OK) rc = mg_gpt_pp_update(j->pipe, &j->opt, j->o->step.lr, 1.0, &norm);
     if (rc == MG_OK) rc = mg_params_zero_grads(&j->model.params);
     mg_step_end();
     if (rc == MG_OK) rc = mg_device_synchronize();
@@ -287,7 +307,7 @@ static int model_step(gpt_job *j, double parts[4]) {
     if (mg_device_synchronize() != MG_OK) return 1;
     double t2 = mg_clock();
     if (mg_clip_grad_norm(params, 1.0, NULL) != MG_OK ||
-        mg_optimizer_step(&j->opt, params, (float)j->o->lr) != MG_OK)
+        mg_optimizer_step(&j->opt, params, (float)j->o->step.lr) != MG_OK)
         return 1;
     mg_params_zero_grads(params);
     mg_step_end();
@@ -309,7 +329,7 @@ static int one_step(void *ctx, int64_t s, double parts[4]) {
 /* The warm-up steps, then the measured ones: 0, or 1 on failure. */
 static int run(gpt_job *j, gpt_result *r) {
     mg_comm *world = j->mesh->world;
-    if (mg_cli_bench_steps(world, j->o->steps, one_step, j, r->ms)) return 1;
+    if (mg_cli_bench_steps(world, j->o->step.steps, one_step, j, r->ms)) return 1;
     r->rss = mg_cli_peak_rss_mb(world);
     mg_arena *again = mg_recompute_arena();
     double mem[2] = {(double)mg_arena_peak(mg_step_arena()) / 1048576.0, 0};
@@ -339,7 +359,7 @@ static void report(const gpt_job *j, const gpt_result *r) {
     const bench_options *o = j->o;
     if (mg_rank() != 0) return;
     const mg_gpt_config *g = &o->lm.gpt; /* the sizes, the Llama's too */
-    const int64_t B = o->batch, T = g->ctx;
+    const int64_t B = o->step.batch, T = g->ctx;
     int llama = o->lm.kind == MG_MODEL_LLAMA;
     double flops = flops_per_token(&o->lm) * (double)(B * T);
     double gflops = flops / (r->ms[0] * 1e-3) * 1e-9;
@@ -355,7 +375,7 @@ static void report(const gpt_job *j, const gpt_result *r) {
            (long long)g->layers, (long long)g->heads, (long long)g->embd, (long long)g->vocab, more,
            (long long)mg_lm_param_count(&o->lm), mg_world_size(), mt, pt, mg_backend_cpu_threads(),
            mg_blas_core(), mg_recompute_mode_name(o->recompute),
-           mg_get_deterministic() ? " deterministic" : "", (long long)o->steps, MG_CLI_WARMUP);
+           mg_get_deterministic() ? " deterministic" : "", (long long)o->step.steps, MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  (step arena %.0f MB, "
            "activations %.1f MiB)\n", r->ms[0], gflops, r->rss, r->arena, r->activation_mib);
     if (j->pipe)
@@ -373,7 +393,8 @@ static void report(const gpt_job *j, const gpt_result *r) {
            "\"device\":\"%s\",\"math\":\"%s\",\"deterministic\":%s,\"openblas\":\"%s\"}\n",
            llama ? "llama" : "gpt", mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0],
            gflops, r->rss, r->arena, r->activation_mib, mg_recompute_mode_name(o->recompute), split,
-           r->ms[3], o->device == MG_DEVICE_CUDA ? "cuda" : "cpu", mg_cli_gemm_math(o->device),
+           r->ms[3], o->step.device == MG_DEVICE_CUDA ? "cuda" : "cpu",
+           mg_cli_gemm_math(o->step.device),
            mg_get_deterministic() ? "true" : "false", mg_blas_core());
 }
 

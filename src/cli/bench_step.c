@@ -40,12 +40,9 @@ static const char usage[] =
     "(pp in --parallel): meshgrad bench step --parallel pp --help";
 
 typedef struct {
-    int64_t batch, steps, threads, layers[MAX_WIDTHS];
+    mg_cli_step_flags step;
+    int64_t layers[MAX_WIDTHS];
     int nl; /* widths in layers */
-    int device, tf32, bf16;
-    int det; /* --deterministic */
-    char mesh[64], plan[64];
-    double lr;
     const char *trace, *trace_steps, *flight_dir;
 } step_opts;
 
@@ -93,38 +90,27 @@ static int no_model(int argc, char **argv) {
 /* The flags into *o: 0, 1 for --help (the usage printed), or 2 (a usage error). */
 static int parse(step_opts *o, int argc, char **argv) {
     static const struct option opts[] = {
-        {"batch", 1, 0, 'b'}, {"layers", 1, 0, 'l'},   {"steps", 1, 0, 's'}, {"threads", 1, 0, 't'},
-        {"mesh", 1, 0, 'm'},  {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'},    {"help", 0, 0, 'h'},
-        {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, {"dtype", 1, 0, 'y'}, {"deterministic", 0, 0, 'D'}, {"trace", 1, 0, 'T'},
+        MG_CLI_STEP_OPTIONS, {"layers", 1, 0, 'l'}, {"help", 0, 0, 'h'}, {"trace", 1, 0, 'T'},
         {"trace-steps", 1, 0, 'S'}, {"flight-dir", 1, 0, 'F'}, {0, 0, 0, 0}};
     const char *cmd = "bench step";
-    *o = (step_opts){.batch = 256, .steps = 10, .device = MG_DEVICE_CPU, .plan = "dp", .lr = 1e-3,
-                     .trace = "", .trace_steps = "", .flight_dir = "meshgrad-flight"};
+    *o = (step_opts){.trace = "", .trace_steps = "", .flight_dir = "meshgrad-flight"};
+    mg_cli_step_flags_init(&o->step, 256);
     o->nl = parse_layers("1024,4096,1024", o->layers, MAX_WIDTHS);
     int c, idx = 0, rc = no_model(argc, argv);
     opterr = 0;
     while (rc == MG_OK && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         const char *bad = NULL; /* what the flag takes, when its value is not that */
         switch (c) {
-        case 'b': bad = mg_cli_parse_count(optarg, &o->batch) ? MG_CLI_COUNT : NULL; break;
-        case 's': bad = mg_cli_parse_count(optarg, &o->steps) ? MG_CLI_COUNT : NULL; break;
-        case 't': bad = mg_cli_parse_count(optarg, &o->threads) ? MG_CLI_COUNT : NULL; break;
         case 'l':
             o->nl = parse_layers(optarg, o->layers, MAX_WIDTHS);
             bad = o->nl < 2 ? "a list of two widths or more, like 1024,4096,1024" : NULL;
             break;
-        case 'm': snprintf(o->mesh, sizeof o->mesh, "%s", optarg); break;
-        case 'p': snprintf(o->plan, sizeof o->plan, "%s", optarg); break;
-        case 'r': bad = mg_cli_parse_positive(optarg, &o->lr) ? "a finite number above 0" : NULL; break;
-        case 'd': bad = mg_cli_parse_device(optarg, &o->device) ? MG_CLI_DEVICE : NULL; break;
-        case 'f': o->tf32 = 1; break;
-        case 'y': bad = mg_cli_parse_dtype(optarg, &o->bf16) ? MG_CLI_DTYPE : NULL; break;
-        case 'D': o->det = 1; break;
         case 'T': o->trace = optarg; break;
         case 'S': o->trace_steps = optarg; break;
         case 'F': o->flight_dir = optarg; break;
         case 'h': mg_cli_bench_usage(stdout, usage); return 1;
-        default: rc = mg_cli_bad_flag(cmd, argv);
+        default:
+            if (!mg_cli_step_flag(c, &o->step, &bad)) rc = mg_cli_bad_flag(cmd, argv);
         }
         if (bad) rc = mg_cli_bench_bad_value(cmd, opts, idx, bad);
     }
@@ -183,8 +169,8 @@ static int make_data(step_job *j) {
     const step_opts *o = j->o;
     mg_placement bp[MG_MAX_MESH_DIMS];
     mg_plan_batch(&j->plan, bp);
-    mg_tensor *xf = mg_tensor_new(2, (int64_t[]){o->batch, o->layers[0]});
-    mg_tensor *tf = xf ? mg_tensor_new(2, (int64_t[]){o->batch, o->layers[o->nl - 1]}) : NULL;
+    mg_tensor *xf = mg_tensor_new(2, (int64_t[]){o->step.batch, o->layers[0]});
+    mg_tensor *tf = xf ? mg_tensor_new(2, (int64_t[]){o->step.batch, o->layers[o->nl - 1]}) : NULL;
     if (!tf) { /* out of memory for the batch: said, not "the full tensor is NULL" */
         mg_tensor_free(xf);
         return 1;
@@ -205,13 +191,11 @@ static int make_data(step_job *j) {
  * one or does not fit). */
 static int setup(step_job *j) {
     const step_opts *o = j->o;
-    if (o->threads) mg_backend_cpu_set_threads((int)o->threads);
-    if (mg_cli_use_device(o->device, o->tf32, o->bf16, o->det)) return 1;
-    int code = mg_cli_bench_mesh_new(o->mesh, o->plan, o->batch, &j->mesh, &j->plan);
+    int code = mg_cli_step_start(&o->step, &j->mesh, &j->plan);
     if (code) return code;
-    if (step_fits(o->layers, o->nl, o->batch) != MG_OK ||
+    if (step_fits(o->layers, o->nl, o->step.batch) != MG_OK ||
         mg_observe_flight(o->flight_dir) != MG_OK ||
-        mg_timeline_prepare(&j->timeline, o->trace, o->trace_steps, 1, o->steps,
+        mg_timeline_prepare(&j->timeline, o->trace, o->trace_steps, 1, o->step.steps,
                             j->mesh->world) != MG_OK)
         return 1;
     return make_params(j) || make_data(j);
@@ -249,7 +233,7 @@ static int one_step(step_job *j, int64_t s, double parts[4]) {
     double t2 = mg_clock();
     mg_trace_end();
     mg_trace_begin(MG_TRACE_PHASE, "optimizer", 0);
-    if (mg_optimizer_step(&j->opt, &j->params, (float)o->lr) != MG_OK) return 1;
+    if (mg_optimizer_step(&j->opt, &j->params, (float)o->step.lr) != MG_OK) return 1;
     mg_params_zero_grads(&j->params);
     mg_step_end();
     if (mg_device_synchronize() != MG_OK) return 1;
@@ -273,7 +257,7 @@ static int timed_step(void *ctx, int64_t s, double parts[4]) {
 /* The warm-up steps, then the measured ones: 0, or 1 on failure. */
 static int run(step_job *j, step_result *r) {
     mg_comm *world = j->mesh->world;
-    if (mg_cli_bench_steps(world, j->o->steps, timed_step, j, r->ms) ||
+    if (mg_cli_bench_steps(world, j->o->step.steps, timed_step, j, r->ms) ||
         mg_timeline_finish(&j->timeline, world) != MG_OK)
         return 1;
     r->rss = mg_cli_peak_rss_mb(world);
@@ -293,17 +277,18 @@ static void report(const step_job *j, const step_result *r) {
     if (mg_rank() != 0) return;
     double flops = 0;
     for (int i = 0; i + 1 < o->nl; i++)
-        flops += 3 * 2.0 * (double)o->batch * o->layers[i] * o->layers[i + 1];
+        flops += 3 * 2.0 * (double)o->step.batch * o->layers[i] * o->layers[i + 1];
     double gflops = flops / (r->ms[0] * 1e-3) * 1e-9;
-    const char *device = o->device == MG_DEVICE_CUDA ? "cuda" : "cpu";
+    const char *device = o->step.device == MG_DEVICE_CUDA ? "cuda" : "cpu";
     char mt[32], pt[32];
     mg_mesh_format(mt, sizeof mt, j->mesh);
     mg_plan_format(pt, sizeof pt, &j->plan);
-    printf("MLP step  batch=%lld  layers=", (long long)o->batch);
+    printf("MLP step  batch=%lld  layers=", (long long)o->step.batch);
     for (int i = 0; i < o->nl; i++) printf("%s%lld", i ? "," : "", (long long)o->layers[i]);
     printf("  ranks=%d mesh=%s plan=%s threads=%d device=%s math=%s openblas=%s  (median of %lld "
            "after %d warm-up)\n", mg_world_size(), mt, pt, mg_backend_cpu_threads(), device,
-           mg_cli_gemm_math(o->device), mg_blas_core(), (long long)o->steps, MG_CLI_WARMUP);
+           mg_cli_gemm_math(o->step.device), mg_blas_core(), (long long)o->step.steps,
+           MG_CLI_WARMUP);
     printf("  %.2f ms/step   %.1f GFLOP/s   peak RSS (largest rank) %.0f MB  "
            "(step arena %.0f MB, scratch %.0f MB)\n",
            r->ms[0], gflops, r->rss, r->arena, r->scratch);
@@ -314,7 +299,7 @@ static void report(const step_job *j, const step_result *r) {
            "\"scratch_mb\":%.1f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,"
            "\"device\":\"%s\",\"math\":\"%s\",\"openblas\":\"%s\"}\n",
            mg_world_size(), mt, pt, mg_backend_cpu_threads(), r->ms[0], gflops, r->rss, r->arena,
-           r->scratch, r->ms[1], r->ms[2], r->ms[3], device, mg_cli_gemm_math(o->device),
+           r->scratch, r->ms[1], r->ms[2], r->ms[3], device, mg_cli_gemm_math(o->step.device),
            mg_blas_core());
 }
 

@@ -109,6 +109,37 @@ int mg_cli_bench_mesh_new(const char *mesh_text, const char *plan_text, int64_t 
     return 0;
 }
 
+void mg_cli_step_flags_init(mg_cli_step_flags *f, int64_t batch) {
+    *f = (mg_cli_step_flags){.batch = batch, .steps = 10, .plan = "dp", .lr = 1e-3,
+                             .device = MG_DEVICE_CPU};
+}
+
+int mg_cli_step_flag(int c, mg_cli_step_flags *f, const char **bad) {
+    *bad = NULL;
+    switch (c) {
+    case 'b': *bad = mg_cli_parse_count(optarg, &f->batch) ? MG_CLI_COUNT : NULL; break;
+    case 's': *bad = mg_cli_parse_count(optarg, &f->steps) ? MG_CLI_COUNT : NULL; break;
+    case 't': *bad = mg_cli_parse_count(optarg, &f->threads) ? MG_CLI_COUNT : NULL; break;
+    case 'm': snprintf(f->mesh, sizeof f->mesh, "%s", optarg); break;
+    case 'p': snprintf(f->plan, sizeof f->plan, "%s", optarg); break;
+    case 'r':
+        *bad = mg_cli_parse_positive(optarg, &f->lr) ? "a finite number above 0" : NULL;
+        break;
+    case 'd': *bad = mg_cli_parse_device(optarg, &f->device) ? MG_CLI_DEVICE : NULL; break;
+    case 'f': f->tf32 = 1; break;
+    case 'y': *bad = mg_cli_parse_dtype(optarg, &f->bf16) ? MG_CLI_DTYPE : NULL; break;
+    case 'D': f->det = 1; break;
+    default: return 0;
+    }
+    return 1;
+}
+
+int mg_cli_step_start(const mg_cli_step_flags *f, mg_mesh **mesh, mg_plan *plan) {
+    if (f->threads) mg_backend_cpu_set_threads((int)f->threads);
+    if (mg_cli_use_device(f->device, f->tf32, f->bf16, f->det)) return 1;
+    return mg_cli_bench_mesh_new(f->mesh, f->plan, f->batch, mesh, plan);
+}
+
 int mg_cli_bench_steps(mg_comm *world, int64_t steps,
                        int (*step)(void *ctx, int64_t s, double parts[4]), void *ctx,
                        double ms[4]) {

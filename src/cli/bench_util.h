@@ -6,7 +6,9 @@
  * mg_cli_peak_rss_mb, mg_cli_parse_count, mg_cli_parse_positive,
  * mg_cli_parse_device, mg_cli_parse_dtype, mg_cli_use_device, mg_cli_gemm_math,
  * mg_cli_bench_usage, mg_cli_bench_bad_value, mg_cli_bench_flags_end,
- * mg_cli_bench_mesh_new, MG_CLI_WARMUP, mg_cli_bench_steps. */
+ * mg_cli_bench_mesh_new, mg_cli_step_flags, MG_CLI_STEP_OPTIONS,
+ * mg_cli_step_flags_init, mg_cli_step_flag, mg_cli_step_start, MG_CLI_WARMUP,
+ * mg_cli_bench_steps. */
 #ifndef MG_CLI_BENCH_UTIL_H
 #define MG_CLI_BENCH_UTIL_H
 
@@ -57,6 +59,31 @@ int mg_cli_bench_flags_end(int rc, const char *cmd, int argc, char **argv, const
  * the mesh, 1 when the mesh cannot be made. */
 int mg_cli_bench_mesh_new(const char *mesh_text, const char *plan_text, int64_t batch,
                           mg_mesh **mesh, mg_plan *plan);
+
+/* The flags of the step benchmarks of one model (the MLP's, bench_step.c;
+ * the language models', bench_gpt.c): where the step runs and how long. */
+typedef struct {
+    int64_t batch, steps, threads; /* threads 0: the default */
+    char mesh[64], plan[64];       /* mesh "": one dim of every rank */
+    double lr;
+    int device, tf32, bf16; /* --device cpu|cuda, --tf32, --dtype bf16 */
+    int det;                /* --deterministic */
+} mg_cli_step_flags;
+/* Their entries of a getopt_long table, the letters b s t m p r d f y D. */
+#define MG_CLI_STEP_OPTIONS                                                                     \
+    {"batch", 1, 0, 'b'}, {"steps", 1, 0, 's'}, {"threads", 1, 0, 't'}, {"mesh", 1, 0, 'm'},   \
+        {"parallel", 1, 0, 'p'}, {"lr", 1, 0, 'r'}, {"device", 1, 0, 'd'}, {"tf32", 0, 0, 'f'}, \
+        {"dtype", 1, 0, 'y'}, {"deterministic", 0, 0, 'D'}
+/* The defaults: a batch of `batch` rows, 10 steps, dp on the CPU, lr 1e-3. */
+void mg_cli_step_flags_init(mg_cli_step_flags *f, int64_t batch);
+/* getopt_long's `c` (its value optarg) into *f: 1 when it is one of those
+ * flags, with *bad what its value should be when it is not that (else NULL);
+ * 0 for another flag. */
+int mg_cli_step_flag(int c, mg_cli_step_flags *f, const char **bad);
+/* The threads, the device and the GEMM math, then the mesh and plan (checked
+ * for the batch) of *f: 0, or the exit code of mg_cli_use_device (1) or
+ * mg_cli_bench_mesh_new, the error set. */
+int mg_cli_step_start(const mg_cli_step_flags *f, mg_mesh **mesh, mg_plan *plan);
 
 #define MG_CLI_WARMUP 2 /* a step benchmark's steps before the measured ones */
 
