@@ -135,42 +135,27 @@ static const char *word_of(const option_def *o, int64_t *value) {
     return NULL;
 }
 
+/* Every option at its default (an option not named is 0 or ""); config.h
+ * says what each means. */
+static const mg_train_config default_config = {
+    .parallel = "dp",
+    .model = MG_MODEL_MLP,
+    .hidden = 0, /* the model's: mlp 128, llama llama2.c's rule */
+    .channels = 16,
+    .layers = 4, .heads = 4, .embd = 128, .ctx = 64,
+    .multiple_of = 256, .rope_theta = 10000, .norm_eps = 1e-5,
+    .betas = {0.9, 0.999},
+    .grad_accum = 1, .steps = 2000, .batch = 64, .lr = 1e-3,
+    .optimizer = MG_OPTIM_ADAMW, .momentum = 0, .weight_decay = -1,
+    .schedule = MG_SCHEDULE_CONSTANT, .warmup = 0, .clip = 0, .seed = 0,
+    .eval_every = 0, .eval_tokens = 65536,
+    .threads = 0, .log_every = 100,
+    .device = "cpu", .flight_dir = "meshgrad-flight", .on_nonfinite = "stop", .dtype = "fp32",
+    .pp_schedule = "1f1b", .virtual_stages = 1,
+};
+
 void mg_train_config_defaults(mg_train_config *c) {
-    memset(c, 0, sizeof *c);
-    snprintf(c->parallel, sizeof c->parallel, "dp");
-    c->model = MG_MODEL_MLP;
-    c->hidden = 0; /* the model's: mlp 128, llama llama2.c's rule */
-    c->channels = 16;
-    c->layers = 4;
-    c->heads = 4;
-    c->embd = 128;
-    c->ctx = 64;
-    c->multiple_of = 256;
-    c->rope_theta = 10000;
-    c->norm_eps = 1e-5;
-    c->betas[0] = 0.9;
-    c->betas[1] = 0.999;
-    c->grad_accum = 1;
-    c->steps = 2000;
-    c->batch = 64;
-    c->lr = 1e-3;
-    c->optimizer = MG_OPTIM_ADAMW;
-    c->momentum = 0;
-    c->weight_decay = -1;
-    c->schedule = MG_SCHEDULE_CONSTANT;
-    c->warmup = 0;
-    c->clip = 0;
-    c->seed = 0;
-    c->eval_every = 0;
-    c->eval_tokens = 65536;
-    c->threads = 0;
-    c->log_every = 100;
-    snprintf(c->device, sizeof c->device, "cpu");
-    snprintf(c->flight_dir, sizeof c->flight_dir, "meshgrad-flight");
-    snprintf(c->on_nonfinite, sizeof c->on_nonfinite, "stop");
-    snprintf(c->dtype, sizeof c->dtype, "fp32");
-    snprintf(c->pp_schedule, sizeof c->pp_schedule, "1f1b");
-    c->virtual_stages = 1;
+    memcpy(c, &default_config, sizeof *c); /* the padding too: zero, as a static's */
 }
 
 /* "weight_decay" and "weight-decay" are the same key */
