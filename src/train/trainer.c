@@ -1,9 +1,10 @@
 /* trainer.c: what a training run is and holds (struct mg_trainer, trainer.h):
  * its free, what meshgrad_train.h reads of it (its steps, resume, mesh,
- * parameters, checksum and memory) and a meta run's batches. Every other
- * trainer file stands on it: trainer_run.c builds the run and takes its steps,
- * trainer_text.c, trainer_pp.c and trainer_eval.c are the models' sides,
- * trainer_ckpt.c saves and resumes, estimate.c runs it on the meta device.
+ * parameters, checksum and memory) and a meta run's batches. It stands on
+ * the MLPs' pipeline (trainer_pp.c), and every other trainer file on it:
+ * trainer_run.c builds the run and takes its steps, trainer_text.c and
+ * trainer_eval.c are the models' sides, trainer_ckpt.c saves and resumes,
+ * estimate.c runs it on the meta device.
  * Exports mg_trainer_free, mg_trainer_steps, mg_trainer_resumed_from,
  * mg_trainer_resume_changes, mg_trainer_mesh, mg_trainer_numel,
  * mg_trainer_checksum, mg_train_memory_total, mg_trainer_memory_get
