@@ -4,6 +4,7 @@
  * mg_micro_arena_new, mg_context_drop_arenas. */
 #include "context.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,16 @@ void mg_context_on_reset(void (*fn)(void)) {
     if (context.n_reset_hooks < MG_RESET_HOOKS) context.reset_hooks[context.n_reset_hooks++] = fn;
 }
 
+/* The members a reset keeps (context.h says why each outlives it). */
+#define KEPT(m) {offsetof(mg_context, m), sizeof(((mg_context *)0)->m)}
+static const struct {
+    size_t offset, size;
+} kept[] = {
+    KEPT(tensors), KEPT(n_tensors), KEPT(cap_tensors), KEPT(freed_tensors), KEPT(next_freed),
+    KEPT(live),    KEPT(n_live),    KEPT(cap_live),
+    KEPT(loaders), KEPT(n_loaders), KEPT(cap_loaders), KEPT(closed_loaders), KEPT(next_closed),
+};
+
 void mg_context_reset(void) {
     for (int i = context.n_reset_hooks - 1; i >= 0; i--) context.reset_hooks[i]();
     for (int d = 0; d < MG_DEVICE_KINDS; d++) {
@@ -42,28 +53,12 @@ void mg_context_reset(void) {
         mg_arena_free(context.scratch[d]);
         mg_arena_free(context.recompute_arena[d]);
     }
-    struct mg_dtensor **live = context.live; /* these outlive the reset (context.h) */
-    int n_live = context.n_live, cap_live = context.cap_live;
-    struct mg_tensor **tensors = context.tensors, **freed = context.freed_tensors;
-    size_t n_tensors = context.n_tensors, cap_tensors = context.cap_tensors;
-    int next_freed = context.next_freed;
-    struct mg_token_loader **loaders = context.loaders, **closed = context.closed_loaders;
-    int n_loaders = context.n_loaders, cap_loaders = context.cap_loaders;
-    int next_closed = context.next_closed;
+    mg_context old = context;
     memset(&context, 0, sizeof context);
-    context.live = live;
-    context.n_live = n_live;
-    context.cap_live = cap_live;
-    context.tensors = tensors;
-    context.n_tensors = n_tensors;
-    context.cap_tensors = cap_tensors;
-    context.freed_tensors = freed;
-    context.next_freed = next_freed;
-    context.loaders = loaders;
-    context.n_loaders = n_loaders;
-    context.cap_loaders = cap_loaders;
-    context.closed_loaders = closed;
-    context.next_closed = next_closed;
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        size_t at = kept[i].offset;
+        memcpy((char *)&context + at, (const char *)&old + at, kept[i].size);
+    }
 }
 
 /* The arena *slot of the current device, made on first use with `initial`
