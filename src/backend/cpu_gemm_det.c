@@ -127,68 +127,91 @@ static void pack_plain(const det_job *J, int64_t p) {
 }
 
 #if DET_X86
+/* ---- the register tile, either vector path ------------------------------------------ */
+
+#define UNROLL16 _Pragma("GCC unroll 16")
+
+/* The tile of the vector path P: MR rows from i0 by NP panels from p0, two
+ * vectors a panel (MR * NP * 2 <= 16 vectors). Every block of k goes into the
+ * registers, one k at a time by P_step, then into the stack of partials (block
+ * q adds the levels it completes; the last block adds those of nb's other
+ * bits); P_store writes the tile to C. A macro, so that each path's tile is
+ * compiled for its ISA with its vector type VEC (ZERO and ADD its intrinsics);
+ * NR is its panel's columns. DET_TILE_OF makes the tiles the drivers take,
+ * P_<MR>x<NP>_n and _t (op(A) = A, A^T). */
+#define DET_TILE(P, TARGET, VEC, NR, ZERO, ADD)                                                  \
+    TARGET static INLINE void P##_tile(const det_job *J, int64_t i0, int64_t p0, VEC *stk,        \
+                                       const int MR, const int NP, const bool TA) {               \
+        const int NV = 2 * NP, NA = MR * NV;                                                      \
+        const int64_t K = J->k, ps = K * NR, lda = J->lda;                                        \
+        const float *bp = J->bp + p0 * ps;                                                        \
+        const float *ar[8];                                                                       \
+        for (int i = 0; i < MR; i++) ar[i] = J->a + (TA ? i0 + i : (i0 + i) * lda);               \
+        VEC acc[MAX_ACC];                                                                         \
+        UNROLL16 for (int r = 0; r < NA; r++) acc[r] = ZERO(); /* k > 0: only for the compiler */ \
+        int64_t q = 0;                                                                            \
+        for (int64_t k0 = 0; k0 < K; k0 += J->blk, q++) {                                        \
+            int64_t k1 = k0 + J->blk;                                                             \
+            UNROLL16 for (int r = 0; r < NA; r++) acc[r] = ZERO();                                \
+            for (int64_t p = k0; p < k1; p++) {                                                   \
+                const float *b = bp + p * NR;                                                     \
+                P##_step(ar, b, ps, p, lda, acc, MR, NV, TA);                                     \
+            }                                                                                     \
+            int l = 0;                                                                            \
+            for (; (q >> l) & 1; l++)                                                             \
+                UNROLL16 for (int r = 0; r < NA; r++) acc[r] = ADD(stk[l * MAX_ACC + r], acc[r]); \
+            if (k1 < K) {                                                                         \
+                UNROLL16 for (int r = 0; r < NA; r++) stk[l * MAX_ACC + r] = acc[r];              \
+            } else {                                                                              \
+                for (l++; (J->nb >> l) != 0; l++)                                                 \
+                    if ((J->nb >> l) & 1)                                                         \
+                        UNROLL16 for (int r = 0; r < NA; r++)                                     \
+                            acc[r] = ADD(stk[l * MAX_ACC + r], acc[r]);                           \
+            }                                                                                     \
+        }                                                                                         \
+        P##_store(J, i0, p0, acc, MR, NV);                                                        \
+    }
+#define DET_TILE_OF(P, TARGET, MR, NP)                                                           \
+    TARGET static void P##_##MR##x##NP##_n(const det_job *J, int64_t i0, int64_t p0, void *s) { \
+        P##_tile(J, i0, p0, s, MR, NP, false);                                                   \
+    }                                                                                            \
+    TARGET static void P##_##MR##x##NP##_t(const det_job *J, int64_t i0, int64_t p0, void *s) { \
+        P##_tile(J, i0, p0, s, MR, NP, true);                                                    \
+    }
+
 /* ---- AVX-512: panels of 32 columns, tiles of 8 x 32 (or 4 x 64, 2 x 128, 1 x 256) --- */
 
-/* The tile of MR rows from i0 and NP panels from p0 (MR * 2 * NP <= 16
- * vectors): every block of k into the registers, then into the stack. */
-AVX512 static INLINE void z_tile(const det_job *J, int64_t i0, int64_t p0, __m512 *stk,
-                                 const int MR, const int NP, const bool TA) {
-    enum { NR = 32 };
-    const int NV = 2 * NP, NA = MR * NV;
-    const int64_t K = J->k, ps = K * NR, lda = J->lda;
-    const float *bp = J->bp + p0 * ps;
-    const float *ar[8];
-    for (int i = 0; i < MR; i++) ar[i] = J->a + (TA ? i0 + i : (i0 + i) * lda);
-    __m512 acc[MAX_ACC];
-#pragma GCC unroll 16
-    for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps(); /* k > 0: only for the compiler */
-    int64_t q = 0;
-    for (int64_t k0 = 0; k0 < K; k0 += J->blk, q++) {
-        int64_t k1 = k0 + J->blk;
-#pragma GCC unroll 16
-        for (int r = 0; r < NA; r++) acc[r] = _mm512_setzero_ps();
-        for (int64_t p = k0; p < k1; p++) {
-            const float *b = bp + p * NR;
-            __m512 x[8];
-#pragma GCC unroll 8
-            for (int i = 0; i < MR; i++) x[i] = _mm512_set1_ps(TA ? ar[0][p * lda + i] : ar[i][p]);
-            if (MR == 1) {
-#pragma GCC unroll 16
-                for (int v = 0; v < NV; v++)
-                    acc[v] = _mm512_fmadd_ps(x[0], _mm512_loadu_ps(b + (v / 2) * ps + (v % 2) * 16),
-                                             acc[v]);
-            } else {
-                __m512 bv[MAX_ACC];
-#pragma GCC unroll 16
-                for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + (v / 2) * ps + (v % 2) * 16);
-#pragma GCC unroll 8
-                for (int i = 0; i < MR; i++)
-#pragma GCC unroll 16
-                    for (int v = 0; v < NV; v++)
-                        acc[i * NV + v] = _mm512_fmadd_ps(x[i], bv[v], acc[i * NV + v]);
-            }
-        }
-        int l = 0;
-        for (; (q >> l) & 1; l++)
-#pragma GCC unroll 16
-            for (int r = 0; r < NA; r++) acc[r] = _mm512_add_ps(stk[l * MAX_ACC + r], acc[r]);
-        if (k1 < K) {
-#pragma GCC unroll 16
-            for (int r = 0; r < NA; r++) stk[l * MAX_ACC + r] = acc[r];
-        } else {
-            for (l++; (J->nb >> l) != 0; l++)
-                if ((J->nb >> l) & 1)
-#pragma GCC unroll 16
-                    for (int r = 0; r < NA; r++)
-                        acc[r] = _mm512_add_ps(stk[l * MAX_ACC + r], acc[r]);
-        }
-    }
+/* One k of the tile: the MR rows' op(A) values at k = p times the NV vectors of
+ * the panels at b. (The steps are macros: as functions, the AVX2 tile's
+ * accumulators leave the registers at each block's end.) */
+#define z_step(ar, b, ps, p, lda, acc, MR, NV, TA)                                                 \
+    do {                                                                                         \
+        __m512 x[8];                                                                             \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)                                     \
+            x[i] = _mm512_set1_ps(TA ? ar[0][p * lda + i] : ar[i][p]);                           \
+        if (MR == 1) {                                                                           \
+            UNROLL16 for (int v = 0; v < NV; v++)                                                \
+                acc[v] = _mm512_fmadd_ps(x[0], _mm512_loadu_ps(b + (v / 2) * ps + (v % 2) * 16),  \
+                                         acc[v]);                                                \
+        } else {                                                                                 \
+            __m512 bv[MAX_ACC];                                                                  \
+            UNROLL16 for (int v = 0; v < NV; v++)                                                \
+                bv[v] = _mm512_loadu_ps(b + (v / 2) * ps + (v % 2) * 16);                        \
+            _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)                                 \
+                UNROLL16 for (int v = 0; v < NV; v++)                                            \
+                    acc[i * NV + v] = _mm512_fmadd_ps(x[i], bv[v], acc[i * NV + v]);             \
+        }                                                                                        \
+    } while (0)
+
+/* C = alpha S + beta C of the tile's sums S, with masked loads and stores past n. */
+AVX512 static INLINE void z_store(const det_job *J, int64_t i0, int64_t p0, const __m512 *acc,
+                                  const int MR, const int NV) {
     const __m512 alpha = _mm512_set1_ps(J->alpha), beta = _mm512_set1_ps(J->beta);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++) {
-            int64_t col = (p0 + v / 2) * NR + (v % 2) * 16, left = J->n - col;
+            int64_t col = (p0 + v / 2) * 32 + (v % 2) * 16, left = J->n - col;
             if (left <= 0) continue;
             __mmask16 mk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
             float *cp = J->c + (i0 + i) * J->ldc + col;
@@ -203,20 +226,14 @@ AVX512 static INLINE void z_tile(const det_job *J, int64_t i0, int64_t p0, __m51
         }
 }
 
-#define Z_TILE(MR, NP)                                                                           \
-    AVX512 static void z_##MR##x##NP##_n(const det_job *J, int64_t i0, int64_t p0, void *s) {  \
-        z_tile(J, i0, p0, s, MR, NP, false);                                                     \
-    }                                                                                            \
-    AVX512 static void z_##MR##x##NP##_t(const det_job *J, int64_t i0, int64_t p0, void *s) {  \
-        z_tile(J, i0, p0, s, MR, NP, true);                                                      \
-    }
-Z_TILE(8, 1)
-Z_TILE(4, 2)
-Z_TILE(4, 1)
-Z_TILE(2, 4)
-Z_TILE(2, 1)
-Z_TILE(1, 8)
-Z_TILE(1, 1)
+DET_TILE(z, AVX512, __m512, 32, _mm512_setzero_ps, _mm512_add_ps)
+DET_TILE_OF(z, AVX512, 8, 1)
+DET_TILE_OF(z, AVX512, 4, 2)
+DET_TILE_OF(z, AVX512, 4, 1)
+DET_TILE_OF(z, AVX512, 2, 4)
+DET_TILE_OF(z, AVX512, 2, 1)
+DET_TILE_OF(z, AVX512, 1, 8)
+DET_TILE_OF(z, AVX512, 1, 1)
 
 /* op(B) = B^T: 16 x 16 blocks of B transposed in registers. */
 AVX512 static void z_pack(const det_job *J, int64_t p) {
@@ -278,53 +295,27 @@ AVX512 static void z_pack(const det_job *J, int64_t p) {
 
 /* ---- AVX2: panels of 16 columns, tiles of 6 x 16 (or 4 x 16, 2 x 32, 1 x 64) -------- */
 
-AVX2 static INLINE void y_tile(const det_job *J, int64_t i0, int64_t p0, __m256 *stk,
-                               const int MR, const int NP, const bool TA) {
-    enum { NR = 16 };
-    const int NV = 2 * NP, NA = MR * NV;
-    const int64_t K = J->k, ps = K * NR, lda = J->lda;
-    const float *bp = J->bp + p0 * ps;
-    const float *ar[8];
-    for (int i = 0; i < MR; i++) ar[i] = J->a + (TA ? i0 + i : (i0 + i) * lda);
-    __m256 acc[MAX_ACC];
-#pragma GCC unroll 16
-    for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps(); /* k > 0: only for the compiler */
-    int64_t q = 0;
-    for (int64_t k0 = 0; k0 < K; k0 += J->blk, q++) {
-        int64_t k1 = k0 + J->blk;
-#pragma GCC unroll 16
-        for (int r = 0; r < NA; r++) acc[r] = _mm256_setzero_ps();
-        for (int64_t p = k0; p < k1; p++) {
-            const float *b = bp + p * NR;
-            __m256 bv[8];
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(b + (v / 2) * ps + (v % 2) * 8);
-#pragma GCC unroll 8
-            for (int i = 0; i < MR; i++) {
-                __m256 x = _mm256_set1_ps(TA ? ar[0][p * lda + i] : ar[i][p]);
-#pragma GCC unroll 8
-                for (int v = 0; v < NV; v++)
-                    acc[i * NV + v] = _mm256_fmadd_ps(x, bv[v], acc[i * NV + v]);
-            }
-        }
-        int l = 0;
-        for (; (q >> l) & 1; l++)
-#pragma GCC unroll 16
-            for (int r = 0; r < NA; r++) acc[r] = _mm256_add_ps(stk[l * MAX_ACC + r], acc[r]);
-        if (k1 < K) {
-#pragma GCC unroll 16
-            for (int r = 0; r < NA; r++) stk[l * MAX_ACC + r] = acc[r];
-        } else {
-            for (l++; (J->nb >> l) != 0; l++)
-                if ((J->nb >> l) & 1)
-#pragma GCC unroll 16
-                    for (int r = 0; r < NA; r++)
-                        acc[r] = _mm256_add_ps(stk[l * MAX_ACC + r], acc[r]);
-        }
-    }
+/* One k of the tile: the NV vectors of the panels at b times each of the MR
+ * rows' op(A) values at k = p. */
+#define y_step(ar, b, ps, p, lda, acc, MR, NV, TA)                                                 \
+    do {                                                                                         \
+        __m256 bv[8];                                                                            \
+        _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                                     \
+            bv[v] = _mm256_loadu_ps(b + (v / 2) * ps + (v % 2) * 8);                             \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                   \
+            __m256 x = _mm256_set1_ps(TA ? ar[0][p * lda + i] : ar[i][p]);                       \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)                                 \
+                acc[i * NV + v] = _mm256_fmadd_ps(x, bv[v], acc[i * NV + v]);                    \
+        }                                                                                        \
+    } while (0)
+
+/* C = alpha S + beta C of the tile's sums S: whole vectors stored as they are
+ * when alpha is 1 and beta 0, else element by element (epilogue). */
+AVX2 static INLINE void y_store(const det_job *J, int64_t i0, int64_t p0, const __m256 *acc,
+                                const int MR, const int NV) {
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < NV; v++) {
-            int64_t col = (p0 + v / 2) * NR + (v % 2) * 8, left = J->n - col;
+            int64_t col = (p0 + v / 2) * 16 + (v % 2) * 8, left = J->n - col;
             if (left <= 0) continue;
             float *cp = J->c + (i0 + i) * J->ldc + col;
             if (left >= 8 && J->beta == 0.0f && J->alpha == 1.0f) {
@@ -338,19 +329,13 @@ AVX2 static INLINE void y_tile(const det_job *J, int64_t i0, int64_t p0, __m256 
         }
 }
 
-#define Y_TILE(MR, NP)                                                                           \
-    AVX2 static void y_##MR##x##NP##_n(const det_job *J, int64_t i0, int64_t p0, void *s) {    \
-        y_tile(J, i0, p0, s, MR, NP, false);                                                     \
-    }                                                                                            \
-    AVX2 static void y_##MR##x##NP##_t(const det_job *J, int64_t i0, int64_t p0, void *s) {    \
-        y_tile(J, i0, p0, s, MR, NP, true);                                                      \
-    }
-Y_TILE(6, 1)
-Y_TILE(4, 1)
-Y_TILE(2, 2)
-Y_TILE(2, 1)
-Y_TILE(1, 4)
-Y_TILE(1, 1)
+DET_TILE(y, AVX2, __m256, 16, _mm256_setzero_ps, _mm256_add_ps)
+DET_TILE_OF(y, AVX2, 6, 1)
+DET_TILE_OF(y, AVX2, 4, 1)
+DET_TILE_OF(y, AVX2, 2, 2)
+DET_TILE_OF(y, AVX2, 2, 1)
+DET_TILE_OF(y, AVX2, 1, 4)
+DET_TILE_OF(y, AVX2, 1, 1)
 #endif
 
 /* ---- the driver, any vector path ------------------------------------------------------ */
