@@ -130,8 +130,8 @@ struct mg_context {
     int cpu_bf16, cpu_bf16_warned;
     mg_staging bf16_packed;
     mg_staging det_scratch; /* cpu_det.c: the deterministic sums' terms (host, grown, kept) */
-    /* bf16_weights.c: the weights' bf16 copies, and the version that
-     * mg_backend_bf16_weights_changed moves on */
+    /* bf16_weights.c: the weights' bf16 copies; backend.c: the version they are
+     * valid at, which mg_backend_bf16_weights_changed moves on */
     mg_bf16_copy *bf16_copies;
     int n_bf16_copies, cap_bf16_copies;
     int64_t bf16_version;

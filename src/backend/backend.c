@@ -1,11 +1,13 @@
 /* backend.c: what every backend shares: the pointwise kernels' names (from
- * kernel_math.h's lists), the broadcast layout of the binary kernels and the
- * bf16 GEMM and deterministic-mode switches. It calls no backend: device.c picks a tensor's
+ * kernel_math.h's lists), the broadcast layout of the binary kernels, the
+ * bf16 GEMM and deterministic-mode switches, and the version of the weights
+ * that their bf16 copies are checked against. It calls no other file of
+ * backend/, so every one may call it: device.c picks a tensor's backend
  * (mg_backend_of), cpu_threads.c holds the CPU thread setting.
  * Exports: mg_binary_names, mg_unary_names, mg_binary_dims,
- * mg_backend_set_gemm_bf16, mg_backend_gemm_bf16, mg_set_compute_dtype,
- * mg_get_compute_dtype, mg_set_deterministic, mg_get_deterministic (meshgrad.h),
- * mg_det_leaf, mg_det_split_ok.
+ * mg_backend_set_gemm_bf16, mg_backend_gemm_bf16, mg_backend_bf16_weights_changed,
+ * mg_set_compute_dtype, mg_get_compute_dtype, mg_set_deterministic,
+ * mg_get_deterministic (meshgrad.h), mg_det_leaf, mg_det_split_ok.
  * The CPU kernels live in cpu*.c, the CUDA ones in cuda*.cu. */
 #include "config.h"
 
@@ -60,6 +62,11 @@ int mg_binary_dims(const mg_tensor *a, const mg_tensor *b, const mg_tensor *out,
 }
 
 /* ---- bf16 GEMMs ---------------------------------------------------------------- */
+
+/* The weights' bf16 copies (bf16_weights.c) hold while the version they were
+ * made at is the context's: moving it on here drops them all, with no call up
+ * into that file. */
+void mg_backend_bf16_weights_changed(void) { mg_ctx()->bf16_version++; }
 
 void mg_backend_set_gemm_bf16(int on) {
     mg_ctx()->gemm_bf16 = on ? 1 : 0;

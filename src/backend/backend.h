@@ -277,7 +277,8 @@ const char *mg_backend_cpu_bf16_gemm(void);
  * has no cast_bf16 or its memory ran out (the GEMM then rounds w as it reads
  * it). Only for tensors nothing writes in the step but the optimizer. */
 const uint16_t *mg_backend_bf16_weight(const mg_tensor *w);
-/* The weights changed (an optimizer step, a load): the next use casts again. */
+/* The weights changed (an optimizer step, a load): the next use casts again
+ * (backend.c: the context's bf16 version moves on). */
 void mg_backend_bf16_weights_changed(void);
 /* Bytes the copies hold on `device` (the memory report's "casts"). */
 size_t mg_backend_bf16_weights_bytes(int device);

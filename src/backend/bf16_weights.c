@@ -8,11 +8,11 @@
  * and counts the same bytes), and later GEMMs of the step read the copy.
  * The copies are found by the weight's data pointer and size (a short list:
  * one entry per weight), and are valid while the context's step count
- * (mg_step_end) and bf16 version (mg_backend_bf16_weights_changed) are those
- * they were made at; an entry's memory is kept and cast into again.
+ * (mg_step_end) and bf16 version (backend.c's mg_backend_bf16_weights_changed)
+ * are those they were made at; an entry's memory is kept and cast into again.
  *
- * Exports mg_backend_bf16_weight, mg_backend_bf16_weights_changed,
- * mg_backend_bf16_weights_bytes, mg_backend_bf16_weights_free (backend.h). */
+ * Exports mg_backend_bf16_weight, mg_backend_bf16_weights_bytes,
+ * mg_backend_bf16_weights_free (backend.h). */
 #include "backend/backend.h"
 
 #include <stdlib.h>
@@ -74,8 +74,6 @@ const uint16_t *mg_backend_bf16_weight(const mg_tensor *w) {
     return e->bf16;
 }
 
-void mg_backend_bf16_weights_changed(void) { mg_ctx()->bf16_version++; }
-
 size_t mg_backend_bf16_weights_bytes(int device) {
     const mg_context *c = mg_ctx();
     size_t bytes = 0;
@@ -91,5 +89,5 @@ void mg_backend_bf16_weights_free(void) {
         if (e->bf16) e->free(e->free_ctx, e->bf16);
     }
     c->n_bf16_copies = 0;
-    c->bf16_version++;
+    mg_backend_bf16_weights_changed();
 }
