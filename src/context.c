@@ -19,7 +19,7 @@
  * - the tensors freed last, held back from malloc (dist/dtensor.c: a program may
  *   free its tensors after mg_finalize);
  * - "finalized" (dist/world.c: set by mg_finalize, read by the calls after it);
- * - each thread's packing buffer for small GEMMs (backend/cpu_gemm_small.c: per
+ * - each thread's packing buffers of the GEMM kernels (backend/cpu_common.c: per
  *   thread, freed as the thread ends);
  * - the backend objects cpu.c, meta.c and cuda.cu hand out (constant but for the
  *   kernels --trace swaps), the GPU backend's state and cuBLAS's entry points

@@ -6,7 +6,7 @@
  * copy); big elementwise loops use OpenMP (only past PAR_MIN elements, so
  * small tensors pay nothing). Sums accumulate in double. In bf16 mode
  * (backend.h) the GEMMs of the vtable are cpu_gemm_bf16.c's; the kernels' own
- * GEMMs (mg_cpu_gemm, cpu_common.c) stay fp32.
+ * GEMMs (mg_cpu_gemm, cpu_gemm.c) stay fp32.
  * Exports: mg_backend_cpu(). */
 #include "backend/backend.h"
 

@@ -90,7 +90,7 @@ static inline float mg_cpu_exp(float x) {
     return p * scale;
 }
 
-/* cpu_common.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, as the gemm entry;
+/* cpu_gemm.c: C(M,N) = alpha op(A) op(B) + beta C, row-major, as the gemm entry;
  * empty sizes are fine (k = 0 gives C = beta C). */
 void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
