@@ -159,6 +159,9 @@ struct mg_context {
     struct mg_comm **comms;   /* comm.c: live comms, whose counters mg_comm_stats sums */
     int n_comms, cap_comms;
     mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */
+    /* comm.c: the deterministic mode's sum, comm_tree.c's (mg_comm_on_tree_sum) */
+    int (*comm_tree_sum)(struct mg_comm *c, const float *send, float *recv, int64_t n,
+                         int scatter);
     struct mg_reducer *reducer;           /* reducer.c */
     struct mg_watchdog *watchdog;         /* watchdog.c */
     int (*watchdog_on_timeout)(const char *reason); /* watchdog.c: run on a timeout before

@@ -5,9 +5,9 @@
  * communicators, the MG_COMM_DEBUG table, and status agreement over the world.
  * Also what the MPI iface's files (comm_mpi.c, comm_p2p.c) share: the largest
  * count one MPI call is given, and MPI's errors as messages.
- * In the deterministic mode sums go to comm_tree.c instead (a meta comm's are
- * counted as they are: it sums nothing).
- * Exports: mg_comm_* (comm.h), mg_coll_bytes, mg_status_agree(_rank),
+ * In the deterministic mode sums go to comm_tree.c instead, through the hook
+ * it registers (a meta comm's are counted as they are: it sums nothing).
+ * Exports: mg_comm_* (comm.h, mg_comm_on_tree_sum too), mg_coll_bytes, mg_status_agree(_rank),
  * mg_comm_mpi_max_count, mg_comm_mpi_set_max_count, mg_mpi_failed, and the
  * public mg_comm_stats_get / mg_comm_stats_reset / mg_coll_name. */
 #include "dist/comm.h"
@@ -159,12 +159,24 @@ static int bad_count(const char *who, int64_t n) {
     return mg_error(MG_EINVAL, "%s: count %lld is negative", who, (long long)n);
 }
 
+/* ---- the deterministic mode's sums: comm_tree.c's, through its hook ---------- */
+
+void mg_comm_on_tree_sum(mg_comm_tree_sum_fn fn) { mg_ctx()->comm_tree_sum = fn; }
+
+static int tree_sum(mg_comm *c, const float *send, float *recv, int64_t n, int scatter) {
+    mg_comm_tree_sum_fn fn = mg_ctx()->comm_tree_sum;
+    if (!fn) /* every comm of several ranks registers it as it is made (comm.h) */
+        return mg_error(MG_ESTATE, "deterministic sum over %d ranks: the tree sums are not "
+                        "registered (mg_comm_tree_start)", c->size);
+    return fn(c, send, recv, n, scatter);
+}
+
 int mg_comm_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     if (n < 0) return bad_count("all_reduce", n);
     if (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG && op != MG_REDUCE_MAX)
         return mg_error(MG_EINVAL, "all_reduce: unknown reduce op %d", (int)op);
     if (mg_ctx()->deterministic && op != MG_REDUCE_MAX && c->size > 1 && !c->meta) {
-        int rc = mg_comm_tree_all_reduce(c, buf, n);
+        int rc = tree_sum(c, buf, buf, n, 0);
         if (rc == MG_OK && op == MG_REDUCE_AVG && !c->meta)
             for (int64_t i = 0; i < n; i++) buf[i] /= (float)c->size;
         return rc;
@@ -181,7 +193,7 @@ int mg_comm_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req)
     req->shm = 0;
     req->flight = -1;
     if (n < 0) return bad_count("iall_reduce", n);
-    if (mg_ctx()->deterministic && c->size > 1 && !c->meta) return mg_comm_tree_all_reduce(c, buf, n);
+    if (mg_ctx()->deterministic && c->size > 1 && !c->meta) return tree_sum(c, buf, buf, n, 0);
     if (!c->iface->iall_reduce) { /* blocking, under the watchdog (a meta comm: counted) */
         int64_t f = count(c, MG_COLL_ALL_REDUCE, n, 0);
         if (f == MG_FLIGHT_SKIP) return MG_OK;
@@ -269,7 +281,7 @@ int mg_comm_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
 int mg_comm_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
     if (n < 0) return bad_count("reduce_scatter", n);
     if (mg_ctx()->deterministic && c->size > 1 && !c->meta)
-        return mg_comm_tree_reduce_scatter(c, send, recv, n);
+        return tree_sum(c, send, recv, n, 1);
     int64_t f = count(c, MG_COLL_REDUCE_SCATTER, n, 0);
     if (f == MG_FLIGHT_SKIP) return MG_OK;
     return watched(f, c->iface->reduce_scatter(c, send, recv, n));

@@ -213,6 +213,21 @@ int mg_comm_mpi_p2p_wait(mg_comm *, mg_p2p_request *req);
  * "WHAT: <MPI's own message>", WHAT printf-style (comm.c). */
 int mg_mpi_failed(int err, const char *what, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- the deterministic mode's sums ------------------------------------------
+ * While the mode is on, mg_comm_all_reduce, iall_reduce and reduce_scatter of
+ * a comm of several ranks go to comm_tree.c: the ranks' parts added in one
+ * binary tree over the ranks' order, the same bits on every rank. comm_tree.c
+ * stands above comm.c (it sums what comm.c's all_gather and all_to_all bring),
+ * so comm.c calls it through the hook it registers: `fn` sums every rank's n
+ * floats of send into recv (all-reduce; recv may be send), or with `scatter`
+ * block r of every rank's size * n into rank r's recv (reduce-scatter).
+ * mg_comm_tree_start registers it; mg_comm_mpi_new calls that, so that every
+ * comm that sums across ranks (one, or one inside an NCCL comm) finds it. */
+typedef int (*mg_comm_tree_sum_fn)(mg_comm *, const float *send, float *recv, int64_t n,
+                                   int scatter);
+void mg_comm_on_tree_sum(mg_comm_tree_sum_fn fn);
+void mg_comm_tree_start(void);
+
 /* ---- control messages (comm_control.c) --------------------------------------
  * For the layers above dist/: agreeing on statuses, flags, names and exit codes
  * without raw MPI calls. Host memory, the comm's MPI communicator (also for an
@@ -220,12 +235,6 @@ int mg_mpi_failed(int err, const char *what, ...) __attribute__((format(printf, 
  * the collective watchdog. Every rank of the comm must call each of them. */
 typedef enum { MG_CONTROL_SUM = 0, MG_CONTROL_MIN, MG_CONTROL_MAX } mg_control_op;
 
-/* comm_tree.c: the deterministic mode's sums (mg_comm_all_reduce,
- * iall_reduce and reduce_scatter go there while the mode is on): the ranks'
- * parts added in one binary tree over the ranks' order, the same bits on every
- * rank. Collective. */
-int mg_comm_tree_all_reduce(mg_comm *, float *buf, int64_t n);
-int mg_comm_tree_reduce_scatter(mg_comm *, const float *send /* size*n */, float *recv, int64_t n);
 /* An exact sum (exact.h) summed over the comm's ranks, in place: every rank gets
  * the sum of all, exactly. Collective. */
 int mg_comm_sum_exact(mg_comm *, mg_exact *a);

@@ -1,8 +1,9 @@
 /* comm_control.c: control messages over a communicator, for the layers above
  * dist/ that must agree on something (a status, a flag, a file name, the exit
  * code) without a raw MPI call of their own: a byte broadcast, all-reduces of
- * a few int64 or double values (sum, min, max) and an agreement that can give
- * up after a deadline. They always use host memory and the comm's MPI
+ * a few int64 or double values (sum, min, max), sums of int64 values and of
+ * exact sums (exact.h: integers, added in any order) and an agreement that can
+ * give up after a deadline. They always use host memory and the comm's MPI
  * communicator (also for an NCCL comm), are counted in the comm's statistics
  * (as broadcast and all_reduce, bytes as for floats of the same size) and
  * block under the collective watchdog, as the calls of comm.c do. A comm of
@@ -10,7 +11,7 @@
  * Also the world comm: one mg_comm over MPI_COMM_WORLD for code that has no
  * mesh at hand (the program's exit code, checkpoints, data sets, flags).
  * Exports: mg_comm_world, mg_comm_broadcast_bytes, mg_comm_all_reduce_i64, mg_comm_sum_i64,
- * mg_comm_all_reduce_f64, mg_comm_agree_max, mg_comm_gather_bytes,
+ * mg_comm_sum_exact, mg_comm_all_reduce_f64, mg_comm_agree_max, mg_comm_gather_bytes,
  * mg_comm_abort. */
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +25,7 @@
 #include "dist/comm.h"
 #include "dist/flight.h"
 #include "dist/watchdog.h"
+#include "exact.h"
 #include "status.h"
 
 /* The context's world comm: made on first use, registered so its counters are
@@ -109,6 +111,20 @@ int mg_comm_sum_i64(mg_comm *c, int64_t *buf, int64_t n) {
     if (n < 0 || n > INT_MAX)
         return mg_error(MG_EINVAL, "integer sum of %lld values: 0 to %d", (long long)n, INT_MAX);
     return all_reduce_any(c, buf, (int)n, MPI_INT64_T, MG_CONTROL_SUM);
+}
+
+int mg_comm_sum_exact(mg_comm *c, mg_exact *a) {
+    mg_exact_normalize(a); /* digits below 2^32: the ranks' sum cannot overflow */
+    int64_t w[MG_EXACT_WORDS];
+    memcpy(w, a->d, sizeof a->d);
+    w[MG_EXACT_DIGITS] = a->nan, w[MG_EXACT_DIGITS + 1] = a->pos_inf;
+    w[MG_EXACT_DIGITS + 2] = a->neg_inf, w[MG_EXACT_DIGITS + 3] = 0;
+    int rc = mg_comm_sum_i64(c, w, MG_EXACT_WORDS);
+    if (rc != MG_OK) return rc;
+    memcpy(a->d, w, sizeof a->d);
+    a->nan = w[MG_EXACT_DIGITS], a->pos_inf = w[MG_EXACT_DIGITS + 1];
+    a->neg_inf = w[MG_EXACT_DIGITS + 2], a->pending = 0;
+    return MG_OK;
 }
 
 int mg_comm_all_reduce_i64(mg_comm *c, int64_t *buf, int n, mg_control_op op) {

@@ -9,6 +9,8 @@
  * far slower.
  * Non-blocking sums (iall_reduce) are rings over point-to-point (comm_ring.h),
  * or one pass over shared memory for buffers from alloc_shared (comm_shm.h).
+ * Every comm that sums across ranks is made here, so here the deterministic
+ * mode's tree sums (comm_tree.c) are registered with comm.c.
  * Exports: mg_comm_mpi_new. */
 #include <stdlib.h>
 #include <string.h>
@@ -341,5 +343,6 @@ mg_comm *mg_comm_mpi_new(MPI_Comm mpi) {
     }
     c->iface = &mpi_iface;
     c->mpi = mpi;
+    mg_comm_tree_start(); /* the deterministic mode's sums (comm.h) */
     return c;
 }

@@ -6,14 +6,13 @@
  * blocks (DESIGN.md, "Determinism") adds its part where that range's subtree
  * is. The parts travel by all-gather (all-reduce) or all-to-all (reduce-
  * scatter): for two ranks the same bytes as a ring, (k - 1)/k more beyond.
- * And the exact sums' (exact.h) over a comm: integers, added in any order.
- * Exports: mg_comm_tree_all_reduce, mg_comm_tree_reduce_scatter, mg_comm_sum_exact
- * (comm.h). */
+ * It stands above comm.c, whose gathers it calls: comm.c's sums reach it
+ * through the hook mg_comm_tree_start registers (mg_comm_on_tree_sum).
+ * Exports: mg_comm_tree_start (comm.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist/comm.h"
-#include "exact.h"
 #include "status.h"
 
 /* parts[0 .. k) of n floats each, summed into parts[0] in the tree. */
@@ -34,27 +33,20 @@ static float *scratch(const mg_comm *c, int64_t n) {
     return p;
 }
 
-int mg_comm_tree_all_reduce(mg_comm *c, float *buf, int64_t n) {
-    if (c->size == 1 || n == 0) return MG_OK;
-    float *parts = scratch(c, n);
-    if (!parts) return MG_ENOMEM;
-    int rc = mg_comm_all_gather(c, buf, n, parts);
-    if (rc == MG_OK && !c->meta) {
-        tree_sum(parts, c->size, n);
-        memcpy(buf, parts, (size_t)n * sizeof(float));
-    }
-    free(parts);
-    return rc;
-}
-
-int mg_comm_tree_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
-    if (c->size == 1) {
+/* The ranks' parts summed in the tree: every rank's n floats at send, by
+ * all-gather (the all-reduce; recv is send), or block r of every rank's size * n
+ * into rank r's recv, by all-to-all (the reduce-scatter, `scatter`). An empty
+ * all-reduce moves nothing; an empty reduce-scatter is still its all-to-all,
+ * counted as one. */
+static int tree_sum_over(mg_comm *c, const float *send, float *recv, int64_t n, int scatter) {
+    if (c->size == 1 || (n == 0 && !scatter)) {
         if (recv != send && n > 0 && !c->meta) memmove(recv, send, (size_t)n * sizeof(float));
         return MG_OK;
     }
     float *parts = scratch(c, n);
     if (!parts) return MG_ENOMEM;
-    int rc = mg_comm_all_to_all(c, send, n, parts);
+    int rc = scatter ? mg_comm_all_to_all(c, send, n, parts)
+                     : mg_comm_all_gather(c, send, n, parts);
     if (rc == MG_OK && !c->meta) {
         tree_sum(parts, c->size, n);
         memcpy(recv, parts, (size_t)n * sizeof(float));
@@ -63,16 +55,4 @@ int mg_comm_tree_reduce_scatter(mg_comm *c, const float *send, float *recv, int6
     return rc;
 }
 
-int mg_comm_sum_exact(mg_comm *c, mg_exact *a) {
-    mg_exact_normalize(a); /* digits below 2^32: the ranks' sum cannot overflow */
-    int64_t w[MG_EXACT_WORDS];
-    memcpy(w, a->d, sizeof a->d);
-    w[MG_EXACT_DIGITS] = a->nan, w[MG_EXACT_DIGITS + 1] = a->pos_inf;
-    w[MG_EXACT_DIGITS + 2] = a->neg_inf, w[MG_EXACT_DIGITS + 3] = 0;
-    int rc = mg_comm_sum_i64(c, w, MG_EXACT_WORDS);
-    if (rc != MG_OK) return rc;
-    memcpy(a->d, w, sizeof a->d);
-    a->nan = w[MG_EXACT_DIGITS], a->pos_inf = w[MG_EXACT_DIGITS + 1];
-    a->neg_inf = w[MG_EXACT_DIGITS + 2], a->pending = 0;
-    return MG_OK;
-}
+void mg_comm_tree_start(void) { mg_comm_on_tree_sum(tree_sum_over); }
