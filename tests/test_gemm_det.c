@@ -20,7 +20,7 @@
 #endif
 
 #include "backend/blas_core.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "testutil.h"
 
 static void set_threads(int n) {

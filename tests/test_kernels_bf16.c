@@ -34,7 +34,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_bf16.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 #include "testutil.h"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "kernel_testutil.h"
 
 static void expect_close(const mg_tensor *got, const mg_tensor *want, double tol,

@@ -17,7 +17,7 @@
 #endif
 
 #include "backend/cpu_exp16.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "kernel_testutil.h"
 
 static mg_tensor *mat(int64_t r, int64_t c) { return junk(2, (int64_t[]){r, c}); }

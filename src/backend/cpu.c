@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 #include "backend/kernel_math.h"
 #include "parallel.h"

@@ -21,11 +21,11 @@
  * k0 + j > q0 + i, so a rank holding a slice of the queries (sequence
  * parallel) against all keys masks the right ones. Key tiles wholly in a row
  * tile's future are skipped.
- * Exports mg_cpu_attention, mg_cpu_attention_backward (cpu_internal.h). */
+ * Exports mg_cpu_attention, mg_cpu_attention_backward (cpu_kernels.h). */
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "parallel.h"
 
 /* Fused multiply-adds where the clone has them (GCC's ISO C mode leaves them

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 
 float mg_bf16_round(float x) {

@@ -1,12 +1,12 @@
 /* cpu_common.c: what the CPU kernel files share and define once: the bounds
- * of mg_cpu_exp (cpu_internal.h says why they live in a .c file) and the
+ * of mg_cpu_exp (cpu_kernels.h says why they live in a .c file) and the
  * threads' kept buffers of the GEMM kernels. It calls no other kernel file,
  * so every one may call it.
- * Exports: mg_cpu_exp_lo, mg_cpu_exp_hi, mg_cpu_thread_buffer (cpu_internal.h). */
+ * Exports: mg_cpu_exp_lo, mg_cpu_exp_hi, mg_cpu_thread_buffer (cpu_kernels.h). */
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 
 const float mg_cpu_exp_lo = -88.0f, mg_cpu_exp_hi = 88.0f; /* see mg_cpu_exp */
 

@@ -13,11 +13,11 @@
  * power-of-two count of equal parts gives subtrees); the GEMM's leaves are of
  * 64 (cpu_gemm_det.c; the embedding's too, cpu_nn.c), where the tree's adds
  * would cost.
- * Exports: mg_cpu_det_colsum, mg_cpu_det_scratch (cpu_internal.h). */
+ * Exports: mg_cpu_det_colsum, mg_cpu_det_scratch (cpu_kernels.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 #include "parallel.h"
 

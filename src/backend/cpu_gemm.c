@@ -1,12 +1,12 @@
 /* cpu_gemm.c: the fp32 GEMM on the CPU that the vtable and the kernels call
- * (mg_cpu_gemm, cpu_internal.h): in the deterministic mode cpu_gemm_det.c's,
+ * (mg_cpu_gemm, cpu_kernels.h): in the deterministic mode cpu_gemm_det.c's,
  * else OpenBLAS's sgemv for one row, cpu_gemm_small.c's kernel for a few rows
  * against a large B, and sgemm for the rest. It sits above those two files,
  * and every kernel file that multiplies sits above it.
  * Exports: mg_cpu_gemm. */
 #include <cblas.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 
 /* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */

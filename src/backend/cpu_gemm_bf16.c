@@ -32,7 +32,7 @@
  * its operands packed on the stack (mg_cpu_gemm_bf16_small).
  *
  * Exports mg_cpu_gemm_bf16, mg_cpu_cast_bf16, mg_cpu_bf16_kernel,
- * mg_cpu_gemm_bf16_small (cpu_internal.h), mg_backend_cpu_bf16_gemm (backend.h). */
+ * mg_cpu_gemm_bf16_small (cpu_kernels.h), mg_backend_cpu_bf16_gemm (backend.h). */
 #include "config.h"
 
 #include <stdio.h>
@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "backend/cpu_bf16.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 
 #ifdef _OPENMP

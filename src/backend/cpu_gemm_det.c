@@ -18,7 +18,7 @@
  * into panels of columns (k-major), op(A) broadcast where it lies; at each
  * block's end the register tile goes into a binary-counter stack of partials
  * (log2(nb) + 1 levels, on the thread's stack). Threads split M and N, never K.
- * Exports mg_cpu_gemm_det and mg_cpu_gemm_det_force (cpu_internal.h). */
+ * Exports mg_cpu_gemm_det and mg_cpu_gemm_det_force (cpu_kernels.h). */
 #include <math.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "backend/blas_core.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "parallel.h"
 
 #ifdef _OPENMP

@@ -19,12 +19,12 @@
  * has AVX2 and FMA; beside OpenBLAS's AVX2 (Haswell) kernels the small
  * products then run at about the rate of the large ones, no faster. Other
  * shapes, CPUs and compilers go to sgemm.
- * Exports mg_cpu_gemm_small (cpu_internal.h). */
+ * Exports mg_cpu_gemm_small (cpu_kernels.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/blas_core.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "context.h"
 #include "parallel.h"
 

@@ -10,7 +10,7 @@
  * output too large to stay in cache with streaming stores, in the same bits.
  * Exports mg_cpu_layer_norm, mg_cpu_layer_norm_moments,
  * mg_cpu_layer_norm_backward_sums and mg_cpu_layer_norm_backward
- * (cpu_internal.h; contracts in backend.h). */
+ * (cpu_kernels.h; contracts in backend.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

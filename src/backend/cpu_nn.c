@@ -7,7 +7,7 @@
  * of blocks of SUM_BLOCK terms (which vectorize) added up in double. The
  * softmax forward and backward write an output too large to stay in cache
  * with streaming stores (AVX-512), in the same bits.
- * Exports the mg_cpu_* functions of cpu_internal.h (contracts in backend.h)
+ * Exports the mg_cpu_* functions of cpu_kernels.h (contracts in backend.h)
  * but the layer norm kernels. */
 #include <math.h>
 #include <stdlib.h>

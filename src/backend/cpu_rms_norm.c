@@ -6,7 +6,7 @@
  * gradient adds rows in order in float, as layer norm's does.
  * Exports mg_cpu_rms_norm, mg_cpu_rms_norm_squares,
  * mg_cpu_rms_norm_backward_sums and mg_cpu_rms_norm_backward
- * (cpu_internal.h; contracts in backend.h). */
+ * (cpu_kernels.h; contracts in backend.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,10 +4,10 @@
  * cosines and sines are taken once, in double, for a block of pairs, and
  * serve every batch row and head; the backward rotates by the negative
  * angle. Positions are split among threads.
- * Exports mg_cpu_rope (cpu_internal.h; its contract in backend.h). */
+ * Exports mg_cpu_rope (cpu_kernels.h; its contract in backend.h). */
 #include <math.h>
 
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "parallel.h"
 
 #define PAIRS 128 /* pairs whose cosines and sines are kept at once */

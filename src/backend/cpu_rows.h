@@ -12,7 +12,7 @@
 
 #include "backend/blas_core.h"
 #include "backend/cpu_exp16.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 
 /* Fused multiply-adds where the clone has them (GCC's ISO C mode leaves them
  * off): the exps of these loops wait on their polynomial's latency, which FMA

@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdint.h>
 
-/* always inlined: the CPU's vectorized loops (cpu_internal.h's clones) call
+/* always inlined: the CPU's vectorized loops (cpu_kernels.h's clones) call
  * these, and out of line they would run the baseline code */
 #ifdef __CUDACC__
 #define MG_KERNEL static __host__ __device__ __forceinline__

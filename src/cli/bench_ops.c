@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu_internal.h"
+#include "backend/cpu_kernels.h"
 #include "backend/device.h"
 #include "cli/bench_util.h"
 #include "cli/cli.h"

@@ -1,17 +1,20 @@
-/* cpu_internal.h: what the files of the CPU backend share. cpu.c holds the
- * vtable and the general kernels; cpu_nn.c the row kernels of the network ops
- * (softmax, embedding, cross-entropy, GELU), cpu_layer_norm.c those of layer
- * norm and cpu_rms_norm.c those of RMS norm; cpu_rope.c the rotary
- * embedding; cpu_attention.c the fused attention; cpu_gemm_bf16.c the bf16
- * GEMM. The vtable takes the kernels of the other files from here.
+/* cpu_kernels.h: what the files of the CPU backend share, a header of none of
+ * them. cpu.c holds the vtable and the general kernels; cpu_nn.c the row
+ * kernels of the network ops (softmax, embedding, cross-entropy, GELU),
+ * cpu_layer_norm.c those of layer norm and cpu_rms_norm.c those of RMS norm;
+ * cpu_rope.c the rotary embedding; cpu_attention.c the fused attention;
+ * cpu_gemm.c the fp32 GEMM (over cpu_gemm_small.c and cpu_gemm_det.c);
+ * cpu_gemm_bf16.c the bf16 GEMM; cpu_common.c and cpu_det.c what the kernels
+ * call. The vtable, above them all, takes the kernels of the other files from
+ * here.
  *
  * Exports the loop thresholds, MG_CPU_CLONES, MG_CPU_INLINE, mg_cpu_gemm,
  * mg_cpu_exp (a vectorizable expf for softmax arguments) and the kernel
  * functions of cpu_nn.c, cpu_layer_norm.c, cpu_rms_norm.c, cpu_rope.c,
  * cpu_attention.c and cpu_gemm_bf16.c (their contracts are those of the vtable entries in
  * backend.h). */
-#ifndef MG_BACKEND_CPU_INTERNAL_H
-#define MG_BACKEND_CPU_INTERNAL_H
+#ifndef MG_BACKEND_CPU_KERNELS_H
+#define MG_BACKEND_CPU_KERNELS_H
 
 #include <stdint.h>
 #include <string.h>
