@@ -29,6 +29,7 @@
 #include "meshgrad.h"
 #include "meshgrad_train.h"
 #include "nn/optim.h"
+#include "status.h"
 #include "testutil.h"
 #include "train/api.h"
 
