@@ -109,11 +109,14 @@ END_TEST
 /* Micro-batch shapes against a large operand (cpu_gemm_small.c on AVX2
  * machines for nt, sgemm elsewhere): rows that do not fill a register
  * tile, weights whose edges do not, leading dims with padding, beta 0 over NaN
- * and 0.5; the last case, past 64 rows, goes to sgemm. _i: 0 nt (x W^T), 1 nn
+ * and 0.5; past 64 rows sgemm; one row (a generated token: the AVX-512 row
+ * kernel for nt, sgemv elsewhere) with weight rows and K that do not fill
+ * four rows or 16 lanes. _i: 0 nt (x W^T), 1 nn
  * (dy W), 2 tn (dy^T x). */
 START_TEST(test_gemm_small) {
     static const int64_t rows_first[][3] = {{2, 300, 257}, {17, 259, 300}, {32, 1030, 70},
-                                            {64, 300, 230}, {5, 600, 120},  {65, 300, 257}};
+                                            {64, 300, 230}, {5, 600, 120},  {65, 300, 257},
+                                            {1, 300, 257},  {1, 259, 300},  {1, 3, 40}};
     mg_backend_cpu_set_threads(1); /* the kernels take a call when sgemm would get no more */
     for (size_t s = 0; s < sizeof rows_first / sizeof rows_first[0]; s++)
         for (int64_t pad = 0; pad <= 3; pad += 3)
