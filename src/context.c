@@ -1,10 +1,11 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_context_on_reset, mg_is_step_arena, mg_scratch_arena, mg_recompute_arena,
- * mg_micro_arena_new, mg_context_drop_arenas. */
+ * mg_context_on_reset, mg_context_layer_new, mg_is_step_arena, mg_scratch_arena,
+ * mg_recompute_arena, mg_micro_arena_new, mg_context_drop_arenas. */
 #include "context.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,7 @@ static const struct {
     KEPT(tensors), KEPT(n_tensors), KEPT(cap_tensors), KEPT(freed_tensors), KEPT(next_freed),
     KEPT(live),    KEPT(n_live),    KEPT(cap_live),
     KEPT(loaders), KEPT(n_loaders), KEPT(cap_loaders), KEPT(closed_loaders), KEPT(next_closed),
+    KEPT(reset_hooks), KEPT(n_reset_hooks), KEPT(layers),
 };
 
 void mg_context_reset(void) {
@@ -59,6 +61,16 @@ void mg_context_reset(void) {
         size_t at = kept[i].offset;
         memcpy((char *)&context + at, (const char *)&old + at, kept[i].size);
     }
+}
+
+void *mg_context_layer_new(size_t bytes, void (*free_fn)(void)) {
+    void *p = calloc(1, bytes);
+    if (!p) {
+        fprintf(stderr, "meshgrad: out of memory for %zu bytes of the library's state\n", bytes);
+        abort();
+    }
+    if (free_fn) mg_context_on_reset(free_fn);
+    return p;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

@@ -17,8 +17,8 @@
  * registers its free), frees this layer's arenas and zeroes the rest, so
  * mg_init may start again.
  *
- * Exports: mg_context, mg_ctx, mg_context_reset, mg_context_on_reset, mg_step_arena,
- * mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
+ * Exports: mg_context, mg_ctx, mg_context_reset, mg_context_on_reset, mg_context_layer_new,
+ * mg_step_arena, mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
  * mg_context_drop_arenas. */
 #ifndef MG_CONTEXT_H
 #define MG_CONTEXT_H
@@ -107,7 +107,8 @@ struct mg_context {
      * segment at a time (autograd/recompute.h) */
     mg_arena *recompute_arena[MG_DEVICE_KINDS];
 
-    /* context.c: each layer's free of its own members (mg_context_on_reset) */
+    /* context.c: each layer's free (mg_context_on_reset); kept by
+     * mg_context_reset: registered once, a free runs at every reset */
     void (*reset_hooks[MG_RESET_HOOKS])(void);
     int n_reset_hooks;
 
@@ -216,15 +217,35 @@ struct mg_context {
     /* pipeline_exec.c: activation headers a meta run sent, for a later run's
      * receives (a plan estimate's runs, one per pipeline rank) */
     struct mg_pp_meta_headers *pp_meta_headers;
+
+    /* Each upper layer's state, made on first use by its accessor (the
+     * layer's <layer>_state.h) through mg_context_layer_new; opaque here.
+     * Kept by mg_context_reset: NULL where the layer's free freed its state,
+     * and the state where the layer keeps it (members that outlive a reset). */
+    struct {
+        struct mg_backend_state *backend;
+        struct mg_dist_state *dist;
+        struct mg_ops_state *ops;
+        struct mg_autograd_state *autograd;
+        struct mg_io_state *io;
+        struct mg_nn_state *nn;
+        struct mg_train_state *train;
+    } layers;
 };
 typedef struct mg_context mg_context;
 
 /* The process's context. */
 mg_context *mg_ctx(void);
-/* fn runs at the next mg_context_reset (the newest first), before the context
- * is zeroed: the free of a layer's own members, registered by the file that
- * allocates them as it first does (once: a second call with fn does nothing). */
+/* fn runs at every mg_context_reset from now on (the newest first), before
+ * the context is zeroed: the free of what a layer holds then (nothing, when it
+ * holds nothing), registered as the layer first makes its state (once: a
+ * second call with fn does nothing). */
 void mg_context_on_reset(void (*fn)(void));
+/* A layer's state of `bytes`, zeroed, for the layer's accessor to keep in
+ * mg_ctx()->layers; `free_fn` (NULL: none) is registered with
+ * mg_context_on_reset. Out of memory, it says so and aborts: the accessors
+ * are read on hot paths that check nothing. */
+void *mg_context_layer_new(size_t bytes, void (*free_fn)(void));
 /* The arenas of the current device (mg_get_device()), made on first use;
  * NULL with a message when that device's backend has not registered its memory.
  * - step: everything made during one training step (activations,
