@@ -47,7 +47,6 @@ struct mg_flight;
 struct mg_comm_info;
 struct mg_trace;
 struct mg_pp_meta_headers;
-struct mg_backend_iface;
 struct mg_observe;
 struct mg_token_loader;
 struct mg_recompute_seg;
@@ -57,19 +56,6 @@ typedef struct {
     void *p;
     size_t bytes;
 } mg_staging;
-
-/* A weight's bf16 copy (backend/bf16_weights.c): of the `numel` floats at `src`
- * on `device`, in `bytes` of that device's memory (freed with `free`), valid
- * while the step and version are the context's. */
-typedef struct {
-    const float *src;
-    int64_t numel, step, version;
-    int device;
-    void *bf16;
-    size_t bytes;
-    void (*free)(void *ctx, void *p);
-    void *free_ctx;
-} mg_bf16_copy;
 
 /* A leaf of the graph being walked, and how many contributions to its
  * gradient are still to come (autograd/backward.c). */
@@ -116,30 +102,9 @@ struct mg_context {
     int tracing;            /* recording now: the one test every trace hook makes */
     struct mg_trace *trace; /* the events, kept after recording stops until freed */
 
-    /* ---- backend/ ---- */
-    int device;      /* where new tensors live (MG_DEVICE_*) */
-    int cpu_threads; /* of the CPU kernels; 0 until first set */
-    int gemm_bf16;   /* backend.c: GEMM inputs rounded to bf16, sums in fp32 */
-    int deterministic; /* backend.c: every sum in its fixed order (DESIGN.md, Determinism) */
-    /* ops_vocab.c: the deterministic mode's cross-entropy sums since the trainer
-     * last took them (the exact sum of the rows' losses, and the rows) */
-    mg_exact det_loss;
-    int64_t det_loss_rows;
-    mg_staging bf16_rounded[2]; /* cpu_bf16.c: a GEMM's A and B rounded to bf16 (host) */
-    /* cpu_gemm_bf16.c: which bf16 GEMM the CPU runs (0 until first asked), the
-     * warning said once, B packed for the kernel (host, grown and kept) */
-    int cpu_bf16, cpu_bf16_warned;
-    mg_staging bf16_packed;
-    mg_staging det_scratch; /* cpu_det.c: the deterministic sums' terms (host, grown, kept) */
-    /* bf16_weights.c: the weights' bf16 copies; backend.c: the version they are
-     * valid at, which mg_backend_bf16_weights_changed moves on */
-    mg_bf16_copy *bf16_copies;
-    int n_bf16_copies, cap_bf16_copies;
-    int64_t bf16_version;
-    /* trace_kernels.c: while tracing, the traced backend's own iface, and the
-     * decorated copy that took its place */
-    const struct mg_backend_iface *kernels_untraced;
-    struct mg_backend_iface *kernels_traced;
+    /* ---- set by an upper layer, read by this one or by one below the setter ---- */
+    int device; /* backend/device.c: where new tensors live (MG_DEVICE_*): this layer's
+                 * arenas and tensors are made there */
 
     /* ---- io/ ---- */
     int h5_started; /* h5util.c: HDF5 opened, its error printing off */
@@ -212,6 +177,10 @@ struct mg_context {
     int n_copies, cap_copies;
     size_t gathered_bytes;       /* ops.c: the scratch arena's data that gathers took since its reset */
     double op_flops, op_bytes;   /* ops.c: the kernels' cost so far (op_def.h's mg_op_cost) */
+    /* ops_vocab.c: the deterministic mode's cross-entropy sums since the trainer
+     * last took them (the exact sum of the rows' losses, and the rows) */
+    mg_exact det_loss;
+    int64_t det_loss_rows;
 
     /* ---- nn/ ---- */
     /* pipeline_exec.c: activation headers a meta run sent, for a later run's

@@ -33,6 +33,7 @@
 #include "config.h"
 
 #include "backend/backend.h"
+#include "backend/backend_state.h"
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "context.h"
@@ -268,7 +269,7 @@ END_TEST
 static void pick(int emulate) {
     if (emulate) setenv("MG_CPU_BF16", "emulate", 1);
     else unsetenv("MG_CPU_BF16");
-    mg_ctx()->cpu_bf16 = 0; /* decide again */
+    mg_backend_ctx()->cpu_bf16 = 0; /* decide again */
     const char *name = mg_backend_cpu_bf16_gemm();
     if (emulate) ck_assert_msg(strstr(name, "emulated, as MG_CPU_BF16=emulate asks"), "%s", name);
 }

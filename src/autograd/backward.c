@@ -196,7 +196,7 @@ static int accumulate(mg_dtensor *t, mg_dtensor *g, bool own) {
                         mg_shape_format(a, sizeof a, g->spec.ndim, g->spec.shape),
                         mg_shape_format(b, sizeof b, t->spec.ndim, t->spec.shape));
     }
-    if (mg_ctx()->deterministic && !(g = summed_now(g))) return mg_last_code();
+    if (mg_get_deterministic() && !(g = summed_now(g))) return mg_last_code();
     if (!t->grad) {
         t->grad = g;
         t->flags = own ? t->flags | MG_DTENSOR_OWN_GRAD : t->flags & ~(unsigned)MG_DTENSOR_OWN_GRAD;

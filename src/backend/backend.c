@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "context.h"
 #include "status.h"
 
@@ -66,33 +67,33 @@ int mg_binary_dims(const mg_tensor *a, const mg_tensor *b, const mg_tensor *out,
 /* The weights' bf16 copies (bf16_weights.c) hold while the version they were
  * made at is the context's: moving it on here drops them all, with no call up
  * into that file. */
-void mg_backend_bf16_weights_changed(void) { mg_ctx()->bf16_version++; }
+void mg_backend_bf16_weights_changed(void) { mg_backend_ctx()->bf16_version++; }
 
 void mg_backend_set_gemm_bf16(int on) {
-    mg_ctx()->gemm_bf16 = on ? 1 : 0;
+    mg_backend_ctx()->gemm_bf16 = on ? 1 : 0;
     mg_backend_bf16_weights_changed();
 }
 
-int mg_backend_gemm_bf16(void) { return mg_ctx()->gemm_bf16; }
+int mg_backend_gemm_bf16(void) { return mg_backend_ctx()->gemm_bf16; }
 
 int mg_set_compute_dtype(mg_dtype dtype) {
     if (dtype != MG_DTYPE_FP32 && dtype != MG_DTYPE_BF16)
         return mg_error(MG_EINVAL, "mg_set_compute_dtype: %d is not MG_DTYPE_FP32 (0) or "
                                    "MG_DTYPE_BF16 (1)", (int)dtype);
-    if (dtype == MG_DTYPE_BF16 && mg_ctx()->deterministic)
+    if (dtype == MG_DTYPE_BF16 && mg_backend_ctx()->deterministic)
         return mg_error(MG_EINVAL, "mg_set_compute_dtype: the deterministic mode is fp32 only; "
                                    "turn it off (mg_set_deterministic(0)) for bf16");
     mg_backend_set_gemm_bf16(dtype == MG_DTYPE_BF16);
     return MG_OK;
 }
 
-mg_dtype mg_get_compute_dtype(void) { return mg_ctx()->gemm_bf16 ? MG_DTYPE_BF16 : MG_DTYPE_FP32; }
+mg_dtype mg_get_compute_dtype(void) { return mg_backend_ctx()->gemm_bf16 ? MG_DTYPE_BF16 : MG_DTYPE_FP32; }
 
 /* ---- deterministic mode ------------------------------------------------------- */
 
 int mg_set_deterministic(int on) {
-    mg_context *c = mg_ctx();
-    if (on && c->device == MG_DEVICE_CUDA)
+    mg_backend_state *c = mg_backend_ctx();
+    if (on && mg_ctx()->device == MG_DEVICE_CUDA)
         return mg_error(MG_EINVAL, "mg_set_deterministic: the mode runs on the CPU only (CUDA "
                                    "would need GEMMs of a fixed order and NCCL sums of a fixed "
                                    "tree, not built): use the CPU");
@@ -103,7 +104,7 @@ int mg_set_deterministic(int on) {
     return MG_OK;
 }
 
-int mg_get_deterministic(void) { return mg_ctx()->deterministic; }
+int mg_get_deterministic(void) { return mg_backend_ctx()->deterministic; }
 
 int64_t mg_det_leaf(int64_t n) {
     while (n > MG_DET_LEAF && n % 2 == 0) n /= 2;

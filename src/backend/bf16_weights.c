@@ -17,21 +17,12 @@
 
 #include <stdlib.h>
 
+#include "backend/backend_state.h"
 #include "context.h"
-
-/* Every copy given back and the table freed (mg_context_on_reset). */
-static void free_copies(void) {
-    mg_context *c = mg_ctx();
-    for (int i = 0; i < c->n_bf16_copies; i++) {
-        mg_bf16_copy *e = &c->bf16_copies[i];
-        if (e->bf16) e->free(e->free_ctx, e->bf16);
-    }
-    free(c->bf16_copies);
-}
 
 /* The entry of w's data (made empty when none is), or NULL when out of memory. */
 static mg_bf16_copy *entry_of(const mg_tensor *w) {
-    mg_context *c = mg_ctx();
+    mg_backend_state *c = mg_backend_ctx();
     for (int i = 0; i < c->n_bf16_copies; i++) {
         mg_bf16_copy *e = &c->bf16_copies[i];
         if (e->src == w->data && e->device == w->device) return e;
@@ -40,7 +31,6 @@ static mg_bf16_copy *entry_of(const mg_tensor *w) {
         int cap = c->cap_bf16_copies ? 2 * c->cap_bf16_copies : 16;
         mg_bf16_copy *p = realloc(c->bf16_copies, (size_t)cap * sizeof *p);
         if (!p) return NULL;
-        mg_context_on_reset(free_copies);
         c->bf16_copies = p;
         c->cap_bf16_copies = cap;
     }
@@ -52,10 +42,11 @@ static mg_bf16_copy *entry_of(const mg_tensor *w) {
 const uint16_t *mg_backend_bf16_weight(const mg_tensor *w) {
     mg_backend *be = mg_backend_of(w);
     if (!be || !be->iface->cast_bf16 || w->numel <= 0) return NULL;
-    mg_context *c = mg_ctx();
+    mg_backend_state *c = mg_backend_ctx();
     mg_bf16_copy *e = entry_of(w);
     if (!e) return NULL;
-    if (e->bf16 && e->numel == w->numel && e->step == c->steps && e->version == c->bf16_version)
+    int64_t steps = mg_ctx()->steps;
+    if (e->bf16 && e->numel == w->numel && e->step == steps && e->version == c->bf16_version)
         return e->bf16;
     size_t bytes = (size_t)w->numel * sizeof(uint16_t);
     if (e->bytes < bytes) { /* new, or the weight at this address grew */
@@ -69,13 +60,13 @@ const uint16_t *mg_backend_bf16_weight(const mg_tensor *w) {
     }
     be->iface->cast_bf16(be->context, w->data, e->bf16, w->numel);
     e->numel = w->numel;
-    e->step = c->steps;
+    e->step = steps;
     e->version = c->bf16_version;
     return e->bf16;
 }
 
 size_t mg_backend_bf16_weights_bytes(int device) {
-    const mg_context *c = mg_ctx();
+    const mg_backend_state *c = mg_backend_ctx();
     size_t bytes = 0;
     for (int i = 0; i < c->n_bf16_copies; i++)
         if (c->bf16_copies[i].device == device) bytes += c->bf16_copies[i].bytes;
@@ -83,7 +74,7 @@ size_t mg_backend_bf16_weights_bytes(int device) {
 }
 
 void mg_backend_bf16_weights_free(void) {
-    mg_context *c = mg_ctx();
+    mg_backend_state *c = mg_backend_ctx();
     for (int i = 0; i < c->n_bf16_copies; i++) {
         mg_bf16_copy *e = &c->bf16_copies[i];
         if (e->bf16) e->free(e->free_ctx, e->bf16);

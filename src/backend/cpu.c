@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_kernels.h"
-#include "context.h"
 #include "backend/kernel_math.h"
 #include "parallel.h"
 
@@ -374,7 +374,7 @@ static void reduce_det(const mg_tensor *x, mg_tensor *out) {
 static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
     const double empty = max ? -INFINITY : 0.0;
     if (out->numel == 0) return;
-    if (!max && x->numel > 0 && mg_ctx()->deterministic) {
+    if (!max && x->numel > 0 && mg_backend_ctx()->deterministic) {
         reduce_det(x, out);
         return;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_kernels.h"
 #include "context.h"
 
@@ -25,11 +26,6 @@ float mg_bf16_round(float x) {
     return x;
 }
 
-/* The context's rounding buffers freed (mg_context_on_reset). */
-static void free_rounded(void) {
-    for (int i = 0; i < 2; i++) free(mg_ctx()->bf16_rounded[i].p);
-}
-
 /* The `rows` x `cols` matrices of x (fp32 rounded to bf16, or bf16 widened to
  * fp32: exact) for `batch` entries, into the context's buffer `which` (A: 0,
  * B: 1), grown when a GEMM needs more, never shrunk (the step reuses it: no
@@ -38,12 +34,11 @@ static void free_rounded(void) {
 static const float *staged(int which, const mg_gemm_in *x, int64_t rows, int64_t cols,
                            int64_t batch) {
     int64_t n = mg_gemm_span(rows, cols, x->ld, x->stride, batch);
-    mg_staging *scratch = &mg_ctx()->bf16_rounded[which];
+    mg_staging *scratch = &mg_backend_ctx()->bf16_rounded[which];
     if ((size_t)n * sizeof(float) > scratch->bytes) {
         int64_t cap = n + n / 4; /* some room, so a slightly larger GEMM does not grow it again */
         float *p = aligned_alloc(64, ((size_t)cap * sizeof(float) + 63) / 64 * 64);
         if (!p) return NULL;
-        mg_context_on_reset(free_rounded);
         free(scratch->p);
         scratch->p = p;
         scratch->bytes = (size_t)cap * sizeof(float);

@@ -17,19 +17,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_kernels.h"
 #include "context.h"
 #include "parallel.h"
 
-static void free_scratch(void) { free(mg_ctx()->det_scratch.p); } /* mg_context_on_reset */
-
 float *mg_cpu_det_scratch(int64_t n) {
-    mg_staging *s = &mg_ctx()->det_scratch;
+    mg_staging *s = &mg_backend_ctx()->det_scratch;
     size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
     if (bytes > s->bytes) {
         void *p = malloc(bytes + bytes / 4);
         if (!p) return NULL;
-        mg_context_on_reset(free_scratch);
         free(s->p);
         s->p = p;
         s->bytes = bytes + bytes / 4;

@@ -7,15 +7,15 @@
  * Exports: mg_cpu_gemm. */
 #include <cblas.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_kernels.h"
-#include "context.h"
 
 /* C(M,N) = alpha op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). */
 void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                  float *c, int64_t ldc) {
     (void)ctx;
-    if (mg_ctx()->deterministic) { /* one order of additions, whatever the shapes */
+    if (mg_backend_ctx()->deterministic) { /* one order of additions, whatever the shapes */
         mg_cpu_gemm_det(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }

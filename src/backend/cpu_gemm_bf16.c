@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_bf16.h"
 #include "backend/cpu_kernels.h"
 #include "context.h"
@@ -52,7 +53,7 @@ enum { KERNEL_AVX512BF16 = 1, KERNEL_EMULATE_CPU, KERNEL_EMULATE_ASKED, KERNEL_E
 /* Which GEMM runs: decided once (the context keeps it), from the build, the
  * CPU and MG_CPU_BF16. */
 static int kernel_choice(void) {
-    mg_context *c = mg_ctx();
+    mg_backend_state *c = mg_backend_ctx();
     if (c->cpu_bf16) return c->cpu_bf16;
     const char *env = getenv("MG_CPU_BF16");
     if (env && strcmp(env, "emulate") == 0)
@@ -85,7 +86,7 @@ const char *mg_backend_cpu_bf16_gemm(void) {
 static bool use_kernel(void) {
     int k = kernel_choice();
     if (k == KERNEL_AVX512BF16) return true;
-    mg_context *c = mg_ctx();
+    mg_backend_state *c = mg_backend_ctx();
     if (k != KERNEL_EMULATE_ASKED && !c->cpu_bf16_warned) {
         c->cpu_bf16_warned = 1;
         const char *rank = getenv("OMPI_COMM_WORLD_RANK");
@@ -482,18 +483,15 @@ BF16 static void gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 
 /* B's packed block and each thread's packed A, in the context's buffer
  * (grown, kept); NULL when it cannot grow. */
-static void free_packed(void) { free(mg_ctx()->bf16_packed.p); } /* mg_context_on_reset */
-
 static uint32_t *packed_blocks(int64_t n, int64_t k, int threads, uint32_t **pa) {
     int64_t kc, nc;
     blocking(n, k, &kc, &nc);
     size_t b_words = (size_t)(nc * ((kc + 1) / 2) + 15) / 16 * 16;
     size_t bytes = (b_words + (size_t)threads * (MC / MR) * (size_t)strip_words(kc)) * sizeof(uint32_t);
-    mg_staging *s = &mg_ctx()->bf16_packed;
+    mg_staging *s = &mg_backend_ctx()->bf16_packed;
     if (bytes > s->bytes) {
         void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
         if (!p) return NULL;
-        mg_context_on_reset(free_packed);
         free(s->p);
         s->p = p;
         s->bytes = bytes;

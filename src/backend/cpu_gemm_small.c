@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/blas_core.h"
 #include "backend/cpu_kernels.h"
-#include "context.h"
 #include "parallel.h"
 
 #ifdef _OPENMP
@@ -196,7 +196,7 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 #if SMALL_GEMM
     /* our loops must have the threads sgemm would (a pthreads OpenBLAS keeps
      * them to itself: backend.c) */
-    if (max_threads() < mg_ctx()->cpu_threads) return -1;
+    if (max_threads() < mg_backend_ctx()->cpu_threads) return -1;
     if (mg_cpu_isa() < MG_ISA_AVX2) return -1;
     /* alpha 0: BLAS scales C by beta and reads neither A nor B (a NaN there
      * stays out); sgemm does that */

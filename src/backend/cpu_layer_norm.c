@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_rows.h"
-#include "context.h"
 #include "parallel.h"
 
 MG_CPU_INLINE double row_sum(const float *restrict x, int64_t c) {
@@ -411,7 +411,7 @@ MG_CPU_CLONES void mg_cpu_layer_norm_backward(void *ctx, const mg_tensor *x, con
     (void)ctx;
     int64_t c = last_dim(x), rows = stats->numel / 2;
     const float *wd = w ? w->data : NULL;
-    if ((dw || db) && mg_ctx()->deterministic) {
+    if ((dw || db) && mg_backend_ctx()->deterministic) {
         det_backward_weights(x, dy, stats, dw, db);
         if (dx) mg_cpu_layer_norm_backward(ctx, x, w, dy, stats, sums, n, dx, NULL, NULL);
         return;

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_rows.h"
-#include "context.h"
 #include "parallel.h"
 
 MG_CPU_INLINE float row_max(const float *restrict x, int64_t c) {
@@ -343,7 +343,7 @@ void mg_cpu_embedding_backward(void *ctx, const mg_tensor *ids, const mg_tensor 
                                mg_tensor *dtable) {
     (void)ctx;
     int64_t c = last_dim(dtable), vl = dtable->ndim ? dtable->shape[0] : 0;
-    if (mg_ctx()->deterministic && ids->numel > 0) {
+    if (mg_backend_ctx()->deterministic && ids->numel > 0) {
         if (embedding_backward_det(ids, dout, v0, dtable) == 0) return;
         for (int64_t j = 0; j < dtable->numel; j++) dtable->data[j] = NAN; /* out of memory */
         return;

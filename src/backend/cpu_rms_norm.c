@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_state.h"
 #include "backend/cpu_rows.h"
-#include "context.h"
 #include "parallel.h"
 
 MG_CPU_INLINE double row_squares(const float *restrict x, int64_t c) {
@@ -77,7 +77,7 @@ MG_CPU_CLONES void mg_cpu_rms_norm_backward(void *ctx, const mg_tensor *x, const
     (void)ctx;
     int64_t c = last_dim(x), rows = rstd->numel;
     const float *restrict wd = w ? w->data : NULL;
-    if (dw && mg_ctx()->deterministic) { /* dw: each row's terms, then the tree sums */
+    if (dw && mg_backend_ctx()->deterministic) { /* dw: each row's terms, then the tree sums */
         float *t = mg_cpu_det_scratch(rows * c);
         if (!t) {
             for (int64_t j = 0; j < c; j++) dw->data[j] = NAN; /* no message path here */

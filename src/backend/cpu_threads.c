@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "context.h"
+#include "backend/backend_state.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -56,7 +56,7 @@ void mg_backend_cpu_set_threads(int threads) {
                 "its CPUs with mpirun --map-by slot:PE=%d (or --bind-to none)\n",
                 threads, usable, usable == 1 ? "" : "s", threads);
     int n = threads > 0 ? threads : default_threads();
-    mg_ctx()->cpu_threads = n;
+    mg_backend_ctx()->cpu_threads = n;
     openblas_set_num_threads(n);
 #ifdef _OPENMP
     /* The threads go to GEMM. With a pthreads OpenBLAS (Debian's default) our
@@ -69,6 +69,6 @@ void mg_backend_cpu_set_threads(int threads) {
 }
 
 int mg_backend_cpu_threads(void) {
-    if (mg_ctx()->cpu_threads == 0) mg_backend_cpu_set_threads(0);
-    return mg_ctx()->cpu_threads;
+    if (mg_backend_ctx()->cpu_threads == 0) mg_backend_cpu_set_threads(0);
+    return mg_backend_ctx()->cpu_threads;
 }

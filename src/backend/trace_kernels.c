@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
+#include "backend/backend_state.h"
 #include "context.h"
 #include "status.h"
 #include "trace.h"
@@ -18,7 +19,7 @@ static_assert(sizeof(struct mg_backend_iface) ==
                   offsetof(struct mg_backend_iface, alloc) + 42 * sizeof(void (*)(void)),
               "mg_backend_iface changed: wrap the new kernel here, and count it");
 
-static const struct mg_backend_iface *real(void) { return mg_ctx()->kernels_untraced; }
+static const struct mg_backend_iface *real(void) { return mg_backend_ctx()->kernels_untraced; }
 
 static void gemm(void *ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
@@ -303,7 +304,7 @@ static mg_backend *current(void) {
 }
 
 int mg_backend_trace_kernels(bool on) {
-    mg_context *c = mg_ctx();
+    mg_backend_state *c = mg_backend_ctx();
     mg_backend *be = current();
     if (!be) return MG_OK;
     if (!on) {

@@ -175,7 +175,7 @@ int mg_comm_all_reduce(mg_comm *c, float *buf, int64_t n, mg_reduce_op op) {
     if (n < 0) return bad_count("all_reduce", n);
     if (op != MG_REDUCE_SUM && op != MG_REDUCE_AVG && op != MG_REDUCE_MAX)
         return mg_error(MG_EINVAL, "all_reduce: unknown reduce op %d", (int)op);
-    if (mg_ctx()->deterministic && op != MG_REDUCE_MAX && c->size > 1 && !c->meta) {
+    if (mg_get_deterministic() && op != MG_REDUCE_MAX && c->size > 1 && !c->meta) {
         int rc = tree_sum(c, buf, buf, n, 0);
         if (rc == MG_OK && op == MG_REDUCE_AVG && !c->meta)
             for (int64_t i = 0; i < n; i++) buf[i] /= (float)c->size;
@@ -193,7 +193,7 @@ int mg_comm_iall_reduce(mg_comm *c, float *buf, int64_t n, mg_comm_request *req)
     req->shm = 0;
     req->flight = -1;
     if (n < 0) return bad_count("iall_reduce", n);
-    if (mg_ctx()->deterministic && c->size > 1 && !c->meta) return tree_sum(c, buf, buf, n, 0);
+    if (mg_get_deterministic() && c->size > 1 && !c->meta) return tree_sum(c, buf, buf, n, 0);
     if (!c->iface->iall_reduce) { /* blocking, under the watchdog (a meta comm: counted) */
         int64_t f = count(c, MG_COLL_ALL_REDUCE, n, 0);
         if (f == MG_FLIGHT_SKIP) return MG_OK;
@@ -280,7 +280,7 @@ int mg_comm_all_gather(mg_comm *c, const float *send, int64_t n, float *recv) {
 
 int mg_comm_reduce_scatter(mg_comm *c, const float *send, float *recv, int64_t n) {
     if (n < 0) return bad_count("reduce_scatter", n);
-    if (mg_ctx()->deterministic && c->size > 1 && !c->meta)
+    if (mg_get_deterministic() && c->size > 1 && !c->meta)
         return tree_sum(c, send, recv, n, 1);
     int64_t f = count(c, MG_COLL_REDUCE_SCATTER, n, 0);
     if (f == MG_FLIGHT_SKIP) return MG_OK;

@@ -376,7 +376,7 @@ int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
     int rc = grad_buffer(t, rec);
     if (rc != MG_OK) return rc;
     /* (the meta backend's buffers hold no data: it counts the ordinary way) */
-    if (mg_ctx()->deterministic && !mg_tensor_is_meta(t->grad->local))
+    if (mg_get_deterministic() && !mg_tensor_is_meta(t->grad->local))
         return det_add(r, rec, g, last);
     bool sync = !r->no_sync;
     if (g && last && sync && rec->defer && g->rows_a) {

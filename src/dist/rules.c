@@ -5,7 +5,6 @@
 
 #include <string.h>
 
-#include "context.h"
 #include "dist/mesh.h"
 #include "tensor.h"
 #include "status.h"
@@ -74,7 +73,7 @@ int mg_rules_choose(const mg_candidates *cands, int n_inputs, const mg_spec *con
     out->mesh = mesh;
     out->ndim = out_ndim;
     for (int d = 0; d < out_ndim; d++) out->shape[d] = out_shape[d];
-    bool det = mg_ctx()->deterministic;
+    bool det = mg_get_deterministic();
     for (int m = 0; m < mesh->ndim; m++) {
         /* least bytes; on ties, fewest inputs whose placement changes (so a size-1
          * mesh dim keeps what it has); then list order */

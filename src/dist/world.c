@@ -194,7 +194,7 @@ int mg_set_device(int device) {
         return mg_error(MG_EINVAL, "mg_set_device: unknown device %d (use MG_DEVICE_CPU or "
                                    "MG_DEVICE_CUDA)", device);
     if (!mpi_running()) return mg_error(MG_ESTATE, "mg_set_device: call mg_init first");
-    if (mg_ctx()->deterministic)
+    if (mg_get_deterministic())
         return mg_error(MG_EINVAL, "mg_set_device: the deterministic mode runs on the CPU only "
                                    "(CUDA would need GEMMs of a fixed order and NCCL sums of a "
                                    "fixed tree): turn it off first, or stay on the CPU");

@@ -7,7 +7,6 @@
 
 #include "array.h"
 #include "backend/backend.h"
-#include "context.h"
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "exact.h"
@@ -109,7 +108,7 @@ static int exact_norm(mg_param_table *t, const mg_mesh *mesh, mg_comm *also, dou
 int mg_grad_norm(mg_param_table *t, double *norm) {
     *norm = 0;
     if (t->n == 0) return MG_OK;
-    if (mg_ctx()->deterministic) return exact_norm(t, t->p[0].value->spec.mesh, NULL, norm);
+    if (mg_get_deterministic()) return exact_norm(t, t->p[0].value->spec.mesh, NULL, norm);
     const mg_mesh *mesh = t->p[0].value->spec.mesh;
     double local = 0;
     for (int i = 0; i < t->n; i++) {

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "context.h"
 #include "dist/comm.h"
 #include "dist/comm_shm.h"
 #include "dist/mesh.h"
@@ -79,7 +78,7 @@ static int share_param(const mg_optimizer *opt, mg_param *p) {
 }
 
 int mg_optim_shard_mark(mg_param_table *t) {
-    if (mg_ctx()->deterministic) return MG_OK; /* every sum in the reducer's tree */
+    if (mg_get_deterministic()) return MG_OK; /* every sum in the reducer's tree */
     for (int i = 0; i < t->n; i++) {
         mg_dtensor *v = t->p[i].value;
         const mg_mesh *mesh = v->spec.mesh;

@@ -258,7 +258,7 @@ int64_t mg_pipeline_eval_rows(const mg_pipeline *p) {
 
 double mg_pipeline_step_loss(double loss) {
     mg_context *c = mg_ctx();
-    if (!c->deterministic) return loss;
+    if (!mg_get_deterministic()) return loss;
     if (c->det_loss_rows == 0) return 0;
     return (float)(mg_exact_value(&c->det_loss) / (double)c->det_loss_rows);
 }
@@ -282,7 +282,7 @@ int mg_pipeline_update(const mg_pipeline *p, mg_param_table *params, mg_param_ta
                        mg_optimizer *opt, double lr, double clip, double *norm) {
     int rc = MG_OK;
     *norm = 0;
-    if (clip > 0 && mg_ctx()->deterministic) {
+    if (clip > 0 && mg_get_deterministic()) {
         rc = mg_grad_norm_exact(counted ? counted : params, p->comm, norm);
         if (rc == MG_OK) mg_clip_grads_to(params, clip, *norm);
     } else if (clip > 0) { /* the stages' squared norms add up */

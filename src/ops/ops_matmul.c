@@ -372,7 +372,7 @@ static int det_bias_after_sum(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *
 
 static int contraction_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor *out) {
     bool bias = c->n == 3, weight[2] = {is_weight(in[0]), is_weight(in[1])};
-    if (mg_ctx()->deterministic) {
+    if (mg_get_deterministic()) {
         int rc = det_check(c, in, out);
         if (rc != MG_OK) return rc;
         if (bias && partial_out(&out->spec)) return det_bias_after_sum(c, in, out, weight);

@@ -277,7 +277,7 @@ static int cross_entropy_kernel(mg_op_call *c, mg_dtensor *const *in, mg_dtensor
     float scale = n > 0 ? 1.0f / (float)n : 0.0f;
     unsigned mask = mg_ops_shard_mask(&in[0]->spec, L->ndim - 1);
     /* the meta backend (plan --estimate) counts the ordinary way: it holds no data */
-    bool det = mg_ctx()->deterministic && !mg_tensor_is_meta(in[0]->local);
+    bool det = mg_get_deterministic() && !mg_tensor_is_meta(in[0]->local);
     int64_t bad = det ? cross_entropy_det(c, in, lg, lb, out, &c->saved)
                   : mask ? cross_entropy_sharded(in[0], lg, lb, mask, scale, out, &c->saved)
                        : be->iface->cross_entropy(be->context, lg, lb, scale, out->local);

@@ -356,7 +356,7 @@ int mg_trainer_step(mg_trainer *tr, mg_train_step *st) {
     }
     /* the deterministic mode: the exact sum of every row's loss over their count,
      * not a sum of micro-batch means (one rounding, whatever the split) */
-    if (rc == MG_OK && ctx->deterministic && ctx->det_loss_rows > 0)
+    if (rc == MG_OK && mg_get_deterministic() && ctx->det_loss_rows > 0)
         st->loss = (float)(mg_exact_value(&ctx->det_loss) / (double)ctx->det_loss_rows);
     if (rc == MG_OK && !pp) mg_params_collect_grads(params);
     int64_t agreed[AGREE_N] = {0};

@@ -258,7 +258,7 @@ int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     mg_set_grad_enabled(prev);
     ev->loss = sum / (double)windows;
     ev->rows = windows;
-    if (rc == MG_OK && ctx->deterministic) return exact_eval_loss(tr, &was, was_rows, &ev->loss);
+    if (rc == MG_OK && mg_get_deterministic()) return exact_eval_loss(tr, &was, was_rows, &ev->loss);
     ctx->det_loss = was;
     ctx->det_loss_rows = was_rows;
     return rc;
