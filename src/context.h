@@ -35,16 +35,10 @@
  * (backend/meta.c, the step estimate's). */
 #define MG_DEVICE_META 2
 #define MG_DEVICE_KINDS 3
-#define MG_FINALIZERS 8 /* dist/world.h: what mg_finalize runs for the files above world.c */
 #define MG_RESET_HOOKS 16 /* mg_context_on_reset: the library registers 9 */
 
 struct mg_dtensor;
 struct mg_node;
-struct mg_comm;
-struct mg_reducer;
-struct mg_watchdog;
-struct mg_flight;
-struct mg_comm_info;
 struct mg_trace;
 struct mg_pp_meta_headers;
 struct mg_observe;
@@ -105,46 +99,12 @@ struct mg_context {
     /* ---- set by an upper layer, read by this one or by one below the setter ---- */
     int device; /* backend/device.c: where new tensors live (MG_DEVICE_*): this layer's
                  * arenas and tensors are made there */
+    int node_ranks; /* dist/world.c: ranks on this machine (counted by mg_init); machine.c
+                     * sizes a run's memory by it */
 
     /* ---- io/ ---- */
     int h5_started; /* h5util.c: HDF5 opened, its error printing off */
     struct mg_observe *observe; /* observe.c: mg_trace_open's timeline, the flight directory */
-
-    /* ---- dist/ ---- */
-    int started, started_mpi; /* world.c: mg_init succeeded; it called MPI_Init */
-    void (*finalizers[MG_FINALIZERS])(void); /* world.c: registered (world.h), run by */
-    int n_finalizers;                        /* mg_finalize, the newest first */
-    int node_ranks, node_rank; /* world.c: ranks on this machine (counted by mg_init), and
-                                * this one's place among them */
-    int node_is_world;        /* world.c: every rank runs on this machine */
-    int node_cpus;            /* world.c: the CPUs this machine's ranks may run on together */
-    int oversubscribed;       /* world.c: this machine's ranks outnumber those CPUs */
-    int next_mesh_id;         /* mesh.c */
-    int64_t mpi_max_count;    /* comm.c: the largest count per MPI call (0: INT_MAX) */
-    struct mg_comm *world;    /* comm_control.c: the comm over MPI_COMM_WORLD */
-    struct mg_comm **comms;   /* comm.c: live comms, whose counters mg_comm_stats sums */
-    int n_comms, cap_comms;
-    mg_comm_stats retired[MG_COLL_COUNT]; /* comm.c: counters of comms already freed */
-    /* comm.c: the deterministic mode's sum, comm_tree.c's (mg_comm_on_tree_sum) */
-    int (*comm_tree_sum)(struct mg_comm *c, const float *send, float *recv, int64_t n,
-                         int scatter);
-    struct mg_reducer *reducer;           /* reducer.c */
-    struct mg_watchdog *watchdog;         /* watchdog.c */
-    int (*watchdog_on_timeout)(const char *reason); /* watchdog.c: run on a timeout before
-                                                     * the job ends (flight.c's dump) */
-    struct mg_flight *flight;             /* flight.c: the flight recorder */
-    int comm_keyval;                      /* comm_info.c: the MPI attribute key + 1 (0: none) */
-    struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
-    int n_comm_info;                      /* table, never moved: signal handlers read it) */
-    mg_staging staging[MG_DEVICE_KINDS][2]; /* redistribute.c: per device, two buffers */
-    /* dtensor.c: every tensor on the heap not yet freed (mg_distribute, mg_from_local,
-     * gradients, optimizer state), so that mg_dtensor_free knows a tensor freed
-     * twice and mg_mesh_free a mesh still in use; kept by mg_context_reset (a
-     * program may free its tensors after mg_finalize) */
-    struct mg_dtensor **live;
-    int n_live, cap_live;
-    /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
-    void (*dtensor_on_free)(const struct mg_dtensor *t);
 
     /* ---- train/ ---- */
     /* tokens_api.c: the token loaders open now (pointers compared, never read

@@ -37,6 +37,7 @@
 #include "cli/cli.h"
 #include "cli/plan_show.h"
 #include "context.h"
+#include "dist/dist_state.h"
 #include "dist/mesh.h"
 #include "nn/gpt_pipeline.h"
 #include "nn/pipeline.h"
@@ -248,10 +249,10 @@ static int core_share(mg_comm *world, double *share, int *cores, long *cpus) {
     int64_t most = threads < usable ? threads : usable; /* the cores this rank runs on */
     int rc = mg_comm_all_reduce_i64(world, &most, 1, MG_CONTROL_MAX);
     long used = (long)most;
-    *cpus = mg_ctx()->node_cpus; /* the CPUs the machine's ranks run on together */
+    *cpus = mg_dist()->node_cpus; /* the CPUs the machine's ranks run on together */
     *share = 1;
     *cores = 0;
-    if (mg_ctx()->node_is_world && *cpus > 0 && (long)on_node * used > *cpus) {
+    if (mg_dist()->node_is_world && *cpus > 0 && (long)on_node * used > *cpus) {
         *share = (double)*cpus / ((double)on_node * (double)used);
         *cores = (int)(*cpus / used) > 0 ? (int)(*cpus / used) : 1;
     }

@@ -21,6 +21,7 @@
 #include "array.h"
 #include "context.h"
 #include "dist/comm_info.h"
+#include "dist/dist_state.h"
 #include "dist/flight.h"
 #include "dist/watchdog.h"
 #include "tensor.h"
@@ -54,10 +55,8 @@ int64_t mg_coll_bytes(mg_coll_kind kind, int size, int rank, int64_t n, int root
 /* ---- registry: counters of live comms (the context's `comms`), plus those of
  * comms already freed (`retired`) ---- */
 
-static void free_registry(void) { free(mg_ctx()->comms); } /* mg_context_on_reset */
-
 void mg_comm_register(mg_comm *comm) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (!comm) return;
     for (int i = 0; i < c->n_comms; i++)
         if (c->comms[i] == comm) return;
@@ -67,12 +66,11 @@ void mg_comm_register(mg_comm *comm) {
     if (mg_array_grow((void **)&c->comms, &c->cap_comms, c->n_comms + 1, sizeof *c->comms,
                       "comm registry") != MG_OK)
         return; /* counters of this comm are then not summed; nothing else breaks */
-    mg_context_on_reset(free_registry);
     c->comms[c->n_comms++] = comm;
 }
 
 void mg_comm_unregister(mg_comm *comm) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     for (int i = 0; i < c->n_comms; i++) {
         if (c->comms[i] != comm) continue;
         /* a meta comm's counts were an estimate's, never traffic of this process */
@@ -88,7 +86,7 @@ void mg_comm_unregister(mg_comm *comm) {
 void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]) {
     if (!mg_arg_given(out, "mg_comm_stats_get", "out (an array of MG_COLL_COUNT mg_comm_stats)"))
         return;
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     for (int k = 0; k < MG_COLL_COUNT; k++) out[k] = c->retired[k];
     for (int i = 0; i < c->n_comms; i++)
         for (int k = 0; k < MG_COLL_COUNT; k++) {
@@ -98,7 +96,7 @@ void mg_comm_stats_get(mg_comm_stats out[MG_COLL_COUNT]) {
 }
 
 void mg_comm_stats_reset(void) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     memset(c->retired, 0, sizeof c->retired);
     for (int i = 0; i < c->n_comms; i++) memset(c->comms[i]->stats, 0, sizeof c->comms[i]->stats);
 }
@@ -161,10 +159,10 @@ static int bad_count(const char *who, int64_t n) {
 
 /* ---- the deterministic mode's sums: comm_tree.c's, through its hook ---------- */
 
-void mg_comm_on_tree_sum(mg_comm_tree_sum_fn fn) { mg_ctx()->comm_tree_sum = fn; }
+void mg_comm_on_tree_sum(mg_comm_tree_sum_fn fn) { mg_dist()->comm_tree_sum = fn; }
 
 static int tree_sum(mg_comm *c, const float *send, float *recv, int64_t n, int scatter) {
-    mg_comm_tree_sum_fn fn = mg_ctx()->comm_tree_sum;
+    mg_comm_tree_sum_fn fn = mg_dist()->comm_tree_sum;
     if (!fn) /* every comm of several ranks registers it as it is made (comm.h) */
         return mg_error(MG_ESTATE, "deterministic sum over %d ranks: the tree sums are not "
                         "registered (mg_comm_tree_start)", c->size);
@@ -340,11 +338,11 @@ int mg_status_agree(int status) { return mg_status_agree_rank(status, NULL); }
 /* ---- MPI calls ------------------------------------------------------------------ */
 
 void mg_comm_mpi_set_max_count(int64_t n) {
-    mg_ctx()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
+    mg_dist()->mpi_max_count = (n > 0 && n <= INT_MAX) ? n : 0;
 }
 
 int64_t mg_comm_mpi_max_count(void) {
-    int64_t n = mg_ctx()->mpi_max_count;
+    int64_t n = mg_dist()->mpi_max_count;
     return n > 0 ? n : INT_MAX;
 }
 

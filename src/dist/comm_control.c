@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "context.h"
 #include "dist/comm.h"
+#include "dist/dist_state.h"
 #include "dist/flight.h"
 #include "dist/watchdog.h"
 #include "exact.h"
@@ -31,7 +31,7 @@
 /* The context's world comm: made on first use, registered so its counters are
  * summed, freed by mg_finalize. */
 mg_comm *mg_comm_world(void) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (c->world) return c->world;
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);

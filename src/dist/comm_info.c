@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "context.h"
+#include "dist/dist_state.h"
 
 static void record_free(mg_comm_info *info) {
     if (!info) return;
@@ -71,7 +71,7 @@ static mg_comm_info *describe(MPI_Comm comm) {
 }
 
 /* Into the table when there is room (ordinal counted over it). */
-static void enter(mg_context *c, mg_comm_info *info) {
+static void enter(mg_dist_state *c, mg_comm_info *info) {
     info->index = -1;
     if (!c->comm_info) c->comm_info = calloc(MG_COMM_INFO_MAX, sizeof *c->comm_info);
     for (int i = 0; c->comm_info && i < c->n_comm_info; i++)
@@ -83,7 +83,7 @@ static void enter(mg_context *c, mg_comm_info *info) {
 }
 
 mg_comm_info *mg_comm_info_of(MPI_Comm comm) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (c->comm_keyval == 0) {
         int key = MPI_KEYVAL_INVALID;
         if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, attr_delete, &key, NULL) != MPI_SUCCESS)
@@ -105,7 +105,7 @@ mg_comm_info *mg_comm_info_of(MPI_Comm comm) {
 }
 
 void mg_comm_info_free(void) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     int finalized = 1;
     MPI_Finalized(&finalized);
     if (c->comm_keyval && !finalized) {

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "context.h"
 #include "dist/comm.h"
 #include "dist/comm_info.h"
+#include "dist/dist_state.h"
 #include "dist/flight.h"
 #include "dist/watchdog.h"
 #include "status.h"
@@ -170,7 +170,7 @@ static int mpi_finish(mg_comm *c, mg_p2p_request *req, int wait) {
     int flag = 0, err, n = req->npieces > 1 ? req->npieces : 1;
     MPI_Status one, *st = n > 1 ? calloc((size_t)n, sizeof *st) : &one;
     if (!st) return mg_error(MG_ENOMEM, "p2p: out of memory for %d statuses", n);
-    bool nap = wait && mg_ctx()->oversubscribed; /* see world.c */
+    bool nap = wait && mg_dist()->oversubscribed; /* see world.c */
     if (nap) wait = 0;
     for (;;) {
         if (n > 1) {

@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "context.h"
+#include "dist/dist_state.h"
 #include "dist/mesh.h"
 #include "dist/watchdog.h"
 #include "hash.h"
@@ -34,7 +35,7 @@
 /* t's index in the list, or -1; the newest first (tensors are mostly freed in
  * the reverse order of their making). t is only compared, never read. */
 static int live_index(const mg_dtensor *t) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     for (int i = c->n_live - 1; i >= 0; i--)
         if (c->live[i] == t) return i;
     return -1;
@@ -65,7 +66,7 @@ static mg_dtensor *header_in(mg_arena *arena) {
 }
 
 static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (!arena && mg_array_grow((void **)&c->live, &c->cap_live, c->n_live + 1, sizeof *c->live,
                                 "dtensor: the list of live tensors") != MG_OK) {
         mg_tensor_free(local);
@@ -85,7 +86,7 @@ static mg_dtensor *wrap(const mg_spec *spec, mg_tensor *local, mg_arena *arena) 
     t->spec = *spec;
     t->local = local;
     t->flags = arena ? 0 : MG_DTENSOR_HEAP;
-    t->made_step = arena && mg_is_step_arena(arena) ? c->steps : -1;
+    t->made_step = arena && mg_is_step_arena(arena) ? mg_ctx()->steps : -1;
     return t;
 }
 
@@ -454,7 +455,7 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
     return (int)used;
 }
 
-void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t)) { mg_ctx()->dtensor_on_free = fn; }
+void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t)) { mg_dist()->dtensor_on_free = fn; }
 
 /* A freed heap tensor's header stays allocated, off the live list and with
  * magic 0, for the next QUARANTINE frees before it goes back to malloc: a
@@ -473,7 +474,7 @@ static void quarantine_put(mg_dtensor *t) {
 
 /* Frees the heap tensor at index i of the live list, and its gradient. */
 static void release(mg_dtensor *t, int i) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     c->live[i] = c->live[--c->n_live];
     mg_mesh_count_tensor(t->spec.mesh, -1);
     if (c->dtensor_on_free) c->dtensor_on_free(t);

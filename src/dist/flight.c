@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "context.h"
 #include "dist/comm_info.h"
+#include "dist/dist_state.h"
 #include "dist/watchdog.h"
 #include "status.h"
 #include "trace.h"
@@ -83,7 +83,7 @@ static void read_hook(struct mg_flight *f) {
 
 /* The context's recorder, made on first use; NULL when out of memory. */
 static struct mg_flight *flight(void) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (c->flight) return c->flight;
     struct mg_flight *f = calloc(1, sizeof *f);
     if (!f) return NULL;
@@ -149,14 +149,14 @@ int64_t mg_flight_post(MPI_Comm comm, const char *op, int64_t bytes, mg_flight_d
 }
 
 void mg_flight_wait_begin(int64_t id) {
-    entry *e = find(mg_ctx()->flight, id);
+    entry *e = find(mg_dist()->flight, id);
     if (!e || e->state != QUEUED) return;
     e->start_ns = now_ns();
     e->state = STARTED;
 }
 
 void mg_flight_done(int64_t id) {
-    struct mg_flight *f = mg_ctx()->flight;
+    struct mg_flight *f = mg_dist()->flight;
     entry *e = find(f, id);
     if (!e || e->state == DONE) return;
     e->end_ns = now_ns();
@@ -172,7 +172,7 @@ void mg_flight_set_step(int64_t step) {
 }
 
 int64_t mg_flight_wait_ns(void) {
-    struct mg_flight *f = mg_ctx()->flight;
+    struct mg_flight *f = mg_dist()->flight;
     return f ? f->wait_ns : 0;
 }
 
@@ -265,7 +265,7 @@ static void field_string(writer *w, const char *k, const char *v, int comma) {
     put_string(w, v);
 }
 
-static void write_comms(writer *w, const mg_context *c) {
+static void write_comms(writer *w, const mg_dist_state *c) {
     int n = __atomic_load_n(&c->n_comm_info, __ATOMIC_ACQUIRE);
     put(w, ",\n\"comms\":[");
     for (int i = 0; i < n; i++) {
@@ -325,7 +325,7 @@ static void write_entries(writer *w, const struct mg_flight *f) {
 }
 
 static void write_dump(writer *w, const struct mg_flight *f, const char *reason) {
-    const mg_context *c = mg_ctx();
+    const mg_dist_state *c = mg_dist();
     put(w, MAGIC ":1");
     field_string(w, "reason", reason, 1);
     field_i64(w, "rank", f->rank, 1);
@@ -380,7 +380,7 @@ static int ours_or_absent(const char *path) {
 }
 
 int mg_flight_dump(const char *reason) {
-    struct mg_flight *f = mg_ctx()->flight;
+    struct mg_flight *f = mg_dist()->flight;
     if (!f || !f->dir[0] || f->capacity == 0 || f->dumping) return -1;
     f->dumping = 1;
     int rc = -1;
@@ -430,7 +430,7 @@ static const char *signal_reason(int sig) {
 static void on_signal(int sig) {
     int saved = errno;
     mg_flight_dump(signal_reason(sig));
-    struct mg_flight *f = mg_ctx()->flight;
+    struct mg_flight *f = mg_dist()->flight;
     if (sig != SIGUSR2 && f) { /* on to what was there before; it runs once we return */
         for (int i = 0; i < NSIGNALS; i++)
             if (fatal_signals[i] == sig) sigaction(sig, &f->old[i], NULL);
@@ -458,12 +458,12 @@ int mg_flight_install_signals(void) {
 }
 
 void mg_flight_free(void) {
-    struct mg_flight *f = mg_ctx()->flight;
+    struct mg_flight *f = mg_dist()->flight;
     if (!f) return;
     if (f->installed)
         for (int i = 0; i < NSIGNALS; i++) sigaction(fatal_signals[i], &f->old[i], NULL);
     free(f->ring);
     free(f);
-    mg_ctx()->flight = NULL;
+    mg_dist()->flight = NULL;
     mg_watchdog_on_timeout(NULL);
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "dist/dist_state.h"
 #include "dist/watchdog.h"
 #include "status.h"
 
@@ -133,7 +134,7 @@ static mg_mesh *finish(mg_mesh *m) {
         return NULL;
     }
     mg_comm_register(m->world);
-    m->id = ++mg_ctx()->next_mesh_id;
+    m->id = ++mg_dist()->next_mesh_id;
     return m;
 }
 

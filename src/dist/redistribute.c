@@ -45,6 +45,7 @@
 #include "backend/device.h"
 #include "context.h"
 #include "dist/comm.h"
+#include "dist/dist_state.h"
 #include "dist/mesh.h"
 #include "dist/world.h"
 #include "status.h"
@@ -187,7 +188,7 @@ typedef struct {
  * above SCRATCH_KEEP bytes. They come from the device's backend. */
 #define SCRATCH_KEEP ((size_t)64 << 20)
 
-static mg_staging *staging(int dev, int slot) { return &mg_ctx()->staging[dev][slot]; }
+static mg_staging *staging(int dev, int slot) { return &mg_dist()->staging[dev][slot]; }
 
 static void scratch_release(int dev, int slot) {
     mg_staging *s = staging(dev, slot);

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "context.h"
 #include "dist/comm.h"
+#include "dist/dist_state.h"
 #include "dist/mesh.h"
 #include "dist/redistribute.h"
 #include "dist/reducer_buckets.h"
@@ -40,7 +41,7 @@ struct mg_reducer {
 /* The context's reducer, made on first use (mg_finalize frees it: world.h),
  * told of every heap tensor freed (mg_dtensor_on_free); NULL with a message. */
 static struct mg_reducer *reducer(void) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (c->reducer) return c->reducer;
     if (mg_world_on_finalize(mg_reducer_free) != MG_OK) return NULL;
     if (!(c->reducer = calloc(1, sizeof *c->reducer))) {
@@ -52,18 +53,18 @@ static struct mg_reducer *reducer(void) {
 }
 
 void mg_reducer_free(void) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     if (!r) return;
     mg_buckets_free(&r->buckets);
     for (int i = 0; i < r->n; i++) mg_det_sums_free(r->records[i].det);
     free(r->records);
     free(r);
-    mg_ctx()->reducer = NULL;
+    mg_dist()->reducer = NULL;
     mg_dtensor_on_free(NULL);
 }
 
 static leaf_record *find(const mg_dtensor *leaf) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     if (!r) return NULL;
     for (int k = 0; k < r->n; k++) {
         int i = (r->cursor + k) % r->n;
@@ -89,7 +90,7 @@ static leaf_record *record(mg_dtensor *leaf) {
 }
 
 void mg_reducer_forget(const mg_dtensor *leaf) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     leaf_record *rec = find(leaf);
     if (!rec) return;
     mg_det_sums_free(rec->det);
@@ -97,7 +98,7 @@ void mg_reducer_forget(const mg_dtensor *leaf) {
 }
 
 void mg_reducer_step_end(void) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     if (!r) return;
     for (int i = 0; i < r->n;) /* leaves from the step arena are gone with it */
         if (r->records[i].leaf->flags & MG_DTENSOR_HEAP) {
@@ -117,7 +118,7 @@ int mg_set_grad_sync(int on) {
 }
 
 size_t mg_reducer_buffer_bytes(void) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     if (!r) return 0;
     size_t bytes = (size_t)r->buckets.n_packs * (size_t)MG_GRAD_BUCKET_FLOATS * sizeof(float);
     for (int i = 0; i < r->n; i++) bytes += mg_det_sums_bytes(r->records[i].det);
@@ -125,7 +126,7 @@ size_t mg_reducer_buffer_bytes(void) {
 }
 
 int mg_grad_sync(void) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     return !r || !r->no_sync;
 }
 
@@ -396,12 +397,12 @@ int mg_reducer_add(mg_dtensor *t, mg_leaf_grad *g, bool last) {
 }
 
 int mg_reducer_poll(void) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     return r ? mg_buckets_poll(&r->buckets) : MG_OK;
 }
 
 int mg_reducer_backward_end(void) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     return r ? mg_buckets_finish(&r->buckets) : MG_OK;
 }
 
@@ -410,7 +411,7 @@ int mg_reducer_backward_end(void) {
 mg_dtensor *mg_reducer_grad(mg_dtensor *t) {
     leaf_record *rec = find(t);
     if (!t->grad || !rec) return t->grad;
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     /* sums off (an input's gradient asked for between micro-batches): what came */
     if (rec->det && det_fold(rec) != MG_OK) return NULL;
     if ((rec->form == MG_GRAD_LOCAL || rec->form == MG_GRAD_ROWS) && settle(r, rec) != MG_OK)
@@ -454,7 +455,7 @@ bool mg_reducer_finite(const mg_dtensor *t) {
 }
 
 bool mg_reducer_holds(const mg_tensor *t) {
-    struct mg_reducer *r = mg_ctx()->reducer;
+    struct mg_reducer *r = mg_dist()->reducer;
     if (!r || t->numel == 0) return false;
     uintptr_t lo = (uintptr_t)t->data, hi = (uintptr_t)(t->data + t->numel);
     for (int i = 0; i < r->n; i++) {

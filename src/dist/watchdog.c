@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "context.h"
 #include "dist/comm_info.h"
+#include "dist/dist_state.h"
 
 #define DEFAULT_TIMEOUT 300.0
 #define MAX_REPORT 4096 /* the report line */
@@ -67,7 +67,7 @@ static double read_timeout(void) {
 
 /* The context's watchdog, made on first use (NULL when out of memory). */
 static struct mg_watchdog *watchdog(void) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (c->watchdog) return c->watchdog;
     struct mg_watchdog *w = calloc(1, sizeof *w);
     if (!w) return NULL;
@@ -83,7 +83,7 @@ double mg_watchdog_timeout(void) {
 }
 
 void mg_watchdog_free(void) {
-    struct mg_watchdog *w = mg_ctx()->watchdog;
+    struct mg_watchdog *w = mg_dist()->watchdog;
     if (!w) return;
     if (w->thread_started) {
         pthread_mutex_lock(&w->lock);
@@ -95,7 +95,7 @@ void mg_watchdog_free(void) {
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
     free(w);
-    mg_ctx()->watchdog = NULL;
+    mg_dist()->watchdog = NULL;
 }
 
 static double now_s(void) {
@@ -182,7 +182,7 @@ static void *watch(void *arg) {
         char report[MAX_REPORT];
         format_report(w, report, sizeof report, waited);
         w->fired = 1;
-        int (*on_timeout)(const char *) = mg_ctx()->watchdog_on_timeout;
+        int (*on_timeout)(const char *) = mg_dist()->watchdog_on_timeout;
         pthread_mutex_unlock(&w->lock);
         fputs(report, stderr);
         fflush(stderr);
@@ -220,7 +220,7 @@ void mg_watchdog_begin(const char *op, int mesh_dim, const int *ranks, int nrank
 }
 
 void mg_watchdog_end(void) {
-    struct mg_watchdog *w = mg_ctx()->watchdog;
+    struct mg_watchdog *w = mg_dist()->watchdog;
     if (!w || w->timeout_s <= 0) return;
     pthread_mutex_lock(&w->lock);
     if (w->depth > 0 && --w->depth == 0) w->armed = 0;
@@ -239,7 +239,7 @@ void mg_watchdog_begin_comm(const char *op, MPI_Comm comm) {
 
 /* Set under the lock when the thread may be running: it reads it under the lock. */
 void mg_watchdog_on_timeout(int (*fn)(const char *reason)) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     struct mg_watchdog *w = c->watchdog;
     if (w) pthread_mutex_lock(&w->lock);
     c->watchdog_on_timeout = fn;
@@ -247,7 +247,7 @@ void mg_watchdog_on_timeout(int (*fn)(const char *reason)) {
 }
 
 const char *mg_watchdog_current(int *mesh_dim, double *since, const int **ranks, int *nranks) {
-    const struct mg_watchdog *w = mg_ctx()->watchdog;
+    const struct mg_watchdog *w = mg_dist()->watchdog;
     if (!w || w->depth <= 0) return NULL;
     const char *op = w->op;
     *mesh_dim = w->dim;

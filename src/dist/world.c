@@ -28,6 +28,7 @@
 #include "context.h"
 #include "dist/comm.h"
 #include "dist/comm_info.h"
+#include "dist/dist_state.h"
 #include "dist/flight.h"
 #include "dist/watchdog.h"
 #include "dist/world.h"
@@ -59,7 +60,7 @@ static int node_cpus(MPI_Comm node) {
  * for a message naps (comm_p2p.c) instead of spinning: a spinning rank stays
  * runnable, and the scheduler, balancing runnable ranks, may leave two
  * computing ranks on one core and the waiters on the other. */
-static void count_node(mg_context *c) {
+static void count_node(mg_dist_state *c) {
     MPI_Comm node = MPI_COMM_NULL;
     int on_node = 1, world = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -72,7 +73,7 @@ static void count_node(mg_context *c) {
     }
     c->node_cpus = node_cpus(node);
     if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
-    c->node_ranks = on_node;
+    mg_ctx()->node_ranks = on_node;
     c->node_rank = rank;
     c->node_is_world = on_node == world;
     c->oversubscribed = on_node > c->node_cpus;
@@ -88,7 +89,7 @@ int mg_init(int *argc, char ***argv) {
     if (finalized)
         return mg_error(MG_ESTATE, "mg_init: MPI was already finalized; call mg_init once, "
                                    "before mg_finalize");
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     if (c->started) return MG_OK;
     library_finalized = 0;
     MPI_Initialized(&initialized);
@@ -115,7 +116,7 @@ int mg_check_not_finalized(const char *who) { /* every op asks: a flag, no call 
 }
 
 int mg_world_on_finalize(void (*fn)(void)) {
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     for (int i = 0; i < c->n_finalizers; i++)
         if (c->finalizers[i] == fn) return MG_OK;
     if (c->n_finalizers == MG_FINALIZERS)
@@ -133,7 +134,7 @@ void mg_finalize(void) {
     library_finalized = 1;
     const char *debug = getenv("MG_COMM_DEBUG");
     if (debug && strcmp(debug, "1") == 0 && mg_rank() == 0) mg_comm_stats_print(stderr);
-    mg_context *c = mg_ctx();
+    mg_dist_state *c = mg_dist();
     int we_started_mpi = c->started_mpi;
     for (int i = c->n_finalizers - 1; i >= 0; i--) c->finalizers[i]();
     mg_comm_free(c->world);
@@ -172,9 +173,9 @@ const char *mg_version(void) { return PACKAGE_VERSION; }
 /* Collective: this rank's GPU is its rank on its node modulo the GPUs it sees;
  * the backend is made on it (again on the same one: MG_OK). */
 static int cuda_start(void) {
-    mg_context *c = mg_ctx();
-    if (!c->node_ranks) count_node(c); /* MPI was started without mg_init */
-    int rank = c->node_rank, size = c->node_ranks;
+    mg_dist_state *c = mg_dist();
+    if (!mg_ctx()->node_ranks) count_node(c); /* MPI was started without mg_init */
+    int rank = c->node_rank, size = mg_ctx()->node_ranks;
     int count = mg_cuda_device_count();
     if (count == 0)
         return mg_error(MG_EDEVICE, "no CUDA device found on rank %d (no GPU, no driver, or "

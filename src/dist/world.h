@@ -10,7 +10,7 @@
 #define MG_DIST_WORLD_H
 
 /* fn runs at mg_finalize (registered once: again, it does nothing). MG_OK, or
- * MG_ESTATE with a message when MG_FINALIZERS (context.h) are registered. */
+ * MG_ESTATE with a message when MG_FINALIZERS (dist_state.h) are registered. */
 int mg_world_on_finalize(void (*fn)(void));
 
 #endif

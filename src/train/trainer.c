@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "context.h"
+#include "dist/dist_state.h"
 #include "dist/reducer.h"
 #include "dist/redistribute.h"
 #include "io/h5util.h"
@@ -90,7 +91,7 @@ void mg_trainer_memory_get(const mg_trainer *tr, mg_train_memory *m) {
     if (again) m->activations += (double)mg_arena_peak(again);
     m->scratch = (double)mg_arena_peak(mg_scratch_arena());
     m->buffers = (double)mg_reducer_buffer_bytes();
-    const mg_context *c = mg_ctx();
+    const mg_dist_state *c = mg_dist();
     for (int d = 0; d < MG_DEVICE_KINDS; d++)
         for (int k = 0; k < 2; k++) m->buffers += (double)c->staging[d][k].bytes;
     m->casts = (double)mg_backend_bf16_weights_bytes(mg_arena_device(mg_step_arena()));
