@@ -27,7 +27,6 @@
 #include <stdint.h>
 
 #include "arena.h"
-#include "exact.h"
 #include "meshgrad.h"
 
 /* Beside meshgrad.h's MG_DEVICE_CPU and MG_DEVICE_CUDA, internal to the
@@ -57,12 +56,6 @@ typedef struct {
     struct mg_dtensor *leaf;
     int remaining;
 } mg_leaf_uses;
-
-/* A parameter brought to other placements for use (ops/ops.c). */
-typedef struct {
-    struct mg_dtensor *copy, *param;
-    int held; /* its data is in the scratch arena now (else given back) */
-} mg_param_copy_entry;
 
 struct mg_context {
     /* ---- src/: memory ---- */
@@ -101,6 +94,12 @@ struct mg_context {
                  * arenas and tensors are made there */
     int node_ranks; /* dist/world.c: ranks on this machine (counted by mg_init); machine.c
                      * sizes a run's memory by it */
+    /* autograd/backward.c: mg_step_end calls so far (dtensor.h's graph_step): the
+     * weights' bf16 copies (backend/) and the tensor headers (dist/) are a step's */
+    int64_t steps;
+    /* ops/tape.c: the next node's sequence number (dist/dtensor.c: a tensor an
+     * op of this step took is not freed) */
+    int64_t tape_seq;
 
     /* ---- io/ ---- */
     int h5_started; /* h5util.c: HDF5 opened, its error printing off */
@@ -128,19 +127,6 @@ struct mg_context {
     struct mg_recompute_seg *segments;
     int n_segments, cap_segments;
     int recomputing; /* recompute.c: inside a segment's function (one inside runs as it is) */
-
-    /* ---- ops/ ---- */
-    int64_t tape_seq;          /* tape.c: the next node's sequence number */
-    int64_t steps;             /* backward.c: mg_step_end calls so far (dtensor.h's graph_step) */
-    int grad_disabled;         /* tape.c: no-grad mode (mg_set_grad_enabled(0)) */
-    mg_param_copy_entry *copies; /* ops.c: this step's parameter copies */
-    int n_copies, cap_copies;
-    size_t gathered_bytes;       /* ops.c: the scratch arena's data that gathers took since its reset */
-    double op_flops, op_bytes;   /* ops.c: the kernels' cost so far (op_def.h's mg_op_cost) */
-    /* ops_vocab.c: the deterministic mode's cross-entropy sums since the trainer
-     * last took them (the exact sum of the rows' losses, and the rows) */
-    mg_exact det_loss;
-    int64_t det_loss_rows;
 
     /* ---- nn/ ---- */
     /* pipeline_exec.c: activation headers a meta run sent, for a later run's

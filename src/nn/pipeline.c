@@ -14,6 +14,7 @@
 #include "hash.h"
 #include "dist/mesh.h"
 #include "dist/pipeline_verify.h"
+#include "ops/ops_state.h"
 #include "status.h"
 
 void mg_pp_options_defaults(mg_pp_options *o) {
@@ -257,7 +258,7 @@ int64_t mg_pipeline_eval_rows(const mg_pipeline *p) {
 }
 
 double mg_pipeline_step_loss(double loss) {
-    mg_context *c = mg_ctx();
+    mg_ops_state *c = mg_ops();
     if (!mg_get_deterministic()) return loss;
     if (c->det_loss_rows == 0) return 0;
     return (float)(mg_exact_value(&c->det_loss) / (double)c->det_loss_rows);

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "dist/mesh.h"
 #include "dist/redistribute.h"
+#include "ops/ops_state.h"
 #include "ops/tape.h"
 #include "status.h"
 #include "trace.h"
@@ -171,7 +172,7 @@ mg_dtensor *mg_redistribute(const mg_dtensor *x, const mg_placement *p, int n) {
  * context's `copies` (context.h). */
 
 static mg_param_copy_entry *copy_entry(const mg_dtensor *t) {
-    mg_context *c = mg_ctx();
+    mg_ops_state *c = mg_ops();
     for (int i = c->n_copies - 1; i >= 0; i--)
         if (c->copies[i].copy == t) return &c->copies[i];
     return NULL;
@@ -189,28 +190,25 @@ bool mg_ops_copy_released(const mg_dtensor *t) {
 
 static void reset_scratch(void) {
     mg_arena_reset(mg_scratch_arena());
-    mg_ctx()->gathered_bytes = 0;
+    mg_ops()->gathered_bytes = 0;
 }
 
 void mg_ops_step_end(void) {
-    mg_ctx()->n_copies = 0;
+    mg_ops()->n_copies = 0;
     reset_scratch();
 }
 
 void mg_ops_release_all(void) {
-    mg_context *c = mg_ctx();
+    mg_ops_state *c = mg_ops();
     for (int i = 0; i < c->n_copies; i++) c->copies[i].held = 0;
     reset_scratch();
 }
 
-static void free_copies(void) { free(mg_ctx()->copies); } /* mg_context_on_reset */
-
 static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
-    mg_context *c = mg_ctx();
+    mg_ops_state *c = mg_ops();
     int rc = mg_array_grow((void **)&c->copies, &c->cap_copies, c->n_copies + 1, sizeof *c->copies,
                            "parameter copies");
     if (rc != MG_OK) return rc;
-    mg_context_on_reset(free_copies);
     c->copies[c->n_copies++] = (mg_param_copy_entry){copy, param, held};
     return MG_OK;
 }
@@ -220,7 +218,7 @@ static int add_copy(mg_dtensor *copy, mg_dtensor *param, int held) {
  * lives there (a gradient on its way, autograd/backward.c), and backward
  * resets it when that is done. */
 static void release_except(const mg_dtensor *const *xs, int n) {
-    mg_context *c = mg_ctx();
+    mg_ops_state *c = mg_ops();
     int held = 0;
     for (int i = 0; i < c->n_copies; i++) {
         mg_param_copy_entry *e = &c->copies[i];
@@ -247,7 +245,7 @@ static mg_tensor *gather(const mg_dtensor *param, const mg_spec *spec) {
     int rc = mg_redistribute_local(&param->spec, param->local, spec, &local, step);
     mg_arena_hint_data(scratch, hint, hint_bytes);
     mg_arena_redirect_data(step, was);
-    mg_ctx()->gathered_bytes += mg_arena_data_used(scratch) - before;
+    mg_ops()->gathered_bytes += mg_arena_data_used(scratch) - before;
     return rc == MG_OK ? local : NULL;
 }
 
@@ -338,7 +336,7 @@ static void add_cost(const mg_op_def *def, const mg_op_call *c, mg_dtensor *cons
                      const mg_dtensor *out) {
     mg_op_cost k = {0, 4.0 * (double)out->local->numel};
     if (def->cost) def->cost(c, in, out, &k);
-    mg_context *ctx = mg_ctx();
+    mg_ops_state *ctx = mg_ops();
     ctx->op_flops += k.flops;
     ctx->op_bytes += k.bytes;
     mg_trace_op_cost(k.flops, k.bytes);

@@ -26,6 +26,7 @@
 #include "dist/mesh.h"
 #include "exact.h"
 #include "ops/ops.h"
+#include "ops/ops_state.h"
 #include "status.h"
 
 static mg_backend *backend(const mg_tensor *t) { return mg_backend_of(t); }
@@ -236,7 +237,7 @@ static int64_t cross_entropy_det(const mg_op_call *c, mg_dtensor *const *in, mg_
         bad = rc;
         goto done;
     }
-    mg_context *ctx = mg_ctx();
+    mg_ops_state *ctx = mg_ops();
     mg_exact keep = acc;
     mg_exact_merge(&ctx->det_loss, &keep);
     int64_t n = mg_shape_numel(c->x[1]->spec.ndim, c->x[1]->spec.shape);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "ops/ops_state.h"
 #include "status.h"
 
 mg_node *mg_tape_push(const mg_op_def *def, int n_inputs, mg_dtensor *const *inputs, mg_dtensor *output) {
@@ -27,10 +28,10 @@ bool mg_tape_wants_grad(const mg_dtensor *t) {
     return t && (t->node != NULL || t->requires_grad);
 }
 
-int mg_grad_enabled(void) { return !mg_ctx()->grad_disabled; }
+int mg_grad_enabled(void) { return !mg_ops()->grad_disabled; }
 
 int mg_set_grad_enabled(int on) {
     int was = mg_grad_enabled();
-    mg_ctx()->grad_disabled = !on;
+    mg_ops()->grad_disabled = !on;
     return was;
 }

@@ -29,6 +29,7 @@
 #include "dist/redistribute.h"
 #include "machine.h"
 #include "nn/gpt_pipeline.h"
+#include "ops/ops_state.h"
 #include "status.h"
 #include "trace.h"
 #include "train/trainer.h"
@@ -346,7 +347,7 @@ int mg_trainer_step(mg_trainer *tr, mg_train_step *st) {
     st->lr = mg_lr_at(&tr->sched, s);
     st->skipped = 0;
     st->nonfinite[0] = '\0';
-    mg_context *ctx = mg_ctx();
+    mg_ops_state *ctx = mg_ops();
     mg_exact_zero(&ctx->det_loss);
     ctx->det_loss_rows = 0;
     for (int64_t m = 0; rc == MG_OK && m < tr->cfg.grad_accum; m++) {

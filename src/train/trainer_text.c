@@ -25,6 +25,7 @@
 #include "context.h"
 #include "machine.h"
 #include "nn/gpt_pipeline.h"
+#include "ops/ops_state.h"
 #include "status.h"
 #include "train/trainer.h"
 #include "train/trainer_pp.h"
@@ -228,7 +229,7 @@ int mg_trainer_text_eval_split(mg_trainer *tr, const char *split) {
  * the chunks and the mesh; with pp made on the last stage and summed over the
  * stages (0 elsewhere). The training step's sums are left as they were. */
 static int exact_eval_loss(mg_trainer *tr, const mg_exact *was, int64_t was_rows, double *loss) {
-    mg_context *c = mg_ctx();
+    mg_ops_state *c = mg_ops();
     *loss = c->det_loss_rows > 0 ? (float)(mg_exact_value(&c->det_loss) / (double)c->det_loss_rows) : 0;
     c->det_loss = *was;
     c->det_loss_rows = was_rows;
@@ -241,7 +242,7 @@ int mg_trainer_text_evaluate(mg_trainer *tr, mg_train_eval *ev) {
     int prev = mg_set_grad_enabled(0);
     double sum = 0;
     int rc = MG_OK;
-    mg_context *ctx = mg_ctx();
+    mg_ops_state *ctx = mg_ops();
     mg_exact was = ctx->det_loss;
     int64_t was_rows = ctx->det_loss_rows;
     mg_exact_zero(&ctx->det_loss);
