@@ -37,25 +37,16 @@
 #define MG_RESET_HOOKS 16 /* mg_context_on_reset: the library registers 9 */
 
 struct mg_dtensor;
-struct mg_node;
 struct mg_trace;
 struct mg_pp_meta_headers;
 struct mg_observe;
 struct mg_token_loader;
-struct mg_recompute_seg;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
     void *p;
     size_t bytes;
 } mg_staging;
-
-/* A leaf of the graph being walked, and how many contributions to its
- * gradient are still to come (autograd/backward.c). */
-typedef struct {
-    struct mg_dtensor *leaf;
-    int remaining;
-} mg_leaf_uses;
 
 struct mg_context {
     /* ---- src/: memory ---- */
@@ -115,18 +106,6 @@ struct mg_context {
     int n_loaders, cap_loaders;
     struct mg_token_loader **closed_loaders;
     int next_closed;
-    /* ---- autograd/ (backward.c, recompute.c; memory kept between steps) ---- */
-    int64_t walks;          /* backward passes so far: marks the nodes each one reached */
-    struct mg_node **graph; /* the nodes of the graph being walked */
-    int cap_graph;
-    mg_leaf_uses *uses;     /* its leaves, with the contributions each has to come */
-    int cap_uses;
-    struct mg_node **replay; /* the nodes of a recomputed segment, run again */
-    int cap_replay;
-    /* recompute.c: this step's recomputed segments, in recording order */
-    struct mg_recompute_seg *segments;
-    int n_segments, cap_segments;
-    int recomputing; /* recompute.c: inside a segment's function (one inside runs as it is) */
 
     /* ---- nn/ ---- */
     /* pipeline_exec.c: activation headers a meta run sent, for a later run's

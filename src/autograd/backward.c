@@ -41,6 +41,7 @@
 
 #include "array.h"
 #include "autograd/agree.h"
+#include "autograd/autograd_state.h"
 #include "autograd/backward.h"
 #include "autograd/recompute.h"
 #include "backend/backend.h"
@@ -79,17 +80,9 @@ static mg_dtensor *vjp_grad_in(const mg_node *node, mg_dtensor *g) {
 
 /* ---- the graph --------------------------------------------------------------------- */
 
-/* The walks' arrays freed (mg_context_on_reset). */
-static void free_walks(void) {
-    mg_context *c = mg_ctx();
-    free(c->graph);
-    free(c->uses);
-    free(c->replay);
-}
-
 /* One more contribution to come for `leaf` (nuses leaves listed so far). */
 static int count_use(mg_dtensor *leaf, int *nuses) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     for (int i = 0; i < *nuses; i++)
         if (c->uses[i].leaf == leaf) {
             c->uses[i].remaining++;
@@ -103,7 +96,7 @@ static int count_use(mg_dtensor *leaf, int *nuses) {
 
 /* The contributions still to come for `leaf`, after taking one. */
 static int take_use(mg_dtensor *leaf, int nuses) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     for (int i = 0; i < nuses; i++)
         if (c->uses[i].leaf == leaf) return --c->uses[i].remaining;
     return 0;
@@ -121,14 +114,13 @@ static int by_seq_descending(const void *a, const void *b) {
  * op `first`: only `input` may be such a node's output. */
 static int collect_into(mg_node *root, mg_node ***graph, int *cap, int *n, int *nuses,
                         int64_t first, const mg_dtensor *input) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     int64_t walk = ++c->walks;
     *n = 0;
     if (nuses) *nuses = 0;
     /* the graph array doubles as the stack: [0, done) are visited, the rest wait */
     int rc = mg_array_grow((void **)graph, cap, 1, sizeof **graph, "mg_backward");
     if (rc != MG_OK) return rc;
-    mg_context_on_reset(free_walks); /* graph, uses and replay: every walk starts here */
     int top = 0;
     (*graph)[top++] = root;
     root->walk = walk;
@@ -166,7 +158,7 @@ static int collect_into(mg_node *root, mg_node ***graph, int *cap, int *n, int *
 
 /* The loss's graph into the context's `graph`, its leaves into `uses`. */
 static int collect(mg_node *root, int *n, int *nuses) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     return collect_into(root, &c->graph, &c->cap_graph, n, nuses, INT64_MIN, NULL);
 }
 
@@ -380,7 +372,7 @@ static int walk_segment(const mg_recompute_seg *s, mg_node *const *dead, int n, 
         return mg_error(MG_ESTATE, "mg_backward: a split backward (zero-bubble's Bi and W) "
                         "cannot walk a recomputed segment: W would need the activations the "
                         "segment gives back; use another schedule, or no recomputation");
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     mg_arena *step = mg_step_arena(), *arena = mg_recompute_arena();
     if (!arena) return mg_last_code();
     mg_arena *was = mg_arena_redirect_data(step, arena);
@@ -432,12 +424,12 @@ static int walk(mg_dtensor *root, mg_dtensor *seed, mg_backward_weights *w) {
     int n = 0, nuses = 0;
     int rc = root->node ? collect(root->node, &n, &nuses) : MG_OK;
     if (root->node) { /* the root's mesh recorded one graph (agree.h); a rank that refused joins */
-        int agreed = mg_graph_agree(root->spec.mesh, mg_ctx()->graph, rc == MG_OK ? n : -1,
+        int agreed = mg_graph_agree(root->spec.mesh, mg_autograd()->graph, rc == MG_OK ? n : -1,
                                     "mg_backward");
         if (rc == MG_OK) rc = agreed;
     }
     if (rc != MG_OK) return rc; /* refused: nothing changed */
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     if (w) { /* room for every contribution to be kept */
         int total = 0;
         for (int i = 0; i < nuses; i++) total += c->uses[i].remaining;

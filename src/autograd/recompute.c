@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "autograd/autograd_state.h"
 #include "backend/backend.h"
 #include "context.h"
 #include "ops/ops.h"
@@ -27,20 +28,17 @@ mg_dtensor *mg_recompute_keep(const mg_dtensor *t) {
 
 /* fn(ctx, x) with one more level of `recomputing`: a segment inside runs as it is. */
 static mg_dtensor *run(mg_recompute_fn fn, void *ctx, const mg_dtensor *x) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     c->recomputing++;
     mg_dtensor *y = fn(ctx, x);
     c->recomputing--;
     return y;
 }
 
-static void free_segments(void) { free(mg_ctx()->segments); } /* mg_context_on_reset */
-
 static int add_segment(const mg_recompute_seg *s) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     int rc = mg_array_grow((void **)&c->segments, &c->cap_segments, c->n_segments + 1,
                            sizeof *c->segments, "mg_recompute");
-    if (rc == MG_OK) mg_context_on_reset(free_segments);
     if (rc == MG_OK) c->segments[c->n_segments++] = *s;
     return rc;
 }
@@ -48,7 +46,7 @@ static int add_segment(const mg_recompute_seg *s) {
 mg_dtensor *mg_recompute(mg_recompute_fn fn, void *ctx, size_t ctx_bytes, const mg_dtensor *x) {
     if (!fn || !x) return mg_error_null(MG_EINVAL, "mg_recompute: the function or the input is NULL");
     if (mg_dtensor_alive(x, "mg_recompute") != MG_OK) return NULL;
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     if (!mg_grad_enabled() || c->recomputing > 0) return fn(ctx, x);
     mg_arena *step = mg_step_arena(), *arena = step ? mg_recompute_arena() : NULL;
     if (!arena) return NULL;
@@ -57,11 +55,11 @@ mg_dtensor *mg_recompute(mg_recompute_fn fn, void *ctx, size_t ctx_bytes, const 
         if (!(kept = mg_arena_alloc(step, ctx_bytes))) return NULL;
         memcpy(kept, ctx, ctx_bytes);
     }
-    mg_recompute_seg s = {.lo = c->tape_seq, .x = (mg_dtensor *)x, .fn = fn, .ctx = kept};
+    mg_recompute_seg s = {.lo = mg_ctx()->tape_seq, .x = (mg_dtensor *)x, .fn = fn, .ctx = kept};
     mg_arena *was = mg_arena_redirect_data(step, arena);
     mg_dtensor *y = run(fn, kept, x);
     mg_arena_redirect_data(step, was);
-    s.hi = c->tape_seq;
+    s.hi = mg_ctx()->tape_seq;
     /* the output's data out of the arena (a header the tape holds: the same
      * tensor, its data moved); x itself or a tensor of the heap stays */
     int made = y && y != x && !(y->flags & MG_DTENSOR_HEAP);
@@ -75,7 +73,7 @@ mg_dtensor *mg_recompute(mg_recompute_fn fn, void *ctx, size_t ctx_bytes, const 
 }
 
 mg_recompute_seg *mg_recompute_find(int64_t seq) {
-    mg_context *c = mg_ctx();
+    mg_autograd_state *c = mg_autograd();
     int lo = 0, hi = c->n_segments; /* recorded in order: their ranges ascend */
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
@@ -95,4 +93,4 @@ mg_dtensor *mg_recompute_again(const mg_recompute_seg *s, int64_t *first) {
     return y;
 }
 
-void mg_recompute_step_end(void) { mg_ctx()->n_segments = 0; }
+void mg_recompute_step_end(void) { mg_autograd()->n_segments = 0; }
