@@ -39,7 +39,6 @@
 struct mg_dtensor;
 struct mg_trace;
 struct mg_pp_meta_headers;
-struct mg_observe;
 struct mg_token_loader;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
@@ -91,10 +90,6 @@ struct mg_context {
     /* ops/tape.c: the next node's sequence number (dist/dtensor.c: a tensor an
      * op of this step took is not freed) */
     int64_t tape_seq;
-
-    /* ---- io/ ---- */
-    int h5_started; /* h5util.c: HDF5 opened, its error printing off */
-    struct mg_observe *observe; /* observe.c: mg_trace_open's timeline, the flight directory */
 
     /* ---- train/ ---- */
     /* tokens_api.c: the token loaders open now (pointers compared, never read

@@ -11,9 +11,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "context.h"
 #include "dist/watchdog.h"
 #include "io/files.h"
+#include "io/io_state.h"
 #include "status.h"
 #include "text.h"
 
@@ -31,7 +31,7 @@ static void tune_malloc(void) {
 }
 
 void mg_h5_init(void) {
-    mg_context *c = mg_ctx();
+    mg_io_state *c = mg_io();
     if (c->h5_started) return;
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);

@@ -6,7 +6,7 @@
  *   (io/files.h), and a dump on demand;
  * - the trace: io/timeline.h's timeline over the steps the program numbers,
  *   with a "step" span around each and the flight recorder told the step.
- * State (the context's `observe`): whether a flight directory is set, and the
+ * State (io_state.h's `observe`): whether a flight directory is set, and the
  * open trace.
  * Exports: mg_flight_recorder_set_dir, mg_flight_recorder_dump, mg_trace_open,
  * mg_trace_step_begin, mg_trace_step_end, mg_trace_close. */
@@ -15,12 +15,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "context.h"
 #include "dist/comm.h"
 #include "dist/flight.h"
 #include "hash.h"
 #include "io/files.h"
 #include "io/h5util.h"
+#include "io/io_state.h"
 #include "io/timeline.h"
 #include "meshgrad.h"
 #include "status.h"
@@ -32,15 +32,11 @@ struct mg_observe {
     mg_timeline timeline;
 };
 
-/* Plain data: a trace still open is not written (mg_context_on_reset). */
-static void free_observe(void) { free(mg_ctx()->observe); }
-
-/* The context's state, made on first use (NULL with a message). */
+/* The layer's `observe`, made on first use (NULL with a message). */
 static struct mg_observe *observe(void) {
-    mg_context *c = mg_ctx();
+    mg_io_state *c = mg_io();
     if (!c->observe && !(c->observe = calloc(1, sizeof *c->observe)))
         mg_error(MG_ENOMEM, "out of memory");
-    if (c->observe) mg_context_on_reset(free_observe);
     return c->observe;
 }
 
