@@ -38,7 +38,6 @@
 
 struct mg_dtensor;
 struct mg_trace;
-struct mg_pp_meta_headers;
 struct mg_token_loader;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
@@ -101,11 +100,6 @@ struct mg_context {
     int n_loaders, cap_loaders;
     struct mg_token_loader **closed_loaders;
     int next_closed;
-
-    /* ---- nn/ ---- */
-    /* pipeline_exec.c: activation headers a meta run sent, for a later run's
-     * receives (a plan estimate's runs, one per pipeline rank) */
-    struct mg_pp_meta_headers *pp_meta_headers;
 
     /* Each upper layer's state, made on first use by its accessor (the
      * layer's <layer>_state.h) through mg_context_layer_new; opaque here.

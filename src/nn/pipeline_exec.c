@@ -16,6 +16,7 @@
 #include "dist/mesh.h"
 #include "dist/reducer.h"
 #include "dist/redistribute.h"
+#include "nn/nn_state.h"
 #include "status.h"
 
 /* A header: magic, kind, micro-batch, stage, ndim, the global shape (two
@@ -283,7 +284,7 @@ struct mg_pp_meta_headers {
 };
 
 static struct mg_pp_meta_headers *meta_store(void) {
-    mg_context *c = mg_ctx();
+    mg_nn_state *c = mg_nn();
     if (!c->pp_meta_headers) c->pp_meta_headers = calloc(1, sizeof *c->pp_meta_headers);
     return c->pp_meta_headers;
 }
@@ -328,17 +329,17 @@ static int meta_header_of(slot *sl, xfer *x, int kind) {
 }
 
 int mg_pp_meta_headers_missing(void) {
-    struct mg_pp_meta_headers *m = mg_ctx()->pp_meta_headers;
+    struct mg_pp_meta_headers *m = mg_nn()->pp_meta_headers;
     int was = m && m->missing;
     if (m) m->missing = 0;
     return was;
 }
 
 void mg_pp_meta_headers_free(void) {
-    struct mg_pp_meta_headers *m = mg_ctx()->pp_meta_headers;
+    struct mg_pp_meta_headers *m = mg_nn()->pp_meta_headers;
     if (m) free(m->h);
     free(m);
-    mg_ctx()->pp_meta_headers = NULL;
+    mg_nn()->pp_meta_headers = NULL;
 }
 
 /* The header of a receive is in: its tensor (in the slot's arena) and the
