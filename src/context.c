@@ -43,7 +43,6 @@ static const struct {
     size_t offset, size;
 } kept[] = {
     KEPT(tensors), KEPT(n_tensors), KEPT(cap_tensors), KEPT(freed_tensors), KEPT(next_freed),
-    KEPT(loaders), KEPT(n_loaders), KEPT(cap_loaders), KEPT(closed_loaders), KEPT(next_closed),
     KEPT(reset_hooks), KEPT(n_reset_hooks), KEPT(layers),
 };
 

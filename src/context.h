@@ -38,7 +38,6 @@
 
 struct mg_dtensor;
 struct mg_trace;
-struct mg_token_loader;
 
 /* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
 typedef struct {
@@ -89,17 +88,6 @@ struct mg_context {
     /* ops/tape.c: the next node's sequence number (dist/dtensor.c: a tensor an
      * op of this step took is not freed) */
     int64_t tape_seq;
-
-    /* ---- train/ ---- */
-    /* tokens_api.c: the token loaders open now (pointers compared, never read
-     * through), so that a second mg_token_loader_close does nothing; and the
-     * headers closed last, held back from malloc a while (a pointer kept to
-     * one is not taken for a loader that malloc put at its address). Kept by
-     * mg_context_reset (a program may close its loaders after mg_finalize). */
-    struct mg_token_loader **loaders;
-    int n_loaders, cap_loaders;
-    struct mg_token_loader **closed_loaders;
-    int next_closed;
 
     /* Each upper layer's state, made on first use by its accessor (the
      * layer's <layer>_state.h) through mg_context_layer_new; opaque here.

@@ -1,6 +1,6 @@
 /* tokens_api.c: mg_token_loader of the training API (meshgrad_train.h): the
  * window loader of io/tokens.h on a mesh, its batches in the step arena.
- * State: the context's `loaders` (the loaders open now) and `closed_loaders`,
+ * State: train_state.h's `loaders` (the loaders open now) and `closed_loaders`,
  * so that closing a loader twice does nothing. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "io/tokens.h"
 #include "status.h"
 #include "train/api.h"
+#include "train/train_state.h"
 
 struct mg_token_loader {
     const mg_mesh *mesh;
@@ -19,21 +20,21 @@ struct mg_token_loader {
     int64_t cap;
 };
 
-/* ---- the loaders open now (the context's `loaders`) -------------------------- */
+/* ---- the loaders open now (train_state.h's `loaders`) ------------------------ */
 
-/* Closed headers held back from malloc (the context's closed_loaders). */
+/* Closed headers held back from malloc (train_state.h's closed_loaders). */
 #define HELD_BACK 64
 
 /* l's place among the open loaders, or -1; l is only compared, never read. */
 static int open_index(const mg_token_loader *l) {
-    mg_context *c = mg_ctx();
+    mg_train_state *c = mg_train();
     for (int i = 0; i < c->n_loaders; i++)
         if (c->loaders[i] == l) return i;
     return -1;
 }
 
 static int open_add(mg_token_loader *l) {
-    mg_context *c = mg_ctx();
+    mg_train_state *c = mg_train();
     if (c->n_loaders == c->cap_loaders) {
         int cap = c->cap_loaders ? 2 * c->cap_loaders : 8;
         mg_token_loader **p = realloc(c->loaders, (size_t)cap * sizeof *p);
@@ -48,7 +49,7 @@ static int open_add(mg_token_loader *l) {
 /* A closed header goes back to malloc only HELD_BACK closes later: a pointer
  * a program kept to it is not taken for a loader malloc put at its address. */
 static void hold_back(mg_token_loader *l) {
-    mg_context *c = mg_ctx();
+    mg_train_state *c = mg_train();
     if (!c->closed_loaders &&
         !(c->closed_loaders = calloc(HELD_BACK, sizeof *c->closed_loaders))) {
         free(l);
@@ -88,7 +89,7 @@ mg_token_loader *mg_token_loader_open(const mg_mesh *mesh, const char *path, con
 void mg_token_loader_close(mg_token_loader *l) {
     int i = l ? open_index(l) : -1;
     if (i < 0) return;
-    mg_context *c = mg_ctx();
+    mg_train_state *c = mg_train();
     c->loaders[i] = c->loaders[--c->n_loaders];
     mg_tokens_close(l->tokens);
     free(l->starts);
