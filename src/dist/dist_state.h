@@ -1,10 +1,12 @@
 /* dist_state.h: what the dist layer remembers between calls, behind the
  * context's layers.dist (context.h): made on first use by mg_dist, and at
  * each mg_context_reset emptied by mg_dist_state_reset (dist_state.c) but for
- * the live tensors, so the struct itself stays for the process: a program
- * may free its tensors after mg_finalize, and mg_dtensor_free must then
- * still know them. Included by dist/ and the layers above it.
- * Exports: mg_dist_state, MG_FINALIZERS, mg_dist, mg_dist_state_reset. */
+ * the live tensors and the freed headers held back, so the struct itself
+ * stays for the process: a program may free its tensors after mg_finalize,
+ * and mg_dtensor_free must then still know them. Included by dist/ and the
+ * layers above it.
+ * Exports: mg_dist_state, MG_FINALIZERS, MG_DTENSOR_QUARANTINE, mg_dist,
+ * mg_dist_state_reset. */
 #ifndef MG_DIST_STATE_H
 #define MG_DIST_STATE_H
 
@@ -13,6 +15,7 @@
 #include "context.h"
 
 #define MG_FINALIZERS 8 /* dist/world.h: what mg_finalize runs for the files above world.c */
+#define MG_DTENSOR_QUARANTINE 1024 /* dtensor.c: freed headers held back from malloc */
 
 struct mg_dtensor;
 struct mg_comm;
@@ -47,19 +50,27 @@ struct mg_dist_state {
     struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
     int n_comm_info;                      /* table, never moved: signal handlers read it) */
     mg_staging staging[MG_DEVICE_KINDS][2]; /* redistribute.c: per device, two buffers */
-    /* dtensor.c: every tensor on the heap not yet freed (mg_distribute, mg_from_local,
-     * gradients, optimizer state), so that mg_dtensor_free knows a tensor freed
-     * twice and mg_mesh_free a mesh still in use; kept by mg_context_reset (a
-     * program may free its tensors after mg_finalize) */
-    struct mg_dtensor **live;
-    int n_live, cap_live;
     /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
     void (*dtensor_on_free)(const struct mg_dtensor *t);
+
+    /* ---- kept by mg_context_reset (a program may free its tensors after
+     * mg_finalize): mg_dist_state_reset zeroes only what comes before ---- */
+    /* dtensor.c: every tensor on the heap not yet freed (mg_distribute, mg_from_local,
+     * gradients, optimizer state), so that mg_dtensor_free knows a tensor freed
+     * twice and mg_mesh_free a mesh still in use */
+    struct mg_dtensor **live;
+    int n_live, cap_live;
+    /* dtensor.c: the headers freed last, held back from malloc a while (a
+     * pointer kept to one is not taken for a new tensor that malloc put at
+     * its address), the oldest given back as each new one comes */
+    struct mg_dtensor *quarantine[MG_DTENSOR_QUARANTINE];
+    int quarantine_next;
 };
 typedef struct mg_dist_state mg_dist_state;
 
-/* Frees the comm registry and zeroes every member but the live tensors'
- * (mg_context_on_reset: at every reset; nothing when the state was not made).
+/* Frees the comm registry and zeroes the members before `live` (the kept ones
+ * come last) (mg_context_on_reset: at every reset; nothing when the state was
+ * not made).
  * The rest of what the layer holds mg_finalize freed before (world.c). */
 void mg_dist_state_reset(void);
 

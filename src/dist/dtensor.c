@@ -458,18 +458,16 @@ int mg_dtensor_describe(const mg_dtensor *t, char *buf, size_t len) {
 void mg_dtensor_on_free(void (*fn)(const mg_dtensor *t)) { mg_dist()->dtensor_on_free = fn; }
 
 /* A freed heap tensor's header stays allocated, off the live list and with
- * magic 0, for the next QUARANTINE frees before it goes back to malloc: a
- * pointer the program kept to it cannot meanwhile be taken for a new tensor
- * that malloc put at the same address (an op would take that one; freed again,
- * it would free that one). The oldest goes back as each new one comes. */
-#define QUARANTINE 1024
-static mg_dtensor *quarantine[QUARANTINE];
-static int quarantine_next;
-
+ * magic 0, for the next MG_DTENSOR_QUARANTINE frees before it goes back to
+ * malloc (dist_state.h's `quarantine`): a pointer the program kept to it
+ * cannot meanwhile be taken for a new tensor that malloc put at the same
+ * address (an op would take that one; freed again, it would free that one).
+ * The oldest goes back as each new one comes. */
 static void quarantine_put(mg_dtensor *t) {
-    free(quarantine[quarantine_next]);
-    quarantine[quarantine_next] = t;
-    quarantine_next = (quarantine_next + 1) % QUARANTINE;
+    mg_dist_state *d = mg_dist();
+    free(d->quarantine[d->quarantine_next]);
+    d->quarantine[d->quarantine_next] = t;
+    d->quarantine_next = (d->quarantine_next + 1) % MG_DTENSOR_QUARANTINE;
 }
 
 /* Frees the heap tensor at index i of the live list, and its gradient. */
