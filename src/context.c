@@ -13,20 +13,28 @@
 
 /* The public API takes no context, so the process holds one. The library's
  * other process-wide variables, each where it is for a reason that keeps it
- * out of the context (which mg_finalize zeroes, and which signal handlers and
- * other threads must not walk):
+ * out of the context (whose members mg_finalize frees, and which signal
+ * handlers and other threads must not walk):
  * - the error of the calling thread (status.c: per thread, read after any call);
- * - the host arenas not yet freed (arena.c: they outlive a reset, mg_arenas_hold);
- * - the tensors freed last, held back from malloc (dist/dtensor.c: a program may
- *   free its tensors after mg_finalize);
+ * - the host arenas not yet freed (arena.c: below the context, which is made
+ *   of arenas; they outlive a reset, mg_arenas_hold);
  * - "finalized" (dist/world.c: set by mg_finalize, read by the calls after it);
- * - each thread's packing buffers of the GEMM kernels (backend/cpu_common.c: per
- *   thread, freed as the thread ends);
+ * - each thread's kept buffers for the GEMM kernels' packing, and their keys
+ *   (backend/cpu_common.c: per thread, freed by the key's destructor as the
+ *   thread ends);
+ * - the CPU's instruction set (backend/blas_core.c: the CPU and MG_CPU_ISA do
+ *   not change), and the path a test forced on the deterministic GEMM
+ *   (backend/cpu_gemm_det.c: a setting of the process, as MG_CPU_ISA is); the
+ *   kernels read both, from any thread;
  * - the backend objects cpu.c, meta.c and cuda.cu hand out (constant but for the
  *   kernels --trace swaps), the GPU backend's state and cuBLAS's entry points
  *   (one GPU and one library per process: backend/cuda.cu, cuda_blas.cu);
- * - the files a stop signal removes (io/files.c: its signal handler and reaper
- *   read them), and the stop flag of `meshgrad train`'s handler (cli/train.c). */
+ * - the warnings said once a process, though a program may start the library
+ *   again (backend/blas_core.c's of OpenBLAS's kernels, cli/train_report.c's
+ *   of a log that cannot be written);
+ * - the files a stop signal removes and whether their reaper runs (io/files.c:
+ *   its signal handler and reaper read them; one reaper a process), and the
+ *   stop flag of `meshgrad train`'s handler (cli/train.c). */
 static mg_context context;
 
 mg_context *mg_ctx(void) { return &context; }

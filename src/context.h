@@ -1,21 +1,31 @@
 /* context.h: the library's state, in one place (ggml's context, llm.c's model
- * struct). Every layer keeps what it must remember between calls here, in a
- * member it owns and names below, instead of in file-scope variables: the
- * arenas and device memory (this layer), the device choice and CPU threads
- * (backend/), the comm registry, the gradient reducer and the watchdog (dist/),
- * the tape and the parameter copies (ops/), the timeline of --trace (this
- * layer, trace.h), mg_trace_open's trace and the flight directory (io/), the
- * token loaders open now (train/).
+ * struct). What the library must remember between calls lives here, not in
+ * file-scope variables (context.c lists the few that remain, and why):
+ * - this layer's members, below: each device's memory and arenas, the tensor
+ *   registry, the reset hooks, the timeline of --trace (trace.h), and the few
+ *   members an upper layer sets that a layer below it reads (the device, the
+ *   step count);
+ * - one opaque pointer per upper layer (`layers`), to the struct that layer
+ *   defines in its own <layer>_state.h (read by it and the layers above it,
+ *   as its other headers are): backend/ (the CPU threads, the bf16 and
+ *   deterministic switches, kept buffers, the weights' bf16 copies), dist/
+ *   (the world and comms, the reducer, the watchdog, the flight recorder, the
+ *   live tensors), ops/ (the grad mode, the parameter copies), autograd/ (the
+ *   graph being walked), io/ (mg_trace_open's trace, the flight directory),
+ *   nn/ (the pipeline's meta headers), train/ (the token loaders open now).
+ *   The layer's accessor (mg_dist() and the like) makes it on first use with
+ *   mg_context_layer_new, which registers the layer's free with
+ *   mg_context_on_reset. This header includes nothing above src/.
  *
  * The public API (meshgrad.h) takes no context argument, so a process has one:
- * mg_ctx() returns it. Members of layers above this one are forward-declared
- * pointers: this header includes nothing above src/. mg_finalize
- * (dist/world.c) frees the upper layers' members (what the files above it
- * registered with it, dist/world.h, then the comms' state), then
- * mg_context_reset runs what each layer registered with mg_context_on_reset
- * (each frees its own members: the file that first allocates a member
- * registers its free), frees this layer's arenas and zeroes the rest, so
- * mg_init may start again.
+ * mg_ctx() returns it. mg_finalize (dist/world.c) frees what the files above
+ * world.c registered with it (dist/world.h), then the comms' state, then
+ * mg_context_reset runs each layer's free (the newest registered first): a
+ * layer frees its own members, its struct, and NULLs its pointer, or keeps
+ * the members that outlive a reset (dist's live tensors, train's open
+ * loaders: a program may free them after mg_finalize). Then it frees this
+ * layer's arenas and zeroes the rest, so mg_init may start again. context.c
+ * frees no other layer's member.
  *
  * Exports: mg_context, mg_ctx, mg_context_reset, mg_context_on_reset, mg_context_layer_new,
  * mg_step_arena, mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
@@ -34,12 +44,12 @@
  * (backend/meta.c, the step estimate's). */
 #define MG_DEVICE_META 2
 #define MG_DEVICE_KINDS 3
-#define MG_RESET_HOOKS 16 /* mg_context_on_reset: the library registers 9 */
+#define MG_RESET_HOOKS 16 /* mg_context_on_reset: the library registers 7 */
 
-struct mg_dtensor;
 struct mg_trace;
 
-/* A staging buffer of redistribute (dist/redistribute.c), kept between moves. */
+/* A buffer kept between calls, grown as needed (redistribute's staging,
+ * dist/redistribute.c; the CPU backend's bf16 and deterministic buffers). */
 typedef struct {
     void *p;
     size_t bytes;
@@ -77,7 +87,7 @@ struct mg_context {
     int tracing;            /* recording now: the one test every trace hook makes */
     struct mg_trace *trace; /* the events, kept after recording stops until freed */
 
-    /* ---- set by an upper layer, read by this one or by one below the setter ---- */
+    /* ---- set by an upper layer, read here or by a layer below the setter ---- */
     int device; /* backend/device.c: where new tensors live (MG_DEVICE_*): this layer's
                  * arenas and tensors are made there */
     int node_ranks; /* dist/world.c: ranks on this machine (counted by mg_init); machine.c
@@ -147,8 +157,10 @@ mg_arena *mg_micro_arena_new(size_t initial);
  * (one run of the step estimate after another, train/estimate.c). */
 void mg_context_drop_arenas(int device);
 
-/* Frees this layer's members (arenas, arrays) and zeroes the whole context;
- * the layers above free theirs first (mg_finalize). */
+/* Runs each layer's free (the newest registered first), frees this layer's
+ * arenas and zeroes the context but for what outlives a reset: the tensor
+ * registry, the hooks, and the layers' pointers (NULL where a layer freed its
+ * state). */
 void mg_context_reset(void);
 
 /* dist/world.c: MG_OK, or MG_ESTATE with a message naming `who` when called
