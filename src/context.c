@@ -69,14 +69,13 @@ void mg_context_reset(void) {
     }
 }
 
-void *mg_context_layer_new(size_t bytes, void (*free_fn)(void)) {
-    void *p = calloc(1, bytes);
-    if (!p) {
+void *mg_context_layer_new(void **slot, size_t bytes, void (*free_fn)(void)) {
+    if (!(*slot = calloc(1, bytes))) {
         fprintf(stderr, "meshgrad: out of memory for %zu bytes of the library's state\n", bytes);
         abort();
     }
     if (free_fn) mg_context_on_reset(free_fn);
-    return p;
+    return *slot;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

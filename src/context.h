@@ -122,11 +122,16 @@ mg_context *mg_ctx(void);
  * holds nothing), registered as the layer first makes its state (once: a
  * second call with fn does nothing). */
 void mg_context_on_reset(void (*fn)(void));
-/* A layer's state of `bytes`, zeroed, for the layer's accessor to keep in
- * mg_ctx()->layers; `free_fn` (NULL: none) is registered with
+/* A layer's state of `bytes`, zeroed, into *slot (the layer's member of
+ * mg_ctx()->layers); `free_fn` (NULL: none) is registered with
  * mg_context_on_reset. Out of memory, it says so and aborts: the accessors
  * are read on hot paths that check nothing. */
-void *mg_context_layer_new(size_t bytes, void (*free_fn)(void));
+void *mg_context_layer_new(void **slot, size_t bytes, void (*free_fn)(void));
+/* What a layer's accessor returns: *slot, made on first use (a NULL check and
+ * a load, after mg_ctx()). */
+static inline void *mg_context_layer(void **slot, size_t bytes, void (*free_fn)(void)) {
+    return *slot ? *slot : mg_context_layer_new(slot, bytes, free_fn);
+}
 /* The arenas of the current device (mg_get_device()), made on first use;
  * NULL with a message when that device's backend has not registered its memory.
  * - step: everything made during one training step (activations,

@@ -45,10 +45,8 @@ void mg_autograd_state_free(void);
 
 /* The autograd layer's state, made on first use. */
 static inline mg_autograd_state *mg_autograd(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.autograd)
-        c->layers.autograd = mg_context_layer_new(sizeof *c->layers.autograd, mg_autograd_state_free);
-    return c->layers.autograd;
+    return mg_context_layer((void **)&mg_ctx()->layers.autograd, sizeof(mg_autograd_state),
+                            mg_autograd_state_free);
 }
 
 #endif

@@ -57,10 +57,8 @@ void mg_backend_state_free(void);
 /* The backend layer's state, made on first use (mg_backend is the backend
  * object of backend.h, hence the name). */
 static inline mg_backend_state *mg_backend_ctx(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.backend)
-        c->layers.backend = mg_context_layer_new(sizeof *c->layers.backend, mg_backend_state_free);
-    return c->layers.backend;
+    return mg_context_layer((void **)&mg_ctx()->layers.backend, sizeof(mg_backend_state),
+                            mg_backend_state_free);
 }
 
 #endif

@@ -77,10 +77,8 @@ void mg_dist_state_reset(void);
 /* The dist layer's state, made on first use; never freed, so once made the
  * watchdog's thread and the signal handlers read it where it is. */
 static inline mg_dist_state *mg_dist(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.dist)
-        c->layers.dist = mg_context_layer_new(sizeof *c->layers.dist, mg_dist_state_reset);
-    return c->layers.dist;
+    return mg_context_layer((void **)&mg_ctx()->layers.dist, sizeof(mg_dist_state),
+                            mg_dist_state_reset);
 }
 
 #endif

@@ -23,9 +23,7 @@ void mg_io_state_free(void);
 
 /* The io layer's state, made on first use. */
 static inline mg_io_state *mg_io(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.io) c->layers.io = mg_context_layer_new(sizeof *c->layers.io, mg_io_state_free);
-    return c->layers.io;
+    return mg_context_layer((void **)&mg_ctx()->layers.io, sizeof(mg_io_state), mg_io_state_free);
 }
 
 #endif

@@ -24,9 +24,7 @@ void mg_nn_state_free(void);
 
 /* The nn layer's state, made on first use. */
 static inline mg_nn_state *mg_nn(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.nn) c->layers.nn = mg_context_layer_new(sizeof *c->layers.nn, mg_nn_state_free);
-    return c->layers.nn;
+    return mg_context_layer((void **)&mg_ctx()->layers.nn, sizeof(mg_nn_state), mg_nn_state_free);
 }
 
 #endif

@@ -40,10 +40,8 @@ void mg_ops_state_free(void);
 
 /* The ops layer's state, made on first use. */
 static inline mg_ops_state *mg_ops(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.ops)
-        c->layers.ops = mg_context_layer_new(sizeof *c->layers.ops, mg_ops_state_free);
-    return c->layers.ops;
+    return mg_context_layer((void **)&mg_ctx()->layers.ops, sizeof(mg_ops_state),
+                            mg_ops_state_free);
 }
 
 #endif

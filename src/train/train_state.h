@@ -27,9 +27,7 @@ typedef struct mg_train_state mg_train_state;
 
 /* The train layer's state, made on first use (with no free to run at a reset). */
 static inline mg_train_state *mg_train(void) {
-    mg_context *c = mg_ctx();
-    if (!c->layers.train) c->layers.train = mg_context_layer_new(sizeof *c->layers.train, NULL);
-    return c->layers.train;
+    return mg_context_layer((void **)&mg_ctx()->layers.train, sizeof(mg_train_state), NULL);
 }
 
 #endif
