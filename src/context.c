@@ -1,7 +1,8 @@
 /* context.c: the process's one context (see context.h), and the arenas it
  * makes on first use. Exports: mg_ctx, mg_context_reset, mg_step_arena,
- * mg_context_on_reset, mg_context_layer_new, mg_is_step_arena, mg_scratch_arena,
- * mg_recompute_arena, mg_micro_arena_new, mg_context_drop_arenas. */
+ * mg_context_on_reset, mg_context_layer_new, mg_context_layer_drop,
+ * mg_is_step_arena, mg_scratch_arena, mg_recompute_arena, mg_micro_arena_new,
+ * mg_context_drop_arenas. */
 #include "context.h"
 
 #include <stddef.h>
@@ -76,6 +77,11 @@ void *mg_context_layer_new(void **slot, size_t bytes, void (*free_fn)(void)) {
     }
     if (free_fn) mg_context_on_reset(free_fn);
     return *slot;
+}
+
+void mg_context_layer_drop(void **slot) {
+    free(*slot);
+    *slot = NULL;
 }
 
 /* The arena *slot of the current device, made on first use with `initial`

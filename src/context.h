@@ -127,11 +127,21 @@ void mg_context_on_reset(void (*fn)(void));
  * mg_context_on_reset. Out of memory, it says so and aborts: the accessors
  * are read on hot paths that check nothing. */
 void *mg_context_layer_new(void **slot, size_t bytes, void (*free_fn)(void));
+/* Frees a layer's state and NULLs *slot: the end of a layer's free, after it
+ * freed what its state points to. */
+void mg_context_layer_drop(void **slot);
 /* What a layer's accessor returns: *slot, made on first use (a NULL check and
  * a load, after mg_ctx()). */
 static inline void *mg_context_layer(void **slot, size_t bytes, void (*free_fn)(void)) {
     return *slot ? *slot : mg_context_layer_new(slot, bytes, free_fn);
 }
+/* A layer's accessor, `type *fn(void)`: its state in mg_ctx()->layers.slot,
+ * made on first use with free_fn (NULL: none) as its reset hook (each
+ * layer's <layer>_state.h defines one). */
+#define MG_CONTEXT_LAYER(fn, type, slot, free_fn)                                        \
+    static inline type *fn(void) {                                                       \
+        return mg_context_layer((void **)&mg_ctx()->layers.slot, sizeof(type), free_fn); \
+    }
 /* The arenas of the current device (mg_get_device()), made on first use;
  * NULL with a message when that device's backend has not registered its memory.
  * - step: everything made during one training step (activations,

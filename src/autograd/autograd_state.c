@@ -11,6 +11,5 @@ void mg_autograd_state_free(void) {
     free(a->uses);
     free(a->replay);
     free(a->segments);
-    free(a);
-    mg_ctx()->layers.autograd = NULL;
+    mg_context_layer_drop((void **)&mg_ctx()->layers.autograd);
 }

@@ -44,9 +44,6 @@ typedef struct mg_autograd_state mg_autograd_state;
 void mg_autograd_state_free(void);
 
 /* The autograd layer's state, made on first use. */
-static inline mg_autograd_state *mg_autograd(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.autograd, sizeof(mg_autograd_state),
-                            mg_autograd_state_free);
-}
+MG_CONTEXT_LAYER(mg_autograd, mg_autograd_state, autograd, mg_autograd_state_free)
 
 #endif

@@ -14,6 +14,5 @@ void mg_backend_state_free(void) {
     for (int i = 0; i < 2; i++) free(b->bf16_rounded[i].p);
     free(b->bf16_packed.p);
     free(b->det_scratch.p);
-    free(b);
-    mg_ctx()->layers.backend = NULL;
+    mg_context_layer_drop((void **)&mg_ctx()->layers.backend);
 }

@@ -56,9 +56,6 @@ void mg_backend_state_free(void);
 
 /* The backend layer's state, made on first use (mg_backend is the backend
  * object of backend.h, hence the name). */
-static inline mg_backend_state *mg_backend_ctx(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.backend, sizeof(mg_backend_state),
-                            mg_backend_state_free);
-}
+MG_CONTEXT_LAYER(mg_backend_ctx, mg_backend_state, backend, mg_backend_state_free)
 
 #endif

@@ -76,9 +76,6 @@ void mg_dist_state_reset(void);
 
 /* The dist layer's state, made on first use; never freed, so once made the
  * watchdog's thread and the signal handlers read it where it is. */
-static inline mg_dist_state *mg_dist(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.dist, sizeof(mg_dist_state),
-                            mg_dist_state_reset);
-}
+MG_CONTEXT_LAYER(mg_dist, mg_dist_state, dist, mg_dist_state_reset)
 
 #endif

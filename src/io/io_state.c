@@ -6,8 +6,6 @@
 
 void mg_io_state_free(void) {
     mg_io_state *s = mg_ctx()->layers.io;
-    if (!s) return;
-    free(s->observe);
-    free(s);
-    mg_ctx()->layers.io = NULL;
+    if (s) free(s->observe);
+    mg_context_layer_drop((void **)&mg_ctx()->layers.io);
 }

@@ -22,8 +22,6 @@ typedef struct mg_io_state mg_io_state;
 void mg_io_state_free(void);
 
 /* The io layer's state, made on first use. */
-static inline mg_io_state *mg_io(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.io, sizeof(mg_io_state), mg_io_state_free);
-}
+MG_CONTEXT_LAYER(mg_io, mg_io_state, io, mg_io_state_free)
 
 #endif

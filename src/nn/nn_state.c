@@ -8,8 +8,6 @@
 
 void mg_nn_state_free(void) {
     mg_nn_state *s = mg_ctx()->layers.nn;
-    if (!s) return;
-    mg_pp_meta_headers_free();
-    free(s);
-    mg_ctx()->layers.nn = NULL;
+    if (s) mg_pp_meta_headers_free();
+    mg_context_layer_drop((void **)&mg_ctx()->layers.nn);
 }

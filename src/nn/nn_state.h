@@ -23,8 +23,6 @@ typedef struct mg_nn_state mg_nn_state;
 void mg_nn_state_free(void);
 
 /* The nn layer's state, made on first use. */
-static inline mg_nn_state *mg_nn(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.nn, sizeof(mg_nn_state), mg_nn_state_free);
-}
+MG_CONTEXT_LAYER(mg_nn, mg_nn_state, nn, mg_nn_state_free)
 
 #endif

@@ -6,8 +6,6 @@
 
 void mg_ops_state_free(void) {
     mg_ops_state *o = mg_ctx()->layers.ops;
-    if (!o) return;
-    free(o->copies);
-    free(o);
-    mg_ctx()->layers.ops = NULL;
+    if (o) free(o->copies);
+    mg_context_layer_drop((void **)&mg_ctx()->layers.ops);
 }

@@ -39,9 +39,6 @@ typedef struct mg_ops_state mg_ops_state;
 void mg_ops_state_free(void);
 
 /* The ops layer's state, made on first use. */
-static inline mg_ops_state *mg_ops(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.ops, sizeof(mg_ops_state),
-                            mg_ops_state_free);
-}
+MG_CONTEXT_LAYER(mg_ops, mg_ops_state, ops, mg_ops_state_free)
 
 #endif

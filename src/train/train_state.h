@@ -26,8 +26,6 @@ struct mg_train_state {
 typedef struct mg_train_state mg_train_state;
 
 /* The train layer's state, made on first use (with no free to run at a reset). */
-static inline mg_train_state *mg_train(void) {
-    return mg_context_layer((void **)&mg_ctx()->layers.train, sizeof(mg_train_state), NULL);
-}
+MG_CONTEXT_LAYER(mg_train, mg_train_state, train, NULL)
 
 #endif
