@@ -1,9 +1,9 @@
 /* cpu_gemm.c: the fp32 GEMM on the CPU that the vtable and the kernels call
  * (mg_cpu_gemm, cpu_kernels.h): in the deterministic mode cpu_gemm_det.c's,
  * else cpu_gemm_small.c's kernels for one row or a few rows against a large
- * B (OpenBLAS's sgemv for the single rows they do not take), and sgemm for
- * the rest. It sits above those two files, and every kernel file that
- * multiplies sits above it.
+ * B (OpenBLAS's sgemv for the single rows they do not take: a transposed A,
+ * a CPU without AVX-512), and sgemm for the rest. It sits above those two
+ * files, and every kernel file that multiplies sits above it.
  * Exports: mg_cpu_gemm. */
 #include <cblas.h>
 
@@ -28,7 +28,7 @@ void mg_cpu_gemm(void *ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, in
     }
     if (m == 1) { /* one row (a token of generation): sgemm would pack all of B for it */
         if (mg_cpu_gemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0)
-            return; /* B (N, K) rows against a: our kernel where the CPU has AVX-512 */
+            return; /* our kernels where the CPU has AVX-512 */
         int inc_a = trans_a ? (int)lda : 1;
         if (trans_b) /* c (N) = B (N, K) a */
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b, (int)ldb, a, inc_a,

@@ -1,6 +1,7 @@
 /* cpu_gemm_small.c: the forward product of a Linear layer, y = x W^T, when x
  * is a micro-batch of a few rows or one row (a generated token), without
- * packing the weight.
+ * packing the weight; and one row against an untransposed B (a generated
+ * token's weighted sum of values).
  *
  * sgemm packs the whole of B (here the weight) into a buffer for every call.
  * For a 256-row batch that copy is small beside the product; for the 32-row
@@ -178,6 +179,37 @@ AVX512 static void gemv_nt(int64_t n, int64_t k, float alpha, const float *a, co
     }
 }
 
+/* c = B^T a, B (K, N): the rows of B scaled by a's elements and summed, 64
+ * columns of c at a time in registers (attention's weighted sum of values
+ * for one query). Each element of c is one sum over K in order. */
+AVX512 static void gemv_tn_cols(const float *b, int64_t ldb, const float *a, int64_t k, float *acc,
+                                int64_t cols) {
+    v16 s[4] = {{0}, {0}, {0}, {0}};
+    int nv = (int)(cols / 16);
+    for (int64_t p = 0; p < k; p++) {
+        v16 x = {0};
+        x += a[p];
+        for (int j = 0; j < nv; j++) s[j] += load16(b + p * ldb + 16 * j) * x;
+    }
+    memcpy(acc, s, sizeof(float) * 16 * (size_t)nv);
+    for (int64_t j = 16 * nv; j < cols; j++) { /* the columns past the last whole vector */
+        float t = 0.0f;
+        for (int64_t p = 0; p < k; p++) t += a[p] * b[p * ldb + j];
+        acc[j] = t;
+    }
+}
+
+AVX512 static void gemv_nn(int64_t n, int64_t k, float alpha, const float *a, const float *b,
+                           int64_t ldb, float beta, float *c) {
+    int64_t blocks = (n + 63) / 64;
+    MG_PAR_FOR(blocks > 16 && n * k > (1 << 20), for (int64_t t = 0; t < blocks; t++) {
+        float acc[64];
+        int64_t cols = n - 64 * t < 64 ? n - 64 * t : 64;
+        gemv_tn_cols(b + 64 * t, ldb, a, k, acc, cols);
+        put(c + 64 * t, acc, (int)cols, alpha, beta);
+    });
+}
+
 /* ---- dispatch ------------------------------------------------------------------------- */
 
 /* Rows up to which the kernel beats sgemm on a large weight, one thread
@@ -200,8 +232,9 @@ int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     if (mg_cpu_isa() < MG_ISA_AVX2) return -1;
     /* alpha 0: BLAS scales C by beta and reads neither A nor B (a NaN there
      * stays out); sgemm does that */
-    if (!trans_a && trans_b && alpha != 0 && m == 1 && mg_cpu_isa() >= MG_ISA_AVX512) {
-        gemv_nt(n, k, alpha, a, b, ldb, beta, c);
+    if (!trans_a && alpha != 0 && m == 1 && mg_cpu_isa() >= MG_ISA_AVX512) {
+        if (trans_b) gemv_nt(n, k, alpha, a, b, ldb, beta, c);
+        else gemv_nn(n, k, alpha, a, b, ldb, beta, c);
         return 0;
     }
     if (!trans_a && trans_b && alpha != 0 && m <= SMALL_ROWS && n * k >= LARGE_WEIGHT) { /* nt */

@@ -117,9 +117,9 @@ int mg_cpu_gemm_bf16_small(bool kernel, bool ta, bool tb, int64_t m, int64_t n, 
                            float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                            float beta, float *c, int64_t ldc);
 
-/* cpu_gemm_small.c: the gemm entry's A B^T when M is one row (AVX-512) or at
- * most 64 rows and B is large, without packing B; -1 when it does not take the call (another
- * shape, CPU or thread count: use sgemm). */
+/* cpu_gemm_small.c: the gemm entry's A B^T or A B when M is one row (AVX-512),
+ * or A B^T for at most 64 rows when B is large, without packing B; -1 when
+ * it does not take the call (another shape, CPU or thread count: use sgemm). */
 int mg_cpu_gemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc);
