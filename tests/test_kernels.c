@@ -547,6 +547,27 @@ START_TEST(test_relu_nan) {
 }
 END_TEST
 
+/* silu at the edges: NaN stays NaN, -inf gives NaN (-inf times a sigmoid of
+ * 0, as torch), +inf stays, far below zero a signed zero or a tiny value */
+START_TEST(test_silu_edges) {
+    int64_t n = 7;
+    mg_tensor *x = junk(1, &n), *y = junk(1, &n), *g = junk(1, &n), *dy = junk(1, &n);
+    const float in[7] = {NAN, -INFINITY, INFINITY, -1000.0f, -90.0f, 1000.0f, 0.0f};
+    memcpy(x->data, in, sizeof in);
+    for (int i = 0; i < 7; i++) dy->data[i] = 1.0f;
+    BE->unary(CTX, MG_UNARY_SILU, x, 0, y);
+    BE->binary(CTX, MG_BINARY_SILU_BACKWARD, dy, x, g);
+    ck_assert(isnan(y->data[0]) && isnan(y->data[1]) && isnan(g->data[0]));
+    ck_assert_float_eq(y->data[2], INFINITY);
+    ck_assert(fabsf(y->data[3]) < 1e-30f && fabsf(y->data[4]) < 1e-30f);
+    ck_assert_float_eq(y->data[5], 1000.0f);
+    ck_assert_float_eq(y->data[6], 0.0f);
+    ck_assert(fabsf(g->data[3]) < 1e-30f && g->data[5] == 1.0f && g->data[6] == 0.5f);
+    mg_tensor *all[] = {x, y, g, dy};
+    for (int i = 0; i < 4; i++) mg_tensor_free(all[i]);
+}
+END_TEST
+
 START_TEST(test_axpy) {
     static const int64_t sizes[] = {0, 1, 17, 70001};
     for (int s = 0; s < 4; s++) {
@@ -990,7 +1011,7 @@ END_TEST
 int main(void) {
     const TTest *tests[] = {test_permute_3d, test_permute_4d_and_small, test_copy_block,
                             test_copy_fill, test_binary_bias_large_scalar, test_binary_in_place,
-                            test_unary, test_relu_nan, test_axpy, test_activation_backward_fd,
+                            test_unary, test_relu_nan, test_silu_edges, test_axpy, test_activation_backward_fd,
                             test_reduce_subsets, test_reduce_empty, test_reduce_max_nan,
                             test_reduce_sum_accuracy, test_sum_squares, test_cross_entropy_value,
                             test_cross_entropy_bad_labels, test_cross_entropy_backward_fd,

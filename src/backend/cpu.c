@@ -228,6 +228,10 @@ static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_
         mg_cpu_gelu_backward(a->data, b->data, out->data, out->numel); /* cpu_nn.c: vectorized */
         return;
     }
+    if (op == MG_BINARY_SILU_BACKWARD && a->numel == out->numel && b->numel == out->numel) {
+        mg_cpu_silu_backward(a->data, b->data, out->data, out->numel); /* cpu_nn.c: vectorized */
+        return;
+    }
     int64_t n[MG_MAX_DIMS], sa[MG_MAX_DIMS], sb[MG_MAX_DIMS];
     int k = mg_binary_dims(a, b, out, n, sa, sb);
     const float *ad = a->data, *bd = b->data;
@@ -265,6 +269,10 @@ static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha
     int64_t n = out->numel;
     if (op == MG_UNARY_GELU) {
         mg_cpu_gelu(xd, od, n); /* cpu_nn.c: vectorized */
+        return;
+    }
+    if (op == MG_UNARY_SILU) {
+        mg_cpu_silu(xd, od, n); /* cpu_nn.c: vectorized */
         return;
     }
 #define UNARY_KERNEL(E, name, f) UNARY_CASE(MG_UNARY_##E, f)

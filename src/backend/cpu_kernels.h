@@ -179,6 +179,9 @@ void mg_cpu_cross_entropy_backward(void *ctx, const mg_tensor *logits, const mg_
 /* GELU (tanh approximation) of n contiguous floats, and dx = dy gelu'(x) */
 void mg_cpu_gelu(const float *x, float *out, int64_t n);
 void mg_cpu_gelu_backward(const float *dy, const float *x, float *dx, int64_t n);
+/* SiLU of n contiguous floats, and dx = dy silu'(x) */
+void mg_cpu_silu(const float *x, float *out, int64_t n);
+void mg_cpu_silu_backward(const float *dy, const float *x, float *dx, int64_t n);
 
 /* cpu_layer_norm.c */
 void mg_cpu_layer_norm(void *ctx, const mg_tensor *x, const mg_tensor *w, const mg_tensor *b,

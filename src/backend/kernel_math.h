@@ -45,13 +45,13 @@ MG_KERNEL float mg_kernel_gelu_grad(float x) {
     return mg_kernel_gelu_grad_of(x, tanhf(mg_kernel_gelu_arg(x)));
 }
 
-/* SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)), s = sigmoid(x) */
+/* SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)), s = sigmoid(x)
+ * (the CPU computes s its own vectorizable way, cpu_nn.c) */
 MG_KERNEL float mg_kernel_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-MG_KERNEL float mg_kernel_silu_grad(float x) {
-    float s = mg_kernel_sigmoid(x);
-    return s * (1.0f + x * (1.0f - s));
-}
+MG_KERNEL float mg_kernel_silu_grad_of(float x, float s) { return s * (1.0f + x * (1.0f - s)); }
+
+MG_KERNEL float mg_kernel_silu_grad(float x) { return mg_kernel_silu_grad_of(x, mg_kernel_sigmoid(x)); }
 
 /* The pointwise kernels: K(ENUM, name, formula), the formula of one element
  * of out from x (and alpha, the factor of SCALE) or from x and y (a binary
