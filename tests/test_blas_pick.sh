@@ -9,6 +9,8 @@
 # - the run again keeps argv and the exit code, works under `mpirun -np 2`
 #   (every rank, then MPI), and does not loop: with the guard already set it
 #   warns once, on rank 0, and carries on;
+# - malloc asks for transparent huge pages (GLIBC_TUNABLES
+#   glibc.malloc.hugetlb=1, set the same way) unless the user set it;
 # - a short GPT training (GEMMs, layer norm, softmax) under avx2, avx512 and no
 #   variable gives the same losses within 1e-5 (other kernels, other sums).
 # Needs AVX2 (exit 77 without); the avx512 checks need AVX-512 (77 without).
@@ -66,6 +68,16 @@ if [ $avx512 -eq 1 ]; then
 else
     echo "skipped: the MG_CPU_ISA=avx512 checks (this CPU has no AVX-512)"
 fi
+
+# the heap: malloc on huge pages unless the user's GLIBC_TUNABLES says otherwise
+version
+check "no variable: malloc asks for huge pages (the program set GLIBC_TUNABLES)" \
+    grep -qx "heap: glibc.malloc.hugetlb=1 (transparent huge pages)" "$tmp/out"
+version GLIBC_TUNABLES=glibc.malloc.hugetlb=0
+check "the user's glibc.malloc.hugetlb=0 is kept" grep -qx "heap: glibc.malloc.hugetlb=0" "$tmp/out"
+version GLIBC_TUNABLES=glibc.malloc.perturb=0
+check "another tunable of the user's: huge pages added beside it" \
+    grep -qx "heap: glibc.malloc.hugetlb=1 (transparent huge pages)" "$tmp/out"
 
 # the program run again: argv (an argument with a space) and the exit code
 env MG_CPU_ISA=avx2 "$TIMEOUT" 60 "$prog" "no such command" >"$tmp/out" 2>"$tmp/err" </dev/null

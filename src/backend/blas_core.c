@@ -260,14 +260,13 @@ int mg_blas_core_warning(const mg_blas_facts *f, char *out, size_t len) {
 
 /* ---- acting on it --------------------------------------------------------------- */
 
-void mg_blas_core_reexec(char **argv) {
+int mg_blas_core_setenv(void) {
     mg_blas_facts f = mg_blas_facts_read();
     mg_blas_pick p = mg_blas_core_choose(&f);
-    if (p.action != MG_BLAS_SWITCH || !p.core) return;
+    if (p.action != MG_BLAS_SWITCH || !p.core) return 0;
     /* the guard first: if the exec fails, the warning says what is running */
-    if (setenv("MG_BLAS_CORE_SET", p.core, 1) != 0) return;
-    if (setenv("OPENBLAS_CORETYPE", p.core, 1) != 0) return;
-    execv("/proc/self/exe", argv);
+    if (setenv("MG_BLAS_CORE_SET", p.core, 1) != 0) return 0;
+    return setenv("OPENBLAS_CORETYPE", p.core, 1) == 0;
 }
 
 void mg_blas_core_warn_once(FILE *out) {

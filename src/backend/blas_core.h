@@ -6,7 +6,7 @@
  * know it falls back to generic ones (Prescott) several times slower. The
  * choice is made here from facts (the CPU's ISA, the core that runs, the
  * variables) by a pure function, so that a table can test it; the meshgrad
- * program acts on it before MPI starts (mg_blas_core_reexec: OPENBLAS_CORETYPE
+ * program acts on it before MPI starts (mg_blas_core_setenv: OPENBLAS_CORETYPE
  * set and the program run again), a library user gets one warning from mg_init.
  *
  * Variables: OPENBLAS_CORETYPE (OpenBLAS's: a user's setting is respected),
@@ -17,7 +17,7 @@
  *
  * Exports: mg_isa, mg_cpu_isa_detect, mg_cpu_isa, mg_isa_name, mg_blas_facts,
  * mg_blas_facts_read, mg_blas_pick, mg_blas_core_choose, mg_blas_core_rank,
- * mg_blas_core_describe, mg_blas_core_warning, mg_blas_core_reexec,
+ * mg_blas_core_describe, mg_blas_core_warning, mg_blas_core_setenv,
  * mg_blas_core_warn_once (and mg_blas_core, in backend.h). */
 #ifndef MG_BACKEND_BLAS_CORE_H
 #define MG_BACKEND_BLAS_CORE_H
@@ -102,10 +102,10 @@ void mg_blas_core_describe(const mg_blas_facts *facts, char *out, size_t len);
 int mg_blas_core_warning(const mg_blas_facts *facts, char *out, size_t len);
 
 /* For the meshgrad program, first thing in main: when the choice is SWITCH,
- * sets OPENBLAS_CORETYPE and the guard and runs /proc/self/exe again with the
- * same argv (not returning). Returns when nothing is to be done or the exec
- * failed (then the guard is set, so mg_init's warning says so). */
-void mg_blas_core_reexec(char **argv);
+ * sets OPENBLAS_CORETYPE and the guard and returns 1: the program must run
+ * itself again for OpenBLAS to see it (if that exec fails, the guard is set,
+ * so mg_init's warning says so); else 0. */
+int mg_blas_core_setenv(void);
 /* Prints mg_blas_core_warning's line, if any, to `out` the first time it is
  * called in this process (mg_init, on rank 0). */
 void mg_blas_core_warn_once(FILE *out);

@@ -7,8 +7,9 @@
  * lowest rank that holds a message prints it (rank 0 for errors every rank sees),
  * its control bytes escaped (text.h: a message may quote a file).
  * A usage error in the global flags or an unknown command exits 2 before MPI starts.
- * Before anything else it makes sure OpenBLAS runs the kernels it should,
- * running the program again when they are not (backend/blas_core.h). */
+ * Before anything else it makes sure OpenBLAS runs the kernels it should
+ * (backend/blas_core.h) and that malloc takes huge pages for the heap,
+ * running the program again once with the variables set when not. */
 #include "config.h"
 
 #include <errno.h>
@@ -74,6 +75,11 @@ static void version(void) {
     printf("backends: cpu (OpenBLAS, %s)\n", blas);
 #endif
     printf("cpu bf16 GEMM (--dtype bf16): %s\n", mg_backend_cpu_bf16_gemm());
+    /* what malloc read as this process started (huge_pages_setenv) */
+    const char *t = getenv("GLIBC_TUNABLES"), *h = t ? strstr(t, "glibc.malloc.hugetlb=") : NULL;
+    int n = h ? (int)strcspn(h += strlen("glibc.malloc.hugetlb="), ":") : 0;
+    printf("heap: glibc.malloc.hugetlb=%.*s%s\n", n, h ? h : "unset",
+           h && n == 1 && *h == '1' ? " (transparent huge pages)" : "");
 }
 
 /* A command's stdout is its product (train's is a log: it warns once and goes
@@ -131,10 +137,27 @@ static int stdout_failed(void) {
     return 1;
 }
 
+/* glibc's malloc madvises its heap and its mapped chunks for transparent
+ * huge pages when GLIBC_TUNABLES holds glibc.malloc.hugetlb=1, read as a
+ * process starts. The weights a generated token streams through then take a
+ * TLB entry per 2 MiB instead of per 4 KiB: 4-5% more tokens/s (a training
+ * step is no faster or slower). A user's own setting of it is kept. 1 when
+ * it set the variable. */
+static int huge_pages_setenv(void) {
+    const char *t = getenv("GLIBC_TUNABLES");
+    if (t && strstr(t, "glibc.malloc.hugetlb")) return 0;
+    char v[4096];
+    int n = snprintf(v, sizeof v, "%s%sglibc.malloc.hugetlb=1", t ? t : "", t && *t ? ":" : "");
+    return n > 0 && n < (int)sizeof v && setenv("GLIBC_TUNABLES", v, 1) == 0;
+}
+
 int main(int argc, char **argv) {
-    /* OpenBLAS picked its kernels as it loaded: where the pick is worse than
-     * this CPU's best (or than MG_CPU_ISA asks), run again with it set right */
-    mg_blas_core_reexec(argv);
+    /* OpenBLAS picked its kernels as it loaded (where the pick is worse than
+     * this CPU's best, or than MG_CPU_ISA asks, it must be set right) and
+     * malloc read its tunables: run again, once, with the variables set */
+    int again = mg_blas_core_setenv();
+    again |= huge_pages_setenv();
+    if (again) execv("/proc/self/exe", argv);
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
