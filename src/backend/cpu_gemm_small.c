@@ -130,11 +130,19 @@ AVX512 static inline v16 load16(const float *p) {
     return v;
 }
 
+typedef float v4 __attribute__((vector_size(16)));
+
+/* The 16 lanes' sum as a tree (halves added, then their halves): four
+ * dependent adds, not fifteen, which a short row (an attention head's 48
+ * dims) would wait on. */
 AVX512 static inline float lanes_sum(v16 v) {
-    float t[16], s = 0.0f;
-    memcpy(t, &v, sizeof t);
-    for (int i = 0; i < 16; i++) s += t[i];
-    return s;
+    v8 h[2];
+    memcpy(h, &v, sizeof h);
+    v8 s8 = h[0] + h[1];
+    v4 q[2];
+    memcpy(q, &s8, sizeof q);
+    v4 s4 = q[0] + q[1];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 /* c[i] = alpha * (B[i, :] . a) + beta * c[i] for rows i0 .. i0+4 (four of them). */
