@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test.sh: sets the checkout up (scripts/setup.sh), runs `make -j2 check` in
-# build/, then prints every Check summary line of the test logs, the automake
-# summary, the skipped programs, the tails of failing logs, and as its very last
-# line the total over all Check summaries:
+# test.sh: sets the checkout up (scripts/setup.sh), runs `make check` in build/
+# (one job more than the cores), then prints every Check summary line of the
+# test logs, the automake summary, the skipped programs, the tails of failing
+# logs, and as its very last line the total over all Check summaries:
 #   checks: N passed, M failed
 # (a failing test program that printed no failing Check summary, e.g. one that
 # crashed or timed out, counts as one failed check). Exits non-zero on any failure.
@@ -15,7 +15,11 @@ stamp=build/.test-stamp
 out=build/check.out
 touch "$stamp"
 sleep 1 # .trs files written by this run are strictly newer than the stamp
-make -C build -j"${MAKE_JOBS:-2}" check "$@" </dev/null 2>&1 | tee "$out"
+# one job more than the cores (MAKE_JOBS overrides): the tests wait on process
+# start-up, MPI and the watchdogs' sleeps a good part of their time, and with
+# one job a core the CPU stood idle that long
+jobs=${MAKE_JOBS:-$(($(nproc 2>/dev/null || echo 2) + 1))}
+make -C build -j"$jobs" check "$@" </dev/null 2>&1 | tee "$out"
 make_rc=${PIPESTATUS[0]}
 
 passed=0 failed=0
