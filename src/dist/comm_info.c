@@ -1,6 +1,7 @@
 /* comm_info.c: the record of what a communicator is, cached on it (see
- * comm_info.h). State: the context's attribute key (`comm_keyval`) and table
- * of records (`comm_info`, `n_comm_info`).
+ * comm_info.h). State: the dist layer's attribute key (`comm_keyval`), table
+ * of records (`comm_info`, `n_comm_info`) and the records past its room
+ * (`comm_info_extra`).
  * Exports: mg_comm_info_of, mg_comm_info_free. */
 #include "dist/comm_info.h"
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "dist/dist_state.h"
 
 static void record_free(mg_comm_info *info) {
@@ -17,12 +19,19 @@ static void record_free(mg_comm_info *info) {
     free(info);
 }
 
-/* A record in the table lives until mg_finalize; one beyond it goes with its
- * communicator. */
+/* A record in the table lives until mg_finalize; one beyond it (on the extra
+ * list) goes with its communicator. The value is not read: MPI may run this
+ * after mg_finalize freed the records, for a communicator of the program's
+ * that outlived it (MPI_Finalize deletes every attribute left). */
 static int attr_delete(MPI_Comm comm, int key, void *value, void *extra) {
     (void)comm, (void)key, (void)extra;
-    mg_comm_info *info = value;
-    if (info && info->index < 0) record_free(info);
+    mg_dist_state *c = mg_dist();
+    for (int i = 0; value && i < c->n_comm_info_extra; i++) {
+        if (c->comm_info_extra[i] != value) continue;
+        record_free(value);
+        c->comm_info_extra[i] = c->comm_info_extra[--c->n_comm_info_extra];
+        break;
+    }
     return MPI_SUCCESS;
 }
 
@@ -76,7 +85,13 @@ static void enter(mg_dist_state *c, mg_comm_info *info) {
     if (!c->comm_info) c->comm_info = calloc(MG_COMM_INFO_MAX, sizeof *c->comm_info);
     for (int i = 0; c->comm_info && i < c->n_comm_info; i++)
         info->ordinal += same_members(c->comm_info[i], info);
-    if (!c->comm_info || c->n_comm_info == MG_COMM_INFO_MAX) return;
+    if (!c->comm_info || c->n_comm_info == MG_COMM_INFO_MAX) { /* past the table: its own */
+        if (mg_array_grow((void **)&c->comm_info_extra, &c->cap_comm_info_extra,
+                          c->n_comm_info_extra + 1, sizeof *c->comm_info_extra,
+                          "communicator records") == MG_OK)
+            c->comm_info_extra[c->n_comm_info_extra++] = info;
+        return;
+    }
     info->index = c->n_comm_info;
     c->comm_info[c->n_comm_info] = info;
     __atomic_store_n(&c->n_comm_info, c->n_comm_info + 1, __ATOMIC_RELEASE);
@@ -98,7 +113,7 @@ mg_comm_info *mg_comm_info_of(MPI_Comm comm) {
     if (!info) return NULL;
     enter(c, info);
     if (MPI_Comm_set_attr(comm, c->comm_keyval - 1, info) != MPI_SUCCESS && info->index < 0) {
-        record_free(info);
+        attr_delete(comm, 0, info, NULL); /* off the extra list, freed */
         return NULL;
     }
     return info;
@@ -109,12 +124,19 @@ void mg_comm_info_free(void) {
     int finalized = 1;
     MPI_Finalized(&finalized);
     if (c->comm_keyval && !finalized) {
-        int key = c->comm_keyval - 1;
+        /* the world outlives mg_finalize when the program started MPI: its
+         * record goes, so the attribute that points at it goes first */
+        int key = c->comm_keyval - 1, found = 0;
+        void *value = NULL;
+        MPI_Comm_get_attr(MPI_COMM_WORLD, key, &value, &found);
+        if (found) MPI_Comm_delete_attr(MPI_COMM_WORLD, key);
         MPI_Comm_free_keyval(&key);
     }
     c->comm_keyval = 0;
     for (int i = 0; i < c->n_comm_info; i++) record_free(c->comm_info[i]);
+    for (int i = 0; i < c->n_comm_info_extra; i++) record_free(c->comm_info_extra[i]);
     free(c->comm_info);
-    c->comm_info = NULL;
-    c->n_comm_info = 0;
+    free(c->comm_info_extra);
+    c->comm_info = c->comm_info_extra = NULL;
+    c->n_comm_info = c->n_comm_info_extra = c->cap_comm_info_extra = 0;
 }

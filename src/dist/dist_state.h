@@ -49,6 +49,8 @@ struct mg_dist_state {
     int comm_keyval;                      /* comm_info.c: the MPI attribute key + 1 (0: none) */
     struct mg_comm_info **comm_info;      /* comm_info.c: every communicator seen (a fixed */
     int n_comm_info;                      /* table, never moved: signal handlers read it) */
+    struct mg_comm_info **comm_info_extra; /* comm_info.c: the records past the table's room */
+    int n_comm_info_extra, cap_comm_info_extra;
     mg_staging staging[MG_DEVICE_KINDS][2]; /* redistribute.c: per device, two buffers */
     /* dtensor.c: run as a heap tensor is freed (the reducer's mg_reducer_forget) */
     void (*dtensor_on_free)(const struct mg_dtensor *t);
