@@ -118,10 +118,9 @@ AVX2 static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const flo
 /* ---- one row: c = B a, B (N, K) -------------------------------------------------------- */
 
 /* A generated token's product: each weight row read once, in order, against
- * the one row of A, four rows of B at a time (four sums in flight, a of 16
- * lanes loaded once for them). Memory-bound: it runs at the rate the weight
- * streams from cache, where OpenBLAS's sgemv (Cooperlake's) runs about a
- * third slower on these shapes. */
+ * the one row of A, four rows of B at a time (four sums in flight, 16 lanes
+ * of a loaded once for them), each sum's lanes added as a tree. OpenBLAS's
+ * sgemv is slower on a Llama's shapes (docs/PERFORMANCE.md, "The Llama"). */
 typedef float v16 __attribute__((vector_size(64)));
 
 AVX512 static inline v16 load16(const float *p) {
@@ -145,7 +144,7 @@ AVX512 static inline float lanes_sum(v16 v) {
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
-/* c[i] = alpha * (B[i, :] . a) + beta * c[i] for rows i0 .. i0+4 (four of them). */
+/* acc[r] = B[r, :] . a for the four rows r of B from b. */
 AVX512 static void gemv_rows4(const float *b, int64_t ldb, const float *a, int64_t k, float *acc) {
     const float *b0 = b, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
     v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
