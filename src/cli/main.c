@@ -140,9 +140,8 @@ static int stdout_failed(void) {
 /* glibc's malloc madvises its heap and its mapped chunks for transparent
  * huge pages when GLIBC_TUNABLES holds glibc.malloc.hugetlb=1, read as a
  * process starts. The weights a generated token streams through then take a
- * TLB entry per 2 MiB instead of per 4 KiB: 4-5% more tokens/s (a training
- * step is no faster or slower). A user's own setting of it is kept. 1 when
- * it set the variable. */
+ * TLB entry per 2 MiB instead of per 4 KiB (docs/PERFORMANCE.md, "The
+ * Llama"). A user's own setting of it is kept. 1 when it set the variable. */
 static int huge_pages_setenv(void) {
     const char *t = getenv("GLIBC_TUNABLES");
     if (t && strstr(t, "glibc.malloc.hugetlb")) return 0;
