@@ -58,6 +58,28 @@ static void usage(FILE *out) {
             "per device, e.g.: mpirun -np 2 meshgrad train --config data/digits.conf\n");
 }
 
+#define HUGETLB "glibc.malloc.hugetlb"
+
+/* The value of glibc.malloc.hugetlb in GLIBC_TUNABLES (up to a ':' or the
+ * end), or NULL when it is not set there. */
+static const char *hugetlb_value(void) {
+    const char *t = getenv("GLIBC_TUNABLES"), *h = t ? strstr(t, HUGETLB "=") : NULL;
+    return h ? h + strlen(HUGETLB "=") : NULL;
+}
+
+/* glibc's malloc madvises its heap and its mapped chunks for transparent
+ * huge pages when GLIBC_TUNABLES holds glibc.malloc.hugetlb=1, read as a
+ * process starts. The weights a generated token streams through then take a
+ * TLB entry per 2 MiB instead of per 4 KiB (docs/PERFORMANCE.md, "The
+ * Llama"). A user's own setting of it is kept. 1 when it set the variable. */
+static int huge_pages_setenv(void) {
+    const char *t = getenv("GLIBC_TUNABLES");
+    if (hugetlb_value()) return 0;
+    char v[4096];
+    int n = snprintf(v, sizeof v, "%s%s%s=1", t ? t : "", t && *t ? ":" : "", HUGETLB);
+    return n > 0 && n < (int)sizeof v && setenv("GLIBC_TUNABLES", v, 1) == 0;
+}
+
 /* The CPU backend names the OpenBLAS kernels that run and whether they are the
  * best this CPU has (blas_core.h); a poor pick meshgrad could not fix is also
  * said on stderr, as mg_init says it for the commands. */
@@ -76,9 +98,9 @@ static void version(void) {
 #endif
     printf("cpu bf16 GEMM (--dtype bf16): %s\n", mg_backend_cpu_bf16_gemm());
     /* what malloc read as this process started (huge_pages_setenv) */
-    const char *t = getenv("GLIBC_TUNABLES"), *h = t ? strstr(t, "glibc.malloc.hugetlb=") : NULL;
-    int n = h ? (int)strcspn(h += strlen("glibc.malloc.hugetlb="), ":") : 0;
-    printf("heap: glibc.malloc.hugetlb=%.*s%s\n", n, h ? h : "unset",
+    const char *h = hugetlb_value();
+    int n = h ? (int)strcspn(h, ":") : 0;
+    printf("heap: %s=%.*s%s\n", HUGETLB, n, h ? h : "unset",
            h && n == 1 && *h == '1' ? " (transparent huge pages)" : "");
 }
 
@@ -137,18 +159,6 @@ static int stdout_failed(void) {
     return 1;
 }
 
-/* glibc's malloc madvises its heap and its mapped chunks for transparent
- * huge pages when GLIBC_TUNABLES holds glibc.malloc.hugetlb=1, read as a
- * process starts. The weights a generated token streams through then take a
- * TLB entry per 2 MiB instead of per 4 KiB (docs/PERFORMANCE.md, "The
- * Llama"). A user's own setting of it is kept. 1 when it set the variable. */
-static int huge_pages_setenv(void) {
-    const char *t = getenv("GLIBC_TUNABLES");
-    if (t && strstr(t, "glibc.malloc.hugetlb")) return 0;
-    char v[4096];
-    int n = snprintf(v, sizeof v, "%s%sglibc.malloc.hugetlb=1", t ? t : "", t && *t ? ":" : "");
-    return n > 0 && n < (int)sizeof v && setenv("GLIBC_TUNABLES", v, 1) == 0;
-}
 
 int main(int argc, char **argv) {
     /* OpenBLAS picked its kernels as it loaded (where the pick is worse than
