@@ -218,18 +218,28 @@ static void binary_run(mg_binary_op op, const float *a, int64_t sa, const float 
     }
 }
 
+/* The pointwise kernels with a loop of their own (cpu_nn.c: vectorizable exp
+ * instead of a libm call per element), for contiguous operands of out's size;
+ * the others run the formulas of kernel_math.h below. */
+static void (*const unary_vectorized[MG_UNARY_COUNT])(const float *, float *, int64_t) = {
+    [MG_UNARY_GELU] = mg_cpu_gelu,
+    [MG_UNARY_SILU] = mg_cpu_silu,
+};
+static void (*const binary_vectorized[MG_BINARY_COUNT])(const float *, const float *, float *,
+                                                         int64_t) = {
+    [MG_BINARY_GELU_BACKWARD] = mg_cpu_gelu_backward,
+    [MG_BINARY_SILU_BACKWARD] = mg_cpu_silu_backward,
+};
+
 /* out = op(a, b) with broadcasting. Dims are first merged (mg_binary_dims); then
  * out is walked row by row. */
 static void cpu_binary(void *ctx, mg_binary_op op, const mg_tensor *a, const mg_tensor *b,
                        mg_tensor *out) {
     (void)ctx;
     if (out->numel == 0) return;
-    if (op == MG_BINARY_GELU_BACKWARD && a->numel == out->numel && b->numel == out->numel) {
-        mg_cpu_gelu_backward(a->data, b->data, out->data, out->numel); /* cpu_nn.c: vectorized */
-        return;
-    }
-    if (op == MG_BINARY_SILU_BACKWARD && a->numel == out->numel && b->numel == out->numel) {
-        mg_cpu_silu_backward(a->data, b->data, out->data, out->numel); /* cpu_nn.c: vectorized */
+    if ((unsigned)op < MG_BINARY_COUNT && binary_vectorized[op] && a->numel == out->numel &&
+        b->numel == out->numel) {
+        binary_vectorized[op](a->data, b->data, out->data, out->numel);
         return;
     }
     int64_t n[MG_MAX_DIMS], sa[MG_MAX_DIMS], sb[MG_MAX_DIMS];
@@ -267,12 +277,8 @@ static void cpu_unary(void *ctx, mg_unary_op op, const mg_tensor *x, float alpha
     const float *xd = x->data;
     float *od = out->data;
     int64_t n = out->numel;
-    if (op == MG_UNARY_GELU) {
-        mg_cpu_gelu(xd, od, n); /* cpu_nn.c: vectorized */
-        return;
-    }
-    if (op == MG_UNARY_SILU) {
-        mg_cpu_silu(xd, od, n); /* cpu_nn.c: vectorized */
+    if ((unsigned)op < MG_UNARY_COUNT && unary_vectorized[op]) {
+        unary_vectorized[op](xd, od, n);
         return;
     }
 #define UNARY_KERNEL(E, name, f) UNARY_CASE(MG_UNARY_##E, f)
