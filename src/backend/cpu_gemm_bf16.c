@@ -16,8 +16,11 @@
  *     pack B's block (shared by the threads): panels of NR = 64 columns, each
  *       (k, k + 1) pair of a column one 32-bit word, the two bf16 values that
  *       vdpbf16ps multiplies; fp32 input is rounded here. Sized for L2.
- *     for each strip of MR = 6 rows of A (the threads split the strips)
- *       pack the strip (rounded) into a buffer of the thread, in L1
+ *     for each block of MC rows of A (the threads split the blocks)
+ *       pack the block (rounded) into a buffer of the thread, in L2: strip
+ *       by strip of MR = 6 rows as the first tiles reach them; transposed A
+ *       whole first, laid out as B's panels are (16 rows a vector)
+ *     for each strip of MR rows of the block
  *       for each panel: a 6 x 64 tile of C in 24 registers, one vdpbf16ps
  *         a register for each k pair (a word of A broadcast, 16 of B)
  * A tile is written when its K block ends: the first block writes
@@ -154,6 +157,18 @@ BF16_INLINE uint32_t round1(float x) {
     return u;
 }
 
+/* 16 pairs of row `row` of a stored matrix from column col, of which `left`
+ * values are there (zeros past them) */
+BF16_INLINE __m512i row_pairs(const mg_gemm_in *x, int64_t row, int64_t col, int64_t left) {
+    if (x->bf16) {
+        __mmask32 mk = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
+        return _mm512_maskz_loadu_epi16(mk, (const uint16_t *)x->data + row * x->ld + col);
+    }
+    const float *p = (const float *)x->data + row * x->ld + col;
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mask16(left - 16), p + 16),
+                                        _mm512_maskz_loadu_ps(mask16(left), p));
+}
+
 /* ---- the tile --------------------------------------------------------------------- */
 
 /* The rows of a strip of non-transposed A that a tile packs as it goes: A's
@@ -169,20 +184,8 @@ typedef struct {
 BF16_INLINE void pack_chunk(const strip_src *q, int64_t t0) {
     int64_t left = q->kc - 2 * t0; /* values left in each row */
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        __m512i w;
-        if (q->a->bf16) {
-            const uint16_t *p = (const uint16_t *)q->a->data + (q->r + i) * q->a->ld + q->k0 + 2 * t0;
-            __mmask32 mk = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
-            w = _mm512_maskz_loadu_epi16(mk, p);
-        } else {
-            const float *p = (const float *)q->a->data + (q->r + i) * q->a->ld + q->k0 + 2 * t0;
-            __m512 lo = _mm512_maskz_loadu_ps(mask16(left), p);
-            __m512 hi = _mm512_maskz_loadu_ps(mask16(left - 16), p + 16);
-            w = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-        }
-        _mm512_store_si512(q->out + i * q->rs + t0, w);
-    }
+    for (int i = 0; i < MR; i++)
+        _mm512_store_si512(q->out + i * q->rs + t0, row_pairs(q->a, q->r + i, q->k0 + 2 * t0, left));
 }
 
 /* C's tile of MR rows and nv vectors (16 nv columns, NR at most) at c (mr x
@@ -243,116 +246,120 @@ BF16_INLINE void tile(int nv, int64_t kp, strip s, const strip_src *src, const u
 
 /* ---- packing ---------------------------------------------------------------------- */
 
-/* One panel of B: columns [j0, j0 + nr) (zeros past nr), k rows [k0, k0 +
- * kc), kp = (kc + 1) / 2 pairs (the last one's second value 0 when kc is odd),
- * into out (kp x 16 nv words: a panel of nv vectors, NV at most). B is (K, N)
- * row-major, or (N, K) when transposed. */
-BF16 static void pack_panel(const mg_gemm_in *b, bool tb, int64_t k0, int64_t kc, int64_t j0,
-                            int64_t nr, uint32_t *out, int nv) {
-    int64_t kp = (kc + 1) / 2, ld = b->ld, width = 16 * nv;
-    if (!tb) { /* rows k and k + 1 of B, side by side */
-        for (int64_t t = 0; t < kp; t++) {
-            int64_t r0 = k0 + 2 * t;
-            bool two = 2 * t + 1 < kc;
-            for (int g = 0; g < nv; g++) {
-                __mmask16 mk = mask16(nr - 16 * g);
-                __m512i w;
-                if (!mk) {
-                    w = _mm512_setzero_si512();
-                } else if (b->bf16) {
-                    const uint16_t *p = (const uint16_t *)b->data + r0 * ld + j0 + 16 * g;
-                    __m256i y0 = _mm256_maskz_loadu_epi16(mk, p);
-                    __m256i y1 = two ? _mm256_maskz_loadu_epi16(mk, p + ld) : _mm256_setzero_si256();
-                    w = interleave16(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1));
-                } else {
-                    const float *p = (const float *)b->data + r0 * ld + j0 + 16 * g;
-                    __m512 x0 = _mm512_maskz_loadu_ps(mk, p);
-                    __m512 x1 = two ? _mm512_maskz_loadu_ps(mk, p + ld) : _mm512_setzero_ps();
-                    w = interleave16((__m512i)_mm512_cvtne2ps_pbh(x1, x0));
-                }
-                _mm512_storeu_si512(out + t * width + 16 * g, w);
-            }
-        }
-        return;
+/* r[i] word j becomes r[j] word i: unpacking pairs of rows by words, then by
+ * pairs of words, leaves in 128-bit lane L of r[4 i + c] column 4 L + c of
+ * rows 4 i .. 4 i + 3; two lane shuffles gather each column's four lanes. */
+BF16_INLINE void transpose16(__m512i r[16]) {
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
     }
-    /* transposed: a column of op(B) is a row of the stored B, its pairs side by side */
-    for (int64_t j = 0; j < width; j++) {
-        uint32_t *o = out + j;
-        if (j >= nr) {
-            for (int64_t t = 0; t < kp; t++) o[t * width] = 0;
-            continue;
-        }
-        if (b->bf16) {
-            const uint16_t *p = (const uint16_t *)b->data + (j0 + j) * ld + k0;
-            int64_t t = 0;
-            for (; 2 * t + 1 < kc; t++) o[t * width] = p[2 * t] | (uint32_t)p[2 * t + 1] << 16;
-            if (t < kp) o[t * width] = p[2 * t];
-        } else {
-            const float *p = (const float *)b->data + (j0 + j) * ld + k0;
-            int64_t t = 0;
-            for (; 32 * t + 32 <= kc; t++) { /* 16 pairs a pass */
-                __m512i w = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 32 * t + 16),
-                                                        _mm512_loadu_ps(p + 32 * t));
-                uint32_t v[16];
-                _mm512_storeu_si512(v, w);
-                for (int l = 0; l < 16; l++) o[(16 * t + l) * width] = v[l];
-            }
-            for (t *= 16; t < kp; t++)
-                o[t * width] = round1(p[2 * t]) | (2 * t + 1 < kc ? round1(p[2 * t + 1]) << 16 : 0u);
-        }
+    for (int i = 0; i < 4; i++) {
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44); /* lanes 0, 1 of each */
+        __m512i e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee); /* lanes 2, 3 */
+        __m512i f0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+        __m512i f1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+        r[c] = _mm512_shuffle_i32x4(e0, f0, 0x88); /* lane 0 of the four */
+        r[4 + c] = _mm512_shuffle_i32x4(e0, f0, 0xdd);
+        r[8 + c] = _mm512_shuffle_i32x4(e1, f1, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(e1, f1, 0xdd);
     }
 }
 
-/* A strip: rows [i0, i0 + mr) of op(A) (MR rows, zeros past mr), k [k0, k0 +
- * kc), kp pairs. Non-transposed A: row i's pairs in out[i * rs + t] (rs a
- * multiple of 16 >= kp); transposed: pair t of row i in out[t * MR + i]. */
-BF16 static void pack_strip(const mg_gemm_in *a, bool ta, int64_t i0, int mr, int64_t k0,
-                            int64_t kc, int64_t rs, uint32_t *out) {
-    int64_t kp = (kc + 1) / 2, ld = a->ld;
-    if (!ta) {
-        for (int i = 0; i < MR; i++) {
-            uint32_t *o = out + i * rs;
-            if (i >= mr) {
-                memset(o, 0, (size_t)kp * sizeof *o);
-                continue;
-            }
-            for (int64_t q = 0; 32 * q < kc; q++) { /* 32 values, 16 pairs a pass */
-                int64_t left = kc - 32 * q;
-                __m512i w;
-                if (a->bf16) {
-                    const uint16_t *p = (const uint16_t *)a->data + (i0 + i) * ld + k0 + 32 * q;
-                    __mmask32 mk = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
-                    w = _mm512_maskz_loadu_epi16(mk, p);
-                } else {
-                    const float *p = (const float *)a->data + (i0 + i) * ld + k0 + 32 * q;
-                    __m512 lo = _mm512_maskz_loadu_ps(mask16(left), p);
-                    __m512 hi = _mm512_maskz_loadu_ps(mask16(left - 16), p + 16);
-                    w = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-                }
-                _mm512_mask_storeu_epi32(o + 16 * q, mask16(kp - 16 * q), w);
-            }
+/* Pair t of rows [k0, k0 + kc) of a (K, N) row-major B, columns [j0, j0 +
+ * nr) (zeros past nr, and in the second value past kc), into out[0, 16 nv):
+ * rows k and k + 1 side by side. The rows PAIRS_AHEAD pairs on are fetched
+ * meanwhile: B is mostly an activation, in memory and not in cache, and a
+ * pass that only loads would otherwise wait on each line. */
+#define PAIRS_AHEAD 4
+BF16_INLINE void pack_pair(const mg_gemm_in *b, int64_t k0, int64_t kc, int64_t t, int64_t j0,
+                           int64_t nr, uint32_t *out, int nv) {
+    int64_t r0 = k0 + 2 * t, ld = b->ld;
+    size_t es = b->bf16 ? sizeof(uint16_t) : sizeof(float);
+    bool two = 2 * t + 1 < kc, ahead = 2 * (t + PAIRS_AHEAD) + 1 < kc;
+    for (int g = 0; g < nv; g++) {
+        __mmask16 mk = mask16(nr - 16 * g);
+        if (!mk) {
+            _mm512_storeu_si512(out + 16 * g, _mm512_setzero_si512());
+            continue;
         }
-        return;
-    }
-    const __mmask8 mk = (__mmask8)((1u << mr) - 1);
-    for (int64_t t = 0; t < kp; t++) {
-        int64_t r0 = k0 + 2 * t;
-        bool two = 2 * t + 1 < kc;
-        __m256i w;
-        if (a->bf16) {
-            const uint16_t *p = (const uint16_t *)a->data + r0 * ld + i0;
-            __m128i y0 = _mm_maskz_loadu_epi16(mk, p);
-            __m128i y1 = two ? _mm_maskz_loadu_epi16(mk, p + ld) : _mm_setzero_si128();
-            w = interleave8(_mm256_inserti128_si256(_mm256_castsi128_si256(y0), y1, 1));
+        const char *p = (const char *)b->data + (size_t)(r0 * ld + j0 + 16 * g) * es;
+        if (ahead) {
+            __builtin_prefetch(p + (size_t)(2 * PAIRS_AHEAD * ld) * es, 0, 3);
+            __builtin_prefetch(p + (size_t)((2 * PAIRS_AHEAD + 1) * ld) * es, 0, 3);
+        }
+        __m512i w;
+        if (b->bf16) {
+            const uint16_t *q = (const uint16_t *)p;
+            __m256i y0 = _mm256_maskz_loadu_epi16(mk, q);
+            __m256i y1 = two ? _mm256_maskz_loadu_epi16(mk, q + ld) : _mm256_setzero_si256();
+            w = interleave16(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1));
         } else {
-            const float *p = (const float *)a->data + r0 * ld + i0;
-            __m256 x0 = _mm256_maskz_loadu_ps(mk, p);
-            __m256 x1 = two ? _mm256_maskz_loadu_ps(mk, p + ld) : _mm256_setzero_ps();
-            w = interleave8((__m256i)_mm256_cvtne2ps_pbh(x1, x0));
+            const float *q = (const float *)p;
+            __m512 x0 = _mm512_maskz_loadu_ps(mk, q);
+            __m512 x1 = two ? _mm512_maskz_loadu_ps(mk, q + ld) : _mm512_setzero_ps();
+            w = interleave16((__m512i)_mm512_cvtne2ps_pbh(x1, x0));
         }
-        _mm256_mask_storeu_epi32(out + t * MR, (__mmask8)((1u << MR) - 1), w);
+        _mm512_storeu_si512(out + 16 * g, w);
     }
 }
+
+/* One panel of B: columns [j0, j0 + nr) (zeros past nr), k rows [k0, k0 +
+ * kc), kp = (kc + 1) / 2 pairs (the last one's second value 0 when kc is odd),
+ * into out (kp x 16 nv words: a panel of nv vectors). B is (K, N) row-major,
+ * or (N, K) when transposed. */
+BF16 static void pack_panel(const mg_gemm_in *b, bool tb, int64_t k0, int64_t kc, int64_t j0,
+                            int64_t nr, uint32_t *out, int nv) {
+    int64_t kp = (kc + 1) / 2, width = 16 * nv;
+    if (!tb) {
+        for (int64_t t = 0; t < kp; t++) pack_pair(b, k0, kc, t, j0, nr, out + t * width, nv);
+        return;
+    }
+    /* transposed: a column of op(B) is a row of the stored B, its pairs side
+     * by side. 16 rows' next 16 pairs are 16 vectors; transposed, each is
+     * one pair of the 16 columns, as the panel holds it. */
+    for (int g = 0; g < nv; g++)
+        for (int64_t t0 = 0; t0 < kp; t0 += 16) {
+            __m512i r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = 16 * g + j < nr ? row_pairs(b, j0 + 16 * g + j, k0 + 2 * t0, kc - 2 * t0)
+                                       : _mm512_setzero_si512();
+            transpose16(r);
+            for (int64_t l = 0; l < 16 && t0 + l < kp; l++)
+                _mm512_storeu_si512(out + (t0 + l) * width + 16 * g, r[l]);
+        }
+}
+
+/* A strip of non-transposed A: rows [i0, i0 + mr) (MR rows, zeros past mr),
+ * k [k0, k0 + kc), kp pairs, row i's pairs in out[i * rs + t] (rs a multiple
+ * of 16 >= kp). Transposed A is packed by pack_panel instead: a column of the
+ * stored A is a row of op(A), so a block of op(A)'s rows is a panel of the
+ * stored A, pair t of row i at out[t * width + i], 16 rows a vector. */
+BF16 static void pack_strip(const mg_gemm_in *a, int64_t i0, int mr, int64_t k0, int64_t kc,
+                            int64_t rs, uint32_t *out) {
+    int64_t kp = (kc + 1) / 2;
+    for (int i = 0; i < MR; i++) {
+        uint32_t *o = out + i * rs;
+        if (i >= mr) {
+            memset(o, 0, (size_t)kp * sizeof *o);
+            continue;
+        }
+        for (int64_t q = 0; 32 * q < kc; q++) /* 32 values, 16 pairs a pass */
+            _mm512_mask_storeu_epi32(o + 16 * q, mask16(kp - 16 * q),
+                                     row_pairs(a, i0 + i, k0 + 32 * q, kc - 32 * q));
+    }
+}
+
+/* vectors of 16 words a packed block of m rows of transposed A takes a pair:
+ * whole strips of MR, in vectors */
+static int64_t block_vectors(int64_t m) { return ((m + MR - 1) / MR * MR + 15) / 16; }
 
 /* A share of the lines of a stored block (rows [r0, r0 + rows), columns [c0,
  * c0 + cols) of x), part `q` of `parts`. Packing reads its operand from memory
@@ -432,12 +439,14 @@ BF16 static void gemm_part(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
 #pragma omp for schedule(static)
             for (int64_t ib = 0; ib < mblocks; ib++) {
                 int64_t i0 = ib * MC, mcb = min64(MC, m - i0), strips = (mcb + MR - 1) / MR;
-                /* transposed A, and a last short strip, are packed first;
-                 * the others by their first tile */
-                for (int64_t s = 0; s < strips; s++)
-                    if (ta || mcb - s * MR < MR)
-                        pack_strip(a, ta, i0 + s * MR, (int)min64(MR, mcb - s * MR), k0, kcb,
-                                   rs, pa + s * words);
+                /* transposed A is packed first, whole; of A, a last short
+                 * strip, and the others by their first tile */
+                int64_t tv = block_vectors(mcb);
+                if (ta)
+                    pack_panel(a, false, k0, kcb, i0, mcb, pa, (int)tv);
+                else if (mcb % MR)
+                    pack_strip(a, i0 + (strips - 1) * MR, (int)(mcb % MR), k0, kcb, rs,
+                               pa + (strips - 1) * words);
                 int64_t next = i0 + MC, tiles = panels * strips; /* A's next block */
                 for (int64_t p = 0; p < panels; p++) {
                     int nr = (int)min64(NR, ncb - p * NR);
@@ -452,7 +461,7 @@ BF16 static void gemm_part(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
                         float *ct = c + r * ldc + j0 + p * NR;
                         strip_src src = {a, r, k0, kcb, rs, pa + s * words};
                         if (ta)
-                            tile(NV, kp, (strip){pa + s * words, 1, MR}, NULL, pbp, ct, ldc,
+                            tile(NV, kp, (strip){pa + s * MR, 1, 16 * tv}, NULL, pbp, ct, ldc,
                                  mr, nr, alpha, beta, bp, first);
                         else if (p == 0 && mr == MR)
                             tile(NV, kp, (strip){pa + s * words, rs, 1}, &src, pbp, ct, ldc,
@@ -503,6 +512,8 @@ static uint32_t *packed_blocks(int64_t n, int64_t k, int threads, uint32_t **pa)
 /* A small product on this thread, with no allocation: B and A packed whole
  * on the stack, then the tiles */
 enum { SMALL_M = 128, SMALL_N = 128, SMALL_K = 256 };
+/* words of A packed: whole strips of rows, in vectors when transposed */
+#define SMALL_PA ((((SMALL_M + MR - 1) / MR * MR + 15) / 16 * 16) * (SMALL_K / 2))
 
 /* nv: the tile's width in vectors, 2 for products at most 32 wide (an
  * attention head's), whose 64-wide tiles would be half empty */
@@ -512,7 +523,7 @@ BF16_INLINE void small_tiles(int nv, bool ta, int64_t m, int64_t n, int64_t kp, 
     int64_t w = 16 * nv, panels = (n + w - 1) / w, strips = (m + MR - 1) / MR;
     for (int64_t p = 0; p < panels; p++)
         for (int64_t s = 0; s < strips; s++) {
-            strip st = ta ? (strip){pa + s * MR * rs, 1, MR} : (strip){pa + s * MR * rs, rs, 1};
+            strip st = ta ? (strip){pa + s * MR, 1, rs} : (strip){pa + s * MR * rs, rs, 1};
             tile(nv, kp, st, NULL, pb + p * kp * w, c + s * MR * ldc + p * w, ldc,
                  (int)min64(MR, m - s * MR), (int)min64(w, n - p * w), alpha, beta, NULL, true);
         }
@@ -522,14 +533,18 @@ BF16 static void gemm_small_kernel(bool ta, bool tb, int64_t m, int64_t n, int64
                                    const mg_gemm_in *a, const mg_gemm_in *b, float beta, float *c,
                                    int64_t ldc) {
     uint32_t pb[SMALL_K / 2 * ((SMALL_N + NR - 1) / NR * NR)] __attribute__((aligned(64)));
-    uint32_t pa[(SMALL_M + MR - 1) / MR * MR * (SMALL_K / 2)] __attribute__((aligned(64)));
+    uint32_t pa[SMALL_PA] __attribute__((aligned(64)));
     int nv = n <= 32 ? 2 : NV, w = 16 * nv;
-    int64_t kp = (k + 1) / 2, rs = (kp + 15) / 16 * 16, panels = (n + w - 1) / w;
-    int64_t strips = (m + MR - 1) / MR;
+    int64_t kp = (k + 1) / 2, panels = (n + w - 1) / w, strips = (m + MR - 1) / MR;
+    /* A's rows rs words apart; transposed A's pairs rs words apart (a block) */
+    int64_t rs = ta ? 16 * block_vectors(m) : (kp + 15) / 16 * 16;
     for (int64_t p = 0; p < panels; p++)
         pack_panel(b, tb, 0, k, p * w, min64(w, n - p * w), pb + p * kp * w, nv);
-    for (int64_t s = 0; s < strips; s++)
-        pack_strip(a, ta, s * MR, (int)min64(MR, m - s * MR), 0, k, rs, pa + s * MR * rs);
+    if (ta)
+        pack_panel(a, false, 0, k, 0, m, pa, (int)(rs / 16));
+    else
+        for (int64_t s = 0; s < strips; s++)
+            pack_strip(a, s * MR, (int)min64(MR, m - s * MR), 0, k, rs, pa + s * MR * rs);
     if (nv == 2) small_tiles(2, ta, m, n, kp, rs, pa, pb, alpha, beta, c, ldc);
     else small_tiles(NV, ta, m, n, kp, rs, pa, pb, alpha, beta, c, ldc);
 }
