@@ -462,12 +462,25 @@ static void cpu_reduce_max(void *ctx, const mg_tensor *x, mg_tensor *out) {
     reduce(x, out, true);
 }
 
+/* The sum of the squares of x[0, n) in double, the vector's lanes summed
+ * apart then together: one chain of dependent adds would wait on each add
+ * (a grad norm's and the reducer's finite check's pass over every gradient). */
+MG_CPU_CLONES static double squares(const float *restrict x, int64_t n) {
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
 static double cpu_sum_squares(void *ctx, const mg_tensor *x) {
     (void)ctx;
     const float *xd = x->data;
-    int64_t n = x->numel;
+    int64_t n = x->numel, chunks = (n + PAR_MIN - 1) / PAR_MIN;
     double s = 0;
-    MG_PAR_FOR_SUM(n > PAR_MIN, (s), for (int64_t i = 0; i < n; i++) s += (double)xd[i] * xd[i];);
+    MG_PAR_FOR_SUM(chunks > 1, (s), for (int64_t c = 0; c < chunks; c++) {
+        int64_t i0 = c * PAR_MIN, len = n - i0 < PAR_MIN ? n - i0 : PAR_MIN;
+        s += squares(xd + i0, len);
+    });
     return s;
 }
 
@@ -505,7 +518,7 @@ static void cpu_sgd_step(void *ctx, mg_tensor *param, const mg_tensor *grad,
 
 /* PyTorch AdamW: p *= 1 - lr wd; m, v moving averages; p -= lr mhat / (sqrt(vhat) + eps),
  * computed as torch does: (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
-static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, mg_tensor *m,
+MG_CPU_CLONES static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, mg_tensor *m,
                            mg_tensor *v, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int64_t step) {
     (void)ctx;
