@@ -358,6 +358,12 @@ static inline double combine(bool max, double acc, double v) {
 
 #define REDUCE_TILE 256
 
+/* acc[j] += x[j], j < w: one row's part of column sums (a bias's gradient),
+ * in the CPU's widest vectors; each column's adds stay in row order */
+MG_CPU_CLONES static void add_row(double *restrict acc, const float *restrict x, int64_t w) {
+    for (int64_t j = 0; j < w; j++) acc[j] += x[j];
+}
+
 /* The deterministic mode's sum: x laid out as (reduced, kept), then summed
  * down in the halving tree (cpu_det.c), whatever the dims. */
 static void reduce_det(const mg_tensor *x, mg_tensor *out) {
@@ -446,7 +452,7 @@ static void reduce(const mg_tensor *x, mg_tensor *out, bool max) {
             if (max)
                 for (int64_t j = 0; j < w; j++) acc[j] = combine(true, acc[j], run[j]);
             else
-                for (int64_t j = 0; j < w; j++) acc[j] += run[j];
+                add_row(acc, run, w);
         }
         for (int64_t j = 0; j < w; j++) od[ok + c0 + j] = (float)acc[j];
     });
