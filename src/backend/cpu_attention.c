@@ -80,15 +80,18 @@ MG_CPU_INLINE float tile_row_max(const float *restrict x, int64_t n) {
     return m;
 }
 
-/* x[j] = exp(x[j] - m) for j < n, 0 for n <= j < len; returns the sum */
+/* x[j] = exp(x[j] - m) for j < n, 0 for n <= j < len; returns the sum. One
+ * loop writes the whole row in vectors: the GEMM that reads the row next
+ * loads it in vectors, and a load over several smaller stores still in
+ * flight waits for them all. */
 MG_CPU_INLINE float exp_tile_row(float *x, int64_t n, int64_t len, float m) {
     float s = 0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) {
-        x[j] = mg_cpu_exp(x[j] - m);
-        s += x[j];
+    for (int64_t j = 0; j < len; j++) {
+        float e = j < n ? mg_cpu_exp(x[j] - m) : 0.0f;
+        x[j] = e;
+        s += e;
     }
-    for (int64_t j = n; j < len; j++) x[j] = 0.0f;
     return s;
 }
 
