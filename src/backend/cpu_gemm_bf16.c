@@ -117,7 +117,7 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc, con
 #define BF16_INLINE static inline __attribute__((always_inline, target(BF16_ISA)))
 
 enum { MR = 6, NV = 4, NR = 16 * NV, MC = 32 * MR };
-#define KC_MAX 384                 /* k per block */
+#define KC_MAX 512                 /* k per block */
 #define B_BLOCK ((size_t)512 << 10) /* bytes of B's packed block */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
