@@ -12,10 +12,10 @@
  *   emulation (forced by MG_CPU_BF16=emulate): against an fp64 sum of the
  *   exact products of the bf16-rounded inputs, the error within
  *   K eps32 sum |a||b| (plus the roundings of alpha, beta and the bias), for
- *   M, N, K of 1, odd and around the kernel's tile and block sizes, every
- *   transpose, fp32 and bf16 inputs, padded rows, beta 0 and not, a bias,
- *   batches (a shared B too); the kernel's bits the same on 1 and 2 threads
- *   and for a row whatever rows are around it;
+ *   M, N, K of 1, odd and around the kernel's tile and block sizes (a B wider
+ *   than its packed block too), every transpose, fp32 and bf16 inputs, padded
+ *   rows, beta 0 and not, a bias, batches (a shared B too); the kernel's bits
+ *   the same on 1 and 2 threads and for a row whatever rows are around it;
  * - the slow fallback loop of the emulation against the same reference;
  * - the switch goes off again: plain fp32 afterwards;
  * - a weight's bf16 copy: the cast's bits, kept for the step, cast again after
@@ -367,6 +367,21 @@ START_TEST(test_gemm_bf16_shapes) {
 }
 END_TEST
 
+/* B wider than one packed block (N blocks, each packing A again): a short A
+ * against a wide B, every transpose, bf16 and fp32 operands */
+START_TEST(test_gemm_bf16_wide) {
+    pick(_i);
+    for (int combo = 0; combo < 8; combo++) {
+        kcase q = {.ta = combo & 1, .tb = combo & 2, .a16 = combo & 4, .b16 = combo & 4,
+                   .bias = combo & 1, .m = 8, .n = 3600, .k = 600, .pad = 1, .batch = 1,
+                   .beta = combo & 2 ? 0.5f : 0.0f};
+        double r = kernel_case(&q, NULL);
+        ck_assert_msg(r <= 1.0, "gemm_bf16 (%s) ta=%d tb=%d bf16=%d 8x3600x600: %.3g of the bound",
+                      mg_backend_cpu_bf16_gemm(), q.ta, q.tb, q.a16, r);
+    }
+}
+END_TEST
+
 /* batches: strided and a shared B; each entry within the bound */
 START_TEST(test_gemm_bf16_batched) {
     pick(_i);
@@ -595,6 +610,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_gemm_bf16, 0, 2);
     /* 0: the CPU's choice (the kernel), 1: the emulation, forced */
     tcase_add_loop_test(tc, test_gemm_bf16_shapes, 0, 2);
+    tcase_add_loop_test(tc, test_gemm_bf16_wide, 0, 2);
     tcase_add_loop_test(tc, test_gemm_bf16_batched, 0, 2);
     tcase_add_loop_test(tc, test_gemm_bf16_kernel_edges, 0, 2);
     tcase_add_loop_test(tc, test_cast_bf16, 0, 2);

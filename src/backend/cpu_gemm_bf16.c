@@ -15,7 +15,9 @@
  *   for each block of NC columns of C and each block of KC of the K dim
  *     pack B's block (shared by the threads): panels of NR = 64 columns, each
  *       (k, k + 1) pair of a column one 32-bit word, the two bf16 values that
- *       vdpbf16ps multiplies; fp32 input is rounded here. Sized for L2.
+ *       vdpbf16ps multiplies; fp32 input is rounded here. Up to 2 MiB (N
+ *       2048 at K 512): it lives in L3, a panel at a time passing through L2,
+ *       and a wide B is packed in fewer blocks, each of which packs A again.
  *     for each block of MC rows of A (the threads split the blocks)
  *       pack the block (rounded) into a buffer of the thread, in L2: strip
  *       by strip of MR = 6 rows as the first tiles reach them; transposed A
@@ -118,7 +120,7 @@ static void scale_c(int64_t m, int64_t n, float beta, float *c, int64_t ldc, con
 
 enum { MR = 6, NV = 4, NR = 16 * NV, MC = 32 * MR };
 #define KC_MAX 512                 /* k per block */
-#define B_BLOCK ((size_t)512 << 10) /* bytes of B's packed block */
+#define B_BLOCK ((size_t)2 << 20) /* bytes of B's packed block */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
