@@ -524,9 +524,10 @@ static void cpu_sgd_step(void *ctx, mg_tensor *param, const mg_tensor *grad,
 
 /* PyTorch AdamW: p *= 1 - lr wd; m, v moving averages; p -= lr mhat / (sqrt(vhat) + eps),
  * computed as torch does: (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
-MG_CPU_CLONES static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad, mg_tensor *m,
-                           mg_tensor *v, float lr, float beta1, float beta2, float eps,
-                           float weight_decay, int64_t step) {
+MG_CPU_CLONES static void cpu_adamw_step(void *ctx, mg_tensor *param, const mg_tensor *grad,
+                                         mg_tensor *m, mg_tensor *v, float lr, float beta1,
+                                         float beta2, float eps, float weight_decay,
+                                         int64_t step) {
     (void)ctx;
     float *restrict p = param->data, *restrict md = m->data, *restrict vd = v->data;
     const float *restrict gd = grad->data;

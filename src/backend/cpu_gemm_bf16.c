@@ -145,12 +145,6 @@ BF16_INLINE __m512i interleave16(__m512i v) {
     return _mm512_permutexvar_epi16(idx, v);
 }
 
-/* The same for 8 pairs in 256 bits */
-BF16_INLINE __m256i interleave8(__m256i v) {
-    const __m256i idx = _mm256_set_epi16(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    return _mm256_permutexvar_epi16(idx, v);
-}
-
 /* bf16 bits of x, rounded to nearest even */
 BF16_INLINE uint32_t round1(float x) {
     __m128bh v = _mm_cvtneps_pbh(_mm_set_ss(x));
@@ -187,7 +181,8 @@ BF16_INLINE void pack_chunk(const strip_src *q, int64_t t0) {
     int64_t left = q->kc - 2 * t0; /* values left in each row */
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
-        _mm512_store_si512(q->out + i * q->rs + t0, row_pairs(q->a, q->r + i, q->k0 + 2 * t0, left));
+        _mm512_store_si512(q->out + i * q->rs + t0,
+                           row_pairs(q->a, q->r + i, q->k0 + 2 * t0, left));
 }
 
 /* C's tile of MR rows and nv vectors (16 nv columns, NR at most) at c (mr x
