@@ -157,7 +157,7 @@ wait_bounded() {
     rc=$?
 }
 
-# preempt TAG NP SIGNAL WHO ARGS...: starts a 1000-step run, sends SIGNAL after 5 steps
+# preempt TAG NP SIGNAL WHO ARGS...: starts a long run, sends SIGNAL after 5 steps
 # to WHO (mpirun, last-rank, process), waits; status in $rc
 preempt() {
     tag=$1 np=$2 sig=$3 who=$4
@@ -175,7 +175,7 @@ preempt() {
         last-rank) kill -"$sig" "$(pgrep -P "$pid" | tail -n 1)" ;;
         esac
     fi
-    # the run has 1000 steps: kill it after 60 s if the signal did not stop it
+    # the run is long: kill it after 60 s if the signal did not stop it
     wait_bounded "$pid" 60
     if [ "$rc" -eq 0 ] && grep -q "stopped by SIG$sig after step" "$tmp/$tag.out"; then
         pass "$tag: SIG$sig to $who: exit 0, $(grep 'stopped by' "$tmp/$tag.out")"
@@ -185,7 +185,10 @@ preempt() {
     fi
 }
 
-long="$adamw --steps 1000"
+# long enough (a second or more) that a signal sent after step 5, seen by a
+# poll every 0.1 s, lands before the last step: 1000 steps of this model took
+# 0.09 s, and a signal that came after the run had ended failed the checks
+long="$adamw --steps 20000"
 train pre-full 2 $long --save "$tmp/pre-full.h5" --log-every 500
 preempt pre-stop 2 TERM last-rank $long --save "$tmp/pre/" --log-every 500
 check_output "SIGTERM: one checkpoint, saved after the step it stopped at" \
